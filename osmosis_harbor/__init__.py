@@ -1,0 +1,1 @@
+"""osmosis-harbor: Osmosis rollouts as Harbor trials in SkyPilot (or local Docker) sandboxes."""
