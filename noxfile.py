@@ -1,0 +1,38 @@
+"""Developer sessions. The test suite itself runs with ``.venv/bin/python -m pytest``
+(see README); nox adds the benchmark and sandbox-CI sessions on top of the same venv."""
+
+from __future__ import annotations
+
+import os
+
+import nox
+
+nox.options.default_venv_backend = "none"  # reuse .venv: bootstrap.sh owns installs
+PY = ".venv/bin/python"
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """The whole test suite."""
+    session.run("bash", "scripts/bootstrap.sh", external=True)
+    session.run(PY, "-m", "pytest", "-q", *session.posargs, external=True)
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """Benchmarks: medians with a same-run baseline; figures printed and written to JSON."""
+    session.run("bash", "scripts/bootstrap.sh", external=True)
+    session.run(PY, "-m", "bench", *session.posargs, external=True)
+
+
+@nox.session(name="sandbox-ci")
+def sandbox_ci(session: nox.Session) -> None:
+    """Validate the bundled dataset in SkyPilot sandboxes when an API endpoint is
+    configured, in local Docker sandboxes otherwise."""
+    session.run("bash", "scripts/bootstrap.sh", external=True)
+    env = "skypilot" if os.environ.get("SKYPILOT_API_SERVER_ENDPOINT") else "docker"
+    args = ["--env", env]
+    if env == "skypilot" and os.environ.get("HARBOR_SKYPILOT_REGISTRY"):
+        args += ["--registry", os.environ["HARBOR_SKYPILOT_REGISTRY"]]
+    session.run(PY, "-m", "osmosis_harbor", "validate", "tasks", *args,
+                "--json", "sandbox-ci-report.json", *session.posargs, external=True)

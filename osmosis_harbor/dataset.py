@@ -1,0 +1,131 @@
+"""Harbor datasets on disk: discovering tasks at any depth and rejecting bad ones early.
+
+Harbor's own ``harbor run -p`` looks one level down; datasets in the wild nest tasks in
+groups, so a task here is any directory holding ``task.toml`` and its id is its path
+relative to the dataset root (``group/my-task``). Every check runs before a sandbox
+starts, and each failure names the file and the problem in one line.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+TASK_CONFIG = "task.toml"
+INSTRUCTION = "instruction.md"
+_SKIP_DIRS = {".git", "__pycache__", ".venv", "node_modules", ".nox"}
+
+
+class DatasetError(ValueError):
+    """A dataset or task that cannot be run; the message is one actionable line."""
+
+
+class TaskRef(BaseModel):
+    """A task found on disk: its dataset-relative id and its directory."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    path: Path
+
+
+def is_task_dir(path: Path) -> bool:
+    return (path / TASK_CONFIG).is_file()
+
+
+def discover_tasks(root: Path) -> list[TaskRef]:
+    """All tasks under ``root`` (or ``root`` itself when it is a task), sorted by id.
+
+    A task's own subdirectories are not searched: ``environment/`` or ``tests/`` may
+    legitimately contain files named ``task.toml``.
+    """
+    root = Path(root)
+    if not root.exists():
+        raise DatasetError(f"{root}: no such file or directory")
+    if not root.is_dir():
+        raise DatasetError(f"{root}: not a directory (expected a task or a dataset of tasks)")
+    if is_task_dir(root):
+        return [TaskRef(id=root.resolve().name, path=root.resolve())]
+    found: list[TaskRef] = []
+    for dirpath, dirnames, _ in os.walk(root, followlinks=False):
+        current = Path(dirpath)
+        if is_task_dir(current):
+            found.append(TaskRef(id=current.relative_to(root).as_posix(), path=current.resolve()))
+            dirnames.clear()
+            continue
+        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
+    if not found:
+        raise DatasetError(
+            f"{root}: not a Harbor task or dataset (no {TASK_CONFIG} found at any depth)"
+        )
+    return sorted(found, key=lambda ref: ref.id)
+
+
+def select_tasks(tasks: Sequence[TaskRef], ids: Iterable[str] | None) -> list[TaskRef]:
+    """Restrict ``tasks`` to ``ids`` (in the given order); unknown ids are an error."""
+    wanted = list(ids or [])
+    if not wanted:
+        return list(tasks)
+    by_id = {t.id: t for t in tasks}
+    unknown = [i for i in wanted if i.strip("/") not in by_id]
+    if unknown:
+        sample = ", ".join(sorted(by_id)[:8])
+        raise DatasetError(
+            f"unknown task id(s): {', '.join(unknown)} (known: {sample}"
+            f"{', ...' if len(by_id) > 8 else ''})"
+        )
+    return [by_id[i.strip("/")] for i in dict.fromkeys(wanted)]
+
+
+def find_escaping_symlink(task_dir: Path) -> tuple[Path, str] | None:
+    """The first symlink under ``task_dir`` whose target lies outside it, if any."""
+    root = task_dir.resolve()
+    for dirpath, dirnames, filenames in os.walk(task_dir, followlinks=False):
+        for name in [*dirnames, *filenames]:
+            entry = Path(dirpath) / name
+            if not entry.is_symlink():
+                continue
+            target = (entry.parent / os.readlink(entry)).resolve()
+            if target != root and root not in target.parents:
+                return entry, os.readlink(entry)
+    return None
+
+
+def check_task(task: TaskRef) -> None:
+    """Raise ``DatasetError`` naming the file and the problem when ``task`` is unusable."""
+    from harbor.models.task.config import TaskConfig
+
+    config_path = task.path / TASK_CONFIG
+    if not (task.path / INSTRUCTION).is_file():
+        raise DatasetError(f"task {task.id}: {task.path / INSTRUCTION} is missing")
+    escaping = find_escaping_symlink(task.path)
+    if escaping is not None:
+        link, target = escaping
+        raise DatasetError(
+            f"task {task.id}: symlink {link} points outside the task ({target}); "
+            "copy the file into the task instead"
+        )
+    try:
+        data = tomllib.loads(config_path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise DatasetError(f"{config_path}: malformed TOML: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise DatasetError(f"{config_path}: not UTF-8 text: {exc}") from None
+    try:
+        TaskConfig.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "(top level)"
+        raise DatasetError(f"{config_path}: invalid field {where}: {first['msg']}") from None
+
+
+def load_dataset(root: Path, ids: Iterable[str] | None = None) -> list[TaskRef]:
+    """Discover, select and check tasks; raises ``DatasetError`` on the first problem."""
+    tasks = select_tasks(discover_tasks(root), ids)
+    for task in tasks:
+        check_task(task)
+    return tasks

@@ -1,0 +1,71 @@
+"""Rich rendering for the command line: live progress while trials run, result tables."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from .validate import TaskValidation, ValidationReport
+
+_TIMING_ORDER = ("environment", "agent_setup", "agent", "verifier", "total")
+
+
+class ValidationProgress:
+    """A live display: one overall bar plus the current stage of every running task."""
+
+    def __init__(self, console: Console, task_ids: Sequence[str]) -> None:
+        self._progress = Progress(
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+        )
+        self._overall = self._progress.add_task("validating", total=len(task_ids))
+        self._rows = {tid: self._progress.add_task(f"  {tid}: waiting", total=None) for tid in task_ids}
+
+    def update(self, task_id: str, stage: str) -> None:
+        row = self._rows.get(task_id)
+        if row is None:
+            return
+        finished = stage in {"passed", "failed", "invalid"}
+        self._progress.update(row, description=f"  {task_id}: {stage}", visible=not finished)
+        if finished:
+            self._progress.advance(self._overall)
+
+    @contextmanager
+    def live(self) -> Iterator["ValidationProgress"]:
+        with self._progress:
+            yield self
+
+
+def _timings_text(row: TaskValidation) -> str:
+    parts = [f"{k} {row.timings_sec[k]:.1f}s" for k in _TIMING_ORDER if k in row.timings_sec]
+    return ", ".join(parts) or "-"
+
+
+def validation_table(report: ValidationReport) -> Table:
+    table = Table(title=f"Oracle validation ({report.agent} agent, {report.environment} sandboxes)")
+    table.add_column("task", style="bold")
+    table.add_column("result")
+    table.add_column("reward", justify="right")
+    table.add_column("failed phase")
+    table.add_column("error", overflow="fold", max_width=60)
+    table.add_column("timings", overflow="fold")
+    for row in report.tasks:
+        table.add_row(
+            row.id,
+            "[green]pass[/]" if row.passed else "[red]FAIL[/]",
+            "-" if row.reward is None else f"{row.reward:g}",
+            row.failed_phase or "",
+            row.error or "",
+            _timings_text(row),
+        )
+    table.caption = f"{report.passed} passed, {report.failed} failed in {report.wall_sec:.1f}s"
+    return table

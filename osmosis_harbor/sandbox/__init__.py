@@ -1,0 +1,63 @@
+"""Sandboxes for Harbor trials: SkyPilot in production, a local Docker engine here.
+
+``environment_config()`` is the one documented way to point Harbor trials (and
+``HarborBackend``) at our sandbox environment.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harbor.models.trial.config import EnvironmentConfig
+
+from .environment import IMPORT_PATH, SandboxEnvironment
+from .sdk import SDK_NAMES, SandboxSdkMissingError, load_sandbox_sdk
+
+__all__ = [
+    "SandboxEnvironment",
+    "SandboxSdkMissingError",
+    "environment_config",
+    "load_sandbox_sdk",
+]
+
+
+def environment_config(
+    sdk: str = "skypilot",
+    *,
+    registry: str | None = None,
+    pool: str | None = None,
+    context_name: str | None = None,
+    namespace: str | None = None,
+    secrets: list[str] | None = None,
+    host_network: bool = False,
+    force_build: bool = False,
+    delete: bool = True,
+    **extra_kwargs: Any,
+) -> EnvironmentConfig:
+    """Return the Harbor ``EnvironmentConfig`` that runs trials in our sandboxes.
+
+    ``sdk="skypilot"`` uses SkyPilot's Platform Sandbox SDK (``sky.sandbox``);
+    ``sdk="docker"`` uses the local Docker engine. ``host_network`` is Docker-only: it
+    lets a sandbox reach a server listening on this machine's loopback.
+    """
+    if sdk not in SDK_NAMES:
+        raise ValueError(f"unknown sandbox sdk {sdk!r}: choose one of {', '.join(SDK_NAMES)}")
+    if host_network and sdk != "docker":
+        raise ValueError("host_network=True is only available with sdk='docker'")
+    if sdk == "skypilot":
+        load_sandbox_sdk("skypilot")  # fail now, with the install hint, not mid-trial
+    kwargs: dict[str, Any] = {"sdk": sdk, **extra_kwargs}
+    for key, value in {
+        "registry": registry,
+        "pool": pool,
+        "context_name": context_name,
+        "namespace": namespace,
+        "secrets": list(secrets) if secrets else None,
+    }.items():
+        if value is not None:
+            kwargs[key] = value
+    if host_network:
+        kwargs["host_network"] = True
+    return EnvironmentConfig(
+        import_path=IMPORT_PATH, kwargs=kwargs, force_build=force_build, delete=delete
+    )

@@ -1,0 +1,252 @@
+"""Harbor environment for SkyPilot sandboxes, with the SDK chosen per environment.
+
+This subclasses Harbor's own ``SkypilotEnvironment`` so that trials take exactly the code
+path they take in production (exec wrapping, users, env merging, file transfer, pools,
+environment-dir uploads). What we change:
+
+* the sandbox SDK is an explicit kwarg (``sdk="skypilot"`` for SkyPilot's Platform SDK,
+  ``sdk="docker"`` for our Docker-backed implementation of the same surface) instead of
+  Harbor's import-time module global;
+* image existence is answered correctly for insecure/local registries, and concurrent
+  trials of one environment build and push its image once (``images.py``);
+* with the Docker SDK and no registry, images stay on the local engine (no push needed:
+  the sandbox runs on the engine that built them);
+* the Docker SDK accepts ``host_network=True`` for sandboxes that must reach a server on
+  this machine (a local chat-completions endpoint).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+from types import ModuleType
+from typing import Any, override
+
+from harbor.environments.base import BaseEnvironment
+from harbor.environments.definition import parse_dockerfile_workdir
+from harbor.environments.skypilot import (
+    SkypilotEnvironment,
+    _SANDBOX_TTL_SEC,
+    _sanitize_dns_name,
+    _sanitize_image_repo,
+)
+from harbor.models.task.config import EnvironmentConfig as TaskEnvironmentConfig
+from harbor.models.trial.paths import TrialPaths
+from tenacity import retry, stop_after_attempt, wait_exponential
+
+from . import lifecycle
+from .images import BUILD_COORDINATOR, local_image_exists, registry_image_exists
+from .sdk import load_sandbox_sdk
+
+LOCAL_IMAGE_NAMESPACE = "osmosis-harbor"
+IMPORT_PATH = "osmosis_harbor.sandbox.environment:SandboxEnvironment"
+
+
+class SandboxEnvironment(SkypilotEnvironment):
+    """Harbor's SkyPilot sandbox environment over a selectable ``sky.sandbox`` SDK."""
+
+    def __init__(
+        self,
+        environment_dir: Path,
+        environment_name: str,
+        session_id: str,
+        trial_paths: TrialPaths,
+        task_env_config: TaskEnvironmentConfig,
+        *,
+        sdk: str = "skypilot",
+        host_network: bool = False,
+        registry: str | None = None,
+        pool: str | None = None,
+        context_name: str | None = None,
+        namespace: str | None = None,
+        secrets: list[str] | None = None,
+        platform: str = "linux/amd64",
+        **kwargs: Any,
+    ) -> None:
+        self._sdk_name = sdk
+        self._sdk: ModuleType = load_sandbox_sdk(sdk)
+        if host_network and sdk != "docker":
+            raise ValueError(
+                "host_network=True is a local Docker sandbox option; SkyPilot sandboxes "
+                "reach the rollout endpoint over the network"
+            )
+        self._host_network = host_network
+        # The attributes SkypilotEnvironment.__init__ sets. Its own __init__ refuses to
+        # run unless Harbor imported sky.sandbox at import time; the SDK is ours to
+        # choose, so we set them here and go straight to BaseEnvironment.__init__.
+        self._pool = pool or None
+        self._registry = registry or os.environ.get("HARBOR_SKYPILOT_REGISTRY") or None
+        self._context_name = context_name
+        self._namespace = namespace
+        self._secrets = list(secrets) if secrets else None
+        self._platform = platform
+        self._sandbox: Any | None = None
+        BaseEnvironment.__init__(
+            self,
+            environment_dir=environment_dir,
+            environment_name=environment_name,
+            session_id=session_id,
+            trial_paths=trial_paths,
+            task_env_config=task_env_config,
+            **kwargs,
+        )
+        self._workdir = parse_dockerfile_workdir(self._dockerfile_path)
+        self._sandbox_name = _sanitize_dns_name(f"hb-{session_id}")
+
+    @property
+    def sdk_name(self) -> str:
+        return self._sdk_name
+
+    @property
+    def sandbox_name(self) -> str:
+        return self._sandbox_name
+
+    # ── images ───────────────────────────────────────────────────────────────
+
+    @property
+    def _local_only(self) -> bool:
+        """Docker sandboxes without a registry run images straight from the engine."""
+        return self._sdk_name == "docker" and not self._registry
+
+    @property
+    @override
+    def _image_ref(self) -> str:
+        if self._local_only:
+            repo = _sanitize_image_repo(self.environment_name)
+            return f"{LOCAL_IMAGE_NAMESPACE}/{repo}:{self.environment_id}"
+        return super()._image_ref
+
+    @property
+    def image_ref(self) -> str:
+        """The content-addressed image this environment builds (for prewarm reports)."""
+        return self._image_ref
+
+    @override
+    async def _image_exists(self) -> bool:
+        ref = self._image_ref
+        if self._local_only:
+            return await asyncio.to_thread(local_image_exists, ref)
+        return await asyncio.to_thread(registry_image_exists, ref)
+
+    @retry(
+        stop=stop_after_attempt(2),
+        wait=wait_exponential(multiplier=2, min=5, max=60),
+        reraise=True,
+    )
+    @override
+    async def _build_and_push_image(self) -> None:
+        ref = self._image_ref
+        self.logger.debug(f"Building image {ref}")
+        await asyncio.to_thread(
+            build_image, self.environment_dir, self._dockerfile_path, ref, self._platform
+        )
+        if not self._local_only:
+            self.logger.debug(f"Pushing image {ref}")
+            await asyncio.to_thread(push_image, ref)
+
+    @override
+    async def _resolve_image(self, force_build: bool) -> str | None:
+        if self._pool:
+            return None
+        if self.task_env_config.docker_image:
+            return self.task_env_config.docker_image
+        ref = self._image_ref
+        await BUILD_COORDINATOR.ensure(
+            ref,
+            exists=self._image_exists,
+            build=self._build_and_push_image,
+            force_build=force_build,
+        )
+        return ref
+
+    # ── sandbox lifecycle ─────────────────────────────────────────────────────
+
+    @override
+    async def _create_sandbox(self, image: str | None) -> Any:
+        lifecycle.register_pending(self._sandbox_name, self._sdk)
+        sandbox = await self._create_sandbox_via_sdk(image)
+        lifecycle.register_handle(self._sandbox_name, sandbox)
+        return sandbox
+
+    @override
+    async def stop(self, delete: bool) -> None:
+        try:
+            await super().stop(delete)
+        finally:
+            lifecycle.unregister(self._sandbox_name)
+
+    async def _create_sandbox_via_sdk(self, image: str | None) -> Any:
+        common: dict[str, Any] = {
+            "name": self._sandbox_name,
+            "context_name": self._context_name,
+            "namespace": self._namespace,
+            "env": self._persistent_env or None,
+            "secrets": self._secrets,
+            "timeout": _SANDBOX_TTL_SEC,
+        }
+        if self._sdk_name == "docker" and self._host_network:
+            common["host_network"] = True
+        if self._pool:
+            # A pool launch inherits image/cpu/memory/network from the pool.
+            return await self._sdk.create.aio(pool=self._pool, **common)
+        memory_gb = (
+            self._effective_memory_mb / 1024 if self._effective_memory_mb is not None else None
+        )
+        return await self._sdk.create.aio(
+            image=image,
+            cpus=self._effective_cpus,
+            memory_gb=memory_gb,
+            registry=self._registry,
+            block_network=self._network_disabled,
+            **common,
+        )
+
+
+def _build_log_tail(lines: list[str], n: int = 25) -> str:
+    text = "".join(lines).rstrip()
+    return "\n".join(text.splitlines()[-n:])
+
+
+class ImageBuildError(RuntimeError):
+    """``docker build`` failed; the message carries the tail of the build log."""
+
+
+def build_image(context_dir: Path, dockerfile: Path, ref: str, platform: str | None) -> None:
+    """Build ``ref`` from ``context_dir`` on the local engine (docker SDK, legacy builder)."""
+    import docker
+
+    client = docker.from_env()
+    log: list[str] = []
+    try:
+        stream = client.api.build(
+            path=str(context_dir),
+            dockerfile=str(dockerfile.relative_to(context_dir)),
+            tag=ref,
+            rm=True,
+            forcerm=True,
+            decode=True,
+            platform=platform,
+        )
+        for chunk in stream:
+            if "stream" in chunk:
+                log.append(chunk["stream"])
+            if "error" in chunk:
+                log.append(chunk["error"] + "\n")
+                raise ImageBuildError(
+                    f"docker build failed for {ref}: {chunk['error'].strip()}\n"
+                    f"{_build_log_tail(log)}"
+                )
+    except docker.errors.APIError as exc:
+        raise ImageBuildError(f"docker build failed for {ref}: {exc.explanation or exc}") from exc
+
+
+def push_image(ref: str) -> None:
+    """Push ``ref`` to its registry, surfacing the engine's error text."""
+    import docker
+
+    client = docker.from_env()
+    repo, _, tag = ref.rpartition(":")
+    for chunk in client.api.push(repo, tag=tag, stream=True, decode=True):
+        if "error" in chunk:
+            raise ImageBuildError(f"docker push failed for {ref}: {chunk['error'].strip()}")

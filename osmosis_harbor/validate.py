@@ -1,0 +1,176 @@
+"""Oracle validation of Harbor datasets: every task's reference solution must score 1.0.
+
+Each task runs as a real Harbor trial through ``TrialQueue`` in a sandbox (local Docker
+or SkyPilot), with Harbor's ``oracle`` agent (``solution/solve.sh``) and Harbor's verifier
+(``tests/test.sh``). Harbor reports a failing ``solve.sh`` as a low reward rather than an
+exception, so a task passes only when its reward is exactly 1.0 and nothing failed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import shutil
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from harbor.models.trial.config import AgentConfig, EnvironmentConfig, TaskConfig, TrialConfig
+from harbor.trial.hooks import TrialEvent, TrialHookEvent
+from harbor.trial.queue import TrialQueue
+from pydantic import BaseModel
+
+from .dataset import DatasetError, TaskRef, check_task
+from .outcome import Phase, read_trial
+from .sandbox.lifecycle import terminate_live_sandboxes
+
+
+class TaskValidation(BaseModel):
+    """One task's oracle verdict (a row of the table and of the JSON report)."""
+
+    id: str
+    passed: bool
+    reward: float | None = None
+    failed_phase: str | None = None
+    error: str | None = None
+    timings_sec: dict[str, float] = {}
+    trial_dir: str | None = None
+
+
+class ValidationReport(BaseModel):
+    """The machine-readable report written by ``validate --json``."""
+
+    passed: int
+    failed: int
+    agent: str
+    environment: str
+    wall_sec: float
+    tasks: list[TaskValidation]
+
+    @property
+    def ok(self) -> bool:
+        return self.failed == 0
+
+
+ProgressCallback = Callable[[str, str], None]  # (task id, stage)
+
+
+def trial_name_for(task_id: str) -> str:
+    """A unique, readable trial name (sandbox names derive from it, so keep it short)."""
+    slug = re.sub(r"[^a-z0-9]+", "-", task_id.lower()).strip("-")[:32] or "task"
+    return f"{slug}__{uuid.uuid4().hex[:8]}"
+
+
+def _row_for_result(task: TaskRef, result, trial_dir: Path, keep: bool) -> TaskValidation:
+    reading = read_trial(result, trial_dir)
+    passed = reading.failed_phase is None and reading.reward == 1.0
+    phase, error = reading.failed_phase, reading.error
+    if not passed and phase is None:
+        phase = Phase.VERIFIER
+        error = (
+            "no reward produced" if reading.reward is None else f"reward {reading.reward:g} (expected 1.0)"
+        )
+    return TaskValidation(
+        id=task.id,
+        passed=passed,
+        reward=reading.reward,
+        failed_phase=phase.value if phase else None,
+        error=error,
+        timings_sec=reading.timings_sec,
+        trial_dir=str(trial_dir) if keep else None,
+    )
+
+
+async def validate_tasks(
+    tasks: Sequence[TaskRef],
+    *,
+    environment: EnvironmentConfig,
+    agent: str = "oracle",
+    n_concurrent: int = 4,
+    trials_dir: Path | None = None,
+    keep_trials: bool = False,
+    on_progress: ProgressCallback | None = None,
+) -> ValidationReport:
+    """Run every task through Harbor's ``TrialQueue`` and judge it by its reward.
+
+    Invalid tasks are reported (phase ``task``) without starting a sandbox. Whatever
+    happens, including cancellation, no sandbox this run created outlives the call.
+    """
+    started = time.monotonic()
+    notify = on_progress or (lambda _id, _stage: None)
+    owns_dir = trials_dir is None
+    root = Path(trials_dir or tempfile.mkdtemp(prefix="osmosis-harbor-validate-"))
+    root.mkdir(parents=True, exist_ok=True)
+    rows: dict[str, TaskValidation] = {}
+    runnable: list[tuple[TaskRef, TrialConfig]] = []
+    for task in tasks:
+        try:
+            check_task(task)
+        except DatasetError as exc:
+            rows[task.id] = TaskValidation(id=task.id, passed=False, failed_phase=Phase.TASK.value, error=str(exc))
+            notify(task.id, "invalid")
+            continue
+        config = TrialConfig(
+            task=TaskConfig(path=task.path),
+            trial_name=trial_name_for(task.id),
+            trials_dir=root,
+            agent=AgentConfig(name=agent),
+            environment=environment,
+        )
+        runnable.append((task, config))
+
+    by_trial = {config.trial_name: task.id for task, config in runnable}
+    stages = {
+        TrialEvent.START: "queued",
+        TrialEvent.ENVIRONMENT_START: "environment",
+        TrialEvent.AGENT_START: "agent",
+        TrialEvent.VERIFICATION_START: "verifier",
+    }
+
+    def hook_for(stage: str):
+        async def hook(event: TrialHookEvent) -> None:
+            notify(by_trial.get(event.trial_name, event.trial_name), stage)
+
+        return hook
+
+    queue = TrialQueue(n_concurrent=max(1, n_concurrent))
+    for event, stage in stages.items():
+        queue.add_hook(event, hook_for(stage))
+
+    async def run_one(task: TaskRef, config: TrialConfig) -> None:
+        trial_dir = root / config.trial_name
+        try:
+            result = await queue.submit(config)
+        except Exception as exc:  # Trial.create errors escape the queue's coroutine
+            rows[task.id] = TaskValidation(
+                id=task.id, passed=False, failed_phase=Phase.ENVIRONMENT.value,
+                error=f"{type(exc).__name__}: {exc}".splitlines()[0],
+            )
+        else:
+            rows[task.id] = _row_for_result(task, result, trial_dir, keep_trials)
+        notify(task.id, "passed" if rows[task.id].passed else "failed")
+
+    try:
+        async with asyncio.TaskGroup() as group:
+            for task, config in runnable:
+                group.create_task(run_one(task, config))
+    finally:
+        # Trials stop their own sandboxes, including on cancellation; this sweep catches
+        # anything a cancelled start left behind so nothing outlives the command.
+        await asyncio.shield(terminate_live_sandboxes())
+        if owns_dir and not keep_trials:
+            shutil.rmtree(root, ignore_errors=True)
+
+    ordered = [rows[t.id] for t in tasks if t.id in rows]
+    passed = sum(1 for r in ordered if r.passed)
+    env_name = str(environment.kwargs.get("sdk", environment.type or environment.import_path))
+    return ValidationReport(
+        passed=passed,
+        failed=len(ordered) - passed,
+        agent=agent,
+        environment=env_name,
+        wall_sec=round(time.monotonic() - started, 3),
+        tasks=ordered,
+    )

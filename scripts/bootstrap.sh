@@ -1,0 +1,142 @@
+#!/usr/bin/env bash
+# Bring a machine to the state the README commands, the tests and CI need, idempotently:
+#   1. a virtualenv (.venv) on Python >= 3.12 with osmosis-harbor and its dev extras;
+#   2. a running Docker engine (on Debian as root: apt-get install docker.io, start dockerd);
+#   3. the offline base images the bundled tasks use (scripts/base-images.sh);
+#   4. a local image registry on 127.0.0.1:5000 for the build-and-push path.
+# A second run does only cheap checks (a few seconds).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+STATE="${OSMOSIS_HARBOR_CACHE:-$HOME/.cache/osmosis-harbor}"
+REGISTRY_ADDR="${OSMOSIS_HARBOR_REGISTRY_ADDR:-127.0.0.1:5000}"
+mkdir -p "$STATE"
+
+log() { printf '[bootstrap] %s\n' "$*" >&2; }
+die() { printf '[bootstrap] error: %s\n' "$*" >&2; exit 1; }
+is_root() { [ "$(id -u)" = 0 ]; }
+have() { command -v "$1" >/dev/null 2>&1; }
+
+APT_UPDATED=0
+apt_install() {
+  is_root && have apt-get || die "cannot install $* automatically (need root on Debian): install it yourself"
+  if [ "$APT_UPDATED" = 0 ]; then apt-get update -qq >/dev/null; APT_UPDATED=1; fi
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+}
+
+# ── 1. Python >= 3.12 and the virtualenv ─────────────────────────────────────
+find_python() {
+  local candidates=(python3.13 python3.12 python3)
+  local c
+  for c in "${candidates[@]}"; do
+    if have "$c" && "$c" -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null; then
+      command -v "$c"; return 0
+    fi
+  done
+  # pyenv installs versions that its shims only expose when selected: look directly.
+  for c in "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.1[2-9]*/bin/python3; do
+    if [ -x "$c" ] && "$c" -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null; then
+      echo "$c"; return 0
+    fi
+  done
+  return 1
+}
+
+ensure_venv() {
+  local stamp=".venv/.osmosis-harbor-installed" want
+  want="$(cat pyproject.toml | sha256sum | cut -c1-16)"
+  if [ -x .venv/bin/python ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
+    return 0
+  fi
+  if [ ! -x .venv/bin/python ]; then
+    local py
+    py="$(find_python)" || {
+      if is_root && have apt-get; then
+        apt_install python3 python3-venv
+        py="$(find_python)" || die "no Python >= 3.12 found; install python3.12 (or newer) and re-run"
+      else
+        die "no Python >= 3.12 found; install python3.12 (or newer) and re-run"
+      fi
+    }
+    log "creating .venv with $py"
+    "$py" -m venv .venv
+  fi
+  log "installing osmosis-harbor[dev,docker] into .venv"
+  .venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
+  if ! .venv/bin/python -m pip install -q -e '.[dev,docker]' >"$STATE/pip-install.log" 2>&1; then
+    tail -40 "$STATE/pip-install.log" >&2
+    die "pip install failed (full log: $STATE/pip-install.log)"
+  fi
+  echo "$want" >"$stamp"
+}
+
+# ── 2. Docker engine ─────────────────────────────────────────────────────────
+engine_up() { timeout 10 docker info >/dev/null 2>&1; }
+
+ensure_docker() {
+  if have docker && engine_up; then return 0; fi
+  if ! have dockerd; then
+    is_root && have apt-get || die "no Docker engine is running and dockerd is not installed: install Docker Engine and start it"
+    log "installing docker.io"
+    apt_install docker.io
+  fi
+  if ! have docker; then die "docker client missing after install"; fi
+  is_root || die "the Docker engine is not running: start it (e.g. 'sudo systemctl start docker')"
+  log "starting dockerd"
+  nohup dockerd >/var/log/osmosis-harbor-dockerd.log 2>&1 &
+  for _ in $(seq 1 120); do
+    engine_up && { log "dockerd is up"; return 0; }
+    sleep 0.5
+  done
+  tail -20 /var/log/osmosis-harbor-dockerd.log >&2 || true
+  die "dockerd did not come up (log: /var/log/osmosis-harbor-dockerd.log)"
+}
+
+# ── 4. Local registry ────────────────────────────────────────────────────────
+registry_up() { .venv/bin/python - "$REGISTRY_ADDR" <<'PY' 2>/dev/null
+import sys, urllib.request
+urllib.request.urlopen(f"http://{sys.argv[1]}/v2/", timeout=2).read()
+PY
+}
+
+ensure_registry() {
+  if registry_up; then return 0; fi
+  if ! have docker-registry; then
+    is_root && have apt-get || { log "no local registry (install Debian's docker-registry to test the push path)"; return 0; }
+    log "installing docker-registry"
+    apt_install docker-registry
+  fi
+  local dir="$STATE/registry"
+  mkdir -p "$dir/data"
+  cat >"$dir/config.yml" <<YML
+version: 0.1
+log:
+  level: warn
+storage:
+  filesystem:
+    rootdirectory: $dir/data
+  delete:
+    enabled: true
+http:
+  addr: $REGISTRY_ADDR
+YML
+  log "starting docker-registry on $REGISTRY_ADDR"
+  nohup docker-registry serve "$dir/config.yml" >"$dir/registry.log" 2>&1 &
+  for _ in $(seq 1 60); do
+    registry_up && return 0
+    sleep 0.25
+  done
+  die "docker-registry did not come up (log: $dir/registry.log)"
+}
+
+# Usage: scripts/bootstrap.sh [--then COMMAND ARGS...]
+THEN=()
+if [ "${1:-}" = "--then" ]; then shift; THEN=("$@"); fi
+
+ensure_venv
+ensure_docker
+bash "$ROOT/scripts/base-images.sh"
+ensure_registry
+log "ready"
+if [ ${#THEN[@]} -gt 0 ]; then exec "${THEN[@]}"; fi
