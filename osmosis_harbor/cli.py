@@ -44,6 +44,14 @@ def _add_env_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pool", help="claim sandboxes from this warm pool")
 
 
+def _console() -> Console:
+    """Wide enough for the result tables even when stdout is not a terminal (CI logs)."""
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=160)
+    return console
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     from .report import ValidationProgress, validation_table
     from .validate import validate_tasks
@@ -53,7 +61,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if is_task_dir(path):
         check_task(tasks[0])  # a single task: bad input is a one-line error
     environment = _environment(args)
-    console = Console(stderr=False)
+    console = _console()
     progress = ValidationProgress(Console(stderr=True), [t.id for t in tasks])
     with progress.live():
         report = asyncio.run(
@@ -86,7 +94,7 @@ def cmd_sandbox_check(args: argparse.Namespace) -> int:
         table.add_column(col)
     for r in results:
         table.add_row(r.name, "[green]pass[/]" if r.passed else "[red]FAIL[/]", f"{r.seconds:.2f}", r.detail or "")
-    Console().print(table)
+    _console().print(table)
     if args.json:
         Path(args.json).write_text(json.dumps([r.model_dump() for r in results], indent=2) + "\n")
     return 0 if all(r.passed for r in results) else 1
@@ -135,8 +143,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _guard(lambda: bundle_main(argv[1:]))
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING)
-    if not args.verbose:
-        logging.getLogger("harbor").setLevel(logging.CRITICAL)
+    # Harbor pins its logger at DEBUG; its per-trial chatter belongs in the trial logs, and
+    # what matters to the user of this command is in the result table.
+    logging.getLogger("harbor.utils.logger").setLevel(logging.DEBUG if args.verbose else logging.CRITICAL)
     if getattr(args, "n_concurrent", 1) < 1:
         print("error: -n must be at least 1", file=sys.stderr)
         return EXIT_USAGE

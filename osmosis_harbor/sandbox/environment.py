@@ -29,7 +29,6 @@ from harbor.environments.skypilot import (
     SkypilotEnvironment,
     _SANDBOX_TTL_SEC,
     _sanitize_dns_name,
-    _sanitize_image_repo,
 )
 from harbor.models.task.config import EnvironmentConfig as TaskEnvironmentConfig
 from harbor.models.trial.paths import TrialPaths
@@ -40,6 +39,7 @@ from .images import BUILD_COORDINATOR, local_image_exists, registry_image_exists
 from .sdk import load_sandbox_sdk
 
 LOCAL_IMAGE_NAMESPACE = "osmosis-harbor"
+SHARED_REPOSITORY = "osmosis-harbor-env"
 IMPORT_PATH = "osmosis_harbor.sandbox.environment:SandboxEnvironment"
 
 
@@ -112,10 +112,17 @@ class SandboxEnvironment(SkypilotEnvironment):
     @property
     @override
     def _image_ref(self) -> str:
+        """One image per environment *content*, whatever the task is called.
+
+        Harbor names the repository after the task, so tasks that share an environment
+        each build and push their own copy. Keying by the content hash alone lets every
+        task with the same ``environment/`` share one build.
+        """
         if self._local_only:
-            repo = _sanitize_image_repo(self.environment_name)
-            return f"{LOCAL_IMAGE_NAMESPACE}/{repo}:{self.environment_id}"
-        return super()._image_ref
+            return f"{LOCAL_IMAGE_NAMESPACE}/env:{self.environment_id}"
+        if not self._registry:
+            return super()._image_ref  # raises Harbor's "needs a registry" error
+        return f"{self._registry.rstrip('/')}/{SHARED_REPOSITORY}:{self.environment_id}"
 
     @property
     def image_ref(self) -> str:
@@ -149,7 +156,9 @@ class SandboxEnvironment(SkypilotEnvironment):
     async def _resolve_image(self, force_build: bool) -> str | None:
         if self._pool:
             return None
-        if self.task_env_config.docker_image:
+        # A prebuilt docker_image wins, except under force_build when the task also has a
+        # Dockerfile: public datasets name images that may not be pullable from here.
+        if self.task_env_config.docker_image and not (force_build and self._dockerfile_path.is_file()):
             return self.task_env_config.docker_image
         ref = self._image_ref
         await BUILD_COORDINATOR.ensure(

@@ -1,0 +1,146 @@
+"""The Harbor agent that runs an Osmosis ``AgentWorkflow`` bundle inside the sandbox.
+
+Harbor drives it like any agent: ``setup`` installs the bundle wheel with pip into a
+venv of its own (``/opt/osmosis/venv``; the image's Python and user are left alone),
+``run`` uploads the rollout input (id, prompt, metadata: never the label) and executes
+``<pkg>-agent``. The chat endpoint and API key are looked up in host memory by rollout id
+and given to that one process through its environment, so they never reach a file.
+A workflow failure is raised as ``WorkflowFailedError`` carrying the shim's structured
+error, which Harbor records as the trial's exception (and skips verification).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path, PurePosixPath
+from typing import Any, override
+
+from harbor.agents.base import BaseAgent
+from harbor.environments.base import BaseEnvironment
+from harbor.models.agent.context import AgentContext
+
+from . import credentials
+
+IMPORT_PATH = "osmosis_harbor.harness:WorkflowAgent"
+BUNDLE_ROOT = PurePosixPath("/opt/osmosis")
+VENV = BUNDLE_ROOT / "venv"
+ROLLOUT_INPUT = PurePosixPath("/osmosis/rollout_input.json")
+AGENT_LOGS = PurePosixPath("/logs/agent")
+MIN_PYTHON = (3, 12)
+
+
+class WorkflowFailedError(RuntimeError):
+    """The workflow process exited non-zero; the message carries its error.json."""
+
+
+class BundleInstallError(RuntimeError):
+    """The bundle could not be installed in the sandbox (Python missing, pip failed)."""
+
+
+def scrub(text: str, secret: str | None) -> str:
+    return text.replace(secret, "***") if secret else text
+
+
+def install_command(wheel: PurePosixPath, *, deps_preinstalled: bool, python: str = "python3") -> str:
+    """Shell command that installs ``wheel`` into the bundle venv, creating it if needed."""
+    venv = shlex.quote(str(VENV))
+    need = ".".join(str(p) for p in MIN_PYTHON)
+    no_deps = "--no-deps --no-index " if deps_preinstalled else ""
+    return (
+        "set -e; "
+        f"if [ ! -x {venv}/bin/python ]; then "
+        f"  command -v {python} >/dev/null || {{ echo 'the task image has no {python}: the workflow bundle needs Python >= {need}' >&2; exit 90; }}; "
+        f"  {python} -c 'import sys; sys.exit(sys.version_info < {MIN_PYTHON})' || "
+        f"    {{ echo \"the task image's {python} is $({python} -V 2>&1): the workflow bundle needs Python >= {need}\" >&2; exit 91; }}; "
+        f"  {python} -m venv {venv}; "
+        "fi; "
+        f"{venv}/bin/python -m pip install --disable-pip-version-check -q {no_deps}{shlex.quote(str(wheel))}"
+    )
+
+
+class WorkflowAgent(BaseAgent):
+    """Runs ``<pkg>-agent`` from an Osmosis bundle as the trial's agent."""
+
+    def __init__(
+        self,
+        logs_dir: Path,
+        model_name: str | None = None,
+        *,
+        bundle_wheel: str,
+        agent_script: str,
+        rollout_id: str,
+        rollout_input: str,
+        deps_preinstalled: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(logs_dir=logs_dir, model_name=model_name, **kwargs)
+        self._wheel = Path(bundle_wheel)
+        self._script = agent_script
+        self._rollout_id = rollout_id
+        self._rollout_input = Path(rollout_input)
+        self._deps_preinstalled = deps_preinstalled
+
+    @staticmethod
+    @override
+    def name() -> str:
+        return "osmosis-workflow"
+
+    @override
+    def version(self) -> str | None:
+        return self._wheel.name
+
+    @override
+    async def setup(self, environment: BaseEnvironment) -> None:
+        await install_bundle(environment, self._wheel, deps_preinstalled=self._deps_preinstalled)
+
+    @override
+    async def run(self, instruction: str, environment: BaseEnvironment, context: AgentContext) -> None:
+        creds = credentials.get(self._rollout_id)
+        env = {"OSMOSIS_ROLLOUT_INPUT": str(ROLLOUT_INPUT), "OSMOSIS_ROLLOUT_ID": self._rollout_id}
+        if creds is not None:
+            env["OSMOSIS_CHAT_COMPLETIONS_URL"] = creds.chat_completions_url
+            if creds.api_key:
+                env["OSMOSIS_API_KEY"] = creds.api_key
+        await environment.exec(f"mkdir -p {ROLLOUT_INPUT.parent}", user="root")
+        await environment.upload_file(self._rollout_input, str(ROLLOUT_INPUT))
+        await environment.exec(f"chmod a+r {ROLLOUT_INPUT}", user="root")
+        result = await environment.exec(shlex.quote(str(VENV / "bin" / self._script)), env=env)
+        secret = creds.api_key if creds else None
+        log = scrub((result.stdout or "") + (result.stderr or ""), secret)
+        (self.logs_dir / "workflow.log").write_text(log)
+        if result.return_code != 0:
+            raise WorkflowFailedError(await self._error_summary(environment, result.return_code, secret, log))
+
+    async def _error_summary(self, environment: BaseEnvironment, code: int, secret: str | None, log: str) -> str:
+        local = self.logs_dir / "error.json"
+        try:
+            await environment.download_file(str(AGENT_LOGS / "error.json"), local)
+            error = json.loads(local.read_text())
+            return scrub(
+                f"[{error.get('category', 'agent_error')}] {error.get('type', 'Error')}: {error.get('message', '')}",
+                secret,
+            )
+        except Exception:
+            tail = log.strip().splitlines()[-1:] or [""]
+            return f"[agent_error] workflow exited with status {code}: {tail[0]}"
+
+    @override
+    def populate_context_post_run(self, context: AgentContext) -> None:
+        return None
+
+
+async def install_bundle(environment: BaseEnvironment, wheel: Path, *, deps_preinstalled: bool) -> None:
+    """Upload ``wheel`` and install it into the bundle venv (as root: the venv is shared)."""
+    remote = BUNDLE_ROOT / "wheels" / wheel.name
+    await environment.exec(f"mkdir -p {shlex.quote(str(remote.parent))}", user="root")
+    await environment.upload_file(wheel, str(remote))
+    result = await environment.exec(
+        install_command(remote, deps_preinstalled=deps_preinstalled), user="root", timeout_sec=1800
+    )
+    if result.return_code != 0:
+        output = ((result.stdout or "") + (result.stderr or "")).strip()
+        raise BundleInstallError(
+            f"installing {wheel.name} in the sandbox failed (exit {result.return_code}): "
+            + "\n".join(output.splitlines()[-15:])
+        )

@@ -1,0 +1,138 @@
+"""The TrialQueue adapter: submitting rollout trials, and knowing where each one is.
+
+Harbor's ``TrialQueue`` runs trials under a semaphore but exposes neither status nor
+cancellation: ``submit()`` returns an unscheduled coroutine, a trial waiting for a slot
+is invisible, and cancelling is cancelling the task. ``RolloutTracker`` wraps each
+submission in a task it owns, learns from the queue's hooks when a trial leaves the
+queue (``START``) and when it reaches verification, and keeps terminal states for a
+retention window so a controller can poll them after the fact.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from harbor.trial.hooks import TrialEvent, TrialHookEvent
+from harbor.trial.queue import TrialQueue
+from osmosis_ai.rollout.types import RolloutStatus
+
+TERMINAL = {RolloutStatus.SUCCESS, RolloutStatus.FAILURE, RolloutStatus.CANCELLED}
+StatusListener = Callable[[RolloutStatus], Awaitable[None]]
+
+
+@dataclass
+class RolloutState:
+    """What the backend knows about one rollout."""
+
+    rollout_id: str
+    status: RolloutStatus = RolloutStatus.QUEUED
+    trial_name: str | None = None
+    task_id: str | None = None
+    admitted_at: float = field(default_factory=time.time)
+    started_at: float | None = None
+    finished_at: float | None = None
+    reward: float | None = None
+    error: str | None = None
+    err_category: str | None = None
+    task: asyncio.Task[Any] | None = None
+    listener: StatusListener | None = None
+
+    def public(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "rollout_id": self.rollout_id,
+            "status": self.status,
+            "task_id": self.task_id,
+            "trial_name": self.trial_name,
+            "admitted_at": self.admitted_at,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+        }
+        if self.status in TERMINAL:
+            data.update(reward=self.reward, error=self.error, err_category=self.err_category)
+        return data
+
+
+class RolloutTracker:
+    """Status of every rollout this backend admitted, fed by the queue's hooks."""
+
+    def __init__(self, orchestrator: TrialQueue, *, retention_sec: float = 3600.0) -> None:
+        self._states: dict[str, RolloutState] = {}
+        self._by_trial: dict[str, str] = {}
+        self._retention_sec = retention_sec
+        orchestrator.add_hook(TrialEvent.START, self._on_event(RolloutStatus.RUNNING))
+        orchestrator.add_hook(TrialEvent.VERIFICATION_START, self._on_event(RolloutStatus.GRADING))
+
+    # ── lifecycle ─────────────────────────────────────────────────────────────
+    def admit(self, rollout_id: str, listener: StatusListener | None = None) -> RolloutState:
+        self._expire()
+        state = RolloutState(rollout_id=rollout_id, listener=listener)
+        self._states[rollout_id] = state
+        return state
+
+    def bind_trial(self, rollout_id: str, trial_name: str, task_id: str) -> None:
+        state = self._states[rollout_id]
+        state.trial_name, state.task_id = trial_name, task_id
+        self._by_trial[trial_name] = rollout_id
+
+    def finish(self, rollout_id: str, status: RolloutStatus, *, reward: float | None = None,
+               error: str | None = None, err_category: str | None = None) -> None:
+        state = self._states.get(rollout_id)
+        if state is None:
+            return
+        state.status, state.reward, state.error, state.err_category = status, reward, error, err_category
+        state.finished_at = time.time()
+        state.task = None
+        if state.trial_name:
+            self._by_trial.pop(state.trial_name, None)
+
+    def _on_event(self, status: RolloutStatus):
+        async def hook(event: TrialHookEvent) -> None:
+            rollout_id = self._by_trial.get(event.trial_name)
+            state = self._states.get(rollout_id) if rollout_id else None
+            if state is None or state.status in TERMINAL:
+                return
+            state.status = status
+            if status is RolloutStatus.RUNNING:
+                state.started_at = time.time()
+            if state.listener is not None:
+                await state.listener(status)
+
+        return hook
+
+    def _expire(self) -> None:
+        cutoff = time.time() - self._retention_sec
+        for rid in [r for r, s in self._states.items() if s.finished_at and s.finished_at < cutoff]:
+            del self._states[rid]
+
+    # ── queries ───────────────────────────────────────────────────────────────
+    def get(self, rollout_id: str) -> RolloutState | None:
+        return self._states.get(rollout_id)
+
+    def status(self, rollout_id: str) -> dict[str, Any] | None:
+        state = self._states.get(rollout_id)
+        return state.public() if state else None
+
+    def counts(self) -> dict[str, int]:
+        counts = {s.value: 0 for s in (RolloutStatus.QUEUED, RolloutStatus.RUNNING, RolloutStatus.GRADING)}
+        for state in self._states.values():
+            if state.status.value in counts:
+                counts[state.status.value] += 1
+        counts["in_flight"] = sum(counts.values())
+        return counts
+
+    def queued(self) -> int:
+        return sum(1 for s in self._states.values() if s.status is RolloutStatus.QUEUED)
+
+    def in_flight(self) -> list[RolloutState]:
+        return [s for s in self._states.values() if s.status not in TERMINAL]
+
+    def select(self, ids: Sequence[str] | None, prefix: str | None, all: bool) -> list[str]:
+        if all:
+            return [s.rollout_id for s in self.in_flight()]
+        if prefix is not None:
+            return [s.rollout_id for s in self._states.values() if s.rollout_id.startswith(prefix)]
+        return list(ids or [])

@@ -1,0 +1,153 @@
+"""Turning a finished Harbor trial of a rollout into an ``osmosis_ai`` ``ExecutionOutcome``.
+
+The in-container shim leaves its products in the trial directory (Harbor downloads
+``/logs/agent`` and ``/logs/verifier``): ``agent/sample.json`` or ``agent/error.json``,
+then ``verifier/reward.json`` plus ``verifier/sample.json`` (an Osmosis grader) or just a
+reward file (a task's own tests), or ``verifier/error.json``. Harbor's own exceptions say
+which phase stopped the trial. This module reads both and answers with the rollout
+vocabulary: the graded sample, the verifier's reward, and an error category a
+controller can act on, with the failing phase and the phase timings in ``extra_fields``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from harbor.models.trial.result import TrialResult
+from osmosis_ai.rollout.types import (
+    ExecutionOutcome,
+    ExecutionResult,
+    RolloutErrorCategory,
+    RolloutSample,
+    RolloutStatus,
+)
+
+from .outcome import Phase, read_trial
+
+_TIMEOUT_EXCEPTIONS = {
+    "AgentTimeoutError",
+    "VerifierTimeoutError",
+    "AgentSetupTimeoutError",
+    "EnvironmentStartTimeoutError",
+}
+
+
+class RewardSource:
+    GRADER = "grader"
+    TASK_TESTS = "task_tests"
+    NONE = "none"
+
+
+def _load_json(path: Path) -> Any | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def load_sample(path: Path) -> RolloutSample | None:
+    data = _load_json(path)
+    if not isinstance(data, dict):
+        return None
+    try:
+        return RolloutSample.model_validate(data)
+    except ValueError:
+        return None
+
+
+def _category(value: Any, default: RolloutErrorCategory) -> RolloutErrorCategory:
+    try:
+        return RolloutErrorCategory(value)
+    except ValueError:
+        return default
+
+
+def _failure(message: str, category: RolloutErrorCategory, sample: RolloutSample | None,
+             extra: dict[str, Any]) -> ExecutionResult:
+    return ExecutionResult(
+        status=RolloutStatus.FAILURE, sample=sample, err_message=message, err_category=category,
+        extra_fields=extra,
+    )
+
+
+def _phase_of(reading_phase: Phase | None, exception_type: str | None) -> str | None:
+    if exception_type in {"WorkflowFailedError"}:
+        return Phase.AGENT.value
+    if exception_type in {"BundleInstallError", "AgentSetupTimeoutError"}:
+        return Phase.AGENT_SETUP.value
+    return reading_phase.value if reading_phase else None
+
+
+def build_outcome(
+    result: TrialResult,
+    trial_dir: Path,
+    *,
+    reward_source: str,
+    label: str | None,
+    base_extra: dict[str, Any],
+) -> ExecutionOutcome:
+    """Read ``trial_dir`` and ``result`` into the outcome the osmosis server expects."""
+    reading = read_trial(result, trial_dir)
+    extra: dict[str, Any] = {**base_extra, "timings_sec": reading.timings_sec, "reward_source": reward_source}
+    agent_sample = load_sample(trial_dir / "agent" / "sample.json")
+    if agent_sample is not None and label is not None and agent_sample.label is None:
+        agent_sample = agent_sample.model_copy(update={"label": label})
+    exc_type = reading.exception_type
+    phase = _phase_of(reading.failed_phase, exc_type)
+
+    if exc_type is not None and phase in {Phase.ENVIRONMENT.value, Phase.AGENT_SETUP.value,
+                                         Phase.AGENT.value, Phase.CANCELLED.value}:
+        extra["failed_phase"] = phase
+        if exc_type == "WorkflowFailedError":
+            error = _load_json(trial_dir / "agent" / "error.json") or {}
+            category = _category(error.get("category"), RolloutErrorCategory.AGENT_ERROR)
+            message = f"workflow failed: {error.get('type', 'Error')}: {error.get('message', reading.error)}"
+        elif exc_type in _TIMEOUT_EXCEPTIONS:
+            category, message = RolloutErrorCategory.TIMEOUT, f"{phase} timed out: {reading.error}"
+        else:
+            category, message = RolloutErrorCategory.INTERNAL_ERROR, f"{phase} failed: {reading.error}"
+        return ExecutionOutcome(workflow=_failure(message, category, agent_sample, extra))
+
+    if agent_sample is None and reward_source != RewardSource.TASK_TESTS:
+        extra["failed_phase"] = Phase.AGENT.value
+        return ExecutionOutcome(workflow=_failure(
+            "the workflow finished but left no agent/sample.json", RolloutErrorCategory.AGENT_ERROR,
+            None, extra))
+    workflow = ExecutionResult(status=RolloutStatus.SUCCESS, sample=agent_sample, extra_fields=extra)
+    if reward_source == RewardSource.NONE:
+        return ExecutionOutcome(workflow=workflow)
+
+    if exc_type is not None:  # the verifier phase failed
+        extra = {**extra, "failed_phase": Phase.VERIFIER.value}
+        error = _load_json(trial_dir / "verifier" / "error.json") or {}
+        if exc_type in _TIMEOUT_EXCEPTIONS:
+            category, message = RolloutErrorCategory.TIMEOUT, f"verifier timed out: {reading.error}"
+        elif error:
+            category = _category(error.get("category"), RolloutErrorCategory.AGENT_ERROR)
+            message = f"grader failed: {error.get('type', 'Error')}: {error.get('message', '')}"
+        else:
+            category, message = RolloutErrorCategory.AGENT_ERROR, f"verifier failed: {reading.error}"
+        return ExecutionOutcome(workflow=workflow, grader=_failure(message, category, agent_sample, extra))
+
+    reward = reading.reward
+    if reward is None:
+        extra = {**extra, "failed_phase": Phase.VERIFIER.value}
+        return ExecutionOutcome(workflow=workflow, grader=_failure(
+            "the verifier produced no scalar reward", RolloutErrorCategory.AGENT_ERROR, agent_sample, extra))
+    graded = None
+    if reward_source == RewardSource.GRADER:
+        graded = load_sample(trial_dir / "verifier" / "sample.json")
+    if graded is None:
+        base = agent_sample or RolloutSample()
+        graded = base.model_copy(update={"reward": reward})
+    else:
+        updates: dict[str, Any] = {"reward": reward}
+        if graded.label is None and label is not None:
+            updates["label"] = label
+        graded = graded.model_copy(update=updates)
+    return ExecutionOutcome(
+        workflow=workflow,
+        grader=ExecutionResult(status=RolloutStatus.SUCCESS, sample=graded, extra_fields=extra),
+    )

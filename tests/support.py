@@ -1,0 +1,88 @@
+"""Helpers shared by the end-to-end tests (no fixtures here: see conftest.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import docker
+
+REPO = Path(__file__).resolve().parent.parent
+TASKS = REPO / "tasks"
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+MANAGED = "osmosis-harbor.managed=1"
+OWNER_PID = "osmosis-harbor.owner-pid"
+
+
+def managed_containers(owner_pid: int | None = None) -> list[dict]:
+    """Containers of the Docker sandbox emulation, optionally only one process's.
+
+    One list call (no per-container inspect), so containers removed while we look do
+    not make the listing itself fail.
+    """
+    labels = [MANAGED] + ([f"{OWNER_PID}={owner_pid}"] if owner_pid is not None else [])
+    return docker.from_env().api.containers(all=True, filters={"label": labels})
+
+
+def run_cli(*args: str, timeout: float = 600, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "osmosis_harbor", *args],
+        cwd=REPO, capture_output=True, text=True, timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def wait_until(predicate: Callable[[], object], *, timeout: float, interval: float = 0.1, what: str = "condition"):
+    """Poll ``predicate`` until truthy (returned) or fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+def make_task(root: Path, task_id: str, *, dockerfile: str | None = None, solve: str = "echo ok > /tmp/done",
+              test: str | None = None, toml_extra: str = "") -> Path:
+    """Write a small valid Harbor task (reward 1 when /tmp/done exists) under ``root``."""
+    task = root / task_id
+    (task / "environment").mkdir(parents=True)
+    (task / "tests").mkdir()
+    (task / "solution").mkdir()
+    (task / "instruction.md").write_text("Create /tmp/done.\n")
+    (task / "task.toml").write_text(
+        'schema_version = "1.4"\n[agent]\ntimeout_sec = 120\n[verifier]\ntimeout_sec = 60\n'
+        f'[environment]\nbuild_timeout_sec = 300\n{toml_extra}'
+    )
+    marker = uuid.uuid4().hex
+    (task / "environment" / "Dockerfile").write_text(
+        dockerfile or f"FROM debian:trixie-slim\nRUN echo {marker} > /marker\n"
+    )
+    script = task / "solution" / "solve.sh"
+    script.write_text(f"#!/bin/bash\n{solve}\n")
+    test_sh = task / "tests" / "test.sh"
+    test_sh.write_text(
+        "#!/bin/bash\nmkdir -p /logs/verifier\n"
+        + (test or "if [ -f /tmp/done ]; then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi\n")
+    )
+    script.chmod(0o755)
+    test_sh.chmod(0o755)
+    return task
+
+
+def copy_task(src: Path, dest: Path) -> Path:
+    shutil.copytree(src, dest, symlinks=True)
+    return dest
+
+
+def load_json(path: Path) -> dict:
+    return json.loads(path.read_text())

@@ -1,0 +1,116 @@
+"""Harbor's ``SkypilotEnvironment`` code path, unmodified, over our Docker ``sky.sandbox``
+implementation: exec wrapping, users, env, file and directory transfer, images and the
+registry path, and the errors a user sees when the SkyPilot SDK is missing."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from pathlib import Path
+
+import docker
+import pytest
+from harbor.environments.factory import EnvironmentFactory
+from harbor.environments.skypilot import SkypilotEnvironment
+from harbor.models.task.task import Task
+from harbor.models.trial.paths import TrialPaths
+
+from osmosis_harbor.sandbox import SandboxEnvironment, SandboxSdkMissingError, environment_config, load_sandbox_sdk
+from osmosis_harbor.sandbox.images import ImageBuildCoordinator, registry_image_exists
+
+from .support import make_task, managed_containers
+
+REGISTRY = "127.0.0.1:5000"
+
+
+def _environment(task_dir: Path, tmp_path: Path, **kwargs) -> SandboxEnvironment:
+    task = Task(task_dir)
+    trial_paths = TrialPaths(tmp_path / f"trial-{uuid.uuid4().hex[:6]}")
+    trial_paths.mkdir()
+    config = environment_config("docker", **kwargs)
+    env = EnvironmentFactory.create_environment_from_config(
+        config,
+        environment_dir=task.paths.environment_dir,
+        environment_name=task.name,
+        session_id=f"envtest-{uuid.uuid4().hex[:8]}",
+        trial_paths=trial_paths,
+        task_env_config=task.config.environment,
+    )
+    assert isinstance(env, SandboxEnvironment) and isinstance(env, SkypilotEnvironment)
+    return env
+
+
+async def test_harbor_environment_api_over_docker_sandbox(tmp_path: Path) -> None:
+    task = make_task(tmp_path / "ds", "env-api", dockerfile=(
+        "FROM debian:trixie-slim\nRUN useradd -m agent && mkdir /work && chown agent /work\nWORKDIR /work\n"))
+    env = _environment(task, tmp_path)
+    await env.start(force_build=False)
+    try:
+        assert [c for c in managed_containers() if env.sandbox_name in c["Names"][0]]
+        result = await env.exec("pwd; echo $FOO; echo err >&2; exit 7", env={"FOO": "bar"})
+        assert (result.return_code, result.stdout, result.stderr) == (7, "/work\nbar\n", "err\n")
+        assert (await env.exec("whoami", user="agent")).stdout == "agent\n"
+        assert (await env.exec("pwd", cwd="/tmp")).stdout == "/tmp\n"
+        assert (await env.exec("echo ${FOO:-unset}")).stdout == "unset\n"  # exec env not persisted
+        timed_out = await env.exec("sleep 30", timeout_sec=1)
+        assert timed_out.return_code != 0
+        src = tmp_path / "payload"
+        (src / "sub").mkdir(parents=True)
+        (src / "sub" / "data.bin").write_bytes(bytes(range(256)) * 100)
+        (src / "script.sh").write_text("#!/bin/sh\necho hi\n")
+        (src / "script.sh").chmod(0o755)
+        await env.upload_dir(src, "/work/payload")
+        assert (await env.exec("/work/payload/script.sh")).stdout == "hi\n"
+        await env.download_dir("/work/payload", tmp_path / "back")
+        assert (tmp_path / "back" / "sub" / "data.bin").read_bytes() == bytes(range(256)) * 100
+        await env.upload_file(src / "sub" / "data.bin", "/work/single.bin")
+        await env.download_file("/work/single.bin", tmp_path / "single.bin")
+        assert (tmp_path / "single.bin").read_bytes() == bytes(range(256)) * 100
+    finally:
+        await env.stop(delete=True)
+    assert not [c for c in managed_containers() if env.sandbox_name in c["Names"][0]]
+
+
+async def test_registry_path_builds_pushes_once_and_then_reuses(tmp_path: Path, monkeypatch) -> None:
+    task = make_task(tmp_path / "ds", "registry-task")
+    env = _environment(task, tmp_path, registry=REGISTRY)
+    ref = env.image_ref
+    assert ref.startswith(f"{REGISTRY}/") and ref.endswith(env.environment_id)
+    # Harbor's own check (docker manifest inspect without --insecure) cannot see a plain
+    # http registry; that is the bug we fix. Ours answers from the engine.
+    coordinator = ImageBuildCoordinator()
+    monkeypatch.setattr("osmosis_harbor.sandbox.environment.BUILD_COORDINATOR", coordinator)
+    assert not registry_image_exists(ref)
+    await asyncio.gather(*(env._resolve_image(force_build=False) for _ in range(4)))
+    assert coordinator.stats.built == [ref]
+    assert registry_image_exists(ref)
+    assert not await SkypilotEnvironment._image_exists(env)  # Harbor's check still says "missing"
+
+    fresh = ImageBuildCoordinator()  # a new process: nothing known locally
+    monkeypatch.setattr("osmosis_harbor.sandbox.environment.BUILD_COORDINATOR", fresh)
+    docker.from_env().images.remove(ref, force=True)  # only the registry has it now
+    second = _environment(task, tmp_path, registry=REGISTRY)
+    await second.start(force_build=False)
+    try:
+        assert fresh.stats.built == [] and fresh.stats.reused == [ref]
+        assert (await second.exec("cat /marker")).return_code == 0
+    finally:
+        await second.stop(delete=True)
+
+
+def test_missing_skypilot_sdk_error_says_what_to_install() -> None:
+    with pytest.raises(SandboxSdkMissingError) as info:
+        load_sandbox_sdk("skypilot")
+    assert "SkyPilot Platform installer" in str(info.value) and "sky api login" in str(info.value)
+    with pytest.raises(SandboxSdkMissingError):
+        environment_config("skypilot")
+
+
+def test_environment_config_rejects_bad_choices() -> None:
+    with pytest.raises(ValueError, match="unknown sandbox sdk"):
+        environment_config("kubernetes")
+    with pytest.raises(ValueError, match="host_network"):
+        environment_config("skypilot", host_network=True)
+    config = environment_config("docker", host_network=True, registry=REGISTRY, pool="p")
+    assert config.import_path == "osmosis_harbor.sandbox.environment:SandboxEnvironment"
+    assert config.kwargs == {"sdk": "docker", "host_network": True, "registry": REGISTRY, "pool": "p"}

@@ -1,0 +1,140 @@
+"""``python -m osmosis_harbor validate``: real trials through Harbor's TrialQueue in Docker
+sandboxes, judged by reward, reported per phase; bad input as one-line errors."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from osmosis_harbor.dataset import DatasetError, discover_tasks, load_dataset
+from osmosis_harbor.sandbox import environment_config
+from osmosis_harbor.sandbox.images import BUILD_COORDINATOR
+from osmosis_harbor.validate import validate_tasks
+
+from .support import FIXTURES, REPO, TASKS, load_json, make_task, managed_containers, run_cli, wait_until
+
+pytestmark = pytest.mark.slow
+
+
+def test_bundled_dataset_passes_oracle_validation(tmp_path: Path) -> None:
+    report_path = tmp_path / "report.json"
+    proc = run_cli("validate", "tasks", "-n", "3", "--json", str(report_path))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = load_json(report_path)
+    ids = {t.id for t in discover_tasks(TASKS)}
+    assert {t["id"] for t in report["tasks"]} == ids
+    assert len(ids) >= 6 and report["passed"] == len(ids) and report["failed"] == 0
+    for task in report["tasks"]:
+        assert task["passed"] and task["reward"] == 1.0 and task["failed_phase"] is None
+        assert {"environment", "agent", "verifier", "total"} <= set(task["timings_sec"])
+    assert "files/workdir-task" in proc.stdout and "6 passed, 0 failed" in proc.stdout
+
+
+def test_broken_tasks_are_reported_with_their_failing_phase(tmp_path: Path) -> None:
+    report_path = tmp_path / "report.json"
+    proc = run_cli("validate", str(FIXTURES / "broken"), "-n", "4", "--json", str(report_path))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    rows = {t["id"]: t for t in load_json(report_path)["tasks"]}
+    assert {k: (v["passed"], v["failed_phase"]) for k, v in rows.items()} == {
+        "bad-toml": (False, "task"),
+        "build-fails": (False, "environment"),
+        "reward-zero": (False, "verifier"),
+        "solve-fails": (False, "agent"),
+    }
+    assert "task.toml" in rows["bad-toml"]["error"] and "malformed TOML" in rows["bad-toml"]["error"]
+    assert "docker build failed" in rows["build-fails"]["error"]
+    assert rows["reward-zero"]["reward"] == 0.0 and "expected 1.0" in rows["reward-zero"]["error"]
+    assert rows["solve-fails"]["error"] == "solve.sh exited with status 3"
+    assert load_json(report_path)["passed"] == 0
+
+
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [
+        ("does/not/exist", "no such file or directory"),
+        ("tests/fixtures/invalid/no-instruction", "instruction.md is missing"),
+        ("tests/fixtures/invalid/symlink-escape", "points outside the task"),
+        ("tests/fixtures/invalid/symlink-escape-env", "points outside the task"),
+        ("tests/fixtures/broken/bad-toml", "malformed TOML"),
+        ("osmosis_harbor", "not a Harbor task or dataset"),
+    ],
+)
+def test_bad_input_is_a_one_line_error(path: str, expected: str) -> None:
+    proc = run_cli("validate", path)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:") and expected in lines[0], proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_unknown_task_id_is_a_one_line_error() -> None:
+    proc = run_cli("validate", "tasks", "--task", "no-such-task")
+    assert proc.returncode == 2 and "unknown task id(s): no-such-task" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_nested_ids_are_discovered_and_selectable(tmp_path: Path) -> None:
+    ids = [t.id for t in discover_tasks(FIXTURES / "nested-dataset")]
+    assert ids == ["group/sub/tiny-task", "top-task"]
+    report_path = tmp_path / "r.json"
+    proc = run_cli("validate", str(FIXTURES / "nested-dataset"), "--task", "group/sub/tiny-task",
+                   "--json", str(report_path))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert [t["id"] for t in load_json(report_path)["tasks"]] == ["group/sub/tiny-task"]
+
+
+def test_skypilot_without_its_sdk_says_what_to_install() -> None:
+    proc = run_cli("validate", "tasks", "--env", "skypilot")
+    assert proc.returncode == 2
+    assert "SkyPilot Platform installer" in proc.stderr and "sky api login" in proc.stderr
+
+
+async def test_tasks_sharing_an_environment_build_its_image_once(tmp_path: Path) -> None:
+    first = make_task(tmp_path / "ds", "a")
+    for name in ("b", "c", "d"):
+        make_task(tmp_path / "ds", name)
+        # identical environment/ => identical content hash => one image
+        (tmp_path / "ds" / name / "environment" / "Dockerfile").write_text(
+            (first / "environment" / "Dockerfile").read_text())
+    tasks = load_dataset(tmp_path / "ds")
+    built_before = len(BUILD_COORDINATOR.stats.built)
+    report = await validate_tasks(tasks, environment=environment_config("docker"), n_concurrent=4)
+    assert report.passed == 4, report.model_dump()
+    new_builds = BUILD_COORDINATOR.stats.built[built_before:]
+    assert len(new_builds) == 1, new_builds
+
+
+async def test_force_build_ignores_an_unpullable_docker_image(tmp_path: Path) -> None:
+    task = make_task(tmp_path / "ds", "prebuilt",
+                     toml_extra='docker_image = "registry.invalid/osmosis/none:1"\n')
+    tasks = load_dataset(task)
+    plain = await validate_tasks(tasks, environment=environment_config("docker"))
+    assert plain.tasks[0].failed_phase == "environment", plain.model_dump()
+    forced = await validate_tasks(tasks, environment=environment_config("docker", force_build=True))
+    assert forced.tasks[0].passed, forced.model_dump()
+
+
+def test_ctrl_c_leaves_no_sandbox(tmp_path: Path) -> None:
+    make_task(tmp_path / "ds", "slow-1", solve="sleep 120")
+    make_task(tmp_path / "ds", "slow-2", solve="sleep 120")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "osmosis_harbor", "validate", str(tmp_path / "ds"), "-n", "2"],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        wait_until(lambda: len(managed_containers(owner_pid=proc.pid)) == 2, timeout=120,
+                   what="both sandboxes to start")
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert "interrupted" in err and "Traceback" not in err
+    assert managed_containers(owner_pid=proc.pid) == []
