@@ -241,7 +241,7 @@ def test_engine_unreachable_message(monkeypatch: pytest.MonkeyPatch, tmp_path: P
     with pytest.raises(docker_sdk.DockerEngineUnavailable) as info:
         docker_sdk._Engine()
     assert f"Docker engine not reachable at {url}" in str(info.value)
-    assert "scripts/setup.sh" in str(info.value)
+    assert "scripts/bootstrap.sh" in str(info.value)
 
 
 def test_every_call_has_an_aio_twin(docker_sandbox_sdk: Any) -> None:
