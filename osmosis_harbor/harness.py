@@ -35,7 +35,14 @@ class WorkflowFailedError(RuntimeError):
 
 
 class BundleInstallError(RuntimeError):
-    """The bundle could not be installed in the sandbox (Python missing, pip failed)."""
+    """The bundle could not be installed in the sandbox (pip failed)."""
+
+
+class IncompatibleTaskImageError(BundleInstallError):
+    """The task image cannot run a workflow bundle at all (no python3 >= 3.12)."""
+
+
+_IMAGE_PROBLEM_EXITS = {90, 91}
 
 
 def scrub(text: str, secret: str | None) -> str:
@@ -138,6 +145,8 @@ async def install_bundle(environment: BaseEnvironment, wheel: Path, *, deps_prei
     result = await environment.exec(
         install_command(remote, deps_preinstalled=deps_preinstalled), user="root", timeout_sec=1800
     )
+    if result.return_code in _IMAGE_PROBLEM_EXITS:
+        raise IncompatibleTaskImageError((result.stderr or result.stdout or "").strip())
     if result.return_code != 0:
         output = ((result.stdout or "") + (result.stderr or "")).strip()
         raise BundleInstallError(

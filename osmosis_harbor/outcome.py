@@ -38,7 +38,25 @@ class TrialReading(BaseModel):
     timings_sec: dict[str, float] = {}
 
 
-_ENVIRONMENT_EXCEPTIONS = {"EnvironmentStartTimeoutError", "ImageBuildError"}
+# Harbor records one exception per trial but may run later phases after it (an agent
+# timeout is still verified), so the exception type, not the last phase that started,
+# says where the trial failed whenever Harbor's own types tell us.
+_PHASE_OF_EXCEPTION: dict[str, Phase] = {
+    "EnvironmentStartTimeoutError": Phase.ENVIRONMENT,
+    "ImageBuildError": Phase.ENVIRONMENT,
+    "AgentSetupTimeoutError": Phase.AGENT_SETUP,
+    "BundleInstallError": Phase.AGENT_SETUP,
+    "IncompatibleTaskImageError": Phase.AGENT_SETUP,
+    "AgentTimeoutError": Phase.AGENT,
+    "WorkflowFailedError": Phase.AGENT,
+    "VerifierTimeoutError": Phase.VERIFIER,
+    "RewardFileNotFoundError": Phase.VERIFIER,
+    "RewardFileEmptyError": Phase.VERIFIER,
+    "VerifierOutputParseError": Phase.VERIFIER,
+    "AddTestsDirError": Phase.VERIFIER,
+    "DownloadVerifierDirError": Phase.VERIFIER,
+    "CancelledError": Phase.CANCELLED,
+}
 _PHASE_FIELDS: tuple[tuple[str, Phase], ...] = (
     ("environment_setup", Phase.ENVIRONMENT),
     ("agent_setup", Phase.AGENT_SETUP),
@@ -100,12 +118,7 @@ def read_trial(result: TrialResult, trial_dir: Path | None = None) -> TrialReadi
     timings = phase_timings(result)
     exc = result.exception_info
     if exc is not None:
-        if exc.exception_type in _ENVIRONMENT_EXCEPTIONS:
-            phase = Phase.ENVIRONMENT
-        elif exc.exception_type == "CancelledError":
-            phase = Phase.CANCELLED
-        else:
-            phase = _last_started_phase(result)
+        phase = _PHASE_OF_EXCEPTION.get(exc.exception_type) or _last_started_phase(result)
         message = _one_line(exc.exception_message) or exc.exception_type
         return TrialReading(
             reward=reward,

@@ -281,6 +281,10 @@ def generated_test_sh(grade_command: str) -> str:
 _SAFE_PATH = re.compile(r"^[A-Za-z0-9._/+-]+$")
 
 
+MIN_BUNDLE_PYTHON = (3, 12)
+INCOMPATIBLE_IMAGE_MARKER = "osmosis-harbor: incompatible task image"
+
+
 class EnvironmentPatch(BaseModel):
     """Dependencies to pre-install into the task image, in a venv of their own."""
 
@@ -378,7 +382,15 @@ def patch_environment(env_dir: Path, patch: EnvironmentPatch) -> bool:
     last_from = max((i for i, (kw, _) in enumerate(instructions) if kw == "FROM"), default=-1)
     users = [text for kw, text in instructions[last_from + 1 :] if kw == "USER"]
     venv, python = patch.venv, patch.python
-    install = f"{python} -m venv {venv}"
+    # Fail the build with a sentence, not "exit 127", when the image cannot host a bundle.
+    need = ".".join(map(str, MIN_BUNDLE_PYTHON))
+    install = (
+        f"{{ command -v {python} >/dev/null && {python} -c "
+        f"'import sys; sys.exit(sys.version_info < {MIN_BUNDLE_PYTHON})'; }} || "
+        f"{{ echo '{INCOMPATIBLE_IMAGE_MARKER}: the task image has no {python} >= {need}, "
+        "which the workflow bundle needs' >&2; exit 90; }; "
+        f"{python} -m venv {venv}"
+    )
     if patch.requirements:
         install += f" && {venv}/bin/pip install --no-cache-dir -r {CONTAINER_REQUIREMENTS}"
     block = [

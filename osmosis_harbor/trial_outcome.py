@@ -25,6 +25,7 @@ from osmosis_ai.rollout.types import (
 )
 
 from .outcome import Phase, read_trial
+from .tasks import INCOMPATIBLE_IMAGE_MARKER
 
 _TIMEOUT_EXCEPTIONS = {
     "AgentTimeoutError",
@@ -72,14 +73,6 @@ def _failure(message: str, category: RolloutErrorCategory, sample: RolloutSample
     )
 
 
-def _phase_of(reading_phase: Phase | None, exception_type: str | None) -> str | None:
-    if exception_type in {"WorkflowFailedError"}:
-        return Phase.AGENT.value
-    if exception_type in {"BundleInstallError", "AgentSetupTimeoutError"}:
-        return Phase.AGENT_SETUP.value
-    return reading_phase.value if reading_phase else None
-
-
 def build_outcome(
     result: TrialResult,
     trial_dir: Path,
@@ -95,7 +88,7 @@ def build_outcome(
     if agent_sample is not None and label is not None and agent_sample.label is None:
         agent_sample = agent_sample.model_copy(update={"label": label})
     exc_type = reading.exception_type
-    phase = _phase_of(reading.failed_phase, exc_type)
+    phase = reading.failed_phase.value if reading.failed_phase else None
 
     if exc_type is not None and phase in {Phase.ENVIRONMENT.value, Phase.AGENT_SETUP.value,
                                          Phase.AGENT.value, Phase.CANCELLED.value}:
@@ -106,6 +99,8 @@ def build_outcome(
             message = f"workflow failed: {error.get('type', 'Error')}: {error.get('message', reading.error)}"
         elif exc_type in _TIMEOUT_EXCEPTIONS:
             category, message = RolloutErrorCategory.TIMEOUT, f"{phase} timed out: {reading.error}"
+        elif exc_type == "IncompatibleTaskImageError" or INCOMPATIBLE_IMAGE_MARKER in (result.exception_info.exception_message if result.exception_info else ""):
+            category, message = RolloutErrorCategory.VALIDATION_ERROR, f"task image unusable: {reading.error}"
         else:
             category, message = RolloutErrorCategory.INTERNAL_ERROR, f"{phase} failed: {reading.error}"
         return ExecutionOutcome(workflow=_failure(message, category, agent_sample, extra))

@@ -32,6 +32,7 @@ from harbor.tasks.client import TaskClient, _ResolvedPackage
 from osmosis_harbor.tasks import (
     CONTAINER_REQUIREMENTS,
     GRADING_INPUT_FILENAME,
+    INCOMPATIBLE_IMAGE_MARKER,
     PATCH_BEGIN,
     REQUIREMENTS_FILENAME,
     EnvironmentPatch,
@@ -380,7 +381,10 @@ def test_patch_environment_block(tmp_path: Path) -> None:
         f"{PATCH_BEGIN}\n"
         "USER root\n"
         f"COPY {REQUIREMENTS_FILENAME} {CONTAINER_REQUIREMENTS}\n"
-        "RUN python3 -m venv /opt/osmosis/venv && /opt/osmosis/venv/bin/pip install --no-cache-dir "
+        "RUN { command -v python3 >/dev/null && python3 -c 'import sys; sys.exit(sys.version_info < (3, 12))'; } "
+        f"|| {{ echo '{INCOMPATIBLE_IMAGE_MARKER}: the task image has no python3 >= 3.12, which the workflow "
+        "bundle needs' >&2; exit 90; }; "
+        "python3 -m venv /opt/osmosis/venv && /opt/osmosis/venv/bin/pip install --no-cache-dir "
         f"-r {CONTAINER_REQUIREMENTS}\n"
         "USER app\n"
         "# <<< osmosis-harbor: bundle dependencies <<<\n"
@@ -433,7 +437,7 @@ def test_patch_environment_without_dockerfile_and_dockerignore(tmp_path: Path) -
     patch_environment(env, EnvironmentPatch(requirements=["x"], venv="/opt/v", python="python3.12"))
     patch_environment(env, EnvironmentPatch(requirements=["x"], venv="/opt/v", python="python3.12"))
     assert (env / ".dockerignore").read_text() == f"*\n!Dockerfile\n!{REQUIREMENTS_FILENAME}\n"
-    assert "RUN python3.12 -m venv /opt/v && /opt/v/bin/pip install" in (env / "Dockerfile").read_text()
+    assert "python3.12 -m venv /opt/v && /opt/v/bin/pip install" in (env / "Dockerfile").read_text()
     for bad in ({"venv": "relative/venv"}, {"venv": "/opt/x; rm -rf /"}, {"python": "python3 && evil"}):
         with pytest.raises(ValueError):
             EnvironmentPatch(requirements=["x"], **bad)

@@ -1,0 +1,381 @@
+"""``HarborBackend``: the ``osmosis_ai`` execution backend that runs each rollout as a
+Harbor trial in a SkyPilot sandbox (or a local Docker sandbox).
+
+Per rollout: resolve the task (template or dataset mode, or a per-rollout ref), copy it
+with the request's instruction and grading input, submit one trial through the user's
+``TrialQueue`` (agent = the workflow bundle, verifier = the bundled grader or the task's
+own tests), then read the trial directory back into an ``ExecutionOutcome``. The
+constructor does all the checking it can (bundle built, tasks dir valid) so that a
+misconfigured server fails at start-up, not on its first rollout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import tempfile
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from harbor.models.trial.config import (
+    AgentConfig,
+    EnvironmentConfig,
+    TaskConfig,
+    TrialConfig,
+    VerifierConfig,
+)
+from harbor.trial.queue import TrialQueue
+from osmosis_ai.rollout.backend.base import ExecutionBackend
+from osmosis_ai.rollout.context import get_rollout_context
+from osmosis_ai.rollout.types import (
+    ExecutionOutcome,
+    ExecutionRequest,
+    ExecutionResult,
+    RolloutErrorCategory,
+    RolloutStatus,
+)
+
+from . import credentials
+from .bundle import BundleInfo, build_bundle, inspect_bundle
+from .harness import IMPORT_PATH as HARNESS_IMPORT_PATH
+from .harness import VENV
+from .queue import RolloutTracker
+from .tasks import (
+    EnvironmentPatch,
+    ResolvedTask,
+    TaskMode,
+    TaskResolutionError,
+    TaskResolver,
+    materialize_task,
+    render_prompt,
+)
+from .trial_outcome import RewardSource, build_outcome
+
+NATIVE_AGENTS = ("oracle", "terminus-2", "mini-swe-agent")
+DEFAULT_MODEL_NAME = "openai/osmosis-rollout"
+_LEGACY_KWARGS = {
+    "task_dir": "use tasks_dir= together with task_mode='template' (one task) or 'dataset'",
+    "user_code_dir": "use code_dir= (a project with pyproject.toml) or bundle= (a prebuilt wheel)",
+    "workflow": "use agent= (an AgentWorkflow class or import path, or a native Harbor agent name)",
+    "custom_tests_dir": "put the tests in each task's tests/ and pass grader=None, or pass an Osmosis grader=",
+    "prebuild_local_image": "images are cached by Harbor: call prewarm() or use prewarm_lifespan() before serving",
+    "symlink_environment": "each rollout now materializes its own task copy; remove the argument",
+}
+_LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1", "0.0.0.0"}
+
+
+def _legacy_error(names: Sequence[str]) -> TypeError:
+    hints = "; ".join(f"{n}=: {_LEGACY_KWARGS[n]}" for n in names)
+    return TypeError(
+        f"HarborBackend no longer accepts {', '.join(n + '=' for n in names)} (pre-v0.3 constructor). "
+        f"Migrate: {hints}. See the v0.3 migration guide."
+    )
+
+
+class HarborBackend(ExecutionBackend):
+    """Runs Osmosis rollouts as Harbor trials in sandboxes (the v0.3 constructor)."""
+
+    def __init__(
+        self,
+        *,
+        orchestrator: TrialQueue,
+        tasks_dir: Path,
+        task_mode: TaskMode | str = TaskMode.TEMPLATE,
+        agent: str | type | None = None,
+        workflow_config: Any = None,
+        grader: str | type | None = None,
+        grader_config: Any = None,
+        code_dir: Path | None = None,
+        bundle: Path | None = None,
+        native_agent_kwargs: dict[str, Any] | None = None,
+        model_name: str = DEFAULT_MODEL_NAME,
+        patch_dockerfile_with_sdk: bool = True,
+        agent_setup_timeout_sec: float | None = None,
+        max_queue_depth: int | None = None,
+        environment_config: EnvironmentConfig | None = None,
+        trials_dir: Path | None = None,
+        cleanup_successful_trials: bool = True,
+        bundles_dir: Path | None = None,
+        **legacy: Any,
+    ) -> None:
+        if legacy:
+            known = [k for k in legacy if k in _LEGACY_KWARGS]
+            if known:
+                raise _legacy_error(known)
+            raise TypeError(f"HarborBackend got unexpected keyword argument(s): {', '.join(legacy)}")
+        if not isinstance(orchestrator, TrialQueue):
+            raise TypeError(f"orchestrator must be a harbor TrialQueue, not {type(orchestrator).__name__}")
+        if max_queue_depth is not None and max_queue_depth < 1:
+            raise ValueError(f"max_queue_depth must be None (unbounded) or >= 1, got {max_queue_depth}")
+        if agent is None:
+            raise TypeError("agent= is required: an AgentWorkflow class or import path, or one of "
+                            + ", ".join(NATIVE_AGENTS))
+        self.orchestrator = orchestrator
+        self.task_mode = TaskMode(task_mode)
+        self.tasks_dir = Path(tasks_dir)
+        self.resolver = TaskResolver(self.tasks_dir, self.task_mode)
+        self.agent = agent
+        self.model_name = model_name
+        self.native_agent_kwargs = dict(native_agent_kwargs or {})
+        self.patch_dockerfile_with_sdk = patch_dockerfile_with_sdk
+        self.agent_setup_timeout_sec = agent_setup_timeout_sec
+        self.max_queue_depth = max_queue_depth
+        self.cleanup_successful_trials = cleanup_successful_trials
+        if environment_config is None:
+            from .sandbox import environment_config as make_environment_config
+
+            environment_config = make_environment_config("skypilot")
+        self.environment_config = environment_config
+        self._work_root = Path(tempfile.mkdtemp(prefix="osmosis-harbor-"))
+        self.trials_dir = Path(trials_dir) if trials_dir is not None else self._work_root / "trials"
+        self.trials_dir.mkdir(parents=True, exist_ok=True)
+        self.is_native = isinstance(agent, str) and agent in NATIVE_AGENTS
+        self.grader = grader
+        self.bundle: BundleInfo | None = self._prepare_bundle(
+            agent=None if self.is_native else agent,
+            workflow_config=workflow_config, grader=grader, grader_config=grader_config,
+            code_dir=code_dir, bundle=bundle, bundles_dir=bundles_dir,
+        )
+        self.tracker = RolloutTracker(orchestrator)
+        self._accepting = True
+
+    # ── construction helpers ─────────────────────────────────────────────────
+    @staticmethod
+    def _prepare_bundle(*, agent, workflow_config, grader, grader_config, code_dir, bundle,
+                        bundles_dir) -> BundleInfo | None:
+        if bundle is not None:
+            info = inspect_bundle(Path(bundle))
+            if agent is not None and info.agent_script is None:
+                raise ValueError(f"bundle {bundle} has no workflow entry point (<pkg>-agent)")
+            if grader is not None and info.grade_script is None:
+                raise ValueError(f"bundle {bundle} has no grader entry point (<pkg>-grade)")
+            return info
+        if agent is None and grader is None:
+            return None
+        if code_dir is None:
+            code_dir = locate_project(agent if agent is not None else grader)
+        return build_bundle(
+            Path(code_dir), workflow=agent, workflow_config=workflow_config,
+            grader=grader, grader_config=grader_config, cache_dir=bundles_dir,
+        )
+
+    @property
+    def _uses_host_network(self) -> bool:
+        return bool(self.environment_config.kwargs.get("host_network"))
+
+    # ── ExecutionBackend ──────────────────────────────────────────────────────
+    def has_capacity(self) -> bool:
+        if not self._accepting:
+            return False
+        return self.max_queue_depth is None or self.tracker.queued() < self.max_queue_depth
+
+    def rollout_status(self, rollout_id: str) -> dict[str, Any] | None:
+        return self.tracker.status(rollout_id)
+
+    async def execute(self, request: ExecutionRequest) -> ExecutionOutcome:
+        ctx = get_rollout_context()
+        listener = ctx.set_status if ctx is not None and ctx.progress is not None else None
+        state = self.tracker.admit(request.id, listener)
+        state.task = asyncio.current_task()
+        started = time.monotonic()
+        try:
+            outcome = await self._execute(request, ctx)
+        except asyncio.CancelledError:
+            self.tracker.finish(request.id, RolloutStatus.CANCELLED, error="cancelled")
+            raise
+        result = outcome.result
+        self.tracker.finish(
+            request.id, result.status,
+            reward=result.sample.reward if result.sample is not None else None,
+            error=result.err_message, err_category=result.err_category,
+        )
+        for part in (outcome.workflow, outcome.grader):
+            if part is not None and part.extra_fields is not None:
+                part.extra_fields.setdefault("wall_sec", round(time.monotonic() - started, 3))
+        return outcome
+
+    async def _execute(self, request: ExecutionRequest, ctx) -> ExecutionOutcome:
+        url = ctx.chat_completions_url if ctx is not None else ""
+        key = ctx.api_key if ctx is not None else None
+        problem = self._endpoint_problem(url)
+        if problem:
+            return _refused(problem, {"failed_phase": "task"})
+        try:
+            resolved = await self.resolver.resolve(request.metadata)
+        except TaskResolutionError as exc:
+            return _refused(str(exc), {"failed_phase": "task"})
+        reward_source = self._reward_source(request, resolved)
+        if isinstance(reward_source, ExecutionOutcome):
+            return reward_source
+
+        work = self._work_root / "rollouts" / f"{request.id}-{uuid.uuid4().hex[:6]}"
+        trial_name = f"{_slug(request.id)}__{uuid.uuid4().hex[:8]}"
+        trial_dir = self.trials_dir / trial_name
+        credentials.put(request.id, credentials.RolloutCredentials(url, key))
+        succeeded = False
+        try:
+            config = self._trial_config(request, resolved, reward_source, work, trial_name)
+            self.tracker.bind_trial(request.id, trial_name, resolved.task_id)
+            base_extra = {"task_id": resolved.task_id, "trial_name": trial_name}
+            try:
+                result = await self.orchestrator.submit(config)
+            except Exception as exc:  # Trial.create errors escape the queue's coroutine
+                return _refused(f"trial could not be created: {type(exc).__name__}: {exc}",
+                                {**base_extra, "failed_phase": "environment"},
+                                RolloutErrorCategory.INTERNAL_ERROR)
+            scrub_tree(trial_dir, key)
+            outcome = build_outcome(result, trial_dir, reward_source=reward_source,
+                                    label=request.label, base_extra=base_extra)
+            succeeded = outcome.result.status is RolloutStatus.SUCCESS
+            return outcome
+        finally:
+            credentials.drop(request.id)
+            shutil.rmtree(work, ignore_errors=True)
+            if succeeded and self.cleanup_successful_trials:
+                shutil.rmtree(trial_dir, ignore_errors=True)
+
+    # ── per-rollout pieces ────────────────────────────────────────────────────
+    def _endpoint_problem(self, url: str) -> str | None:
+        if self.is_native and self.agent == "oracle":
+            return None
+        if not url:
+            return "the rollout has no chat-completions URL (no active RolloutContext)"
+        host = urlparse(url).hostname or ""
+        if host in _LOOPBACK_HOSTS or host.startswith("127."):
+            if not self._uses_host_network:
+                return (
+                    f"the chat-completions endpoint {url} is on this machine's loopback, which the "
+                    "sandbox cannot reach; serve it on a routable address, or for local Docker "
+                    "sandboxes use environment_config('docker', host_network=True)"
+                )
+        return None
+
+    def _reward_source(self, request: ExecutionRequest, task: ResolvedTask) -> str | ExecutionOutcome:
+        if not request.grade:
+            return RewardSource.NONE
+        if (task.path / "tests" / "test.sh").is_file():
+            return RewardSource.TASK_TESTS
+        if self.grader is not None:
+            return RewardSource.GRADER
+        return _refused(
+            f"task {task.task_id} has no tests/test.sh and no grader= was given: pass an Osmosis "
+            "grader or add tests to the task (or send grade=false)", {"failed_phase": "task"})
+
+    def _trial_config(self, request: ExecutionRequest, task: ResolvedTask, reward_source: str,
+                      work: Path, trial_name: str) -> TrialConfig:
+        grading_input = None
+        grade_command = None
+        if reward_source == RewardSource.GRADER:
+            assert self.bundle is not None and self.bundle.grade_script
+            grading_input = {"rollout_id": request.id, "label": request.label,
+                             "metadata": request.metadata, "prompt": request.prompt}
+            grade_command = str(VENV / "bin" / self.bundle.grade_script)
+        patch = None
+        if self.bundle is not None and self.patch_dockerfile_with_sdk:
+            patch = EnvironmentPatch(requirements=list(self.bundle.dependencies))
+        instruction = render_prompt(request.prompt) if self.task_mode is TaskMode.TEMPLATE else None
+        work.mkdir(parents=True, exist_ok=True)
+        materialized = materialize_task(
+            task, work / "task", instruction=instruction, grading_input=grading_input,
+            grade_command=grade_command, environment_patch=patch,
+        )
+        task_path = getattr(materialized, "path", materialized)
+        deps_baked = bool(getattr(materialized, "environment_patched", False))
+        agent_config = self._agent_config(request, work, deps_baked)
+        return TrialConfig(
+            task=TaskConfig(path=task_path),
+            trial_name=trial_name,
+            trials_dir=self.trials_dir,
+            agent=agent_config,
+            environment=self.environment_config,
+            verifier=VerifierConfig(
+                disable=reward_source == RewardSource.NONE,
+                override_timeout_sec=request.grader_timeout_sec,
+            ),
+        )
+
+    def _agent_config(self, request: ExecutionRequest, work: Path, deps_baked: bool) -> AgentConfig:
+        assert self.bundle is not None and self.bundle.agent_script
+        rollout_input = work / "rollout_input.json"
+        rollout_input.write_text(json.dumps(
+            {"rollout_id": request.id, "prompt": request.prompt, "metadata": request.metadata}))
+        return AgentConfig(
+            import_path=HARNESS_IMPORT_PATH,
+            model_name=self.model_name,
+            override_timeout_sec=request.agent_timeout_sec,
+            override_setup_timeout_sec=self.agent_setup_timeout_sec,
+            kwargs={
+                "bundle_wheel": str(self.bundle.wheel),
+                "agent_script": self.bundle.agent_script,
+                "rollout_id": request.id,
+                "rollout_input": str(rollout_input),
+                "deps_preinstalled": deps_baked,
+            },
+        )
+
+    def health(self) -> dict[str, Any]:
+        counts = self.tracker.counts()
+        return {
+            "status": "ok" if self._accepting else "shutting_down",
+            "backend": "harbor",
+            "environment": self.environment_config.kwargs.get("sdk", str(self.environment_config.type)),
+            "agent": self.agent if isinstance(self.agent, str) else f"{self.agent.__module__}:{self.agent.__qualname__}",
+            "task_mode": self.task_mode.value,
+            "in_flight": counts["in_flight"],
+            "running": counts["running"] + counts["grading"],
+            "queued": counts["queued"],
+            "max_queue_depth": self.max_queue_depth,
+        }
+
+
+def _slug(text: str) -> str:
+    import re
+
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:24] or "rollout"
+
+
+def _refused(message: str, extra: dict[str, Any],
+             category: RolloutErrorCategory = RolloutErrorCategory.VALIDATION_ERROR) -> ExecutionOutcome:
+    return ExecutionOutcome(workflow=ExecutionResult(
+        status=RolloutStatus.FAILURE, err_message=message, err_category=category, extra_fields=extra))
+
+
+def scrub_tree(root: Path, secret: str | None) -> None:
+    """Replace ``secret`` in every text file under ``root`` (defence in depth: a workflow
+    that prints its key into a log must not leave it in the retained trial)."""
+    if not secret or not root.exists():
+        return
+    needle = secret.encode()
+    for path in root.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            try:
+                data = path.read_bytes()
+            except OSError:
+                continue
+            if needle in data:
+                path.write_bytes(data.replace(needle, b"***"))
+
+
+def locate_project(target: str | type) -> Path:
+    """The project (directory with pyproject.toml) that contains ``target``'s module."""
+    import importlib.util
+    import inspect
+
+    if isinstance(target, str):
+        module = target.split(":", 1)[0]
+        spec = importlib.util.find_spec(module)
+        origin = Path(spec.origin) if spec is not None and spec.origin else None
+    else:
+        source = inspect.getsourcefile(target)
+        origin = Path(source) if source else None
+    if origin is None:
+        raise ValueError(f"cannot locate the project of {target!r}: pass code_dir= explicitly")
+    for parent in origin.resolve().parents:
+        if (parent / "pyproject.toml").is_file():
+            return parent
+    raise ValueError(f"no pyproject.toml above {origin}: pass code_dir= pointing at the workflow project")

@@ -1,0 +1,78 @@
+"""A fake OpenAI-compatible chat-completions endpoint on 127.0.0.1 for end-to-end tests.
+
+The policy's reply is the content of the last user message's ``reply:`` line when there
+is one (so each test scripts its own rollout), else ``default_reply``. Every request is
+recorded (path, Authorization header, body) so tests can assert what the sandbox sent.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+@dataclass
+class RecordedRequest:
+    path: str
+    authorization: str | None
+    body: dict[str, Any]
+
+
+@dataclass
+class FakeChatServer:
+    default_reply: str = "echo 42 > answer.txt"
+    requests: list[RecordedRequest] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+                length = int(self.headers.get("Content-Length") or 0)
+                body = json.loads(self.rfile.read(length) or b"{}")
+                server.requests.append(RecordedRequest(self.path, self.headers.get("Authorization"), body))
+                if not self.path.endswith("/chat/completions"):
+                    self.send_error(404)
+                    return
+                reply = server.reply_for(body.get("messages") or [])
+                payload = json.dumps({
+                    "id": "chatcmpl-fake", "object": "chat.completion", "created": int(time.time()),
+                    "model": body.get("model", "policy"),
+                    "choices": [{"index": 0, "finish_reason": "stop",
+                                 "message": {"role": "assistant", "content": reply}}],
+                    "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+                }).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def log_message(self, *args: Any) -> None:
+                return None
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        self._thread.start()
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
+
+    def reply_for(self, messages: list[dict[str, Any]]) -> str:
+        for message in reversed(messages):
+            content = message.get("content")
+            if message.get("role") == "user" and isinstance(content, str):
+                for line in content.splitlines():
+                    if line.startswith("reply:"):
+                        return line.removeprefix("reply:").strip()
+                break
+        return self.default_reply
+
+    def close(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()

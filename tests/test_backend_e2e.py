@@ -1,0 +1,218 @@
+"""HarborBackend end to end: the real osmosis rollout server on 127.0.0.1, the osmosis
+client polling for results, real trials in Docker sandboxes through Harbor's TrialQueue,
+and a fake chat endpoint on 127.0.0.1 that the workflow calls from inside the sandbox."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from harbor.trial.queue import TrialQueue
+from osmosis_ai.rollout.types import RolloutErrorCategory, RolloutStatus
+
+from osmosis_harbor.backend import HarborBackend
+from osmosis_harbor.sandbox import environment_config
+
+from .fake_chat import FakeChatServer
+from .rollout_server import client_for, serve
+from .support import FIXTURES, TASKS, managed_containers
+
+pytestmark = pytest.mark.slow
+
+PROJECT = FIXTURES / "rollout_project"
+WF = "rollout_fixtures.workflows"
+GR = "rollout_fixtures.graders"
+
+
+@pytest.fixture(scope="module")
+def fake_chat() -> Iterator[FakeChatServer]:
+    server = FakeChatServer()
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="module")
+def bundles_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("bundles")
+
+
+@pytest.fixture
+def api_key() -> str:
+    return f"sk-test-{uuid.uuid4().hex}"
+
+
+@pytest.fixture(autouse=True)
+def osmosis_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The server saves trajectories under ~/.osmosis: keep them in the test's tmp dir."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    return home
+
+
+@pytest.fixture
+def grader_template(tmp_path: Path) -> Path:
+    """The bundled template without tests/, so the Osmosis grader is the verifier."""
+    task = shutil.copytree(TASKS / "template", tmp_path / "template-graded")
+    shutil.rmtree(task / "tests")
+    return task
+
+
+def make_backend(tmp_path: Path, bundles_dir: Path, *, agent: str, grader: str | None = None,
+                 tasks_dir: Path = TASKS / "template", task_mode: str = "template",
+                 host_network: bool = True, **kwargs) -> HarborBackend:
+    return HarborBackend(
+        orchestrator=TrialQueue(n_concurrent=3),
+        tasks_dir=tasks_dir,
+        task_mode=task_mode,
+        agent=f"{WF}:{agent}",
+        workflow_config=f"{WF}:fixture_config" if agent in {"OutputWorkflow", "ListWorkflow", "NoneWorkflow"} else None,
+        grader=f"{GR}:{grader}" if grader else None,
+        grader_config=f"{GR}:fixture_grader_config" if grader == "AnswerGrader" else None,
+        code_dir=PROJECT,
+        bundles_dir=bundles_dir,
+        environment_config=environment_config("docker", host_network=host_network),
+        trials_dir=tmp_path / "trials",
+        cleanup_successful_trials=False,
+        **kwargs,
+    )
+
+
+def prompt(text: str) -> list[dict]:
+    return [{"role": "user", "content": text}]
+
+
+def assert_secret_absent(secret: str, *roots: Path) -> None:
+    needle = secret.encode()
+    for root in roots:
+        for path in root.rglob("*"):
+            if path.is_file() and not path.is_symlink():
+                assert needle not in path.read_bytes(), f"API key leaked into {path}"
+
+
+async def run(client, fake_chat: FakeChatServer, api_key: str, text: str, **kwargs):
+    return await client.run_rollout(
+        initial_messages=prompt(text), chat_completions_url=fake_chat.base_url,
+        rollout_id=kwargs.pop("rollout_id", f"r-{uuid.uuid4().hex[:10]}"), llm_api_key=api_key, **kwargs)
+
+
+async def test_template_mode_with_grader(tmp_path, bundles_dir, fake_chat, api_key, grader_template, osmosis_home):
+    backend = make_backend(tmp_path, bundles_dir, agent="OutputWorkflow", grader="AnswerGrader",
+                           tasks_dir=grader_template)
+    async with serve(backend) as url, client_for(url) as client:
+        right, wrong, ungraded = await asyncio.gather(
+            run(client, fake_chat, api_key, "Write 42 to answer.txt\nreply: echo 42 > answer.txt", label="42"),
+            run(client, fake_chat, api_key, "Write 7 to answer.txt\nreply: echo 7 > answer.txt", label="42"),
+            run(client, fake_chat, api_key, "Write 42\nreply: echo 42 > answer.txt", label="42", grade=False),
+        )
+    assert right.status is RolloutStatus.SUCCESS, right.err_message
+    assert right.sample.reward == 1.0
+    assert right.sample.metrics == {"commands": 1.0, "answer_found": 1.0}
+    assert right.sample.extra_fields["graded_by"] == "AnswerGrader"
+    roles = [m["role"] for m in right.sample.messages]
+    assert roles == ["user", "assistant", "tool"] and right.sample.messages[1]["content"] == "echo 42 > answer.txt"
+    assert wrong.status is RolloutStatus.SUCCESS and wrong.sample.reward == 0.0
+    assert ungraded.status is RolloutStatus.SUCCESS and ungraded.sample.reward is None
+    assert ungraded.sample.metrics == {"commands": 1.0}  # the grader never ran
+    # the policy was reached from inside the sandbox, with the rollout's key
+    assert {r.authorization for r in fake_chat.requests} >= {f"Bearer {api_key}"}
+    # template mode: the instruction the sandbox saw is the prompt (the artifact log proves the command ran)
+    artifacts = list((tmp_path / "trials").rglob("command.log"))
+    assert artifacts and any("echo 42 > answer.txt" in p.read_text() for p in artifacts)
+    assert_secret_absent(api_key, tmp_path / "trials", osmosis_home)
+
+
+async def test_task_tests_win_over_the_grader(tmp_path, bundles_dir, fake_chat, api_key):
+    backend = make_backend(tmp_path, bundles_dir, agent="ListWorkflow", grader="AnswerGrader")
+    async with serve(backend) as url, client_for(url) as client:
+        result = await run(client, fake_chat, api_key, "Write osmosis\nreply: echo osmosis > answer.txt",
+                           label="not-what-the-grader-wants")
+    assert result.status is RolloutStatus.SUCCESS, result.err_message
+    assert result.sample.reward == 1.0  # the task's own test.sh, not AnswerGrader (which would give 0)
+    assert "answer_found" not in result.sample.metrics
+    assert [m["role"] for m in result.sample.messages] == ["user", "assistant", "tool"]
+
+
+async def test_dataset_mode_with_task_tests_and_bad_ids(tmp_path, bundles_dir, fake_chat, api_key):
+    backend = make_backend(tmp_path, bundles_dir, agent="NoneWorkflow", tasks_dir=TASKS, task_mode="dataset")
+    solve = ("python3 -c \"import json; n=[int(x) for x in open('/data/numbers.txt')]; "
+             "json.dump(dict(count=len(n), sum=sum(n), mean=sum(n)/len(n)), open('/output/stats.json','w'))\"")
+    async with serve(backend) as url, client_for(url) as client:
+        solved, escape, unknown, no_python = await asyncio.gather(
+            run(client, fake_chat, api_key, f"reply: {solve}", metadata={"harbor_task_id": "json-reward"}),
+            run(client, fake_chat, api_key, "hi", metadata={"harbor_task_id": "../tests/fixtures/broken/reward-zero"}),
+            run(client, fake_chat, api_key, "hi", metadata={"harbor_task_id": "files/no-such-task"}),
+            run(client, fake_chat, api_key, "hi", metadata={"harbor_task_id": "hello-reward-txt"}),
+        )
+    assert solved.status is RolloutStatus.SUCCESS, solved.err_message
+    assert solved.sample.reward == 1.0 and solved.sample.metrics == {"registered": 1.0}
+    for bad in (escape, unknown):
+        assert bad.status is RolloutStatus.FAILURE
+        assert bad.err_category is RolloutErrorCategory.VALIDATION_ERROR, bad.err_message
+    assert "harbor_task_id" in escape.err_message and "files/no-such-task" in unknown.err_message
+    # a debian image without python3 cannot run a workflow bundle: said plainly
+    assert no_python.status is RolloutStatus.FAILURE
+    assert no_python.err_category is RolloutErrorCategory.VALIDATION_ERROR
+    assert "python3" in no_python.err_message
+
+
+@pytest.mark.parametrize(
+    ("workflow", "category", "needle", "timeout"),
+    [
+        ("RaisingWorkflow", RolloutErrorCategory.AGENT_ERROR, "broke on purpose", None),
+        ("InvalidOutputWorkflow", RolloutErrorCategory.VALIDATION_ERROR, "", None),
+        ("SleepyWorkflow", RolloutErrorCategory.TIMEOUT, "timed out", 4.0),
+    ],
+)
+async def test_workflow_failures_map_to_categories(tmp_path, bundles_dir, fake_chat, api_key, grader_template,
+                                                   workflow, category, needle, timeout):
+    backend = make_backend(tmp_path, bundles_dir, agent=workflow, grader="AnswerGrader", tasks_dir=grader_template)
+    async with serve(backend) as url, client_for(url) as client:
+        result = await run(client, fake_chat, api_key, "do it", label="x", agent_timeout_sec=timeout)
+    assert result.status is RolloutStatus.FAILURE
+    assert result.err_category is category, result.err_message
+    assert needle in result.err_message
+    assert_secret_absent(api_key, tmp_path / "trials")
+
+
+@pytest.mark.parametrize(("grader", "category", "needle"), [
+    ("RaisingGrader", RolloutErrorCategory.VALIDATION_ERROR, "broke on purpose"),
+    ("SilentGrader", None, "reward"),
+])
+async def test_grader_failures_are_verifier_failures(tmp_path, bundles_dir, fake_chat, api_key, grader_template,
+                                                     grader, category, needle):
+    backend = make_backend(tmp_path, bundles_dir, agent="OutputWorkflow", grader=grader, tasks_dir=grader_template)
+    async with serve(backend) as url, client_for(url) as client:
+        result = await run(client, fake_chat, api_key, "reply: echo 42 > answer.txt", label="42")
+    assert result.status is RolloutStatus.FAILURE
+    if category is not None:
+        assert result.err_category is category, result.err_message
+    assert needle in result.err_message
+    assert result.sample is not None and result.sample.reward is None  # the agent's sample survives
+
+
+async def test_key_printed_by_a_workflow_is_not_retained(tmp_path, bundles_dir, fake_chat, api_key, osmosis_home):
+    backend = make_backend(tmp_path, bundles_dir, agent="KeyLeakingWorkflow")
+    async with serve(backend) as url, client_for(url) as client:
+        result = await run(client, fake_chat, api_key, "hello", grade=False)
+    assert result.status is RolloutStatus.SUCCESS, result.err_message
+    logs = list((tmp_path / "trials").rglob("workflow.log"))
+    assert logs and "my key is ***" in logs[0].read_text()
+    assert_secret_absent(api_key, tmp_path / "trials", osmosis_home)
+
+
+async def test_loopback_endpoint_without_host_network_is_refused(tmp_path, bundles_dir, fake_chat, api_key):
+    backend = make_backend(tmp_path, bundles_dir, agent="OutputWorkflow", host_network=False)
+    before = len(managed_containers(owner_pid=os.getpid()))
+    async with serve(backend) as url, client_for(url) as client:
+        result = await run(client, fake_chat, api_key, "hello", grade=False)
+    assert result.status is RolloutStatus.FAILURE
+    assert result.err_category is RolloutErrorCategory.VALIDATION_ERROR
+    assert "loopback" in result.err_message and "host_network=True" in result.err_message
+    assert len(managed_containers(owner_pid=os.getpid())) == before
+    assert not (tmp_path / "trials").exists() or not any((tmp_path / "trials").iterdir())
