@@ -12,6 +12,7 @@ misconfigured server fails at start-up, not on its first rollout.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import shutil
 import tempfile
@@ -43,8 +44,11 @@ from osmosis_ai.rollout.types import (
 from . import credentials
 from .bundle import BundleInfo, build_bundle, inspect_bundle
 from .harness import IMPORT_PATH as HARNESS_IMPORT_PATH
-from .harness import VENV
-from .queue import RolloutTracker
+from .harness import VENV, BundleInstallError, install_bundle
+from .prewarm import Prewarmer, PrewarmReport
+from .queue import TERMINAL, RolloutTracker
+from .sandbox import load_sandbox_sdk
+from .sandbox.lifecycle import terminate_live_sandboxes
 from .tasks import (
     EnvironmentPatch,
     ResolvedTask,
@@ -143,6 +147,9 @@ class HarborBackend(ExecutionBackend):
         )
         self.tracker = RolloutTracker(orchestrator)
         self._accepting = True
+        self.failed_prewarm_tasks: dict[str, str] = {}
+        self.prewarm_report: PrewarmReport | None = None
+        self._task_pools: dict[str, str] = {}
 
     # ── construction helpers ─────────────────────────────────────────────────
     @staticmethod
@@ -178,10 +185,12 @@ class HarborBackend(ExecutionBackend):
         return self.tracker.status(rollout_id)
 
     async def execute(self, request: ExecutionRequest) -> ExecutionOutcome:
+        if not self._accepting:
+            return _refused("the backend is shutting down", {"failed_phase": "task"},
+                            RolloutErrorCategory.INTERNAL_ERROR)
         ctx = get_rollout_context()
         listener = ctx.set_status if ctx is not None and ctx.progress is not None else None
-        state = self.tracker.admit(request.id, listener)
-        state.task = asyncio.current_task()
+        self.tracker.admit(request.id, listener)
         started = time.monotonic()
         try:
             outcome = await self._execute(request, ctx)
@@ -199,6 +208,23 @@ class HarborBackend(ExecutionBackend):
                 part.extra_fields.setdefault("wall_sec", round(time.monotonic() - started, 3))
         return outcome
 
+    def cancel_rollouts(self, ids: Sequence[str] | None = None, prefix: str | None = None,
+                        all: bool = False) -> dict[str, str]:
+        """Cancel matching rollouts: a queued one never starts a sandbox, a running one is
+        stopped and its sandbox terminated (Harbor's trial does that on cancellation)."""
+        dispositions: dict[str, str] = {}
+        for rollout_id in self.tracker.select(ids, prefix, all):
+            state = self.tracker.get(rollout_id)
+            if state is None or state.status in TERMINAL:
+                dispositions[rollout_id] = "not_found"
+                continue
+            queued = state.status is RolloutStatus.QUEUED
+            state.cancel_requested = True
+            if state.task is not None and not state.task.done():
+                state.task.cancel()
+            dispositions[rollout_id] = "cancelled_queued" if queued else "cancelled_running"
+        return dispositions
+
     async def _execute(self, request: ExecutionRequest, ctx) -> ExecutionOutcome:
         url = ctx.chat_completions_url if ctx is not None else ""
         key = ctx.api_key if ctx is not None else None
@@ -213,24 +239,40 @@ class HarborBackend(ExecutionBackend):
         if isinstance(reward_source, ExecutionOutcome):
             return reward_source
 
+        if resolved.task_id in self.failed_prewarm_tasks:
+            return _refused(f"task {resolved.task_id} failed prewarm: {self.failed_prewarm_tasks[resolved.task_id]}",
+                            {"failed_phase": "environment", "task_id": resolved.task_id})
         work = self._work_root / "rollouts" / f"{request.id}-{uuid.uuid4().hex[:6]}"
         trial_name = f"{_slug(request.id)}__{uuid.uuid4().hex[:8]}"
         trial_dir = self.trials_dir / trial_name
         credentials.put(request.id, credentials.RolloutCredentials(url, key))
         succeeded = False
+        base_extra = {"task_id": resolved.task_id, "trial_name": trial_name}
         try:
             config = self._trial_config(request, resolved, reward_source, work, trial_name)
             self.tracker.bind_trial(request.id, trial_name, resolved.task_id)
-            base_extra = {"task_id": resolved.task_id, "trial_name": trial_name}
+            state = self.tracker.get(request.id)
+            if state is not None and state.cancel_requested:
+                return _cancelled(base_extra)
+            trial = asyncio.ensure_future(self.orchestrator.submit(config))
+            if state is not None:
+                state.task = trial
             try:
-                result = await self.orchestrator.submit(config)
+                result = await asyncio.shield(trial)
+            except asyncio.CancelledError:
+                if not trial.done():  # our own task was cancelled: take the trial down with us
+                    trial.cancel()
+                    await asyncio.gather(trial, return_exceptions=True)
+                    raise
+                if asyncio.current_task().cancelling():
+                    raise
+                return _cancelled(base_extra)  # cancel_rollouts cancelled the trial
             except Exception as exc:  # Trial.create errors escape the queue's coroutine
                 return _refused(f"trial could not be created: {type(exc).__name__}: {exc}",
                                 {**base_extra, "failed_phase": "environment"},
                                 RolloutErrorCategory.INTERNAL_ERROR)
             scrub_tree(trial_dir, key)
-            outcome = build_outcome(result, trial_dir, reward_source=reward_source,
-                                    label=request.label, base_extra=base_extra)
+            outcome = self._outcome(result, trial_dir, reward_source, request, base_extra)
             succeeded = outcome.result.status is RolloutStatus.SUCCESS
             return outcome
         finally:
@@ -238,6 +280,11 @@ class HarborBackend(ExecutionBackend):
             shutil.rmtree(work, ignore_errors=True)
             if succeeded and self.cleanup_successful_trials:
                 shutil.rmtree(trial_dir, ignore_errors=True)
+
+    def _outcome(self, result, trial_dir: Path, reward_source: str, request: ExecutionRequest,
+                 base_extra: dict[str, Any]) -> ExecutionOutcome:
+        return build_outcome(result, trial_dir, reward_source=reward_source, label=request.label,
+                             base_extra=base_extra)
 
     # ── per-rollout pieces ────────────────────────────────────────────────────
     def _endpoint_problem(self, url: str) -> str | None:
@@ -266,11 +313,12 @@ class HarborBackend(ExecutionBackend):
             f"task {task.task_id} has no tests/test.sh and no grader= was given: pass an Osmosis "
             "grader or add tests to the task (or send grade=false)", {"failed_phase": "task"})
 
-    def _trial_config(self, request: ExecutionRequest, task: ResolvedTask, reward_source: str,
-                      work: Path, trial_name: str) -> TrialConfig:
+    def materialize(self, task: ResolvedTask, dest: Path, *, request: ExecutionRequest | None) -> Path:
+        """The per-rollout task copy. Prewarm calls it with ``request=None``: the
+        ``environment/`` it produces is byte-identical, so its image hash is the rollout's."""
         grading_input = None
         grade_command = None
-        if reward_source == RewardSource.GRADER:
+        if request is not None and self._reward_source(request, task) == RewardSource.GRADER:
             assert self.bundle is not None and self.bundle.grade_script
             grading_input = {"rollout_id": request.id, "label": request.label,
                              "metadata": request.metadata, "prompt": request.prompt}
@@ -278,21 +326,33 @@ class HarborBackend(ExecutionBackend):
         patch = None
         if self.bundle is not None and self.patch_dockerfile_with_sdk:
             patch = EnvironmentPatch(requirements=list(self.bundle.dependencies))
-        instruction = render_prompt(request.prompt) if self.task_mode is TaskMode.TEMPLATE else None
-        work.mkdir(parents=True, exist_ok=True)
-        materialized = materialize_task(
-            task, work / "task", instruction=instruction, grading_input=grading_input,
-            grade_command=grade_command, environment_patch=patch,
-        )
-        task_path = getattr(materialized, "path", materialized)
+        instruction = None
+        if request is not None and self.task_mode is TaskMode.TEMPLATE:
+            instruction = render_prompt(request.prompt)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        return materialize_task(task, dest, instruction=instruction, grading_input=grading_input,
+                                grade_command=grade_command, environment_patch=patch)
+
+    def metadata_for_task(self, task_id: str) -> dict[str, Any] | None:
+        """Request metadata that selects ``task_id`` (prewarm resolves tasks like rollouts)."""
+        return None if self.task_mode is TaskMode.TEMPLATE else {"harbor_task_id": task_id}
+
+    def _trial_config(self, request: ExecutionRequest, task: ResolvedTask, reward_source: str,
+                      work: Path, trial_name: str) -> TrialConfig:
+        materialized = self.materialize(task, work / "task", request=request)
         deps_baked = bool(getattr(materialized, "environment_patched", False))
-        agent_config = self._agent_config(request, work, deps_baked)
+        environment = self.environment_config
+        kwargs = {k: v for k, v in environment.kwargs.items() if k not in {"pool", "pool_size"}}
+        pool = self._task_pools.get(task.task_id)
+        if pool is not None:
+            kwargs["pool"] = pool
+        environment = environment.model_copy(update={"kwargs": kwargs})
         return TrialConfig(
-            task=TaskConfig(path=task_path),
+            task=TaskConfig(path=Path(materialized)),
             trial_name=trial_name,
             trials_dir=self.trials_dir,
-            agent=agent_config,
-            environment=self.environment_config,
+            agent=self._agent_config(request, work, deps_baked),
+            environment=environment,
             verifier=VerifierConfig(
                 disable=reward_source == RewardSource.NONE,
                 override_timeout_sec=request.grader_timeout_sec,
@@ -318,6 +378,78 @@ class HarborBackend(ExecutionBackend):
             },
         )
 
+    # ── prewarm ───────────────────────────────────────────────────────────────
+    async def prove_agent_setup(self, environment, *, deps_baked: bool) -> None:
+        """Run the agent setup once in a started sandbox (prewarm's proof that it works)."""
+        if self.bundle is not None and self.bundle.agent_script and not self.is_native:
+            await install_bundle(environment, self.bundle.wheel, deps_preinstalled=deps_baked)
+            probe = await environment.exec(f"{VENV / 'bin' / self.bundle.agent_script} --help")
+            if probe.return_code != 0:
+                raise BundleInstallError(
+                    f"{self.bundle.agent_script} does not run in the sandbox: "
+                    f"{(probe.stderr or probe.stdout or '').strip()[-500:]}")
+
+    def default_prewarm_task_ids(self, task_ids: Sequence[str] | None) -> list[str]:
+        if task_ids is not None:
+            return list(task_ids)
+        if self.task_mode is TaskMode.DATASET:
+            raise ValueError("dataset mode needs explicit task ids: prewarm(['task-a', 'task-b'])")
+        return self.resolver.task_ids()
+
+    async def prewarm(self, task_ids: Sequence[str] | None = None, *, pool_size: int | None = None,
+                      on_progress=None) -> PrewarmReport:
+        """Build/push images, prove agent setup and size warm pools before any traffic."""
+        ids = self.default_prewarm_task_ids(task_ids)
+        report = await Prewarmer(self, pool_size=pool_size, on_progress=on_progress).run(ids)
+        self.prewarm_report = report
+        self.failed_prewarm_tasks.update(report.failed_tasks)
+        for group in report.groups_detail:
+            for task_id in group.task_ids:
+                if group.pool and not group.error:
+                    self._task_pools[task_id] = group.pool
+                    self.failed_prewarm_tasks.pop(task_id, None)
+        return report
+
+    def prewarm_lifespan(self, task_ids: Sequence[str] | None = None):
+        """An ASGI lifespan for ``create_rollout_server(lifespan=...)``: prewarm, then serve."""
+        backend = self
+
+        @contextlib.asynccontextmanager
+        async def lifespan(_app: Any):
+            await backend.prewarm(task_ids)
+            yield
+
+        return lifespan
+
+    # ── lifecycle ─────────────────────────────────────────────────────────────
+    async def shutdown(self) -> None:
+        """Stop admitting, cancel in-flight trials, remove every sandbox and pool we own."""
+        self._accepting = False
+        in_flight = [s.task for s in self.tracker.in_flight() if s.task is not None and not s.task.done()]
+        for task in in_flight:
+            task.cancel()
+        if in_flight:
+            await asyncio.wait(in_flight, timeout=60)
+        problems = await terminate_live_sandboxes()
+        problems += await self._delete_pools()
+        shutil.rmtree(self._work_root / "rollouts", ignore_errors=True)
+        for problem in problems:
+            print(f"HarborBackend shutdown: could not remove {problem}", flush=True)
+
+    async def _delete_pools(self) -> list[str]:
+        pools = sorted(set(self._task_pools.values()))
+        if not pools:
+            return []
+        sdk = load_sandbox_sdk(self.environment_config.kwargs.get("sdk", "skypilot"))
+        problems = []
+        for pool in pools:
+            try:
+                await sdk.delete_pool.aio(pool)
+            except Exception as exc:
+                problems.append(f"pool {pool}: {exc}")
+        self._task_pools.clear()
+        return problems
+
     def health(self) -> dict[str, Any]:
         counts = self.tracker.counts()
         return {
@@ -328,9 +460,33 @@ class HarborBackend(ExecutionBackend):
             "task_mode": self.task_mode.value,
             "in_flight": counts["in_flight"],
             "running": counts["running"] + counts["grading"],
+            "grading": counts["grading"],
             "queued": counts["queued"],
             "max_queue_depth": self.max_queue_depth,
+            "prewarm": None if self.prewarm_report is None else {
+                k: getattr(self.prewarm_report, k) for k in ("groups", "tasks", "built", "reused", "failed")},
+            "failed_prewarm_tasks": dict(self.failed_prewarm_tasks),
+            "pools": self._pool_state(),
         }
+
+    def _pool_state(self) -> dict[str, Any]:
+        pools = sorted(set(self._task_pools.values()))
+        if not pools:
+            return {}
+        state: dict[str, Any] = {}
+        try:
+            sdk = load_sandbox_sdk(self.environment_config.kwargs.get("sdk", "skypilot"))
+            for pool in pools:
+                info = sdk.get_pool(pool)
+                state[pool] = {"replicas": info.replicas, "idle": info.idle, "claimed": info.claimed}
+        except Exception as exc:  # health must answer even when the pool API does not
+            state["error"] = str(exc)
+        return state
+
+
+def _cancelled(extra: dict[str, Any]) -> ExecutionOutcome:
+    return ExecutionOutcome(workflow=ExecutionResult(
+        status=RolloutStatus.CANCELLED, err_message="cancelled", extra_fields=extra))
 
 
 def _slug(text: str) -> str:

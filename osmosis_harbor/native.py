@@ -37,6 +37,7 @@ import json
 import logging
 import os
 import re
+import sys
 import uuid
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
@@ -94,6 +95,8 @@ _DEFAULT_KWARGS: dict[str, dict[str, Any]] = {
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _ORACLE_WARNED = False
+_THIS_FILE = os.path.abspath(__file__)
+_LOGGED: set[str] = set()
 
 
 class NativeAgentWiringWarning(UserWarning):
@@ -130,10 +133,20 @@ def scoped_api_key(api_key: str | None, *, prefix: str = "OSMOSIS_API_KEY") -> I
 
 
 # ── AgentConfig ───────────────────────────────────────────────────────────────
+def _caller_stacklevel() -> int:
+    """The ``warnings.warn`` stacklevel of the first frame outside this module."""
+    frame, level = sys._getframe(1), 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename) == _THIS_FILE:
+        frame, level = frame.f_back, level + 1
+    return level
+
+
 def _warn_override(agent: str, key: str, why: str) -> None:
     message = f"native_agent_kwargs[{key!r}] for {agent} ignored: {why}"
-    logger.warning(message)
-    warnings.warn(message, NativeAgentWiringWarning, stacklevel=4)
+    if message not in _LOGGED:  # configs are built per rollout: log each problem once
+        _LOGGED.add(message)
+        logger.warning(message)
+    warnings.warn(message, NativeAgentWiringWarning, stacklevel=_caller_stacklevel())
 
 
 def _warn_not_trainable() -> None:
@@ -147,7 +160,7 @@ def _warn_not_trainable() -> None:
         "tasks and verifiers, not to generate training data."
     )
     logger.warning(message)
-    warnings.warn(message, NotTrainableWarning, stacklevel=3)
+    warnings.warn(message, NotTrainableWarning, stacklevel=_caller_stacklevel())
 
 
 def _endpoint(url: str | None) -> str:
@@ -353,10 +366,14 @@ def _agent_messages(step: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 def _is_context_marker(step: Mapping[str, Any]) -> bool:
-    """A system step recording summarization/handoff (subagent refs, no text)."""
+    """A system step recording a summarization/handoff: it delegates to subagent
+    trajectories (or declares context management) instead of saying anything to the model."""
+    extra = step.get("extra") if isinstance(step.get("extra"), Mapping) else {}
+    if extra.get("context_management"):
+        return True
     observation = step.get("observation") if isinstance(step.get("observation"), Mapping) else {}
     results = observation.get("results") or []
-    return bool(results) and not _text(step.get("message")) and all(
+    return bool(results) and all(
         isinstance(r, Mapping) and r.get("content") is None and r.get("subagent_trajectory_ref")
         for r in results)
 

@@ -38,7 +38,8 @@ class RolloutState:
     reward: float | None = None
     error: str | None = None
     err_category: str | None = None
-    task: asyncio.Task[Any] | None = None
+    task: asyncio.Future[Any] | None = None  # the trial, once submitted (cancel target)
+    cancel_requested: bool = False
     listener: StatusListener | None = None
 
     def public(self) -> dict[str, Any]:

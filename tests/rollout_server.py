@@ -12,6 +12,8 @@ import uvicorn
 from osmosis_ai.rollout.client import RolloutClient
 from osmosis_ai.rollout.server import create_rollout_server
 
+from osmosis_harbor.server import add_status_route
+
 
 def _free_port() -> int:
     with socket.socket() as sock:
@@ -22,7 +24,8 @@ def _free_port() -> int:
 @contextlib.asynccontextmanager
 async def serve(backend: Any, *, lifespan: Any = None) -> AsyncIterator[str]:
     """Run ``create_rollout_server(backend=...)`` in this event loop; yields its URL."""
-    app = create_rollout_server(backend=backend, lifespan=lifespan, configure_logging=False)
+    app = add_status_route(create_rollout_server(backend=backend, lifespan=lifespan, configure_logging=False),
+                           backend)
     port = _free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
                                            lifespan="on"))

@@ -30,6 +30,7 @@ def environment_config(
     namespace: str | None = None,
     secrets: list[str] | None = None,
     host_network: bool = False,
+    pool_size: int | None = None,
     force_build: bool = False,
     delete: bool = True,
     **extra_kwargs: Any,
@@ -38,7 +39,9 @@ def environment_config(
 
     ``sdk="skypilot"`` uses SkyPilot's Platform Sandbox SDK (``sky.sandbox``);
     ``sdk="docker"`` uses the local Docker engine. ``host_network`` is Docker-only: it
-    lets a sandbox reach a server listening on this machine's loopback.
+    lets a sandbox reach a server listening on this machine's loopback. ``pool`` names
+    the warm pool trials claim sandboxes from (``HarborBackend.prewarm`` creates one pool
+    per environment group, named after it, with ``pool_size`` running sandboxes).
     """
     if sdk not in SDK_NAMES:
         raise ValueError(f"unknown sandbox sdk {sdk!r}: choose one of {', '.join(SDK_NAMES)}")
@@ -58,6 +61,12 @@ def environment_config(
             kwargs[key] = value
     if host_network:
         kwargs["host_network"] = True
+    if pool_size is not None:
+        if pool is None:
+            raise ValueError("pool_size needs pool= (the warm pool's base name)")
+        if pool_size < 0:
+            raise ValueError(f"pool_size must be >= 0, got {pool_size}")
+        kwargs["pool_size"] = pool_size
     return EnvironmentConfig(
         import_path=IMPORT_PATH, kwargs=kwargs, force_build=force_build, delete=delete
     )

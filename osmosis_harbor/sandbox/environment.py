@@ -56,6 +56,7 @@ class SandboxEnvironment(SkypilotEnvironment):
         *,
         sdk: str = "skypilot",
         host_network: bool = False,
+        pool_size: int | None = None,
         registry: str | None = None,
         pool: str | None = None,
         context_name: str | None = None,
@@ -72,6 +73,7 @@ class SandboxEnvironment(SkypilotEnvironment):
                 "reach the rollout endpoint over the network"
             )
         self._host_network = host_network
+        self._pool_size = pool_size  # read by prewarm, which sizes the pool; trials only claim
         # The attributes SkypilotEnvironment.__init__ sets. Its own __init__ refuses to
         # run unless Harbor imported sky.sandbox at import time; the SDK is ours to
         # choose, so we set them here and go straight to BaseEnvironment.__init__.
@@ -152,22 +154,24 @@ class SandboxEnvironment(SkypilotEnvironment):
             self.logger.debug(f"Pushing image {ref}")
             await asyncio.to_thread(push_image, ref)
 
+    async def prepare_image(self, force_build: bool = False) -> tuple[str | None, bool]:
+        """Make this environment's image available; returns (reference, built-by-this-call).
+
+        ``None`` when the task names a prebuilt ``docker_image`` (nothing to build).
+        """
+        if self.task_env_config.docker_image and not (force_build and self._dockerfile_path.is_file()):
+            return self.task_env_config.docker_image, False
+        ref = self._image_ref
+        built = await BUILD_COORDINATOR.ensure(
+            ref, exists=self._image_exists, build=self._build_and_push_image, force_build=force_build
+        )
+        return ref, built
+
     @override
     async def _resolve_image(self, force_build: bool) -> str | None:
         if self._pool:
-            return None
-        # A prebuilt docker_image wins, except under force_build when the task also has a
-        # Dockerfile: public datasets name images that may not be pullable from here.
-        if self.task_env_config.docker_image and not (force_build and self._dockerfile_path.is_file()):
-            return self.task_env_config.docker_image
-        ref = self._image_ref
-        await BUILD_COORDINATOR.ensure(
-            ref,
-            exists=self._image_exists,
-            build=self._build_and_push_image,
-            force_build=force_build,
-        )
-        return ref
+            return None  # the pool supplies the image
+        return (await self.prepare_image(force_build))[0]
 
     # ── sandbox lifecycle ─────────────────────────────────────────────────────
 

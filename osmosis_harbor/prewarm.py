@@ -1,0 +1,254 @@
+"""Prewarming: everything a rollout would otherwise pay for on first traffic, done once.
+
+Tasks are grouped by environment (the content hash of their materialized ``environment/``,
+bundle-dependency patch included, plus the sandbox resources the task asks for). Once per
+group: the image is built and pushed, or reused when it already exists (a second prewarm
+builds nothing); the agent setup runs once in a real sandbox to prove it works (bundle
+install and console script, or a native agent's setup); and, when a warm pool is
+configured, the group's pool is created or resized. Per-task failures are recorded so that
+``execute`` refuses those tasks with the reason; a prewarm that fails everywhere, or for a
+systemic reason (engine, registry, credentials), raises so a server does not start broken.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import shutil
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from harbor.environments.factory import EnvironmentFactory
+from harbor.models.task.task import Task
+from harbor.models.trial.paths import TrialPaths
+from pydantic import BaseModel
+
+from .sandbox import load_sandbox_sdk
+from .sandbox.environment import SandboxEnvironment
+from .sandbox.images import BUILD_COORDINATOR
+
+if TYPE_CHECKING:
+    from .backend import HarborBackend
+
+ProgressCallback = Callable[[str, str], None]  # (group key, stage)
+_SYSTEMIC_MARKERS = (
+    "docker engine not reachable", "sky.sandbox", "unauthorized", "authentication required",
+    "denied", "quota", "connection refused", "no such host", "registry unreachable",
+)
+_SYSTEMIC_TYPES = {"DockerEngineUnavailable", "SandboxSdkMissingError", "PermissionError"}
+
+
+class PrewarmError(RuntimeError):
+    """Prewarm failed for every task, or for a reason no task can avoid."""
+
+
+class PrewarmGroup(BaseModel):
+    """One environment group: its tasks, its image and what prewarm did for it."""
+
+    key: str
+    environment_id: str
+    task_ids: list[str]
+    image: str | None = None
+    built: bool = False
+    reused: bool = False
+    setup_ok: bool = False
+    pool: str | None = None
+    pool_size: int | None = None
+    error: str | None = None
+    timings_sec: dict[str, float] = {}
+
+
+class PrewarmReport(BaseModel):
+    """The summary ``prewarm --json`` writes and ``health()`` shows."""
+
+    groups: int
+    tasks: int
+    built: int
+    reused: int
+    failed: int
+    wall_sec: float
+    groups_detail: list[PrewarmGroup]
+    failed_tasks: dict[str, str] = {}
+
+
+class _Prepared(BaseModel):
+    task_id: str
+    path: Path
+    environment_id: str
+    cpus: float | None
+    memory_mb: int | None
+    no_network: bool
+    deps_baked: bool = False
+
+
+def _group_key(p: _Prepared) -> str:
+    raw = f"{p.environment_id}|{p.cpus}|{p.memory_mb}|{p.no_network}"
+    return hashlib.sha256(raw.encode()).hexdigest()[:12]
+
+
+def pool_name_for(base: str, group_key: str) -> str:
+    """A DNS-1123 pool name per environment group, derived from the configured base."""
+    return f"{base[:40].rstrip('-')}-{group_key[:10]}"
+
+
+def _is_systemic(exc: BaseException) -> bool:
+    text = f"{type(exc).__name__}: {exc}".lower()
+    return type(exc).__name__ in _SYSTEMIC_TYPES or any(m in text for m in _SYSTEMIC_MARKERS)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}".strip()
+    return text.splitlines()[0][:400] if text else type(exc).__name__
+
+
+async def _with_progress(notify: ProgressCallback, key: str, stage: str, timings: dict[str, float], coro):
+    notify(key, stage)
+    started = time.monotonic()
+    try:
+        return await coro
+    finally:
+        timings[stage] = round(time.monotonic() - started, 3)
+
+
+class Prewarmer:
+    """Runs a prewarm for one backend (see the module docstring)."""
+
+    def __init__(self, backend: HarborBackend, *, pool_size: int | None = None,
+                 on_progress: ProgressCallback | None = None) -> None:
+        self.backend = backend
+        self.notify = on_progress or (lambda _key, _stage: None)
+        env_kwargs = backend.environment_config.kwargs
+        self.sdk_name: str = env_kwargs.get("sdk", "skypilot")
+        self.pool_base: str | None = env_kwargs.get("pool")
+        self.pool_size = pool_size if pool_size is not None else int(env_kwargs.get("pool_size") or 1)
+        self._work = Path(tempfile.mkdtemp(prefix="osmosis-harbor-prewarm-"))
+
+    async def run(self, task_ids: Sequence[str]) -> PrewarmReport:
+        started = time.monotonic()
+        failed: dict[str, str] = {}
+        prepared: list[_Prepared] = []
+        try:
+            for task_id in task_ids:
+                try:
+                    prepared.append(await self._prepare(task_id))
+                except Exception as exc:
+                    failed[task_id] = _one_line(exc)
+            groups: dict[str, list[_Prepared]] = {}
+            for item in prepared:
+                groups.setdefault(_group_key(item), []).append(item)
+            results = await asyncio.gather(*(self._warm_group(key, items) for key, items in groups.items()),
+                                           return_exceptions=True)
+        finally:
+            shutil.rmtree(self._work, ignore_errors=True)
+        details: list[PrewarmGroup] = []
+        systemic: BaseException | None = None
+        for (key, items), outcome in zip(groups.items(), results, strict=True):
+            if isinstance(outcome, BaseException):
+                if isinstance(outcome, asyncio.CancelledError):
+                    raise outcome
+                group = PrewarmGroup(key=key, environment_id=items[0].environment_id,
+                                     task_ids=[i.task_id for i in items], error=_one_line(outcome))
+                systemic = systemic or (outcome if _is_systemic(outcome) else None)
+            else:
+                group = outcome
+            if group.error:
+                failed.update({tid: f"prewarm failed: {group.error}" for tid in group.task_ids})
+            details.append(group)
+        report = PrewarmReport(
+            groups=len(details), tasks=len(task_ids),
+            built=sum(g.built for g in details), reused=sum(g.reused for g in details),
+            failed=len(failed), wall_sec=round(time.monotonic() - started, 3),
+            groups_detail=details, failed_tasks=failed,
+        )
+        if systemic is not None:
+            raise PrewarmError(f"prewarm failed for a systemic reason: {_one_line(systemic)}")
+        if task_ids and len(failed) == len(task_ids):
+            first = next(iter(failed.items()))
+            raise PrewarmError(f"prewarm failed for every task (first: {first[0]}: {first[1]})")
+        return report
+
+    # ── steps ────────────────────────────────────────────────────────────────
+    async def _prepare(self, task_id: str) -> _Prepared:
+        """Materialize the task exactly as a rollout would (so the hash matches)."""
+        from harbor.environments.definition import environment_content_hash
+
+        resolved = await self.backend.resolver.resolve(self.backend.metadata_for_task(task_id))
+        dest = self._work / uuid.uuid4().hex[:10]
+        materialized = self.backend.materialize(resolved, dest, request=None)
+        path = Path(materialized)
+        task = Task(path)
+        env = task.config.environment
+        return _Prepared(
+            task_id=task_id, path=path,
+            environment_id=environment_content_hash(task.paths.environment_dir, docker_image=env.docker_image),
+            cpus=env.cpus, memory_mb=env.memory_mb,
+            no_network=self._no_network(task),
+            deps_baked=bool(getattr(materialized, "environment_patched", False)),
+        )
+
+    @staticmethod
+    def _no_network(task: Task) -> bool:
+        env = task.config.environment
+        mode = getattr(env, "network_mode", None)
+        return str(getattr(mode, "value", mode)) == "no-network" or getattr(env, "allow_internet", True) is False
+
+    def _environment(self, item: _Prepared, *, with_pool: bool = False) -> SandboxEnvironment:
+        task = Task(item.path)
+        trial_paths = TrialPaths(self._work / f"trial-{uuid.uuid4().hex[:8]}")
+        trial_paths.mkdir()
+        config = self.backend.environment_config
+        kwargs = {k: v for k, v in config.kwargs.items() if k not in {"pool", "pool_size"}}
+        config = config.model_copy(update={"kwargs": kwargs})
+        env = EnvironmentFactory.create_environment_from_config(
+            config, environment_dir=task.paths.environment_dir, environment_name=task.name,
+            session_id=f"prewarm-{uuid.uuid4().hex[:10]}", trial_paths=trial_paths,
+            task_env_config=task.config.environment,
+        )
+        assert isinstance(env, SandboxEnvironment)
+        return env
+
+    async def _warm_group(self, key: str, items: list[_Prepared]) -> PrewarmGroup:
+        group = PrewarmGroup(key=key, environment_id=items[0].environment_id, task_ids=[i.task_id for i in items])
+        env = self._environment(items[0])
+        timings = group.timings_sec
+        try:
+            image, built = await _with_progress(self.notify, key, "image", timings, env.prepare_image())
+            group.image, group.built, group.reused = image, built, bool(image) and not built
+            await _with_progress(self.notify, key, "setup", timings, self._prove_setup(env, items[0].deps_baked))
+            group.setup_ok = True
+            if self.pool_base and image:
+                group.pool = pool_name_for(self.pool_base, key)
+                group.pool_size = self.pool_size
+                await _with_progress(self.notify, key, "pool", timings, self._ensure_pool(group.pool, image, env))
+            self.notify(key, "done")
+        except Exception as exc:
+            group.error = _one_line(exc)
+            self.notify(key, "failed")
+            if _is_systemic(exc):
+                raise
+        return group
+
+    async def _prove_setup(self, env: SandboxEnvironment, deps_baked: bool) -> None:
+        await env.start(force_build=False)
+        try:
+            await self.backend.prove_agent_setup(env, deps_baked=deps_baked)
+        finally:
+            await env.stop(delete=True)
+
+    async def _ensure_pool(self, name: str, image: str, env: SandboxEnvironment) -> None:
+        sdk = load_sandbox_sdk(self.sdk_name)
+        memory_mb = env._effective_memory_mb
+        extra: dict[str, Any] = {"block_network": env._network_disabled}
+        if self.sdk_name == "docker" and self.backend.environment_config.kwargs.get("host_network"):
+            extra["host_network"] = True
+        await sdk.create_pool.aio(name, image, cpus=env._effective_cpus,
+                                  memory_gb=memory_mb / 1024 if memory_mb else None,
+                                  replicas=self.pool_size, **extra)
+        await sdk.set_pool_size.aio(name, self.pool_size)
+
+
+__all__ = ["BUILD_COORDINATOR", "PrewarmError", "PrewarmGroup", "PrewarmReport", "Prewarmer", "pool_name_for"]

@@ -1,0 +1,202 @@
+"""Prewarm, warm pools, admission control (429), status, cancel and shutdown, through the
+real osmosis rollout server with trials in Docker sandboxes."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import uuid
+from pathlib import Path
+
+import docker
+import httpx
+import pytest
+from harbor.trial.queue import TrialQueue
+from osmosis_ai.rollout.types import RolloutErrorCategory, RolloutStatus
+
+from osmosis_harbor.backend import HarborBackend
+from osmosis_harbor.prewarm import PrewarmError
+from osmosis_harbor.sandbox import docker_sdk, environment_config
+
+from .fake_chat import FakeChatServer
+from .rollout_server import client_for, serve
+from .support import FIXTURES, TASKS, managed_containers, make_task, wait_until
+
+pytestmark = pytest.mark.slow
+
+PROJECT = FIXTURES / "rollout_project"
+WF = "rollout_fixtures.workflows"
+
+
+@pytest.fixture(scope="module")
+def fake_chat():
+    server = FakeChatServer(default_reply="echo osmosis > answer.txt")
+    yield server
+    server.close()
+
+
+@pytest.fixture(autouse=True)
+def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+
+
+def backend_for(tmp_path: Path, *, agent: str = "ListWorkflow", tasks_dir: Path = TASKS / "template",
+                task_mode: str = "template", n_concurrent: int = 2, **env_kwargs) -> HarborBackend:
+    extra = {k: env_kwargs.pop(k) for k in list(env_kwargs) if k in {"max_queue_depth"}}
+    return HarborBackend(
+        orchestrator=TrialQueue(n_concurrent=n_concurrent),
+        tasks_dir=tasks_dir, task_mode=task_mode,
+        agent=f"{WF}:{agent}", code_dir=PROJECT, bundles_dir=tmp_path / "bundles",
+        environment_config=environment_config("docker", host_network=True, **env_kwargs),
+        trials_dir=tmp_path / "trials", **extra,
+    )
+
+
+def rollout_body(fake_chat: FakeChatServer, rollout_id: str, text: str = "answer", **extra) -> dict:
+    return {"rollout_id": rollout_id, "initial_messages": [{"role": "user", "content": text}],
+            "chat_completions_url": fake_chat.base_url, "llm_api_key": "sk-prewarm-test-key", **extra}
+
+
+async def test_prewarm_groups_builds_once_and_reuses(tmp_path: Path) -> None:
+    dataset = tmp_path / "ds"
+    for name in ("a", "b", "nested/c"):
+        shutil.copytree(TASKS / "template", dataset / name)
+    make_task(dataset, "other", dockerfile=f"FROM python:3.12-slim\nRUN echo {uuid.uuid4().hex} > /m\n")
+    backend = backend_for(tmp_path, tasks_dir=dataset, task_mode="dataset")
+    with pytest.raises(ValueError, match="explicit task ids"):
+        await backend.prewarm()
+    ids = ["a", "b", "nested/c", "other"]
+    stages: list[tuple[str, str]] = []
+    first = await backend.prewarm(ids, on_progress=lambda key, stage: stages.append((key, stage)))
+    assert first.groups == 2 and first.tasks == 4 and first.failed == 0
+    assert sorted(len(g.task_ids) for g in first.groups_detail) == [1, 3]
+    assert all(g.setup_ok and g.image for g in first.groups_detail)
+    assert {s for _, s in stages} >= {"image", "setup", "done"}
+    # a second backend (as a new process would) builds nothing: every image is reused
+    again = backend_for(tmp_path, tasks_dir=dataset, task_mode="dataset")
+    from osmosis_harbor.sandbox import images
+    fresh = images.ImageBuildCoordinator()
+    original, images.BUILD_COORDINATOR = images.BUILD_COORDINATOR, fresh
+    try:
+        import osmosis_harbor.sandbox.environment as environment_module
+        environment_module.BUILD_COORDINATOR = fresh
+        second = await again.prewarm(ids)
+    finally:
+        images.BUILD_COORDINATOR = original
+        environment_module.BUILD_COORDINATOR = original
+    assert second.built == 0 and second.reused == 2
+    assert managed_containers(owner_pid=os.getpid()) == []
+
+
+async def test_baked_dependencies_are_used_by_the_next_trial(tmp_path: Path, fake_chat) -> None:
+    backend = backend_for(tmp_path)
+    report = await backend.prewarm()
+    image = report.groups_detail[0].image
+    # the image has osmosis-ai in the bundle venv already: the per-trial install is --no-deps
+    out = docker.from_env().containers.run(image, ["/opt/osmosis/venv/bin/python", "-c",
+                                                   "import osmosis_ai; print('baked')"], remove=True)
+    assert out.strip() == b"baked"
+    async with serve(backend) as url, client_for(url) as client:
+        result = await client.run_rollout(initial_messages=[{"role": "user", "content": "go"}],
+                                          chat_completions_url=fake_chat.base_url, rollout_id="baked-1",
+                                          llm_api_key="sk-prewarm-test-key", grade=True)
+    assert result.status is RolloutStatus.SUCCESS and result.sample.reward == 1.0, result.err_message
+
+
+async def test_prewarm_failures_are_recorded_and_refused(tmp_path: Path, fake_chat) -> None:
+    dataset = tmp_path / "ds"
+    shutil.copytree(TASKS / "template", dataset / "good")
+    shutil.copytree(FIXTURES / "broken" / "build-fails", dataset / "bad")
+    backend = backend_for(tmp_path, tasks_dir=dataset, task_mode="dataset")
+    report = await backend.prewarm(["good", "bad"])
+    assert report.failed == 1 and "bad" in report.failed_tasks and "docker build failed" in report.failed_tasks["bad"]
+    assert backend.health()["failed_prewarm_tasks"].keys() == {"bad"}
+    async with serve(backend) as url, client_for(url) as client:
+        refused = await client.run_rollout(initial_messages=[{"role": "user", "content": "x"}],
+                                           chat_completions_url=fake_chat.base_url, rollout_id="refused-1",
+                                           llm_api_key="sk-prewarm-test-key", metadata={"harbor_task_id": "bad"})
+    assert refused.status is RolloutStatus.FAILURE and "failed prewarm" in refused.err_message
+    assert refused.err_category is RolloutErrorCategory.VALIDATION_ERROR
+    # every task failing means the server must not start
+    only_bad = backend_for(tmp_path, tasks_dir=dataset, task_mode="dataset")
+    with pytest.raises(PrewarmError, match="every task"):
+        await only_bad.prewarm(["bad"])
+
+
+async def test_systemic_prewarm_failure_raises(tmp_path: Path) -> None:
+    backend = backend_for(tmp_path, registry="127.0.0.1:1")  # nothing listens there
+    with pytest.raises(PrewarmError):
+        await backend.prewarm()
+
+
+async def test_server_with_prewarm_lifespan_serves_from_a_warm_pool(tmp_path: Path, fake_chat) -> None:
+    base = f"warm{uuid.uuid4().hex[:6]}"
+    backend = backend_for(tmp_path, pool=base, pool_size=2)
+    async with serve(backend, lifespan=backend.prewarm_lifespan()) as url, client_for(url) as client:
+        pools = backend.health()["pools"]
+        assert len(pools) == 1
+        (pool_name, state), = pools.items()
+        assert pool_name.startswith(base) and state["replicas"] == 2
+        wait_until(lambda: docker_sdk.get_pool(pool_name).idle == 2, timeout=60, what="pool to fill")
+        idle_before = {c["Id"] for c in managed_containers() if pool_name in str(c["Labels"])}
+        results = await asyncio.gather(*(
+            client.run_rollout(initial_messages=[{"role": "user", "content": "go"}],
+                               chat_completions_url=fake_chat.base_url, rollout_id=f"pool-{i}",
+                               llm_api_key="sk-prewarm-test-key") for i in range(2)))
+        assert all(r.status is RolloutStatus.SUCCESS and r.sample.reward == 1.0 for r in results), results
+        # both trials ran in containers that were idle pool members before traffic
+        refilled = wait_until(lambda: docker_sdk.get_pool(pool_name).idle == 2, timeout=60, what="refill")
+        assert refilled
+        used = idle_before - {c["Id"] for c in managed_containers() if pool_name in str(c["Labels"])}
+        assert len(used) == 2, "each rollout claims one pre-started pool member"
+    # the server's shutdown called backend.shutdown(): the pool and its members are gone
+    assert [c for c in managed_containers() if pool_name in str(c["Labels"])] == []
+    with pytest.raises(Exception):
+        docker_sdk.get_pool(pool_name)
+
+
+async def test_queue_depth_429_status_and_cancel(tmp_path: Path, fake_chat) -> None:
+    backend = backend_for(tmp_path, agent="SleepyWorkflow", n_concurrent=1, max_queue_depth=1)
+    async with serve(backend) as url, httpx.AsyncClient(base_url=url) as http:
+        first = await http.post("/rollout", json=rollout_body(fake_chat, "slow-running", grade=False))
+        assert first.status_code == 202
+        wait_until_status = lambda rid, status: backend.rollout_status(rid) and backend.rollout_status(rid)["status"] == status  # noqa: E731
+        await asyncio.to_thread(wait_until, lambda: wait_until_status("slow-running", RolloutStatus.RUNNING),
+                                timeout=120, what="first rollout running")
+        second = await http.post("/rollout", json=rollout_body(fake_chat, "slow-queued", grade=False))
+        assert second.status_code == 202
+        assert backend.rollout_status("slow-queued")["status"] == RolloutStatus.QUEUED
+        third = await http.post("/rollout", json=rollout_body(fake_chat, "rejected", grade=False))
+        assert third.status_code == 429 and third.headers["Retry-After"] == "5"
+        assert backend.rollout_status("rejected") is None
+        status = await http.get("/rollout/slow-running/status")
+        assert status.status_code == 200 and status.json()["status"] == "running"
+        await asyncio.to_thread(wait_until, lambda: len(managed_containers(owner_pid=os.getpid())) == 1,
+                                timeout=60, what="the running rollout's sandbox")
+
+        cancelled = await http.post("/rollout/cancel", json={"ids": ["slow-queued"]})
+        assert cancelled.json()["dispositions"] == {"slow-queued": "cancelled_queued"}
+        cancelled = await http.post("/rollout/cancel", json={"prefix": "slow-run"})
+        assert cancelled.json()["dispositions"] == {"slow-running": "cancelled_running"}
+        await asyncio.to_thread(wait_until, lambda: backend.rollout_status("slow-running")["status"] == RolloutStatus.CANCELLED,
+                                timeout=60, what="running rollout cancelled")
+        assert backend.rollout_status("slow-queued")["status"] == RolloutStatus.CANCELLED
+        await asyncio.to_thread(wait_until, lambda: managed_containers(owner_pid=os.getpid()) == [],
+                                timeout=60, what="cancelled sandbox removed")
+        assert backend.health()["in_flight"] == 0
+
+
+async def test_shutdown_with_trials_in_flight_leaves_no_sandbox(tmp_path: Path, fake_chat) -> None:
+    backend = backend_for(tmp_path, agent="SleepyWorkflow", n_concurrent=2)
+    async with serve(backend) as url, httpx.AsyncClient(base_url=url) as http:
+        for i in range(3):
+            assert (await http.post("/rollout", json=rollout_body(fake_chat, f"inflight-{i}", grade=False))).status_code == 202
+        await asyncio.to_thread(wait_until, lambda: len(managed_containers(owner_pid=os.getpid())) == 2,
+                                timeout=120, what="two sandboxes running")
+        assert backend.health()["running"] == 2 and backend.health()["queued"] == 1
+    # leaving serve() stops the server, which drains and calls backend.shutdown()
+    assert managed_containers(owner_pid=os.getpid()) == []
+    assert backend.health()["status"] == "shutting_down" and not backend.has_capacity()
