@@ -19,7 +19,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Sequence
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import urlparse
 
@@ -42,6 +42,7 @@ from osmosis_ai.rollout.types import (
 )
 
 from . import credentials
+from .native import NATIVE_AGENTS, native_agent_config, sample_from_trajectory, scoped_api_key
 from .bundle import BundleInfo, build_bundle, inspect_bundle
 from .harness import IMPORT_PATH as HARNESS_IMPORT_PATH
 from .harness import VENV, BundleInstallError, install_bundle
@@ -60,8 +61,11 @@ from .tasks import (
 )
 from .trial_outcome import RewardSource, build_outcome
 
-NATIVE_AGENTS = ("oracle", "terminus-2", "mini-swe-agent")
 DEFAULT_MODEL_NAME = "openai/osmosis-rollout"
+# Native agents whose model client runs inside the sandbox (and so must reach the endpoint
+# from there); terminus-2 calls the model from the host process.
+_IN_SANDBOX_CLIENTS = {"mini-swe-agent"}
+GRADE_SCRIPT = "osmosis_grade.sh"
 _LEGACY_KWARGS = {
     "task_dir": "use tasks_dir= together with task_mode='template' (one task) or 'dataset'",
     "user_code_dir": "use code_dir= (a project with pyproject.toml) or bundle= (a prebuilt wheel)",
@@ -145,6 +149,13 @@ class HarborBackend(ExecutionBackend):
             workflow_config=workflow_config, grader=grader, grader_config=grader_config,
             code_dir=code_dir, bundle=bundle, bundles_dir=bundles_dir,
         )
+        if self.is_native:
+            # Validates native_agent_kwargs now (and warns once that oracle is not trainable).
+            native_agent_config(agent, chat_completions_url="http://127.0.0.1/v1", model_name=model_name,
+                                native_agent_kwargs=self.native_agent_kwargs)
+        elif isinstance(agent, str) and ":" not in agent and "." not in agent:
+            raise ValueError(f"unknown agent {agent!r}: pass an AgentWorkflow class or 'module:Class' "
+                             f"import path, or one of the native agents {', '.join(NATIVE_AGENTS)}")
         self.tracker = RolloutTracker(orchestrator)
         self._accepting = True
         self.failed_prewarm_tasks: dict[str, str] = {}
@@ -246,10 +257,22 @@ class HarborBackend(ExecutionBackend):
         trial_name = f"{_slug(request.id)}__{uuid.uuid4().hex[:8]}"
         trial_dir = self.trials_dir / trial_name
         credentials.put(request.id, credentials.RolloutCredentials(url, key))
-        succeeded = False
         base_extra = {"task_id": resolved.task_id, "trial_name": trial_name}
+        key_scope = scoped_api_key(key) if self.is_native else contextlib.nullcontext("")
         try:
-            config = self._trial_config(request, resolved, reward_source, work, trial_name)
+            with key_scope as key_env:
+                return await self._run_trial(request, resolved, reward_source, work, trial_name,
+                                             trial_dir, key, key_env, base_extra, url)
+        finally:
+            credentials.drop(request.id)
+            shutil.rmtree(work, ignore_errors=True)
+
+    async def _run_trial(self, request: ExecutionRequest, resolved: ResolvedTask, reward_source: str,
+                         work: Path, trial_name: str, trial_dir: Path, key: str | None, key_env: str,
+                         base_extra: dict[str, Any], url: str) -> ExecutionOutcome:
+        succeeded = False
+        try:
+            config = self._trial_config(request, resolved, reward_source, work, trial_name, url, key_env)
             self.tracker.bind_trial(request.id, trial_name, resolved.task_id)
             state = self.tracker.get(request.id)
             if state is not None and state.cancel_requested:
@@ -276,15 +299,25 @@ class HarborBackend(ExecutionBackend):
             succeeded = outcome.result.status is RolloutStatus.SUCCESS
             return outcome
         finally:
-            credentials.drop(request.id)
-            shutil.rmtree(work, ignore_errors=True)
             if succeeded and self.cleanup_successful_trials:
                 shutil.rmtree(trial_dir, ignore_errors=True)
 
     def _outcome(self, result, trial_dir: Path, reward_source: str, request: ExecutionRequest,
                  base_extra: dict[str, Any]) -> ExecutionOutcome:
+        agent_sample = ...
+        if self.is_native:
+            try:
+                agent_sample = sample_from_trajectory(trial_dir)
+            except ValueError as exc:  # a trajectory we cannot read: keep the reward, say why
+                base_extra = {**base_extra, "trajectory_error": str(exc)}
+                agent_sample = None
+            if agent_sample is None:
+                from osmosis_ai.rollout.types import RolloutSample
+
+                agent_sample = RolloutSample(messages=list(request.prompt))
+            base_extra = {**base_extra, "native_agent": self.agent}
         return build_outcome(result, trial_dir, reward_source=reward_source, label=request.label,
-                             base_extra=base_extra)
+                             base_extra=base_extra, agent_sample=agent_sample)
 
     # ── per-rollout pieces ────────────────────────────────────────────────────
     def _endpoint_problem(self, url: str) -> str | None:
@@ -293,7 +326,8 @@ class HarborBackend(ExecutionBackend):
         if not url:
             return "the rollout has no chat-completions URL (no active RolloutContext)"
         host = urlparse(url).hostname or ""
-        if host in _LOOPBACK_HOSTS or host.startswith("127."):
+        in_sandbox = not self.is_native or self.agent in _IN_SANDBOX_CLIENTS
+        if in_sandbox and (host in _LOOPBACK_HOSTS or host.startswith("127.")):
             if not self._uses_host_network:
                 return (
                     f"the chat-completions endpoint {url} is on this machine's loopback, which the "
@@ -318,11 +352,15 @@ class HarborBackend(ExecutionBackend):
         ``environment/`` it produces is byte-identical, so its image hash is the rollout's."""
         grading_input = None
         grade_command = None
+        grader_only = False
         if request is not None and self._reward_source(request, task) == RewardSource.GRADER:
             assert self.bundle is not None and self.bundle.grade_script
             grading_input = {"rollout_id": request.id, "label": request.label,
                              "metadata": request.metadata, "prompt": request.prompt}
             grade_command = str(VENV / "bin" / self.bundle.grade_script)
+            if self.is_native:  # no workflow ran setup: install the grader for the verifier only
+                grade_command = f"/bin/sh /tests/{GRADE_SCRIPT}"
+                grader_only = True
         patch = None
         if self.bundle is not None and self.patch_dockerfile_with_sdk:
             patch = EnvironmentPatch(requirements=list(self.bundle.dependencies))
@@ -330,15 +368,34 @@ class HarborBackend(ExecutionBackend):
         if request is not None and self.task_mode is TaskMode.TEMPLATE:
             instruction = render_prompt(request.prompt)
         dest.parent.mkdir(parents=True, exist_ok=True)
-        return materialize_task(task, dest, instruction=instruction, grading_input=grading_input,
-                                grade_command=grade_command, environment_patch=patch)
+        materialized = materialize_task(task, dest, instruction=instruction, grading_input=grading_input,
+                                        grade_command=grade_command, environment_patch=patch)
+        if grader_only and getattr(materialized, "generated_tests", False):
+            self._stage_grader_install(Path(materialized) / "tests",
+                                       bool(getattr(materialized, "environment_patched", False)))
+        return materialized
+
+    def _stage_grader_install(self, tests_dir: Path, deps_baked: bool) -> None:
+        """Put the grader wheel and its installer next to the generated test.sh: Harbor uploads
+        tests/ only at verification, so the agent phase never sees either."""
+        from .harness import install_command
+
+        assert self.bundle is not None and self.bundle.grade_script
+        shutil.copy2(self.bundle.wheel, tests_dir / self.bundle.wheel.name)
+        script = tests_dir / GRADE_SCRIPT
+        script.write_text(
+            "#!/bin/sh\n"
+            f"{install_command(PurePosixPath('/tests') / self.bundle.wheel.name, deps_preinstalled=deps_baked)}\n"
+            f"exec {VENV / 'bin' / self.bundle.grade_script}\n"
+        )
+        script.chmod(0o755)
 
     def metadata_for_task(self, task_id: str) -> dict[str, Any] | None:
         """Request metadata that selects ``task_id`` (prewarm resolves tasks like rollouts)."""
         return None if self.task_mode is TaskMode.TEMPLATE else {"harbor_task_id": task_id}
 
     def _trial_config(self, request: ExecutionRequest, task: ResolvedTask, reward_source: str,
-                      work: Path, trial_name: str) -> TrialConfig:
+                      work: Path, trial_name: str, url: str, key_env: str) -> TrialConfig:
         materialized = self.materialize(task, work / "task", request=request)
         deps_baked = bool(getattr(materialized, "environment_patched", False))
         environment = self.environment_config
@@ -351,12 +408,21 @@ class HarborBackend(ExecutionBackend):
             task=TaskConfig(path=Path(materialized)),
             trial_name=trial_name,
             trials_dir=self.trials_dir,
-            agent=self._agent_config(request, work, deps_baked),
+            agent=(self._native_config(request, url, key_env) if self.is_native
+                   else self._agent_config(request, work, deps_baked)),
             environment=environment,
             verifier=VerifierConfig(
                 disable=reward_source == RewardSource.NONE,
                 override_timeout_sec=request.grader_timeout_sec,
             ),
+        )
+
+    def _native_config(self, request: ExecutionRequest, url: str, key_env: str) -> AgentConfig:
+        model = (request.metadata or {}).get("harbor_model") or self.model_name
+        return native_agent_config(
+            self.agent, chat_completions_url=url or None, api_key_env=key_env or "OSMOSIS_API_KEY",
+            model_name=model, native_agent_kwargs=self.native_agent_kwargs,
+            agent_timeout_sec=request.agent_timeout_sec, agent_setup_timeout_sec=self.agent_setup_timeout_sec,
         )
 
     def _agent_config(self, request: ExecutionRequest, work: Path, deps_baked: bool) -> AgentConfig:
@@ -388,6 +454,15 @@ class HarborBackend(ExecutionBackend):
                 raise BundleInstallError(
                     f"{self.bundle.agent_script} does not run in the sandbox: "
                     f"{(probe.stderr or probe.stdout or '').strip()[-500:]}")
+        elif self.is_native:
+            from harbor.agents.factory import AgentFactory
+
+            with scoped_api_key(None) as key_env, tempfile.TemporaryDirectory() as logs:
+                config = native_agent_config(self.agent, chat_completions_url="http://127.0.0.1/v1",
+                                             api_key_env=key_env, model_name=self.model_name,
+                                             native_agent_kwargs=self.native_agent_kwargs)
+                agent = AgentFactory.create_agent_from_config(config, logs_dir=Path(logs))
+                await agent.setup(environment)
 
     def default_prewarm_task_ids(self, task_ids: Sequence[str] | None) -> list[str]:
         if task_ids is not None:

@@ -80,11 +80,16 @@ def build_outcome(
     reward_source: str,
     label: str | None,
     base_extra: dict[str, Any],
+    agent_sample: Any = ...,
 ) -> ExecutionOutcome:
-    """Read ``trial_dir`` and ``result`` into the outcome the osmosis server expects."""
+    """Read ``trial_dir`` and ``result`` into the outcome the osmosis server expects.
+
+    ``agent_sample`` overrides the workflow's ``agent/sample.json`` (native agents' samples
+    come from their trajectory)."""
     reading = read_trial(result, trial_dir)
     extra: dict[str, Any] = {**base_extra, "timings_sec": reading.timings_sec, "reward_source": reward_source}
-    agent_sample = load_sample(trial_dir / "agent" / "sample.json")
+    if agent_sample is ...:
+        agent_sample = load_sample(trial_dir / "agent" / "sample.json")
     if agent_sample is not None and label is not None and agent_sample.label is None:
         agent_sample = agent_sample.model_copy(update={"label": label})
     exc_type = reading.exception_type

@@ -22,7 +22,8 @@ from typing import Any
 from osmosis_ai.rollout import Grader, GraderContext, RolloutSample
 from osmosis_ai.rollout.utils.rewards import validate_sample_has_reward
 
-from .errors import Redactor
+from .atif import TrajectoryError, sample_from_atif_file
+from .errors import AgentSampleError, Redactor
 from .files import read_input, read_sample, sample_payload, usable_dir, write_json, write_model
 from .loading import load_config, load_grader
 from .models import GradingInput, RewardFile
@@ -72,6 +73,19 @@ async def grade_sample(
     return graded
 
 
+def read_agent_sample(paths: ShimPaths) -> RolloutSample:
+    """The workflow's sample.json, or, for a native Harbor agent (which records an ATIF
+    trajectory instead), the sample its trajectory describes."""
+    if not paths.agent_sample.exists() and paths.agent_trajectory.is_file():
+        try:
+            sample = sample_from_atif_file(paths.agent_trajectory)
+        except TrajectoryError as exc:
+            raise AgentSampleError(str(exc)) from exc
+        if sample is not None:
+            return sample
+    return read_sample(paths.agent_sample)
+
+
 async def run_verifier(
     paths: ShimPaths,
     redactor: Redactor,
@@ -83,7 +97,7 @@ async def run_verifier(
     grader_cls = load_grader(grader)
     config = load_config(grader_config)
     grading_input = read_input(paths.grading_input, GradingInput)
-    sample = read_sample(paths.agent_sample)
+    sample = read_agent_sample(paths)
     budget = read_timeout(GRADER_TIMEOUT_ENV)
     graded = await grade_sample(
         grader_cls,
