@@ -454,7 +454,7 @@ class HarborBackend(ExecutionBackend):
                 raise BundleInstallError(
                     f"{self.bundle.agent_script} does not run in the sandbox: "
                     f"{(probe.stderr or probe.stdout or '').strip()[-500:]}")
-        elif self.is_native:
+        elif self.is_native and self.agent != "oracle":  # the oracle has no setup
             from harbor.agents.factory import AgentFactory
 
             with scoped_api_key(None) as key_env, tempfile.TemporaryDirectory() as logs:

@@ -11,6 +11,7 @@ import asyncio
 import json
 import logging
 import sys
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -100,6 +101,143 @@ def cmd_sandbox_check(args: argparse.Namespace) -> int:
     return 0 if all(r.passed for r in results) else 1
 
 
+def _agent_args(args: argparse.Namespace) -> dict:
+    """Backend keywords for --workflow/--agent/--grader/--code-dir."""
+    if args.workflow and args.agent:
+        raise UserError("pass either --workflow (an AgentWorkflow) or --agent (a native Harbor agent), not both")
+    return {
+        "agent": args.workflow or args.agent or "oracle",
+        "workflow_config": args.workflow_config,
+        "grader": args.grader,
+        "grader_config": args.grader_config,
+        "code_dir": Path(args.code_dir) if args.code_dir else None,
+        "bundles_dir": Path(args.bundles_dir) if args.bundles_dir else None,
+    }
+
+
+def _add_agent_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--workflow", metavar="MOD:CLS", help="the AgentWorkflow to bundle and run")
+    parser.add_argument("--workflow-config", metavar="MOD:OBJ", help="its module-level config object")
+    parser.add_argument("--agent", help="a native Harbor agent instead: oracle, terminus-2, mini-swe-agent")
+    parser.add_argument("--grader", metavar="MOD:CLS", help="an Osmosis Grader (else the task's own tests)")
+    parser.add_argument("--grader-config", metavar="MOD:OBJ")
+    parser.add_argument("--code-dir", help="the workflow project (pyproject.toml + one package)")
+    parser.add_argument("--bundles-dir", help="bundle cache (default ./bundles)")
+
+
+def cmd_prewarm(args: argparse.Namespace) -> int:
+    from harbor.trial.queue import TrialQueue
+
+    from .backend import HarborBackend
+    from .native import NotTrainableWarning
+    from .prewarm import PrewarmError
+    from .report import PrewarmProgress, prewarm_table
+    from .sandbox import environment_config
+
+    path = Path(args.path)
+    mode = args.mode or ("template" if is_task_dir(path) else "dataset")
+    if args.pool_size is not None and not args.pool:
+        raise UserError("--pool-size needs --pool NAME")
+    env_kwargs: dict = {"registry": args.registry}
+    if args.pool:
+        env_kwargs.update(pool=args.pool, pool_size=args.pool_size or 1)
+    if args.env == "docker":
+        env_kwargs["host_network"] = True
+    with warnings.catch_warnings():
+        if not (args.workflow or args.agent):  # images and pools only: the oracle default is implicit
+            warnings.simplefilter("ignore", NotTrainableWarning)
+            logging.getLogger("osmosis_harbor.native").setLevel(logging.ERROR)
+        backend = HarborBackend(
+            orchestrator=TrialQueue(n_concurrent=1), tasks_dir=path, task_mode=mode,
+            environment_config=environment_config(args.env, **env_kwargs), **_agent_args(args),
+        )
+    task_ids = args.task or backend.resolver.task_ids()
+    select_tasks(discover_tasks(path), task_ids if mode == "dataset" else None)  # unknown ids: one line
+    progress = PrewarmProgress(Console(stderr=True))
+    try:
+        with progress.live():
+            report = asyncio.run(backend.prewarm(task_ids, on_progress=progress.update))
+    except PrewarmError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    _console().print(prewarm_table(report))
+    if args.json:
+        Path(args.json).write_text(report.model_dump_json(indent=2) + "\n")
+    return 0 if report.failed == 0 else 1
+
+
+def cmd_rollout(args: argparse.Namespace) -> int:
+    import os
+
+    from harbor.trial.queue import TrialQueue
+    from rich.panel import Panel
+
+    from .backend import HarborBackend
+    from .local_run import run_one_rollout, trajectories_home
+    from .sandbox import environment_config
+    from .scripted_policy import FakeChatServer
+
+    if bool(args.chat_url) == bool(args.scripted_reply):
+        raise UserError("pass either --chat-url URL (a real policy endpoint) or --scripted-reply TEXT")
+    path = Path(args.path)
+    mode = "template" if is_task_dir(path) else "dataset"
+    if mode == "dataset" and not args.task_id:
+        raise UserError(f"{path} is a dataset: pass --task-id ID")
+    home = trajectories_home()
+    scripted = FakeChatServer(default_reply=args.scripted_reply) if args.scripted_reply else None
+    try:
+        env = environment_config(args.env, **({"host_network": True} if args.env == "docker" else {}))
+        backend = HarborBackend(orchestrator=TrialQueue(n_concurrent=1), tasks_dir=path, task_mode=mode,
+                                environment_config=env, **_agent_args(args))
+        result = asyncio.run(run_one_rollout(
+            backend=backend, prompt=args.prompt,
+            chat_completions_url=scripted.base_url if scripted else args.chat_url,
+            api_key=os.environ.get(args.api_key_env) if args.api_key_env else "local-demo-key",
+            label=args.label, metadata={"harbor_task_id": args.task_id} if args.task_id else None,
+            grade=not args.no_grade,
+        ))
+    finally:
+        if scripted:
+            scripted.close()
+        home.cleanup()
+    console = _console()
+    if args.json:
+        print(result.model_dump_json(indent=2))
+    else:
+        body = f"status: {result.status}\nreward: {result.sample.reward if result.sample else None}"
+        if result.err_message:
+            body += f"\nerror ({result.err_category}): {result.err_message}"
+        if result.sample is not None:
+            body += f"\nmetrics: {result.sample.metrics}"
+            for message in result.sample.messages:
+                body += f"\n[{message.get('role')}] {str(message.get('content'))[:300]}"
+        from rich.markup import escape
+
+        console.print(Panel(escape(body), title="rollout result"))
+    return 0 if str(result.status) == "success" else 1
+
+
+def cmd_cleanup(args: argparse.Namespace) -> int:
+    """Remove what the local Docker sandboxes left: expired or orphaned sandboxes, and the
+    warm pools a prewarm created (pools outlive the prewarm command by design)."""
+    from rich.table import Table
+
+    from .sandbox import docker_sdk
+
+    removed = [(r.name, r.reason) for r in docker_sdk.reap(expired=True, dead_owners=True)]
+    for pool in docker_sdk.list_pools():
+        if args.all_pools or any(pool.name.startswith(prefix) for prefix in args.pool or []):
+            removed += [(r.name, f"pool {pool.name} deleted") for r in docker_sdk.delete_pool(pool.name)]
+            removed.append((pool.name, "pool spec deleted"))
+    table = Table(title="Removed")
+    table.add_column("name")
+    table.add_column("why")
+    for name, why in removed:
+        table.add_row(name, str(why))
+    _console().print(table if removed else "nothing to remove")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m osmosis_harbor", description=__doc__.splitlines()[0])
     parser.add_argument("-v", "--verbose", action="store_true", help="show Harbor's logs")
@@ -117,6 +255,37 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--trials-dir", help="keep trial directories here (default: a temp dir, removed)")
     v.add_argument("--keep-trials", action="store_true", help="keep the trial directories")
     v.set_defaults(func=cmd_validate)
+
+    p = sub.add_parser("prewarm", help="build/push task images, prove agent setup, size warm pools")
+    p.add_argument("path", help="a template task or a dataset of tasks")
+    p.add_argument("--mode", choices=("template", "dataset"), help="default: template for a task dir")
+    _add_agent_args(p)
+    p.add_argument("--env", choices=SDK_NAMES, default="docker")
+    p.add_argument("--registry", help="push images to this registry (e.g. 127.0.0.1:5000)")
+    p.add_argument("--pool", metavar="NAME", help="create/resize a warm pool per environment group")
+    p.add_argument("--pool-size", type=int, metavar="N", help="running sandboxes per pool (default 1)")
+    p.add_argument("--task", action="append", metavar="ID", help="only these task ids (dataset mode)")
+    p.add_argument("--json", metavar="FILE", help="also write the summary as JSON")
+    p.set_defaults(func=cmd_prewarm)
+
+    r = sub.add_parser("rollout", help="run one rollout locally through the real osmosis server")
+    r.add_argument("path", help="the template task (or a dataset, with --task-id)")
+    _add_agent_args(r)
+    r.add_argument("--prompt", required=True, help="the user message")
+    r.add_argument("--label", help="the reference answer the grader sees")
+    r.add_argument("--task-id", help="dataset mode: the task to run")
+    r.add_argument("--chat-url", help="the policy's chat-completions base URL")
+    r.add_argument("--api-key-env", help="environment variable holding the policy API key")
+    r.add_argument("--scripted-reply", help="no policy? start a scripted endpoint that answers this")
+    r.add_argument("--env", choices=SDK_NAMES, default="docker")
+    r.add_argument("--no-grade", action="store_true")
+    r.add_argument("--json", action="store_true", help="print the result as JSON")
+    r.set_defaults(func=cmd_rollout)
+
+    g = sub.add_parser("cleanup", help="remove expired/orphaned local sandboxes and prewarmed pools")
+    g.add_argument("--pool", action="append", metavar="PREFIX", help="delete pools whose name starts so")
+    g.add_argument("--all-pools", action="store_true", help="delete every local warm pool")
+    g.set_defaults(func=cmd_cleanup)
 
     c = sub.add_parser("sandbox-check", help="run the sky.sandbox conformance suite against an SDK")
     c.add_argument("--sdk", choices=SDK_NAMES, default="docker")

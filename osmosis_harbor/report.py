@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from .prewarm import PrewarmReport
 from .validate import TaskValidation, ValidationReport
 
 _TIMING_ORDER = ("environment", "agent_setup", "agent", "verifier", "total")
@@ -68,4 +69,44 @@ def validation_table(report: ValidationReport) -> Table:
             _timings_text(row),
         )
     table.caption = f"{report.passed} passed, {report.failed} failed in {report.wall_sec:.1f}s"
+    return table
+
+
+class PrewarmProgress:
+    """One row per environment group, showing its current stage (image, setup, pool)."""
+
+    def __init__(self, console: Console) -> None:
+        self._progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                                  console=console, transient=True)
+        self._rows: dict[str, int] = {}
+
+    def update(self, group: str, stage: str) -> None:
+        label = {"image": "building/pushing image", "setup": "agent setup", "pool": "sizing pool",
+                 "done": "done", "failed": "FAILED"}.get(stage, stage)
+        if group not in self._rows:
+            self._rows[group] = self._progress.add_task(f"environment {group}: {label}", total=None)
+        else:
+            self._progress.update(self._rows[group], description=f"environment {group}: {label}")
+
+    @contextmanager
+    def live(self) -> Iterator["PrewarmProgress"]:
+        with self._progress:
+            yield self
+
+
+def prewarm_table(report: PrewarmReport) -> Table:
+    table = Table(title="Prewarm")
+    for column in ("environment", "tasks", "image", "image status", "setup", "pool", "time", "error"):
+        table.add_column(column, overflow="fold")
+    for group in report.groups_detail:
+        ids = ", ".join(group.task_ids[:3]) + (f" (+{len(group.task_ids) - 3})" if len(group.task_ids) > 3 else "")
+        status = "built" if group.built else "reused" if group.reused else "-"
+        table.add_row(
+            group.key, f"{len(group.task_ids)}: {ids}", group.image or "-", status,
+            "[green]ok[/]" if group.setup_ok else "[red]failed[/]" if group.error else "-",
+            f"{group.pool} x{group.pool_size}" if group.pool else "-",
+            f"{sum(group.timings_sec.values()):.1f}s", group.error or "",
+        )
+    table.caption = (f"{report.groups} environment group(s), {report.tasks} task(s): {report.built} built, "
+                     f"{report.reused} reused, {report.failed} task(s) failed, in {report.wall_sec:.1f}s")
     return table

@@ -17,7 +17,7 @@ from osmosis_harbor.backend import HarborBackend
 from osmosis_harbor.native import NotTrainableWarning
 from osmosis_harbor.sandbox import environment_config
 
-from .fake_chat import FakeChatServer
+from osmosis_harbor.scripted_policy import FakeChatServer
 from .rollout_server import client_for, serve
 from .support import FIXTURES, TASKS
 

@@ -54,7 +54,7 @@ from osmosis_harbor.outcome import Phase, read_trial  # noqa: E402
 from osmosis_harbor.sandbox import environment_config  # noqa: E402
 from osmosis_harbor.sandbox.lifecycle import terminate_live_sandboxes  # noqa: E402
 
-from .fake_chat import FakeChatServer  # noqa: E402
+from osmosis_harbor.scripted_policy import FakeChatServer  # noqa: E402
 from .support import make_task  # noqa: E402
 
 URL = "http://127.0.0.1:8/v1"

@@ -19,7 +19,7 @@ from osmosis_harbor.backend import HarborBackend
 from osmosis_harbor.prewarm import PrewarmError
 from osmosis_harbor.sandbox import docker_sdk, environment_config
 
-from .fake_chat import FakeChatServer
+from osmosis_harbor.scripted_policy import FakeChatServer
 from .rollout_server import client_for, serve
 from .support import FIXTURES, TASKS, managed_containers, make_task, wait_until
 

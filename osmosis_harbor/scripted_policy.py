@@ -1,8 +1,10 @@
-"""A fake OpenAI-compatible chat-completions endpoint on 127.0.0.1 for end-to-end tests.
+"""A scripted OpenAI-compatible chat-completions endpoint on 127.0.0.1.
 
-The policy's reply is the content of the last user message's ``reply:`` line when there
-is one (so each test scripts its own rollout), else ``default_reply``. Every request is
-recorded (path, Authorization header, body) so tests can assert what the sandbox sent.
+For demos (``python -m osmosis_harbor rollout --scripted-reply ...``), tests and benchmarks:
+a stand-in for the training cluster's policy endpoint. The reply is the content of the
+last user message's ``reply:`` line when there is one (so each rollout can script itself),
+else ``default_reply``. Every request is recorded (path, Authorization header, body) so
+callers can assert what the sandbox sent. It listens on loopback only.
 """
 
 from __future__ import annotations

@@ -1,0 +1,88 @@
+"""One rollout, end to end, from the command line (``python -m osmosis_harbor rollout``).
+
+It runs exactly the production path on this machine: ``HarborBackend`` behind the real
+osmosis rollout server on 127.0.0.1, the osmosis client posting the rollout and polling
+for its result, the trial in a local Docker sandbox (host networking, so the workflow can
+reach a policy endpoint on this machine). Without a real endpoint, ``--scripted-reply``
+starts a scripted one, which is enough to see a workflow, its sandbox and its grader work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import tempfile
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from osmosis_ai.rollout.types import RolloutResultResponse
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextlib.asynccontextmanager
+async def serve_locally(backend: Any) -> AsyncIterator[str]:
+    """``create_rollout_server(backend=...)`` on 127.0.0.1 in this event loop; yields its URL."""
+    import uvicorn
+    from osmosis_ai.rollout.server import create_rollout_server
+
+    from .server import add_status_route
+
+    app = add_status_route(create_rollout_server(backend=backend, configure_logging=False), backend)
+    port = _free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    task = asyncio.create_task(server.serve())
+    try:
+        while not server.started:
+            if task.done():
+                task.result()
+                raise RuntimeError("the rollout server stopped during start-up")
+            await asyncio.sleep(0.02)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await task
+
+
+async def run_one_rollout(
+    *,
+    backend: Any,
+    prompt: str,
+    chat_completions_url: str,
+    api_key: str | None,
+    label: str | None,
+    metadata: dict[str, Any] | None,
+    grade: bool,
+) -> RolloutResultResponse:
+    from osmosis_ai.rollout.client import RolloutClient
+
+    async with serve_locally(backend) as url:
+        client = RolloutClient(url=url)
+        try:
+            return await client.run_rollout(
+                initial_messages=[{"role": "user", "content": prompt}],
+                chat_completions_url=chat_completions_url, rollout_id=f"local-{uuid.uuid4().hex[:10]}",
+                llm_api_key=api_key, label=label, metadata=metadata, grade=grade,
+            )
+        finally:
+            await client.aclose()
+
+
+def trajectories_home() -> tempfile.TemporaryDirectory[str]:
+    """The osmosis server saves trajectories under ~/.osmosis; a local demo keeps them in a
+    temporary home unless the user set OSMOSIS_HARBOR_KEEP_HOME."""
+    home = tempfile.TemporaryDirectory(prefix="osmosis-harbor-home-")
+    if not os.environ.get("OSMOSIS_HARBOR_KEEP_HOME"):
+        os.environ["HOME"] = home.name
+    return home
+
+
+__all__ = ["run_one_rollout", "serve_locally", "trajectories_home", "Path"]
