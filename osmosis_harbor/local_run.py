@@ -29,16 +29,20 @@ def _free_port() -> int:
 
 
 @contextlib.asynccontextmanager
-async def serve_locally(backend: Any) -> AsyncIterator[str]:
-    """``create_rollout_server(backend=...)`` on 127.0.0.1 in this event loop; yields its URL."""
+async def serve_locally(backend: Any, *, lifespan: Any = None) -> AsyncIterator[str]:
+    """``create_rollout_server(backend=...)`` on 127.0.0.1 in this event loop; yields its URL.
+
+    Leaving the block stops the server the way a real one stops: it drains in-flight
+    rollouts and calls ``backend.shutdown()``."""
     import uvicorn
     from osmosis_ai.rollout.server import create_rollout_server
 
     from .server import add_status_route
 
-    app = add_status_route(create_rollout_server(backend=backend, configure_logging=False), backend)
+    app = add_status_route(
+        create_rollout_server(backend=backend, lifespan=lifespan, configure_logging=False), backend)
     port = _free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
     task = asyncio.create_task(server.serve())
     try:
         while not server.started:

@@ -39,16 +39,19 @@ def run_cli(*args: str, timeout: float = 600, env: dict[str, str] | None = None)
     )
 
 
-def wait_until(predicate: Callable[[], object], *, timeout: float, interval: float = 0.1, what: str = "condition"):
-    """Poll ``predicate`` until truthy (returned) or fail after ``timeout`` seconds."""
+def wait_until(predicate: Callable[[], object], *, timeout: float, what: str = "condition"):
+    """Poll ``predicate`` (backing off from 20 ms to 0.5 s) until truthy, which is returned,
+    or fail after ``timeout`` seconds. Polling a condition, never sleeping a fixed time."""
     deadline = time.monotonic() + timeout
+    delay = 0.02
     while True:
         value = predicate()
         if value:
             return value
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
+        time.sleep(delay)
+        delay = min(delay * 2, 0.5)
 
 
 def make_task(root: Path, task_id: str, *, dockerfile: str | None = None, solve: str = "echo ok > /tmp/done",

@@ -38,21 +38,11 @@ CHECKS = [c.name for c in conformance.selected_checks(include_pools=True)]
 # ── helpers ──────────────────────────────────────────────────────────────────────────────────
 
 
+from .support import wait_until as poll  # noqa: E402
+
+
 def unique(stem: str) -> str:
     return f"t-{stem}-{uuid.uuid4().hex[:6]}"
-
-
-def poll(predicate: Callable[[], Any], *, timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    delay = 0.02
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(delay)
-        delay = min(delay * 2, 0.5)
 
 
 async def apoll(predicate: Callable[[], Awaitable[Any]], *, timeout: float, what: str) -> Any:

@@ -1,0 +1,138 @@
+"""``python -m bench [--quick] [--only NAME ...] [--out FILE]``: run the benchmarks.
+
+Each benchmark prints a table (medians, p90, its same-run baseline and the ratio) and the
+whole run is written to JSON after every benchmark, so a crash keeps what was measured.
+HOME points at a temporary directory for the run (the osmosis server saves trajectories
+under ``~/.osmosis``). After each benchmark the engine is checked for anything this
+process still owns; leftovers are reported as a WARNING line and removed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import json
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from .common import BenchResult, console, render
+
+BENCHMARKS: tuple[str, ...] = ("overhead", "throughput", "bundle", "prewarm", "admission")
+MODULES = {"bundle": "bench.bundle_build"}  # ``bench.bundle`` would read like the product's module
+DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "latest.json"
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smaller sizes and fewer repeats (about 3 minutes)")
+    parser.add_argument("--only", action="append", metavar="NAME", default=[],
+                        help=f"run only these (repeatable or comma-separated): {', '.join(BENCHMARKS)}")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"JSON results (default: {DEFAULT_OUT})")
+    parser.add_argument("--keep-images", action="store_true",
+                        help="keep task images the run had to build for the template task (faster reruns)")
+    args = parser.parse_args(argv)
+    selected = [n.strip() for item in args.only for n in item.split(",") if n.strip()]
+    unknown = [n for n in selected if n not in BENCHMARKS]
+    if unknown:
+        parser.error(f"unknown benchmark(s) {', '.join(unknown)}; choose from {', '.join(BENCHMARKS)}")
+    args.selected = [n for n in BENCHMARKS if n in selected] if selected else list(BENCHMARKS)
+    return args
+
+
+def load(name: str) -> Callable[[bool], Awaitable[BenchResult]]:
+    module = importlib.import_module(MODULES.get(name, f"bench.{name}"))
+    return module.run
+
+
+def hygiene(result: BenchResult) -> None:
+    """Report (as a WARNING) and remove anything this process still owns on the engine."""
+    from .env import cleanup_process, leftovers
+
+    try:
+        left = leftovers()
+    except Exception as exc:
+        result.warn(f"could not check for leftovers: {exc}")
+        return
+    result.info["leftovers after benchmark"] = len(left)
+    if left:
+        result.warn(f"left behind (now removed): {', '.join(left)}")
+        cleanup_process()
+
+
+def write(out: Path, payload: dict[str, Any]) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(out.suffix + ".tmp")
+    tmp.write_text(json.dumps(payload, indent=2, default=str))
+    tmp.replace(out)
+
+
+async def run_all(args: argparse.Namespace) -> int:
+    from osmosis_harbor.sandbox import images
+
+    from .env import remove_images
+
+    payload: dict[str, Any] = {
+        "meta": {
+            "quick": args.quick, "selected": args.selected, "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "python": sys.version.split()[0], "platform": platform.platform(), "cpus": os.cpu_count(),
+        },
+        "benchmarks": {},
+    }
+    started = time.perf_counter()
+    status = 0
+    try:
+        for name in args.selected:
+            console.rule(f"[bold]{name}[/]" + (" (quick)" if args.quick else ""))
+            t0 = time.perf_counter()
+            try:
+                result = await load(name)(args.quick)
+            except Exception as exc:
+                traceback.print_exc()
+                result = BenchResult(name, "failed", error=f"{type(exc).__name__}: {exc}")
+                status = 1
+            result.wall_sec = time.perf_counter() - t0
+            hygiene(result)
+            render(result)
+            payload["benchmarks"][name] = result.to_json()
+            payload["meta"]["wall_sec"] = round(time.perf_counter() - started, 3)
+            write(args.out, payload)
+    finally:
+        built = list(dict.fromkeys(images.BUILD_COORDINATOR.stats.built))
+        if built and not args.keep_images:
+            failed = remove_images(built)
+            console.print(f"removed {len(built) - len(failed)} image(s) this run built for the template task")
+            for problem in failed:
+                console.print(f"[bold yellow]WARNING[/] image not removed: {problem}")
+    payload["meta"]["wall_sec"] = round(time.perf_counter() - started, 3)
+    write(args.out, payload)
+    console.rule()
+    console.print(f"total wall time {payload['meta']['wall_sec']:.1f} s; results in {args.out}")
+    return status
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    home = tempfile.mkdtemp(prefix="osmosis-bench-home-")
+    saved_home = os.environ.get("HOME")
+    os.environ["HOME"] = home  # the osmosis server writes trajectories under ~/.osmosis
+    try:
+        return asyncio.run(run_all(args))
+    finally:
+        if saved_home is None:
+            os.environ.pop("HOME", None)
+        else:
+            os.environ["HOME"] = saved_home
+        shutil.rmtree(home, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,151 @@
+"""What every benchmark shares: the fixture workflow project, a backend factory, the
+scripted policy, one-rollout helpers and the hygiene checks (no sandbox, pool or image
+left behind by this process).
+
+The backends are built exactly as the end-to-end tests build them
+(``environment_config("docker", host_network=True)``, the fixture project
+``tests/fixtures/rollout_project``, the template task ``tasks/template``), so the figures
+describe the code path the tests prove correct.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import docker
+import docker.errors
+from harbor.trial.queue import TrialQueue
+from osmosis_ai.rollout.context import RolloutContext
+from osmosis_ai.rollout.types import ExecutionOutcome, ExecutionRequest
+
+from osmosis_harbor.backend import HarborBackend
+from osmosis_harbor.sandbox import docker_sdk, environment_config, images
+from osmosis_harbor.sandbox import labels as L
+
+REPO = Path(__file__).resolve().parent.parent
+TEMPLATE = REPO / "tasks" / "template"
+PROJECT = REPO / "tests" / "fixtures" / "rollout_project"
+WF = "rollout_fixtures.workflows"
+API_KEY = "sk-bench-not-a-secret"
+POOL_PREFIX = f"bench{os.getpid()}"
+_SHIM_ELAPSED = re.compile(r"osmosis-harbor-shim\[agent\].* ok .*elapsed=([0-9.]+)s")
+
+
+def make_backend(work: Path, *, agent: str = "ListWorkflow", n_concurrent: int = 1,
+                 tasks_dir: Path = TEMPLATE, task_mode: str = "template",
+                 cleanup_successful_trials: bool = True, max_queue_depth: int | None = None,
+                 **env_kwargs: Any) -> HarborBackend:
+    """A HarborBackend on local Docker sandboxes that can reach a policy on 127.0.0.1."""
+    return HarborBackend(
+        orchestrator=TrialQueue(n_concurrent=n_concurrent),
+        tasks_dir=tasks_dir, task_mode=task_mode,
+        agent=f"{WF}:{agent}",
+        workflow_config=f"{WF}:fixture_config" if agent in {"ListWorkflow", "OutputWorkflow"} else None,
+        code_dir=PROJECT, bundles_dir=work / "bundles",
+        environment_config=environment_config("docker", host_network=True, **env_kwargs),
+        trials_dir=work / "trials", cleanup_successful_trials=cleanup_successful_trials,
+        max_queue_depth=max_queue_depth,
+    )
+
+
+def request(rollout_id: str, text: str = "go", *, grade: bool = False) -> ExecutionRequest:
+    return ExecutionRequest(id=rollout_id, prompt=[{"role": "user", "content": text}], grade=grade)
+
+
+async def run_rollout(backend: HarborBackend, chat_url: str, rollout_id: str, text: str = "go", *,
+                      grade: bool = False) -> ExecutionOutcome:
+    """``execute()`` inside a RolloutContext, which is all the osmosis server adds around it."""
+    with RolloutContext(chat_completions_url=chat_url, api_key=API_KEY, rollout_id=rollout_id):
+        return await backend.execute(request(rollout_id, text, grade=grade))
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def shim_elapsed(trials_dir: Path, trial_name: str) -> float | None:
+    """The in-container agent runner's own elapsed time (its last log line), if present."""
+    log = trials_dir / trial_name / "agent" / "workflow.log"
+    try:
+        matches = _SHIM_ELAPSED.findall(log.read_text(errors="replace"))
+    except OSError:
+        return None
+    return float(matches[-1]) if matches else None
+
+
+def outcome_ok(outcome: ExecutionOutcome) -> bool:
+    return outcome.result.status.value == "success"
+
+
+@contextlib.contextmanager
+def fresh_build_coordinator() -> Iterator[images.ImageBuildCoordinator]:
+    """Forget which images this process built or saw, as a new process would."""
+    import osmosis_harbor.prewarm as prewarm_module
+    import osmosis_harbor.sandbox.environment as environment_module
+
+    fresh = images.ImageBuildCoordinator()
+    saved = images.BUILD_COORDINATOR, environment_module.BUILD_COORDINATOR, prewarm_module.BUILD_COORDINATOR
+    images.BUILD_COORDINATOR = environment_module.BUILD_COORDINATOR = prewarm_module.BUILD_COORDINATOR = fresh
+    try:
+        yield fresh
+    finally:
+        images.BUILD_COORDINATOR, environment_module.BUILD_COORDINATOR, prewarm_module.BUILD_COORDINATOR = saved
+
+
+# ── hygiene ──────────────────────────────────────────────────────────────────────────────────
+
+
+def managed_containers(owner_pid: int | None = None) -> list[dict[str, Any]]:
+    """Containers of the Docker sandbox emulation (optionally only one process's), one list call."""
+    filters = [L.MANAGED_FILTER] + ([f"{L.OWNER_PID}={owner_pid}"] if owner_pid is not None else [])
+    return docker.from_env().api.containers(all=True, filters={"label": filters})
+
+
+def remove_images(refs: list[str]) -> list[str]:
+    """Remove image tags this run built; returns the ones that could not be removed."""
+    client = docker.from_env()
+    failed: list[str] = []
+    for ref in refs:
+        try:
+            client.images.remove(ref)
+        except docker.errors.ImageNotFound:
+            pass
+        except docker.errors.APIError as exc:
+            failed.append(f"{ref}: {exc.explanation or exc}")
+        images.BUILD_COORDINATOR.forget(ref)
+    return failed
+
+
+def image_exists(ref: str) -> bool:
+    return images.local_image_exists(ref)
+
+
+def leftovers() -> list[str]:
+    """What this process still owns on the engine: sandboxes, pool members, pools."""
+    found = [f"container {c['Names'][0].lstrip('/')} ({c['State']})" for c in managed_containers(os.getpid())]
+    try:
+        found += [f"pool {p.spec.name}" for p in docker_sdk.list_pools() if p.spec.name.startswith(POOL_PREFIX)]
+    except Exception as exc:  # hygiene must report, not crash the run
+        found.append(f"could not list pools: {exc}")
+    return found
+
+
+def cleanup_process() -> list[str]:
+    """Last resort: remove everything this process still owns; returns what was removed."""
+    removed = [f"container {r.name}" for r in docker_sdk.remove_all(owner_pid=os.getpid())]
+    for pool in docker_sdk.list_pools():
+        if pool.spec.name.startswith(POOL_PREFIX):
+            docker_sdk.delete_pool(pool.spec.name)
+            removed.append(f"pool {pool.spec.name}")
+    return removed
+
+
+def workdir(prefix: str) -> Path:
+    return Path(tempfile.mkdtemp(prefix=f"osmosis-bench-{prefix}-"))
