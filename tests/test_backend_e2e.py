@@ -216,3 +216,35 @@ async def test_loopback_endpoint_without_host_network_is_refused(tmp_path, bundl
     assert "loopback" in result.err_message and "host_network=True" in result.err_message
     assert len(managed_containers(owner_pid=os.getpid())) == before
     assert not (tmp_path / "trials").exists() or not any((tmp_path / "trials").iterdir())
+
+
+async def test_status_transitions_are_observed_through_the_server(tmp_path, bundles_dir, fake_chat, api_key,
+                                                                  grader_template):
+    import httpx
+
+    backend = make_backend(tmp_path, bundles_dir, agent="OutputWorkflow", grader="SlowGrader",
+                           tasks_dir=grader_template)
+    async with serve(backend) as url, client_for(url) as client, httpx.AsyncClient(base_url=url) as http:
+        handle = await client.run_rollout_async(
+            initial_messages=prompt("reply: echo 42 > answer.txt"), chat_completions_url=fake_chat.base_url,
+            rollout_id="observed-1", llm_api_key=api_key, label="42")
+        assert await handle.wait_for_running() in {RolloutStatus.RUNNING, RolloutStatus.GRADING}
+        assert await handle.wait_for_grading() is RolloutStatus.GRADING
+        status = (await http.get("/rollout/observed-1/status")).json()
+        assert status["status"] == "grading" and status["task_id"] == "template-graded"
+        result = await handle.wait_for_completion()
+        assert result.status is RolloutStatus.SUCCESS and result.sample.reward == 1.0
+        final = (await http.get("/rollout/observed-1/status")).json()
+        assert final["status"] == "success" and final["reward"] == 1.0
+        assert (await http.get("/rollout/never-seen/status")).status_code == 404
+
+
+async def test_grader_timeout_is_a_timeout(tmp_path, bundles_dir, fake_chat, api_key, grader_template):
+    backend = make_backend(tmp_path, bundles_dir, agent="OutputWorkflow", grader="SlowGrader",
+                           tasks_dir=grader_template)
+    async with serve(backend) as url, client_for(url) as client:
+        result = await run(client, fake_chat, api_key, "reply: echo 42 > answer.txt", label="42",
+                           grader_timeout_sec=1.5)
+    assert result.status is RolloutStatus.FAILURE
+    assert result.err_category is RolloutErrorCategory.TIMEOUT, result.err_message
+    assert "verifier timed out" in result.err_message
