@@ -208,6 +208,12 @@ class HarborBackend(ExecutionBackend):
         except asyncio.CancelledError:
             self.tracker.finish(request.id, RolloutStatus.CANCELLED, error="cancelled")
             raise
+        except ValueError as exc:  # bad input found while preparing (e.g. an empty prompt)
+            outcome = _refused(str(exc), {"failed_phase": "task"})
+        except Exception as exc:  # the server reports it; the status must not stay "queued"
+            self.tracker.finish(request.id, RolloutStatus.FAILURE, error=f"{type(exc).__name__}: {exc}",
+                                err_category=RolloutErrorCategory.INTERNAL_ERROR)
+            raise
         result = outcome.result
         self.tracker.finish(
             request.id, result.status,

@@ -248,3 +248,14 @@ async def test_grader_timeout_is_a_timeout(tmp_path, bundles_dir, fake_chat, api
     assert result.status is RolloutStatus.FAILURE
     assert result.err_category is RolloutErrorCategory.TIMEOUT, result.err_message
     assert "verifier timed out" in result.err_message
+
+
+async def test_bad_prompt_is_a_validation_error_and_leaves_no_queued_state(tmp_path, bundles_dir, fake_chat, api_key):
+    backend = make_backend(tmp_path, bundles_dir, agent="OutputWorkflow")
+    async with serve(backend) as url, client_for(url) as client:
+        result = await client.run_rollout(initial_messages=[], chat_completions_url=fake_chat.base_url,
+                                          rollout_id="empty-prompt", llm_api_key=api_key, grade=False)
+    assert result.status is RolloutStatus.FAILURE
+    assert result.err_category is RolloutErrorCategory.VALIDATION_ERROR, result.err_message
+    assert backend.rollout_status("empty-prompt")["status"] == RolloutStatus.FAILURE
+    assert backend.health()["in_flight"] == 0
