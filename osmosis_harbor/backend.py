@@ -188,9 +188,16 @@ class HarborBackend(ExecutionBackend):
 
     # ── ExecutionBackend ──────────────────────────────────────────────────────
     def has_capacity(self) -> bool:
+        """Whether the server may admit one more rollout (it asks once per admission).
+
+        A yes reserves a queue place until that rollout's execute() starts, so a burst of
+        concurrent POSTs cannot overshoot ``max_queue_depth``."""
         if not self._accepting:
             return False
-        return self.max_queue_depth is None or self.tracker.queued() < self.max_queue_depth
+        if self.max_queue_depth is not None and self.tracker.queued() >= self.max_queue_depth:
+            return False
+        self.tracker.reserve()
+        return True
 
     def rollout_status(self, rollout_id: str) -> dict[str, Any] | None:
         return self.tracker.status(rollout_id)
@@ -243,6 +250,9 @@ class HarborBackend(ExecutionBackend):
         return dispositions
 
     async def _execute(self, request: ExecutionRequest, ctx) -> ExecutionOutcome:
+        if ctx is not None and ctx.progress is not None:
+            # The server marks a started rollout "running"; here it still waits for a slot.
+            await ctx.set_status(RolloutStatus.QUEUED)
         url = ctx.chat_completions_url if ctx is not None else ""
         key = ctx.api_key if ctx is not None else None
         problem = self._endpoint_problem(url)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -64,11 +65,33 @@ class RolloutTracker:
         self._states: dict[str, RolloutState] = {}
         self._by_trial: dict[str, str] = {}
         self._retention_sec = retention_sec
+        # Admissions the server granted whose execute() has not started yet (see reserve()).
+        self._reservations: deque[float] = deque()
         orchestrator.add_hook(TrialEvent.START, self._on_event(RolloutStatus.RUNNING))
         orchestrator.add_hook(TrialEvent.VERIFICATION_START, self._on_event(RolloutStatus.GRADING))
 
     # ── lifecycle ─────────────────────────────────────────────────────────────
+    RESERVATION_TTL_SEC = 10.0
+
+    def reserve(self) -> None:
+        """Count an admission the server just granted as queued until its execute() starts.
+
+        The osmosis server asks ``has_capacity()`` and only later (after awaits of its own)
+        calls ``execute()``; without a reservation a burst of POSTs would all see the same
+        free capacity and overshoot ``max_queue_depth``. A reservation that is never
+        claimed (a duplicate id, a failed admission) lapses after ``RESERVATION_TTL_SEC``.
+        """
+        self._reservations.append(time.monotonic())
+
+    def _live_reservations(self) -> int:
+        cutoff = time.monotonic() - self.RESERVATION_TTL_SEC
+        while self._reservations and self._reservations[0] < cutoff:
+            self._reservations.popleft()
+        return len(self._reservations)
+
     def admit(self, rollout_id: str, listener: StatusListener | None = None) -> RolloutState:
+        if self._reservations:
+            self._reservations.popleft()
         self._expire()
         state = RolloutState(rollout_id=rollout_id, listener=listener)
         self._states[rollout_id] = state
@@ -126,7 +149,9 @@ class RolloutTracker:
         return counts
 
     def queued(self) -> int:
-        return sum(1 for s in self._states.values() if s.status is RolloutStatus.QUEUED)
+        """Rollouts waiting for a trial slot, plus admissions not yet in execute()."""
+        waiting = sum(1 for s in self._states.values() if s.status is RolloutStatus.QUEUED)
+        return waiting + self._live_reservations()
 
     def in_flight(self) -> list[RolloutState]:
         return [s for s in self._states.values() if s.status not in TERMINAL]

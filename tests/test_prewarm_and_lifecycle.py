@@ -189,6 +189,23 @@ async def test_queue_depth_429_status_and_cancel(tmp_path: Path, fake_chat) -> N
         assert backend.health()["in_flight"] == 0
 
 
+async def test_a_burst_of_admissions_never_overshoots_the_queue_depth(tmp_path: Path, fake_chat) -> None:
+    backend = backend_for(tmp_path, agent="SleepyWorkflow", n_concurrent=1, max_queue_depth=2)
+    async with serve(backend) as url, httpx.AsyncClient(base_url=url) as http:
+        responses = await asyncio.gather(*(
+            http.post("/rollout", json=rollout_body(fake_chat, f"burst-{i}", grade=False)) for i in range(8)))
+        codes = sorted(r.status_code for r in responses)
+        # one rollout takes the only trial slot as soon as it starts; two more may wait
+        assert codes.count(202) <= 3 and codes.count(429) >= 5, codes
+        assert all(r.headers["Retry-After"] == "5" for r in responses if r.status_code == 429)
+        accepted = [f"burst-{i}" for i, r in enumerate(responses) if r.status_code == 202]
+        await asyncio.to_thread(wait_until, lambda: backend.health()["queued"] + backend.health()["running"]
+                                == len(accepted), timeout=60, what="accepted rollouts to reach the backend")
+        assert backend.health()["queued"] <= 2
+        await http.post("/rollout/cancel", json={"all": True})
+    assert managed_containers(owner_pid=os.getpid()) == []
+
+
 async def test_shutdown_with_trials_in_flight_leaves_no_sandbox(tmp_path: Path, fake_chat) -> None:
     backend = backend_for(tmp_path, agent="SleepyWorkflow", n_concurrent=2)
     async with serve(backend) as url, httpx.AsyncClient(base_url=url) as http:
