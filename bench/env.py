@@ -55,15 +55,17 @@ def make_backend(work: Path, *, agent: str = "ListWorkflow", n_concurrent: int =
     )
 
 
-def request(rollout_id: str, text: str = "go", *, grade: bool = False) -> ExecutionRequest:
-    return ExecutionRequest(id=rollout_id, prompt=[{"role": "user", "content": text}], grade=grade)
+def request(rollout_id: str, text: str = "go", *, grade: bool = False,
+            agent_timeout_sec: float | None = None) -> ExecutionRequest:
+    return ExecutionRequest(id=rollout_id, prompt=[{"role": "user", "content": text}], grade=grade,
+                            agent_timeout_sec=agent_timeout_sec)
 
 
 async def run_rollout(backend: HarborBackend, chat_url: str, rollout_id: str, text: str = "go", *,
-                      grade: bool = False) -> ExecutionOutcome:
+                      grade: bool = False, agent_timeout_sec: float | None = None) -> ExecutionOutcome:
     """``execute()`` inside a RolloutContext, which is all the osmosis server adds around it."""
     with RolloutContext(chat_completions_url=chat_url, api_key=API_KEY, rollout_id=rollout_id):
-        return await backend.execute(request(rollout_id, text, grade=grade))
+        return await backend.execute(request(rollout_id, text, grade=grade, agent_timeout_sec=agent_timeout_sec))
 
 
 def new_id(prefix: str) -> str:

@@ -13,7 +13,7 @@ import contextlib
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,12 +23,14 @@ from osmosis_harbor.sandbox import docker_sdk
 _EXEC_LABELS: tuple[tuple[str, str], ...] = (
     ("pip install", "exec: bundle install (pip)"),
     ("-agent", "exec: workflow process"),
-    ("test.sh", "exec: verifier tests/test.sh"),
-    ("tar ", "exec: tar pack/unpack (dir transfer)"),
-    ("rm -f", "exec: rm transfer archive"),
+    ("(/tests/test.sh)", "exec: verifier tests/test.sh"),
+    ("tar -czf", "exec: tar pack (download_dir)"),
+    ("tar -xzf", "exec: tar unpack (upload_dir)"),
+    ("rm -f /tmp/hb-", "exec: rm transfer archive"),
+    ("reward.txt", "exec: clear reward files"),
     ("mkdir", "exec: mkdir"),
     ("chmod", "exec: chmod"),
-    ("chown", "exec: chown"),
+    ("test -d", "exec: test -d (probe)"),
 )
 
 
@@ -67,13 +69,14 @@ def summarize(calls: list[tuple[str, float]]) -> dict[str, tuple[int, float]]:
     return {k: (int(v[0]), float(v[1])) for k, v in out.items()}
 
 
-def _timed(fn: Any, label: str, trace: Trace) -> Any:
+def _timed(fn: Any, label: str | Callable[..., str], trace: Trace) -> Any:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         started = time.perf_counter()
         try:
             return fn(*args, **kwargs)
         finally:
-            trace.record(label, time.perf_counter() - started)
+            name = label(*args, **kwargs) if callable(label) else label
+            trace.record(name, time.perf_counter() - started)
 
     return wrapper
 
@@ -88,7 +91,10 @@ def tracing() -> Iterator[Trace]:
     saved_aio = docker_sdk._ExecMethod.aio
     saved_wait = docker_sdk.AsyncExecHandle.wait
 
-    docker_sdk.create = docker_sdk.Dual(_timed(saved_create._fn, "create (container create+start)", trace),
+    def create_label(*_args: Any, pool: str | None = None, **_kwargs: Any) -> str:
+        return "create (pool claim)" if pool else "create (container create+start)"
+
+    docker_sdk.create = docker_sdk.Dual(_timed(saved_create._fn, create_label, trace),
                                         on_abandon=saved_create._on_abandon)
     for name, original in saved_methods.items():
         setattr(sandbox_cls, name, docker_sdk.Dual(_timed(original._fn, name, trace)))
