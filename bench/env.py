@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -53,6 +54,14 @@ def make_backend(work: Path, *, agent: str = "ListWorkflow", n_concurrent: int =
         trials_dir=work / "trials", cleanup_successful_trials=cleanup_successful_trials,
         max_queue_depth=max_queue_depth,
     )
+
+
+async def dispose(backend: HarborBackend) -> None:
+    """``shutdown()`` plus removal of the backend's private temp root, which shutdown keeps."""
+    try:
+        await backend.shutdown()
+    finally:
+        shutil.rmtree(backend._work_root, ignore_errors=True)
 
 
 def request(rollout_id: str, text: str = "go", *, grade: bool = False,

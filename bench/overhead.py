@@ -29,7 +29,7 @@ from osmosis_harbor.local_run import serve_locally as serve
 from osmosis_harbor.scripted_policy import FakeChatServer
 
 from .common import BenchResult, stopwatch
-from .env import API_KEY, make_backend, new_id, outcome_ok, run_rollout, shim_elapsed, workdir
+from .env import API_KEY, dispose, make_backend, new_id, outcome_ok, run_rollout, shim_elapsed, workdir
 from .floor import raw_cycle
 from .trace import summarize, tracing
 
@@ -209,7 +209,7 @@ async def run(quick: bool) -> BenchResult:
         result.notes.append("overhead = end-to-end - the workflow runner's own elapsed (python start-up and "
                             "imports inside the sandbox count as overhead)")
     finally:
-        await backend.shutdown()
+        await dispose(backend)
         chat.close()
         shutil.rmtree(work, ignore_errors=True)
     return result
