@@ -156,6 +156,7 @@ class HarborBackend(ExecutionBackend):
         elif isinstance(agent, str) and ":" not in agent and "." not in agent:
             raise ValueError(f"unknown agent {agent!r}: pass an AgentWorkflow class or 'module:Class' "
                              f"import path, or one of the native agents {', '.join(NATIVE_AGENTS)}")
+        _preload_model_client()
         self.tracker = RolloutTracker(orchestrator)
         self._accepting = True
         self.failed_prewarm_tasks: dict[str, str] = {}
@@ -281,14 +282,16 @@ class HarborBackend(ExecutionBackend):
                                              trial_dir, key, key_env, base_extra, url)
         finally:
             credentials.drop(request.id)
-            shutil.rmtree(work, ignore_errors=True)
+            await asyncio.to_thread(shutil.rmtree, work, True)
 
     async def _run_trial(self, request: ExecutionRequest, resolved: ResolvedTask, reward_source: str,
                          work: Path, trial_name: str, trial_dir: Path, key: str | None, key_env: str,
                          base_extra: dict[str, Any], url: str) -> ExecutionOutcome:
         succeeded = False
         try:
-            config = self._trial_config(request, resolved, reward_source, work, trial_name, url, key_env)
+            # File work (the task copy) runs off the event loop: thousands may queue at once.
+            config = await asyncio.to_thread(
+                self._trial_config, request, resolved, reward_source, work, trial_name, url, key_env)
             self.tracker.bind_trial(request.id, trial_name, resolved.task_id)
             state = self.tracker.get(request.id)
             if state is not None and state.cancel_requested:
@@ -523,9 +526,18 @@ class HarborBackend(ExecutionBackend):
             await asyncio.wait(in_flight, timeout=60)
         problems = await terminate_live_sandboxes()
         problems += await self._delete_pools()
-        shutil.rmtree(self._work_root / "rollouts", ignore_errors=True)
+        self._remove_work_root()
         for problem in problems:
             print(f"HarborBackend shutdown: could not remove {problem}", flush=True)
+
+    def _remove_work_root(self) -> None:
+        """Remove the backend's temporary root, except retained (failed) trials in it."""
+        shutil.rmtree(self._work_root / "rollouts", ignore_errors=True)
+        for directory in (self.trials_dir, self._work_root):
+            try:
+                directory.rmdir()  # only when empty: retained trials stay for inspection
+            except OSError:
+                pass
 
     async def _delete_pools(self) -> list[str]:
         pools = sorted(set(self._task_pools.values()))
@@ -578,6 +590,17 @@ class HarborBackend(ExecutionBackend):
 def _cancelled(extra: dict[str, Any]) -> ExecutionOutcome:
     return ExecutionOutcome(workflow=ExecutionResult(
         status=RolloutStatus.CANCELLED, err_message="cancelled", extra_fields=extra))
+
+
+def _preload_model_client() -> None:
+    """Import Harbor's LiteLLM configuration now, not on the first trial.
+
+    ``Trial.create`` imports litellm synchronously (seconds), which would block the
+    server's event loop during its first rollout; the constructor runs before serving."""
+    try:
+        import harbor.llms.litellm_config  # noqa: F401
+    except ImportError:
+        pass
 
 
 def _slug(text: str) -> str:

@@ -99,7 +99,10 @@ class WorkflowAgent(BaseAgent):
 
     @override
     async def setup(self, environment: BaseEnvironment) -> None:
-        await install_bundle(environment, self._wheel, deps_preinstalled=self._deps_preinstalled)
+        # The rollout input travels with the bundle: setup runs as root, so one exec
+        # installs the wheel and makes the input readable by whatever user the agent runs as.
+        await install_bundle(environment, self._wheel, deps_preinstalled=self._deps_preinstalled,
+                             rollout_input=self._rollout_input)
 
     @override
     async def run(self, instruction: str, environment: BaseEnvironment, context: AgentContext) -> None:
@@ -109,9 +112,6 @@ class WorkflowAgent(BaseAgent):
             env["OSMOSIS_CHAT_COMPLETIONS_URL"] = creds.chat_completions_url
             if creds.api_key:
                 env["OSMOSIS_API_KEY"] = creds.api_key
-        await environment.exec(f"mkdir -p {ROLLOUT_INPUT.parent}", user="root")
-        await environment.upload_file(self._rollout_input, str(ROLLOUT_INPUT))
-        await environment.exec(f"chmod a+r {ROLLOUT_INPUT}", user="root")
         result = await environment.exec(shlex.quote(str(VENV / "bin" / self._script)), env=env)
         secret = creds.api_key if creds else None
         log = scrub((result.stdout or "") + (result.stderr or ""), secret)
@@ -137,14 +137,19 @@ class WorkflowAgent(BaseAgent):
         return None
 
 
-async def install_bundle(environment: BaseEnvironment, wheel: Path, *, deps_preinstalled: bool) -> None:
-    """Upload ``wheel`` and install it into the bundle venv (as root: the venv is shared)."""
+async def install_bundle(environment: BaseEnvironment, wheel: Path, *, deps_preinstalled: bool,
+                         rollout_input: Path | None = None) -> None:
+    """Upload ``wheel`` (and the rollout input) and install the wheel into the bundle venv,
+    as root since the venv is shared. Each exec is a round trip to the sandbox, so the
+    directories are made in one and the install and permissions done in another."""
     remote = BUNDLE_ROOT / "wheels" / wheel.name
-    await environment.exec(f"mkdir -p {shlex.quote(str(remote.parent))}", user="root")
+    await environment.exec(f"mkdir -p {shlex.quote(str(remote.parent))} {ROLLOUT_INPUT.parent}", user="root")
     await environment.upload_file(wheel, str(remote))
-    result = await environment.exec(
-        install_command(remote, deps_preinstalled=deps_preinstalled), user="root", timeout_sec=1800
-    )
+    command = install_command(remote, deps_preinstalled=deps_preinstalled)
+    if rollout_input is not None:
+        await environment.upload_file(rollout_input, str(ROLLOUT_INPUT))
+        command += f" && chmod 755 {ROLLOUT_INPUT.parent} && chmod 644 {ROLLOUT_INPUT}"
+    result = await environment.exec(command, user="root", timeout_sec=1800)
     if result.return_code in _IMAGE_PROBLEM_EXITS:
         raise IncompatibleTaskImageError((result.stderr or result.stdout or "").strip())
     if result.return_code != 0:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -65,6 +65,10 @@ class RolloutTracker:
         self._states: dict[str, RolloutState] = {}
         self._by_trial: dict[str, str] = {}
         self._retention_sec = retention_sec
+        # Kept incrementally so that admission, has_capacity() and health stay O(1) with
+        # tens of thousands of rollouts queued.
+        self._counts: Counter[RolloutStatus] = Counter()
+        self._finished: deque[tuple[float, str]] = deque()
         # Admissions the server granted whose execute() has not started yet (see reserve()).
         self._reservations: deque[float] = deque()
         orchestrator.add_hook(TrialEvent.START, self._on_event(RolloutStatus.RUNNING))
@@ -93,9 +97,18 @@ class RolloutTracker:
         if self._reservations:
             self._reservations.popleft()
         self._expire()
+        previous = self._states.get(rollout_id)
+        if previous is not None:
+            self._counts[previous.status] -= 1
         state = RolloutState(rollout_id=rollout_id, listener=listener)
         self._states[rollout_id] = state
+        self._counts[state.status] += 1
         return state
+
+    def _set_status(self, state: RolloutState, status: RolloutStatus) -> None:
+        self._counts[state.status] -= 1
+        self._counts[status] += 1
+        state.status = status
 
     def bind_trial(self, rollout_id: str, trial_name: str, task_id: str) -> None:
         state = self._states[rollout_id]
@@ -107,8 +120,10 @@ class RolloutTracker:
         state = self._states.get(rollout_id)
         if state is None:
             return
-        state.status, state.reward, state.error, state.err_category = status, reward, error, err_category
+        self._set_status(state, status)
+        state.reward, state.error, state.err_category = reward, error, err_category
         state.finished_at = time.time()
+        self._finished.append((state.finished_at, rollout_id))
         state.task = None
         if state.trial_name:
             self._by_trial.pop(state.trial_name, None)
@@ -119,7 +134,7 @@ class RolloutTracker:
             state = self._states.get(rollout_id) if rollout_id else None
             if state is None or state.status in TERMINAL:
                 return
-            state.status = status
+            self._set_status(state, status)
             if status is RolloutStatus.RUNNING:
                 state.started_at = time.time()
             if state.listener is not None:
@@ -129,8 +144,12 @@ class RolloutTracker:
 
     def _expire(self) -> None:
         cutoff = time.time() - self._retention_sec
-        for rid in [r for r, s in self._states.items() if s.finished_at and s.finished_at < cutoff]:
-            del self._states[rid]
+        while self._finished and self._finished[0][0] < cutoff:
+            finished_at, rid = self._finished.popleft()
+            state = self._states.get(rid)
+            if state is not None and state.finished_at == finished_at:
+                del self._states[rid]
+                self._counts[state.status] -= 1
 
     # ── queries ───────────────────────────────────────────────────────────────
     def get(self, rollout_id: str) -> RolloutState | None:
@@ -141,17 +160,14 @@ class RolloutTracker:
         return state.public() if state else None
 
     def counts(self) -> dict[str, int]:
-        counts = {s.value: 0 for s in (RolloutStatus.QUEUED, RolloutStatus.RUNNING, RolloutStatus.GRADING)}
-        for state in self._states.values():
-            if state.status.value in counts:
-                counts[state.status.value] += 1
+        active = (RolloutStatus.QUEUED, RolloutStatus.RUNNING, RolloutStatus.GRADING)
+        counts = {s.value: self._counts[s] for s in active}
         counts["in_flight"] = sum(counts.values())
         return counts
 
     def queued(self) -> int:
         """Rollouts waiting for a trial slot, plus admissions not yet in execute()."""
-        waiting = sum(1 for s in self._states.values() if s.status is RolloutStatus.QUEUED)
-        return waiting + self._live_reservations()
+        return self._counts[RolloutStatus.QUEUED] + self._live_reservations()
 
     def in_flight(self) -> list[RolloutState]:
         return [s for s in self._states.values() if s.status not in TERMINAL]
