@@ -36,7 +36,6 @@ from osmosis_ai.rollout.context import get_rollout_context
 from osmosis_ai.rollout.types import (
     ExecutionOutcome,
     ExecutionRequest,
-    ExecutionResult,
     RolloutErrorCategory,
     RolloutStatus,
 )
@@ -45,11 +44,20 @@ from . import credentials
 from .native import NATIVE_AGENTS, native_agent_config, sample_from_trajectory, scoped_api_key
 from .bundle import BundleInfo, build_bundle, inspect_bundle
 from .harness import IMPORT_PATH as HARNESS_IMPORT_PATH
-from .harness import VENV, BundleInstallError, install_bundle
-from .prewarm import Prewarmer, PrewarmReport
+from .backend_lifecycle import BackendLifecycle
+from .backend_support import (
+    LEGACY_KWARGS,
+    cancelled_outcome,
+    legacy_error,
+    locate_project,
+    preload_model_client,
+    refused,
+    scrub_tree,
+    slug,
+)
+from .harness import VENV
+from .prewarm import PrewarmReport
 from .queue import TERMINAL, RolloutTracker
-from .sandbox import load_sandbox_sdk
-from .sandbox.lifecycle import terminate_live_sandboxes
 from .tasks import (
     EnvironmentPatch,
     ResolvedTask,
@@ -66,26 +74,10 @@ DEFAULT_MODEL_NAME = "openai/osmosis-rollout"
 # from there); terminus-2 calls the model from the host process.
 _IN_SANDBOX_CLIENTS = {"mini-swe-agent"}
 GRADE_SCRIPT = "osmosis_grade.sh"
-_LEGACY_KWARGS = {
-    "task_dir": "use tasks_dir= together with task_mode='template' (one task) or 'dataset'",
-    "user_code_dir": "use code_dir= (a project with pyproject.toml) or bundle= (a prebuilt wheel)",
-    "workflow": "use agent= (an AgentWorkflow class or import path, or a native Harbor agent name)",
-    "custom_tests_dir": "put the tests in each task's tests/ and pass grader=None, or pass an Osmosis grader=",
-    "prebuild_local_image": "images are cached by Harbor: call prewarm() or use prewarm_lifespan() before serving",
-    "symlink_environment": "each rollout now materializes its own task copy; remove the argument",
-}
 _LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1", "0.0.0.0"}
 
 
-def _legacy_error(names: Sequence[str]) -> TypeError:
-    hints = "; ".join(f"{n}=: {_LEGACY_KWARGS[n]}" for n in names)
-    return TypeError(
-        f"HarborBackend no longer accepts {', '.join(n + '=' for n in names)} (pre-v0.3 constructor). "
-        f"Migrate: {hints}. See the v0.3 migration guide."
-    )
-
-
-class HarborBackend(ExecutionBackend):
+class HarborBackend(BackendLifecycle, ExecutionBackend):
     """Runs Osmosis rollouts as Harbor trials in sandboxes (the v0.3 constructor)."""
 
     def __init__(
@@ -112,9 +104,9 @@ class HarborBackend(ExecutionBackend):
         **legacy: Any,
     ) -> None:
         if legacy:
-            known = [k for k in legacy if k in _LEGACY_KWARGS]
+            known = [k for k in legacy if k in LEGACY_KWARGS]
             if known:
-                raise _legacy_error(known)
+                raise legacy_error(known)
             raise TypeError(f"HarborBackend got unexpected keyword argument(s): {', '.join(legacy)}")
         if not isinstance(orchestrator, TrialQueue):
             raise TypeError(f"orchestrator must be a harbor TrialQueue, not {type(orchestrator).__name__}")
@@ -156,7 +148,7 @@ class HarborBackend(ExecutionBackend):
         elif isinstance(agent, str) and ":" not in agent and "." not in agent:
             raise ValueError(f"unknown agent {agent!r}: pass an AgentWorkflow class or 'module:Class' "
                              f"import path, or one of the native agents {', '.join(NATIVE_AGENTS)}")
-        _preload_model_client()
+        preload_model_client()
         self.tracker = RolloutTracker(orchestrator)
         self._accepting = True
         self.failed_prewarm_tasks: dict[str, str] = {}
@@ -205,7 +197,7 @@ class HarborBackend(ExecutionBackend):
 
     async def execute(self, request: ExecutionRequest) -> ExecutionOutcome:
         if not self._accepting:
-            return _refused("the backend is shutting down", {"failed_phase": "task"},
+            return refused("the backend is shutting down", {"failed_phase": "task"},
                             RolloutErrorCategory.INTERNAL_ERROR)
         ctx = get_rollout_context()
         listener = ctx.set_status if ctx is not None and ctx.progress is not None else None
@@ -217,7 +209,7 @@ class HarborBackend(ExecutionBackend):
             self.tracker.finish(request.id, RolloutStatus.CANCELLED, error="cancelled")
             raise
         except ValueError as exc:  # bad input found while preparing (e.g. an empty prompt)
-            outcome = _refused(str(exc), {"failed_phase": "task"})
+            outcome = refused(str(exc), {"failed_phase": "task"})
         except Exception as exc:  # the server reports it; the status must not stay "queued"
             self.tracker.finish(request.id, RolloutStatus.FAILURE, error=f"{type(exc).__name__}: {exc}",
                                 err_category=RolloutErrorCategory.INTERNAL_ERROR)
@@ -258,20 +250,20 @@ class HarborBackend(ExecutionBackend):
         key = ctx.api_key if ctx is not None else None
         problem = self._endpoint_problem(url)
         if problem:
-            return _refused(problem, {"failed_phase": "task"})
+            return refused(problem, {"failed_phase": "task"})
         try:
             resolved = await self.resolver.resolve(request.metadata)
         except TaskResolutionError as exc:
-            return _refused(str(exc), {"failed_phase": "task"})
+            return refused(str(exc), {"failed_phase": "task"})
         reward_source = self._reward_source(request, resolved)
         if isinstance(reward_source, ExecutionOutcome):
             return reward_source
 
         if resolved.task_id in self.failed_prewarm_tasks:
-            return _refused(f"task {resolved.task_id} failed prewarm: {self.failed_prewarm_tasks[resolved.task_id]}",
+            return refused(f"task {resolved.task_id} failed prewarm: {self.failed_prewarm_tasks[resolved.task_id]}",
                             {"failed_phase": "environment", "task_id": resolved.task_id})
         work = self._work_root / "rollouts" / f"{request.id}-{uuid.uuid4().hex[:6]}"
-        trial_name = f"{_slug(request.id)}__{uuid.uuid4().hex[:8]}"
+        trial_name = f"{slug(request.id)}__{uuid.uuid4().hex[:8]}"
         trial_dir = self.trials_dir / trial_name
         credentials.put(request.id, credentials.RolloutCredentials(url, key))
         base_extra = {"task_id": resolved.task_id, "trial_name": trial_name}
@@ -295,7 +287,7 @@ class HarborBackend(ExecutionBackend):
             self.tracker.bind_trial(request.id, trial_name, resolved.task_id)
             state = self.tracker.get(request.id)
             if state is not None and state.cancel_requested:
-                return _cancelled(base_extra)
+                return cancelled_outcome(base_extra)
             trial = asyncio.ensure_future(self.orchestrator.submit(config))
             if state is not None:
                 state.task = trial
@@ -308,9 +300,9 @@ class HarborBackend(ExecutionBackend):
                     raise
                 if asyncio.current_task().cancelling():
                     raise
-                return _cancelled(base_extra)  # cancel_rollouts cancelled the trial
+                return cancelled_outcome(base_extra)  # cancel_rollouts cancelled the trial
             except Exception as exc:  # Trial.create errors escape the queue's coroutine
-                return _refused(f"trial could not be created: {type(exc).__name__}: {exc}",
+                return refused(f"trial could not be created: {type(exc).__name__}: {exc}",
                                 {**base_extra, "failed_phase": "environment"},
                                 RolloutErrorCategory.INTERNAL_ERROR)
             scrub_tree(trial_dir, key)
@@ -362,7 +354,7 @@ class HarborBackend(ExecutionBackend):
             return RewardSource.TASK_TESTS
         if self.grader is not None:
             return RewardSource.GRADER
-        return _refused(
+        return refused(
             f"task {task.task_id} has no tests/test.sh and no grader= was given: pass an Osmosis "
             "grader or add tests to the task (or send grade=false)", {"failed_phase": "task"})
 
@@ -462,190 +454,3 @@ class HarborBackend(ExecutionBackend):
                 "deps_preinstalled": deps_baked,
             },
         )
-
-    # ── prewarm ───────────────────────────────────────────────────────────────
-    async def prove_agent_setup(self, environment, *, deps_baked: bool) -> None:
-        """Run the agent setup once in a started sandbox (prewarm's proof that it works)."""
-        if self.bundle is not None and self.bundle.agent_script and not self.is_native:
-            await install_bundle(environment, self.bundle.wheel, deps_preinstalled=deps_baked)
-            probe = await environment.exec(f"{VENV / 'bin' / self.bundle.agent_script} --help")
-            if probe.return_code != 0:
-                raise BundleInstallError(
-                    f"{self.bundle.agent_script} does not run in the sandbox: "
-                    f"{(probe.stderr or probe.stdout or '').strip()[-500:]}")
-        elif self.is_native and self.agent != "oracle":  # the oracle has no setup
-            from harbor.agents.factory import AgentFactory
-
-            with scoped_api_key(None) as key_env, tempfile.TemporaryDirectory() as logs:
-                config = native_agent_config(self.agent, chat_completions_url="http://127.0.0.1/v1",
-                                             api_key_env=key_env, model_name=self.model_name,
-                                             native_agent_kwargs=self.native_agent_kwargs)
-                agent = AgentFactory.create_agent_from_config(config, logs_dir=Path(logs))
-                await agent.setup(environment)
-
-    def default_prewarm_task_ids(self, task_ids: Sequence[str] | None) -> list[str]:
-        if task_ids is not None:
-            return list(task_ids)
-        if self.task_mode is TaskMode.DATASET:
-            raise ValueError("dataset mode needs explicit task ids: prewarm(['task-a', 'task-b'])")
-        return self.resolver.task_ids()
-
-    async def prewarm(self, task_ids: Sequence[str] | None = None, *, pool_size: int | None = None,
-                      on_progress=None) -> PrewarmReport:
-        """Build/push images, prove agent setup and size warm pools before any traffic."""
-        ids = self.default_prewarm_task_ids(task_ids)
-        report = await Prewarmer(self, pool_size=pool_size, on_progress=on_progress).run(ids)
-        self.prewarm_report = report
-        self.failed_prewarm_tasks.update(report.failed_tasks)
-        for group in report.groups_detail:
-            for task_id in group.task_ids:
-                if group.pool and not group.error:
-                    self._task_pools[task_id] = group.pool
-                    self.failed_prewarm_tasks.pop(task_id, None)
-        return report
-
-    def prewarm_lifespan(self, task_ids: Sequence[str] | None = None):
-        """An ASGI lifespan for ``create_rollout_server(lifespan=...)``: prewarm, then serve."""
-        backend = self
-
-        @contextlib.asynccontextmanager
-        async def lifespan(_app: Any):
-            await backend.prewarm(task_ids)
-            yield
-
-        return lifespan
-
-    # ── lifecycle ─────────────────────────────────────────────────────────────
-    async def shutdown(self) -> None:
-        """Stop admitting, cancel in-flight trials, remove every sandbox and pool we own."""
-        self._accepting = False
-        in_flight = [s.task for s in self.tracker.in_flight() if s.task is not None and not s.task.done()]
-        for task in in_flight:
-            task.cancel()
-        if in_flight:
-            await asyncio.wait(in_flight, timeout=60)
-        problems = await terminate_live_sandboxes()
-        problems += await self._delete_pools()
-        self._remove_work_root()
-        for problem in problems:
-            print(f"HarborBackend shutdown: could not remove {problem}", flush=True)
-
-    def _remove_work_root(self) -> None:
-        """Remove the backend's temporary root, except retained (failed) trials in it."""
-        shutil.rmtree(self._work_root / "rollouts", ignore_errors=True)
-        for directory in (self.trials_dir, self._work_root):
-            try:
-                directory.rmdir()  # only when empty: retained trials stay for inspection
-            except OSError:
-                pass
-
-    async def _delete_pools(self) -> list[str]:
-        pools = sorted(set(self._task_pools.values()))
-        if not pools:
-            return []
-        sdk = load_sandbox_sdk(self.environment_config.kwargs.get("sdk", "skypilot"))
-        problems = []
-        for pool in pools:
-            try:
-                await sdk.delete_pool.aio(pool)
-            except Exception as exc:
-                problems.append(f"pool {pool}: {exc}")
-        self._task_pools.clear()
-        return problems
-
-    def health(self) -> dict[str, Any]:
-        counts = self.tracker.counts()
-        return {
-            "status": "ok" if self._accepting else "shutting_down",
-            "backend": "harbor",
-            "environment": self.environment_config.kwargs.get("sdk", str(self.environment_config.type)),
-            "agent": self.agent if isinstance(self.agent, str) else f"{self.agent.__module__}:{self.agent.__qualname__}",
-            "task_mode": self.task_mode.value,
-            "in_flight": counts["in_flight"],
-            "running": counts["running"] + counts["grading"],
-            "grading": counts["grading"],
-            "queued": counts["queued"],
-            "max_queue_depth": self.max_queue_depth,
-            "prewarm": None if self.prewarm_report is None else {
-                k: getattr(self.prewarm_report, k) for k in ("groups", "tasks", "built", "reused", "failed")},
-            "failed_prewarm_tasks": dict(self.failed_prewarm_tasks),
-            "pools": self._pool_state(),
-        }
-
-    def _pool_state(self) -> dict[str, Any]:
-        pools = sorted(set(self._task_pools.values()))
-        if not pools:
-            return {}
-        state: dict[str, Any] = {}
-        try:
-            sdk = load_sandbox_sdk(self.environment_config.kwargs.get("sdk", "skypilot"))
-            for pool in pools:
-                info = sdk.get_pool(pool)
-                state[pool] = {"replicas": info.replicas, "idle": info.idle, "claimed": info.claimed}
-        except Exception as exc:  # health must answer even when the pool API does not
-            state["error"] = str(exc)
-        return state
-
-
-def _cancelled(extra: dict[str, Any]) -> ExecutionOutcome:
-    return ExecutionOutcome(workflow=ExecutionResult(
-        status=RolloutStatus.CANCELLED, err_message="cancelled", extra_fields=extra))
-
-
-def _preload_model_client() -> None:
-    """Import Harbor's LiteLLM configuration now, not on the first trial.
-
-    ``Trial.create`` imports litellm synchronously (seconds), which would block the
-    server's event loop during its first rollout; the constructor runs before serving."""
-    try:
-        import harbor.llms.litellm_config  # noqa: F401
-    except ImportError:
-        pass
-
-
-def _slug(text: str) -> str:
-    import re
-
-    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:24] or "rollout"
-
-
-def _refused(message: str, extra: dict[str, Any],
-             category: RolloutErrorCategory = RolloutErrorCategory.VALIDATION_ERROR) -> ExecutionOutcome:
-    return ExecutionOutcome(workflow=ExecutionResult(
-        status=RolloutStatus.FAILURE, err_message=message, err_category=category, extra_fields=extra))
-
-
-def scrub_tree(root: Path, secret: str | None) -> None:
-    """Replace ``secret`` in every text file under ``root`` (defence in depth: a workflow
-    that prints its key into a log must not leave it in the retained trial)."""
-    if not secret or not root.exists():
-        return
-    needle = secret.encode()
-    for path in root.rglob("*"):
-        if path.is_file() and not path.is_symlink():
-            try:
-                data = path.read_bytes()
-            except OSError:
-                continue
-            if needle in data:
-                path.write_bytes(data.replace(needle, b"***"))
-
-
-def locate_project(target: str | type) -> Path:
-    """The project (directory with pyproject.toml) that contains ``target``'s module."""
-    import importlib.util
-    import inspect
-
-    if isinstance(target, str):
-        module = target.split(":", 1)[0]
-        spec = importlib.util.find_spec(module)
-        origin = Path(spec.origin) if spec is not None and spec.origin else None
-    else:
-        source = inspect.getsourcefile(target)
-        origin = Path(source) if source else None
-    if origin is None:
-        raise ValueError(f"cannot locate the project of {target!r}: pass code_dir= explicitly")
-    for parent in origin.resolve().parents:
-        if (parent / "pyproject.toml").is_file():
-            return parent
-    raise ValueError(f"no pyproject.toml above {origin}: pass code_dir= pointing at the workflow project")

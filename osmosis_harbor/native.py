@@ -33,14 +33,13 @@ rollout's trial:
 from __future__ import annotations
 
 import copy
-import json
 import logging
 import os
 import re
 import sys
 import uuid
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any

@@ -3,8 +3,6 @@ sandboxes, judged by reward, reported per phase; bad input as one-line errors.""
 
 from __future__ import annotations
 
-import asyncio
-import os
 import signal
 import subprocess
 import sys
@@ -12,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from osmosis_harbor.dataset import DatasetError, discover_tasks, load_dataset
+from osmosis_harbor.dataset import discover_tasks, load_dataset
 from osmosis_harbor.sandbox import environment_config
 from osmosis_harbor.sandbox.images import BUILD_COORDINATOR
 from osmosis_harbor.validate import validate_tasks
