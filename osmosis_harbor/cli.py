@@ -245,7 +245,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     v = sub.add_parser("validate", help="oracle-validate a Harbor dataset or task")
     v.add_argument("path", help="a dataset (tasks found at any depth) or a single task directory")
-    v.add_argument("--agent", default="oracle", help="Harbor agent to run (default: oracle)")
+    v.add_argument("--agent", choices=("oracle", "nop"), default="oracle",
+                   help="oracle: solutions must score 1 (default); nop: untouched sandboxes must score 0")
     _add_env_args(v)
     v.add_argument("-n", "--n-concurrent", type=int, default=4, help="trials in parallel (default 4)")
     v.add_argument("--json", metavar="FILE", help="also write a machine-readable report")

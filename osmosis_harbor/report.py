@@ -52,7 +52,8 @@ def _timings_text(row: TaskValidation) -> str:
 
 
 def validation_table(report: ValidationReport) -> Table:
-    table = Table(title=f"Oracle validation ({report.agent} agent, {report.environment} sandboxes)")
+    goal = "solutions must score 1" if report.agent == "oracle" else "untouched sandboxes must score 0"
+    table = Table(title=f"Validation ({report.agent} agent: {goal}; {report.environment} sandboxes)")
     table.add_column("task", style="bold")
     table.add_column("result")
     table.add_column("reward", justify="right")

@@ -63,14 +63,17 @@ def trial_name_for(task_id: str) -> str:
     return f"{slug}__{uuid.uuid4().hex[:8]}"
 
 
-def _row_for_result(task: TaskRef, result, trial_dir: Path, keep: bool) -> TaskValidation:
+EXPECTED_REWARD = {"oracle": 1.0, "nop": 0.0}
+
+
+def _row_for_result(task: TaskRef, result, trial_dir: Path, keep: bool, expected: float) -> TaskValidation:
     reading = read_trial(result, trial_dir)
-    passed = reading.failed_phase is None and reading.reward == 1.0
+    passed = reading.failed_phase is None and reading.reward == expected
     phase, error = reading.failed_phase, reading.error
     if not passed and phase is None:
         phase = Phase.VERIFIER
         error = (
-            "no reward produced" if reading.reward is None else f"reward {reading.reward:g} (expected 1.0)"
+            "no reward produced" if reading.reward is None else f"reward {reading.reward:g} (expected {expected:g})"
         )
     return TaskValidation(
         id=task.id,
@@ -95,9 +98,16 @@ async def validate_tasks(
 ) -> ValidationReport:
     """Run every task through Harbor's ``TrialQueue`` and judge it by its reward.
 
+    With the ``oracle`` agent a task passes at reward 1.0 (its solution works); with
+    ``nop`` at 0.0 (its tests do not pass an untouched sandbox).
+
     Invalid tasks are reported (phase ``task``) without starting a sandbox. Whatever
     happens, including cancellation, no sandbox this run created outlives the call.
     """
+    if agent not in EXPECTED_REWARD:
+        raise ValueError(f"validate runs the oracle (reference solutions must score 1) or nop "
+                         f"(an untouched sandbox must score 0), not {agent!r}")
+    expected = EXPECTED_REWARD[agent]
     started = time.monotonic()
     notify = on_progress or (lambda _id, _stage: None)
     owns_dir = trials_dir is None
@@ -149,7 +159,7 @@ async def validate_tasks(
                 error=f"{type(exc).__name__}: {exc}".splitlines()[0],
             )
         else:
-            rows[task.id] = _row_for_result(task, result, trial_dir, keep_trials)
+            rows[task.id] = _row_for_result(task, result, trial_dir, keep_trials, expected)
         notify(task.id, "passed" if rows[task.id].passed else "failed")
 
     try:

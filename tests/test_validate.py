@@ -136,3 +136,14 @@ def test_ctrl_c_leaves_no_sandbox(tmp_path: Path) -> None:
     assert proc.returncode == 130, err
     assert "interrupted" in err and "Traceback" not in err
     assert managed_containers(owner_pid=proc.pid) == []
+
+
+def test_nop_agent_checks_that_tests_reject_an_untouched_sandbox(tmp_path: Path) -> None:
+    make_task(tmp_path / "ds", "honest")  # test.sh gives 0 unless /tmp/done exists
+    make_task(tmp_path / "ds", "lenient", test="echo 1 > /logs/verifier/reward.txt\n")  # always 1
+    report_path = tmp_path / "r.json"
+    proc = run_cli("validate", str(tmp_path / "ds"), "--agent", "nop", "--json", str(report_path))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    rows = {t["id"]: t for t in load_json(report_path)["tasks"]}
+    assert rows["honest"]["passed"] and rows["honest"]["reward"] == 0.0
+    assert not rows["lenient"]["passed"] and rows["lenient"]["error"] == "reward 1 (expected 0)"
