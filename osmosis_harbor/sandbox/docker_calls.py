@@ -18,8 +18,6 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["EXECUTOR_WORKERS", "Dual", "dual", "executor", "run_blocking"]
-
 log = logging.getLogger(__name__)
 
 EXECUTOR_WORKERS = 128

@@ -36,8 +36,6 @@ from osmosis_harbor.sandbox.labels import (
     SandboxExistsError,
 )
 
-__all__ = ["API_TIMEOUT_SEC", "AUTO_REAP_INTERVAL_SEC"]
-
 log = logging.getLogger(__name__)
 
 API_TIMEOUT_SEC = 120

@@ -32,15 +32,6 @@ if TYPE_CHECKING:
     from osmosis_harbor.sandbox.docker_engine import _Engine
     from osmosis_harbor.sandbox.docker_sdk import DockerSandbox
 
-__all__ = [
-    "KILL_GRACE_SEC",
-    "MAX_EXEC_TIMEOUT_SEC",
-    "TIMEOUT_EXIT_CODE",
-    "AsyncExecHandle",
-    "ExecHandle",
-    "OutputStream",
-]
-
 log = logging.getLogger(__name__)
 
 MAX_EXEC_TIMEOUT_SEC = 3600

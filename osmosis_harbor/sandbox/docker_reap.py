@@ -26,16 +26,6 @@ from osmosis_harbor.sandbox.labels import ContainerInfo, Owner, RemovedContainer
 if TYPE_CHECKING:
     from osmosis_harbor.sandbox.docker_engine import _Engine
 
-__all__ = [
-    "STALE_CREATED_SEC",
-    "auto_reap_enabled",
-    "background_reap",
-    "pause_auto_reap",
-    "reap",
-    "remove_all",
-    "stale_reason",
-]
-
 log = logging.getLogger(__name__)
 
 # A sandbox stuck in "created" this long lost the process that was starting it.
