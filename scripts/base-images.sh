@@ -14,7 +14,7 @@ set -euo pipefail
 
 IMAGES=("$@")
 if [ ${#IMAGES[@]} -eq 0 ]; then
-  IMAGES=(debian:trixie-slim debian:bookworm-slim python:3.12-slim)
+  IMAGES=(debian:trixie-slim python:3.12-slim)  # what the bundled tasks use
 fi
 MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 HOST_CA="${HOST_CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}"

@@ -18,6 +18,7 @@ environment-dir uploads). What we change:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from pathlib import Path
 from types import ModuleType
@@ -178,7 +179,17 @@ class SandboxEnvironment(SkypilotEnvironment):
     @override
     async def _create_sandbox(self, image: str | None) -> Any:
         lifecycle.register_pending(self._sandbox_name, self._sdk)
-        sandbox = await self._create_sandbox_via_sdk(image)
+        creating = asyncio.ensure_future(self._create_sandbox_via_sdk(image))
+        try:
+            sandbox = await asyncio.shield(creating)
+        except asyncio.CancelledError:
+            # Cancelled mid-create (a cancelled rollout, Ctrl-C, shutdown): let the create
+            # finish and terminate what it made, so no sandbox outlives the cancellation.
+            with contextlib.suppress(Exception):
+                made = await creating
+                await made.terminate.aio(wait=True)
+            lifecycle.unregister(self._sandbox_name)
+            raise
         lifecycle.register_handle(self._sandbox_name, sandbox)
         return sandbox
 
