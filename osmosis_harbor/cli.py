@@ -239,7 +239,9 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m osmosis_harbor", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m osmosis_harbor",
+        description="Osmosis rollouts as Harbor trials in SkyPilot (or local Docker) sandboxes.")
     parser.add_argument("-v", "--verbose", action="store_true", help="show Harbor's logs")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -319,13 +321,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if getattr(args, "n_concurrent", 1) < 1:
         print("error: -n must be at least 1", file=sys.stderr)
         return EXIT_USAGE
-    return _guard(lambda: args.func(args))
+    return _guard(lambda: args.func(args), verbose=args.verbose)
 
 
-def _guard(run) -> int:
+def _guard(run, *, verbose: bool = False) -> int:
     try:
         return run()
     except (DatasetError, UserError, SandboxSdkMissingError, ValueError) as exc:
+        if verbose:  # -v: the whole story, for bug reports
+            raise
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
