@@ -71,3 +71,11 @@ def test_prebuilt_bundle_round_trip(tmp_path: Path) -> None:
     assert first.bundle is not None and first.bundle.agent_script == "rollout-fixtures-agent"
     second = HarborBackend(**kwargs(code_dir=None, bundle=first.bundle.wheel))
     assert second.bundle.wheel == first.bundle.wheel and second.bundle.key == first.bundle.key
+
+
+def test_code_dir_is_found_from_the_workflow_when_omitted(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.syspath_prepend(str(PROJECT))
+    backend = HarborBackend(**kwargs(code_dir=None, bundles_dir=tmp_path))
+    assert backend.bundle is not None and backend.bundle.package == "rollout_fixtures"
+    with pytest.raises(ValueError, match="pass code_dir="):
+        HarborBackend(**kwargs(code_dir=None, agent="no_such_module_anywhere:Workflow", bundles_dir=tmp_path))
