@@ -259,3 +259,14 @@ async def test_bad_prompt_is_a_validation_error_and_leaves_no_queued_state(tmp_p
     assert result.err_category is RolloutErrorCategory.VALIDATION_ERROR, result.err_message
     assert backend.rollout_status("empty-prompt")["status"] == RolloutStatus.FAILURE
     assert backend.health()["in_flight"] == 0
+
+
+async def test_per_rollout_task_ref_overrides_the_template(tmp_path, bundles_dir, fake_chat, api_key):
+    backend = make_backend(tmp_path, bundles_dir, agent="ListWorkflow")  # template: tasks/template
+    solve = ("python3 -c \"import json; n=[int(x) for x in open('/data/numbers.txt')]; "
+             "json.dump(dict(count=len(n), sum=sum(n), mean=sum(n)/len(n)), open('/output/stats.json','w'))\"")
+    async with serve(backend) as url, client_for(url) as client:
+        result = await run(client, fake_chat, api_key, f"reply: {solve}",
+                           metadata={"harbor_task": "../json-reward"})  # a local ref, beside the template
+    assert result.status is RolloutStatus.SUCCESS, result.err_message
+    assert result.sample.reward == 1.0  # json-reward's own tests graded it
