@@ -16,7 +16,6 @@ import re
 import shutil
 import tempfile
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -95,19 +94,9 @@ def outcome_ok(outcome: ExecutionOutcome) -> bool:
     return outcome.result.status.value == "success"
 
 
-@contextlib.contextmanager
-def fresh_build_coordinator() -> Iterator[images.ImageBuildCoordinator]:
+def fresh_build_coordinator() -> contextlib.AbstractContextManager[images.ImageBuildStats]:
     """Forget which images this process built or saw, as a new process would."""
-    import osmosis_harbor.prewarm as prewarm_module
-    import osmosis_harbor.sandbox.environment as environment_module
-
-    fresh = images.ImageBuildCoordinator()
-    saved = images.BUILD_COORDINATOR, environment_module.BUILD_COORDINATOR, prewarm_module.BUILD_COORDINATOR
-    images.BUILD_COORDINATOR = environment_module.BUILD_COORDINATOR = prewarm_module.BUILD_COORDINATOR = fresh
-    try:
-        yield fresh
-    finally:
-        images.BUILD_COORDINATOR, environment_module.BUILD_COORDINATOR, prewarm_module.BUILD_COORDINATOR = saved
+    return images.BUILD_COORDINATOR.as_new_process()
 
 
 # ── hygiene ──────────────────────────────────────────────────────────────────────────────────

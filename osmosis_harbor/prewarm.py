@@ -29,7 +29,6 @@ from pydantic import BaseModel
 
 from .sandbox import load_sandbox_sdk
 from .sandbox.environment import SandboxEnvironment
-from .sandbox.images import BUILD_COORDINATOR
 
 if TYPE_CHECKING:
     from .backend import HarborBackend
@@ -251,4 +250,4 @@ class Prewarmer:
         await sdk.set_pool_size.aio(name, self.pool_size)
 
 
-__all__ = ["BUILD_COORDINATOR", "PrewarmError", "PrewarmGroup", "PrewarmReport", "Prewarmer", "pool_name_for"]
+__all__ = ["PrewarmError", "PrewarmGroup", "PrewarmReport", "Prewarmer", "pool_name_for"]

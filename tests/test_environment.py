@@ -16,7 +16,7 @@ from harbor.models.task.task import Task
 from harbor.models.trial.paths import TrialPaths
 
 from osmosis_harbor.sandbox import SandboxEnvironment, SandboxSdkMissingError, environment_config, load_sandbox_sdk
-from osmosis_harbor.sandbox.images import ImageBuildCoordinator, registry_image_exists
+from osmosis_harbor.sandbox.images import BUILD_COORDINATOR, registry_image_exists
 
 from .support import make_task, managed_containers
 
@@ -71,28 +71,26 @@ async def test_harbor_environment_api_over_docker_sandbox(tmp_path: Path) -> Non
     assert not [c for c in managed_containers() if env.sandbox_name in c["Names"][0]]
 
 
-async def test_registry_path_builds_pushes_once_and_then_reuses(tmp_path: Path, monkeypatch) -> None:
+async def test_registry_path_builds_pushes_once_and_then_reuses(tmp_path: Path) -> None:
     task = make_task(tmp_path / "ds", "registry-task")
     env = _environment(task, tmp_path, registry=REGISTRY)
     ref = env.image_ref
     assert ref.startswith(f"{REGISTRY}/") and ref.endswith(env.environment_id)
     # Harbor's own check (docker manifest inspect without --insecure) cannot see a plain
     # http registry; that is the bug we fix. Ours answers from the engine.
-    coordinator = ImageBuildCoordinator()
-    monkeypatch.setattr("osmosis_harbor.sandbox.environment.BUILD_COORDINATOR", coordinator)
     assert not registry_image_exists(ref)
-    await asyncio.gather(*(env._resolve_image(force_build=False) for _ in range(4)))
-    assert coordinator.stats.built == [ref]
+    with BUILD_COORDINATOR.as_new_process() as stats:
+        await asyncio.gather(*(env._resolve_image(force_build=False) for _ in range(4)))
+    assert stats.built == [ref]
     assert registry_image_exists(ref)
     assert not await SkypilotEnvironment._image_exists(env)  # Harbor's check still says "missing"
 
-    fresh = ImageBuildCoordinator()  # a new process: nothing known locally
-    monkeypatch.setattr("osmosis_harbor.sandbox.environment.BUILD_COORDINATOR", fresh)
     docker.from_env().images.remove(ref, force=True)  # only the registry has it now
     second = _environment(task, tmp_path, registry=REGISTRY)
-    await second.start(force_build=False)
+    with BUILD_COORDINATOR.as_new_process() as fresh:  # a new process: nothing known locally
+        await second.start(force_build=False)
     try:
-        assert fresh.stats.built == [] and fresh.stats.reused == [ref]
+        assert fresh.built == [] and fresh.reused == [ref]
         assert (await second.exec("cat /marker")).return_code == 0
     finally:
         await second.stop(delete=True)

@@ -18,6 +18,7 @@ from osmosis_ai.rollout.types import RolloutErrorCategory, RolloutStatus
 from osmosis_harbor.backend import HarborBackend
 from osmosis_harbor.prewarm import PrewarmError
 from osmosis_harbor.sandbox import docker_sdk, environment_config
+from osmosis_harbor.sandbox.images import BUILD_COORDINATOR
 
 from osmosis_harbor.scripted_policy import FakeChatServer
 from .rollout_server import client_for, serve
@@ -77,17 +78,9 @@ async def test_prewarm_groups_builds_once_and_reuses(tmp_path: Path) -> None:
     assert {s for _, s in stages} >= {"image", "setup", "done"}
     # a second backend (as a new process would) builds nothing: every image is reused
     again = backend_for(tmp_path, tasks_dir=dataset, task_mode="dataset")
-    from osmosis_harbor.sandbox import images
-    fresh = images.ImageBuildCoordinator()
-    original, images.BUILD_COORDINATOR = images.BUILD_COORDINATOR, fresh
-    try:
-        import osmosis_harbor.sandbox.environment as environment_module
-        environment_module.BUILD_COORDINATOR = fresh
+    with BUILD_COORDINATOR.as_new_process() as stats:
         second = await again.prewarm(ids)
-    finally:
-        images.BUILD_COORDINATOR = original
-        environment_module.BUILD_COORDINATOR = original
-    assert second.built == 0 and second.reused == 2
+    assert second.built == 0 and second.reused == 2 and stats.built == []
     assert managed_containers(owner_pid=os.getpid()) == []
 
 

@@ -12,10 +12,11 @@ serialises builds per image reference.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import subprocess
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 
 logger = logging.getLogger(__name__)
@@ -92,6 +93,21 @@ class ImageBuildCoordinator:
             if lock is None:
                 lock = self._locks[key] = asyncio.Lock()
             return lock
+
+    @contextlib.contextmanager
+    def as_new_process(self) -> Iterator[ImageBuildStats]:
+        """Inside the block, know nothing about images, as a freshly started process would
+        (tests and benchmarks of "a second prewarm builds nothing"); yields the block's own
+        stats. What this process knew before is back afterwards."""
+        with self._guard:
+            saved = self._present, self._built_here, self.stats
+            self._present, self._built_here, self.stats = set(), set(), ImageBuildStats()
+            fresh = self.stats
+        try:
+            yield fresh
+        finally:
+            with self._guard:
+                self._present, self._built_here, self.stats = saved
 
     def forget(self, ref: str) -> None:
         """Drop the cached 'present' answer (e.g. after the image was deleted)."""
