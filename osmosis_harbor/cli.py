@@ -297,13 +297,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--json", metavar="FILE")
     c.set_defaults(func=cmd_sandbox_check)
 
-    try:
-        from .bundle import cli_main as bundle_main  # noqa: F401
-    except ImportError:
-        pass
-    else:
-        b = sub.add_parser("bundle", help="build a workflow bundle wheel", add_help=False)
-        b.set_defaults(func=None, passthrough=bundle_main)
+    # Listed for --help only: main() hands "bundle ..." to the bundler's own parser.
+    sub.add_parser("bundle", help="build a workflow bundle wheel", add_help=False)
     return parser
 
 

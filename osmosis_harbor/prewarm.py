@@ -195,7 +195,7 @@ class Prewarmer:
         mode = getattr(env, "network_mode", None)
         return str(getattr(mode, "value", mode)) == "no-network" or getattr(env, "allow_internet", True) is False
 
-    def _environment(self, item: _Prepared, *, with_pool: bool = False) -> SandboxEnvironment:
+    def _environment(self, item: _Prepared) -> SandboxEnvironment:
         task = Task(item.path)
         trial_paths = TrialPaths(self._work / f"trial-{uuid.uuid4().hex[:8]}")
         trial_paths.mkdir()

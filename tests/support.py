@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -9,7 +10,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import docker
@@ -51,6 +52,20 @@ def wait_until(predicate: Callable[[], object], *, timeout: float, what: str = "
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(delay)
+        delay = min(delay * 2, 0.5)
+
+
+async def await_until(predicate: Callable[[], Awaitable[object]], *, timeout: float, what: str = "condition"):
+    """``wait_until`` for async predicates, polling on the event loop with the same backoff."""
+    deadline = time.monotonic() + timeout
+    delay = 0.02
+    while True:
+        value = await predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(delay)
         delay = min(delay * 2, 0.5)
 
 

@@ -20,7 +20,7 @@ import textwrap
 import threading
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,24 +38,11 @@ CHECKS = [c.name for c in conformance.selected_checks(include_pools=True)]
 # ── helpers ──────────────────────────────────────────────────────────────────────────────────
 
 
-from .support import wait_until as poll  # noqa: E402
+from .support import await_until as apoll  # noqa: E402
 
 
 def unique(stem: str) -> str:
     return f"t-{stem}-{uuid.uuid4().hex[:6]}"
-
-
-async def apoll(predicate: Callable[[], Awaitable[Any]], *, timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    delay = 0.02
-    while True:
-        value = await predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(delay)
-        delay = min(delay * 2, 0.5)
 
 
 def api() -> Any:

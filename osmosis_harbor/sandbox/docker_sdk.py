@@ -72,13 +72,8 @@ from osmosis_harbor.sandbox.labels import (
     SandboxRecord,
 )
 
-# Not used here: re-exported so code that reached them through this module before the split
-# (tests, bench/) still does.
-from osmosis_harbor.sandbox.docker_calls import EXECUTOR_WORKERS, run_blocking  # noqa: F401
-from osmosis_harbor.sandbox.docker_engine import API_TIMEOUT_SEC, AUTO_REAP_INTERVAL_SEC  # noqa: F401
-from osmosis_harbor.sandbox.docker_exec import KILL_GRACE_SEC, MAX_EXEC_TIMEOUT_SEC, TIMEOUT_EXIT_CODE  # noqa: F401
-from osmosis_harbor.sandbox.docker_exec import OutputStream  # noqa: F401
-from osmosis_harbor.sandbox.docker_reap import STALE_CREATED_SEC, stale_reason  # noqa: F401
+# Part of the SDK's contract (the exit code a timed-out exec reports), so callers find it here.
+from osmosis_harbor.sandbox.docker_exec import TIMEOUT_EXIT_CODE  # noqa: F401
 
 __all__ = [
     "AsyncExecHandle",

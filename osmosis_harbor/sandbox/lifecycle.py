@@ -45,11 +45,6 @@ def unregister(name: str) -> None:
         _LIVE.pop(name, None)
 
 
-def live_sandbox_names() -> list[str]:
-    with _GUARD:
-        return sorted(_LIVE)
-
-
 async def _terminate(name: str, live: _Live) -> str | None:
     try:
         if live.handle is not None:
