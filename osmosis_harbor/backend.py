@@ -53,8 +53,8 @@ from .backend_support import (
     preload_model_client,
     refused,
     scrub_tree,
-    slug,
 )
+from .naming import trial_name as make_trial_name
 from .harness import VENV
 from .prewarm import PrewarmReport
 from .queue import TERMINAL, RolloutTracker
@@ -263,7 +263,7 @@ class HarborBackend(BackendLifecycle, ExecutionBackend):
             return refused(f"task {resolved.task_id} failed prewarm: {self.failed_prewarm_tasks[resolved.task_id]}",
                             {"failed_phase": "environment", "task_id": resolved.task_id})
         work = self._work_root / "rollouts" / f"{request.id}-{uuid.uuid4().hex[:6]}"
-        trial_name = f"{slug(request.id)}__{uuid.uuid4().hex[:8]}"
+        trial_name = make_trial_name(request.id, max_slug=24, fallback="rollout")
         trial_dir = self.trials_dir / trial_name
         credentials.put(request.id, credentials.RolloutCredentials(url, key))
         base_extra = {"task_id": resolved.task_id, "trial_name": trial_name}

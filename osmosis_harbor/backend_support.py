@@ -3,7 +3,6 @@ errors, refusal outcomes, secret scrubbing, and locating a workflow's project.""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -47,10 +46,6 @@ def preload_model_client() -> None:
         import harbor.llms.litellm_config  # noqa: F401
     except ImportError:
         pass
-
-
-def slug(text: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:24] or "rollout"
 
 
 def refused(message: str, extra: dict[str, Any],

@@ -9,11 +9,9 @@ exception, so a task passes only when its reward is exactly 1.0 and nothing fail
 from __future__ import annotations
 
 import asyncio
-import re
 import shutil
 import tempfile
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -23,6 +21,7 @@ from harbor.trial.queue import TrialQueue
 from pydantic import BaseModel
 
 from .dataset import DatasetError, TaskRef, check_task
+from .naming import trial_name
 from .outcome import Phase, read_trial
 from .sandbox.lifecycle import terminate_live_sandboxes
 
@@ -55,12 +54,6 @@ class ValidationReport(BaseModel):
 
 
 ProgressCallback = Callable[[str, str], None]  # (task id, stage)
-
-
-def trial_name_for(task_id: str) -> str:
-    """A unique, readable trial name (sandbox names derive from it, so keep it short)."""
-    slug = re.sub(r"[^a-z0-9]+", "-", task_id.lower()).strip("-")[:32] or "task"
-    return f"{slug}__{uuid.uuid4().hex[:8]}"
 
 
 EXPECTED_REWARD = {"oracle": 1.0, "nop": 0.0}
@@ -124,7 +117,7 @@ async def validate_tasks(
             continue
         config = TrialConfig(
             task=TaskConfig(path=task.path),
-            trial_name=trial_name_for(task.id),
+            trial_name=trial_name(task.id, max_slug=32, fallback="task"),
             trials_dir=root,
             agent=AgentConfig(name=agent),
             environment=environment,
