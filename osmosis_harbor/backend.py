@@ -305,13 +305,13 @@ class HarborBackend(BackendLifecycle, ExecutionBackend):
                 return refused(f"trial could not be created: {type(exc).__name__}: {exc}",
                                 {**base_extra, "failed_phase": "environment"},
                                 RolloutErrorCategory.INTERNAL_ERROR)
-            scrub_tree(trial_dir, key)
+            await asyncio.to_thread(scrub_tree, trial_dir, key)  # reads every retained file
             outcome = self._outcome(result, trial_dir, reward_source, request, base_extra)
             succeeded = outcome.result.status is RolloutStatus.SUCCESS
             return outcome
         finally:
             if succeeded and self.cleanup_successful_trials:
-                shutil.rmtree(trial_dir, ignore_errors=True)
+                await asyncio.to_thread(shutil.rmtree, trial_dir, True)
 
     def _outcome(self, result, trial_dir: Path, reward_source: str, request: ExecutionRequest,
                  base_extra: dict[str, Any]) -> ExecutionOutcome:

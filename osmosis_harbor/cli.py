@@ -27,14 +27,21 @@ class UserError(Exception):
     """A problem with the user's input; printed as one line."""
 
 
-def _environment(args: argparse.Namespace):
+def _environment(args: argparse.Namespace, *, reach_host: bool = False):
+    """The sandbox environment a command's --env/--registry/--pool/... options describe.
+
+    ``reach_host``: the sandbox must reach servers on this machine (a local policy
+    endpoint), which local Docker sandboxes do with host networking."""
     from .sandbox import environment_config
 
+    pool = getattr(args, "pool", None)
     return environment_config(
         args.env,
         registry=getattr(args, "registry", None),
-        pool=getattr(args, "pool", None),
+        pool=pool,
+        pool_size=(args.pool_size or 1) if pool and hasattr(args, "pool_size") else None,
         force_build=getattr(args, "force_build", False),
+        host_network=reach_host and args.env == "docker",
     )
 
 
@@ -132,24 +139,18 @@ def cmd_prewarm(args: argparse.Namespace) -> int:
     from .native import NotTrainableWarning
     from .prewarm import PrewarmError
     from .report import PrewarmProgress, prewarm_table
-    from .sandbox import environment_config
 
     path = Path(args.path)
     mode = args.mode or ("template" if is_task_dir(path) else "dataset")
     if args.pool_size is not None and not args.pool:
         raise UserError("--pool-size needs --pool NAME")
-    env_kwargs: dict = {"registry": args.registry}
-    if args.pool:
-        env_kwargs.update(pool=args.pool, pool_size=args.pool_size or 1)
-    if args.env == "docker":
-        env_kwargs["host_network"] = True
     with warnings.catch_warnings():
         if not (args.workflow or args.agent):  # images and pools only: the oracle default is implicit
             warnings.simplefilter("ignore", NotTrainableWarning)
             logging.getLogger("osmosis_harbor.native").setLevel(logging.ERROR)
         backend = HarborBackend(
             orchestrator=TrialQueue(n_concurrent=1), tasks_dir=path, task_mode=mode,
-            environment_config=environment_config(args.env, **env_kwargs), **_agent_args(args),
+            environment_config=_environment(args, reach_host=True), **_agent_args(args),
         )
     task_ids = args.task or backend.resolver.task_ids()
     select_tasks(discover_tasks(path), task_ids if mode == "dataset" else None)  # unknown ids: one line
@@ -174,7 +175,6 @@ def cmd_rollout(args: argparse.Namespace) -> int:
 
     from .backend import HarborBackend
     from .local_run import run_one_rollout, trajectories_home
-    from .sandbox import environment_config
     from .scripted_policy import FakeChatServer
 
     if bool(args.chat_url) == bool(args.scripted_reply):
@@ -186,7 +186,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     home = trajectories_home()
     scripted = FakeChatServer(default_reply=args.scripted_reply) if args.scripted_reply else None
     try:
-        env = environment_config(args.env, **({"host_network": True} if args.env == "docker" else {}))
+        env = _environment(args, reach_host=True)
         backend = HarborBackend(orchestrator=TrialQueue(n_concurrent=1), tasks_dir=path, task_mode=mode,
                                 environment_config=env, **_agent_args(args))
         result = asyncio.run(run_one_rollout(
