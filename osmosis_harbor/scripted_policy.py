@@ -27,6 +27,9 @@ class RecordedRequest:
 @dataclass
 class FakeChatServer:
     default_reply: str = "echo 42 > answer.txt"
+    # When set, requests without exactly this Authorization header get a 401, as a real
+    # policy endpoint would answer a wrong key.
+    required_authorization: str | None = None
     requests: list[RecordedRequest] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -39,6 +42,12 @@ class FakeChatServer:
                 server.requests.append(RecordedRequest(self.path, self.headers.get("Authorization"), body))
                 if not self.path.endswith("/chat/completions"):
                     self.send_error(404)
+                    return
+                if server.required_authorization is not None and (
+                    self.headers.get("Authorization") != server.required_authorization
+                ):
+                    self.send_response(401)
+                    self.end_headers()
                     return
                 reply = server.reply_for(body.get("messages") or [])
                 payload = json.dumps({

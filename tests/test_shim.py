@@ -17,11 +17,9 @@ import shutil
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -29,6 +27,7 @@ from urllib.parse import quote
 import pytest
 from osmosis_ai.rollout import RolloutSample
 
+from osmosis_harbor.scripted_policy import FakeChatServer
 from osmosis_harbor.shim import SHIM_VERSION, agent, errors, verifier
 
 SECRET = "sk-osmosis-test-SECRET-0123456789abcdef"
@@ -303,57 +302,20 @@ def bundle_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-@dataclass
-class ChatServer:
-    url: str
-    requests: list[dict[str, Any]] = field(default_factory=list)
+CHAT_PATH = "/rollouts/r-chat"  # a rollout-scoped endpoint under the server's /v1 base
 
 
 @pytest.fixture(scope="module")
-def chat_server() -> Iterator[ChatServer]:
-    """A tiny OpenAI-compatible chat-completions endpoint on 127.0.0.1."""
-    server_state = ChatServer(url="")
+def chat_server() -> Iterator[FakeChatServer]:
+    """An OpenAI-compatible chat-completions endpoint on 127.0.0.1 that answers "pong" to
+    the rollout's key and 401 to anything else."""
+    server = FakeChatServer(default_reply="pong", required_authorization=f"Bearer {SECRET}")
+    yield server
+    server.close()
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 -- http.server API
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            server_state.requests.append(
-                {"path": self.path, "headers": dict(self.headers), "body": body}
-            )
-            if self.headers.get("Authorization") != f"Bearer {SECRET}":
-                self.send_response(401)
-                self.end_headers()
-                return
-            payload = json.dumps(
-                {
-                    "id": "chatcmpl-1",
-                    "object": "chat.completion",
-                    "model": body["model"],
-                    "choices": [
-                        {
-                            "index": 0,
-                            "message": {"role": "assistant", "content": "pong"},
-                            "finish_reason": "stop",
-                        }
-                    ],
-                }
-            ).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
 
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    server_state.url = f"http://127.0.0.1:{server.server_address[1]}/v1/rollouts/r-chat"
-    yield server_state
-    server.shutdown()
-    server.server_close()
+def chat_url(server: FakeChatServer) -> str:
+    return server.base_url + CHAT_PATH
 
 
 @dataclass
@@ -409,7 +371,7 @@ class Sandbox:
 def sandbox(
     tmp_path: Path,
     bundle_dir: Path,
-    chat_server: ChatServer,
+    chat_server: FakeChatServer,
     monkeypatch: pytest.MonkeyPatch,
 ) -> Iterator[Sandbox]:
     box = Sandbox(
@@ -420,7 +382,7 @@ def sandbox(
     )
     box.rollout_input.parent.mkdir(parents=True)
     monkeypatch.syspath_prepend(str(bundle_dir))
-    for name, value in box.env(chat_server.url).items():
+    for name, value in box.env(chat_url(chat_server)).items():
         monkeypatch.setenv(name, value)
     for name in ("OSMOSIS_AGENT_TIMEOUT_SEC", "OSMOSIS_GRADER_TIMEOUT_SEC"):
         monkeypatch.delenv(name, raising=False)
@@ -523,16 +485,16 @@ def test_agent_nested_class_path(sandbox: Sandbox) -> None:
 
 
 def test_agent_calls_chat_endpoint_with_key_from_env(
-    sandbox: Sandbox, chat_server: ChatServer
+    sandbox: Sandbox, chat_server: FakeChatServer
 ) -> None:
     sandbox.stage(rollout_id="r-chat")
     before = len(chat_server.requests)
     assert run_agent("ChatWorkflow") == 0
     calls = chat_server.requests[before:]
     assert len(calls) == 1
-    assert calls[0]["path"] == "/v1/rollouts/r-chat/chat/completions"
-    assert calls[0]["headers"]["Authorization"] == f"Bearer {SECRET}"
-    assert calls[0]["body"]["messages"] == PROMPT
+    assert calls[0].path == "/v1/rollouts/r-chat/chat/completions"
+    assert calls[0].authorization == f"Bearer {SECRET}"
+    assert calls[0].body["messages"] == PROMPT
     sample = sandbox.read("agent/sample.json")
     assert sample["messages"][-1] == {"role": "assistant", "content": "pong"}
     assert sample["metrics"] == {"llm_calls": 1.0, "rollout_id_seen": 1.0}
@@ -817,7 +779,7 @@ def _subprocess_env(box: Sandbox, chat_url: str, pythonpath: list[Path]) -> dict
 
 
 def test_subprocess_via_osmosis_harbor_shim(
-    sandbox: Sandbox, bundle_dir: Path, chat_server: ChatServer
+    sandbox: Sandbox, bundle_dir: Path, chat_server: FakeChatServer
 ) -> None:
     code = (
         "import sys; from osmosis_harbor.shim import agent; "
@@ -825,7 +787,7 @@ def test_subprocess_via_osmosis_harbor_shim(
     )
     proc = subprocess.run(
         [sys.executable, "-c", code],
-        env=_subprocess_env(sandbox, chat_server.url, [bundle_dir]),
+        env=_subprocess_env(sandbox, chat_url(chat_server), [bundle_dir]),
         capture_output=True,
         text=True,
         timeout=120,
@@ -837,7 +799,7 @@ def test_subprocess_via_osmosis_harbor_shim(
 
 
 def test_subprocess_as_standalone_top_level_package(
-    sandbox: Sandbox, bundle_dir: Path, chat_server: ChatServer, tmp_path: Path
+    sandbox: Sandbox, bundle_dir: Path, chat_server: FakeChatServer, tmp_path: Path
 ) -> None:
     """The shim as bundle wheels ship it: ``osmosis_harbor_shim``, no Harbor."""
     site = tmp_path / "wheel-site"
@@ -855,7 +817,7 @@ def test_subprocess_as_standalone_top_level_package(
     )
     proc = subprocess.run(
         [sys.executable, "-c", code],
-        env=_subprocess_env(sandbox, chat_server.url, [site, bundle_dir]),
+        env=_subprocess_env(sandbox, chat_url(chat_server), [site, bundle_dir]),
         capture_output=True,
         text=True,
         timeout=120,
