@@ -23,6 +23,7 @@ from pydantic import BaseModel
 from .dataset import DatasetError, TaskRef, check_task
 from .naming import trial_name
 from .outcome import Phase, read_trial
+from .verdict import EXPECTED_REWARD, StepVerdict, judge
 from .sandbox.lifecycle import terminate_live_sandboxes
 
 
@@ -32,9 +33,11 @@ class TaskValidation(BaseModel):
     id: str
     passed: bool
     reward: float | None = None
+    rewards: dict[str, float] = {}
     failed_phase: str | None = None
     error: str | None = None
     timings_sec: dict[str, float] = {}
+    steps: list[StepVerdict] | None = None
     trial_dir: str | None = None
 
 
@@ -56,25 +59,18 @@ class ValidationReport(BaseModel):
 ProgressCallback = Callable[[str, str], None]  # (task id, stage)
 
 
-EXPECTED_REWARD = {"oracle": 1.0, "nop": 0.0}
-
-
-def _row_for_result(task: TaskRef, result, trial_dir: Path, keep: bool, expected: float) -> TaskValidation:
+def _row_for_result(task: TaskRef, result, trial_dir: Path, keep: bool, agent: str) -> TaskValidation:
     reading = read_trial(result, trial_dir)
-    passed = reading.failed_phase is None and reading.reward == expected
-    phase, error = reading.failed_phase, reading.error
-    if not passed and phase is None:
-        phase = Phase.VERIFIER
-        error = (
-            "no reward produced" if reading.reward is None else f"reward {reading.reward:g} (expected {expected:g})"
-        )
+    verdict = judge(reading, agent)
     return TaskValidation(
         id=task.id,
-        passed=passed,
+        passed=verdict.passed,
         reward=reading.reward,
-        failed_phase=phase.value if phase else None,
-        error=error,
+        rewards=reading.rewards,
+        failed_phase=verdict.failed_phase,
+        error=verdict.error,
         timings_sec=reading.timings_sec,
+        steps=verdict.steps,
         trial_dir=str(trial_dir) if keep else None,
     )
 
@@ -89,10 +85,11 @@ async def validate_tasks(
     keep_trials: bool = False,
     on_progress: ProgressCallback | None = None,
 ) -> ValidationReport:
-    """Run every task through Harbor's ``TrialQueue`` and judge it by its reward.
+    """Run every task through Harbor's ``TrialQueue`` and judge it by its rewards.
 
     With the ``oracle`` agent a task passes at reward 1.0 (its solution works); with
-    ``nop`` at 0.0 (its tests do not pass an untouched sandbox).
+    ``nop`` at 0.0 (its tests do not pass an untouched sandbox). Multi-step and
+    multi-channel rewards follow the rules in ``osmosis_harbor.verdict``.
 
     Invalid tasks are reported (phase ``task``) without starting a sandbox. Whatever
     happens, including cancellation, no sandbox this run created outlives the call.
@@ -100,7 +97,6 @@ async def validate_tasks(
     if agent not in EXPECTED_REWARD:
         raise ValueError(f"validate runs the oracle (reference solutions must score 1) or nop "
                          f"(an untouched sandbox must score 0), not {agent!r}")
-    expected = EXPECTED_REWARD[agent]
     started = time.monotonic()
     notify = on_progress or (lambda _id, _stage: None)
     owns_dir = trials_dir is None
@@ -152,7 +148,7 @@ async def validate_tasks(
                 error=f"{type(exc).__name__}: {exc}".splitlines()[0],
             )
         else:
-            rows[task.id] = _row_for_result(task, result, trial_dir, keep_trials, expected)
+            rows[task.id] = _row_for_result(task, result, trial_dir, keep_trials, agent)
         notify(task.id, "passed" if rows[task.id].passed else "failed")
 
     try:
