@@ -114,8 +114,11 @@ def compose_file(task_dir: Path, config: Any) -> Path | None:
     return None
 
 
-def check_task(task: TaskRef) -> None:
+def check_task(task: TaskRef, *, needs_tests: bool = True) -> None:
     """Raise ``DatasetError`` naming the file and the problem when ``task`` is unusable.
+
+    ``needs_tests=False`` for rollouts, where an Osmosis grader may stand in for a task
+    without ``tests/`` (validation always needs the task's own tests).
 
     Harbor's own ``Task`` model is the authority on the format (single- and multi-step
     layouts, tests per step or shared, containment of tests/ and solution/); our checks
@@ -153,7 +156,7 @@ def check_task(task: TaskRef) -> None:
             "copy the file into the task instead"
         )
     try:
-        Task(task.path)
+        Task(task.path, disable_verification=not needs_tests)
     except (OSError, ValueError, RuntimeError) as exc:
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise DatasetError(f"task {task.id}: {message}") from None

@@ -46,7 +46,7 @@ def test_oracle_verdicts_on_public_task_formats(tmp_path: Path) -> None:
     assert bad["failed_phase"] == "agent"
     assert bad["reward"] == 0.5  # Harbor's "final" strategy: the last step's reward, reported not judged
     steps = {s["name"]: s for s in bad["steps"]}
-    assert steps["build"]["passed"] and steps["implement"]["reward"] == 1.0
+    assert steps["prepare"]["passed"] and steps["implement"]["reward"] == 1.0
     assert (steps["implement"]["failed_phase"], steps["document"]["failed_phase"]) == ("agent", "verifier")
 
     assert rows["multi-key-full"]["rewards"] == {"correctness": 1.0, "performance": 1.0}
