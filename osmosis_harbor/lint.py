@@ -91,7 +91,7 @@ def lint_task_ref(task: TaskRef) -> list[LintIssue]:
 
 def lint_dataset(tasks: list[TaskRef], mode: LintMode) -> dict[str, list[LintIssue]]:
     """Findings per task id; empty when linting is off."""
-    return {} if mode is LintMode.OFF else {task.id: lint_task_ref(task) for task in tasks}
+    return {} if mode == LintMode.OFF else {task.id: lint_task_ref(task) for task in tasks}
 
 
 def refuse_lint_errors(task: TaskRef, issues: list[LintIssue]) -> None:

@@ -117,7 +117,7 @@ async def validate_tasks(
     for task in tasks:
         try:
             check_task(task)
-            if lint is LintMode.STRICT:
+            if lint == LintMode.STRICT:
                 refuse_lint_errors(task, findings[task.id])
         except DatasetError as exc:
             rows[task.id] = TaskValidation(id=task.id, passed=False, failed_phase=Phase.TASK.value, error=str(exc))
