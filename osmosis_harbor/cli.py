@@ -18,6 +18,7 @@ from pathlib import Path
 from rich.console import Console
 
 from .dataset import DatasetError, check_task, discover_tasks, is_task_dir, select_tasks
+from .lint import LintMode
 from .sandbox.sdk import SDK_NAMES, SandboxSdkMissingError
 
 EXIT_USAGE = 2
@@ -61,7 +62,8 @@ def _console() -> Console:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from .report import ValidationProgress, validation_table
+    from .junit import write_junit
+    from .report import ValidationProgress, kept_trials_note, validation_table
     from .validate import validate_tasks
 
     path = Path(args.path)
@@ -81,11 +83,16 @@ def cmd_validate(args: argparse.Namespace) -> int:
                 trials_dir=Path(args.trials_dir) if args.trials_dir else None,
                 keep_trials=args.keep_trials or bool(args.trials_dir),
                 on_progress=progress.update,
+                lint=LintMode(args.lint),
             )
         )
     console.print(validation_table(report))
+    if report.job_dir:
+        console.print(kept_trials_note(report.job_dir))
     if args.json:
         Path(args.json).write_text(report.model_dump_json(indent=2) + "\n")
+    if args.junit:
+        write_junit(report, Path(args.junit), suite_name=args.path)
     return 0 if report.ok else 1
 
 
@@ -255,8 +262,14 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--task", action="append", metavar="ID", help="only these task ids (repeatable)")
     v.add_argument("--force-build", action="store_true",
                    help="build from environment/Dockerfile even when task.toml names a docker_image")
-    v.add_argument("--trials-dir", help="keep trial directories here (default: a temp dir, removed)")
-    v.add_argument("--keep-trials", action="store_true", help="keep the trial directories")
+    v.add_argument("--trials-dir", help="keep the trials here, as a Harbor job directory "
+                                        "(default: a temp dir, removed)")
+    v.add_argument("--keep-trials", action="store_true",
+                   help="keep the trials (a Harbor job directory that `harbor view` browses)")
+    v.add_argument("--junit", metavar="FILE", help="also write a JUnit XML report (one test case per task)")
+    v.add_argument("--lint", nargs="?", const="report", default="off", choices=("report", "strict"),
+                   help="run Harbor's lint rules on each task first and show findings; "
+                        "--lint=strict also refuses tasks with lint errors")
     v.set_defaults(func=cmd_validate)
 
     p = sub.add_parser("prewarm", help="build/push task images, prove agent setup, size warm pools")
