@@ -267,9 +267,12 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--keep-trials", action="store_true",
                    help="keep the trials (a Harbor job directory that `harbor view` browses)")
     v.add_argument("--junit", metavar="FILE", help="also write a JUnit XML report (one test case per task)")
-    v.add_argument("--lint", nargs="?", const="report", default="off", choices=("report", "strict"),
+    # "--lint" is a flag and "--lint=strict" its strict form (main() spells the latter
+    # "--lint-strict" for argparse), so "validate --lint PATH" never eats PATH.
+    v.add_argument("--lint", dest="lint", action="store_const", const="report", default="off",
                    help="run Harbor's lint rules on each task first and show findings; "
                         "--lint=strict also refuses tasks with lint errors")
+    v.add_argument("--lint-strict", dest="lint", action="store_const", const="strict", help=argparse.SUPPRESS)
     v.set_defaults(func=cmd_validate)
 
     p = sub.add_parser("prewarm", help="build/push task images, prove agent setup, size warm pools")
@@ -321,6 +324,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .bundle import cli_main as bundle_main
 
         return _guard(lambda: bundle_main(argv[1:]))
+    argv = ["--lint-strict" if arg == "--lint=strict" else arg for arg in argv]
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING)
     # Harbor pins its logger at DEBUG; its per-trial chatter belongs in the trial logs, and
