@@ -112,12 +112,13 @@ class Drain:
     def health(self) -> dict[str, Any]:
         assert self.started_at is not None
         elapsed = time.monotonic() - self.started_at
+        in_flight = len(self._in_flight())
         return {
-            "phase": "grace" if elapsed < self.policy.grace_sec else "delivery",
+            "phase": "grace" if in_flight and elapsed < self.policy.grace_sec else "delivery",
             "grace_sec": self.policy.grace_sec,
             "delivery_sec": self.policy.delivery_sec,
             "elapsed_sec": round(elapsed, 3),
-            "in_flight": len(self._in_flight()),
+            "in_flight": in_flight,
             "undelivered": len(self._owed()),
         }
 

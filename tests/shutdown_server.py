@@ -1,7 +1,7 @@
 """A HarborBackend served the documented way (``osmosis_harbor.server.serve``), as its own
 process, so that tests can stop it with a real SIGTERM.
 
-``python -m tests.shutdown_server --port P --pool NAME --grace S --delivery S --work DIR``
+``python -m tests.shutdown_server --port P --pool NAME --grace S --delivery S --work DIR --bundles DIR``
 """
 
 from __future__ import annotations
@@ -26,11 +26,12 @@ def main() -> None:
     parser.add_argument("--grace", type=float, required=True)
     parser.add_argument("--delivery", type=float, required=True)
     parser.add_argument("--work", type=Path, required=True)
+    parser.add_argument("--bundles", type=Path, required=True)
     args = parser.parse_args()
     backend = HarborBackend(
         orchestrator=TrialQueue(n_concurrent=2), tasks_dir=TASKS / "template", task_mode="template",
         agent="rollout_fixtures.workflows:ListWorkflow", code_dir=FIXTURES / "rollout_project",
-        bundles_dir=args.work / "bundles", trials_dir=args.work / "trials",
+        bundles_dir=args.bundles, trials_dir=args.work / "trials",
         environment_config=environment_config("docker", host_network=True, pool=args.pool, pool_size=1),
     )
     app = create_rollout_server(backend=backend, lifespan=backend.prewarm_lifespan(), configure_logging=False)

@@ -28,13 +28,22 @@ from typing import Any
 import httpx
 import pytest
 from harbor.trial.queue import TrialQueue
+from osmosis_ai.rollout.backend.base import ExecutionBackend
 from osmosis_ai.rollout.client import RolloutClient
-from osmosis_ai.rollout.types import RolloutStatus
+from osmosis_ai.rollout.server import create_rollout_server
+from osmosis_ai.rollout.types import (
+    POLLING_LEASE_HEADER,
+    ExecutionOutcome,
+    ExecutionRequest,
+    ExecutionResult,
+    RolloutStatus,
+)
 
 from osmosis_harbor.backend import HarborBackend
 from osmosis_harbor.drain import DrainPolicy
 from osmosis_harbor.sandbox import docker_sdk, environment_config
 from osmosis_harbor.scripted_policy import FakeChatServer
+from osmosis_harbor.server import draining_server
 
 from .support import FIXTURES, REPO, TASKS, await_until, managed_containers, wait_until
 
@@ -69,6 +78,12 @@ class GatedPolicy(FakeChatServer):
         super().close()
 
 
+@pytest.fixture(scope="module")
+def bundles(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One bundle cache for the module: the workflow wheel is built once."""
+    return tmp_path_factory.mktemp("bundles")
+
+
 @pytest.fixture
 def policy() -> Iterator[GatedPolicy]:
     server = GatedPolicy(default_reply="echo osmosis > answer.txt")
@@ -83,7 +98,7 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def server_process(tmp_path: Path, pool: str) -> Iterator[tuple[subprocess.Popen[str], str]]:
+def server_process(tmp_path: Path, pool: str, bundles: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
     """``python -m tests.shutdown_server`` on a free port; yields it and its URL once it serves
     (prewarm done). Its temporary files go to ``tmp_path/tmp``; kills it if a test fails."""
     port = _free_port()
@@ -94,7 +109,8 @@ def server_process(tmp_path: Path, pool: str) -> Iterator[tuple[subprocess.Popen
     log = (tmp_path / "server.log").open("w")
     proc = subprocess.Popen(
         [sys.executable, "-m", "tests.shutdown_server", "--port", str(port), "--pool", pool,
-         "--grace", str(GRACE_SEC), "--delivery", str(DELIVERY_SEC), "--work", str(tmp_path / "work")],
+         "--grace", str(GRACE_SEC), "--delivery", str(DELIVERY_SEC), "--work", str(tmp_path / "work"),
+         "--bundles", str(bundles)],
         cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
     url = f"http://127.0.0.1:{port}"
 
@@ -121,9 +137,10 @@ def _rollout(policy: GatedPolicy, rollout_id: str, gate: str) -> dict[str, Any]:
             "chat_completions_url": policy.base_url, "rollout_id": rollout_id, "llm_api_key": KEY}
 
 
-async def test_sigterm_delivers_finished_and_cancelled_results_then_exits(tmp_path: Path, policy: GatedPolicy) -> None:
+async def test_sigterm_delivers_finished_and_cancelled_results_then_exits(
+        tmp_path: Path, policy: GatedPolicy, bundles: Path) -> None:
     pool = f"drain{uuid.uuid4().hex[:6]}"
-    with server_process(tmp_path, pool) as (proc, url):
+    with server_process(tmp_path, pool, bundles) as (proc, url):
         client = RolloutClient(url=url)
         async with httpx.AsyncClient(base_url=url) as http:
             pools = list((await http.get("/health")).json()["pools"])
@@ -177,12 +194,12 @@ async def _draining_health(http: httpx.AsyncClient) -> dict[str, Any] | None:
     return payload if payload["status"] == "draining" else None
 
 
-async def test_backend_shutdown_is_idempotent_and_removes_pools_and_temp_root(tmp_path: Path) -> None:
+async def test_backend_shutdown_is_idempotent_and_removes_pools_and_temp_root(bundles: Path) -> None:
     pool = f"idem{uuid.uuid4().hex[:6]}"
     backend = HarborBackend(
         orchestrator=TrialQueue(n_concurrent=1), tasks_dir=TASKS / "template",
         agent="rollout_fixtures.workflows:ListWorkflow", code_dir=FIXTURES / "rollout_project",
-        bundles_dir=tmp_path / "bundles",
+        bundles_dir=bundles,
         environment_config=environment_config("docker", host_network=True, pool=pool, pool_size=1),
     )
     work_root = backend.trials_dir.parent
@@ -199,6 +216,55 @@ async def test_backend_shutdown_is_idempotent_and_removes_pools_and_temp_root(tm
     assert not work_root.exists()
     assert managed_containers(owner_pid=os.getpid()) == []
     assert backend.health()["status"] == "shutting_down" and not backend.has_capacity()
+
+
+class GatedBackend(ExecutionBackend):
+    """Any osmosis backend: a rollout succeeds once the test opens its gate."""
+
+    def __init__(self) -> None:
+        self.gates: defaultdict[str, asyncio.Event] = defaultdict(asyncio.Event)
+
+    async def execute(self, request: ExecutionRequest) -> ExecutionOutcome:
+        await self.gates[request.id].wait()
+        return ExecutionOutcome(workflow=ExecutionResult(status=RolloutStatus.SUCCESS))
+
+
+async def test_programmatic_drain_waits_for_unpolled_results_only_until_the_deadline(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))  # the osmosis server saves trajectories there
+    backend = GatedBackend()
+    port = _free_port()
+    server = draining_server(create_rollout_server(backend=backend, configure_logging=False), port=port,
+                             shutdown_grace_sec=1.0, delivery_sec=1.5, log_level="warning")
+    serving = asyncio.create_task(server.serve())
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
+        async def started() -> bool:
+            return server.started
+
+        await await_until(started, timeout=30, what="the server to start")
+        leases = {}
+        for rollout_id in ("polled", "unpolled"):
+            admitted = await http.post("/rollout", json={
+                "rollout_id": rollout_id, "initial_messages": [{"role": "user", "content": "x"}],
+                "chat_completions_url": "http://127.0.0.1:9/v1"})
+            assert admitted.status_code == 202, admitted.text
+            leases[rollout_id] = admitted.json()["polling_lease_token"]
+            backend.gates[rollout_id].set()
+
+        async def both_finished() -> bool:  # before the drain, and nobody polled them yet
+            return (await http.get("/health")).json()["lifecycle"]["active_rollouts"] == 0
+
+        await await_until(both_finished, timeout=30, what="both rollouts to finish")
+        server.request_drain()
+        assert (await http.post("/rollout", json={})).status_code == 503  # refused before validation
+        health = (await http.get("/health")).json()
+        assert health["status"] == "draining" and health["drain"]["undelivered"] == 2
+        polled = await http.get("/rollout/polled/result", headers={POLLING_LEASE_HEADER: leases["polled"]})
+        assert polled.json()["status"] == "success"
+        report = await server.drain.run()  # the drain the server runs, awaited
+    await serving
+    assert report.cancelled == [] and report.undelivered == ["unpolled"]
+    assert report.seconds >= 2.5, "an unpolled result holds the drain until grace + delivery"
 
 
 @pytest.mark.parametrize(("grace", "delivery"), [(-1, 10), (30, float("nan")), (30, "10")])
