@@ -436,9 +436,8 @@ class HarborBackend(BackendLifecycle, ExecutionBackend):
         deps_baked = bool(getattr(materialized, "environment_patched", False))
         environment = self.environment_config
         kwargs = {k: v for k, v in environment.kwargs.items() if k not in {"pool", "pool_size"}}
-        pool = self._task_pools.get(task.task_id)
-        if pool is not None:
-            kwargs["pool"] = pool
+        if task.task_id in self._task_pools:  # prewarm made this task's group pool: claim from it
+            kwargs["pool"] = self.environment_config.kwargs.get("pool")
         environment = environment.model_copy(update={"kwargs": kwargs})
         return TrialConfig(
             task=TaskConfig(path=Path(materialized)),

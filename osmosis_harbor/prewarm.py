@@ -13,7 +13,6 @@ systemic reason (engine, registry, credentials), raises so a server does not sta
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import shutil
 import tempfile
 import time
@@ -28,7 +27,7 @@ from harbor.models.trial.paths import TrialPaths
 from pydantic import BaseModel
 
 from .sandbox import load_sandbox_sdk
-from .sandbox.environment import SandboxEnvironment
+from .sandbox.environment import SandboxEnvironment, pool_name_for
 
 if TYPE_CHECKING:
     from .backend import HarborBackend
@@ -81,17 +80,10 @@ class _Prepared(BaseModel):
     cpus: float | None
     memory_mb: int | None
     no_network: bool
+    group_key: str
     deps_baked: bool = False
 
 
-def _group_key(p: _Prepared) -> str:
-    raw = f"{p.environment_id}|{p.cpus}|{p.memory_mb}|{p.no_network}"
-    return hashlib.sha256(raw.encode()).hexdigest()[:12]
-
-
-def pool_name_for(base: str, group_key: str) -> str:
-    """A DNS-1123 pool name per environment group, derived from the configured base."""
-    return f"{base[:40].rstrip('-')}-{group_key[:10]}"
 
 
 def _is_systemic(exc: BaseException) -> bool:
@@ -138,7 +130,7 @@ class Prewarmer:
                     failed[task_id] = _one_line(exc)
             groups: dict[str, list[_Prepared]] = {}
             for item in prepared:
-                groups.setdefault(_group_key(item), []).append(item)
+                groups.setdefault(item.group_key, []).append(item)
             results = await asyncio.gather(*(self._warm_group(key, items) for key, items in groups.items()),
                                            return_exceptions=True)
         finally:
@@ -186,6 +178,7 @@ class Prewarmer:
             environment_id=environment_content_hash(task.paths.environment_dir, docker_image=env.docker_image),
             cpus=env.cpus, memory_mb=env.memory_mb,
             no_network=self._no_network(task),
+            group_key=self._environment(path).group_key,  # the same key every trial's environment derives
             deps_baked=bool(getattr(materialized, "environment_patched", False)),
         )
 
@@ -195,8 +188,8 @@ class Prewarmer:
         mode = getattr(env, "network_mode", None)
         return str(getattr(mode, "value", mode)) == "no-network" or getattr(env, "allow_internet", True) is False
 
-    def _environment(self, item: _Prepared) -> SandboxEnvironment:
-        task = Task(item.path)
+    def _environment(self, path: Path) -> SandboxEnvironment:
+        task = Task(path)
         trial_paths = TrialPaths(self._work / f"trial-{uuid.uuid4().hex[:8]}")
         trial_paths.mkdir()
         config = self.backend.environment_config
@@ -206,13 +199,15 @@ class Prewarmer:
             config, environment_dir=task.paths.environment_dir, environment_name=task.name,
             session_id=f"prewarm-{uuid.uuid4().hex[:10]}", trial_paths=trial_paths,
             task_env_config=task.config.environment,
+            # the baseline a trial gives its agent environment, so the group key is the trial's
+            network_policy=task.config.environment.resolve_baseline(),
         )
         assert isinstance(env, SandboxEnvironment)
         return env
 
     async def _warm_group(self, key: str, items: list[_Prepared]) -> PrewarmGroup:
         group = PrewarmGroup(key=key, environment_id=items[0].environment_id, task_ids=[i.task_id for i in items])
-        env = self._environment(items[0])
+        env = self._environment(items[0].path)
         timings = group.timings_sec
         try:
             image, built = await _with_progress(self.notify, key, "image", timings, env.prepare_image())
@@ -242,7 +237,7 @@ class Prewarmer:
         sdk = load_sandbox_sdk(self.sdk_name)
         memory_mb = env._effective_memory_mb
         extra: dict[str, Any] = {"block_network": env._network_disabled}
-        if self.sdk_name == "docker" and self.backend.environment_config.kwargs.get("host_network"):
+        if env.uses_host_network:
             extra["host_network"] = True
         await sdk.create_pool.aio(name, image, cpus=env._effective_cpus,
                                   memory_gb=memory_mb / 1024 if memory_mb else None,

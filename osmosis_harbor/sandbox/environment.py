@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import os
 from pathlib import Path
 from types import ModuleType
@@ -32,12 +33,28 @@ from harbor.environments.skypilot import (
     _sanitize_dns_name,
 )
 from harbor.models.task.config import EnvironmentConfig as TaskEnvironmentConfig
+from harbor.models.task.config import NetworkMode
 from harbor.models.trial.paths import TrialPaths
 from tenacity import retry, stop_after_attempt, wait_exponential
 
 from . import lifecycle
 from .images import BUILD_COORDINATOR, local_image_exists, registry_image_exists
 from .sdk import load_sandbox_sdk
+
+def environment_group_key(environment_id: str, cpus: float | None, memory_mb: int | None, no_network: bool) -> str:
+    """What makes two sandboxes interchangeable: the image content and the resources."""
+    raw = f"{environment_id}|{cpus}|{memory_mb}|{no_network}"
+    return hashlib.sha256(raw.encode()).hexdigest()[:12]
+
+
+def pool_name_for(base: str, group_key: str) -> str:
+    """The warm pool of one environment group under a user's pool name (DNS-1123).
+
+    ``--pool warm`` / ``pool="warm"`` is a *base* name everywhere: prewarm creates
+    ``warm-<group>`` for each environment group, and every trial of that group, whoever
+    runs it (a rollout, ``validate``), claims from that same pool."""
+    return f"{base[:40].rstrip('-')}-{group_key[:10]}"
+
 
 LOCAL_IMAGE_NAMESPACE = "osmosis-harbor"
 SHARED_REPOSITORY = "osmosis-harbor-env"
@@ -78,7 +95,8 @@ class SandboxEnvironment(SkypilotEnvironment):
         # The attributes SkypilotEnvironment.__init__ sets. Its own __init__ refuses to
         # run unless Harbor imported sky.sandbox at import time; the SDK is ours to
         # choose, so we set them here and go straight to BaseEnvironment.__init__.
-        self._pool = pool or None
+        self._pool_base = pool or None
+        self._pool: str | None = None  # the group's pool, derived below once the environment is known
         self._registry = registry or os.environ.get("HARBOR_SKYPILOT_REGISTRY") or None
         self._context_name = context_name
         self._namespace = namespace
@@ -96,6 +114,28 @@ class SandboxEnvironment(SkypilotEnvironment):
         )
         self._workdir = parse_dockerfile_workdir(self._dockerfile_path)
         self._sandbox_name = _sanitize_dns_name(f"hb-{session_id}")
+        if self._pool_base:
+            self._pool = pool_name_for(self._pool_base, self.group_key)
+
+    @property
+    def group_key(self) -> str:
+        """The environment group this sandbox belongs to (see ``environment_group_key``)."""
+        # The task's declared network mode, not the runtime policy Harbor derives per role
+        # and phase: prewarm and every trial of the task read the same declaration.
+        no_network = self.task_env_config.network_mode == NetworkMode.NO_NETWORK
+        return environment_group_key(self.environment_id, self._effective_cpus, self._effective_memory_mb,
+                                     no_network)
+
+    @property
+    def uses_host_network(self) -> bool:
+        """Host networking lets a local sandbox reach a server on this machine; a task that
+        declares no network gets none, host networking included."""
+        return self._sdk_name == "docker" and self._host_network and not self._network_disabled
+
+    @property
+    def pool_name(self) -> str | None:
+        """The warm pool this environment claims from, if it was given a pool base name."""
+        return self._pool
 
     @property
     def sdk_name(self) -> str:
@@ -209,11 +249,18 @@ class SandboxEnvironment(SkypilotEnvironment):
             "secrets": self._secrets,
             "timeout": _SANDBOX_TTL_SEC,
         }
-        if self._sdk_name == "docker" and self._host_network:
+        if self.uses_host_network:
             common["host_network"] = True
         if self._pool:
             # A pool launch inherits image/cpu/memory/network from the pool.
-            return await self._sdk.create.aio(pool=self._pool, **common)
+            try:
+                return await self._sdk.create.aio(pool=self._pool, **common)
+            except LookupError as exc:  # the SDK's "no such pool"
+                raise LookupError(
+                    f"warm pool {self._pool!r} (pool {self._pool_base!r} for this task's environment group) "
+                    f"does not exist: create it first with `python -m osmosis_harbor prewarm <tasks> "
+                    f"--pool {self._pool_base}`, or run without --pool ({exc})"
+                ) from None
         memory_gb = (
             self._effective_memory_mb / 1024 if self._effective_memory_mb is not None else None
         )
