@@ -66,6 +66,7 @@ from .tasks import (
     TaskResolver,
     materialize_task,
     render_prompt,
+    task_step_names,
 )
 from .trial_outcome import RewardSource, build_outcome
 
@@ -270,7 +271,14 @@ class HarborBackend(BackendLifecycle, ExecutionBackend):
             resolved = await self.resolver.resolve(request.metadata)
         except TaskResolutionError as exc:
             return refused(str(exc), {"failed_phase": "task"})
-        reward_source = self._reward_source(request, resolved)
+        steps = await asyncio.to_thread(task_step_names, resolved.path)
+        if steps and self.task_mode is TaskMode.TEMPLATE and not self.is_native:
+            return refused(
+                f"task {resolved.task_id} is a multi-step task (steps {', '.join(steps)}): template mode "
+                "replaces instruction.md with the prompt, which a multi-step task does not have; serve it "
+                "in dataset mode, where each step's instruction reaches the workflow as the next turn",
+                {"failed_phase": "task", "task_id": resolved.task_id})
+        reward_source = self._reward_source(request, resolved, steps)
         if isinstance(reward_source, ExecutionOutcome):
             return reward_source
 
@@ -362,10 +370,11 @@ class HarborBackend(BackendLifecycle, ExecutionBackend):
                 )
         return None
 
-    def _reward_source(self, request: ExecutionRequest, task: ResolvedTask) -> str | ExecutionOutcome:
+    def _reward_source(self, request: ExecutionRequest, task: ResolvedTask,
+                       steps: Sequence[str] = ()) -> str | ExecutionOutcome:
         if not request.grade:
             return RewardSource.NONE
-        if (task.path / "tests" / "test.sh").is_file():
+        if steps or (task.path / "tests" / "test.sh").is_file():  # a task's own tests always win
             return RewardSource.TASK_TESTS
         if self.grader is not None:
             return RewardSource.GRADER
@@ -376,9 +385,10 @@ class HarborBackend(BackendLifecycle, ExecutionBackend):
     def _grades_with_grader(self, task: ResolvedTask, request: ExecutionRequest | None) -> bool:
         """Whether the bundled grader is this rollout's verifier. Prewarm (no request) asks
         about the rollouts to come: graded ones, so that it builds and proves what they run."""
+        steps = task_step_names(task.path)
         if request is not None:
-            return self._reward_source(request, task) == RewardSource.GRADER
-        return self.grader is not None and not (task.path / "tests" / "test.sh").is_file()
+            return self._reward_source(request, task, steps) == RewardSource.GRADER
+        return self.grader is not None and not steps and not (task.path / "tests" / "test.sh").is_file()
 
     def materialize(self, task: ResolvedTask, dest: Path, *, request: ExecutionRequest | None) -> Path:
         """The per-rollout task copy. Prewarm calls it with ``request=None`` and gets the same
@@ -444,7 +454,7 @@ class HarborBackend(BackendLifecycle, ExecutionBackend):
             trial_name=trial_name,
             trials_dir=self.trials_dir,
             agent=(self._native_config(request, url, key_env) if self.is_native
-                   else self._agent_config(request, work, deps_baked)),
+                   else self._agent_config(request, work, materialized)),
             environment=environment,
             verifier=VerifierConfig(
                 disable=reward_source == RewardSource.NONE,
@@ -460,8 +470,9 @@ class HarborBackend(BackendLifecycle, ExecutionBackend):
             agent_timeout_sec=request.agent_timeout_sec, agent_setup_timeout_sec=self.agent_setup_timeout_sec,
         )
 
-    def _agent_config(self, request: ExecutionRequest, work: Path, deps_baked: bool) -> AgentConfig:
+    def _agent_config(self, request: ExecutionRequest, work: Path, materialized: Path) -> AgentConfig:
         assert self.bundle is not None and self.bundle.agent_script
+        deps_baked = bool(getattr(materialized, "environment_patched", False))
         rollout_input = work / "rollout_input.json"
         rollout_input.write_text(json.dumps(
             {"rollout_id": request.id, "prompt": request.prompt, "metadata": request.metadata}))
@@ -476,5 +487,6 @@ class HarborBackend(BackendLifecycle, ExecutionBackend):
                 "rollout_id": request.id,
                 "rollout_input": str(rollout_input),
                 "deps_preinstalled": deps_baked,
+                "steps": task_step_names(Path(materialized)) or None,
             },
         )

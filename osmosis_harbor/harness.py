@@ -79,6 +79,7 @@ class WorkflowAgent(BaseAgent):
         rollout_id: str,
         rollout_input: str,
         deps_preinstalled: bool = False,
+        steps: list[str] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(logs_dir=logs_dir, model_name=model_name, **kwargs)
@@ -87,6 +88,8 @@ class WorkflowAgent(BaseAgent):
         self._rollout_id = rollout_id
         self._rollout_input = Path(rollout_input)
         self._deps_preinstalled = deps_preinstalled
+        self._steps = list(steps or [])
+        self._step_index = 0
 
     @staticmethod
     @override
@@ -104,8 +107,37 @@ class WorkflowAgent(BaseAgent):
         await install_bundle(environment, self._wheel, deps_preinstalled=self._deps_preinstalled,
                              rollout_input=self._rollout_input)
 
+    async def _stage_step_input(self, instruction: str, environment: BaseEnvironment) -> None:
+        """Multi-step tasks: each step is one more turn of the same conversation.
+
+        Harbor calls ``run`` once per step, in one sandbox. Step ``k`` gets the previous
+        step's messages (its ``sample.json``, which Harbor has archived under
+        ``steps/<name>/agent/`` by now; the request's prompt for the first step) plus the
+        step's instruction as a new user message, and ``metadata["harbor_step"]`` says
+        which step it is."""
+        index = self._step_index
+        self._step_index += 1
+        base = json.loads(self._rollout_input.read_text())
+        prompt = list(base.get("prompt") or [])
+        if index > 0:
+            previous = self.logs_dir.parent / "steps" / self._steps[index - 1] / "agent" / "sample.json"
+            try:
+                prompt = list(json.loads(previous.read_text())["messages"])
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                raise WorkflowFailedError(
+                    f"[agent_error] step {self._steps[index]}: the previous step left no usable "
+                    f"sample.json ({type(exc).__name__})") from None
+        prompt.append({"role": "user", "content": instruction})
+        metadata = dict(base.get("metadata") or {})
+        metadata["harbor_step"] = {"name": self._steps[index], "index": index, "count": len(self._steps)}
+        staged = self._rollout_input.with_name(f"{self._rollout_input.stem}.step{index}.json")
+        staged.write_text(json.dumps({**base, "prompt": prompt, "metadata": metadata}))
+        await environment.upload_file(staged, str(ROLLOUT_INPUT))
+
     @override
     async def run(self, instruction: str, environment: BaseEnvironment, context: AgentContext) -> None:
+        if self._steps:
+            await self._stage_step_input(instruction, environment)
         creds = credentials.get(self._rollout_id)
         env = {"OSMOSIS_ROLLOUT_INPUT": str(ROLLOUT_INPUT), "OSMOSIS_ROLLOUT_ID": self._rollout_id}
         if creds is not None:

@@ -254,7 +254,7 @@ def materialize_task(
         if instruction is not None:
             _write(dest / INSTRUCTION, instruction)
             result.instruction_replaced = True
-        elif not (dest / INSTRUCTION).is_file():
+        elif not (dest / INSTRUCTION).is_file() and not task_step_names(dest):  # steps carry their own
             raise TaskResolutionError(f"task {label}: no {INSTRUCTION} and no instruction was given")
         tests = dest / "tests"
         if grading_input is not None:
@@ -277,6 +277,14 @@ def materialize_task(
 
 
 AGENT_LOGS_ARTIFACT = "/logs/agent"
+
+
+def task_step_names(task_dir: Path) -> list[str]:
+    """The ``[[steps]]`` of a multi-step task, in order (empty for a single-step task)."""
+    from harbor.models.task.config import TaskConfig
+
+    config = TaskConfig.model_validate_toml((Path(task_dir) / "task.toml").read_text(encoding="utf-8"))
+    return [step.name for step in config.steps or []]
 
 
 def agent_workdir(task_dir: Path) -> str | None:

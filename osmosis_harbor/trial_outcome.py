@@ -24,7 +24,7 @@ from osmosis_ai.rollout.types import (
     RolloutStatus,
 )
 
-from .outcome import Phase, read_trial
+from .outcome import Phase, TrialReading, read_trial
 from .tasks import INCOMPATIBLE_IMAGE_MARKER
 
 _TIMEOUT_EXCEPTIONS = {
@@ -88,8 +88,11 @@ def build_outcome(
     come from their trajectory)."""
     reading = read_trial(result, trial_dir)
     extra: dict[str, Any] = {**base_extra, "timings_sec": reading.timings_sec, "reward_source": reward_source}
+    agent_dir, verifier_dir, step = _focus_dirs(reading, trial_dir)
+    if step is not None:
+        extra["step"] = step
     if agent_sample is ...:
-        agent_sample = load_sample(trial_dir / "agent" / "sample.json")
+        agent_sample = load_sample(agent_dir / "sample.json")
     if agent_sample is not None and label is not None and agent_sample.label is None:
         agent_sample = agent_sample.model_copy(update={"label": label})
     exc_type = reading.exception_type
@@ -99,9 +102,10 @@ def build_outcome(
                                          Phase.AGENT.value, Phase.CANCELLED.value}:
         extra["failed_phase"] = phase
         if exc_type == "WorkflowFailedError":
-            error = _load_json(trial_dir / "agent" / "error.json") or {}
+            error = _load_json(agent_dir / "error.json") or {}
             category = _category(error.get("category"), RolloutErrorCategory.AGENT_ERROR)
-            message = f"workflow failed: {error.get('type', 'Error')}: {error.get('message', reading.error)}"
+            where = f"step {step}: " if step is not None else ""
+            message = f"{where}workflow failed: {error.get('type', 'Error')}: {error.get('message', reading.error)}"
         elif exc_type in _TIMEOUT_EXCEPTIONS:
             category, message = RolloutErrorCategory.TIMEOUT, f"{phase} timed out: {reading.error}"
         elif exc_type == "IncompatibleTaskImageError" or INCOMPATIBLE_IMAGE_MARKER in (result.exception_info.exception_message if result.exception_info else ""):
@@ -119,11 +123,11 @@ def build_outcome(
     if reward_source == RewardSource.NONE:
         return ExecutionOutcome(workflow=workflow)
 
-    grader_error = (_load_json(trial_dir / "verifier" / "error.json") or None) if reward_source == RewardSource.GRADER else None
+    grader_error = (_load_json(verifier_dir / "error.json") or None) if reward_source == RewardSource.GRADER else None
     if exc_type is not None or grader_error:  # the verifier phase failed
         # A grader that failed has failed, whatever reward file exists beside its error.
         extra = {**extra, "failed_phase": Phase.VERIFIER.value}
-        error = grader_error if isinstance(grader_error, dict) else _load_json(trial_dir / "verifier" / "error.json") or {}
+        error = grader_error if isinstance(grader_error, dict) else _load_json(verifier_dir / "error.json") or {}
         if not isinstance(error, dict):
             error = {"message": str(error)}
         if exc_type in _TIMEOUT_EXCEPTIONS:
@@ -138,11 +142,17 @@ def build_outcome(
     reward = reading.reward
     if reward is None:
         extra = {**extra, "failed_phase": Phase.VERIFIER.value}
+        channels = ", ".join(sorted(reading.rewards))
+        message = ("the verifier produced no reward" if not reading.rewards else
+                   f"the verifier wrote several reward channels ({channels}) and no \"reward\": "
+                   "add a \"reward\" key to reward.json to say which one trains the policy")
+        if agent_sample is not None:
+            agent_sample = agent_sample.model_copy(update={"metrics": {**agent_sample.metrics, **_reward_metrics(reading)}})
         return ExecutionOutcome(workflow=workflow, grader=_failure(
-            "the verifier produced no scalar reward", RolloutErrorCategory.AGENT_ERROR, agent_sample, extra))
+            message, RolloutErrorCategory.AGENT_ERROR, agent_sample, extra))
     graded = None
     if reward_source == RewardSource.GRADER:
-        graded = load_sample(trial_dir / "verifier" / "sample.json")
+        graded = load_sample(verifier_dir / "sample.json")
     if graded is None:
         base = agent_sample or RolloutSample()
         graded = base.model_copy(update={"reward": reward})
@@ -151,7 +161,34 @@ def build_outcome(
         if graded.label is None and label is not None:
             updates["label"] = label
         graded = graded.model_copy(update=updates)
+    if extra_metrics := _reward_metrics(reading):
+        graded = graded.model_copy(update={"metrics": {**graded.metrics, **extra_metrics}})
     return ExecutionOutcome(
         workflow=workflow,
         grader=ExecutionResult(status=RolloutStatus.SUCCESS, sample=graded, extra_fields=extra),
     )
+
+
+def _focus_dirs(reading: TrialReading, trial_dir: Path) -> tuple[Path, Path, str | None]:
+    """Where the agent's and verifier's products are: the trial's own dirs for a single-step
+    trial; for a multi-step one, the failing step's (else the last step that ran), which
+    Harbor archives under ``steps/<name>/``."""
+    if reading.steps is None:
+        return trial_dir / "agent", trial_dir / "verifier", None
+    ran = [s for s in reading.steps if s.ran]
+    focus = next((s for s in ran if s.failed_phase is not None), ran[-1] if ran else None)
+    if focus is None:
+        return trial_dir / "agent", trial_dir / "verifier", None
+    step_dir = trial_dir / "steps" / focus.name
+    return step_dir / "agent", step_dir / "verifier", focus.name
+
+
+def _reward_metrics(reading: TrialReading) -> dict[str, float]:
+    """The reward channels besides the primary one (``reward/<name>``) and, for multi-step
+    trials, each step's primary reward (``step_reward/<step>``): the sample's metrics."""
+    metrics = {f"reward/{key}": value for key, value in reading.rewards.items()
+               if key != "reward" and not (len(reading.rewards) == 1 and reading.reward is not None)}
+    for step in reading.steps or []:
+        if step.ran and step.reward is not None:
+            metrics[f"step_reward/{step.name}"] = step.reward
+    return metrics
