@@ -25,7 +25,7 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-DEFAULT_IMAGES=(debian:trixie-slim python:3.12-slim ubuntu:24.04)  # bundled tasks + tests
+DEFAULT_IMAGES=(debian:trixie-slim python:3.12-slim ubuntu:24.04 python:3.13-slim)  # bundled tasks + tests
 MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 HOST_CA="${HOST_CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}"
 CACHE="${OSMOSIS_HARBOR_CACHE:-$HOME/.cache/osmosis-harbor}"

@@ -21,7 +21,7 @@ from .support import FIXTURES, REPO, load_json, managed_containers, wait_until
 
 SCRIPT = REPO / "scripts" / "base-images.sh"
 UBUNTU_TASK = FIXTURES / "public-formats" / "ubuntu-task"
-PRESENT = ("ubuntu:24.04", "python:3.13-slim")  # both from the trixie root file system bootstrap made
+PRESENT = ("ubuntu:24.04", "python:3.13-slim")  # in base-images.sh's default list: bootstrap builds them
 
 # What each stand-in is: Debian suite, and the Python it gets (bookworm 3.11, trixie 3.13; the
 # closest to the tag's, Debian has no 3.12). The debian:*-slim ones have no Python, like the real ones.
@@ -96,8 +96,8 @@ def image_present(name: str) -> bool:
 
 @pytest.fixture(scope="session")
 def stand_ins() -> tuple[str, ...]:
-    """The stand-ins these tests inspect. bootstrap builds ubuntu:24.04; python:3.13-slim is a
-    few seconds more from the same trixie root file system (no second debootstrap)."""
+    """The stand-ins these tests inspect: already built by bootstrap (a no-op then); otherwise
+    built here from the cached trixie root file system."""
     proc = base_images(*PRESENT)
     assert proc.returncode == 0, proc.stderr
     return PRESENT
