@@ -2,7 +2,8 @@
 # Bring a machine to the state the README commands, the tests and CI need, idempotently:
 #   1. a virtualenv (.venv) on Python >= 3.12 with osmosis-harbor and its dev extras;
 #   2. a running Docker engine (on Debian as root: apt-get install docker.io, start dockerd);
-#   3. the offline base images the bundled tasks use (scripts/base-images.sh);
+#   3. the offline base images the bundled tasks and the tests use (scripts/base-images.sh:
+#      debian:trixie-slim, python:3.12-slim, ubuntu:24.04, python:3.13-slim; one debootstrap);
 #   4. a local image registry on 127.0.0.1:5000 for the build-and-push path.
 # A second run does only cheap checks (a few seconds).
 set -euo pipefail
@@ -136,7 +137,7 @@ if [ "${1:-}" = "--then" ]; then shift; THEN=("$@"); fi
 
 ensure_venv
 ensure_docker
-bash "$ROOT/scripts/base-images.sh"
+bash "$ROOT/scripts/base-images.sh"   # its default list; more: scripts/base-images.sh --list
 ensure_registry
 log "ready"
 if [ ${#THEN[@]} -gt 0 ]; then exec "${THEN[@]}"; fi
