@@ -77,6 +77,19 @@ GRADE_SCRIPT = "osmosis_grade.sh"
 _LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1", "0.0.0.0"}
 
 
+def _checked_grader_inputs(paths: Sequence[str]) -> tuple[str, ...]:
+    """Absolute sandbox paths the grader reads besides the agent's workdir (see ``isolate_verifier``)."""
+    if isinstance(paths, str):
+        raise TypeError(f"grader_inputs must be a list of sandbox paths, not the string {paths!r}")
+    checked = []
+    for path in paths:
+        posix = PurePosixPath(str(path))
+        if not posix.is_absolute() or ".." in posix.parts or posix == PurePosixPath("/"):
+            raise ValueError(f"grader_inputs: {path!r} must be an absolute sandbox path below / without '..'")
+        checked.append(str(posix))
+    return tuple(checked)
+
+
 class HarborBackend(BackendLifecycle, ExecutionBackend):
     """Runs Osmosis rollouts as Harbor trials in sandboxes (the v0.3 constructor)."""
 
@@ -101,6 +114,7 @@ class HarborBackend(BackendLifecycle, ExecutionBackend):
         trials_dir: Path | None = None,
         cleanup_successful_trials: bool = True,
         bundles_dir: Path | None = None,
+        grader_inputs: Sequence[str] = (),
         **legacy: Any,
     ) -> None:
         if legacy:
@@ -115,6 +129,7 @@ class HarborBackend(BackendLifecycle, ExecutionBackend):
         if agent is None:
             raise TypeError("agent= is required: an AgentWorkflow class or import path, or one of "
                             + ", ".join(NATIVE_AGENTS))
+        self.grader_inputs = _checked_grader_inputs(grader_inputs)
         self.orchestrator = orchestrator
         self.task_mode = TaskMode(task_mode)
         self.tasks_dir = Path(tasks_dir)
@@ -368,20 +383,30 @@ class HarborBackend(BackendLifecycle, ExecutionBackend):
             f"task {task.task_id} has no tests/test.sh and no grader= was given: pass an Osmosis "
             "grader or add tests to the task (or send grade=false)", {"failed_phase": "task"})
 
+    def _grades_with_grader(self, task: ResolvedTask, request: ExecutionRequest | None) -> bool:
+        """Whether the bundled grader is this rollout's verifier. Prewarm (no request) asks
+        about the rollouts to come: graded ones, so that it builds and proves what they run."""
+        if request is not None:
+            return self._reward_source(request, task) == RewardSource.GRADER
+        return self.grader is not None and not (task.path / "tests" / "test.sh").is_file()
+
     def materialize(self, task: ResolvedTask, dest: Path, *, request: ExecutionRequest | None) -> Path:
-        """The per-rollout task copy. Prewarm calls it with ``request=None``: the
-        ``environment/`` it produces is byte-identical, so its image hash is the rollout's."""
+        """The per-rollout task copy. Prewarm calls it with ``request=None`` and gets the same
+        copy a graded rollout runs (generated ``tests/test.sh`` included, without the
+        request's grading input): its image hash and its setup proof are the rollout's.
+
+        With the grader as verifier, the grader wheel and its installer travel in
+        ``tests/`` and the verifier runs in a fresh sandbox (``isolate_verifier``): nothing
+        the workflow did to its own sandbox can reach the reward."""
         grading_input = None
         grade_command = None
-        grader_only = False
-        if request is not None and self._reward_source(request, task) == RewardSource.GRADER:
+        grader = self._grades_with_grader(task, request)
+        if grader:
             assert self.bundle is not None and self.bundle.grade_script
-            grading_input = {"rollout_id": request.id, "label": request.label,
-                             "metadata": request.metadata, "prompt": request.prompt}
-            grade_command = str(VENV / "bin" / self.bundle.grade_script)
-            if self.is_native:  # no workflow ran setup: install the grader for the verifier only
-                grade_command = f"/bin/sh /tests/{GRADE_SCRIPT}"
-                grader_only = True
+            if request is not None:
+                grading_input = {"rollout_id": request.id, "label": request.label,
+                                 "metadata": request.metadata, "prompt": request.prompt}
+            grade_command = f"/bin/sh /tests/{GRADE_SCRIPT}"
         patch = None
         if self.bundle is not None and self.patch_dockerfile_with_sdk:
             patch = EnvironmentPatch(requirements=list(self.bundle.dependencies))
@@ -390,10 +415,10 @@ class HarborBackend(BackendLifecycle, ExecutionBackend):
             instruction = render_prompt(request.prompt)
         dest.parent.mkdir(parents=True, exist_ok=True)
         materialized = materialize_task(task, dest, instruction=instruction, grading_input=grading_input,
-                                        grade_command=grade_command, environment_patch=patch)
-        if grader_only and getattr(materialized, "generated_tests", False):
-            self._stage_grader_install(Path(materialized) / "tests",
-                                       bool(getattr(materialized, "environment_patched", False)))
+                                        grade_command=grade_command, environment_patch=patch,
+                                        isolate_grader=True, grader_inputs=self.grader_inputs)
+        if materialized.generated_tests:
+            self._stage_grader_install(Path(materialized) / "tests", materialized.environment_patched)
         return materialized
 
     def _stage_grader_install(self, tests_dir: Path, deps_baked: bool) -> None:

@@ -78,9 +78,20 @@ class BackendLifecycle:
         return lifespan
 
     # ── lifecycle ─────────────────────────────────────────────────────────────
+    _shutdown_run: asyncio.Future[None] | None = None  # the one shutdown, once started
+
     async def shutdown(self) -> None:
-        """Stop admitting, cancel in-flight trials, remove every sandbox and pool we own."""
+        """Stop admitting, cancel in-flight trials, remove every sandbox and pool we own.
+
+        Idempotent: the first call does the work, later (or concurrent) calls wait for it.
+        Served through ``osmosis_harbor.server.serve``, the drain has already let rollouts
+        finish or cancelled them; this is the backstop for whatever is left."""
         self._accepting = False
+        if self._shutdown_run is None:
+            self._shutdown_run = asyncio.ensure_future(self._shut_down())
+        await asyncio.shield(self._shutdown_run)
+
+    async def _shut_down(self) -> None:
         trials = {s.trial_name: s.task for s in self.tracker.in_flight() if s.task is not None and not s.task.done()}
         for task in trials.values():
             task.cancel()

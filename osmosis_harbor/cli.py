@@ -18,6 +18,7 @@ from pathlib import Path
 from rich.console import Console
 
 from .dataset import DatasetError, check_task, discover_tasks, is_task_dir, select_tasks
+from .lint import LintMode
 from .sandbox.sdk import SDK_NAMES, SandboxSdkMissingError
 
 EXIT_USAGE = 2
@@ -61,7 +62,8 @@ def _console() -> Console:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from .report import ValidationProgress, validation_table
+    from .junit import write_junit
+    from .report import ValidationProgress, kept_trials_note, validation_table
     from .validate import validate_tasks
 
     path = Path(args.path)
@@ -81,11 +83,16 @@ def cmd_validate(args: argparse.Namespace) -> int:
                 trials_dir=Path(args.trials_dir) if args.trials_dir else None,
                 keep_trials=args.keep_trials or bool(args.trials_dir),
                 on_progress=progress.update,
+                lint=LintMode(args.lint),
             )
         )
     console.print(validation_table(report))
+    if report.job_dir:
+        console.print(kept_trials_note(report.job_dir))
     if args.json:
         Path(args.json).write_text(report.model_dump_json(indent=2) + "\n")
+    if args.junit:
+        write_junit(report, Path(args.junit), suite_name=args.path)
     return 0 if report.ok else 1
 
 
@@ -255,8 +262,17 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--task", action="append", metavar="ID", help="only these task ids (repeatable)")
     v.add_argument("--force-build", action="store_true",
                    help="build from environment/Dockerfile even when task.toml names a docker_image")
-    v.add_argument("--trials-dir", help="keep trial directories here (default: a temp dir, removed)")
-    v.add_argument("--keep-trials", action="store_true", help="keep the trial directories")
+    v.add_argument("--trials-dir", help="keep the trials here, as a Harbor job directory "
+                                        "(default: a temp dir, removed)")
+    v.add_argument("--keep-trials", action="store_true",
+                   help="keep the trials (a Harbor job directory that `harbor view` browses)")
+    v.add_argument("--junit", metavar="FILE", help="also write a JUnit XML report (one test case per task)")
+    # "--lint" is a flag and "--lint=strict" its strict form (main() spells the latter
+    # "--lint-strict" for argparse), so "validate --lint PATH" never eats PATH.
+    v.add_argument("--lint", dest="lint", action="store_const", const="report", default="off",
+                   help="run Harbor's lint rules on each task first and show findings; "
+                        "--lint=strict also refuses tasks with lint errors")
+    v.add_argument("--lint-strict", dest="lint", action="store_const", const="strict", help=argparse.SUPPRESS)
     v.set_defaults(func=cmd_validate)
 
     p = sub.add_parser("prewarm", help="build/push task images, prove agent setup, size warm pools")
@@ -308,6 +324,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .bundle import cli_main as bundle_main
 
         return _guard(lambda: bundle_main(argv[1:]))
+    argv = ["--lint-strict" if arg == "--lint=strict" else arg for arg in argv]
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING)
     # Harbor pins its logger at DEBUG; its per-trial chatter belongs in the trial logs, and

@@ -13,6 +13,7 @@ import os
 import tomllib
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -104,16 +105,38 @@ def symlink_problem(task_dir: Path) -> str | None:
     return None
 
 
-def check_task(task: TaskRef) -> None:
-    """Raise ``DatasetError`` naming the file and the problem when ``task`` is unusable."""
+COMPOSE_FILES = ("docker-compose.yaml", "docker-compose.yml", "compose.yaml", "compose.yml")
+
+
+def compose_file(task_dir: Path, config: Any) -> Path | None:
+    """The first multi-container definition the task carries, if any.
+
+    Harbor's Docker environment runs ``environment/docker-compose.yaml`` (sidecars, a
+    compose-only ``main``), and a separate verifier may bring its own under ``tests/``.
+    A sandbox is one container, so such a task cannot run faithfully in one."""
+    candidates = [task_dir / "environment", task_dir / "tests"]
+    candidates += [task_dir / "steps" / step.name / "tests" for step in (config.steps or [])]
+    for directory in candidates:
+        for name in COMPOSE_FILES:
+            if (directory / name).is_file():
+                return directory / name
+    return None
+
+
+def check_task(task: TaskRef, *, needs_tests: bool = True) -> None:
+    """Raise ``DatasetError`` naming the file and the problem when ``task`` is unusable.
+
+    ``needs_tests=False`` for rollouts, where an Osmosis grader may stand in for a task
+    without ``tests/`` (validation always needs the task's own tests).
+
+    Harbor's own ``Task`` model is the authority on the format (single- and multi-step
+    layouts, tests per step or shared, containment of tests/ and solution/); our checks
+    sit on top: one-line TOML and field errors, multi-container tasks, and symlinks that
+    leave the task anywhere (Harbor checks only tests/ and solution/)."""
     from harbor.models.task.config import TaskConfig
+    from harbor.models.task.task import Task
 
     config_path = task.path / TASK_CONFIG
-    if not (task.path / INSTRUCTION).is_file():
-        raise DatasetError(f"task {task.id}: {task.path / INSTRUCTION} is missing")
-    problem = symlink_problem(task.path)
-    if problem is not None:
-        raise DatasetError(f"task {task.id}: {problem}")
     try:
         data = tomllib.loads(config_path.read_text())
     except tomllib.TOMLDecodeError as exc:
@@ -121,11 +144,27 @@ def check_task(task: TaskRef) -> None:
     except UnicodeDecodeError as exc:
         raise DatasetError(f"{config_path}: not UTF-8 text: {exc}") from None
     try:
-        TaskConfig.model_validate(data)
+        config = TaskConfig.model_validate(data)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "(top level)"
         raise DatasetError(f"{config_path}: invalid field {where}: {first['msg']}") from None
+    compose = compose_file(task.path, config)
+    if compose is not None:
+        raise DatasetError(
+            f"task {task.id}: multi-container tasks ({compose.relative_to(task.path).as_posix()}) "
+            "are not supported by sandbox environments"
+        )
+    if not config.steps and not (task.path / INSTRUCTION).is_file():
+        raise DatasetError(f"task {task.id}: {task.path / INSTRUCTION} is missing")
+    problem = symlink_problem(task.path)
+    if problem is not None:
+        raise DatasetError(f"task {task.id}: {problem}")
+    try:
+        Task(task.path, disable_verification=not needs_tests)
+    except (OSError, ValueError, RuntimeError) as exc:
+        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise DatasetError(f"task {task.id}: {message}") from None
 
 
 def load_dataset(root: Path, ids: Iterable[str] | None = None) -> list[TaskRef]:

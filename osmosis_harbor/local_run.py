@@ -32,8 +32,10 @@ def _free_port() -> int:
 async def serve_locally(backend: Any, *, lifespan: Any = None) -> AsyncIterator[str]:
     """``create_rollout_server(backend=...)`` on 127.0.0.1 in this event loop; yields its URL.
 
-    Leaving the block stops the server the way a real one stops: it drains in-flight
-    rollouts and calls ``backend.shutdown()``."""
+    Leaving the block stops the server at once, as bare uvicorn would: osmosis waits briefly
+    for in-flight rollouts, cancels the rest and calls ``backend.shutdown()``. No drain is
+    needed: the caller has collected its results before leaving (``osmosis_harbor.server.serve``
+    is the way to serve a backend to controllers)."""
     import uvicorn
     from osmosis_ai.rollout.server import create_rollout_server
 

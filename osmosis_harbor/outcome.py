@@ -12,7 +12,10 @@ from __future__ import annotations
 from enum import StrEnum
 from pathlib import Path
 
-from harbor.models.trial.result import TimingInfo, TrialResult
+from typing import Any
+
+from harbor.models.trial.result import StepResult, TimingInfo, TrialResult
+from harbor.models.verifier.result import VerifierResult
 from pydantic import BaseModel
 
 
@@ -27,8 +30,29 @@ class Phase(StrEnum):
     CANCELLED = "cancelled"
 
 
+class StepReading(BaseModel):
+    """One step of a multi-step trial: its rewards, and what stopped it if anything did.
+
+    ``ran`` is False for a step Harbor never started (an earlier step failed, or fell
+    below its ``min_reward``)."""
+
+    name: str
+    ran: bool = True
+    reward: float | None = None
+    rewards: dict[str, float] = {}
+    failed_phase: Phase | None = None
+    error: str | None = None
+    exception_type: str | None = None
+    timings_sec: dict[str, float] = {}
+
+
 class TrialReading(BaseModel):
-    """What a trial result says, flattened for tables, JSON reports and outcomes."""
+    """What a trial result says, flattened for tables, JSON reports and outcomes.
+
+    For a multi-step trial ``reward``/``rewards`` are Harbor's aggregate (the task's
+    ``multi_step_reward_strategy``) and ``steps`` holds one reading per declared step;
+    ``failed_phase``/``error`` then name the first step that failed. ``steps`` is None
+    for single-step trials."""
 
     reward: float | None
     rewards: dict[str, float] = {}
@@ -36,6 +60,7 @@ class TrialReading(BaseModel):
     error: str | None = None
     exception_type: str | None = None
     timings_sec: dict[str, float] = {}
+    steps: list[StepReading] | None = None
 
 
 # Harbor records one exception per trial but may run later phases after it (an agent
@@ -56,6 +81,8 @@ _PHASE_OF_EXCEPTION: dict[str, Phase] = {
     "AddTestsDirError": Phase.VERIFIER,
     "DownloadVerifierDirError": Phase.VERIFIER,
     "CancelledError": Phase.CANCELLED,
+    # multi-step: a step's healthcheck or setup.sh prepares the sandbox for that step
+    "HealthcheckError": Phase.ENVIRONMENT,
 }
 _PHASE_FIELDS: tuple[tuple[str, Phase], ...] = (
     ("environment_setup", Phase.ENVIRONMENT),
@@ -109,13 +136,83 @@ def _one_line(text: str, limit: int = 300) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
-def read_trial(result: TrialResult, trial_dir: Path | None = None) -> TrialReading:
-    """Interpret ``result`` (and the trial directory's agent exit code, if any)."""
-    rewards = {
-        k: float(v) for k, v in ((result.verifier_result and result.verifier_result.rewards) or {}).items()
+def _float_rewards(verifier_result: VerifierResult | None) -> dict[str, float]:
+    return {k: float(v) for k, v in ((verifier_result and verifier_result.rewards) or {}).items()}
+
+
+def _oracle_exit_code(agent_dir: Path) -> str | None:
+    """Harbor's oracle writes ``exit-code.txt`` (and raises nothing) when ``solve.sh`` fails."""
+    path = agent_dir / "exit-code.txt"
+    return path.read_text().strip() if path.is_file() else None
+
+
+def _step_phase(step: StepResult) -> Phase:
+    exc = step.exception_info
+    assert exc is not None
+    if exc.exception_type in _PHASE_OF_EXCEPTION:
+        return _PHASE_OF_EXCEPTION[exc.exception_type]
+    if "setup.sh" in exc.exception_message:  # Harbor raises a RuntimeError for a failing step setup
+        return Phase.ENVIRONMENT
+    if step.verifier is not None and step.verifier.started_at is not None:
+        return Phase.VERIFIER
+    return Phase.AGENT if step.agent_execution is not None else Phase.ENVIRONMENT
+
+
+def read_step(step: StepResult, trial_dir: Path) -> StepReading:
+    """One step's reading; its oracle exit code lives under ``steps/<name>/agent/``."""
+    rewards = _float_rewards(step.verifier_result)
+    timings = {
+        phase.value: seconds
+        for phase, timing in ((Phase.AGENT, step.agent_execution), (Phase.VERIFIER, step.verifier))
+        if (seconds := _seconds(timing)) is not None
     }
+    reading = StepReading(name=step.step_name, reward=primary_reward(rewards), rewards=rewards, timings_sec=timings)
+    if step.exception_info is not None:
+        exc = step.exception_info
+        reading.failed_phase = _step_phase(step)
+        reading.error = f"{exc.exception_type}: {_one_line(exc.exception_message) or exc.exception_type}"
+        reading.exception_type = exc.exception_type
+        return reading
+    code = _oracle_exit_code(trial_dir / "steps" / step.step_name / "agent")
+    if code is not None:
+        reading.failed_phase = Phase.AGENT
+        reading.error = f"solve.sh exited with status {code}"
+    return reading
+
+
+def read_steps(result: TrialResult, trial_dir: Path) -> list[StepReading] | None:
+    """Readings for every step the task declares, in order (None for a single-step task).
+
+    Steps Harbor did not start are listed with ``ran=False``, so that a report can never
+    mistake "two of three steps passed, the third never ran" for a pass."""
+    declared = [step.name for step in (result.config.task and _declared_steps(result)) or []]
+    if not declared and not result.step_results:
+        return None
+    ran = {step.step_name: read_step(step, trial_dir) for step in result.step_results or []}
+    names = declared or list(ran)
+    return [ran.get(name) or StepReading(name=name, ran=False) for name in names]
+
+
+def _declared_steps(result: TrialResult) -> list[Any]:
+    """The task's ``[[steps]]`` as Harbor loaded them for this trial (the task copy on disk)."""
+    from harbor.models.task.config import TaskConfig
+
+    path = result.config.task.path
+    if path is None or not (Path(path) / "task.toml").is_file():
+        return []
+    try:
+        return TaskConfig.model_validate_toml((Path(path) / "task.toml").read_text()).steps or []
+    except Exception:  # the trial ran from it; if it is gone or changed, fall back to what ran
+        return []
+
+
+def read_trial(result: TrialResult, trial_dir: Path | None = None) -> TrialReading:
+    """Interpret ``result`` (and the trial directory's agent exit codes, if any)."""
+    trial_dir = trial_dir or Path(result.trial_uri.removeprefix("file://"))
+    rewards = _float_rewards(result.verifier_result)
     reward = primary_reward(rewards)
     timings = phase_timings(result)
+    steps = read_steps(result, trial_dir)
     exc = result.exception_info
     if exc is not None:
         phase = _PHASE_OF_EXCEPTION.get(exc.exception_type) or _last_started_phase(result)
@@ -127,10 +224,18 @@ def read_trial(result: TrialResult, trial_dir: Path | None = None) -> TrialReadi
             error=f"{exc.exception_type}: {message}",
             exception_type=exc.exception_type,
             timings_sec=timings,
+            steps=steps,
         )
-    exit_code_file = (trial_dir or Path(result.trial_uri.removeprefix("file://"))) / "agent" / "exit-code.txt"
-    if exit_code_file.is_file():
-        code = exit_code_file.read_text().strip()
+    if steps is not None:
+        failed = next((s for s in steps if s.failed_phase is not None), None)
+        return TrialReading(
+            reward=reward, rewards=rewards, timings_sec=timings, steps=steps,
+            failed_phase=failed.failed_phase if failed else None,
+            error=f"step {failed.name}: {failed.error}" if failed else None,
+            exception_type=failed.exception_type if failed else None,
+        )
+    code = _oracle_exit_code(trial_dir / "agent")
+    if code is not None:
         return TrialReading(
             reward=reward,
             rewards=rewards,

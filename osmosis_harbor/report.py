@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
+from .lint import LintIssue, LintSeverity
 from .prewarm import PrewarmReport
 from .validate import TaskValidation, ValidationReport
 
@@ -51,24 +56,57 @@ def _timings_text(row: TaskValidation) -> str:
     return ", ".join(parts) or "-"
 
 
+def _rewards_text(row: TaskValidation) -> str:
+    """The primary reward alone when that is all there is, else every channel."""
+    if not row.rewards:
+        return "-" if row.reward is None else f"{row.reward:g}"
+    if set(row.rewards) == {"reward"}:
+        return f"{row.rewards['reward']:g}"
+    return " ".join(f"{key}={value:g}" for key, value in sorted(row.rewards.items()))
+
+
+def _steps_text(row: TaskValidation) -> str:
+    if row.steps is None:
+        return ""
+    marks = []
+    for step in row.steps:
+        mark = "[green]ok[/]" if step.passed and step.ran else "skipped" if not step.ran and step.passed else "[red]FAIL[/]"
+        marks.append(f"{escape(step.name)} {mark}")
+    return ", ".join(marks)
+
+
+def _lint_text(issue: LintIssue) -> Text:
+    style = "red" if issue.severity is LintSeverity.ERROR else "yellow"
+    where = issue.path + (f":{issue.line}" if issue.line else "")
+    return Text.assemble((f"lint {issue.severity} [{issue.rule}]", style), f" {where}: {issue.message}")
+
+
+def kept_trials_note(job_dir: str) -> Text:
+    """Where the kept trials are, and the command that browses them."""
+    return Text(f"trials kept in {job_dir} (a Harbor job: harbor view {shlex.quote(str(Path(job_dir).parent))})")
+
+
 def validation_table(report: ValidationReport) -> Table:
     goal = "solutions must score 1" if report.agent == "oracle" else "untouched sandboxes must score 0"
     table = Table(title=f"Validation ({report.agent} agent: {goal}; {report.environment} sandboxes)")
     table.add_column("task", style="bold")
     table.add_column("result")
-    table.add_column("reward", justify="right")
+    table.add_column("reward", justify="right", overflow="fold")
+    with_steps = any(row.steps is not None for row in report.tasks)
+    if with_steps:
+        table.add_column("steps", overflow="fold")
     table.add_column("failed phase")
     table.add_column("error", overflow="fold", max_width=60)
     table.add_column("timings", overflow="fold")
+    error_column = [column.header for column in table.columns].index("error")
     for row in report.tasks:
-        table.add_row(
-            row.id,
-            "[green]pass[/]" if row.passed else "[red]FAIL[/]",
-            "-" if row.reward is None else f"{row.reward:g}",
-            row.failed_phase or "",
-            row.error or "",
-            _timings_text(row),
-        )
+        cells = [escape(row.id), "[green]pass[/]" if row.passed else "[red]FAIL[/]", _rewards_text(row)]
+        if with_steps:
+            cells.append(_steps_text(row))
+        cells += [row.failed_phase or "", escape(row.error or ""), _timings_text(row)]
+        table.add_row(*cells)
+        for issue in row.lint or []:  # each finding on a line of its own, in the error column
+            table.add_row(*[""] * error_column, _lint_text(issue))
     table.caption = f"{report.passed} passed, {report.failed} failed in {report.wall_sec:.1f}s"
     return table
 

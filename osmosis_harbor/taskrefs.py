@@ -291,7 +291,7 @@ class TaskResolver:
         if path in self._checked:
             return
         try:
-            check_task(TaskRef(id=label, path=path))
+            check_task(TaskRef(id=label, path=path), needs_tests=False)
         except DatasetError as exc:
             raise _fail(f"{key}={label!r}: {exc}") from None
         self._checked[path] = None

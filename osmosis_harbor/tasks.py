@@ -159,6 +159,7 @@ class MaterializedTask(Path):
     instruction_replaced: bool = False
     grading_input_written: bool = False
     environment_patched: bool = False
+    verifier_isolated: bool = False
 
     @property
     def path(self) -> Path:
@@ -176,6 +177,7 @@ class MaterializedTask(Path):
             "instruction_replaced": self.instruction_replaced,
             "grading_input_written": self.grading_input_written,
             "environment_patched": self.environment_patched,
+            "verifier_isolated": self.verifier_isolated,
         }
 
 
@@ -215,8 +217,13 @@ def materialize_task(
     grading_input: dict[str, Any] | None = None,
     grade_command: str | None = None,
     environment_patch: EnvironmentPatch | None = None,
+    isolate_grader: bool = False,
+    grader_inputs: list[str] | tuple[str, ...] = (),
 ) -> MaterializedTask:
     """Copy a task to ``dest`` (which must not exist, or be empty) and stage rollout files.
+
+    ``isolate_grader``: when ``tests/test.sh`` is generated (the grader is the verifier),
+    the grader runs in a fresh sandbox of the same image (``isolate_verifier``).
 
     Returns a ``MaterializedTask`` (a ``Path`` to ``dest``) whose flags say what happened.
     Symlinks are kept as symlinks; one leading outside the task is refused, and absolute
@@ -255,12 +262,58 @@ def materialize_task(
         ):
             _write(tests / "test.sh", generated_test_sh(grade_command), mode=0o755)
             result.generated_tests = True
+            if isolate_grader:
+                isolate_verifier(dest, grader_inputs)
+                result.verifier_isolated = True
         if environment_patch is not None:
             result.environment_patched = patch_environment(dest / "environment", environment_patch)
     except BaseException:
         shutil.rmtree(dest, ignore_errors=True)
         raise
     return result
+
+
+AGENT_LOGS_ARTIFACT = "/logs/agent"
+
+
+def agent_workdir(task_dir: Path) -> str | None:
+    """Where the agent works: ``[environment].workdir``, else the Dockerfile's WORKDIR."""
+    from harbor.environments.definition import parse_dockerfile_workdir
+    from harbor.models.task.config import TaskConfig
+
+    config = TaskConfig.model_validate_toml((Path(task_dir) / "task.toml").read_text(encoding="utf-8"))
+    return config.environment.workdir or parse_dockerfile_workdir(Path(task_dir) / "environment" / "Dockerfile")
+
+
+def isolate_verifier(task_dir: Path, grader_inputs: list[str] | tuple[str, ...] = ()) -> list[str]:
+    """Make Harbor grade this task copy in a sandbox the agent never touched.
+
+    The workflow runs as whatever user the task gives it, often root, in the agent
+    sandbox: there it can rewrite the installed grader, replace the grade script, or leave
+    a process that rewrites ``/logs/verifier/reward.json`` after the grader is done. So the
+    verifier runs in Harbor's ``separate`` mode: the agent sandbox is stopped, a fresh
+    sandbox starts from the same image (same environment hash, so no extra build), and
+    only the agent's products are copied in, as data, through Harbor's sanitising
+    artifact upload: ``/logs/agent`` (its sample or trajectory), ``/logs/artifacts``, the
+    agent's working directory (what a grader usually inspects; not when it is ``/``) and
+    ``grader_inputs``. The grader is installed there from ``tests/`` and the reward is
+    read from that sandbox alone. Returns the paths carried over. The task config is
+    rewritten through Harbor's own model, never by text edits."""
+    from harbor.models.task.config import TaskConfig, VerifierEnvironmentMode
+
+    path = Path(task_dir) / "task.toml"
+    config = TaskConfig.model_validate_toml(path.read_text(encoding="utf-8"))
+    config.verifier.environment_mode = VerifierEnvironmentMode.SEPARATE
+    carried = [AGENT_LOGS_ARTIFACT]
+    workdir = agent_workdir(task_dir)
+    if workdir and PurePosixPath(workdir) != PurePosixPath("/"):
+        carried.append(str(PurePosixPath(workdir)))
+    carried += [str(PurePosixPath(p)) for p in grader_inputs]
+    for entry in dict.fromkeys(carried):
+        if entry not in config.artifacts:
+            config.artifacts.append(entry)
+    _write(path, config.model_dump_toml())
+    return list(dict.fromkeys(carried))
 
 
 def generated_test_sh(grade_command: str) -> str:

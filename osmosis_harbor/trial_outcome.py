@@ -119,9 +119,13 @@ def build_outcome(
     if reward_source == RewardSource.NONE:
         return ExecutionOutcome(workflow=workflow)
 
-    if exc_type is not None:  # the verifier phase failed
+    grader_error = (_load_json(trial_dir / "verifier" / "error.json") or None) if reward_source == RewardSource.GRADER else None
+    if exc_type is not None or grader_error:  # the verifier phase failed
+        # A grader that failed has failed, whatever reward file exists beside its error.
         extra = {**extra, "failed_phase": Phase.VERIFIER.value}
-        error = _load_json(trial_dir / "verifier" / "error.json") or {}
+        error = grader_error if isinstance(grader_error, dict) else _load_json(trial_dir / "verifier" / "error.json") or {}
+        if not isinstance(error, dict):
+            error = {"message": str(error)}
         if exc_type in _TIMEOUT_EXCEPTIONS:
             category, message = RolloutErrorCategory.TIMEOUT, f"verifier timed out: {reading.error}"
         elif error:

@@ -13,6 +13,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from pathlib import Path
 
 from harbor.models.trial.config import AgentConfig, EnvironmentConfig, TaskConfig, TrialConfig
@@ -21,8 +22,11 @@ from harbor.trial.queue import TrialQueue
 from pydantic import BaseModel
 
 from .dataset import DatasetError, TaskRef, check_task
+from .lint import LintIssue, LintMode, lint_dataset, refuse_lint_errors
+from .job import write_job_dir
 from .naming import trial_name
 from .outcome import Phase, read_trial
+from .verdict import EXPECTED_REWARD, StepVerdict, judge
 from .sandbox.lifecycle import terminate_live_sandboxes
 
 
@@ -32,10 +36,13 @@ class TaskValidation(BaseModel):
     id: str
     passed: bool
     reward: float | None = None
+    rewards: dict[str, float] = {}
     failed_phase: str | None = None
     error: str | None = None
     timings_sec: dict[str, float] = {}
+    steps: list[StepVerdict] | None = None
     trial_dir: str | None = None
+    lint: list[LintIssue] | None = None  # Harbor's lint findings, when --lint ran
 
 
 class ValidationReport(BaseModel):
@@ -47,6 +54,7 @@ class ValidationReport(BaseModel):
     environment: str
     wall_sec: float
     tasks: list[TaskValidation]
+    job_dir: str | None = None  # the kept trials, a Harbor job directory (harbor view)
 
     @property
     def ok(self) -> bool:
@@ -56,25 +64,18 @@ class ValidationReport(BaseModel):
 ProgressCallback = Callable[[str, str], None]  # (task id, stage)
 
 
-EXPECTED_REWARD = {"oracle": 1.0, "nop": 0.0}
-
-
-def _row_for_result(task: TaskRef, result, trial_dir: Path, keep: bool, expected: float) -> TaskValidation:
+def _row_for_result(task: TaskRef, result, trial_dir: Path, keep: bool, agent: str) -> TaskValidation:
     reading = read_trial(result, trial_dir)
-    passed = reading.failed_phase is None and reading.reward == expected
-    phase, error = reading.failed_phase, reading.error
-    if not passed and phase is None:
-        phase = Phase.VERIFIER
-        error = (
-            "no reward produced" if reading.reward is None else f"reward {reading.reward:g} (expected {expected:g})"
-        )
+    verdict = judge(reading, agent)
     return TaskValidation(
         id=task.id,
-        passed=passed,
+        passed=verdict.passed,
         reward=reading.reward,
-        failed_phase=phase.value if phase else None,
-        error=error,
+        rewards=reading.rewards,
+        failed_phase=verdict.failed_phase,
+        error=verdict.error,
         timings_sec=reading.timings_sec,
+        steps=verdict.steps,
         trial_dir=str(trial_dir) if keep else None,
     )
 
@@ -88,29 +89,36 @@ async def validate_tasks(
     trials_dir: Path | None = None,
     keep_trials: bool = False,
     on_progress: ProgressCallback | None = None,
+    lint: LintMode = LintMode.OFF,
 ) -> ValidationReport:
-    """Run every task through Harbor's ``TrialQueue`` and judge it by its reward.
+    """Run every task through Harbor's ``TrialQueue`` and judge it by its rewards.
 
     With the ``oracle`` agent a task passes at reward 1.0 (its solution works); with
-    ``nop`` at 0.0 (its tests do not pass an untouched sandbox).
+    ``nop`` at 0.0 (its tests do not pass an untouched sandbox). Multi-step and
+    multi-channel rewards follow the rules in ``osmosis_harbor.verdict``.
 
-    Invalid tasks are reported (phase ``task``) without starting a sandbox. Whatever
+    Invalid tasks are reported (phase ``task``) without starting a sandbox; so are tasks
+    with Harbor lint errors under ``lint=strict``. A kept ``trials_dir`` is a Harbor job
+    directory (``trials_dir`` itself, or a job inside a temp dir). Whatever
     happens, including cancellation, no sandbox this run created outlives the call.
     """
     if agent not in EXPECTED_REWARD:
         raise ValueError(f"validate runs the oracle (reference solutions must score 1) or nop "
                          f"(an untouched sandbox must score 0), not {agent!r}")
-    expected = EXPECTED_REWARD[agent]
     started = time.monotonic()
     notify = on_progress or (lambda _id, _stage: None)
     owns_dir = trials_dir is None
-    root = Path(trials_dir or tempfile.mkdtemp(prefix="osmosis-harbor-validate-"))
+    job_name = f"validate-{agent}-{datetime.now():%Y-%m-%d__%H-%M-%S}"
+    root = Path(trials_dir or Path(tempfile.mkdtemp(prefix="osmosis-harbor-validate-")) / job_name)
     root.mkdir(parents=True, exist_ok=True)
     rows: dict[str, TaskValidation] = {}
     runnable: list[tuple[TaskRef, TrialConfig]] = []
+    findings = lint_dataset(list(tasks), lint)
     for task in tasks:
         try:
             check_task(task)
+            if lint == LintMode.STRICT:
+                refuse_lint_errors(task, findings[task.id])
         except DatasetError as exc:
             rows[task.id] = TaskValidation(id=task.id, passed=False, failed_phase=Phase.TASK.value, error=str(exc))
             notify(task.id, "invalid")
@@ -152,7 +160,7 @@ async def validate_tasks(
                 error=f"{type(exc).__name__}: {exc}".splitlines()[0],
             )
         else:
-            rows[task.id] = _row_for_result(task, result, trial_dir, keep_trials, expected)
+            rows[task.id] = _row_for_result(task, result, trial_dir, keep_trials, agent)
         notify(task.id, "passed" if rows[task.id].passed else "failed")
 
     try:
@@ -164,9 +172,16 @@ async def validate_tasks(
         # anything a cancelled start left behind so nothing outlives the command.
         await asyncio.shield(terminate_live_sandboxes())
         if owns_dir and not keep_trials:
-            shutil.rmtree(root, ignore_errors=True)
+            shutil.rmtree(root.parent, ignore_errors=True)
+    kept = keep_trials or not owns_dir
+    if kept:
+        await asyncio.to_thread(write_job_dir, root, [config for _, config in runnable],
+                                agent=AgentConfig(name=agent), environment=environment,
+                                n_concurrent=max(1, n_concurrent))
 
     ordered = [rows[t.id] for t in tasks if t.id in rows]
+    for row in ordered:
+        row.lint = findings.get(row.id)
     passed = sum(1 for r in ordered if r.passed)
     env_name = str(environment.kwargs.get("sdk", environment.type or environment.import_path))
     return ValidationReport(
@@ -176,4 +191,5 @@ async def validate_tasks(
         environment=env_name,
         wall_sec=round(time.monotonic() - started, 3),
         tasks=ordered,
+        job_dir=str(root) if kept else None,
     )

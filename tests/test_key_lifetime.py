@@ -12,6 +12,7 @@ import asyncio
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import uuid
@@ -21,12 +22,14 @@ from pathlib import Path
 import httpx
 import pytest
 from harbor.trial.queue import TrialQueue
+from osmosis_ai.rollout.server import create_rollout_server
 from osmosis_ai.rollout.types import RolloutErrorCategory, RolloutStatus
 
 from osmosis_harbor.backend import HarborBackend
 from osmosis_harbor.sandbox import environment_config
 from osmosis_harbor.scripted_policy import FakeChatServer
 from osmosis_harbor.secrets import MARKER, KeyCustody, Redactor
+from osmosis_harbor.server import draining_server
 
 from .rollout_server import client_for, serve
 from .support import FIXTURES, REPO, TASKS, await_until, managed_containers
@@ -148,12 +151,32 @@ async def test_a_cancelled_trial_keeps_no_key(tmp_path, bundles_dir, fake_chat, 
         assert_scrubbed_not_lost(api_key, tmp_path / "trials")
 
 
-async def test_shutdown_leaves_no_key_in_the_trials_it_stopped(tmp_path, bundles_dir, fake_chat, api_key):
+@pytest.mark.parametrize("how", ["sigterm", "backend-shutdown"])
+async def test_shutdown_leaves_no_key_in_the_trials_it_stopped(tmp_path, bundles_dir, fake_chat, api_key, how):
     backend = hoarding_backend(tmp_path, bundles_dir)
-    async with serve(backend) as url, httpx.AsyncClient(base_url=url) as http:
-        assert (await http.post("/rollout", json=body(fake_chat, "shut-me", api_key, "block"))).status_code == 202
-        await hoarded(fake_chat, "shut-me")
-        await backend.shutdown()  # what the server's SIGTERM handling ends with
+    if how == "backend-shutdown":
+        async with serve(backend) as url, httpx.AsyncClient(base_url=url) as http:
+            assert (await http.post("/rollout", json=body(fake_chat, "shut-me", api_key, "block"))).status_code == 202
+            await hoarded(fake_chat, "shut-me")
+            await backend.shutdown()
+            assert_scrubbed_not_lost(api_key, tmp_path / "trials")
+    else:  # the documented server, drained as SIGTERM drains it, with a short grace period
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        app = create_rollout_server(backend=backend, configure_logging=False)
+        server = draining_server(app, port=port, shutdown_grace_sec=1.0, delivery_sec=0.5, log_level="warning")
+        serving = asyncio.create_task(server.serve())
+
+        async def started() -> bool:
+            return server.started
+
+        await await_until(started, timeout=30, what="the server to start")
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
+            assert (await http.post("/rollout", json=body(fake_chat, "shut-me", api_key, "block"))).status_code == 202
+            await hoarded(fake_chat, "shut-me")
+            server.request_drain()  # what SIGTERM does
+        await serving  # the drain cancelled the rollout, then the backend shut down
         assert_scrubbed_not_lost(api_key, tmp_path / "trials")
     assert managed_containers(owner_pid=os.getpid()) == []
 

@@ -1,0 +1,258 @@
+"""CI-friendly reports of ``validate``: JUnit XML, Harbor's lint findings, and kept trials as a
+Harbor job directory that Harbor's own models and its ``harbor view`` server read back.
+
+One real run over a mixed dataset (passing, failing, lint-flagged and oddly named tasks) feeds
+most tests; ``--lint=strict`` gets a run of its own."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+from harbor.models.job.config import JobConfig
+from harbor.models.job.result import JobResult
+from harbor.models.trial.result import TrialResult
+from harbor.viewer.scanner import JobScanner
+from harbor.viewer.server import create_app
+
+from osmosis_harbor.dataset import load_dataset
+from osmosis_harbor.junit import junit_tree
+from osmosis_harbor.lint import LintMode
+from osmosis_harbor.sandbox import environment_config
+from osmosis_harbor.validate import TaskValidation, ValidationReport, validate_tasks
+
+from .support import FIXTURES, copy_task, load_json, run_cli
+
+ODD_ID = 'build <fails> & "ünï"'  # markup characters, quotes and non-ASCII in a task id
+ESC = "\x1b"
+
+
+@dataclass(frozen=True)
+class MixedRun:
+    dataset: Path
+    proc: subprocess.CompletedProcess[str]
+    report: dict
+    junit: Path
+    job_dir: Path
+
+
+@pytest.fixture(scope="module")
+def mixed_run(tmp_path_factory: pytest.TempPathFactory) -> MixedRun:
+    """``validate --lint --junit --json --trials-dir`` over two passing and three failing tasks."""
+    tmp = tmp_path_factory.mktemp("mixed")
+    dataset = tmp / "ds"
+    for source in ("lint/clean", "lint/misspelled-field", "broken/solve-fails", "broken/bad-toml"):
+        copy_task(FIXTURES / source, dataset / Path(source).name)
+    odd = copy_task(FIXTURES / "lint/clean", dataset / ODD_ID)
+    # The build error quotes the RUN line, raw escape byte included: text XML cannot carry.
+    (odd / "environment" / "Dockerfile").write_text(
+        f"FROM debian:trixie-slim\nRUN echo '{ESC}[31mred & <b>]]>' >&2; exit 1\n")
+    report, junit, job_dir = tmp / "report.json", tmp / "out" / "junit.xml", tmp / "jobs" / "run"
+    proc = run_cli("validate", str(dataset), "-n", "3", "--lint", "--junit", str(junit),
+                   "--json", str(report), "--trials-dir", str(job_dir))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    return MixedRun(dataset, proc, load_json(report), junit, job_dir)
+
+
+EXPECTED = {  # task id -> (passed, failed phase)
+    "bad-toml": (False, "task"),
+    "clean": (True, None),
+    "misspelled-field": (True, None),
+    "solve-fails": (False, "agent"),
+    ODD_ID: (False, "environment"),
+}
+
+
+def test_mixed_run_verdicts(mixed_run: MixedRun) -> None:
+    rows = {t["id"]: t for t in mixed_run.report["tasks"]}
+    assert {k: (v["passed"], v["failed_phase"]) for k, v in rows.items()} == EXPECTED
+    assert ESC in rows[ODD_ID]["error"]
+
+
+# -- JUnit -------------------------------------------------------------------------------------
+
+# The shape CI tools read (Ant/Jenkins JUnit schema): element -> (required attributes, optional
+# attributes, allowed children).
+JUNIT_SHAPE = {
+    "testsuites": (set(), {"name", "tests", "failures", "errors", "skipped", "time", "disabled"}, {"testsuite"}),
+    "testsuite": ({"name", "tests"}, {"failures", "errors", "skipped", "time", "timestamp", "hostname", "id",
+                                      "package", "disabled", "file"},
+                  {"properties", "testcase", "system-out", "system-err"}),
+    "properties": (set(), set(), {"property"}),
+    "property": ({"name", "value"}, set(), set()),
+    "testcase": ({"name"}, {"classname", "time", "assertions", "status", "file", "line"},
+                 {"skipped", "error", "failure", "system-out", "system-err"}),
+    "failure": (set(), {"message", "type"}, set()),
+    "system-out": (set(), set(), set()),
+}
+_COUNT = re.compile(r"\d+")
+_TIME = re.compile(r"\d+(\.\d+)?")
+
+
+def assert_junit_shape(element: ET.Element) -> None:
+    required, optional, children = JUNIT_SHAPE[element.tag]
+    assert required <= set(element.attrib) <= required | optional, (element.tag, element.attrib)
+    for name in {"tests", "failures", "errors", "skipped"} & set(element.attrib):
+        assert _COUNT.fullmatch(element.get(name)), (element.tag, name)
+    if "time" in element.attrib:
+        assert _TIME.fullmatch(element.get("time")), element.attrib
+    if "timestamp" in element.attrib:
+        datetime.fromisoformat(element.get("timestamp"))
+    for child in element:
+        assert child.tag in children, (element.tag, child.tag)
+        assert_junit_shape(child)
+    if element.tag == "testsuite":
+        cases = element.findall("testcase")
+        assert int(element.get("tests")) == len(cases)
+        assert int(element.get("failures")) == sum(len(c.findall("failure")) for c in cases)
+        assert int(element.get("errors")) == sum(len(c.findall("error")) for c in cases)
+
+
+def test_junit_report_has_a_testcase_per_task_and_failures_with_their_phase(mixed_run: MixedRun) -> None:
+    root = ET.parse(mixed_run.junit).getroot()
+    assert root.tag == "testsuites"
+    assert_junit_shape(root)
+    (suite,) = root.findall("testsuite")
+    assert suite.get("name") == str(mixed_run.dataset)
+    assert (suite.get("tests"), suite.get("failures"), suite.get("errors"), suite.get("skipped")) == ("5", "3", "0", "0")
+    assert float(suite.get("time")) == pytest.approx(mixed_run.report["wall_sec"], abs=1e-3)
+    assert {p.get("name"): p.get("value") for p in suite.iter("property")} == {"agent": "oracle",
+                                                                              "environment": "docker"}
+    rows = {t["id"]: t for t in mixed_run.report["tasks"]}
+    cases = {c.get("name"): c for c in suite.findall("testcase")}
+    assert set(cases) == set(EXPECTED)  # the odd id comes back exactly, once unescaped
+    for task_id, case in cases.items():
+        row = rows[task_id]
+        assert case.get("classname") == str(mixed_run.dataset)
+        assert float(case.get("time")) == pytest.approx(row["timings_sec"].get("total", 0.0), abs=1e-3)
+        out = case.find("system-out").text
+        for phase, seconds in row["timings_sec"].items():
+            assert f"{phase} {seconds:.3f}s" in out
+        failure = case.find("failure")
+        if row["passed"]:
+            assert failure is None
+            continue
+        assert failure.get("type") == row["failed_phase"]
+        assert failure.get("message").startswith(f"{row['failed_phase']}: ")
+        assert row["error"].replace(ESC, "\\x1b") in failure.get("message")
+        assert "verifier" not in row["timings_sec"] or '"verifier"' in failure.text
+    solve = cases["solve-fails"].find("failure")
+    assert solve.get("message") == "agent: solve.sh exited with status 3"
+    assert '"reward": 0.0' in solve.text and '"total":' in solve.text
+    odd = cases[ODD_ID].find("failure").get("message")
+    assert odd.startswith("environment: ") and "\\x1b[31mred & <b>]]>" in odd and ESC not in odd
+
+
+def test_junit_spells_out_what_xml_cannot_hold() -> None:
+    hostile = "<a & b> \"q\" 'ü' \x00\x07\x1b[0m \ud800 ]]>"
+    report = ValidationReport(passed=0, failed=1, agent="oracle", environment="docker", wall_sec=1.5, tasks=[
+        TaskValidation(id=hostile, passed=False, failed_phase="verifier", error=hostile, timings_sec={"total": 1.0}),
+    ])
+    data = ET.tostring(junit_tree(report, suite_name=hostile).getroot(), encoding="utf-8")
+    case = ET.fromstring(data).find("testsuite/testcase")  # a parser accepts it
+    spelled = "<a & b> \"q\" 'ü' \\x00\\x07\\x1b[0m \\ud800 ]]>"
+    assert case.get("name") == case.get("classname") == spelled
+    assert case.find("failure").get("message") == f"verifier: {spelled}"
+    assert case.find("failure").text.startswith(spelled)
+
+
+# -- Harbor's lint -----------------------------------------------------------------------------
+
+def column_text(table: str, header: str) -> str:
+    """The text of one column of a rendered rich table, its folded lines joined."""
+    lines = table.splitlines()
+    heads = [cell.strip() for cell in next(line for line in lines if "┃" in line).split("┃")]
+    index = heads.index(header)
+    return " ".join(line.split("│")[index].strip() for line in lines if line.startswith("│")).strip()
+
+
+def test_lint_findings_are_in_the_json_and_the_table_and_every_task_still_runs(mixed_run: MixedRun) -> None:
+    rows = {t["id"]: t for t in mixed_run.report["tasks"]}
+    assert rows["clean"]["lint"] == []
+    findings = {(f["rule"], f["severity"], f["path"]) for f in rows["misspelled-field"]["lint"]}
+    assert findings == {("unknown-config-field", "error", "task.toml"), ("shared-verifier", "warning", "task.toml")}
+    assert any("timeout_secs" in f["message"] for f in rows["misspelled-field"]["lint"])
+    assert rows["misspelled-field"]["passed"] and rows["misspelled-field"]["reward"] == 1.0  # not strict: it ran
+    assert ("invalid-task-config", "error") in {(f["rule"], f["severity"]) for f in rows["bad-toml"]["lint"]}
+    table = column_text(mixed_run.proc.stdout, "error")
+    assert "lint error [unknown-config-field] task.toml: Unknown field 'verifier.timeout_secs'" in table
+    assert "lint warning [shared-verifier] task.toml" in table
+
+
+async def test_strict_lint_refuses_tasks_with_lint_errors_before_any_sandbox() -> None:
+    tasks = load_dataset(FIXTURES / "lint")
+    report = await validate_tasks(tasks, environment=environment_config("docker"), lint=LintMode.STRICT,
+                                  keep_trials=True)
+    job_dir = Path(report.job_dir)
+    try:
+        rows = {r.id: r for r in report.tasks}
+        assert rows["clean"].passed and rows["clean"].lint == []
+        refused = rows["misspelled-field"]
+        assert (refused.passed, refused.failed_phase, refused.timings_sec) == (False, "task", {})
+        assert refused.error.startswith("task misspelled-field: harbor lint error unknown-config-field in "
+                                        "task.toml: Unknown field 'verifier.timeout_secs'")
+        assert {f.rule for f in refused.lint} == {"unknown-config-field", "shared-verifier"}
+        # Only the clean task became a trial; the kept temp dir holds just this job.
+        assert JobScanner(job_dir.parent).list_jobs() == [job_dir.name]
+        assert [d.name.split("__")[0] for d in job_dir.iterdir() if d.is_dir()] == ["clean"]
+    finally:
+        shutil.rmtree(job_dir.parent)
+
+
+# -- kept trials as a Harbor job ---------------------------------------------------------------
+
+def test_kept_trials_are_a_harbor_job_that_harbor_reads_back(mixed_run: MixedRun) -> None:
+    job_dir = mixed_run.job_dir
+    assert f"trials kept in {job_dir}" in mixed_run.proc.stdout
+    assert f"harbor view {job_dir.parent}" in mixed_run.proc.stdout
+    assert mixed_run.report["job_dir"] == str(job_dir)
+    config = JobConfig.model_validate_json((job_dir / "config.json").read_text())
+    result = JobResult.model_validate_json((job_dir / "result.json").read_text())
+    trials = {d.name: TrialResult.model_validate_json((d / "result.json").read_text())
+              for d in job_dir.iterdir() if (d / "result.json").is_file()}
+    rows = {t["id"]: t for t in mixed_run.report["tasks"]}
+    ran = {task_id for task_id, (_, phase) in EXPECTED.items() if phase != "task"}
+
+    assert (config.job_name, config.jobs_dir) == (job_dir.name, job_dir.parent)
+    assert [a.name for a in config.agents] == ["oracle"] and config.environment.kwargs["sdk"] == "docker"
+    assert {t.path.name for t in config.tasks} == ran
+    by_task = {t.task_name: t for t in trials.values()}
+    assert set(by_task) == ran and len(trials) == len(ran)
+    for task_id in ("clean", "misspelled-field", "solve-fails"):
+        trial = by_task[task_id]
+        assert trial.verifier_result.rewards == {"reward": rows[task_id]["reward"]}
+        assert str(job_dir / trial.trial_name) == rows[task_id]["trial_dir"]
+    assert by_task[ODD_ID].verifier_result is None
+    assert by_task[ODD_ID].exception_info.exception_type == "ImageBuildError"
+    assert result.n_total_trials == len(ran) and result.finished_at is not None
+    assert (result.stats.n_completed_trials, result.stats.n_errored_trials) == (len(ran), 1)
+    evals = result.stats.evals["oracle__adhoc"]
+    assert {k: sorted(v) for k, v in evals.reward_stats["reward"].items()} == {
+        1.0: sorted([by_task["clean"].trial_name, by_task["misspelled-field"].trial_name]),
+        0.0: [by_task["solve-fails"].trial_name]}
+    assert evals.exception_stats == {"ImageBuildError": [by_task[ODD_ID].trial_name]}
+    assert evals.metrics == [{"mean": 0.5}]  # Harbor's mean: 2 of 4 trials scored 1 (no reward counts 0)
+
+    # What `harbor view` serves for this directory.
+    viewer = TestClient(create_app(job_dir.parent))
+    (job,) = viewer.get("/api/jobs").json()["items"]
+    assert (job["name"], job["n_total_trials"], job["agents"]) == (job_dir.name, len(ran), ["oracle"])
+    listed = viewer.get(f"/api/jobs/{job_dir.name}/trials").json()["items"]
+    assert {t["name"]: (t["task_name"], t["reward"], t["error_type"]) for t in listed} == {
+        name: (t.task_name, rows[t.task_name]["reward"], "ImageBuildError" if t.task_name == ODD_ID else None)
+        for name, t in trials.items()}
+
+
+def test_lint_flag_may_come_before_the_path(tmp_path: Path) -> None:
+    """``--lint`` is a flag, so it cannot swallow the dataset path; ``--lint=strict`` is its strict form."""
+    report = tmp_path / "r.json"
+    proc = run_cli("validate", "--lint=strict", "--json", str(report), str(FIXTURES / "lint" / "clean"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert load_json(report)["tasks"][0]["lint"] == []
