@@ -154,10 +154,11 @@ async def test_a_cancelled_trial_keeps_no_key(tmp_path, bundles_dir, fake_chat, 
 @pytest.mark.parametrize("how", ["sigterm", "backend-shutdown"])
 async def test_shutdown_leaves_no_key_in_the_trials_it_stopped(tmp_path, bundles_dir, fake_chat, api_key, how):
     backend = hoarding_backend(tmp_path, bundles_dir)
+    rid = f"shut-me-{uuid.uuid4().hex[:6]}"  # the policy records every run's requests
     if how == "backend-shutdown":
         async with serve(backend) as url, httpx.AsyncClient(base_url=url) as http:
-            assert (await http.post("/rollout", json=body(fake_chat, "shut-me", api_key, "block"))).status_code == 202
-            await hoarded(fake_chat, "shut-me")
+            assert (await http.post("/rollout", json=body(fake_chat, rid, api_key, "block"))).status_code == 202
+            await hoarded(fake_chat, rid)
             await backend.shutdown()
             assert_scrubbed_not_lost(api_key, tmp_path / "trials")
     else:  # the documented server, drained as SIGTERM drains it, with a short grace period
@@ -173,8 +174,8 @@ async def test_shutdown_leaves_no_key_in_the_trials_it_stopped(tmp_path, bundles
 
         await await_until(started, timeout=30, what="the server to start")
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
-            assert (await http.post("/rollout", json=body(fake_chat, "shut-me", api_key, "block"))).status_code == 202
-            await hoarded(fake_chat, "shut-me")
+            assert (await http.post("/rollout", json=body(fake_chat, rid, api_key, "block"))).status_code == 202
+            await hoarded(fake_chat, rid)
             server.request_drain()  # what SIGTERM does
         await serving  # the drain cancelled the rollout, then the backend shut down
         assert_scrubbed_not_lost(api_key, tmp_path / "trials")
@@ -220,11 +221,12 @@ async def test_after_a_host_crash_the_next_start_removes_what_it_cannot_scrub(tm
         live = tmp_path / "trials" / "live-trial"
         KeyCustody().hold(live, api_key)
 
-        hoarding_backend(tmp_path, bundles_dir)  # the next start
+        next_start = hoarding_backend(tmp_path, bundles_dir)
 
         assert not trial_dir.exists()
         assert_key_absent(api_key, crashed_trials, tmp_path / "trials")
         assert (live / MARKER).is_file()
+        await next_start.shutdown()
     finally:
         if crashed_trials is not None:
             shutil.rmtree(crashed_trials.parent, ignore_errors=True)
