@@ -74,8 +74,9 @@ class KeyCustody:
     """Trial directories that may hold a live key, each marked on disk until scrubbed.
 
     ``hold`` before the trial starts, ``seal`` once it has ended (however it ended), and
-    ``seal_all`` at shutdown for the trials it stopped. Sealing is idempotent and thread-safe: a rollout's own
-    seal and the shutdown's may race, and whichever comes second waits for the first.
+    ``seal_all`` at shutdown for the trials it stopped. Sealing is idempotent and
+    thread-safe: a rollout's own seal and the shutdown's may race, and whichever comes
+    second waits for the first.
     """
 
     def __init__(self) -> None:

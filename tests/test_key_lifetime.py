@@ -199,7 +199,8 @@ backend = HarborBackend(orchestrator=TrialQueue(n_concurrent=1), tasks_dir=tasks
                         code_dir=project, bundles_dir=bundles, cleanup_successful_trials=False,
                         environment_config=environment_config("docker", host_network=True))
 print(backend.trials_dir, flush=True)  # the default: a work root in the temporary directory
-asyncio.run(run_one_rollout(backend=backend, prompt="hoard, then finish", chat_completions_url=FakeChatServer().base_url,
+policy = FakeChatServer()
+asyncio.run(run_one_rollout(backend=backend, prompt="hoard, then finish", chat_completions_url=policy.base_url,
                             api_key=os.environ["HOARD_KEY"], label=None, metadata=None, grade=False))
 """
 
