@@ -17,7 +17,6 @@ import json
 import shutil
 import tempfile
 import time
-import uuid
 from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -52,11 +51,12 @@ from .backend_support import (
     locate_project,
     preload_model_client,
     refused,
-    scrub_tree,
+    request_problem,
 )
 from .naming import trial_name as make_trial_name
 from .harness import VENV
 from .prewarm import PrewarmReport
+from .secrets import KeyCustody, default_trials_dirs, sweep_unscrubbed
 from .queue import TERMINAL, RolloutTracker
 from .tasks import (
     EnvironmentPatch,
@@ -150,6 +150,9 @@ class HarborBackend(BackendLifecycle, ExecutionBackend):
         self._work_root = Path(tempfile.mkdtemp(prefix="osmosis-harbor-"))
         self.trials_dir = Path(trials_dir) if trials_dir is not None else self._work_root / "trials"
         self.trials_dir.mkdir(parents=True, exist_ok=True)
+        # Trials a crashed process could not scrub: the key died with it, so they go.
+        sweep_unscrubbed([self.trials_dir, *default_trials_dirs()])
+        self.custody = KeyCustody()
         self.is_native = isinstance(agent, str) and agent in NATIVE_AGENTS
         self.grader = grader
         self.bundle: BundleInfo | None = self._prepare_bundle(
@@ -264,7 +267,7 @@ class HarborBackend(BackendLifecycle, ExecutionBackend):
             await ctx.set_status(RolloutStatus.QUEUED)
         url = ctx.chat_completions_url if ctx is not None else ""
         key = ctx.api_key if ctx is not None else None
-        problem = self._endpoint_problem(url)
+        problem = request_problem(request) or self._endpoint_problem(url)
         if problem:
             return refused(problem, {"failed_phase": "task"})
         try:
@@ -285,8 +288,9 @@ class HarborBackend(BackendLifecycle, ExecutionBackend):
         if resolved.task_id in self.failed_prewarm_tasks:
             return refused(f"task {resolved.task_id} failed prewarm: {self.failed_prewarm_tasks[resolved.task_id]}",
                             {"failed_phase": "environment", "task_id": resolved.task_id})
-        work = self._work_root / "rollouts" / f"{request.id}-{uuid.uuid4().hex[:6]}"
+        # Paths derive from the bounded, unique trial name, never from the raw rollout id.
         trial_name = make_trial_name(request.id, max_slug=24, fallback="rollout")
+        work = self._work_root / "rollouts" / trial_name
         trial_dir = self.trials_dir / trial_name
         credentials.put(request.id, credentials.RolloutCredentials(url, key))
         base_extra = {"task_id": resolved.task_id, "trial_name": trial_name}
@@ -307,6 +311,8 @@ class HarborBackend(BackendLifecycle, ExecutionBackend):
             # File work (the task copy) runs off the event loop: thousands may queue at once.
             config = await asyncio.to_thread(
                 self._trial_config, request, resolved, reward_source, work, trial_name, url, key_env)
+            # From here until sealed, the trial directory may receive the key (see secrets.py).
+            await asyncio.to_thread(self.custody.hold, trial_dir, key)
             self.tracker.bind_trial(request.id, trial_name, resolved.task_id)
             state = self.tracker.get(request.id)
             if state is not None and state.cancel_requested:
@@ -328,13 +334,17 @@ class HarborBackend(BackendLifecycle, ExecutionBackend):
                 return refused(f"trial could not be created: {type(exc).__name__}: {exc}",
                                 {**base_extra, "failed_phase": "environment"},
                                 RolloutErrorCategory.INTERNAL_ERROR)
-            await asyncio.to_thread(scrub_tree, trial_dir, key)  # reads every retained file
+            await asyncio.to_thread(self.custody.seal, trial_dir)  # before anything reads the trial
             outcome = self._outcome(result, trial_dir, reward_source, request, base_extra)
             succeeded = outcome.result.status is RolloutStatus.SUCCESS
             return outcome
-        finally:
-            if succeeded and self.cleanup_successful_trials:
-                await asyncio.to_thread(shutil.rmtree, trial_dir, True)
+        finally:  # every other ending too: cancelled, refused, our own task cancelled
+            await asyncio.to_thread(self._close_trial, trial_dir, succeeded and self.cleanup_successful_trials)
+
+    def _close_trial(self, trial_dir: Path, remove: bool) -> None:
+        self.custody.seal(trial_dir)  # a no-op when already sealed
+        if remove:
+            shutil.rmtree(trial_dir, True)
 
     def _outcome(self, result, trial_dir: Path, reward_source: str, request: ExecutionRequest,
                  base_extra: dict[str, Any]) -> ExecutionOutcome:

@@ -92,11 +92,15 @@ class BackendLifecycle:
         await asyncio.shield(self._shutdown_run)
 
     async def _shut_down(self) -> None:
-        in_flight = [s.task for s in self.tracker.in_flight() if s.task is not None and not s.task.done()]
-        for task in in_flight:
+        trials = {s.trial_name: s.task for s in self.tracker.in_flight() if s.task is not None and not s.task.done()}
+        for task in trials.values():
             task.cancel()
-        if in_flight:
-            await asyncio.wait(in_flight, timeout=60)
+        if trials:
+            await asyncio.wait(trials.values(), timeout=60)
+        # The rollouts seal their own trials as they end, in threads this process may not
+        # outlive: finish that here. A trial still running keeps its marker (secrets.py).
+        ended = [self.trials_dir / name for name, task in trials.items() if name and task.done()]
+        await asyncio.to_thread(self.custody.seal_all, ended)
         problems = await terminate_live_sandboxes()
         problems += await self._delete_pools()
         self._remove_work_root()
@@ -137,7 +141,7 @@ class BackendLifecycle:
             "in_flight": counts["in_flight"],
             "running": counts["running"] + counts["grading"],
             "grading": counts["grading"],
-            "queued": counts["queued"],
+            "queued": self.tracker.queued(),  # what has_capacity() counts, admissions included
             "max_queue_depth": self.max_queue_depth,
             "prewarm": None if self.prewarm_report is None else {
                 k: getattr(self.prewarm_report, k) for k in ("groups", "tasks", "built", "reused", "failed")},

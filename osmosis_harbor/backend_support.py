@@ -1,14 +1,16 @@
 """Small pieces ``HarborBackend`` needs that are not about one rollout's flow: migration
-errors, refusal outcomes, secret scrubbing, and locating a workflow's project."""
+errors, refusal outcomes, requests refused at admission, and locating a workflow's project."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from osmosis_ai.rollout.types import (
     ExecutionOutcome,
+    ExecutionRequest,
     ExecutionResult,
     RolloutErrorCategory,
     RolloutStatus,
@@ -54,20 +56,27 @@ def refused(message: str, extra: dict[str, Any],
         status=RolloutStatus.FAILURE, err_message=message, err_category=category, extra_fields=extra))
 
 
-def scrub_tree(root: Path, secret: str | None) -> None:
-    """Replace ``secret`` in every text file under ``root`` (defence in depth: a workflow
-    that prints its key into a log must not leave it in the retained trial)."""
-    if not secret or not root.exists():
-        return
-    needle = secret.encode()
-    for path in root.rglob("*"):
-        if path.is_file() and not path.is_symlink():
-            try:
-                data = path.read_bytes()
-            except OSError:
-                continue
-            if needle in data:
-                path.write_bytes(data.replace(needle, b"***"))
+# The rollout id reaches the sandbox as ``OSMOSIS_ROLLOUT_ID=<id>`` in the workflow's exec
+# environment; Linux caps one environment string at 128 KiB (MAX_ARG_STRLEN), NUL included.
+MAX_ROLLOUT_ID_BYTES = 32 * 4096 - len("OSMOSIS_ROLLOUT_ID=") - 1
+
+
+def request_problem(request: ExecutionRequest) -> str | None:
+    """Why ``request`` cannot succeed, found before any sandbox starts (else None).
+
+    Harbor reads a zero timeout as "the task's default" and starts a sandbox for a negative
+    one only to time it out, so a deadline must be a positive number of seconds (None: the
+    task's own). Every id the osmosis server accepts works (paths derive from the trial
+    name), except one too long to reach the sandbox at all."""
+    for name in ("agent_timeout_sec", "grader_timeout_sec"):
+        value = getattr(request, name)
+        if value is not None and not (math.isfinite(value) and value > 0):
+            return f"{name} must be a positive number of seconds (omit it for the task's own timeout), got {value}"
+    size = len(request.id.encode("utf-8", "surrogatepass"))
+    if size > MAX_ROLLOUT_ID_BYTES:
+        return (f"rollout_id is {size} bytes long; at most {MAX_ROLLOUT_ID_BYTES} fit in the sandbox's "
+                "OSMOSIS_ROLLOUT_ID environment variable")
+    return None
 
 
 def locate_project(target: str | type) -> Path:

@@ -188,15 +188,20 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def cli_main(argv: Sequence[str] | None = None) -> int:
-    """``python -m osmosis_harbor bundle``; *argv* are the arguments after ``bundle``."""
+    """``python -m osmosis_harbor bundle``; *argv* are the arguments after ``bundle``.
+
+    A user error is one plain ``error: ...`` line on stderr (never rich markup, which would
+    eat ``[project]``) and exit status 2, as for every other command."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
+
+    from .cli import EXIT_USAGE
 
     try:
         args = _parser().parse_args(argv)
-    except SystemExit as exc:  # --help, or a usage error
+    except SystemExit as exc:  # --help, or a usage error (argparse exits 2 too)
         return int(exc.code or 0)
-    err = Console(stderr=True)
     try:
         result = build(
             args.code_dir, workflow=args.workflow, workflow_config=args.workflow_config,
@@ -205,8 +210,8 @@ def cli_main(argv: Sequence[str] | None = None) -> int:
     except BundleError as exc:
         if args.json:
             print(json.dumps({"error": str(exc)}))
-        err.print(f"[bold red]error:[/] {exc}", markup=True, highlight=False, soft_wrap=True)
-        return 1
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     info = result.info
     if args.json:
         payload = {
@@ -224,17 +229,18 @@ def cli_main(argv: Sequence[str] | None = None) -> int:
     table = Table.grid(padding=(0, 2))
     table.add_column(style="bold")
     table.add_column(overflow="fold")
-    table.add_row("wheel", str(info.wheel))
+    # Cells are markup: escape what comes from the project (extras such as osmosis-ai[server]).
+    table.add_row("wheel", escape(str(info.wheel)))
     table.add_row("key", info.key)
     for name, target in info.console_scripts.items():
-        table.add_row("script", f"{name} -> {target}")
+        table.add_row("script", escape(f"{name} -> {target}"))
     for kind in ("workflow", "workflow_config", "grader", "grader_config"):
         if getattr(info, kind):
-            table.add_row(kind.replace("_", " "), getattr(info, kind))
-    table.add_row("dependencies", "\n".join(info.dependencies) or "-")
+            table.add_row(kind.replace("_", " "), escape(getattr(info, kind)))
+    table.add_row("dependencies", escape("\n".join(info.dependencies)) or "-")
     table.add_row("shim", info.shim_version)
     out = Console()
-    title = f"[green]bundle[/] {info.distribution} {info.version}: {how} in {result.seconds:.2f} s"
+    title = f"[green]bundle[/] {escape(info.distribution)} {escape(info.version)}: {how} in {result.seconds:.2f} s"
     out.print(title, highlight=False)
     out.print(table)
     return 0

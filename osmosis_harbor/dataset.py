@@ -8,6 +8,7 @@ starts, and each failure names the file and the problem in one line.
 
 from __future__ import annotations
 
+import errno
 import os
 import tomllib
 from collections.abc import Iterable, Sequence
@@ -82,17 +83,25 @@ def select_tasks(tasks: Sequence[TaskRef], ids: Iterable[str] | None) -> list[Ta
     return [by_id[i.strip("/")] for i in dict.fromkeys(wanted)]
 
 
-def find_escaping_symlink(task_dir: Path) -> tuple[Path, str] | None:
-    """The first symlink under ``task_dir`` whose target lies outside it, if any."""
-    root = task_dir.resolve()
+def symlink_problem(task_dir: Path) -> str | None:
+    """What is wrong with the first bad symlink under ``task_dir``, if any: one whose
+    target lies outside the task, or a loop (``a -> b -> a``, ``a -> a``), which no
+    copy, upload or hash of the task could follow."""
+    root = Path(os.path.realpath(task_dir))
     for dirpath, dirnames, filenames in os.walk(task_dir, followlinks=False):
-        for name in [*dirnames, *filenames]:
+        for name in sorted([*dirnames, *filenames]):
             entry = Path(dirpath) / name
             if not entry.is_symlink():
                 continue
-            target = (entry.parent / os.readlink(entry)).resolve()
-            if target != root and root not in target.parents:
-                return entry, os.readlink(entry)
+            target = os.readlink(entry)
+            try:
+                os.path.realpath(entry, strict=True)
+            except OSError as exc:
+                if exc.errno == errno.ELOOP:
+                    return f"symlink {entry} ({name} -> {target}) is a loop; remove it or point it at a file"
+            resolved = Path(os.path.realpath(entry))  # dangling links are allowed
+            if resolved != root and root not in resolved.parents:
+                return f"symlink {entry} points outside the task ({target}); copy the file into the task instead"
     return None
 
 
@@ -148,13 +157,9 @@ def check_task(task: TaskRef, *, needs_tests: bool = True) -> None:
         )
     if not config.steps and not (task.path / INSTRUCTION).is_file():
         raise DatasetError(f"task {task.id}: {task.path / INSTRUCTION} is missing")
-    escaping = find_escaping_symlink(task.path)
-    if escaping is not None:
-        link, target = escaping
-        raise DatasetError(
-            f"task {task.id}: symlink {link} points outside the task ({target}); "
-            "copy the file into the task instead"
-        )
+    problem = symlink_problem(task.path)
+    if problem is not None:
+        raise DatasetError(f"task {task.id}: {problem}")
     try:
         Task(task.path, disable_verification=not needs_tests)
     except (OSError, ValueError, RuntimeError) as exc:

@@ -21,6 +21,7 @@ from harbor.environments.base import BaseEnvironment
 from harbor.models.agent.context import AgentContext
 
 from . import credentials
+from .secrets import Redactor
 
 IMPORT_PATH = "osmosis_harbor.harness:WorkflowAgent"
 BUNDLE_ROOT = PurePosixPath("/opt/osmosis")
@@ -43,10 +44,6 @@ class IncompatibleTaskImageError(BundleInstallError):
 
 
 _IMAGE_PROBLEM_EXITS = {90, 91}
-
-
-def scrub(text: str, secret: str | None) -> str:
-    return text.replace(secret, "***") if secret else text
 
 
 def install_command(wheel: PurePosixPath, *, deps_preinstalled: bool, python: str = "python3") -> str:
@@ -145,21 +142,19 @@ class WorkflowAgent(BaseAgent):
             if creds.api_key:
                 env["OSMOSIS_API_KEY"] = creds.api_key
         result = await environment.exec(shlex.quote(str(VENV / "bin" / self._script)), env=env)
-        secret = creds.api_key if creds else None
-        log = scrub((result.stdout or "") + (result.stderr or ""), secret)
+        redactor = Redactor.for_key(creds.api_key if creds else None)
+        log = redactor.text((result.stdout or "") + (result.stderr or ""))
         (self.logs_dir / "workflow.log").write_text(log)
         if result.return_code != 0:
-            raise WorkflowFailedError(await self._error_summary(environment, result.return_code, secret, log))
+            raise WorkflowFailedError(await self._error_summary(environment, result.return_code, redactor, log))
 
-    async def _error_summary(self, environment: BaseEnvironment, code: int, secret: str | None, log: str) -> str:
+    async def _error_summary(self, environment: BaseEnvironment, code: int, redactor: Redactor, log: str) -> str:
         local = self.logs_dir / "error.json"
         try:
             await environment.download_file(str(AGENT_LOGS / "error.json"), local)
             error = json.loads(local.read_text())
-            return scrub(
-                f"[{error.get('category', 'agent_error')}] {error.get('type', 'Error')}: {error.get('message', '')}",
-                secret,
-            )
+            return redactor.text(
+                f"[{error.get('category', 'agent_error')}] {error.get('type', 'Error')}: {error.get('message', '')}")
         except Exception:
             tail = log.strip().splitlines()[-1:] or [""]
             return f"[agent_error] workflow exited with status {code}: {tail[0]}"

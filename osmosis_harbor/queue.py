@@ -14,6 +14,7 @@ import asyncio
 import time
 from collections import Counter, deque
 from collections.abc import Awaitable, Callable, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +24,18 @@ from osmosis_ai.rollout.types import RolloutStatus
 
 TERMINAL = {RolloutStatus.SUCCESS, RolloutStatus.FAILURE, RolloutStatus.CANCELLED}
 StatusListener = Callable[[RolloutStatus], Awaitable[None]]
+
+
+@dataclass(eq=False)
+class _Reservation:
+    """One admission's place in the queue, until its execute() claims it."""
+
+    made_at: float
+    tracked: bool = False  # released with its admission's task, not by TTL
+
+
+# The admission's reservation, inherited by the rollout task the admission creates.
+_RESERVATION: ContextVar[_Reservation | None] = ContextVar("osmosis_harbor_reservation", default=None)
 
 
 @dataclass
@@ -69,33 +82,68 @@ class RolloutTracker:
         # tens of thousands of rollouts queued.
         self._counts: Counter[RolloutStatus] = Counter()
         self._finished: deque[tuple[float, str]] = deque()
-        # Admissions the server granted whose execute() has not started yet (see reserve()).
-        self._reservations: deque[float] = deque()
+        # Admissions the server granted whose execute() has not started yet (see reserve()),
+        # in the order they were made.
+        self._reservations: dict[_Reservation, None] = {}
         orchestrator.add_hook(TrialEvent.START, self._on_event(RolloutStatus.RUNNING))
         orchestrator.add_hook(TrialEvent.VERIFICATION_START, self._on_event(RolloutStatus.GRADING))
 
     # ── lifecycle ─────────────────────────────────────────────────────────────
-    RESERVATION_TTL_SEC = 10.0
+    RESERVATION_TTL_SEC = 10.0  # only for reservations made outside an asyncio task
 
     def reserve(self) -> None:
         """Count an admission the server just granted as queued until its execute() starts.
 
         The osmosis server asks ``has_capacity()`` and only later (after awaits of its own)
         calls ``execute()``; without a reservation a burst of POSTs would all see the same
-        free capacity and overshoot ``max_queue_depth``. A reservation that is never
-        claimed (a duplicate id, a failed admission) lapses after ``RESERVATION_TTL_SEC``.
+        free capacity and overshoot ``max_queue_depth``. But the server may still refuse
+        the request after asking (a duplicate id gets 409), so a reservation lives exactly
+        as long as the admission that made it, or the rollout task that admission started:
+        it travels in a context variable into that task, whose execute() claims it, and is
+        released when neither is left to claim it (``_settle``). Reservations made outside
+        an asyncio task lapse after ``RESERVATION_TTL_SEC`` instead.
         """
-        self._reservations.append(time.monotonic())
+        reservation = _Reservation(time.monotonic())
+        self._reservations[reservation] = None
+        _RESERVATION.set(reservation)
+        try:
+            admission = asyncio.current_task()
+        except RuntimeError:  # no event loop
+            admission = None
+        if admission is not None:
+            reservation.tracked = True
+            admission.add_done_callback(lambda _task: self._settle(reservation))
+
+    def _settle(self, reservation: _Reservation) -> None:
+        """The admitting request is over: keep the reservation only for a rollout task it
+        started that has not reached execute() yet (a refused request started none)."""
+        if reservation not in self._reservations:
+            return
+        heirs = [task for task in asyncio.all_tasks()
+                 if not task.done() and task.get_context().get(_RESERVATION) is reservation]
+        if not heirs:
+            self._reservations.pop(reservation, None)
+        for heir in heirs:
+            heir.add_done_callback(lambda _task: self._reservations.pop(reservation, None))
+
+    def _claim_reservation(self) -> None:
+        reservation = _RESERVATION.get()
+        if reservation is not None and reservation in self._reservations:
+            del self._reservations[reservation]
+            return
+        untracked = next((r for r in self._reservations if not r.tracked), None)
+        if untracked is not None:  # has_capacity() was asked outside the rollout's task
+            del self._reservations[untracked]
 
     def _live_reservations(self) -> int:
         cutoff = time.monotonic() - self.RESERVATION_TTL_SEC
-        while self._reservations and self._reservations[0] < cutoff:
-            self._reservations.popleft()
+        lapsed = [r for r in self._reservations if not r.tracked and r.made_at < cutoff]
+        for reservation in lapsed:
+            del self._reservations[reservation]
         return len(self._reservations)
 
     def admit(self, rollout_id: str, listener: StatusListener | None = None) -> RolloutState:
-        if self._reservations:
-            self._reservations.popleft()
+        self._claim_reservation()
         self._expire()
         previous = self._states.get(rollout_id)
         if previous is not None:

@@ -27,7 +27,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, field_validator
 
-from .dataset import INSTRUCTION, find_escaping_symlink, is_task_dir
+from .dataset import INSTRUCTION, is_task_dir, symlink_problem
 from .taskrefs import (
     ResolvedTask,
     TaskMode,
@@ -235,12 +235,9 @@ def materialize_task(
         raise TaskResolutionError(f"task {label}: {src} has no task.toml, so it is not a Harbor task")
     if grade_command is not None and ("\n" in grade_command or "\r" in grade_command or not grade_command.strip()):
         raise ValueError(f"grade_command must be one non-empty shell command line, got {grade_command!r}")
-    escaping = find_escaping_symlink(src)
-    if escaping is not None:
-        link, target = escaping
-        raise TaskResolutionError(
-            f"task {label}: symlink {link} points outside the task ({target}); copy the file into the task instead"
-        )
+    problem = symlink_problem(src)
+    if problem is not None:
+        raise TaskResolutionError(f"task {label}: {problem}")
     dest = Path(dest)
     if dest.resolve().is_relative_to(src.resolve()):
         raise ValueError(f"materialize_task: destination {dest} is inside the task {src}")

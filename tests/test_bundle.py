@@ -35,6 +35,8 @@ from osmosis_harbor.bundling.project import load_project
 from osmosis_harbor.bundling.shim import Shim, load_shim
 from osmosis_harbor.bundling.targets import resolve_targets
 
+from .support import run_cli
+
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "calc_agent"
 WORKFLOW = "calc_agent.workflow:CalcWorkflow"
 WORKFLOW_CONFIG = "calc_agent.workflow:calc_config"
@@ -535,12 +537,30 @@ def test_cli_human_and_errors(built: BundleInfo, tmp_path: Path, capsys: pytest.
     assert cli_main(argv) == 0
     out = capsys.readouterr().out
     assert "cache hit" in out and "calc-agent-agent" in out and "calc-agent-grade" in out
-    assert cli_main([str(tmp_path), "--workflow", WORKFLOW, "--out", str(tmp_path / "cache")]) == 1
+    assert cli_main([str(tmp_path), "--workflow", WORKFLOW, "--out", str(tmp_path / "cache")]) == 2
     assert "no pyproject.toml" in capsys.readouterr().err
-    assert cli_main([str(code_dir), "--out", str(tmp_path / "cache"), "--json"]) == 1
+    assert cli_main([str(code_dir), "--out", str(tmp_path / "cache"), "--json"]) == 2
     assert "nothing to bundle" in json.loads(capsys.readouterr().out)["error"]
     assert cli_main(["--help"]) == 0
     assert cli_main(["--bogus"]) == 2
+
+
+@pytest.mark.parametrize("pyproject", [None, '[build-system]\nrequires = ["setuptools"]\n'],
+                         ids=["no-pyproject", "no-project-table"])
+def test_cli_errors_keep_their_brackets_and_exit_2(tmp_path: Path, pyproject: str | None) -> None:
+    """rich markup would eat ``[build-system]`` and ``[project]`` from the one-line error."""
+    project = tmp_path / "proj"
+    (project / "pkg").mkdir(parents=True)
+    (project / "pkg" / "__init__.py").write_text("")
+    if pyproject is not None:
+        (project / "pyproject.toml").write_text(pyproject)
+    proc = run_cli("bundle", str(project), "--workflow", "pkg.flow:Flow", "--out", str(tmp_path / "cache"),
+                   timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith("error: ") and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "[project]" in proc.stderr
+    if pyproject is None:
+        assert "[build-system]" in proc.stderr
 
 
 # --------------------------------------------------------------------------- installed and run

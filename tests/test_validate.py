@@ -71,6 +71,23 @@ def test_bad_input_is_a_one_line_error(path: str, expected: str) -> None:
     assert "Traceback" not in proc.stderr
 
 
+def test_a_symlink_loop_fails_its_task_and_the_rest_still_runs(tmp_path: Path) -> None:
+    dataset = tmp_path / "ds"
+    make_task(dataset, "good")
+    looped = make_task(dataset, "looped")
+    (looped / "environment" / "a").symlink_to("b")
+    (looped / "environment" / "b").symlink_to("a")
+    report_path = tmp_path / "report.json"
+    proc = run_cli("validate", str(dataset), "--json", str(report_path))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+    rows = {t["id"]: t for t in load_json(report_path)["tasks"]}
+    assert rows["good"]["passed"], rows["good"]
+    assert (rows["looped"]["passed"], rows["looped"]["failed_phase"]) == (False, "task")
+    error = rows["looped"]["error"]
+    assert "environment/a" in error and "is a loop" in error and "\n" not in error, error
+
+
 def test_unknown_task_id_is_a_one_line_error() -> None:
     proc = run_cli("validate", "tasks", "--task", "no-such-task")
     assert proc.returncode == 2 and "unknown task id(s): no-such-task" in proc.stderr

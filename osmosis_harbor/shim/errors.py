@@ -99,7 +99,12 @@ class Redactor:
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Redactor:
         env = os.environ if env is None else env
-        key = env.get(KEY_ENV) or ""
+        return cls.for_key(env.get(KEY_ENV))
+
+    @classmethod
+    def for_key(cls, key: str | None) -> Redactor:
+        """The redactor of one key (the host scrubs retained trial files with the same rules)."""
+        key = key or ""
         if len(key) < MIN_SECRET_LENGTH:
             return cls()
         variants = {key, json.dumps(key)[1:-1], quote(key, safe="")}
