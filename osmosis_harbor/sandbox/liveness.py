@@ -44,7 +44,7 @@ class SandboxState(BaseModel):
     def loss_reason(self) -> str:
         if self.status is None:
             return "container gone: killed or removed by the infrastructure"
-        return f"container {self.status}: stopped by the infrastructure, not by this trial"
+        return f"container {self.status}: killed or stopped by the infrastructure, not by this trial"
 
 
 def _field(record: Any, name: str) -> Any:
