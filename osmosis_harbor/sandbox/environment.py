@@ -39,12 +39,19 @@ from harbor.environments.skypilot import (
 )
 from harbor.models.task.config import EnvironmentConfig as TaskEnvironmentConfig
 from harbor.models.trial.paths import TrialPaths
-from tenacity import retry, stop_after_attempt, wait_exponential
+from tenacity import (
+    AsyncRetrying,
+    retry,
+    retry_if_result,
+    stop_after_attempt,
+    stop_after_delay,
+    wait_exponential,
+)
 
 from . import lifecycle
 from .bounds import cpus_or_default, memory_mb_or_default
 from .images import BUILD_COORDINATOR, local_image_exists, registry_image_exists
-from .liveness import SandboxLostError, sandbox_state
+from .liveness import SandboxLostError, SandboxState, sandbox_state
 from .sdk import load_sandbox_sdk
 
 log = logging.getLogger(__name__)
@@ -52,6 +59,9 @@ log = logging.getLogger(__name__)
 LOCAL_IMAGE_NAMESPACE = "osmosis-harbor"
 SHARED_REPOSITORY = "osmosis-harbor-env"
 IMPORT_PATH = "osmosis_harbor.sandbox.environment:SandboxEnvironment"
+# How long a sandbox may still look alive after a command in it was killed, before the
+# command's death counts as the workflow's own (the engine reports the two separately).
+LOSS_SETTLE_SEC = 2.0
 
 
 class SandboxEnvironment(SkypilotEnvironment):
@@ -263,17 +273,23 @@ class SandboxEnvironment(SkypilotEnvironment):
         except (FileNotFoundError, IsADirectoryError):  # a definite answer from a live sandbox
             raise
         except Exception as exc:
-            await self._raise_if_lost(exc)
+            await self._raise_if_lost(exc, killed=True)
             raise
         if isinstance(result, ExecResult) and result.return_code != 0:
-            await self._raise_if_lost(None)
+            await self._raise_if_lost(None, killed=not 0 < result.return_code < 128)
         return result
 
-    async def _raise_if_lost(self, cause: BaseException | None) -> None:
+    async def _raise_if_lost(self, cause: BaseException | None, *, killed: bool) -> None:
+        """Raise `SandboxLostError` if the sandbox is gone or no longer running.
+
+        ``killed``: the command died by a signal or its call failed, as it does when its
+        sandbox goes away. The engine may report the command's end a moment before the
+        sandbox's, so a live answer is checked again for up to ``LOSS_SETTLE_SEC``.
+        """
         if self._stopping or self._sandbox is None:
             return  # we stopped it (or never had one): not the infrastructure's doing
         try:
-            state = await sandbox_state(self._sdk, self._sandbox_name)
+            state = await self._settled_state(LOSS_SETTLE_SEC if killed else 0.0)
         except Exception as exc:  # cannot tell: leave the original failure as it is
             log.warning("cannot check sandbox %s after a failure: %s", self._sandbox_name, exc)
             return
@@ -281,6 +297,15 @@ class SandboxEnvironment(SkypilotEnvironment):
             return
         self._lost = SandboxLostError(self._sandbox_name, state.loss_reason())
         raise SandboxLostError(self._sandbox_name, self._lost.reason) from cause
+
+    async def _settled_state(self, settle_sec: float) -> SandboxState:
+        retrying = AsyncRetrying(
+            retry=retry_if_result(lambda state: state.live and not self._stopping),
+            stop=stop_after_delay(settle_sec),
+            wait=wait_exponential(multiplier=0.05, max=0.5),
+            retry_error_callback=lambda attempt: attempt.outcome.result(),
+        )
+        return await retrying(sandbox_state, self._sdk, self._sandbox_name)
 
     async def _create_sandbox_via_sdk(self, image: str | None) -> Any:
         common: dict[str, Any] = {
