@@ -315,20 +315,10 @@ class HarborBackend(BackendLifecycle, ExecutionBackend):
             state = self.tracker.get(request.id)
             if state is not None and state.cancel_requested:
                 return cancelled_outcome(base_extra)
-            lost: list[dict[str, str]] = []
-            while True:
-                result = await self._submit(config, state, base_extra)
-                if isinstance(result, ExecutionOutcome):
-                    return result
-                reason = lost_sandbox_message(result)
-                if reason is None or len(lost) >= self.infra_retries:
-                    break
-                lost.append({"trial_name": config.trial_name, "error": reason})
-                config, trial_dir = await self._fresh_attempt(request, resolved.task_id, config, trial_dir)
-                base_extra = {**base_extra, "trial_name": config.trial_name}
-            base_extra = {**base_extra, "attempts": len(lost) + 1}
-            if lost:
-                base_extra["lost_sandboxes"] = lost
+            result, trial_dir, base_extra = await self._attempts(
+                request, resolved.task_id, config, state, trial_dir, base_extra)
+            if isinstance(result, ExecutionOutcome):
+                return result
             await asyncio.to_thread(scrub_tree, trial_dir, key)  # reads every retained file
             outcome = self._outcome(result, trial_dir, reward_source, request, base_extra)
             succeeded = outcome.result.status is RolloutStatus.SUCCESS
@@ -336,6 +326,29 @@ class HarborBackend(BackendLifecycle, ExecutionBackend):
         finally:
             if succeeded and self.cleanup_successful_trials:
                 await asyncio.to_thread(shutil.rmtree, trial_dir, True)
+
+    async def _attempts(self, request: ExecutionRequest, task_id: str, config: TrialConfig, state,
+                        trial_dir: Path, base_extra: dict[str, Any]):
+        """Run the trial, and again on a fresh sandbox after each sandbox lost to the
+        infrastructure, at most ``infra_retries`` times (never after a workflow failure).
+        Returns the last result (or the outcome that ended the rollout), its trial directory,
+        and the extra fields recording the attempts."""
+        lost: list[dict[str, str]] = []
+        while True:
+            result = await self._submit(config, state, base_extra)
+            reason = None if isinstance(result, ExecutionOutcome) else lost_sandbox_message(result)
+            if reason is None or len(lost) >= self.infra_retries:
+                break
+            lost.append({"trial_name": config.trial_name, "error": reason})
+            if state is not None and state.cancel_requested:  # cancelled between attempts
+                await asyncio.to_thread(shutil.rmtree, trial_dir, True)
+                return cancelled_outcome({**base_extra, "lost_sandboxes": lost}), trial_dir, base_extra
+            config, trial_dir = await self._fresh_attempt(request, task_id, config, trial_dir)
+            base_extra = {**base_extra, "trial_name": config.trial_name}
+        base_extra = {**base_extra, "attempts": len(lost) + 1}
+        if lost:
+            base_extra["lost_sandboxes"] = lost
+        return result, trial_dir, base_extra
 
     async def _submit(self, config: TrialConfig, state, base_extra: dict[str, Any]):
         """One trial through the user's queue: its result, or the outcome that ends the rollout

@@ -3,7 +3,9 @@
 `_Engine` owns the connection (one client per process, pooled for many concurrent calls),
 turns "engine not reachable" into `DockerEngineUnavailable`, and implements the container
 operations shared by sandboxes and pools: image presence (pulling only from loopback
-registries), create-with-TTL, start, force-remove, lookup by name or id, and name reuse. It is
+registries), create-with-TTL within the sandbox bounds (``bounds.py``: CPU, memory, pids, a
+tmpfs /tmp seeded with the image's own), start, force-remove, lookup by name or id, and name
+reuse. Pool members are created here too, so they get the same bounds. It is
 the ``Launcher`` that ``docker_pools.PoolManager`` borrows, and it owns the per-engine state
 (pool manager, exec deadline timer, last auto-reap time). `_engine()` is the lazy singleton.
 """
