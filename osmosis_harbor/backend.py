@@ -16,6 +16,7 @@ import contextlib
 import json
 import shutil
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
@@ -68,7 +69,7 @@ from .tasks import (
     render_prompt,
     task_step_names,
 )
-from .trial_outcome import RewardSource, build_outcome
+from .trial_outcome import RewardSource, build_outcome, lost_sandbox_message
 
 DEFAULT_MODEL_NAME = "openai/osmosis-rollout"
 # Native agents whose model client runs inside the sandbox (and so must reach the endpoint
@@ -116,6 +117,7 @@ class HarborBackend(BackendLifecycle, ExecutionBackend):
         cleanup_successful_trials: bool = True,
         bundles_dir: Path | None = None,
         grader_inputs: Sequence[str] = (),
+        infra_retries: int = 0,
         **legacy: Any,
     ) -> None:
         if legacy:
@@ -127,6 +129,8 @@ class HarborBackend(BackendLifecycle, ExecutionBackend):
             raise TypeError(f"orchestrator must be a harbor TrialQueue, not {type(orchestrator).__name__}")
         if max_queue_depth is not None and max_queue_depth < 1:
             raise ValueError(f"max_queue_depth must be None (unbounded) or >= 1, got {max_queue_depth}")
+        if isinstance(infra_retries, bool) or not isinstance(infra_retries, int) or infra_retries < 0:
+            raise ValueError(f"infra_retries must be an integer >= 0, got {infra_retries!r}")
         if agent is None:
             raise TypeError("agent= is required: an AgentWorkflow class or import path, or one of "
                             + ", ".join(NATIVE_AGENTS))
@@ -141,17 +145,24 @@ class HarborBackend(BackendLifecycle, ExecutionBackend):
         self.patch_dockerfile_with_sdk = patch_dockerfile_with_sdk
         self.agent_setup_timeout_sec = agent_setup_timeout_sec
         self.max_queue_depth = max_queue_depth
+        # Default 0: a retry runs the workflow again under the same rollout id, so the policy
+        # endpoint sees the chat calls of both attempts; opt in where the trainer tolerates that.
+        self.infra_retries = infra_retries
         self.cleanup_successful_trials = cleanup_successful_trials
         if environment_config is None:
             from .sandbox import environment_config as make_environment_config
 
             environment_config = make_environment_config("skypilot")
         self.environment_config = environment_config
-        self._work_root = Path(tempfile.mkdtemp(prefix="osmosis-harbor-"))
-        self.trials_dir = Path(trials_dir) if trials_dir is not None else self._work_root / "trials"
-        self.trials_dir.mkdir(parents=True, exist_ok=True)
+        # The temporary work root is made on first use (the first rollout), so a backend that
+        # only prewarms, or fails to construct, leaves no directory behind.
+        self._work_root_path: Path | None = None
+        self._work_root_lock = threading.Lock()
+        self._trials_dir = Path(trials_dir) if trials_dir is not None else None
+        if self._trials_dir is not None:
+            self._trials_dir.mkdir(parents=True, exist_ok=True)
         # Trials a crashed process could not scrub: the key died with it, so they go.
-        sweep_unscrubbed([self.trials_dir, *default_trials_dirs()])
+        sweep_unscrubbed([d for d in (self._trials_dir,) if d is not None] + default_trials_dirs())
         self.custody = KeyCustody()
         self.is_native = isinstance(agent, str) and agent in NATIVE_AGENTS
         self.grader = grader
@@ -193,6 +204,22 @@ class HarborBackend(BackendLifecycle, ExecutionBackend):
             Path(code_dir), workflow=agent, workflow_config=workflow_config,
             grader=grader, grader_config=grader_config, cache_dir=bundles_dir,
         )
+
+    @property
+    def _work_root(self) -> Path:
+        """Per-rollout task copies (and the trials, unless ``trials_dir`` was given)."""
+        with self._work_root_lock:
+            if self._work_root_path is None:
+                self._work_root_path = Path(tempfile.mkdtemp(prefix="osmosis-harbor-"))
+            return self._work_root_path
+
+    @property
+    def trials_dir(self) -> Path:
+        if self._trials_dir is None:
+            trials = self._work_root / "trials"
+            trials.mkdir(exist_ok=True)
+            self._trials_dir = trials
+        return self._trials_dir
 
     @property
     def _uses_host_network(self) -> bool:
@@ -317,23 +344,10 @@ class HarborBackend(BackendLifecycle, ExecutionBackend):
             state = self.tracker.get(request.id)
             if state is not None and state.cancel_requested:
                 return cancelled_outcome(base_extra)
-            trial = asyncio.ensure_future(self.orchestrator.submit(config))
-            if state is not None:
-                state.task = trial
-            try:
-                result = await asyncio.shield(trial)
-            except asyncio.CancelledError:
-                if not trial.done():  # our own task was cancelled: take the trial down with us
-                    trial.cancel()
-                    await asyncio.gather(trial, return_exceptions=True)
-                    raise
-                if asyncio.current_task().cancelling():
-                    raise
-                return cancelled_outcome(base_extra)  # cancel_rollouts cancelled the trial
-            except Exception as exc:  # Trial.create errors escape the queue's coroutine
-                return refused(f"trial could not be created: {type(exc).__name__}: {exc}",
-                                {**base_extra, "failed_phase": "environment"},
-                                RolloutErrorCategory.INTERNAL_ERROR)
+            result, trial_dir, base_extra = await self._attempts(
+                request, resolved.task_id, config, state, trial_dir, base_extra, key)
+            if isinstance(result, ExecutionOutcome):
+                return result
             await asyncio.to_thread(self.custody.seal, trial_dir)  # before anything reads the trial
             outcome = self._outcome(result, trial_dir, reward_source, request, base_extra)
             succeeded = outcome.result.status is RolloutStatus.SUCCESS
@@ -345,6 +359,60 @@ class HarborBackend(BackendLifecycle, ExecutionBackend):
         self.custody.seal(trial_dir)  # a no-op when already sealed
         if remove:
             shutil.rmtree(trial_dir, True)
+
+    async def _attempts(self, request: ExecutionRequest, task_id: str, config: TrialConfig, state,
+                        trial_dir: Path, base_extra: dict[str, Any], key: str | None):
+        """Run the trial, and again on a fresh sandbox after each sandbox lost to the
+        infrastructure, at most ``infra_retries`` times (never after a workflow failure).
+        Returns the last result (or the outcome that ended the rollout), its trial directory,
+        and the extra fields recording the attempts."""
+        lost: list[dict[str, str]] = []
+        while True:
+            result = await self._submit(config, state, base_extra)
+            reason = None if isinstance(result, ExecutionOutcome) else lost_sandbox_message(result)
+            if reason is None or len(lost) >= self.infra_retries:
+                break
+            lost.append({"trial_name": config.trial_name, "error": reason})
+            if state is not None and state.cancel_requested:  # cancelled between attempts
+                await asyncio.to_thread(shutil.rmtree, trial_dir, True)
+                return cancelled_outcome({**base_extra, "lost_sandboxes": lost}), trial_dir, base_extra
+            config, trial_dir = await self._fresh_attempt(request, task_id, config, trial_dir, key)
+            base_extra = {**base_extra, "trial_name": config.trial_name}
+        base_extra = {**base_extra, "attempts": len(lost) + 1}
+        if lost:
+            base_extra["lost_sandboxes"] = lost
+        return result, trial_dir, base_extra
+
+    async def _submit(self, config: TrialConfig, state, base_extra: dict[str, Any]):
+        """One trial through the user's queue: its result, or the outcome that ends the rollout
+        (cancelled, or a trial Harbor could not create)."""
+        trial = asyncio.ensure_future(self.orchestrator.submit(config))
+        if state is not None:
+            state.task = trial
+        try:
+            return await asyncio.shield(trial)
+        except asyncio.CancelledError:
+            if not trial.done():  # our own task was cancelled: take the trial down with us
+                trial.cancel()
+                await asyncio.gather(trial, return_exceptions=True)
+                raise
+            if asyncio.current_task().cancelling():
+                raise
+            return cancelled_outcome(base_extra)  # cancel_rollouts cancelled the trial
+        except Exception as exc:  # Trial.create errors escape the queue's coroutine
+            return refused(f"trial could not be created: {type(exc).__name__}: {exc}",
+                           {**base_extra, "failed_phase": "environment"}, RolloutErrorCategory.INTERNAL_ERROR)
+
+    async def _fresh_attempt(self, request: ExecutionRequest, task_id: str, config: TrialConfig,
+                             trial_dir: Path, key: str | None) -> tuple[TrialConfig, Path]:
+        """The next attempt after a lost sandbox: a new trial name, so a new sandbox name (the
+        lost one is never reused; Harbor's stop already terminated what was left of it). The
+        lost attempt's trial directory goes: only the outcome's ``lost_sandboxes`` remain."""
+        await asyncio.to_thread(self._close_trial, trial_dir, True)
+        name = make_trial_name(request.id, max_slug=24, fallback="rollout")
+        await asyncio.to_thread(self.custody.hold, self.trials_dir / name, key)  # the new one's custody
+        self.tracker.bind_trial(request.id, name, task_id)
+        return config.model_copy(update={"trial_name": name}), self.trials_dir / name
 
     def _outcome(self, result, trial_dir: Path, reward_source: str, request: ExecutionRequest,
                  base_extra: dict[str, Any]) -> ExecutionOutcome:

@@ -109,10 +109,13 @@ class BackendLifecycle:
 
     def _remove_work_root(self) -> None:
         """Remove the backend's temporary root, except retained (failed) trials in it."""
-        shutil.rmtree(self._work_root / "rollouts", ignore_errors=True)
-        for directory in (self.trials_dir, self._work_root):
+        root = self._work_root_path  # never made when no rollout ran: nothing to remove
+        if root is not None:
+            shutil.rmtree(root / "rollouts", ignore_errors=True)
+        for directory in (self._trials_dir, root):
             try:
-                directory.rmdir()  # only when empty: retained trials stay for inspection
+                if directory is not None:
+                    directory.rmdir()  # only when empty: retained trials stay for inspection
             except OSError:
                 pass
 

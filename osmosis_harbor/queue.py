@@ -160,6 +160,8 @@ class RolloutTracker:
 
     def bind_trial(self, rollout_id: str, trial_name: str, task_id: str) -> None:
         state = self._states[rollout_id]
+        if state.trial_name and state.trial_name != trial_name:  # a retry on a fresh trial
+            self._by_trial.pop(state.trial_name, None)
         state.trial_name, state.task_id = trial_name, task_id
         self._by_trial[trial_name] = rollout_id
 

@@ -25,6 +25,7 @@ from osmosis_ai.rollout.types import (
 )
 
 from .outcome import Phase, TrialReading, read_trial
+from .sandbox.liveness import SANDBOX_LOST_ERROR
 from .tasks import INCOMPATIBLE_IMAGE_MARKER
 
 _TIMEOUT_EXCEPTIONS = {
@@ -73,6 +74,27 @@ def _failure(message: str, category: RolloutErrorCategory, sample: RolloutSample
     )
 
 
+def lost_sandbox_message(result: TrialResult) -> str | None:
+    """The one-line reason when the trial's sandbox was lost to the infrastructure, else None."""
+    info = result.exception_info
+    if info is None or info.exception_type != SANDBOX_LOST_ERROR:
+        return None
+    return (info.exception_message or SANDBOX_LOST_ERROR).strip().splitlines()[0]
+
+
+def _lost_sandbox(result: TrialResult, phase: str | None, agent_sample: RolloutSample | None,
+                  extra: dict[str, Any]) -> ExecutionOutcome:
+    """Not the workflow's failure: an ``internal_error`` naming the sandbox and the phase. A loss
+    while grading keeps the workflow's success and fails the grading, like other verifier errors."""
+    extra["failed_phase"] = phase
+    message = f"{lost_sandbox_message(result)} during the {phase} phase"
+    failure = _failure(message, RolloutErrorCategory.INTERNAL_ERROR, agent_sample, extra)
+    if phase == Phase.VERIFIER.value:
+        workflow = ExecutionResult(status=RolloutStatus.SUCCESS, sample=agent_sample, extra_fields=extra)
+        return ExecutionOutcome(workflow=workflow, grader=failure)
+    return ExecutionOutcome(workflow=failure)
+
+
 def build_outcome(
     result: TrialResult,
     trial_dir: Path,
@@ -98,6 +120,8 @@ def build_outcome(
     exc_type = reading.exception_type
     phase = reading.failed_phase.value if reading.failed_phase else None
 
+    if exc_type == SANDBOX_LOST_ERROR:
+        return _lost_sandbox(result, phase, agent_sample, extra)
     if exc_type is not None and phase in {Phase.ENVIRONMENT.value, Phase.AGENT_SETUP.value,
                                          Phase.AGENT.value, Phase.CANCELLED.value}:
         extra["failed_phase"] = phase

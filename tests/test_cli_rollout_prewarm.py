@@ -20,7 +20,14 @@ CALC = ["--code-dir", "examples/calc_agent", "--workflow", "calc_agent.workflow:
         "--grader-config", "calc_agent.grader:calc_grader_config"]
 
 
+def left_in(tmpdir: Path) -> list[str]:
+    """What our commands left in their temporary directory (TMPDIR points at a fresh one)."""
+    return sorted(p.name for p in tmpdir.glob("osmosis-harbor-*"))
+
+
 def test_prewarm_builds_once_reuses_after_and_sizes_pools(tmp_path: Path) -> None:
+    tmpdir = tmp_path / "tmpdir"
+    tmpdir.mkdir()
     dataset = tmp_path / "ds"
     marker = uuid.uuid4().hex
     for name in ("one", "two", "group/three"):
@@ -30,8 +37,9 @@ def test_prewarm_builds_once_reuses_after_and_sizes_pools(tmp_path: Path) -> Non
     first_json, second_json = tmp_path / "first.json", tmp_path / "second.json"
     try:
         first = run_cli("prewarm", str(dataset), *CALC, "--pool", pool, "--pool-size", "1", "--json", str(first_json),
-                        "--bundles-dir", str(tmp_path / "bundles"))
+                        "--bundles-dir", str(tmp_path / "bundles"), env={"TMPDIR": str(tmpdir)})
         assert first.returncode == 0, first.stdout + first.stderr
+        assert left_in(tmpdir) == []  # no work root, no trials dir: a prewarm runs no rollout
         report = load_json(first_json)
         assert (report["groups"], report["tasks"], report["built"], report["reused"], report["failed"]) == (1, 3, 1, 0, 0)
         group = report["groups_detail"][0]
@@ -56,8 +64,11 @@ def test_prewarm_reports_failures_with_a_nonzero_exit(tmp_path: Path) -> None:
     shutil.copytree(TASKS / "template", dataset / "good")
     shutil.copytree(REPO / "tests" / "fixtures" / "broken" / "build-fails", dataset / "bad")
     out = tmp_path / "r.json"
-    proc = run_cli("prewarm", str(dataset), "--json", str(out))
+    tmpdir = tmp_path / "tmpdir"
+    tmpdir.mkdir()
+    proc = run_cli("prewarm", str(dataset), "--json", str(out), env={"TMPDIR": str(tmpdir)})
     assert proc.returncode == 1
+    assert left_in(tmpdir) == []
     report = load_json(out)
     assert report["failed"] == 1 and list(report["failed_tasks"]) == ["bad"]
     assert "docker build failed" in proc.stdout

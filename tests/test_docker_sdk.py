@@ -439,6 +439,71 @@ async def test_host_network_reaches_a_loopback_server(make_sandbox: Any, loopbac
     assert code != 0 and "pong" not in out, "a bridged sandbox reached the host's loopback"
 
 
+# ── bounds ───────────────────────────────────────────────────────────────────────────────────
+
+
+def _bounds_of(container_id: str) -> dict[str, Any]:
+    data = api().inspect_container(container_id)
+    host = data["HostConfig"]
+    (tmp,) = [m for m in data["Mounts"] if m["Destination"] == "/tmp"]
+    return {"cpus": host["NanoCpus"] / 1e9, "memory": host["Memory"], "swap": host["MemorySwap"],
+            "pids": host["PidsLimit"], "tmp_type": tmp["Type"]}
+
+
+DEFAULT_BOUNDS = {"cpus": 1.0, "memory": 2048 * 1024**2, "swap": 2048 * 1024**2, "pids": 1024, "tmp_type": "volume"}
+
+
+async def test_sandboxes_and_pool_members_get_the_default_bounds(
+    make_sandbox: Any, docker_sandbox_sdk: Any, make_pool: Callable[..., str]
+) -> None:
+    """No resources asked: Harbor's documented sizing, a pid limit and a 1 GiB /tmp, on both
+    the create path and the pool path (idle members and the sandbox claimed from them)."""
+    sandbox = await make_sandbox("bounds")
+    assert _bounds_of(sandbox.id) == DEFAULT_BOUNDS
+    code, out, _ = await run(sandbox, "df", "-Pk", "/tmp")
+    assert code == 0 and out.split()[-5] == str(1024 * 1024) and out.split()[-1] == "/tmp", out
+    pool = make_pool("bpool", replicas=1)
+    (member,) = _idle_containers(pool)
+    assert _bounds_of(member["Id"]) == DEFAULT_BOUNDS
+    claimed = await make_sandbox("bclaim", pool=pool)
+    assert _bounds_of(claimed.id) == DEFAULT_BOUNDS
+    sized = await make_sandbox("bsized", cpus=0.5, memory_gb=0.5)
+    assert {k: _bounds_of(sized.id)[k] for k in ("cpus", "memory", "pids")} == {
+        "cpus": 0.5, "memory": 512 * 1024**2, "pids": 1024}
+    code, out, _ = await run(sized, "df", "-Pk", "/tmp")
+    assert out.split()[-5] == str(256 * 1024), out  # /tmp is half the memory
+
+
+@pytest.fixture(scope="module")
+def image_with_tmp_files(tmp_path_factory: pytest.TempPathFactory, sandbox_image: str) -> Iterator[str]:
+    context = tmp_path_factory.mktemp("tmp-image")
+    (context / "Dockerfile").write_text(
+        f"FROM {sandbox_image}\nRUN echo baked > /tmp/baked.txt && mkdir -m 700 /tmp/private\n")
+    tag = f"osmosis-harbor-test/tmp-files:{uuid.uuid4().hex[:8]}"
+    client = api()
+    for _ in client.build(path=str(context), tag=tag, rm=True, decode=True):
+        pass
+    yield tag
+    client.remove_image(tag, force=True)
+
+
+async def test_tmp_keeps_the_images_files_and_its_volume_goes_with_the_sandbox(
+    docker_sandbox_sdk: Any, image_with_tmp_files: str
+) -> None:
+    sandbox = await docker_sandbox_sdk.create.aio(name=unique("tmpseed"), image=image_with_tmp_files, timeout=120)
+    try:
+        assert await sandbox.read_bytes.aio("/tmp/baked.txt") == b"baked\n"
+        code, out, _ = await run(sandbox, "stat", "-c", "%a %n", "/tmp", "/tmp/private")
+        assert out.split() == ["1777", "/tmp", "700", "/tmp/private"], out
+        await sandbox.write_bytes.aio(b"api", "/tmp/api/written.txt")  # the archive API reaches the tmpfs
+        assert (await run(sandbox, "cat", "/tmp/api/written.txt"))[1] == "api"
+        (volume,) = [m["Name"] for m in api().inspect_container(sandbox.id)["Mounts"] if m["Destination"] == "/tmp"]
+    finally:
+        await sandbox.terminate.aio(wait=True)
+    with pytest.raises(docker.errors.NotFound):
+        api().inspect_volume(volume)
+
+
 # ── pools ────────────────────────────────────────────────────────────────────────────────────
 
 

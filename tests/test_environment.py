@@ -17,8 +17,9 @@ from harbor.models.trial.paths import TrialPaths
 
 from osmosis_harbor.sandbox import SandboxEnvironment, SandboxSdkMissingError, environment_config, load_sandbox_sdk
 from osmosis_harbor.sandbox.images import BUILD_COORDINATOR, registry_image_exists
+from osmosis_harbor.sandbox.liveness import SandboxLostError
 
-from .support import make_task, managed_containers
+from .support import make_task, managed_containers, wait_until
 
 REGISTRY = "127.0.0.1:5000"
 
@@ -112,3 +113,44 @@ def test_environment_config_rejects_bad_choices() -> None:
     config = environment_config("docker", host_network=True, registry=REGISTRY, pool="p")
     assert config.import_path == "osmosis_harbor.sandbox.environment:SandboxEnvironment"
     assert config.kwargs == {"sdk": "docker", "host_network": True, "registry": REGISTRY, "pool": "p"}
+
+
+def test_a_task_without_resources_gets_harbors_documented_sizing(tmp_path: Path) -> None:
+    """What every SDK is asked for (SkyPilot included), not only what Docker applies itself."""
+    bare = _environment(make_task(tmp_path / "ds", "bare"), tmp_path)
+    assert (bare._effective_cpus, bare._effective_memory_mb) == (1, 2048)
+    sized = _environment(make_task(tmp_path / "ds", "sized", toml_extra="cpus = 2\nmemory_mb = 1024\n"), tmp_path)
+    assert (sized._effective_cpus, sized._effective_memory_mb) == (2, 1024)
+
+
+async def test_a_lost_sandbox_is_told_from_a_failing_command(tmp_path: Path) -> None:
+    env = _environment(make_task(tmp_path / "ds", "lost"), tmp_path)
+    await env.start(force_build=False)
+    try:
+        own = await env.exec("kill -9 $$")  # exit 137 from a sandbox that still runs: an ordinary result
+        assert own.return_code == 137
+        (container,) = [c for c in managed_containers() if env.sandbox_name in c["Names"][0]]
+        running = asyncio.ensure_future(env.exec("sleep 120"))
+        await asyncio.to_thread(wait_until, lambda: _runs(container["Id"], "sleep 120"), timeout=30,
+                                what="the command to start")
+        docker.from_env().api.kill(container["Id"])  # the infrastructure, not this trial
+        with pytest.raises(SandboxLostError, match=f"sandbox {env.sandbox_name} was lost") as lost:
+            await running
+        assert "by the infrastructure" in str(lost.value)
+        with pytest.raises(SandboxLostError):  # known lost: every later call fails the same way
+            await env.download_file("/etc/hostname", tmp_path / "hostname")
+    finally:
+        await env.stop(delete=True)
+
+
+async def test_a_sandbox_this_trial_stopped_is_not_lost(tmp_path: Path) -> None:
+    env = _environment(make_task(tmp_path / "ds", "stopped"), tmp_path)
+    await env.start(force_build=False)
+    await env.stop(delete=True)
+    with pytest.raises(RuntimeError) as info:
+        await env.exec("true")
+    assert not isinstance(info.value, SandboxLostError)
+
+
+def _runs(container_id: str, command: str) -> bool:
+    return command in str(docker.from_env().api.top(container_id)["Processes"])

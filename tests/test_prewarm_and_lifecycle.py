@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import tempfile
 import uuid
 from pathlib import Path
 
@@ -117,6 +118,22 @@ async def test_prewarm_failures_are_recorded_and_refused(tmp_path: Path, fake_ch
     only_bad = backend_for(tmp_path, tasks_dir=dataset, task_mode="dataset")
     with pytest.raises(PrewarmError, match="every task"):
         await only_bad.prewarm(["bad"])
+
+
+async def test_a_failed_prewarm_lifespan_leaves_no_temporary_directory(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmpdir = tmp_path / "tmpdir"
+    tmpdir.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmpdir))  # what TMPDIR does for a new process
+    dataset = tmp_path / "ds"
+    shutil.copytree(FIXTURES / "broken" / "build-fails", dataset / "bad")
+    backend = backend_for(tmp_path, tasks_dir=dataset, task_mode="dataset")
+    with pytest.raises(PrewarmError, match="every task"):
+        async with backend.prewarm_lifespan(["bad"])(None):
+            pass
+    assert list(tmpdir.glob("osmosis-harbor-*")) == []  # even before (or without) a shutdown
+    await backend.shutdown()
+    assert list(tmpdir.glob("osmosis-harbor-*")) == []
 
 
 async def test_systemic_prewarm_failure_raises(tmp_path: Path) -> None:

@@ -3,7 +3,9 @@
 `_Engine` owns the connection (one client per process, pooled for many concurrent calls),
 turns "engine not reachable" into `DockerEngineUnavailable`, and implements the container
 operations shared by sandboxes and pools: image presence (pulling only from loopback
-registries), create-with-TTL, start, force-remove, lookup by name or id, and name reuse. It is
+registries), create-with-TTL within the sandbox bounds (``bounds.py``: CPU, memory, pids, a
+tmpfs /tmp seeded with the image's own), start, force-remove, lookup by name or id, and name
+reuse. Pool members are created here too, so they get the same bounds. It is
 the ``Launcher`` that ``docker_pools.PoolManager`` borrows, and it owns the per-engine state
 (pool manager, exec deadline timer, last auto-reap time). `_engine()` is the lazy singleton.
 """
@@ -11,20 +13,25 @@ the ``Launcher`` that ``docker_pools.PoolManager`` borrows, and it owns the per-
 from __future__ import annotations
 
 import hashlib
+import io
 import ipaddress
 import logging
 import os
+import tarfile
 import threading
 import time
+import uuid
 from typing import Any
 
 import docker
 import docker.errors
+import docker.types
 import requests
 
 from osmosis_harbor.sandbox import docker_pools as pools_mod
 from osmosis_harbor.sandbox import docker_reap
 from osmosis_harbor.sandbox import labels as L
+from osmosis_harbor.sandbox.bounds import TMP_PATH, SandboxBounds
 from osmosis_harbor.sandbox.docker_calls import EXECUTOR_WORKERS, executor
 from osmosis_harbor.sandbox.docker_exec import _Deadlines
 from osmosis_harbor.sandbox.docker_pools import PoolManager
@@ -76,6 +83,9 @@ class _Engine:
         self.deadlines = _Deadlines()
         self.pools = PoolManager(self.api, self, executor().submit, engine_key=self.key)
         self._last_auto_reap = 0.0
+        self._tmp_seeds: dict[str, bytes | None] = {}  # image id -> the image's own /tmp (tar)
+        self._pending_seeds: dict[str, bytes] = {}  # created container id -> seed to apply at start
+        self._seed_lock = threading.Lock()
 
     # Launcher protocol -------------------------------------------------------------------------
 
@@ -105,12 +115,17 @@ class _Engine:
         labels: dict[str, str],
         env: dict[str, str] | None = None,
     ) -> str:
-        """Create (not start) a container whose main process is the TTL itself."""
+        """Create (not start) a container whose main process is the TTL itself, within its
+        bounds (``bounds.py``): CPU, memory without swap, pids, and a size-limited /tmp."""
+        bounds = SandboxBounds.resolve(cpus, memory_gb)
         host_config = self.api.create_host_config(
             init=True,
             auto_remove=True,
-            nano_cpus=self._nano_cpus(cpus),
-            mem_limit=int(memory_gb * 1024**3) if memory_gb else None,
+            nano_cpus=self._nano_cpus(bounds.cpus),
+            mem_limit=bounds.memory_bytes,
+            memswap_limit=bounds.memory_bytes,
+            pids_limit=bounds.pids_limit,
+            mounts=[_tmp_mount(bounds)],
             network_mode=None if network == "bridge" else network,
         )
         kwargs: dict[str, Any] = {
@@ -123,23 +138,65 @@ class _Engine:
         }
         try:
             try:
-                return str(self.api.create_container(image, **kwargs)["Id"])
+                container_id = str(self.api.create_container(image, **kwargs)["Id"])
             except docker.errors.ImageNotFound:
                 self.ensure_image(image)
-                return str(self.api.create_container(image, **kwargs)["Id"])
+                container_id = str(self.api.create_container(image, **kwargs)["Id"])
         except docker.errors.APIError as exc:
             if exc.status_code == 409:
                 raise SandboxExistsError(f"a sandbox named {name!r} already exists") from exc
             raise
+        try:
+            seed = self._tmp_seed(image)
+        except BaseException:
+            self.remove_container(container_id)
+            raise
+        if seed is not None:
+            with self._seed_lock:
+                self._pending_seeds[container_id] = seed
+        return container_id
 
     def start_container(self, container_id: str) -> None:
         self.api.start(container_id)
+        with self._seed_lock:
+            seed = self._pending_seeds.pop(container_id, None)
+        if seed is not None:
+            self.api.put_archive(container_id, "/", seed)
+
+    def _tmp_seed(self, image: str) -> bytes | None:
+        """The image's own /tmp content, which the tmpfs mounted there would hide (None: empty).
+
+        Read once per image from a never-started probe container: before start, the archive
+        API sees the image's files; afterwards only the empty tmpfs.
+        """
+        image_id = self.api.inspect_image(image)["Id"]
+        with self._seed_lock:
+            if image_id in self._tmp_seeds:
+                return self._tmp_seeds[image_id]
+        probe = self.api.create_container(
+            image_id, command=["true"], name=f"ohseed_{uuid.uuid4().hex[:12]}",
+            host_config=self.api.create_host_config(network_mode="none"),
+        )["Id"]
+        try:
+            stream, _ = self.api.get_archive(probe, TMP_PATH)
+            archive: bytes | None = b"".join(stream)
+        except docker.errors.NotFound:  # the image has no /tmp at all
+            archive = None
+        finally:
+            self.api.remove_container(probe, force=True, v=True)
+        seed = archive if archive is not None and _has_children(archive) else None
+        with self._seed_lock:
+            self._tmp_seeds[image_id] = seed
+        return seed
 
     def remove_container(self, container_id: str, *, wait: bool = False) -> bool:
         """Force-remove; tolerant of "already gone" and of auto-remove racing us."""
         removed = True
+        with self._seed_lock:
+            self._pending_seeds.pop(container_id, None)
         try:
-            self.api.remove_container(container_id, force=True)
+            # v=True: the anonymous /tmp volume goes with its container (auto_remove does the same)
+            self.api.remove_container(container_id, force=True, v=True)
         except docker.errors.NotFound:
             removed = False
         except docker.errors.APIError as exc:
@@ -223,6 +280,22 @@ class _Engine:
             return
         self._last_auto_reap = time.monotonic()
         executor().submit(docker_reap.background_reap, self)
+
+
+def _tmp_mount(bounds: SandboxBounds) -> docker.types.Mount:
+    """An anonymous tmpfs *volume* (not HostConfig.Tmpfs): the engine's archive API, which
+    ``write_bytes`` / ``read_bytes`` use, reaches into volumes but not into tmpfs mounts."""
+    return docker.types.Mount(
+        target=TMP_PATH, source=None, type="volume",
+        driver_config=docker.types.DriverConfig(
+            "local", {"type": "tmpfs", "device": "tmpfs", "o": f"size={bounds.tmp_mb}m,mode=1777"}),
+    )
+
+
+def _has_children(archive: bytes) -> bool:
+    """Whether a directory's tar holds anything besides the directory itself."""
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        return any("/" in member.name.strip("/") for member in tar)
 
 
 _engine_lock = threading.Lock()

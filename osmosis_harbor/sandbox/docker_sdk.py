@@ -14,6 +14,8 @@ How the semantics are mapped:
 * ``exec`` is ``docker exec`` with an argv list, no implicit shell. Runc makes every exec a
   session leader, so a timeout SIGKILLs the whole session from the host (the engine runs on
   this machine), and reports 124 like ``timeout(1)``.
+* Every container is bounded (``bounds.py``): the requested or default CPU and memory (no
+  swap), a pid limit, and a size-limited tmpfs ``/tmp``; the rest of the writable layer is not.
 * Files go through the engine's archive API (``put_archive`` / ``get_archive``): binary-safe,
   no shell quoting, works for any size.
 * All state lives in the engine (labels, names, labelled volumes), so any process can list,

@@ -12,7 +12,11 @@ environment-dir uploads). What we change:
 * with the Docker SDK and no registry, images stay on the local engine (no push needed:
   the sandbox runs on the engine that built them);
 * the Docker SDK accepts ``host_network=True`` for sandboxes that must reach a server on
-  this machine (a local chat-completions endpoint).
+  this machine (a local chat-completions endpoint);
+* a task that names no CPU or memory gets Harbor's documented sizing (``bounds.py``);
+* a command or file transfer that fails in a sandbox that is gone, or stopped without this
+  trial stopping it, raises `SandboxLostError` (``liveness.py``) instead of looking like the
+  workflow's failure.
 """
 
 from __future__ import annotations
@@ -20,12 +24,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import logging
 import os
+from collections.abc import Awaitable
 from pathlib import Path
 from types import ModuleType
 from typing import Any, override
 
-from harbor.environments.base import BaseEnvironment
+from harbor.environments.base import BaseEnvironment, ExecResult
 from harbor.environments.definition import parse_dockerfile_workdir
 from harbor.environments.skypilot import (
     SkypilotEnvironment,
@@ -35,11 +41,23 @@ from harbor.environments.skypilot import (
 from harbor.models.task.config import EnvironmentConfig as TaskEnvironmentConfig
 from harbor.models.task.config import NetworkMode
 from harbor.models.trial.paths import TrialPaths
-from tenacity import retry, stop_after_attempt, wait_exponential
+from tenacity import (
+    AsyncRetrying,
+    retry,
+    retry_if_result,
+    stop_after_attempt,
+    stop_after_delay,
+    wait_exponential,
+)
 
 from . import lifecycle
+from .bounds import cpus_or_default, memory_mb_or_default
 from .images import BUILD_COORDINATOR, local_image_exists, registry_image_exists
+from .liveness import SandboxLostError, SandboxState, sandbox_state
 from .sdk import load_sandbox_sdk
+
+log = logging.getLogger(__name__)
+
 
 def environment_group_key(environment_id: str, cpus: float | None, memory_mb: int | None, no_network: bool) -> str:
     """What makes two sandboxes interchangeable: the image content and the resources."""
@@ -59,6 +77,9 @@ def pool_name_for(base: str, group_key: str) -> str:
 LOCAL_IMAGE_NAMESPACE = "osmosis-harbor"
 SHARED_REPOSITORY = "osmosis-harbor-env"
 IMPORT_PATH = "osmosis_harbor.sandbox.environment:SandboxEnvironment"
+# How long a sandbox may still look alive after a command in it was killed, before the
+# command's death counts as the workflow's own (the engine reports the two separately).
+LOSS_SETTLE_SEC = 2.0
 
 
 class SandboxEnvironment(SkypilotEnvironment):
@@ -103,6 +124,8 @@ class SandboxEnvironment(SkypilotEnvironment):
         self._secrets = list(secrets) if secrets else None
         self._platform = platform
         self._sandbox: Any | None = None
+        self._stopping = False  # set once this trial stops the sandbox itself
+        self._lost: SandboxLostError | None = None
         BaseEnvironment.__init__(
             self,
             environment_dir=environment_dir,
@@ -235,10 +258,95 @@ class SandboxEnvironment(SkypilotEnvironment):
 
     @override
     async def stop(self, delete: bool) -> None:
+        self._stopping = True
         try:
             await super().stop(delete)
         finally:
             lifecycle.unregister(self._sandbox_name)
+
+    # ── bounds ────────────────────────────────────────────────────────────────
+
+    @property
+    @override
+    def _effective_cpus(self) -> int | float | None:
+        return cpus_or_default(super()._effective_cpus)
+
+    @property
+    @override
+    def _effective_memory_mb(self) -> int | None:
+        return memory_mb_or_default(super()._effective_memory_mb)
+
+    # ── lost sandboxes ────────────────────────────────────────────────────────
+    # Every command and transfer goes through one of these four; a failure in any of them
+    # asks the SDK whether the sandbox is still there (see liveness.py).
+
+    @override
+    async def exec(
+        self,
+        command: str,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        timeout_sec: int | None = None,
+        user: str | int | None = None,
+    ) -> ExecResult:
+        return await self._guarded(super().exec(command, cwd=cwd, env=env, timeout_sec=timeout_sec, user=user))
+
+    @override
+    async def _run_shell(self, command: str, *, timeout_seconds: int) -> ExecResult:
+        return await self._guarded(super()._run_shell(command, timeout_seconds=timeout_seconds))
+
+    @override
+    async def _write_remote_bytes(self, data: bytes, remote_path: str) -> None:
+        await self._guarded(super()._write_remote_bytes(data, remote_path))
+
+    @override
+    async def _read_remote_bytes(self, remote_path: str) -> bytes:
+        return await self._guarded(super()._read_remote_bytes(remote_path))
+
+    async def _guarded[T](self, call: Awaitable[T]) -> T:
+        """Await *call*; if it fails (an error, or a non-zero exit), tell a lost sandbox apart."""
+        if self._lost is not None:  # known gone: fail fast instead of one more round trip
+            if asyncio.iscoroutine(call):
+                call.close()
+            raise SandboxLostError(self._lost.sandbox_name, self._lost.reason)
+        try:
+            result = await call
+        except (FileNotFoundError, IsADirectoryError):  # a definite answer from a live sandbox
+            raise
+        except Exception as exc:
+            await self._raise_if_lost(exc, killed=True)
+            raise
+        if isinstance(result, ExecResult) and result.return_code != 0:
+            await self._raise_if_lost(None, killed=not 0 < result.return_code < 128)
+        return result
+
+    async def _raise_if_lost(self, cause: BaseException | None, *, killed: bool) -> None:
+        """Raise `SandboxLostError` if the sandbox is gone or no longer running.
+
+        ``killed``: the command died by a signal or its call failed, as it does when its
+        sandbox goes away. The engine may report the command's end a moment before the
+        sandbox's, so a live answer is checked again for up to ``LOSS_SETTLE_SEC``.
+        """
+        if self._stopping or self._sandbox is None:
+            return  # we stopped it (or never had one): not the infrastructure's doing
+        try:
+            state = await self._settled_state(LOSS_SETTLE_SEC if killed else 0.0)
+        except Exception as exc:  # cannot tell: leave the original failure as it is
+            log.warning("cannot check sandbox %s after a failure: %s", self._sandbox_name, exc)
+            return
+        if state.live or self._stopping:
+            return
+        self._lost = SandboxLostError(self._sandbox_name, state.loss_reason())
+        raise SandboxLostError(self._sandbox_name, self._lost.reason) from cause
+
+    async def _settled_state(self, settle_sec: float) -> SandboxState:
+        retrying = AsyncRetrying(
+            retry=retry_if_result(lambda state: state.live and not self._stopping),
+            stop=stop_after_delay(settle_sec),
+            wait=wait_exponential(multiplier=0.05, max=0.5),
+            retry_error_callback=lambda attempt: attempt.outcome.result(),
+        )
+        return await retrying(sandbox_state, self._sdk, self._sandbox_name)
 
     async def _create_sandbox_via_sdk(self, image: str | None) -> Any:
         common: dict[str, Any] = {
