@@ -34,8 +34,8 @@ import httpx
 from osmosis_ai.rollout.types import RolloutStatus
 
 from osmosis_harbor.backend import HarborBackend
-from osmosis_harbor.local_run import serve_locally as serve
-from osmosis_harbor.scripted_policy import FakeChatServer
+from osmosis_harbor.serving.local import serve_locally as serve
+from osmosis_harbor.testing.scripted_policy import FakeChatServer
 
 from .common import BenchResult
 from .env import API_KEY, dispose, make_backend, managed_containers, request, run_rollout, workdir
@@ -178,7 +178,7 @@ async def run(quick: bool) -> BenchResult:
             tracemalloc.stop()
             early = [t for t in tasks if t.done()]
             sandboxes_while_queued = len(managed_containers(os.getpid()))
-            rollouts_root = backend._work_root / "rollouts"  # per-rollout task copies (private layout)
+            rollouts_root = backend.workspace.root / "rollouts"  # per-rollout task copies (private layout)
             disk_bytes, disk_files = disk_usage(rollouts_root)
             counts = backend.tracker.counts()
 

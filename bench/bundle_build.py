@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import osmosis_harbor.bundle as bundle_module
+import osmosis_harbor.bundle.builder as bundle_module
 from osmosis_harbor.bundle import build
 
 from .common import BenchResult, stopwatch

@@ -26,8 +26,9 @@ from osmosis_ai.rollout.context import RolloutContext
 from osmosis_ai.rollout.types import ExecutionOutcome, ExecutionRequest
 
 from osmosis_harbor.backend import HarborBackend
-from osmosis_harbor.sandbox import docker_sdk, environment_config, images
-from osmosis_harbor.sandbox import labels as L
+from osmosis_harbor.sandbox import docker as docker_sdk
+from osmosis_harbor.sandbox import environment_config, images
+from osmosis_harbor.sandbox.docker import labels as L
 
 REPO = Path(__file__).resolve().parent.parent
 TEMPLATE = REPO / "tasks" / "template"
@@ -60,7 +61,7 @@ async def dispose(backend: HarborBackend) -> None:
     try:
         await backend.shutdown()
     finally:
-        shutil.rmtree(backend._work_root, ignore_errors=True)
+        shutil.rmtree(backend.workspace.root, ignore_errors=True)
 
 
 def request(rollout_id: str, text: str = "go", *, grade: bool = False,

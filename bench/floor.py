@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from osmosis_harbor.sandbox import docker_sdk
+from osmosis_harbor.sandbox import docker as docker_sdk
 
 
 async def raw_cycle(image: str) -> dict[str, float]:

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 
 from osmosis_ai.rollout.client import RolloutClient
 
-from osmosis_harbor.local_run import serve_locally as serve
-from osmosis_harbor.scripted_policy import FakeChatServer
+from osmosis_harbor.serving.local import serve_locally as serve
+from osmosis_harbor.testing.scripted_policy import FakeChatServer
 
 from .common import BenchResult, stopwatch
 from .env import API_KEY, dispose, make_backend, new_id, outcome_ok, run_rollout, shim_elapsed, workdir

@@ -24,8 +24,8 @@ import time
 from dataclasses import dataclass
 
 from osmosis_harbor.backend import HarborBackend
-from osmosis_harbor.sandbox import docker_sdk
-from osmosis_harbor.scripted_policy import FakeChatServer
+from osmosis_harbor.sandbox import docker as docker_sdk
+from osmosis_harbor.testing.scripted_policy import FakeChatServer
 
 from .common import BenchResult
 from .env import POOL_PREFIX, dispose, make_backend, new_id, outcome_ok, run_rollout, workdir
@@ -74,7 +74,7 @@ async def rollout_batch(backend: HarborBackend, chat_url: str, n: int, prefix: s
 async def wait_pool_full(backend: HarborBackend, size: int, timeout: float = 90.0) -> float:
     """Wait until every pool of ``backend`` has ``size`` idle members; returns the wait."""
     started = time.perf_counter()
-    pools = sorted(set(backend._task_pools.values()))
+    pools = sorted(set(backend.lifecycle.task_pools.values()))
     while time.perf_counter() - started < timeout:
         infos = [await docker_sdk.get_pool.aio(p) for p in pools]
         if all(i.idle >= size and i.starting == 0 for i in infos):

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from osmosis_harbor.sandbox import docker_sdk
+from osmosis_harbor.sandbox import docker as docker_sdk
 
 # (needle in the command, label), first match wins; order matters.
 _EXEC_LABELS: tuple[tuple[str, str], ...] = (
@@ -88,7 +88,7 @@ def tracing() -> Iterator[Trace]:
     sandbox_cls = docker_sdk.DockerSandbox
     saved_create = docker_sdk.create
     saved_methods = {name: sandbox_cls.__dict__[name] for name in ("write_bytes", "read_bytes", "terminate")}
-    saved_aio = docker_sdk._ExecMethod.aio
+    saved_aio = docker_sdk.ExecMethod.aio
     saved_wait = docker_sdk.AsyncExecHandle.wait
 
     def create_label(*_args: Any, pool: str | None = None, **_kwargs: Any) -> str:
@@ -115,7 +115,7 @@ def tracing() -> Iterator[Trace]:
                 trace.record(self._bench_label, time.perf_counter() - started)
                 self._bench_started = None
 
-    docker_sdk._ExecMethod.aio = aio  # type: ignore[method-assign]
+    docker_sdk.ExecMethod.aio = aio  # type: ignore[method-assign]
     docker_sdk.AsyncExecHandle.wait = wait  # type: ignore[method-assign]
     try:
         yield trace
@@ -123,5 +123,5 @@ def tracing() -> Iterator[Trace]:
         docker_sdk.create = saved_create
         for name, original in saved_methods.items():
             setattr(sandbox_cls, name, original)
-        docker_sdk._ExecMethod.aio = saved_aio  # type: ignore[method-assign]
+        docker_sdk.ExecMethod.aio = saved_aio  # type: ignore[method-assign]
         docker_sdk.AsyncExecHandle.wait = saved_wait  # type: ignore[method-assign]

@@ -1,5 +1,5 @@
 """``python -m osmosis_harbor``: see ``osmosis_harbor.cli``."""
 
-from .cli import main
+from osmosis_harbor.cli import main
 
 raise SystemExit(main())

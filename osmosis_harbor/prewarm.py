@@ -19,29 +19,50 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from harbor.environments.base import BaseEnvironment
 from harbor.environments.factory import EnvironmentFactory
 from harbor.models.task.task import Task
+from harbor.models.trial.config import EnvironmentConfig
 from harbor.models.trial.paths import TrialPaths
+from osmosis_ai.rollout.types import ExecutionRequest
 from pydantic import BaseModel
 
-from .sandbox import load_sandbox_sdk
-from .sandbox.environment import SandboxEnvironment, pool_name_for
-
-if TYPE_CHECKING:
-    from .backend import HarborBackend
+from osmosis_harbor.errors import (
+    DockerEngineUnavailable,
+    PrewarmError,
+    SandboxSdkMissingError,
+)
+from osmosis_harbor.sandbox.environment import SandboxEnvironment, pool_name_for
+from osmosis_harbor.sandbox.registry import DEFAULT_SDK, load_sandbox_sdk
+from osmosis_harbor.tasks.materialize import MaterializedTask
+from osmosis_harbor.tasks.refs import ResolvedTask
+from osmosis_harbor.tasks.resolver import TaskResolver
 
 ProgressCallback = Callable[[str, str], None]  # (group key, stage)
 _SYSTEMIC_MARKERS = (
     "docker engine not reachable", "sky.sandbox", "unauthorized", "authentication required",
     "denied", "quota", "connection refused", "no such host", "registry unreachable",
 )
-_SYSTEMIC_TYPES = {"DockerEngineUnavailable", "SandboxSdkMissingError", "PermissionError"}
+_SYSTEMIC_TYPES = (DockerEngineUnavailable, SandboxSdkMissingError, PermissionError)
 
 
-class PrewarmError(RuntimeError):
-    """Prewarm failed for every task, or for a reason no task can avoid."""
+class PrewarmTarget(Protocol):
+    """What prewarm needs of a backend: its tasks, the copy a rollout runs, its sandboxes and
+    its agent setup (``osmosis_harbor.backend.lifecycle.BackendLifecycle`` provides it)."""
+
+    @property
+    def resolver(self) -> TaskResolver: ...
+
+    @property
+    def environment_config(self) -> EnvironmentConfig: ...
+
+    def metadata_for_task(self, task_id: str) -> dict[str, Any] | None: ...
+
+    def materialize(self, task: ResolvedTask, dest: Path, *, request: ExecutionRequest | None) -> MaterializedTask: ...
+
+    async def prove_agent_setup(self, environment: BaseEnvironment, *, deps_baked: bool) -> None: ...
 
 
 class PrewarmGroup(BaseModel):
@@ -88,7 +109,7 @@ class _Prepared(BaseModel):
 
 def _is_systemic(exc: BaseException) -> bool:
     text = f"{type(exc).__name__}: {exc}".lower()
-    return type(exc).__name__ in _SYSTEMIC_TYPES or any(m in text for m in _SYSTEMIC_MARKERS)
+    return isinstance(exc, _SYSTEMIC_TYPES) or any(m in text for m in _SYSTEMIC_MARKERS)
 
 
 def _one_line(exc: BaseException) -> str:
@@ -108,12 +129,12 @@ async def _with_progress(notify: ProgressCallback, key: str, stage: str, timings
 class Prewarmer:
     """Runs a prewarm for one backend (see the module docstring)."""
 
-    def __init__(self, backend: HarborBackend, *, pool_size: int | None = None,
+    def __init__(self, backend: PrewarmTarget, *, pool_size: int | None = None,
                  on_progress: ProgressCallback | None = None) -> None:
         self.backend = backend
-        self.notify = on_progress or (lambda _key, _stage: None)
+        self.notify: ProgressCallback = on_progress or (lambda _key, _stage: None)
         env_kwargs = backend.environment_config.kwargs
-        self.sdk_name: str = env_kwargs.get("sdk", "skypilot")
+        self.sdk_name: str = env_kwargs.get("sdk", DEFAULT_SDK)
         self.pool_base: str | None = env_kwargs.get("pool")
         self.pool_size = pool_size if pool_size is not None else int(env_kwargs.get("pool_size") or 1)
         self._work = Path(tempfile.mkdtemp(prefix="osmosis-harbor-prewarm-"))
@@ -170,7 +191,7 @@ class Prewarmer:
         resolved = await self.backend.resolver.resolve(self.backend.metadata_for_task(task_id))
         dest = self._work / uuid.uuid4().hex[:10]
         materialized = self.backend.materialize(resolved, dest, request=None)
-        path = Path(materialized)
+        path = materialized.path
         task = Task(path)
         env = task.config.environment
         return _Prepared(
@@ -179,7 +200,7 @@ class Prewarmer:
             cpus=env.cpus, memory_mb=env.memory_mb,
             no_network=self._no_network(task),
             group_key=self._environment(path).group_key,  # the same key every trial's environment derives
-            deps_baked=bool(getattr(materialized, "environment_patched", False)),
+            deps_baked=materialized.environment_patched,
         )
 
     @staticmethod
@@ -235,14 +256,9 @@ class Prewarmer:
 
     async def _ensure_pool(self, name: str, image: str, env: SandboxEnvironment) -> None:
         sdk = load_sandbox_sdk(self.sdk_name)
-        memory_mb = env._effective_memory_mb
-        extra: dict[str, Any] = {"block_network": env._network_disabled}
-        if env.uses_host_network:
-            extra["host_network"] = True
-        await sdk.create_pool.aio(name, image, cpus=env._effective_cpus,
-                                  memory_gb=memory_mb / 1024 if memory_mb else None,
-                                  replicas=self.pool_size, **extra)
+        await sdk.create_pool.aio(name, image, replicas=self.pool_size, **env.pool_shape())
         await sdk.set_pool_size.aio(name, self.pool_size)
 
 
-__all__ = ["PrewarmError", "PrewarmGroup", "PrewarmReport", "Prewarmer", "pool_name_for"]
+__all__ = ["PrewarmError", "PrewarmGroup", "PrewarmReport", "PrewarmTarget", "Prewarmer", "ProgressCallback",
+           "pool_name_for"]

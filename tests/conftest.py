@@ -20,7 +20,7 @@ def sandbox_image() -> str:
 @pytest.fixture(scope="session")
 def docker_sandbox_sdk() -> ModuleType:
     """The Docker implementation of ``sky.sandbox``; skips when no engine is reachable."""
-    from osmosis_harbor.sandbox import docker_sdk
+    from osmosis_harbor.sandbox import docker as docker_sdk
 
     try:
         docker_sdk.ls()

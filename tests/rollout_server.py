@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 
 from osmosis_ai.rollout.client import RolloutClient
 
-from osmosis_harbor.local_run import serve_locally as serve
+from osmosis_harbor.serving.local import serve_locally as serve
 
 __all__ = ["client_for", "serve"]
 

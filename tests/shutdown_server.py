@@ -14,7 +14,7 @@ from osmosis_ai.rollout.server import create_rollout_server
 
 from osmosis_harbor.backend import HarborBackend
 from osmosis_harbor.sandbox import environment_config
-from osmosis_harbor.server import add_status_route, serve
+from osmosis_harbor.serving.server import add_status_route, serve
 
 from .support import FIXTURES, TASKS
 

@@ -15,9 +15,9 @@ from harbor.trial.queue import TrialQueue
 from osmosis_ai.rollout.types import ExecutionRequest, RolloutErrorCategory, RolloutStatus
 
 from osmosis_harbor.backend import HarborBackend
-from osmosis_harbor.backend_support import MAX_ROLLOUT_ID_BYTES, request_problem
+from osmosis_harbor.backend.admission import MAX_ROLLOUT_ID_BYTES, request_problem
 from osmosis_harbor.sandbox import environment_config
-from osmosis_harbor.scripted_policy import FakeChatServer
+from osmosis_harbor.testing.scripted_policy import FakeChatServer
 
 from .rollout_server import client_for, serve
 from .support import FIXTURES, TASKS, managed_containers, wait_until

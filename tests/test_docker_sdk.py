@@ -27,9 +27,10 @@ from typing import Any
 import docker.errors
 import pytest
 
-from osmosis_harbor.sandbox import conformance, docker_sdk
-from osmosis_harbor.sandbox import labels as L
-from osmosis_harbor.sandbox.labels import Owner, Role
+from osmosis_harbor.sandbox import conformance
+from osmosis_harbor.sandbox import docker as docker_sdk
+from osmosis_harbor.sandbox.docker import labels as L
+from osmosis_harbor.sandbox.docker.labels import Owner, Role
 
 REPO = Path(__file__).resolve().parent.parent
 CHECKS = [c.name for c in conformance.selected_checks(include_pools=True)]
@@ -46,7 +47,7 @@ def unique(stem: str) -> str:
 
 
 def api() -> Any:
-    return docker_sdk._engine().api
+    return docker_sdk.get_engine().api
 
 
 def container_gone(ref: str) -> bool:
@@ -207,7 +208,7 @@ async def test_exec_argument_errors(make_sandbox: Any) -> None:
         await sandbox.exec.aio("true", env={"K": 1})
     with pytest.raises(ValueError):
         await sandbox.exec.aio("true", timeout_seconds=0)
-    assert docker_sdk._exec_timeout(None) == docker_sdk._exec_timeout(10**6) == 3600
+    assert docker_sdk.exec_timeout(None) == docker_sdk.exec_timeout(10**6) == 3600
     code, _, _ = await run(sandbox, "true", timeout_seconds=10**6)  # clamped, not refused
     assert code == 0
 
@@ -216,7 +217,7 @@ def test_engine_unreachable_message(monkeypatch: pytest.MonkeyPatch, tmp_path: P
     url = f"unix://{tmp_path}/no-docker.sock"
     monkeypatch.setenv("DOCKER_HOST", url)
     with pytest.raises(docker_sdk.DockerEngineUnavailable) as info:
-        docker_sdk._Engine()
+        docker_sdk.Engine()
     assert f"Docker engine not reachable at {url}" in str(info.value)
     assert "scripts/bootstrap.sh" in str(info.value)
 
@@ -314,7 +315,7 @@ async def test_ttl_is_enforced_by_the_container(docker_sandbox_sdk: Any, sandbox
 
 def _fake_sandbox(name: str, *, created_at: float, ttl: int, owner: Owner | None = None) -> str:
     """A managed container whose labels say what we want, for reap tests."""
-    engine = docker_sdk._engine()
+    engine = docker_sdk.get_engine()
     labels = L.container_labels(
         sandbox=name, role=Role.SANDBOX, owner=owner or Owner.current(),
         created_at=created_at, ttl_sec=ttl, network="bridge",
@@ -353,7 +354,7 @@ def test_reap_dead_owner_but_not_idle_pool_members(docker_sandbox_sdk: Any, sand
         child = run_python(
             f"""
             import json, os
-            from osmosis_harbor.sandbox import docker_sdk as sdk
+            from osmosis_harbor.sandbox import docker as sdk
             sandbox = sdk.create(name={name!r}, image={sandbox_image!r}, timeout=600)
             sdk.create_pool({pool!r}, {sandbox_image!r}, replicas=1)
             print(json.dumps({{"pid": os.getpid(), "id": sandbox.id}}))
@@ -573,7 +574,7 @@ def test_claims_across_processes_and_shared_pool_specs(
     pool = make_pool(replicas=4)
     script = f"""
         import asyncio, json, uuid
-        from osmosis_harbor.sandbox import docker_sdk as sdk
+        from osmosis_harbor.sandbox import docker as sdk
         async def main():
             spec = (await sdk.get_pool.aio({pool!r})).spec
             boxes = await asyncio.gather(*(

@@ -27,9 +27,9 @@ from osmosis_ai.rollout.types import RolloutErrorCategory, RolloutStatus
 
 from osmosis_harbor.backend import HarborBackend
 from osmosis_harbor.sandbox import environment_config
-from osmosis_harbor.scripted_policy import FakeChatServer
-from osmosis_harbor.secrets import MARKER, KeyCustody, Redactor
-from osmosis_harbor.server import draining_server
+from osmosis_harbor.testing.scripted_policy import FakeChatServer
+from osmosis_harbor.keys import MARKER, KeyCustody, Redactor
+from osmosis_harbor.serving.server import draining_server
 
 from .rollout_server import client_for, serve
 from .support import FIXTURES, REPO, TASKS, await_until, managed_containers
@@ -186,11 +186,11 @@ CRASHING_HOST = """
 import asyncio, os, signal, sys
 from pathlib import Path
 from harbor.trial.queue import TrialQueue
-from osmosis_harbor import secrets
+from osmosis_harbor import keys as secrets
 from osmosis_harbor.backend import HarborBackend
-from osmosis_harbor.local_run import run_one_rollout
+from osmosis_harbor.serving.local import run_one_rollout
 from osmosis_harbor.sandbox import environment_config
-from osmosis_harbor.scripted_policy import FakeChatServer
+from osmosis_harbor.testing.scripted_policy import FakeChatServer
 
 project, tasks, bundles = map(Path, sys.argv[1:4])
 # The injected fault: the host dies after the trial's files landed, before they are scrubbed.

@@ -39,8 +39,8 @@ from harbor.models.trajectories import (  # noqa: E402
 from harbor.models.trial.config import TaskConfig, TrialConfig  # noqa: E402
 from harbor.trial.queue import TrialQueue  # noqa: E402
 
-from osmosis_harbor import native  # noqa: E402
-from osmosis_harbor.native import (  # noqa: E402
+from osmosis_harbor.agents import native  # noqa: E402
+from osmosis_harbor.agents.native import (  # noqa: E402
     NATIVE_AGENTS,
     NO_KEY_PLACEHOLDER,
     NativeAgentWiringWarning,
@@ -50,11 +50,11 @@ from osmosis_harbor.native import (  # noqa: E402
     sample_from_trajectory,
     scoped_api_key,
 )
-from osmosis_harbor.outcome import Phase, read_trial  # noqa: E402
+from osmosis_harbor.trials.reading import Phase, read_trial  # noqa: E402
 from osmosis_harbor.sandbox import environment_config  # noqa: E402
-from osmosis_harbor.sandbox.lifecycle import terminate_live_sandboxes  # noqa: E402
+from osmosis_harbor.sandbox.live import terminate_live_sandboxes  # noqa: E402
 
-from osmosis_harbor.scripted_policy import FakeChatServer  # noqa: E402
+from osmosis_harbor.testing.scripted_policy import FakeChatServer  # noqa: E402
 from .support import make_task  # noqa: E402
 
 URL = "http://127.0.0.1:8/v1"

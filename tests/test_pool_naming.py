@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from osmosis_harbor.sandbox import docker_sdk
+from osmosis_harbor.sandbox import docker as docker_sdk
 
 from .support import TASKS, load_json, run_cli
 

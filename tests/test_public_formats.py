@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from osmosis_harbor.outcome import Phase, StepReading, TrialReading
-from osmosis_harbor.verdict import judge, reward_shortfall
+from osmosis_harbor.trials.reading import Phase, StepReading, TrialReading
+from osmosis_harbor.trials.verdict import judge, reward_shortfall
 
 from .support import FIXTURES, load_json, managed_containers, run_cli
 

@@ -7,7 +7,7 @@ import time
 from harbor.trial.queue import TrialQueue
 from osmosis_ai.rollout.types import RolloutStatus
 
-from osmosis_harbor.queue import RolloutTracker
+from osmosis_harbor.backend.tracker import RolloutTracker
 
 
 def test_counts_follow_transitions_and_retention_expires_finished_states(monkeypatch) -> None:
@@ -15,7 +15,7 @@ def test_counts_follow_transitions_and_retention_expires_finished_states(monkeyp
     for i in range(3):
         tracker.admit(f"r{i}")
     assert tracker.counts() == {"queued": 3, "running": 0, "grading": 0, "in_flight": 3}
-    tracker._set_status(tracker.get("r0"), RolloutStatus.RUNNING)
+    tracker.set_status(tracker.get("r0"), RolloutStatus.RUNNING)
     tracker.finish("r1", RolloutStatus.SUCCESS, reward=1.0)
     assert tracker.counts() == {"queued": 1, "running": 1, "grading": 0, "in_flight": 2}
     assert tracker.status("r1")["reward"] == 1.0 and tracker.select(None, None, True) == ["r0", "r2"]

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from osmosis_harbor.sandbox import docker_sdk
-from osmosis_harbor.scripted_policy import FakeChatServer
+from osmosis_harbor.sandbox import docker as docker_sdk
+from osmosis_harbor.testing.scripted_policy import FakeChatServer
 
 from .support import REPO, TASKS, wait_until
 

@@ -22,9 +22,9 @@ from harbor.models.trial.result import TrialResult
 from harbor.viewer.scanner import JobScanner
 from harbor.viewer.server import create_app
 
-from osmosis_harbor.dataset import load_dataset
-from osmosis_harbor.junit import junit_tree
-from osmosis_harbor.lint import LintMode
+from osmosis_harbor.tasks.discovery import load_dataset
+from osmosis_harbor.validate.junit import junit_tree
+from osmosis_harbor.validate.lint import LintMode
 from osmosis_harbor.sandbox import environment_config
 from osmosis_harbor.validate import TaskValidation, ValidationReport, validate_tasks
 

@@ -22,7 +22,7 @@ from osmosis_ai.rollout.types import RolloutErrorCategory, RolloutStatus
 
 from osmosis_harbor.backend import HarborBackend
 from osmosis_harbor.sandbox import environment_config
-from osmosis_harbor.scripted_policy import FakeChatServer
+from osmosis_harbor.testing.scripted_policy import FakeChatServer
 
 from .rollout_server import client_for, serve
 from .support import FIXTURES, TASKS, managed_containers
@@ -100,10 +100,11 @@ def test_the_grader_runs_in_a_sandbox_of_its_own(tmp_path: Path, graded_template
     """What the materialized copy tells Harbor: separate verifier, the agent's products as data."""
     from harbor.models.task.config import TaskConfig, VerifierEnvironmentMode
 
-    from osmosis_harbor.taskrefs import ResolvedTask
+    from osmosis_harbor.tasks.refs import ResolvedTask
 
     backend = _backend(tmp_path, graded_template, "AnswerGrader")
-    copy = backend.materialize(ResolvedTask(task_id="t", path=graded_template, source="template"), tmp_path / "copy", request=None)
+    copy = backend.materialize(ResolvedTask(task_id="t", path=graded_template, source="template"), tmp_path / "copy",
+                              request=None).path
     config = TaskConfig.model_validate_toml((copy / "task.toml").read_text())
     assert config.verifier.environment_mode is VerifierEnvironmentMode.SEPARATE
     assert config.artifacts == ["/logs/agent", "/workspace"]

@@ -27,7 +27,7 @@ from urllib.parse import quote
 import pytest
 from osmosis_ai.rollout import RolloutSample
 
-from osmosis_harbor.scripted_policy import FakeChatServer
+from osmosis_harbor.testing.scripted_policy import FakeChatServer
 from osmosis_harbor.shim import SHIM_VERSION, agent, errors, verifier
 
 SECRET = "sk-osmosis-test-SECRET-0123456789abcdef"

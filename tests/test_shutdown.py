@@ -40,10 +40,11 @@ from osmosis_ai.rollout.types import (
 )
 
 from osmosis_harbor.backend import HarborBackend
-from osmosis_harbor.drain import DrainPolicy
-from osmosis_harbor.sandbox import docker_sdk, environment_config
-from osmosis_harbor.scripted_policy import FakeChatServer
-from osmosis_harbor.server import draining_server
+from osmosis_harbor.serving.drain import DrainPolicy
+from osmosis_harbor.sandbox import docker as docker_sdk
+from osmosis_harbor.sandbox import environment_config
+from osmosis_harbor.testing.scripted_policy import FakeChatServer
+from osmosis_harbor.serving.server import draining_server
 
 from .support import FIXTURES, REPO, TASKS, await_until, managed_containers, wait_until
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from osmosis_harbor.sandbox import docker_sdk
+from osmosis_harbor.sandbox import docker as docker_sdk
 
 from .support import FIXTURES, REPO
 

@@ -11,6 +11,7 @@ local stand-in so that the rest of Harbor's download path runs for real.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import pickle
@@ -114,10 +115,10 @@ async def test_template_mode_resolves_template_and_replaces_instruction(template
 
     prompt = [{"role": "user", "content": "Compute 2 + 2 and write it to /workspace/answer.txt"}]
     out = materialize_task(task, tmp_path / "run1" / "task", instruction=render_prompt(prompt))
-    assert (out / "instruction.md").read_text() == prompt[0]["content"]
+    assert (out.path / "instruction.md").read_text() == prompt[0]["content"]
     assert out.instruction_replaced
     assert (template / "instruction.md").read_text() == "placeholder\n"  # the source is untouched
-    assert (out / "environment" / "Dockerfile").read_text() == (template / "environment" / "Dockerfile").read_text()
+    assert (out.path / "environment" / "Dockerfile").read_text() == (template / "environment" / "Dockerfile").read_text()
 
 
 def test_template_mode_validates_eagerly(tmp_path: Path, dataset: Path) -> None:
@@ -146,7 +147,7 @@ async def test_dataset_mode_nested_ids(dataset: Path, tmp_path: Path) -> None:
     task = await resolver.resolve({"harbor_task_id": "grp/sub/gamma/"})  # a trailing slash is fine
     assert task.task_id == "grp/sub/gamma"
     out = materialize_task(task, tmp_path / "r" / "task")  # keeps its own instruction
-    assert (out / "instruction.md").read_text() == "gamma instruction\n"
+    assert (out.path / "instruction.md").read_text() == "gamma instruction\n"
     assert not out.instruction_replaced
 
 
@@ -270,7 +271,7 @@ def test_generated_test_sh_only_without_own_tests(tmp_path: Path) -> None:
     bare = make_task(tmp_path / "bare", tests=False)
     cmd = "/opt/osmosis/venv/bin/mybundle-grade"
     out = materialize_task(bare, tmp_path / "a", grade_command=cmd)
-    script = out / "tests" / "test.sh"
+    script = out.path / "tests" / "test.sh"
     assert out.generated_tests
     assert script.read_text().splitlines()[0] == "#!/bin/sh"
     assert "set -e\n" in script.read_text() and script.read_text().endswith(f"exec {cmd}\n")
@@ -280,10 +281,10 @@ def test_generated_test_sh_only_without_own_tests(tmp_path: Path) -> None:
     own = make_task(tmp_path / "own", tests=True)
     out = materialize_task(own, tmp_path / "b", grade_command=cmd)
     assert not out.generated_tests
-    assert (out / "tests" / "test.sh").read_text() == (own / "tests" / "test.sh").read_text()
+    assert (out.path / "tests" / "test.sh").read_text() == (own / "tests" / "test.sh").read_text()
 
     out = materialize_task(bare, tmp_path / "c")  # no grade command: nothing generated
-    assert not out.generated_tests and not (out / "tests").exists()
+    assert not out.generated_tests and not (out.path / "tests").exists()
     with pytest.raises(ValueError, match="one non-empty shell command line"):
         materialize_task(bare, tmp_path / "d", grade_command="a\nb")
 
@@ -293,7 +294,7 @@ def test_grading_input_written(tmp_path: Path) -> None:
     grading = {"rollout_id": "r1", "label": "42", "metadata": {"k": "v"}, "prompt": [{"role": "user", "content": "é"}]}
     out = materialize_task(task, tmp_path / "x", grading_input=grading)
     assert out.grading_input_written
-    assert json.loads((out / "tests" / GRADING_INPUT_FILENAME).read_text(encoding="utf-8")) == grading
+    assert json.loads((out.path / "tests" / GRADING_INPUT_FILENAME).read_text(encoding="utf-8")) == grading
 
 
 def test_materialize_rejects_escaping_symlinks(tmp_path: Path) -> None:
@@ -315,19 +316,22 @@ def test_materialize_keeps_inside_symlinks(tmp_path: Path) -> None:
     (task / "environment" / "rel").symlink_to("data.txt")
     (task / "environment" / "abs").symlink_to(task / "environment" / "data.txt")
     out = materialize_task(task, tmp_path / "x")
-    assert os.readlink(out / "environment" / "rel") == "data.txt"
-    assert os.readlink(out / "environment" / "abs") == "data.txt"  # absolute: rewritten into the copy
-    assert (out / "environment" / "abs").read_text() == "data"
+    assert os.readlink(out.path / "environment" / "rel") == "data.txt"
+    assert os.readlink(out.path / "environment" / "abs") == "data.txt"  # absolute: rewritten into the copy
+    assert (out.path / "environment" / "abs").read_text() == "data"
 
 
 def test_materialize_result_and_dest_rules(tmp_path: Path) -> None:
     task = make_task(tmp_path / "t")
     (tmp_path / "empty").mkdir()
     out = materialize_task(task, tmp_path / "empty")  # an empty directory is fine
-    assert isinstance(out, MaterializedTask) and isinstance(out, Path)
-    assert out == tmp_path / "empty" and out.path == tmp_path / "empty" and type(out.path) is not MaterializedTask
-    assert type(out / "tests") is not MaterializedTask
-    assert pickle.loads(pickle.dumps(out)).flags() == out.flags()
+    # A value (decided once, carried as data), not a Path subclass read back with getattr.
+    assert isinstance(out, MaterializedTask) and not isinstance(out, Path)
+    assert out.path == tmp_path / "empty" and type(out.path) is not MaterializedTask
+    assert type(out.path / "tests") is not MaterializedTask
+    assert pickle.loads(pickle.dumps(out)) == out and pickle.loads(pickle.dumps(out)).flags() == out.flags()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        out.environment_patched = True  # type: ignore[misc]
     with pytest.raises(FileExistsError):
         materialize_task(task, tmp_path / "empty")
     with pytest.raises(TaskResolutionError, match="no task.toml"):
@@ -449,7 +453,7 @@ def test_materialize_with_environment_patch(tmp_path: Path) -> None:
     task = make_task(tmp_path / "t")
     source_dockerfile = (task / "environment" / "Dockerfile").read_text()
     out = materialize_task(task, tmp_path / "x", environment_patch=EnvironmentPatch(requirements=["x"]))
-    assert out.environment_patched and PATCH_BEGIN in (out / "environment" / "Dockerfile").read_text()
+    assert out.environment_patched and PATCH_BEGIN in (out.path / "environment" / "Dockerfile").read_text()
     assert (task / "environment" / "Dockerfile").read_text() == source_dockerfile
     image_only = make_task(tmp_path / "image-only", dockerfile=None)
     out = materialize_task(image_only, tmp_path / "y", environment_patch=EnvironmentPatch(requirements=["x"]))
@@ -539,7 +543,7 @@ async def test_pinned_git_ref_is_fetched_once(
     assert task.source == "git" and task.pinned and task.git_commit_id == commit and task.task_id == "tasks/hello"
     assert task.path.is_relative_to(cache.resolve()) and (task.path / "task.toml").is_file()
     out = materialize_task(task, tmp_path / "run" / "task")
-    assert (out / "instruction.md").read_text() == "hello from git\n"
+    assert (out.path / "instruction.md").read_text() == "hello from git\n"
 
     # A new process (resolver) finds Harbor's on-disk cache: TaskClient is called, git is not.
     other = TaskResolver(template, "template", cache_dir=cache)
@@ -612,13 +616,13 @@ async def test_git_credentials_are_not_echoed(template: Path, tmp_path: Path, mo
 
 async def test_downloads_are_serialized_across_processes(tmp_path: Path) -> None:
     """Two holders of the per-ref file lock (as two processes would be) never overlap."""
-    from osmosis_harbor.taskrefs import _file_lock
+    from osmosis_harbor.tasks.remote import file_lock
 
     lock = tmp_path / "locks" / "ref.lock"
     events: list[str] = []
 
     async def hold(name: str) -> None:
-        async with _file_lock(lock):
+        async with file_lock(lock):
             events.append(f"{name}+")
             await asyncio.sleep(0.1)
             events.append(f"{name}-")
@@ -667,7 +671,7 @@ async def test_package_digest_from_harbor_cache(
     task = results[0]
     assert task.source == "package" and task.pinned and task.path == target.resolve()
     assert task.task_id == ref and task.content_hash == content_hash
-    assert (materialize_task(task, tmp_path / "x") / "instruction.md").read_text() == "from the registry\n"
+    assert (materialize_task(task, tmp_path / "x").path / "instruction.md").read_text() == "from the registry\n"
 
 
 async def test_package_tag_resolved_once_through_taskclient(

@@ -10,11 +10,18 @@ from typing import Any
 
 from harbor.models.trial.config import EnvironmentConfig
 
-from .environment import IMPORT_PATH, SandboxEnvironment
-from .sdk import SDK_NAMES, SandboxSdkMissingError, load_sandbox_sdk
+from osmosis_harbor.errors import ConfigError, SandboxSdkMissingError
+from osmosis_harbor.sandbox.environment import IMPORT_PATH, SandboxEnvironment
+from osmosis_harbor.sandbox.registry import (
+    DEFAULT_SDK,
+    SDK_NAMES,
+    implementation,
+    load_sandbox_sdk,
+)
 
 __all__ = [
     "SandboxEnvironment",
+    "SDK_NAMES",
     "SandboxSdkMissingError",
     "environment_config",
     "load_sandbox_sdk",
@@ -22,7 +29,7 @@ __all__ = [
 
 
 def environment_config(
-    sdk: str = "skypilot",
+    sdk: str = DEFAULT_SDK,
     *,
     registry: str | None = None,
     pool: str | None = None,
@@ -43,12 +50,11 @@ def environment_config(
     the warm pool trials claim sandboxes from (``HarborBackend.prewarm`` creates one pool
     per environment group, named after it, with ``pool_size`` running sandboxes).
     """
-    if sdk not in SDK_NAMES:
-        raise ValueError(f"unknown sandbox sdk {sdk!r}: choose one of {', '.join(SDK_NAMES)}")
-    if host_network and sdk != "docker":
-        raise ValueError("host_network=True is only available with sdk='docker'")
-    if sdk == "skypilot":
-        load_sandbox_sdk("skypilot")  # fail now, with the install hint, not mid-trial
+    impl = implementation(sdk)
+    if host_network and not impl.reaches_host:
+        reachers = [name for name in SDK_NAMES if implementation(name).reaches_host]
+        raise ConfigError(f"host_network=True is only available with sdk={' or '.join(map(repr, reachers))}")
+    impl.load()  # fail now, with the install hint, not mid-trial
     kwargs: dict[str, Any] = {"sdk": sdk, **extra_kwargs}
     for key, value in {
         "registry": registry,
@@ -63,9 +69,9 @@ def environment_config(
         kwargs["host_network"] = True
     if pool_size is not None:
         if pool is None:
-            raise ValueError("pool_size needs pool= (the warm pool's base name)")
+            raise ConfigError("pool_size needs pool= (the warm pool's base name)")
         if pool_size < 0:
-            raise ValueError(f"pool_size must be >= 0, got {pool_size}")
+            raise ConfigError(f"pool_size must be >= 0, got {pool_size}")
         kwargs["pool_size"] = pool_size
     return EnvironmentConfig(
         import_path=IMPORT_PATH, kwargs=kwargs, force_build=force_build, delete=delete

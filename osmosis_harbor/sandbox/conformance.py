@@ -1,7 +1,7 @@
 """A conformance suite for implementations of the ``sky.sandbox`` surface Harbor relies on.
 
 One contract, several implementations (SkyPilot's real SDK, the local Docker emulation in
-``docker_sdk``): the same checks run against any of them, so one run proves they agree on what
+``osmosis_harbor.sandbox.docker``): the same checks run against any of them, so one run proves they agree on what
 Harbor's ``SkypilotEnvironment`` depends on. Modelled on inspect_ai's sandbox ``self_check``:
 each check is a small async function that raises ``AssertionError`` with a readable message,
 and the runner turns that into a structured :class:`CheckResult`.
@@ -33,7 +33,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from .liveness import sandbox_state
+from osmosis_harbor.sandbox.liveness import sandbox_state
 
 log = logging.getLogger(__name__)
 

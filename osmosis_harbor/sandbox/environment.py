@@ -25,17 +25,15 @@ import asyncio
 import contextlib
 import hashlib
 import logging
-import os
 from collections.abc import Awaitable
 from pathlib import Path
-from types import ModuleType
 from typing import Any, override
 
 from harbor.environments.base import BaseEnvironment, ExecResult
 from harbor.environments.definition import parse_dockerfile_workdir
 from harbor.environments.skypilot import (
-    SkypilotEnvironment,
     _SANDBOX_TTL_SEC,
+    SkypilotEnvironment,
     _sanitize_dns_name,
 )
 from harbor.models.task.config import EnvironmentConfig as TaskEnvironmentConfig
@@ -50,11 +48,20 @@ from tenacity import (
     wait_exponential,
 )
 
-from . import lifecycle
-from .bounds import cpus_or_default, memory_mb_or_default
-from .images import BUILD_COORDINATOR, local_image_exists, registry_image_exists
-from .liveness import SandboxLostError, SandboxState, sandbox_state
-from .sdk import load_sandbox_sdk
+from osmosis_harbor import settings
+from osmosis_harbor.errors import ConfigError, SandboxLostError
+from osmosis_harbor.sandbox import live
+from osmosis_harbor.sandbox.bounds import cpus_or_default, memory_mb_or_default
+from osmosis_harbor.sandbox.images import (
+    BUILD_COORDINATOR,
+    build_image,
+    local_image_exists,
+    push_image,
+    registry_image_exists,
+)
+from osmosis_harbor.sandbox.liveness import SandboxState, sandbox_state
+from osmosis_harbor.sandbox.protocol import SandboxSdk
+from osmosis_harbor.sandbox.registry import DEFAULT_SDK, implementation
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +100,7 @@ class SandboxEnvironment(SkypilotEnvironment):
         trial_paths: TrialPaths,
         task_env_config: TaskEnvironmentConfig,
         *,
-        sdk: str = "skypilot",
+        sdk: str = DEFAULT_SDK,
         host_network: bool = False,
         pool_size: int | None = None,
         registry: str | None = None,
@@ -105,9 +112,10 @@ class SandboxEnvironment(SkypilotEnvironment):
         **kwargs: Any,
     ) -> None:
         self._sdk_name = sdk
-        self._sdk: ModuleType = load_sandbox_sdk(sdk)
-        if host_network and sdk != "docker":
-            raise ValueError(
+        self._impl = implementation(sdk)
+        self._sdk: SandboxSdk = self._impl.load()
+        if host_network and not self._impl.reaches_host:
+            raise ConfigError(
                 "host_network=True is a local Docker sandbox option; SkyPilot sandboxes "
                 "reach the rollout endpoint over the network"
             )
@@ -118,7 +126,7 @@ class SandboxEnvironment(SkypilotEnvironment):
         # choose, so we set them here and go straight to BaseEnvironment.__init__.
         self._pool_base = pool or None
         self._pool: str | None = None  # the group's pool, derived below once the environment is known
-        self._registry = registry or os.environ.get("HARBOR_SKYPILOT_REGISTRY") or None
+        self._registry = registry or settings.current().registry or None
         self._context_name = context_name
         self._namespace = namespace
         self._secrets = list(secrets) if secrets else None
@@ -153,7 +161,16 @@ class SandboxEnvironment(SkypilotEnvironment):
     def uses_host_network(self) -> bool:
         """Host networking lets a local sandbox reach a server on this machine; a task that
         declares no network gets none, host networking included."""
-        return self._sdk_name == "docker" and self._host_network and not self._network_disabled
+        return self._impl.reaches_host and self._host_network and not self._network_disabled
+
+    def pool_shape(self) -> dict[str, Any]:
+        """What a warm pool of this environment's group is created with, besides its image."""
+        memory_mb = self._effective_memory_mb
+        shape: dict[str, Any] = {"cpus": self._effective_cpus, "memory_gb": memory_mb / 1024 if memory_mb else None,
+                                 "block_network": self._network_disabled}
+        if self.uses_host_network:
+            shape["host_network"] = True
+        return shape
 
     @property
     def pool_name(self) -> str | None:
@@ -172,8 +189,8 @@ class SandboxEnvironment(SkypilotEnvironment):
 
     @property
     def _local_only(self) -> bool:
-        """Docker sandboxes without a registry run images straight from the engine."""
-        return self._sdk_name == "docker" and not self._registry
+        """Sandboxes on the engine that builds images need no registry: images stay local."""
+        return self._impl.local_images and not self._registry
 
     @property
     @override
@@ -241,7 +258,7 @@ class SandboxEnvironment(SkypilotEnvironment):
 
     @override
     async def _create_sandbox(self, image: str | None) -> Any:
-        lifecycle.register_pending(self._sandbox_name, self._sdk)
+        live.register_pending(self._sandbox_name, self._sdk)
         creating = asyncio.ensure_future(self._create_sandbox_via_sdk(image))
         try:
             sandbox = await asyncio.shield(creating)
@@ -251,9 +268,9 @@ class SandboxEnvironment(SkypilotEnvironment):
             with contextlib.suppress(Exception):
                 made = await creating
                 await made.terminate.aio(wait=True)
-            lifecycle.unregister(self._sandbox_name)
+            live.unregister(self._sandbox_name)
             raise
-        lifecycle.register_handle(self._sandbox_name, sandbox)
+        live.register_handle(self._sandbox_name, sandbox)
         return sandbox
 
     @override
@@ -262,7 +279,7 @@ class SandboxEnvironment(SkypilotEnvironment):
         try:
             await super().stop(delete)
         finally:
-            lifecycle.unregister(self._sandbox_name)
+            live.unregister(self._sandbox_name)
 
     # ── bounds ────────────────────────────────────────────────────────────────
 
@@ -380,52 +397,3 @@ class SandboxEnvironment(SkypilotEnvironment):
             block_network=self._network_disabled,
             **common,
         )
-
-
-def _build_log_tail(lines: list[str], n: int = 25) -> str:
-    text = "".join(lines).rstrip()
-    return "\n".join(text.splitlines()[-n:])
-
-
-class ImageBuildError(RuntimeError):
-    """``docker build`` failed; the message carries the tail of the build log."""
-
-
-def build_image(context_dir: Path, dockerfile: Path, ref: str, platform: str | None) -> None:
-    """Build ``ref`` from ``context_dir`` on the local engine (docker SDK, legacy builder)."""
-    import docker
-
-    client = docker.from_env()
-    log: list[str] = []
-    try:
-        stream = client.api.build(
-            path=str(context_dir),
-            dockerfile=str(dockerfile.relative_to(context_dir)),
-            tag=ref,
-            rm=True,
-            forcerm=True,
-            decode=True,
-            platform=platform,
-        )
-        for chunk in stream:
-            if "stream" in chunk:
-                log.append(chunk["stream"])
-            if "error" in chunk:
-                log.append(chunk["error"] + "\n")
-                raise ImageBuildError(
-                    f"docker build failed for {ref}: {chunk['error'].strip()}\n"
-                    f"{_build_log_tail(log)}"
-                )
-    except docker.errors.APIError as exc:
-        raise ImageBuildError(f"docker build failed for {ref}: {exc.explanation or exc}") from exc
-
-
-def push_image(ref: str) -> None:
-    """Push ``ref`` to its registry, surfacing the engine's error text."""
-    import docker
-
-    client = docker.from_env()
-    repo, _, tag = ref.rpartition(":")
-    for chunk in client.api.push(repo, tag=tag, stream=True, decode=True):
-        if "error" in chunk:
-            raise ImageBuildError(f"docker push failed for {ref}: {chunk['error'].strip()}")

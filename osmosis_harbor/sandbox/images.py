@@ -14,24 +14,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import subprocess
 import threading
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
+
+import docker
+import docker.errors
+
+from osmosis_harbor.errors import ImageBuildError
 
 logger = logging.getLogger(__name__)
 
 
-def _docker_client():  # imported lazily: the docker SDK is an optional extra
-    import docker
-
+def _docker_client() -> docker.DockerClient:
     return docker.from_env()
 
 
 def local_image_exists(ref: str) -> bool:
     """Whether the local engine has ``ref``."""
-    import docker.errors
-
     try:
         _docker_client().images.get(ref)
         return True
@@ -44,24 +45,13 @@ def registry_image_exists(ref: str) -> bool:
 
     The engine's distribution endpoint honours its insecure-registry settings (loopback
     registries are insecure by default), which ``docker manifest inspect`` without
-    ``--insecure`` does not; the CLI with ``--insecure`` is the fallback when the SDK is
-    unavailable.
+    ``--insecure`` does not.
     """
     try:
-        import docker.errors
-
-        try:
-            _docker_client().images.get_registry_data(ref)
-            return True
-        except (docker.errors.NotFound, docker.errors.APIError):
-            return False
-    except ImportError:
-        proc = subprocess.run(
-            ["docker", "manifest", "inspect", "--insecure", ref],
-            capture_output=True,
-            check=False,
-        )
-        return proc.returncode == 0
+        _docker_client().images.get_registry_data(ref)
+        return True
+    except (docker.errors.NotFound, docker.errors.APIError):
+        return False
 
 
 @dataclass
@@ -150,3 +140,44 @@ class ImageBuildCoordinator:
 
 
 BUILD_COORDINATOR = ImageBuildCoordinator()
+
+
+def _build_log_tail(lines: list[str], n: int = 25) -> str:
+    text = "".join(lines).rstrip()
+    return "\n".join(text.splitlines()[-n:])
+
+
+def build_image(context_dir: Path, dockerfile: Path, ref: str, platform: str | None) -> None:
+    """Build ``ref`` from ``context_dir`` on the local engine (docker SDK, legacy builder)."""
+    client = _docker_client()
+    log: list[str] = []
+    try:
+        stream = client.api.build(
+            path=str(context_dir),
+            dockerfile=str(dockerfile.relative_to(context_dir)),
+            tag=ref,
+            rm=True,
+            forcerm=True,
+            decode=True,
+            platform=platform,
+        )
+        for chunk in stream:
+            if "stream" in chunk:
+                log.append(chunk["stream"])
+            if "error" in chunk:
+                log.append(chunk["error"] + "\n")
+                raise ImageBuildError(
+                    f"docker build failed for {ref}: {chunk['error'].strip()}\n"
+                    f"{_build_log_tail(log)}"
+                )
+    except docker.errors.APIError as exc:
+        raise ImageBuildError(f"docker build failed for {ref}: {exc.explanation or exc}") from exc
+
+
+def push_image(ref: str) -> None:
+    """Push ``ref`` to its registry, surfacing the engine's error text."""
+    client = _docker_client()
+    repo, _, tag = ref.rpartition(":")
+    for chunk in client.api.push(repo, tag=tag, stream=True, decode=True):
+        if "error" in chunk:
+            raise ImageBuildError(f"docker push failed for {ref}: {chunk['error'].strip()}")

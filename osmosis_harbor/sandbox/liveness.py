@@ -16,19 +16,14 @@ from typing import Any
 
 from pydantic import BaseModel
 
-SANDBOX_LOST_ERROR = "SandboxLostError"  # the exception type name Harbor records on the trial
+from osmosis_harbor.errors import SandboxLostError
+from osmosis_harbor.sandbox.protocol import SandboxSdk
+
+__all__ = ["SandboxLostError", "SandboxState", "sandbox_state"]
+
 # Statuses of a sandbox that can still run commands ("running" for Docker, "RUNNING" / "READY"
 # style names for SkyPilot pods; compared case-insensitively).
 LIVE_STATUSES = frozenset({"running", "ready", "up"})
-
-
-class SandboxLostError(RuntimeError):
-    """The sandbox is gone, or stopped without this trial stopping it (not the workflow's fault)."""
-
-    def __init__(self, name: str, reason: str) -> None:
-        super().__init__(f"sandbox {name} was lost ({reason})")
-        self.sandbox_name = name
-        self.reason = reason
 
 
 class SandboxState(BaseModel):
@@ -51,7 +46,7 @@ def _field(record: Any, name: str) -> Any:
     return record.get(name) if isinstance(record, dict) else getattr(record, name, None)
 
 
-async def sandbox_state(sdk: Any, name: str) -> SandboxState:
+async def sandbox_state(sdk: SandboxSdk, name: str) -> SandboxState:
     """The sandbox's state according to ``sdk.ls``; raises whatever ``ls`` raises."""
     for record in await sdk.ls.aio():
         if _field(record, "name") == name:

@@ -16,7 +16,6 @@ it, so a workflow behaves the same in-process and in a sandbox.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -29,11 +28,12 @@ from osmosis_ai.rollout import (
 )
 from osmosis_ai.rollout.types.output import coerce_output
 
+from .contract import AGENT_TIMEOUT_ENV, CHAT_URL_ENV, KEY_ENV, environ
 from .errors import NoSampleError, Redactor
 from .files import read_input, sample_payload, usable_dir, write_json, write_text
 from .loading import load_config, load_workflow
 from .models import RolloutInput
-from .paths import AGENT_TIMEOUT_ENV, CHAT_URL_ENV, KEY_ENV, ShimPaths
+from .paths import ShimPaths
 from .runtime import read_timeout, run_phase, run_with_deadline
 
 logger: logging.Logger = logging.getLogger(__name__)
@@ -47,8 +47,8 @@ def rollout_context(rollout_id: str) -> RolloutContext:
     source they register lands here too.
     """
     return RolloutContext(
-        chat_completions_url=os.environ.get(CHAT_URL_ENV, ""),
-        api_key=os.environ.get(KEY_ENV) or None,
+        chat_completions_url=environ().get(CHAT_URL_ENV, ""),
+        api_key=environ().get(KEY_ENV) or None,
         rollout_id=rollout_id,
     )
 

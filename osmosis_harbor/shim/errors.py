@@ -12,7 +12,6 @@ an agent bug).
 from __future__ import annotations
 
 import json
-import os
 import traceback
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -22,8 +21,8 @@ from urllib.parse import quote
 from osmosis_ai.rollout.types import RolloutErrorCategory
 from osmosis_ai.rollout.utils.errors import categorize_exception
 
+from .contract import KEY_ENV, environ
 from .models import ErrorFile, Phase
-from .paths import KEY_ENV
 
 # Shorter "keys" are placeholders ("EMPTY", "dummy") that local OpenAI-style
 # servers accept; scrubbing them would shred ordinary words in the sample.
@@ -98,8 +97,7 @@ class Redactor:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Redactor:
-        env = os.environ if env is None else env
-        return cls.for_key(env.get(KEY_ENV))
+        return cls.for_key(environ(env).get(KEY_ENV))
 
     @classmethod
     def for_key(cls, key: str | None) -> Redactor:

@@ -1,42 +1,36 @@
 """Where the shim reads and writes inside the sandbox.
 
-Every location has a production default (the Harbor layout: ``/logs`` is
-collected by Harbor, ``/tests`` only appears at verification time) and an
+Every location has a production default (``contract``: ``/logs`` is collected
+by Harbor, ``/tests`` only appears at verification time) and an
 environment-variable override, so the same code runs unchanged on a host in
 tests. Nothing here touches the filesystem.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from osmosis_ai.rollout.context import API_KEY_ENV, CHAT_COMPLETIONS_URL_ENV
+from .contract import (
+    AGENT_TIMEOUT_ENV,
+    CHAT_URL_ENV,
+    ERROR_FILENAME,
+    GRADER_TIMEOUT_ENV,
+    GRADING_INPUT,
+    GRADING_INPUT_ENV,
+    KEY_ENV,
+    LOGS_DIR,
+    LOGS_DIR_ENV,
+    REWARD_FILENAME,
+    ROLLOUT_INPUT,
+    ROLLOUT_INPUT_ENV,
+    SAMPLE_FILENAME,
+    TRAJECTORY_FILENAME,
+    environ,
+)
 
-# Inputs staged by the host.
-ROLLOUT_INPUT_ENV = "OSMOSIS_ROLLOUT_INPUT"
-DEFAULT_ROLLOUT_INPUT = "/osmosis/rollout_input.json"
-GRADING_INPUT_ENV = "OSMOSIS_GRADING_INPUT"
-DEFAULT_GRADING_INPUT = "/tests/osmosis_grading_input.json"
-LOGS_DIR_ENV = "OSMOSIS_LOGS_DIR"
-DEFAULT_LOGS_DIR = "/logs"
-
-# Secrets and endpoints: environment only, never files (re-exported from
-# osmosis_ai so the names cannot drift from what RolloutContext reads).
-CHAT_URL_ENV = CHAT_COMPLETIONS_URL_ENV
-KEY_ENV = API_KEY_ENV
-
-# Deadlines in seconds (floats); unset or empty means unbounded.
-AGENT_TIMEOUT_ENV = "OSMOSIS_AGENT_TIMEOUT_SEC"
-GRADER_TIMEOUT_ENV = "OSMOSIS_GRADER_TIMEOUT_SEC"
-
-SAMPLE_FILENAME = "sample.json"
-REWARD_FILENAME = "reward.json"
-ERROR_FILENAME = "error.json"
-TRAJECTORY_FILENAME = "trajectory.json"
-
+__all__ = ["AGENT_TIMEOUT_ENV", "CHAT_URL_ENV", "GRADER_TIMEOUT_ENV", "KEY_ENV", "ShimPaths"]
 
 @dataclass(frozen=True)
 class ShimPaths:
@@ -56,14 +50,14 @@ class ShimPaths:
         grading_input: str | Path | None = None,
     ) -> ShimPaths:
         """Explicit arguments win over environment variables, which win over defaults."""
-        env = os.environ if env is None else env
+        env = environ(env)
         return cls(
-            logs_dir=Path(logs_dir or env.get(LOGS_DIR_ENV) or DEFAULT_LOGS_DIR),
+            logs_dir=Path(logs_dir or env.get(LOGS_DIR_ENV) or LOGS_DIR),
             rollout_input=Path(
-                rollout_input or env.get(ROLLOUT_INPUT_ENV) or DEFAULT_ROLLOUT_INPUT
+                rollout_input or env.get(ROLLOUT_INPUT_ENV) or ROLLOUT_INPUT
             ),
             grading_input=Path(
-                grading_input or env.get(GRADING_INPUT_ENV) or DEFAULT_GRADING_INPUT
+                grading_input or env.get(GRADING_INPUT_ENV) or GRADING_INPUT
             ),
         )
 

@@ -13,7 +13,6 @@ import argparse
 import asyncio
 import concurrent.futures
 import math
-import os
 import sys
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
@@ -22,6 +21,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from . import SHIM_VERSION
+from .contract import environ
 from .errors import DeadlineExceeded, InputError, Redactor, error_file
 from .files import remove_stale, write_model
 from .models import Phase
@@ -39,8 +39,7 @@ def read_timeout(name: str, env: Mapping[str, str] | None = None) -> float | Non
     (NaN crashes the selector, inf silently disables enforcement); zero and
     negative values are kept and mean "already expired", as in LocalBackend.
     """
-    env = os.environ if env is None else env
-    raw = (env.get(name) or "").strip()
+    raw = (environ(env).get(name) or "").strip()
     if not raw:
         return None
     try:

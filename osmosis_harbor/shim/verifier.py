@@ -23,11 +23,19 @@ from osmosis_ai.rollout import Grader, GraderContext, RolloutSample
 from osmosis_ai.rollout.utils.rewards import validate_sample_has_reward
 
 from .atif import TrajectoryError, sample_from_atif_file
+from .contract import GRADER_TIMEOUT_ENV
 from .errors import AgentSampleError, Redactor
-from .files import read_input, read_sample, sample_payload, usable_dir, write_json, write_model
+from .files import (
+    read_input,
+    read_sample,
+    sample_payload,
+    usable_dir,
+    write_json,
+    write_model,
+)
 from .loading import load_config, load_grader
 from .models import GradingInput, RewardFile
-from .paths import GRADER_TIMEOUT_ENV, ShimPaths
+from .paths import ShimPaths
 from .runtime import read_timeout, run_phase, run_with_deadline
 
 # reward.json must hold a number; a sample the grader removed from training

@@ -1,0 +1,195 @@
+"""The Harbor agent that runs an Osmosis ``AgentWorkflow`` bundle inside the sandbox.
+
+Harbor drives it like any agent: ``setup`` installs the bundle wheel with pip into a
+venv of its own (``/opt/osmosis/venv``; the image's Python and user are left alone),
+``run`` uploads the rollout input (id, prompt, metadata: never the label) and executes
+``<pkg>-agent``. The chat endpoint and API key are looked up in host memory by rollout id
+and given to that one process through its environment, so they never reach a file.
+A workflow failure is raised as ``WorkflowFailedError`` carrying the shim's structured
+error, which Harbor records as the trial's exception (and skips verification).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path, PurePosixPath
+from typing import Any, override
+
+from harbor.agents.base import BaseAgent
+from harbor.environments.base import BaseEnvironment
+from harbor.models.agent.context import AgentContext
+
+from osmosis_harbor import keys
+from osmosis_harbor.errors import (
+    BundleInstallError,
+    IncompatibleTaskImageError,
+    WorkflowFailedError,
+)
+from osmosis_harbor.shim import contract
+from osmosis_harbor.shim.errors import Redactor
+
+__all__ = ["IMPORT_PATH", "VENV", "WorkflowAgent", "agent_timeout_budget", "install_bundle", "install_command"]
+
+IMPORT_PATH = "osmosis_harbor.agents.workflow:WorkflowAgent"
+BUNDLE_ROOT = PurePosixPath(contract.BUNDLE_ROOT)
+VENV = PurePosixPath(contract.VENV)
+ROLLOUT_INPUT = PurePosixPath(contract.ROLLOUT_INPUT)
+AGENT_LOGS = PurePosixPath(contract.AGENT_LOGS)
+MIN_PYTHON = contract.MIN_PYTHON
+# The shim's own deadline fires this much before Harbor's kill, so a workflow that runs out
+# of time ends with a clean error.json (category timeout) rather than a killed process.
+SHIM_DEADLINE_MARGIN = 0.1
+
+
+def agent_timeout_budget(agent_timeout_sec: float | None) -> float | None:
+    """The deadline the shim enforces (``OSMOSIS_AGENT_TIMEOUT_SEC``) for a rollout's agent
+    timeout: a little under Harbor's, which stays the backstop."""
+    if agent_timeout_sec is None:
+        return None
+    return round(agent_timeout_sec * (1 - SHIM_DEADLINE_MARGIN), 3)
+
+
+def install_command(wheel: PurePosixPath, *, deps_preinstalled: bool, python: str = "python3") -> str:
+    """Shell command that installs ``wheel`` into the bundle venv, creating it if needed."""
+    venv = shlex.quote(str(VENV))
+    need = ".".join(str(p) for p in MIN_PYTHON)
+    no_deps = "--no-deps --no-index " if deps_preinstalled else ""
+    return (
+        "set -e; "
+        f"if [ ! -x {venv}/bin/python ]; then "
+        f"  command -v {python} >/dev/null || {{ echo 'the task image has no {python}: the workflow bundle needs Python >= {need}' >&2; exit {contract.EXIT_NO_PYTHON}; }}; "
+        f"  {python} -c 'import sys; sys.exit(sys.version_info < {MIN_PYTHON})' || "
+        f"    {{ echo \"the task image's {python} is $({python} -V 2>&1): the workflow bundle needs Python >= {need}\" >&2; exit {contract.EXIT_OLD_PYTHON}; }}; "
+        f"  {python} -m venv {venv}; "
+        "fi; "
+        f"{venv}/bin/python -m pip install --disable-pip-version-check -q {no_deps}{shlex.quote(str(wheel))}"
+    )
+
+
+class WorkflowAgent(BaseAgent):
+    """Runs ``<pkg>-agent`` from an Osmosis bundle as the trial's agent."""
+
+    def __init__(
+        self,
+        logs_dir: Path,
+        model_name: str | None = None,
+        *,
+        bundle_wheel: str,
+        agent_script: str,
+        rollout_id: str,
+        rollout_input: str,
+        deps_preinstalled: bool = False,
+        steps: list[str] | None = None,
+        shim_timeout_sec: float | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(logs_dir=logs_dir, model_name=model_name, **kwargs)
+        self._wheel = Path(bundle_wheel)
+        self._script = agent_script
+        self._rollout_id = rollout_id
+        self._rollout_input = Path(rollout_input)
+        self._deps_preinstalled = deps_preinstalled
+        self._steps = list(steps or [])
+        self._shim_timeout_sec = shim_timeout_sec
+        self._step_index = 0
+
+    @staticmethod
+    @override
+    def name() -> str:
+        return "osmosis-workflow"
+
+    @override
+    def version(self) -> str | None:
+        return self._wheel.name
+
+    @override
+    async def setup(self, environment: BaseEnvironment) -> None:
+        # The rollout input travels with the bundle: setup runs as root, so one exec
+        # installs the wheel and makes the input readable by whatever user the agent runs as.
+        await install_bundle(environment, self._wheel, deps_preinstalled=self._deps_preinstalled,
+                             rollout_input=self._rollout_input)
+
+    async def _stage_step_input(self, instruction: str, environment: BaseEnvironment) -> None:
+        """Multi-step tasks: each step is one more turn of the same conversation.
+
+        Harbor calls ``run`` once per step, in one sandbox. Step ``k`` gets the previous
+        step's messages (its ``sample.json``, which Harbor has archived under
+        ``steps/<name>/agent/`` by now; the request's prompt for the first step) plus the
+        step's instruction as a new user message, and ``metadata["harbor_step"]`` says
+        which step it is."""
+        index = self._step_index
+        self._step_index += 1
+        base = json.loads(self._rollout_input.read_text())
+        prompt = list(base.get("prompt") or [])
+        if index > 0:
+            previous = self.logs_dir.parent / "steps" / self._steps[index - 1] / "agent" / "sample.json"
+            try:
+                prompt = list(json.loads(previous.read_text())["messages"])
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                raise WorkflowFailedError(
+                    f"[agent_error] step {self._steps[index]}: the previous step left no usable "
+                    f"sample.json ({type(exc).__name__})") from None
+        prompt.append({"role": "user", "content": instruction})
+        metadata = dict(base.get("metadata") or {})
+        metadata["harbor_step"] = {"name": self._steps[index], "index": index, "count": len(self._steps)}
+        staged = self._rollout_input.with_name(f"{self._rollout_input.stem}.step{index}.json")
+        staged.write_text(json.dumps({**base, "prompt": prompt, "metadata": metadata}))
+        await environment.upload_file(staged, str(ROLLOUT_INPUT))
+
+    @override
+    async def run(self, instruction: str, environment: BaseEnvironment, context: AgentContext) -> None:
+        if self._steps:
+            await self._stage_step_input(instruction, environment)
+        creds = keys.credentials_for(self._rollout_id)
+        env = {contract.ROLLOUT_INPUT_ENV: str(ROLLOUT_INPUT), contract.ROLLOUT_ID_ENV: self._rollout_id}
+        if self._shim_timeout_sec is not None:
+            env[contract.AGENT_TIMEOUT_ENV] = str(self._shim_timeout_sec)
+        if creds is not None:
+            env[contract.CHAT_URL_ENV] = creds.chat_completions_url
+            if creds.api_key:
+                env[contract.KEY_ENV] = creds.api_key
+        result = await environment.exec(shlex.quote(str(VENV / "bin" / self._script)), env=env)
+        redactor = Redactor.for_key(creds.api_key if creds else None)
+        log = redactor.text((result.stdout or "") + (result.stderr or ""))
+        (self.logs_dir / "workflow.log").write_text(log)
+        if result.return_code != 0:
+            raise WorkflowFailedError(await self._error_summary(environment, result.return_code, redactor, log))
+
+    async def _error_summary(self, environment: BaseEnvironment, code: int, redactor: Redactor, log: str) -> str:
+        local = self.logs_dir / "error.json"
+        try:
+            await environment.download_file(str(AGENT_LOGS / contract.ERROR_FILENAME), local)
+            error = json.loads(local.read_text())
+            return redactor.text(
+                f"[{error.get('category', 'agent_error')}] {error.get('type', 'Error')}: {error.get('message', '')}")
+        except Exception:
+            tail = log.strip().splitlines()[-1:] or [""]
+            return f"[agent_error] workflow exited with status {code}: {tail[0]}"
+
+    @override
+    def populate_context_post_run(self, context: AgentContext) -> None:
+        return None
+
+
+async def install_bundle(environment: BaseEnvironment, wheel: Path, *, deps_preinstalled: bool,
+                         rollout_input: Path | None = None) -> None:
+    """Upload ``wheel`` (and the rollout input) and install the wheel into the bundle venv,
+    as root since the venv is shared. Each exec is a round trip to the sandbox, so the
+    directories are made in one and the install and permissions done in another."""
+    remote = PurePosixPath(contract.WHEELS_DIR) / wheel.name
+    await environment.exec(f"mkdir -p {shlex.quote(str(remote.parent))} {ROLLOUT_INPUT.parent}", user="root")
+    await environment.upload_file(wheel, str(remote))
+    command = install_command(remote, deps_preinstalled=deps_preinstalled)
+    if rollout_input is not None:
+        await environment.upload_file(rollout_input, str(ROLLOUT_INPUT))
+        command += f" && chmod 755 {ROLLOUT_INPUT.parent} && chmod 644 {ROLLOUT_INPUT}"
+    result = await environment.exec(command, user="root", timeout_sec=1800)
+    if result.return_code in contract.IMAGE_PROBLEM_EXITS:
+        raise IncompatibleTaskImageError((result.stderr or result.stdout or "").strip())
+    if result.return_code != 0:
+        output = ((result.stdout or "") + (result.stderr or "")).strip()
+        raise BundleInstallError(
+            f"installing {wheel.name} in the sandbox failed (exit {result.return_code}): "
+            + "\n".join(output.splitlines()[-15:])
+        )

@@ -1,0 +1,165 @@
+"""One rollout's trial through the user's ``TrialQueue``, and again after a lost sandbox.
+
+``TrialRunner.run`` holds the trial directory in key custody from before the trial starts
+until it is scrubbed (``osmosis_harbor.keys``), submits the trial, runs it again on a fresh
+sandbox when the infrastructure lost the first one (at most ``infra_retries`` times, never
+after a workflow failure), and reads the last trial into the rollout's ``ExecutionOutcome``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harbor.models.trial.config import TrialConfig
+from harbor.models.trial.result import TrialResult
+from harbor.trial.queue import TrialQueue
+from osmosis_ai.rollout.types import (
+    ExecutionOutcome,
+    ExecutionRequest,
+    RolloutErrorCategory,
+    RolloutSample,
+    RolloutStatus,
+)
+
+from osmosis_harbor.agents.native import sample_from_trajectory
+from osmosis_harbor.backend.outcome import (
+    build_outcome,
+    cancelled,
+    lost_sandbox_message,
+    refused,
+)
+from osmosis_harbor.backend.plan import RolloutPlan
+from osmosis_harbor.backend.tracker import RolloutState, RolloutTracker
+from osmosis_harbor.keys import KeyCustody
+from osmosis_harbor.trials.naming import trial_name as make_trial_name
+
+__all__ = ["Attempt", "TrialRunner"]
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """A rollout ready to run: its request, plan and first trial's config."""
+
+    request: ExecutionRequest
+    plan: RolloutPlan
+    config: TrialConfig
+    key: str | None
+    native_agent: str | None  # the native agent's name; None for a workflow bundle
+
+    @property
+    def trial_dir(self) -> Path:
+        return Path(self.config.trials_dir) / self.config.trial_name
+
+
+class TrialRunner:
+    """Submits rollouts' trials and turns them into outcomes."""
+
+    def __init__(self, orchestrator: TrialQueue, tracker: RolloutTracker, custody: KeyCustody, *,
+                 infra_retries: int) -> None:
+        self.orchestrator = orchestrator
+        self.tracker = tracker
+        self.custody = custody
+        self.infra_retries = infra_retries
+
+    async def run(self, attempt: Attempt, *, cleanup_success: bool) -> ExecutionOutcome:
+        request, trial_dir = attempt.request, attempt.trial_dir
+        extra: dict[str, Any] = {"task_id": attempt.plan.task.task_id, "trial_name": attempt.config.trial_name}
+        succeeded = False
+        try:
+            # From here until sealed, the trial directory may receive the key (see keys.py).
+            await asyncio.to_thread(self.custody.hold, trial_dir, attempt.key)
+            self.tracker.bind_trial(request.id, attempt.config.trial_name, attempt.plan.task.task_id)
+            state = self.tracker.get(request.id)
+            if state is not None and state.cancel_requested:
+                return cancelled(extra)
+            result, trial_dir, extra = await self._attempts(attempt, state, extra)
+            if isinstance(result, ExecutionOutcome):
+                return result
+            await asyncio.to_thread(self.custody.seal, trial_dir)  # before anything reads the trial
+            outcome = self._outcome(attempt, result, trial_dir, extra)
+            succeeded = outcome.result.status is RolloutStatus.SUCCESS
+            return outcome
+        finally:  # every other ending too: cancelled, refused, our own task cancelled
+            await asyncio.to_thread(self._close_trial, trial_dir, succeeded and cleanup_success)
+
+    def _close_trial(self, trial_dir: Path, remove: bool) -> None:
+        self.custody.seal(trial_dir)  # a no-op when already sealed
+        if remove:
+            shutil.rmtree(trial_dir, True)
+
+    async def _attempts(self, attempt: Attempt, state: RolloutState | None,
+                        extra: dict[str, Any]) -> tuple[TrialResult | ExecutionOutcome, Path, dict[str, Any]]:
+        """Run the trial, and again on a fresh sandbox after each sandbox lost to the
+        infrastructure. Returns the last result (or the outcome that ended the rollout), its
+        trial directory, and the extra fields recording the attempts."""
+        lost: list[dict[str, str]] = []
+        config, trial_dir = attempt.config, attempt.trial_dir
+        while True:
+            result = await self._submit(config, state, extra)
+            reason = None if isinstance(result, ExecutionOutcome) else lost_sandbox_message(result)
+            if reason is None or len(lost) >= self.infra_retries:
+                break
+            lost.append({"trial_name": config.trial_name, "error": reason})
+            if state is not None and state.cancel_requested:  # cancelled between attempts
+                await asyncio.to_thread(shutil.rmtree, trial_dir, True)
+                return cancelled({**extra, "lost_sandboxes": lost}), trial_dir, extra
+            config, trial_dir = await self._fresh_attempt(attempt, config, trial_dir)
+            extra = {**extra, "trial_name": config.trial_name}
+        extra = {**extra, "attempts": len(lost) + 1}
+        if lost:
+            extra["lost_sandboxes"] = lost
+        return result, trial_dir, extra
+
+    async def _submit(self, config: TrialConfig, state: RolloutState | None,
+                      extra: dict[str, Any]) -> TrialResult | ExecutionOutcome:
+        """One trial through the user's queue: its result, or the outcome that ends the rollout
+        (cancelled, or a trial Harbor could not create)."""
+        trial = asyncio.ensure_future(self.orchestrator.submit(config))
+        if state is not None:
+            state.task = trial
+        try:
+            return await asyncio.shield(trial)
+        except asyncio.CancelledError:
+            if not trial.done():  # our own task was cancelled: take the trial down with us
+                trial.cancel()
+                await asyncio.gather(trial, return_exceptions=True)
+                raise
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise
+            return cancelled(extra)  # cancel_rollouts cancelled the trial
+        except Exception as exc:  # Trial.create errors escape the queue's coroutine
+            return refused(f"trial could not be created: {type(exc).__name__}: {exc}",
+                           {**extra, "failed_phase": "environment"}, RolloutErrorCategory.INTERNAL_ERROR)
+
+    async def _fresh_attempt(self, attempt: Attempt, config: TrialConfig,
+                             trial_dir: Path) -> tuple[TrialConfig, Path]:
+        """The next attempt after a lost sandbox: a new trial name, so a new sandbox name (the
+        lost one is never reused; Harbor's stop already terminated what was left of it). The
+        lost attempt's trial directory goes: only the outcome's ``lost_sandboxes`` remain."""
+        await asyncio.to_thread(self._close_trial, trial_dir, True)
+        name = make_trial_name(attempt.request.id, max_slug=24, fallback="rollout")
+        fresh = Path(config.trials_dir) / name
+        await asyncio.to_thread(self.custody.hold, fresh, attempt.key)  # the new one's custody
+        self.tracker.bind_trial(attempt.request.id, name, attempt.plan.task.task_id)
+        return config.model_copy(update={"trial_name": name}), fresh
+
+    def _outcome(self, attempt: Attempt, result: TrialResult, trial_dir: Path,
+                 extra: dict[str, Any]) -> ExecutionOutcome:
+        request = attempt.request
+        agent_sample: Any = ...
+        if attempt.native_agent is not None:
+            try:
+                agent_sample = sample_from_trajectory(trial_dir)
+            except ValueError as exc:  # a trajectory we cannot read: keep the reward, say why
+                extra = {**extra, "trajectory_error": str(exc)}
+                agent_sample = None
+            if agent_sample is None:
+                agent_sample = RolloutSample(messages=list(request.prompt))
+            extra = {**extra, "native_agent": attempt.native_agent}
+        return build_outcome(result, trial_dir, reward_source=attempt.plan.reward_source, label=request.label,
+                             base_extra=extra, agent_sample=agent_sample)

@@ -1,0 +1,262 @@
+"""``HarborBackend``: the ``osmosis_ai`` execution backend that runs each rollout as a
+Harbor trial in a SkyPilot sandbox (or a local Docker sandbox).
+
+Per rollout: resolve the task (template or dataset mode, or a per-rollout ref), decide the
+rollout's plan and copy the task for it (``plan``), submit one trial through the user's
+``TrialQueue`` (agent = the workflow bundle or a native agent, verifier = the bundled grader
+or the task's own tests), then read the trial directory back into an ``ExecutionOutcome``
+(``outcome``). The constructor does all the checking it can (options, bundle built, tasks dir
+valid) so that a misconfigured server fails at start-up, not on its first rollout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from harbor.models.trial.config import EnvironmentConfig
+from osmosis_ai.rollout.backend.base import ExecutionBackend
+from osmosis_ai.rollout.context import RolloutContext, get_rollout_context
+from osmosis_ai.rollout.types import (
+    ExecutionOutcome,
+    ExecutionRequest,
+    RolloutErrorCategory,
+    RolloutStatus,
+)
+
+from osmosis_harbor import keys, settings
+from osmosis_harbor.agents.native import native_agent_config, scoped_api_key
+from osmosis_harbor.backend.admission import endpoint_problem, request_problem
+from osmosis_harbor.backend.attempts import Attempt, TrialRunner
+from osmosis_harbor.backend.lifecycle import BackendLifecycle, Workspace
+from osmosis_harbor.backend.options import BackendOptions, locate_project
+from osmosis_harbor.backend.outcome import refused
+from osmosis_harbor.backend.plan import Planner, Refusal, RolloutPlan
+from osmosis_harbor.backend.tracker import TERMINAL, RolloutTracker
+from osmosis_harbor.bundle import BundleInfo, build_bundle, inspect_bundle
+from osmosis_harbor.errors import BundleError, OsmosisHarborError, TaskResolutionError
+from osmosis_harbor.keys import KeyCustody, default_trials_dirs, sweep_unscrubbed
+from osmosis_harbor.prewarm import PrewarmReport, ProgressCallback
+from osmosis_harbor.tasks.materialize import MaterializedTask
+from osmosis_harbor.tasks.refs import ResolvedTask
+from osmosis_harbor.tasks.resolver import TaskResolver
+from osmosis_harbor.trials.naming import trial_name as make_trial_name
+
+__all__ = ["HarborBackend"]
+
+
+class HarborBackend(ExecutionBackend):
+    """Runs Osmosis rollouts as Harbor trials in sandboxes (the v0.3 constructor)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        options = BackendOptions.parse(**kwargs)
+        self.options = options
+        self.orchestrator = options.orchestrator
+        self.task_mode = options.task_mode
+        self.agent = options.agent
+        self.resolver = TaskResolver(options.tasks_dir, options.task_mode)
+        self.environment_config = options.environment_config or _default_environment()
+        self.workspace = Workspace(options.trials_dir)
+        # Trials a crashed process could not scrub: the key died with it, so they go.
+        given = self.workspace.given_trials_dir()
+        sweep_unscrubbed([d for d in (given,) if d is not None] + default_trials_dirs())
+        self.custody = KeyCustody()
+        self.bundle: BundleInfo | None = _prepare_bundle(options)
+        if options.is_native:
+            # Validates native_agent_kwargs now (and warns once that oracle is not trainable).
+            assert isinstance(options.agent, str)
+            native_agent_config(options.agent, chat_completions_url="http://127.0.0.1/v1",
+                                model_name=options.model_name, native_agent_kwargs=options.native_agent_kwargs)
+        _preload_model_client()
+        self.tracker = RolloutTracker(options.orchestrator)
+        self.lifecycle = BackendLifecycle(
+            options, bundle=self.bundle, resolver=self.resolver, environment_config=self.environment_config,
+            tracker=self.tracker, custody=self.custody, workspace=self.workspace, planner=lambda: self.planner)
+        self.planner = Planner(options, self.bundle, self.environment_config,
+                               pooled=lambda task_id: task_id in self.lifecycle.task_pools)
+        self.runner = TrialRunner(options.orchestrator, self.tracker, self.custody,
+                                  infra_retries=options.infra_retries)
+
+    @property
+    def trials_dir(self) -> Path:
+        return self.workspace.trials_dir
+
+    @property
+    def max_queue_depth(self) -> int | None:
+        return self.options.max_queue_depth
+
+    @property
+    def is_native(self) -> bool:
+        return self.options.is_native
+
+    # ── ExecutionBackend ──────────────────────────────────────────────────────
+    def has_capacity(self) -> bool:
+        """Whether the server may admit one more rollout (it asks once per admission).
+
+        A yes reserves a queue place until that rollout's execute() starts, so a burst of
+        concurrent POSTs cannot overshoot ``max_queue_depth``."""
+        if not self.lifecycle.accepting:
+            return False
+        depth = self.options.max_queue_depth
+        if depth is not None and self.tracker.queued() >= depth:
+            return False
+        self.tracker.reserve()
+        return True
+
+    def rollout_status(self, rollout_id: str) -> dict[str, Any] | None:
+        return self.tracker.status(rollout_id)
+
+    async def execute(self, request: ExecutionRequest) -> ExecutionOutcome:
+        if not self.lifecycle.accepting:
+            return refused("the backend is shutting down", {"failed_phase": "task"},
+                           RolloutErrorCategory.INTERNAL_ERROR)
+        ctx = get_rollout_context()
+        listener = ctx.set_status if ctx is not None and ctx.progress is not None else None
+        self.tracker.admit(request.id, listener)
+        started = time.monotonic()
+        try:
+            outcome = await self._execute(request, ctx)
+        except asyncio.CancelledError:
+            self.tracker.finish(request.id, RolloutStatus.CANCELLED, error="cancelled")
+            raise
+        except OsmosisHarborError as exc:  # bad input found while preparing (e.g. an empty prompt)
+            outcome = refused(str(exc), {"failed_phase": "task"})
+        except Exception as exc:  # a bug: the server reports it; the status must not stay "queued"
+            self.tracker.finish(request.id, RolloutStatus.FAILURE, error=f"{type(exc).__name__}: {exc}",
+                                err_category=RolloutErrorCategory.INTERNAL_ERROR)
+            raise
+        result = outcome.result
+        self.tracker.finish(
+            request.id, result.status,
+            reward=result.sample.reward if result.sample is not None else None,
+            error=result.err_message, err_category=result.err_category,
+        )
+        for part in (outcome.workflow, outcome.grader):
+            if part is not None and part.extra_fields is not None:
+                part.extra_fields.setdefault("wall_sec", round(time.monotonic() - started, 3))
+        return outcome
+
+    def cancel_rollouts(self, ids: Sequence[str] | None = None, prefix: str | None = None,
+                        all: bool = False) -> dict[str, str]:
+        """Cancel matching rollouts: a queued one never starts a sandbox, a running one is
+        stopped and its sandbox terminated (Harbor's trial does that on cancellation)."""
+        dispositions: dict[str, str] = {}
+        for rollout_id in self.tracker.select(ids, prefix, all):
+            state = self.tracker.get(rollout_id)
+            if state is None or state.status in TERMINAL:
+                dispositions[rollout_id] = "not_found"
+                continue
+            queued = state.status is RolloutStatus.QUEUED
+            state.cancel_requested = True
+            if state.task is not None and not state.task.done():
+                state.task.cancel()
+            dispositions[rollout_id] = "cancelled_queued" if queued else "cancelled_running"
+        return dispositions
+
+    def health(self) -> dict[str, Any]:
+        return self.lifecycle.health()
+
+    async def shutdown(self) -> None:
+        await self.lifecycle.shutdown()
+
+    # ── serving lifecycle (see lifecycle.py) ─────────────────────────────────
+    async def prewarm(self, task_ids: Sequence[str] | None = None, *, pool_size: int | None = None,
+                      on_progress: ProgressCallback | None = None) -> PrewarmReport:
+        """Build/push images, prove agent setup and size warm pools before any traffic."""
+        return await self.lifecycle.prewarm(task_ids, pool_size=pool_size, on_progress=on_progress)
+
+    def prewarm_lifespan(self, task_ids: Sequence[str] | None = None) -> Any:
+        """An ASGI lifespan for ``create_rollout_server(lifespan=...)``: prewarm, then serve."""
+        return self.lifecycle.prewarm_lifespan(task_ids)
+
+    def materialize(self, task: ResolvedTask, dest: Path, *, request: ExecutionRequest | None) -> MaterializedTask:
+        """The per-rollout task copy (``request=None``: the copy a graded rollout runs, which
+        prewarm builds and proves)."""
+        return self.lifecycle.materialize(task, dest, request=request)
+
+    # ── one rollout ───────────────────────────────────────────────────────────
+    async def _execute(self, request: ExecutionRequest, ctx: RolloutContext | None) -> ExecutionOutcome:
+        if ctx is not None and ctx.progress is not None:
+            # The server marks a started rollout "running"; here it still waits for a slot.
+            await ctx.set_status(RolloutStatus.QUEUED)
+        url = ctx.chat_completions_url if ctx is not None else ""
+        key = ctx.api_key if ctx is not None else None
+        problem = request_problem(request) or endpoint_problem(self.options, self.environment_config, url)
+        if problem:
+            return refused(problem, {"failed_phase": "task"})
+        try:
+            resolved = await self.resolver.resolve(request.metadata)
+        except TaskResolutionError as exc:
+            return refused(str(exc), {"failed_phase": "task"})
+        plan = await asyncio.to_thread(self.planner.plan, resolved, request)
+        if isinstance(plan, Refusal):
+            return refused(plan.message, plan.extra)
+        failed = self.lifecycle.failed_prewarm_tasks.get(resolved.task_id)
+        if failed is not None:
+            return refused(f"task {resolved.task_id} failed prewarm: {failed}",
+                           {"failed_phase": "environment", "task_id": resolved.task_id})
+        return await self._run(request, plan, url, key)
+
+    async def _run(self, request: ExecutionRequest, plan: RolloutPlan, url: str, key: str | None) -> ExecutionOutcome:
+        # Paths derive from the bounded, unique trial name, never from the raw rollout id.
+        name = make_trial_name(request.id, max_slug=24, fallback="rollout")
+        work = self.workspace.root / "rollouts" / name
+        keys.hold_credentials(request.id, keys.RolloutCredentials(url, key))
+        key_scope = scoped_api_key(key) if self.options.is_native else contextlib.nullcontext("")
+        try:
+            with key_scope as key_env:
+                # File work (the task copy) runs off the event loop: thousands may queue at once.
+                config = await asyncio.to_thread(
+                    self.planner.trial_config, plan, request, work=work, trial_name=name,
+                    trials_dir=self.trials_dir, url=url, key_env=key_env)
+                attempt = Attempt(request=request, plan=plan, config=config, key=key,
+                                  native_agent=self.agent if isinstance(self.agent, str) and self.options.is_native else None)
+                return await self.runner.run(attempt, cleanup_success=self.options.cleanup_successful_trials)
+        finally:
+            keys.drop_credentials(request.id)
+            await asyncio.to_thread(shutil.rmtree, work, True)
+
+
+def _default_environment() -> EnvironmentConfig:
+    from osmosis_harbor.sandbox import environment_config
+
+    return environment_config()
+
+
+def _prepare_bundle(options: BackendOptions) -> BundleInfo | None:
+    agent = None if options.is_native else options.agent
+    if options.bundle is not None:
+        info = inspect_bundle(options.bundle)
+        if agent is not None and info.agent_script is None:
+            raise BundleError(f"bundle {options.bundle} has no workflow entry point (<pkg>-agent)")
+        if options.grader is not None and info.grade_script is None:
+            raise BundleError(f"bundle {options.bundle} has no grader entry point (<pkg>-grade)")
+        return info
+    if agent is None and options.grader is None:
+        return None
+    code_dir = options.code_dir
+    if code_dir is None:
+        target = agent if agent is not None else options.grader
+        assert target is not None
+        code_dir = locate_project(target)
+    return build_bundle(
+        code_dir, workflow=agent, workflow_config=options.workflow_config,
+        grader=options.grader, grader_config=options.grader_config, cache_dir=options.bundles_dir,
+    )
+
+
+def _preload_model_client() -> None:
+    """Import Harbor's LiteLLM configuration now, not on the first trial.
+
+    ``Trial.create`` imports litellm synchronously (seconds), which would block the
+    server's event loop during its first rollout; the constructor runs before serving."""
+    settings.use_bundled_model_prices()
+    try:
+        import harbor.llms.litellm_config  # noqa: F401
+    except ImportError:
+        pass

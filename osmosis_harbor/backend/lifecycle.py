@@ -1,0 +1,249 @@
+"""The serving lifecycle of a backend: prewarm before traffic, health while serving, and a
+shutdown that leaves no sandbox, pool or temporary directory behind.
+
+``BackendLifecycle`` is a collaborator of ``HarborBackend`` (which delegates ``prewarm``,
+``prewarm_lifespan``, ``health`` and ``shutdown`` to it): it concerns the backend as a whole
+(environment groups, warm pools, every sandbox the process owns), not one rollout. It is also
+what ``Prewarmer`` works with (``osmosis_harbor.prewarm.PrewarmTarget``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+import tempfile
+import threading
+from collections.abc import AsyncIterator, Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from harbor.environments.base import BaseEnvironment
+from harbor.models.trial.config import EnvironmentConfig
+from osmosis_ai.rollout.types import ExecutionRequest
+
+from osmosis_harbor.agents.native import native_agent_config, scoped_api_key
+from osmosis_harbor.agents.workflow import VENV, install_bundle
+from osmosis_harbor.backend.options import BackendOptions
+from osmosis_harbor.backend.plan import Planner, Refusal
+from osmosis_harbor.backend.tracker import RolloutTracker
+from osmosis_harbor.bundle.info import BundleInfo
+from osmosis_harbor.errors import BundleInstallError, ConfigError
+from osmosis_harbor.keys import KeyCustody
+from osmosis_harbor.prewarm import Prewarmer, PrewarmReport, ProgressCallback
+from osmosis_harbor.sandbox.live import terminate_live_sandboxes
+from osmosis_harbor.sandbox.registry import DEFAULT_SDK, load_sandbox_sdk
+from osmosis_harbor.tasks.materialize import MaterializedTask
+from osmosis_harbor.tasks.refs import ResolvedTask, TaskMode
+from osmosis_harbor.tasks.resolver import TaskResolver
+
+__all__ = ["BackendLifecycle", "Workspace"]
+
+
+class Workspace:
+    """The backend's temporary work root (per-rollout task copies, and the trials unless
+    ``trials_dir`` was given), made on first use: a backend that only prewarms, or fails to
+    construct, leaves no directory behind."""
+
+    def __init__(self, trials_dir: Path | None) -> None:
+        self._root: Path | None = None
+        self._lock = threading.Lock()
+        self._trials_dir = trials_dir
+        if trials_dir is not None:
+            trials_dir.mkdir(parents=True, exist_ok=True)
+
+    @property
+    def root(self) -> Path:
+        with self._lock:
+            if self._root is None:
+                self._root = Path(tempfile.mkdtemp(prefix="osmosis-harbor-"))
+            return self._root
+
+    @property
+    def trials_dir(self) -> Path:
+        if self._trials_dir is None:
+            trials = self.root / "trials"
+            trials.mkdir(exist_ok=True)
+            self._trials_dir = trials
+        return self._trials_dir
+
+    def given_trials_dir(self) -> Path | None:
+        return self._trials_dir
+
+    def remove(self) -> None:
+        """Remove the temporary root, except retained (failed) trials in it."""
+        root = self._root  # never made when no rollout ran: nothing to remove
+        if root is not None:
+            shutil.rmtree(root / "rollouts", ignore_errors=True)
+        for directory in (self._trials_dir, root):
+            try:
+                if directory is not None:
+                    directory.rmdir()  # only when empty: retained trials stay for inspection
+            except OSError:
+                pass
+
+
+class BackendLifecycle:
+    """Prewarm, health and shutdown of one backend."""
+
+    def __init__(self, options: BackendOptions, *, bundle: BundleInfo | None, resolver: TaskResolver,
+                 environment_config: EnvironmentConfig, tracker: RolloutTracker, custody: KeyCustody,
+                 workspace: Workspace, planner: Callable[[], Planner]) -> None:
+        self.options = options
+        self.bundle = bundle
+        self.resolver = resolver
+        self.environment_config = environment_config
+        self.tracker = tracker
+        self.custody = custody
+        self.workspace = workspace
+        self._planner = planner
+        self.accepting = True
+        self.failed_prewarm_tasks: dict[str, str] = {}
+        self.prewarm_report: PrewarmReport | None = None
+        self.task_pools: dict[str, str] = {}
+        self._shutdown_run: asyncio.Future[None] | None = None  # the one shutdown, once started
+
+    @property
+    def sdk_name(self) -> str:
+        return str(self.environment_config.kwargs.get("sdk", DEFAULT_SDK))
+
+    # ── what Prewarmer needs (PrewarmTarget) ──────────────────────────────────
+    def materialize(self, task: ResolvedTask, dest: Path, *, request: ExecutionRequest | None) -> MaterializedTask:
+        """The task copy a graded rollout of ``task`` runs (``request=None``: without its input)."""
+        planner = self._planner()
+        plan = planner.plan(task, request)
+        if isinstance(plan, Refusal):
+            raise ConfigError(plan.message)
+        return planner.materialize(plan, dest, request)
+
+    def metadata_for_task(self, task_id: str) -> dict[str, Any] | None:
+        """Request metadata that selects ``task_id`` (prewarm resolves tasks like rollouts)."""
+        return None if self.options.task_mode is TaskMode.TEMPLATE else {"harbor_task_id": task_id}
+
+    async def prove_agent_setup(self, environment: BaseEnvironment, *, deps_baked: bool) -> None:
+        """Run the agent setup once in a started sandbox (prewarm's proof that it works)."""
+        if self.bundle is not None and self.bundle.agent_script and not self.options.is_native:
+            await install_bundle(environment, self.bundle.wheel, deps_preinstalled=deps_baked)
+            probe = await environment.exec(f"{VENV / 'bin' / self.bundle.agent_script} --help")
+            if probe.return_code != 0:
+                raise BundleInstallError(
+                    f"{self.bundle.agent_script} does not run in the sandbox: "
+                    f"{(probe.stderr or probe.stdout or '').strip()[-500:]}")
+        elif self.options.is_native and self.options.agent != "oracle":  # the oracle has no setup
+            from harbor.agents.factory import AgentFactory
+
+            assert isinstance(self.options.agent, str)
+            with scoped_api_key(None) as key_env, tempfile.TemporaryDirectory() as logs:
+                config = native_agent_config(self.options.agent, chat_completions_url="http://127.0.0.1/v1",
+                                             api_key_env=key_env, model_name=self.options.model_name,
+                                             native_agent_kwargs=self.options.native_agent_kwargs)
+                agent = AgentFactory.create_agent_from_config(config, logs_dir=Path(logs))
+                await agent.setup(environment)
+
+    # ── prewarm ───────────────────────────────────────────────────────────────
+    def default_prewarm_task_ids(self, task_ids: Sequence[str] | None) -> list[str]:
+        if task_ids is not None:
+            return list(task_ids)
+        if self.options.task_mode is TaskMode.DATASET:
+            raise ConfigError("dataset mode needs explicit task ids: prewarm(['task-a', 'task-b'])")
+        return self.resolver.task_ids()
+
+    async def prewarm(self, task_ids: Sequence[str] | None = None, *, pool_size: int | None = None,
+                      on_progress: ProgressCallback | None = None) -> PrewarmReport:
+        """Build/push images, prove agent setup and size warm pools before any traffic."""
+        ids = self.default_prewarm_task_ids(task_ids)
+        report = await Prewarmer(self, pool_size=pool_size, on_progress=on_progress).run(ids)
+        self.prewarm_report = report
+        self.failed_prewarm_tasks.update(report.failed_tasks)
+        for group in report.groups_detail:
+            for task_id in group.task_ids:
+                if group.pool and not group.error:
+                    self.task_pools[task_id] = group.pool
+                    self.failed_prewarm_tasks.pop(task_id, None)
+        return report
+
+    def prewarm_lifespan(self, task_ids: Sequence[str] | None = None) -> Callable[[Any], Any]:
+        """An ASGI lifespan for ``create_rollout_server(lifespan=...)``: prewarm, then serve."""
+
+        @contextlib.asynccontextmanager
+        async def lifespan(_app: Any) -> AsyncIterator[None]:
+            await self.prewarm(task_ids)
+            yield
+
+        return lifespan
+
+    # ── shutdown ──────────────────────────────────────────────────────────────
+    async def shutdown(self) -> None:
+        """Stop admitting, cancel in-flight trials, remove every sandbox and pool we own.
+
+        Idempotent: the first call does the work, later (or concurrent) calls wait for it.
+        Served through ``osmosis_harbor.serving.server.serve``, the drain has already let
+        rollouts finish or cancelled them; this is the backstop for whatever is left."""
+        self.accepting = False
+        if self._shutdown_run is None:
+            self._shutdown_run = asyncio.ensure_future(self._shut_down())
+        await asyncio.shield(self._shutdown_run)
+
+    async def _shut_down(self) -> None:
+        trials = {s.trial_name: s.task for s in self.tracker.in_flight() if s.task is not None and not s.task.done()}
+        for task in trials.values():
+            task.cancel()
+        if trials:
+            await asyncio.wait(trials.values(), timeout=60)
+        # The rollouts seal their own trials as they end, in threads this process may not
+        # outlive: finish that here. A trial still running keeps its marker (keys.py).
+        ended = [self.workspace.trials_dir / name for name, task in trials.items() if name and task.done()]
+        await asyncio.to_thread(self.custody.seal_all, ended)
+        problems = await terminate_live_sandboxes()
+        problems += await self._delete_pools()
+        self.workspace.remove()
+        for problem in problems:
+            print(f"HarborBackend shutdown: could not remove {problem}", flush=True)
+
+    async def _delete_pools(self) -> list[str]:
+        pools = sorted(set(self.task_pools.values()))
+        if not pools:
+            return []
+        sdk = load_sandbox_sdk(self.sdk_name)
+        problems = []
+        for pool in pools:
+            try:
+                await sdk.delete_pool.aio(pool)
+            except Exception as exc:
+                problems.append(f"pool {pool}: {exc}")
+        self.task_pools.clear()
+        return problems
+
+    # ── health ────────────────────────────────────────────────────────────────
+    def health(self) -> dict[str, Any]:
+        counts = self.tracker.counts()
+        return {
+            "status": "ok" if self.accepting else "shutting_down",
+            "backend": "harbor",
+            "environment": self.environment_config.kwargs.get("sdk", str(self.environment_config.type)),
+            "agent": self.options.agent_label(),
+            "task_mode": self.options.task_mode.value,
+            "in_flight": counts["in_flight"],
+            "running": counts["running"] + counts["grading"],
+            "grading": counts["grading"],
+            "queued": self.tracker.queued(),  # what has_capacity() counts, admissions included
+            "max_queue_depth": self.options.max_queue_depth,
+            "prewarm": None if self.prewarm_report is None else {
+                k: getattr(self.prewarm_report, k) for k in ("groups", "tasks", "built", "reused", "failed")},
+            "failed_prewarm_tasks": dict(self.failed_prewarm_tasks),
+            "pools": self._pool_state(),
+        }
+
+    def _pool_state(self) -> dict[str, Any]:
+        pools = sorted(set(self.task_pools.values()))
+        if not pools:
+            return {}
+        state: dict[str, Any] = {}
+        try:
+            sdk = load_sandbox_sdk(self.sdk_name)
+            for pool in pools:
+                info = sdk.get_pool(pool)
+                state[pool] = {"replicas": info.replicas, "idle": info.idle, "claimed": info.claimed}
+        except Exception as exc:  # health must answer even when the pool API does not
+            state["error"] = str(exc)
+        return state

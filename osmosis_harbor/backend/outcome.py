@@ -1,0 +1,244 @@
+"""Turning a finished Harbor trial of a rollout into an ``osmosis_ai`` ``ExecutionOutcome``.
+
+The in-container shim leaves its products in the trial directory (Harbor downloads
+``/logs/agent`` and ``/logs/verifier``): ``agent/sample.json`` or ``agent/error.json``,
+then ``verifier/reward.json`` plus ``verifier/sample.json`` (an Osmosis grader) or just a
+reward file (a task's own tests), or ``verifier/error.json``. Harbor's own exceptions say
+which phase stopped the trial. This module reads both and answers with the rollout
+vocabulary: the graded sample, the verifier's reward, and an error category a
+controller can act on, with the failing phase and the phase timings in ``extra_fields``.
+"""
+
+from __future__ import annotations
+
+import json
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from harbor.models.trial.result import TrialResult
+from osmosis_ai.rollout.types import (
+    ExecutionOutcome,
+    ExecutionResult,
+    RolloutErrorCategory,
+    RolloutSample,
+    RolloutStatus,
+)
+
+from osmosis_harbor.errors import SandboxLostError, WorkflowFailedError, recorded_error
+from osmosis_harbor.shim import contract
+from osmosis_harbor.tasks.dockerfile import INCOMPATIBLE_IMAGE_MARKER
+from osmosis_harbor.trials.reading import (
+    TIMEOUT_EXCEPTIONS,
+    Phase,
+    TrialReading,
+    read_trial,
+)
+
+__all__ = ["RewardSource", "build_outcome", "cancelled", "load_sample", "lost_sandbox_message", "refused"]
+
+
+class RewardSource(StrEnum):
+    """Where a rollout's reward comes from (decided once, in the rollout plan)."""
+
+    GRADER = "grader"
+    TASK_TESTS = "task_tests"
+    NONE = "none"
+
+
+def refused(message: str, extra: dict[str, Any],
+            category: RolloutErrorCategory = RolloutErrorCategory.VALIDATION_ERROR) -> ExecutionOutcome:
+    """A rollout that ends before (or instead of) its trial."""
+    return ExecutionOutcome(workflow=ExecutionResult(
+        status=RolloutStatus.FAILURE, err_message=message, err_category=category, extra_fields=extra))
+
+
+def cancelled(extra: dict[str, Any]) -> ExecutionOutcome:
+    return ExecutionOutcome(workflow=ExecutionResult(
+        status=RolloutStatus.CANCELLED, err_message="cancelled", extra_fields=extra))
+
+
+def _load_json(path: Path) -> Any | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def load_sample(path: Path) -> RolloutSample | None:
+    data = _load_json(path)
+    if not isinstance(data, dict):
+        return None
+    try:
+        return RolloutSample.model_validate(data)
+    except ValueError:
+        return None
+
+
+def _category(value: Any, default: RolloutErrorCategory) -> RolloutErrorCategory:
+    try:
+        return RolloutErrorCategory(value)
+    except ValueError:
+        return default
+
+
+def _failure(message: str, category: RolloutErrorCategory, sample: RolloutSample | None,
+             extra: dict[str, Any]) -> ExecutionResult:
+    return ExecutionResult(
+        status=RolloutStatus.FAILURE, sample=sample, err_message=message, err_category=category,
+        extra_fields=extra,
+    )
+
+
+def lost_sandbox_message(result: TrialResult) -> str | None:
+    """The one-line reason when the trial's sandbox was lost to the infrastructure, else None."""
+    info = result.exception_info
+    if info is None or recorded_error(info.exception_type) is not SandboxLostError:
+        return None
+    return (info.exception_message or SandboxLostError.__name__).strip().splitlines()[0]
+
+
+def _lost_sandbox(result: TrialResult, phase: str | None, agent_sample: RolloutSample | None,
+                  extra: dict[str, Any]) -> ExecutionOutcome:
+    """Not the workflow's failure: an ``internal_error`` naming the sandbox and the phase. A loss
+    while grading keeps the workflow's success and fails the grading, like other verifier errors."""
+    extra["failed_phase"] = phase
+    message = f"{lost_sandbox_message(result)} during the {phase} phase"
+    failure = _failure(message, RolloutErrorCategory.INTERNAL_ERROR, agent_sample, extra)
+    if phase == Phase.VERIFIER.value:
+        workflow = ExecutionResult(status=RolloutStatus.SUCCESS, sample=agent_sample, extra_fields=extra)
+        return ExecutionOutcome(workflow=workflow, grader=failure)
+    return ExecutionOutcome(workflow=failure)
+
+
+def _setup_or_agent_failure(ours: type | None, exc_type: str, phase: str | None, reading: TrialReading,
+                            agent_dir: Path, step: str | None, exception_message: str) -> tuple[RolloutErrorCategory, str]:
+    """Category and message of a trial stopped before verification (environment, setup, agent)."""
+    if ours is WorkflowFailedError:
+        error = _load_json(agent_dir / contract.ERROR_FILENAME) or {}
+        category = _category(error.get("category"), RolloutErrorCategory.AGENT_ERROR)
+        where = f"step {step}: " if step is not None else ""
+        if category is RolloutErrorCategory.TIMEOUT:  # the shim's own deadline (a little before Harbor's)
+            return category, f"{where}{phase} timed out: {error.get('message', reading.error)}"
+        return category, f"{where}workflow failed: {error.get('type', 'Error')}: {error.get('message', reading.error)}"
+    if exc_type in TIMEOUT_EXCEPTIONS:
+        return RolloutErrorCategory.TIMEOUT, f"{phase} timed out: {reading.error}"
+    if ours is not None and ours.category is RolloutErrorCategory.VALIDATION_ERROR or INCOMPATIBLE_IMAGE_MARKER in exception_message:
+        return RolloutErrorCategory.VALIDATION_ERROR, f"task image unusable: {reading.error}"
+    return RolloutErrorCategory.INTERNAL_ERROR, f"{phase} failed: {reading.error}"
+
+
+def build_outcome(
+    result: TrialResult,
+    trial_dir: Path,
+    *,
+    reward_source: str,
+    label: str | None,
+    base_extra: dict[str, Any],
+    agent_sample: Any = ...,
+) -> ExecutionOutcome:
+    """Read ``trial_dir`` and ``result`` into the outcome the osmosis server expects.
+
+    ``agent_sample`` overrides the workflow's ``agent/sample.json`` (native agents' samples
+    come from their trajectory)."""
+    reading = read_trial(result, trial_dir)
+    extra: dict[str, Any] = {**base_extra, "timings_sec": reading.timings_sec, "reward_source": str(reward_source)}
+    agent_dir, verifier_dir, step = _focus_dirs(reading, trial_dir)
+    if step is not None:
+        extra["step"] = step
+    if agent_sample is ...:
+        agent_sample = load_sample(agent_dir / contract.SAMPLE_FILENAME)
+    if agent_sample is not None and label is not None and agent_sample.label is None:
+        agent_sample = agent_sample.model_copy(update={"label": label})
+    exc_type = reading.exception_type
+    ours = recorded_error(exc_type)
+    phase = reading.failed_phase.value if reading.failed_phase else None
+
+    if ours is SandboxLostError:
+        return _lost_sandbox(result, phase, agent_sample, extra)
+    if exc_type is not None and phase in {Phase.ENVIRONMENT.value, Phase.AGENT_SETUP.value,
+                                         Phase.AGENT.value, Phase.CANCELLED.value}:
+        extra["failed_phase"] = phase
+        message_of_exception = result.exception_info.exception_message if result.exception_info else ""
+        category, message = _setup_or_agent_failure(ours, exc_type, phase, reading, agent_dir, step,
+                                                    message_of_exception)
+        return ExecutionOutcome(workflow=_failure(message, category, agent_sample, extra))
+
+    if agent_sample is None and reward_source != RewardSource.TASK_TESTS:
+        extra["failed_phase"] = Phase.AGENT.value
+        return ExecutionOutcome(workflow=_failure(
+            "the workflow finished but left no agent/sample.json", RolloutErrorCategory.AGENT_ERROR,
+            None, extra))
+    workflow = ExecutionResult(status=RolloutStatus.SUCCESS, sample=agent_sample, extra_fields=extra)
+    if reward_source == RewardSource.NONE:
+        return ExecutionOutcome(workflow=workflow)
+
+    grader_error = (_load_json(verifier_dir / contract.ERROR_FILENAME) or None) if reward_source == RewardSource.GRADER else None
+    if exc_type is not None or grader_error:  # the verifier phase failed
+        # A grader that failed has failed, whatever reward file exists beside its error.
+        extra = {**extra, "failed_phase": Phase.VERIFIER.value}
+        error = grader_error if isinstance(grader_error, dict) else _load_json(verifier_dir / contract.ERROR_FILENAME) or {}
+        if not isinstance(error, dict):
+            error = {"message": str(error)}
+        if exc_type in TIMEOUT_EXCEPTIONS:
+            category, message = RolloutErrorCategory.TIMEOUT, f"verifier timed out: {reading.error}"
+        elif error:
+            category = _category(error.get("category"), RolloutErrorCategory.AGENT_ERROR)
+            message = f"grader failed: {error.get('type', 'Error')}: {error.get('message', '')}"
+        else:
+            category, message = RolloutErrorCategory.AGENT_ERROR, f"verifier failed: {reading.error}"
+        return ExecutionOutcome(workflow=workflow, grader=_failure(message, category, agent_sample, extra))
+
+    reward = reading.reward
+    if reward is None:
+        extra = {**extra, "failed_phase": Phase.VERIFIER.value}
+        channels = ", ".join(sorted(reading.rewards))
+        message = ("the verifier produced no reward" if not reading.rewards else
+                   f"the verifier wrote several reward channels ({channels}) and no \"reward\": "
+                   "add a \"reward\" key to reward.json to say which one trains the policy")
+        if agent_sample is not None:
+            agent_sample = agent_sample.model_copy(update={"metrics": {**agent_sample.metrics, **_reward_metrics(reading)}})
+        return ExecutionOutcome(workflow=workflow, grader=_failure(
+            message, RolloutErrorCategory.AGENT_ERROR, agent_sample, extra))
+    graded = None
+    if reward_source == RewardSource.GRADER:
+        graded = load_sample(verifier_dir / contract.SAMPLE_FILENAME)
+    if graded is None:
+        base = agent_sample or RolloutSample()
+        graded = base.model_copy(update={"reward": reward})
+    else:
+        updates: dict[str, Any] = {"reward": reward}
+        if graded.label is None and label is not None:
+            updates["label"] = label
+        graded = graded.model_copy(update=updates)
+    if extra_metrics := _reward_metrics(reading):
+        graded = graded.model_copy(update={"metrics": {**graded.metrics, **extra_metrics}})
+    return ExecutionOutcome(
+        workflow=workflow,
+        grader=ExecutionResult(status=RolloutStatus.SUCCESS, sample=graded, extra_fields=extra),
+    )
+
+
+def _focus_dirs(reading: TrialReading, trial_dir: Path) -> tuple[Path, Path, str | None]:
+    """Where the agent's and verifier's products are: the trial's own dirs for a single-step
+    trial; for a multi-step one, the failing step's (else the last step that ran), which
+    Harbor archives under ``steps/<name>/``."""
+    if reading.steps is None:
+        return trial_dir / "agent", trial_dir / "verifier", None
+    ran = [s for s in reading.steps if s.ran]
+    focus = next((s for s in ran if s.failed_phase is not None), ran[-1] if ran else None)
+    if focus is None:
+        return trial_dir / "agent", trial_dir / "verifier", None
+    step_dir = trial_dir / "steps" / focus.name
+    return step_dir / "agent", step_dir / "verifier", focus.name
+
+
+def _reward_metrics(reading: TrialReading) -> dict[str, float]:
+    """The reward channels besides the primary one (``reward/<name>``) and, for multi-step
+    trials, each step's primary reward (``step_reward/<step>``): the sample's metrics."""
+    metrics = {f"reward/{key}": value for key, value in reading.rewards.items()
+               if key != "reward" and not (len(reading.rewards) == 1 and reading.reward is not None)}
+    for step in reading.steps or []:
+        if step.ran and step.reward is not None:
+            metrics[f"step_reward/{step.name}"] = step.reward
+    return metrics

@@ -1,0 +1,197 @@
+"""The rollout plan: one request turned into one Harbor ``TrialConfig``, every decision made once.
+
+``Planner.plan`` decides, for a resolved task and a request, what the trial is: its steps, where
+its reward comes from (``RewardSource``), whether the bundled grader is its verifier (then in a
+sandbox of its own), and whether it claims from a prewarmed pool. The decisions travel as a
+frozen ``RolloutPlan``; ``Planner.trial_config`` materializes the task copy from it (the copy
+says, as data, whether the bundle's dependencies are baked into the image) and builds the
+``TrialConfig``. Prewarm asks the same planner for the plan of a graded rollout to come, so
+its image hash and setup proof are the rollout's.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from harbor.models.trial.config import (
+    AgentConfig,
+    EnvironmentConfig,
+    TaskConfig,
+    TrialConfig,
+    VerifierConfig,
+)
+from osmosis_ai.rollout.types import ExecutionRequest
+
+from osmosis_harbor.agents.native import native_agent_config
+from osmosis_harbor.agents.workflow import IMPORT_PATH as WORKFLOW_AGENT
+from osmosis_harbor.agents.workflow import VENV, agent_timeout_budget, install_command
+from osmosis_harbor.backend.options import BackendOptions
+from osmosis_harbor.backend.outcome import RewardSource
+from osmosis_harbor.bundle.info import BundleInfo
+from osmosis_harbor.tasks.dockerfile import EnvironmentPatch
+from osmosis_harbor.tasks.materialize import MaterializedTask, materialize_task
+from osmosis_harbor.tasks.prompt import render_prompt
+from osmosis_harbor.tasks.refs import ResolvedTask, TaskMode
+from osmosis_harbor.tasks.verifier import task_step_names
+
+__all__ = ["GRADE_SCRIPT", "Planner", "Refusal", "RolloutPlan"]
+
+GRADE_SCRIPT = "osmosis_grade.sh"
+
+
+@dataclass(frozen=True)
+class RolloutPlan:
+    """What one rollout's trial is, decided before anything is copied or started."""
+
+    task: ResolvedTask
+    steps: tuple[str, ...]
+    reward_source: RewardSource
+    claims_pool: bool  # prewarm made this task's group pool: the trial claims from it
+
+    @property
+    def grader_verifies(self) -> bool:
+        """The bundled grader is the verifier (in a sandbox of its own, ``isolate_verifier``)."""
+        return self.reward_source is RewardSource.GRADER
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why a request cannot run on its task, found before anything is copied."""
+
+    message: str
+    extra: dict[str, Any]
+
+
+class Planner:
+    """Turns requests into plans and plans into ``TrialConfig``s, for one backend's options."""
+
+    def __init__(self, options: BackendOptions, bundle: BundleInfo | None,
+                 environment: EnvironmentConfig, pooled: Callable[[str], bool]) -> None:
+        self.options = options
+        self.bundle = bundle
+        self.environment = environment
+        self._pooled = pooled
+
+    # ── decisions ────────────────────────────────────────────────────────────
+    def plan(self, task: ResolvedTask, request: ExecutionRequest | None) -> RolloutPlan | Refusal:
+        """The plan of ``request`` on ``task``, or why it cannot run. Without a request: the plan
+        of a graded rollout to come (what prewarm builds and proves)."""
+        steps = tuple(task_step_names(task.path))
+        if steps and request is not None and self.options.task_mode is TaskMode.TEMPLATE and not self.options.is_native:
+            return Refusal(
+                f"task {task.task_id} is a multi-step task (steps {', '.join(steps)}): template mode "
+                "replaces instruction.md with the prompt, which a multi-step task does not have; serve it "
+                "in dataset mode, where each step's instruction reaches the workflow as the next turn",
+                {"failed_phase": "task", "task_id": task.task_id})
+        source = self._reward_source(task, steps, graded=request is None or request.grade)
+        if source is None and request is None:  # prewarm of an ungraded task: nothing to stage
+            source = RewardSource.NONE
+        if source is None:
+            return Refusal(
+                f"task {task.task_id} has no tests/test.sh and no grader= was given: pass an Osmosis "
+                "grader or add tests to the task (or send grade=false)", {"failed_phase": "task"})
+        return RolloutPlan(task=task, steps=steps, reward_source=source, claims_pool=self._pooled(task.task_id))
+
+    def _reward_source(self, task: ResolvedTask, steps: tuple[str, ...], *, graded: bool) -> RewardSource | None:
+        if not graded:
+            return RewardSource.NONE
+        if steps or (task.path / "tests" / "test.sh").is_file():  # a task's own tests always win
+            return RewardSource.TASK_TESTS
+        if self.options.grader is not None:
+            return RewardSource.GRADER
+        return None
+
+    # ── the task copy ────────────────────────────────────────────────────────
+    def materialize(self, plan: RolloutPlan, dest: Path, request: ExecutionRequest | None) -> MaterializedTask:
+        """The per-rollout task copy. With the grader as verifier, the grader wheel and its
+        installer travel in ``tests/`` and the verifier runs in a fresh sandbox
+        (``isolate_verifier``): nothing the workflow did to its own sandbox can reach the reward."""
+        grading_input = grade_command = None
+        if plan.grader_verifies:
+            if request is not None:
+                grading_input = {"rollout_id": request.id, "label": request.label,
+                                 "metadata": request.metadata, "prompt": request.prompt}
+            grade_command = f"/bin/sh /tests/{GRADE_SCRIPT}"
+        patch = None
+        if self.bundle is not None and self.options.patch_dockerfile_with_sdk:
+            patch = EnvironmentPatch(requirements=list(self.bundle.dependencies))
+        instruction = None
+        if request is not None and self.options.task_mode is TaskMode.TEMPLATE:
+            instruction = render_prompt(request.prompt)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        materialized = materialize_task(plan.task, dest, instruction=instruction, grading_input=grading_input,
+                                        grade_command=grade_command, environment_patch=patch,
+                                        isolate_grader=True, grader_inputs=self.options.grader_inputs)
+        if materialized.generated_tests:
+            self._stage_grader_install(materialized.path / "tests", materialized.environment_patched)
+        return materialized
+
+    def _stage_grader_install(self, tests_dir: Path, deps_baked: bool) -> None:
+        """Put the grader wheel and its installer next to the generated test.sh: Harbor uploads
+        tests/ only at verification, so the agent phase never sees either."""
+        assert self.bundle is not None and self.bundle.grade_script
+        shutil.copy2(self.bundle.wheel, tests_dir / self.bundle.wheel.name)
+        script = tests_dir / GRADE_SCRIPT
+        script.write_text(
+            "#!/bin/sh\n"
+            f"{install_command(PurePosixPath('/tests') / self.bundle.wheel.name, deps_preinstalled=deps_baked)}\n"
+            f"exec {VENV / 'bin' / self.bundle.grade_script}\n"
+        )
+        script.chmod(0o755)
+
+    # ── the trial ────────────────────────────────────────────────────────────
+    def trial_config(self, plan: RolloutPlan, request: ExecutionRequest, *, work: Path, trial_name: str,
+                     trials_dir: Path, url: str, key_env: str) -> TrialConfig:
+        materialized = self.materialize(plan, work / "task", request)
+        kwargs = {k: v for k, v in self.environment.kwargs.items() if k not in {"pool", "pool_size"}}
+        if plan.claims_pool:
+            kwargs["pool"] = self.environment.kwargs.get("pool")
+        return TrialConfig(
+            task=TaskConfig(path=materialized.path),
+            trial_name=trial_name,
+            trials_dir=trials_dir,
+            agent=(self._native_config(request, url, key_env) if self.options.is_native
+                   else self._workflow_config(request, work, materialized, plan)),
+            environment=self.environment.model_copy(update={"kwargs": kwargs}),
+            verifier=VerifierConfig(
+                disable=plan.reward_source is RewardSource.NONE,
+                override_timeout_sec=request.grader_timeout_sec,
+            ),
+        )
+
+    def _native_config(self, request: ExecutionRequest, url: str, key_env: str) -> AgentConfig:
+        assert isinstance(self.options.agent, str)
+        model = (request.metadata or {}).get("harbor_model") or self.options.model_name
+        return native_agent_config(
+            self.options.agent, chat_completions_url=url or None, api_key_env=key_env or "OSMOSIS_API_KEY",
+            model_name=model, native_agent_kwargs=self.options.native_agent_kwargs,
+            agent_timeout_sec=request.agent_timeout_sec, agent_setup_timeout_sec=self.options.agent_setup_timeout_sec,
+        )
+
+    def _workflow_config(self, request: ExecutionRequest, work: Path, materialized: MaterializedTask,
+                         plan: RolloutPlan) -> AgentConfig:
+        assert self.bundle is not None and self.bundle.agent_script
+        rollout_input = work / "rollout_input.json"
+        rollout_input.write_text(json.dumps(
+            {"rollout_id": request.id, "prompt": request.prompt, "metadata": request.metadata}))
+        kwargs: dict[str, Any] = {
+            "bundle_wheel": str(self.bundle.wheel),
+            "agent_script": self.bundle.agent_script,
+            "rollout_id": request.id,
+            "rollout_input": str(rollout_input),
+            "deps_preinstalled": materialized.environment_patched,
+            "steps": list(plan.steps) or None,
+            "shim_timeout_sec": agent_timeout_budget(request.agent_timeout_sec),
+        }
+        return AgentConfig(
+            import_path=WORKFLOW_AGENT,
+            model_name=self.options.model_name,
+            override_timeout_sec=request.agent_timeout_sec,
+            override_setup_timeout_sec=self.options.agent_setup_timeout_sec,
+            kwargs=kwargs,
+        )

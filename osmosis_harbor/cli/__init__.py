@@ -1,0 +1,130 @@
+"""Command line: ``python -m osmosis_harbor validate | prewarm | rollout | bundle | sandbox-check | cleanup``.
+
+One module per command; user errors (``OsmosisHarborError``) print one line on stderr and exit
+with status 2. Anything else is a bug: it shows its traceback (under ``-v`` in full).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Callable, Sequence
+
+from osmosis_harbor.cli.common import EXIT_USAGE, add_agent_args, add_env_args
+from osmosis_harbor.cli.prewarm import cmd_prewarm
+from osmosis_harbor.cli.rollout import cmd_rollout
+from osmosis_harbor.cli.sandbox import cmd_cleanup, cmd_sandbox_check
+from osmosis_harbor.cli.validate import cmd_validate
+from osmosis_harbor.errors import OsmosisHarborError
+from osmosis_harbor.sandbox.registry import SDK_NAMES
+from osmosis_harbor.settings import use_bundled_model_prices
+
+__all__ = ["EXIT_USAGE", "build_parser", "main"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m osmosis_harbor",
+        description="Osmosis rollouts as Harbor trials in SkyPilot (or local Docker) sandboxes.")
+    parser.add_argument("-v", "--verbose", action="store_true", help="show Harbor's logs")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    v = sub.add_parser("validate", help="oracle-validate a Harbor dataset or task")
+    v.add_argument("path", help="a dataset (tasks found at any depth) or a single task directory")
+    v.add_argument("--agent", choices=("oracle", "nop"), default="oracle",
+                   help="oracle: solutions must score 1 (default); nop: untouched sandboxes must score 0")
+    add_env_args(v)
+    v.add_argument("-n", "--n-concurrent", type=int, default=4, help="trials in parallel (default 4)")
+    v.add_argument("--json", metavar="FILE", help="also write a machine-readable report")
+    v.add_argument("--task", action="append", metavar="ID", help="only these task ids (repeatable)")
+    v.add_argument("--force-build", action="store_true",
+                   help="build from environment/Dockerfile even when task.toml names a docker_image")
+    v.add_argument("--trials-dir", help="keep the trials here, as a Harbor job directory "
+                                        "(default: a temp dir, removed)")
+    v.add_argument("--keep-trials", action="store_true",
+                   help="keep the trials (a Harbor job directory that `harbor view` browses)")
+    v.add_argument("--junit", metavar="FILE", help="also write a JUnit XML report (one test case per task)")
+    # "--lint" is a flag and "--lint=strict" its strict form (main() spells the latter
+    # "--lint-strict" for argparse), so "validate --lint PATH" never eats PATH.
+    v.add_argument("--lint", dest="lint", action="store_const", const="report", default="off",
+                   help="run Harbor's lint rules on each task first and show findings; "
+                        "--lint=strict also refuses tasks with lint errors")
+    v.add_argument("--lint-strict", dest="lint", action="store_const", const="strict", help=argparse.SUPPRESS)
+    v.set_defaults(func=cmd_validate)
+
+    p = sub.add_parser("prewarm", help="build/push task images, prove agent setup, size warm pools")
+    p.add_argument("path", help="a template task or a dataset of tasks")
+    p.add_argument("--mode", choices=("template", "dataset"), help="default: template for a task dir")
+    add_agent_args(p)
+    p.add_argument("--env", choices=SDK_NAMES, default="docker")
+    p.add_argument("--registry", help="push images to this registry (e.g. 127.0.0.1:5000)")
+    p.add_argument("--pool", metavar="NAME", help="create/resize a warm pool per environment group")
+    p.add_argument("--pool-size", type=int, metavar="N", help="running sandboxes per pool (default 1)")
+    p.add_argument("--task", action="append", metavar="ID", help="only these task ids (dataset mode)")
+    p.add_argument("--json", metavar="FILE", help="also write the summary as JSON")
+    p.set_defaults(func=cmd_prewarm)
+
+    r = sub.add_parser("rollout", help="run one rollout locally through the real osmosis server")
+    r.add_argument("path", help="the template task (or a dataset, with --task-id)")
+    add_agent_args(r)
+    r.add_argument("--prompt", required=True, help="the user message")
+    r.add_argument("--label", help="the reference answer the grader sees")
+    r.add_argument("--task-id", help="dataset mode: the task to run")
+    r.add_argument("--chat-url", help="the policy's chat-completions base URL")
+    r.add_argument("--api-key-env", help="environment variable holding the policy API key")
+    r.add_argument("--scripted-reply", help="no policy? start a scripted endpoint that answers this")
+    r.add_argument("--env", choices=SDK_NAMES, default="docker")
+    r.add_argument("--no-grade", action="store_true")
+    r.add_argument("--json", action="store_true", help="print the result as JSON")
+    r.set_defaults(func=cmd_rollout)
+
+    g = sub.add_parser("cleanup", help="remove expired/orphaned local sandboxes and prewarmed pools")
+    g.add_argument("--pool", action="append", metavar="PREFIX", help="delete pools whose name starts so")
+    g.add_argument("--all-pools", action="store_true", help="delete every local warm pool")
+    g.set_defaults(func=cmd_cleanup)
+
+    c = sub.add_parser("sandbox-check", help="run the sky.sandbox conformance suite against an SDK")
+    c.add_argument("--sdk", choices=SDK_NAMES, default="docker")
+    c.add_argument("--image", default="debian:trixie-slim")
+    c.add_argument("--no-pools", action="store_true", help="skip the warm-pool checks")
+    c.add_argument("--json", metavar="FILE")
+    c.set_defaults(func=cmd_sandbox_check)
+
+    # Listed for --help only: main() hands "bundle ..." to the bundler's own parser.
+    sub.add_parser("bundle", help="build a workflow bundle wheel", add_help=False)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    use_bundled_model_prices()
+    if argv and argv[0] == "bundle":
+        from osmosis_harbor.cli.bundle import cli_main as bundle_main
+
+        return _guard(lambda: bundle_main(argv[1:]))
+    argv = ["--lint-strict" if arg == "--lint=strict" else arg for arg in argv]
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING)
+    # Harbor pins its logger at DEBUG; its per-trial chatter belongs in the trial logs, and
+    # what matters to the user of this command is in the result table.
+    logging.getLogger("harbor.utils.logger").setLevel(logging.DEBUG if args.verbose else logging.CRITICAL)
+    if getattr(args, "n_concurrent", 1) < 1:
+        print("error: -n must be at least 1", file=sys.stderr)
+        return EXIT_USAGE
+    return _guard(lambda: args.func(args), verbose=args.verbose)
+
+
+def _guard(run: Callable[[], int], *, verbose: bool = False) -> int:
+    """Our own errors are one line (the whole story under ``-v``); anything else is a bug and
+    keeps its traceback."""
+    try:
+        return run()
+    except OsmosisHarborError as exc:
+        if verbose:  # -v: the whole story, for bug reports
+            raise
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("interrupted: trials cancelled, sandboxes terminated", file=sys.stderr)
+        return 130

@@ -1,0 +1,73 @@
+"""What several commands share: exit codes, the sandbox options, the agent options, the console."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from harbor.models.trial.config import EnvironmentConfig
+from rich.console import Console
+
+from osmosis_harbor.errors import UserError
+from osmosis_harbor.sandbox.registry import SDK_NAMES, implementation
+
+EXIT_USAGE = 2
+
+
+def environment_for(args: argparse.Namespace, *, reach_host: bool = False) -> EnvironmentConfig:
+    """The sandbox environment a command's --env/--registry/--pool/... options describe.
+
+    ``reach_host``: the sandbox must reach servers on this machine (a local policy
+    endpoint), which local Docker sandboxes do with host networking."""
+    from osmosis_harbor.sandbox import environment_config
+
+    pool = getattr(args, "pool", None)
+    return environment_config(
+        args.env,
+        registry=getattr(args, "registry", None),
+        pool=pool,
+        pool_size=(args.pool_size or 1) if pool and hasattr(args, "pool_size") else None,
+        force_build=getattr(args, "force_build", False),
+        host_network=reach_host and implementation(args.env).reaches_host,
+    )
+
+
+def add_env_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--env", choices=SDK_NAMES, default="docker",
+                        help="sandbox SDK: local Docker engine (default) or SkyPilot")
+    parser.add_argument("--registry", help="push task images to this registry (e.g. 127.0.0.1:5000)")
+    parser.add_argument("--pool", help="claim sandboxes from this warm pool")
+
+
+def result_console() -> Console:
+    """Wide enough for the result tables even when stdout is not a terminal (CI logs)."""
+    out = Console()
+    if not out.is_terminal:
+        out = Console(width=160)
+    return out
+
+
+def agent_args(args: argparse.Namespace) -> dict[str, Any]:
+    """Backend keywords for --workflow/--agent/--grader/--code-dir."""
+    if args.workflow and args.agent:
+        raise UserError("pass either --workflow (an AgentWorkflow) or --agent (a native Harbor agent), not both")
+    return {
+        "agent": args.workflow or args.agent or "oracle",
+        "workflow_config": args.workflow_config,
+        "grader": args.grader,
+        "grader_config": args.grader_config,
+        "code_dir": Path(args.code_dir) if args.code_dir else None,
+        "bundles_dir": Path(args.bundles_dir) if args.bundles_dir else None,
+    }
+
+
+def add_agent_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--workflow", metavar="MOD:CLS", help="the AgentWorkflow to bundle and run")
+    parser.add_argument("--workflow-config", metavar="MOD:OBJ", help="its module-level config object")
+    parser.add_argument("--agent", help="a native Harbor agent instead: oracle, terminus-2, mini-swe-agent")
+    parser.add_argument("--grader", metavar="MOD:CLS", help="an Osmosis Grader (else the task's own tests)")
+    parser.add_argument("--grader-config", metavar="MOD:OBJ")
+    parser.add_argument("--code-dir", help="the workflow project (pyproject.toml + one package)")
+    parser.add_argument("--bundles-dir", help="bundle cache (default ./bundles)")
+

@@ -1,0 +1,50 @@
+"""``sandbox-check`` (the SDK conformance suite) and ``cleanup`` (what local sandboxes left)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from pathlib import Path
+
+from osmosis_harbor.cli.common import result_console
+
+
+def cmd_sandbox_check(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from osmosis_harbor.sandbox import load_sandbox_sdk
+    from osmosis_harbor.sandbox.conformance import run_conformance
+
+    sdk = load_sandbox_sdk(args.sdk)
+    results = asyncio.run(run_conformance(sdk, args.image, include_pools=not args.no_pools))
+    table = Table(title=f"sky.sandbox conformance ({args.sdk}, image {args.image})")
+    for col in ("check", "result", "seconds", "detail"):
+        table.add_column(col)
+    for r in results:
+        table.add_row(r.name, "[green]pass[/]" if r.passed else "[red]FAIL[/]", f"{r.seconds:.2f}", r.detail or "")
+    result_console().print(table)
+    if args.json:
+        Path(args.json).write_text(json.dumps([r.model_dump() for r in results], indent=2) + "\n")
+    return 0 if all(r.passed for r in results) else 1
+
+
+def cmd_cleanup(args: argparse.Namespace) -> int:
+    """Remove what the local Docker sandboxes left: expired or orphaned sandboxes, and the
+    warm pools a prewarm created (pools outlive the prewarm command by design)."""
+    from rich.table import Table
+
+    from osmosis_harbor.sandbox import docker as docker_sdk
+
+    removed = [(r.name, r.reason) for r in docker_sdk.reap(expired=True, dead_owners=True)]
+    for pool in docker_sdk.list_pools():
+        if args.all_pools or any(pool.name.startswith(prefix) for prefix in args.pool or []):
+            removed += [(r.name, f"pool {pool.name} deleted") for r in docker_sdk.delete_pool(pool.name)]
+            removed.append((pool.name, "pool spec deleted"))
+    table = Table(title="Removed")
+    table.add_column("name")
+    table.add_column("why")
+    for name, why in removed:
+        table.add_row(name, str(why))
+    result_console().print(table if removed else "nothing to remove")
+    return 0

@@ -1,0 +1,205 @@
+"""Every error osmosis-harbor raises on purpose, under one base: ``OsmosisHarborError``.
+
+The command line turns exactly these into one ``error: ...`` line (exit status 2), and
+``HarborBackend.execute`` refuses a rollout with their message; anything else is a bug and keeps
+its traceback. Several also subclass the builtin their callers caught before the base existed
+(``ValueError``, ``LookupError``, ...), so ``except ValueError`` around a constructor still works.
+
+``TrialPhaseError`` subclasses are raised inside a Harbor trial, which records only the class
+*name*; ``recorded_error`` maps that name back to the class, whose ``phase`` and ``category`` say
+where the trial failed and what a controller should make of it. Harbor's own exceptions are
+matched by name in ``osmosis_harbor.trials.reading`` (they are Harbor's types).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import ClassVar
+
+from osmosis_ai.rollout.types import RolloutErrorCategory
+
+__all__ = [
+    "BundleError",
+    "BundleInstallError",
+    "ConfigError",
+    "DatasetError",
+    "DockerEngineUnavailable",
+    "ImageBuildError",
+    "ImageNotFoundError",
+    "IncompatibleTaskImageError",
+    "InvalidRequestError",
+    "LegacyArgumentError",
+    "OsmosisHarborError",
+    "PoolExistsError",
+    "PoolNotFoundError",
+    "PrewarmError",
+    "SandboxError",
+    "SandboxExistsError",
+    "SandboxLostError",
+    "SandboxNotFoundError",
+    "SandboxSdkMissingError",
+    "TaskResolutionError",
+    "TrialPhaseError",
+    "UnexpectedArgumentError",
+    "UserError",
+    "WorkflowFailedError",
+    "recorded_error",
+]
+
+
+class OsmosisHarborError(Exception):
+    """A problem the user can act on; the message is one actionable line."""
+
+
+# ── configuration and input ──────────────────────────────────────────────────
+
+
+class ConfigError(OsmosisHarborError, ValueError):
+    """An option or argument that cannot work (a constructor, ``environment_config``, ...)."""
+
+
+class LegacyArgumentError(OsmosisHarborError, TypeError):
+    """Keyword arguments of the pre-v0.3 ``HarborBackend`` constructor, with how to migrate each."""
+
+    def __init__(self, hints: dict[str, str]) -> None:
+        self.hints = dict(hints)
+        listed = ", ".join(f"{name}=" for name in hints)
+        how = "; ".join(f"{name}=: {hint}" for name, hint in hints.items())
+        super().__init__(
+            f"HarborBackend no longer accepts {listed} (pre-v0.3 constructor). "
+            f"Migrate: {how}. See the v0.3 migration guide."
+        )
+
+
+class UnexpectedArgumentError(OsmosisHarborError, TypeError):
+    """Keyword arguments nobody ever accepted."""
+
+    def __init__(self, owner: str, names: Sequence[str]) -> None:
+        self.names = list(names)
+        super().__init__(f"{owner} got unexpected keyword argument(s): {', '.join(names)}")
+
+
+class UserError(OsmosisHarborError):
+    """A command-line usage problem (options that contradict each other, a missing one)."""
+
+
+class InvalidRequestError(OsmosisHarborError, ValueError):
+    """A rollout request that cannot succeed (an empty prompt, say): refused as validation_error."""
+
+
+class DatasetError(OsmosisHarborError, ValueError):
+    """A dataset or task that cannot be run."""
+
+
+class TaskResolutionError(OsmosisHarborError, ValueError):
+    """Bad task input of a rollout; the message names the offending key or value and the fix."""
+
+
+class BundleError(OsmosisHarborError, ValueError):
+    """A bundle cannot be built or read; the message names the path, import path or table."""
+
+
+class PrewarmError(OsmosisHarborError, RuntimeError):
+    """Prewarm failed for every task, or for a reason no task can avoid."""
+
+
+# ── sandboxes ────────────────────────────────────────────────────────────────
+
+
+class SandboxError(OsmosisHarborError):
+    """Base of what the sandbox layer raises about sandboxes, pools and engines."""
+
+
+class SandboxSdkMissingError(SandboxError, RuntimeError):
+    """The requested sandbox SDK cannot be imported here."""
+
+    def __init__(self, sdk: str, hint: str, cause: BaseException | None = None) -> None:
+        self.sdk = sdk
+        self.cause = cause
+        super().__init__(hint if cause is None else f"{hint} (import error: {cause})")
+
+
+class DockerEngineUnavailable(SandboxError, RuntimeError):
+    """The Docker engine cannot be reached."""
+
+    def __init__(self, url: str, cause: BaseException) -> None:
+        self.url = url
+        super().__init__(f"Docker engine not reachable at {url}: start dockerd or run scripts/bootstrap.sh ({cause})")
+
+
+class SandboxExistsError(SandboxError, RuntimeError):
+    """A sandbox of that name already runs."""
+
+
+class SandboxNotFoundError(SandboxError, LookupError):
+    """No such sandbox (terminated, expired or reaped)."""
+
+
+class PoolNotFoundError(SandboxError, LookupError):
+    """No such warm pool."""
+
+
+class PoolExistsError(SandboxError, ValueError):
+    """A warm pool of that name exists with another shape."""
+
+
+class ImageNotFoundError(SandboxError, LookupError):
+    """The image is not on the engine and cannot be pulled from here."""
+
+
+# ── raised inside a trial: Harbor records the class name ─────────────────────
+
+
+class TrialPhaseError(OsmosisHarborError):
+    """Raised during a trial. ``phase``: where the trial failed (None: the phase that was
+    running); ``category``: what the rollout's failure is, unless the error says more."""
+
+    phase: ClassVar[str | None] = None
+    category: ClassVar[RolloutErrorCategory] = RolloutErrorCategory.INTERNAL_ERROR
+
+
+class ImageBuildError(TrialPhaseError, RuntimeError):
+    """``docker build`` or ``docker push`` failed; the message carries the tail of the log."""
+
+    phase = "environment"
+
+
+class BundleInstallError(TrialPhaseError, RuntimeError):
+    """The bundle could not be installed in the sandbox (pip failed)."""
+
+    phase = "agent_setup"
+
+
+class IncompatibleTaskImageError(BundleInstallError):
+    """The task image cannot run a workflow bundle at all (no python3 >= 3.12)."""
+
+    category = RolloutErrorCategory.VALIDATION_ERROR
+
+
+class WorkflowFailedError(TrialPhaseError, RuntimeError):
+    """The workflow process exited non-zero; its category is in its ``error.json``."""
+
+    phase = "agent"
+    category = RolloutErrorCategory.AGENT_ERROR
+
+
+class SandboxLostError(TrialPhaseError, SandboxError, RuntimeError):
+    """The sandbox is gone, or stopped without this trial stopping it: the infrastructure's
+    doing, not the workflow's (see ``osmosis_harbor.sandbox.liveness``)."""
+
+    def __init__(self, name: str, reason: str) -> None:
+        super().__init__(f"sandbox {name} was lost ({reason})")
+        self.sandbox_name = name
+        self.reason = reason
+
+
+def _trial_errors(base: type[TrialPhaseError] = TrialPhaseError) -> dict[str, type[TrialPhaseError]]:
+    found = {base.__name__: base}
+    for sub in base.__subclasses__():
+        found.update(_trial_errors(sub))
+    return found
+
+
+def recorded_error(exception_type: str | None) -> type[TrialPhaseError] | None:
+    """Our class behind the exception name Harbor recorded on a trial, if it is one of ours."""
+    return _trial_errors().get(exception_type or "")

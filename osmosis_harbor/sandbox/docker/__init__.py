@@ -1,0 +1,417 @@
+"""A Docker-backed implementation of the ``sky.sandbox`` SDK surface that Harbor calls.
+
+Harbor's ``SkypilotEnvironment`` talks to ``sky.sandbox`` (``create.aio``, ``exec.aio`` +
+``await handle.wait()``, ``write_bytes.aio``, ``read_bytes.aio``, ``terminate.aio``, pools via
+``create(pool=)``). SkyPilot sandboxes need the SkyPilot Platform; this module gives the same
+surface on a local Docker engine so trials, tests and benchmarks run on one machine, and so that
+``conformance.py`` can prove both implementations agree.
+
+How the semantics are mapped:
+
+* A sandbox is a container running ``sleep <ttl>`` under ``init=True``: the TTL is enforced by
+  the container itself (``auto_remove`` deletes it when the sleep ends), and ``reap()`` removes
+  what a crash left behind (expired, stopped, or owned by a dead process).
+* ``exec`` is ``docker exec`` with an argv list, no implicit shell. Runc makes every exec a
+  session leader, so a timeout SIGKILLs the whole session from the host (the engine runs on
+  this machine), and reports 124 like ``timeout(1)``.
+* Every container is bounded (``bounds.py``): the requested or default CPU and memory (no
+  swap), a pid limit, and a size-limited tmpfs ``/tmp``; the rest of the writable layer is not.
+* Files go through the engine's archive API (``put_archive`` / ``get_archive``): binary-safe,
+  no shell quoting, works for any size.
+* All state lives in the engine (labels, names, labelled volumes), so any process can list,
+  adopt or clean up what another created. Pools are in ``pools``.
+
+Every call is a blocking function with an ``.aio`` coroutine twin. The blocking work runs on a
+dedicated thread pool sized for many concurrent exec waits (the default executor is small and
+shared with the rest of the program).
+
+This module is the facade (what ``registry.load_sandbox_sdk("docker")`` returns in place of ``sky.sandbox``): the
+public calls, `DockerSandbox`, and the error classes. The machinery lives beside it, one job per
+module: ``calls`` (the executor and the sync/``.aio`` wrapper), ``engine`` (the
+Docker client and container primitives), ``exec`` (running commands, deadlines,
+handles), ``files`` (the archive-based file transfer), ``reap`` (cleanup of
+stale containers) and ``pools`` (warm pools).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+
+import docker.errors
+
+from osmosis_harbor import settings
+from osmosis_harbor.errors import (
+    DockerEngineUnavailable,
+    ImageNotFoundError,
+    PoolExistsError,
+    PoolNotFoundError,
+    SandboxExistsError,
+    SandboxNotFoundError,
+)
+from osmosis_harbor.sandbox.docker import labels as L
+from osmosis_harbor.sandbox.docker import pools as pools_mod
+from osmosis_harbor.sandbox.docker import reap as docker_reap
+from osmosis_harbor.sandbox.docker.calls import Dual, dual, executor
+from osmosis_harbor.sandbox.docker.engine import Engine, get_engine
+
+# Part of the SDK's contract (the exit code a timed-out exec reports), so callers find it here.
+from osmosis_harbor.sandbox.docker.exec import (
+    TIMEOUT_EXIT_CODE,  # noqa: F401
+    AsyncExecHandle,
+    ExecHandle,
+    ExecMethod,
+    ExecRun,
+    check_env,
+    exec_timeout,
+)
+from osmosis_harbor.sandbox.docker.files import SandboxFiles
+from osmosis_harbor.sandbox.docker.labels import (
+    Network,
+    Owner,
+    PoolInfo,
+    PoolSpec,
+    RemovedContainer,
+    Role,
+    SandboxRecord,
+)
+from osmosis_harbor.sandbox.docker.pools import list_containers
+from osmosis_harbor.sandbox.docker.reap import pause_auto_reap
+
+__all__ = [
+    "AsyncExecHandle",
+    "DockerEngineUnavailable",
+    "DockerSandbox",
+    "ExecHandle",
+    "ImageNotFoundError",
+    "PoolExistsError",
+    "PoolInfo",
+    "PoolNotFoundError",
+    "PoolSpec",
+    "RemovedContainer",
+    "SandboxExistsError",
+    "SandboxNotFoundError",
+    "SandboxRecord",
+    "create",
+    "create_pool",
+    "delete_pool",
+    "get",
+    "get_pool",
+    "list_pools",
+    "ls",
+    "pause_auto_reap",
+    "reap",
+    "remove_all",
+    "set_pool_size",
+    "terminate_by_name",
+]
+
+DEFAULT_TTL_SEC = 86_400
+
+
+# ── sandbox ──────────────────────────────────────────────────────────────────────────────────
+
+
+class DockerSandbox:
+    """A live sandbox: a container plus the persistent env applied to every exec.
+
+    The persistent env is merged into each exec rather than relying on the container's env, so
+    a pool claim (whose container env was fixed before the claim) behaves like a fresh create.
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        name: str,
+        container_id: str,
+        image: str,
+        pool: str | None,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self._engine = engine
+        self._name = name
+        self._id = container_id
+        self._image = image
+        self._pool = pool
+        self._env = dict(env or {})
+
+    def __repr__(self) -> str:
+        return f"DockerSandbox(name={self._name!r}, id={self._id[:12]!r}, image={self._image!r}, pool={self._pool!r})"
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def id(self) -> str:
+        return self._id
+
+    @property
+    def image(self) -> str:
+        return self._image
+
+    @property
+    def pool(self) -> str | None:
+        return self._pool
+
+    @property
+    def exec(self) -> ExecMethod:
+        return ExecMethod(self)
+
+    def _gone(self, exc: Exception) -> SandboxNotFoundError:
+        return SandboxNotFoundError(f"sandbox {self._name!r} is gone (terminated, expired or reaped): {exc}")
+
+    def launch(
+        self,
+        argv: Sequence[str],
+        workdir: str | None,
+        timeout_seconds: float | None,
+        env: Mapping[str, str] | None,
+    ) -> ExecRun:
+        if not argv or not all(isinstance(a, str) for a in argv):
+            raise TypeError("exec needs a non-empty argv of strings (no implicit shell)")
+        timeout = exec_timeout(timeout_seconds)
+        environment = {**self._env, **check_env(env or {})}
+        api = self._engine.api
+        try:
+            exec_id = api.exec_create(
+                self._id,
+                list(argv),
+                stdout=True,
+                stderr=True,
+                environment=environment or None,
+                workdir=workdir or None,
+            )["Id"]
+            stream = api.exec_start(exec_id, stream=True, demux=True)
+        except docker.errors.NotFound as exc:
+            raise self._gone(exc) from exc
+        except docker.errors.APIError as exc:
+            if exc.status_code == 409:  # container not running
+                raise self._gone(exc) from exc
+            raise
+        return ExecRun(self._engine, self._id, exec_id, stream, timeout)
+
+    # files -------------------------------------------------------------------------------------
+
+    def _files(self) -> SandboxFiles:
+        return SandboxFiles(self._engine.api, self._id, self._gone)
+
+    @dual
+    def write_bytes(self, data: bytes | bytearray | memoryview, path: str) -> None:
+        """Write *data* to *path*, creating parent directories (mode 0755; file 0644)."""
+        self._files().write_bytes(data, path)
+
+    @dual
+    def read_bytes(self, path: str) -> bytes:
+        """Read a regular file (symlinks followed); directories raise IsADirectoryError."""
+        return self._files().read_bytes(path)
+
+    # lifecycle ---------------------------------------------------------------------------------
+
+    @dual
+    def terminate(self, wait: bool = True) -> None:
+        """Remove the container (idempotent). ``wait=False`` returns before removal completes."""
+        if wait:
+            self._engine.remove_container(self._id, wait=True)
+        else:
+            executor().submit(self._engine.remove_container, self._id)
+
+    @dual
+    def status(self) -> str:
+        """Engine state ("running", "exited", ...) or "terminated" when the container is gone."""
+        info = self._engine.inspect_info(self._id)
+        return info.state if info is not None else "terminated"
+
+
+# ── module API ───────────────────────────────────────────────────────────────────────────────
+
+
+def _network(block_network: bool, host_network: bool) -> Network:
+    if block_network and host_network:
+        raise ValueError("block_network and host_network are mutually exclusive")
+    return "none" if block_network else "host" if host_network else "bridge"
+
+
+def _ttl(timeout: int | None) -> int:
+    if timeout is None:
+        return DEFAULT_TTL_SEC
+    if int(timeout) <= 0:
+        raise ValueError("timeout (the sandbox TTL, seconds) must be positive")
+    return int(timeout)
+
+
+def _secret_env(secrets: Sequence[str] | None) -> dict[str, str]:
+    """Secret values come from this process's environment and go only into the container env."""
+    values: dict[str, str] = {}
+    for secret in secrets or ():
+        value = settings.host_variable(secret)
+        if value is None:
+            raise ValueError(f"secret {secret!r} is not set in the environment of this process")
+        values[secret] = value
+    return values
+
+
+def _check_pool_args(image: str | None, cpus: float | None, memory_gb: float | None) -> None:
+    """Like the real SDK: a pool fixes image and resources. Network flags are checked against
+    the pool's own network at claim time (asking for what the pool already has is allowed)."""
+    if image is not None:
+        raise ValueError("image comes from the pool: do not pass image= together with pool=")
+    if cpus is not None or memory_gb is not None:
+        raise ValueError("cpus/memory_gb come from the pool: do not pass them together with pool=")
+
+
+def _create(
+    name: str | None = None,
+    image: str | None = None,
+    pool: str | None = None,
+    cpus: float | None = None,
+    memory_gb: float | None = None,
+    env: Mapping[str, str] | None = None,
+    secrets: Sequence[str] | None = None,
+    block_network: bool = False,
+    timeout: int | None = None,
+    registry: str | None = None,
+    context_name: str | None = None,
+    namespace: str | None = None,
+    host_network: bool = False,
+) -> DockerSandbox:
+    """Create a running sandbox, or claim one from *pool*; see the module docstring."""
+    name = L.validate_name(name or f"sb-{uuid.uuid4().hex[:12]}")
+    ttl = _ttl(timeout)
+    network = _network(block_network, host_network)
+    persistent = {**check_env(env or {}), **_secret_env(secrets)}
+    extra = {L.NAMESPACE: namespace or "", L.CONTEXT: context_name or "", L.REGISTRY: registry or ""}
+    if pool is not None:
+        _check_pool_args(image, cpus, memory_gb)
+    elif not image:
+        raise ValueError("image is required unless pool= is given")
+    engine = get_engine()
+    engine.maybe_auto_reap()
+    engine.ensure_name_free(name)
+    owner = Owner.current()
+    if pool is not None:
+        container_id, spec = engine.pools.claim(
+            pool, name=name, ttl_sec=ttl, owner=owner, extra=extra, network=None if network == "bridge" else network
+        )
+        return DockerSandbox(engine, name=name, container_id=container_id, image=spec.image, pool=pool, env=persistent)
+    assert image is not None
+    labels = L.container_labels(
+        sandbox=name, role=Role.SANDBOX, owner=owner, created_at=time.time(), ttl_sec=ttl, network=network, extra=extra
+    )
+    container_id = engine.create_container(
+        name=name, image=image, cpus=cpus, memory_gb=memory_gb, network=network, ttl_sec=ttl, labels=labels, env=persistent
+    )
+    try:
+        engine.start_container(container_id)
+    except BaseException:
+        engine.remove_container(container_id)
+        raise
+    return DockerSandbox(engine, name=name, container_id=container_id, image=image, pool=None, env=persistent)
+
+
+create: Dual[..., DockerSandbox] = Dual(_create, on_abandon=lambda sb: sb.terminate())
+
+
+@dual
+def get(name: str) -> DockerSandbox:
+    """Attach to an existing sandbox by name (its create-time env is not known here)."""
+    engine = get_engine()
+    info = engine.inspect_info(name)
+    if info is None or info.is_idle_member:
+        raise SandboxNotFoundError(f"no sandbox named {name!r}")
+    return DockerSandbox(engine, name=info.name, container_id=info.id, image=info.image, pool=info.pool)
+
+
+@dual
+def terminate_by_name(name: str) -> bool:
+    """Remove the sandbox called *name* if it exists (for callers that never got a handle).
+
+    Returns whether something was removed; idle pool members are never touched.
+    """
+    engine = get_engine()
+    info = engine.inspect_info(name)
+    if info is None or info.is_idle_member:
+        return False
+    return engine.remove_container(info.id, wait=True)
+
+
+@dual
+def ls() -> list[SandboxRecord]:
+    """All managed sandboxes on the engine, any owner (idle pool members are not sandboxes)."""
+    infos = list_containers(get_engine().api)
+    return sorted((i.to_record() for i in infos if not i.is_idle_member), key=lambda r: r.created_at)
+
+
+
+def _reap(expired: bool = True, dead_owners: bool = True) -> list[RemovedContainer]:
+    """Remove expired/stopped sandboxes and those whose owner process on this host died.
+
+    Idle pool members are removed only when expired or stopped. Returns what was removed.
+    """
+    return docker_reap.reap(get_engine(), expired=expired, dead_owners=dead_owners)
+
+
+reap: Dual[..., list[RemovedContainer]] = Dual(_reap)
+
+
+@dual
+def remove_all(owner_pid: int | None = None) -> list[RemovedContainer]:
+    """Remove every managed container (or those owned by *owner_pid* on this host).
+
+    With no owner this also drops every pool spec and claim; with an owner, the pools that
+    process created. For test teardown and ``osmosis-harbor`` cleanup commands.
+    """
+    return docker_reap.remove_all(get_engine(), owner_pid)
+
+
+# ── pools ────────────────────────────────────────────────────────────────────────────────────
+
+
+@dual
+def create_pool(
+    name: str,
+    image: str,
+    cpus: float | None = None,
+    memory_gb: float | None = None,
+    replicas: int = 1,
+    *,
+    member_ttl_sec: int = pools_mod.DEFAULT_MEMBER_TTL_SEC,
+    host_network: bool = False,
+    block_network: bool = False,
+) -> PoolInfo:
+    """Define a warm pool and return once *replicas* members are running (idempotent)."""
+    return get_engine().pools.create_pool(
+        name,
+        image,
+        cpus=cpus,
+        memory_gb=memory_gb,
+        replicas=replicas,
+        member_ttl_sec=member_ttl_sec,
+        network=_network(block_network, host_network),
+    )
+
+
+@dual
+def set_pool_size(name: str, replicas: int) -> PoolInfo:
+    """Resize a pool: growing returns when the new members run; shrinking drops idle ones."""
+    return get_engine().pools.set_pool_size(name, replicas)
+
+
+@dual
+def delete_pool(name: str) -> list[RemovedContainer]:
+    """Delete the pool spec and its idle members (claimed sandboxes are left alone)."""
+    return get_engine().pools.delete_pool(name)
+
+
+@dual
+def get_pool(name: str) -> PoolInfo:
+    """The pool's spec with idle / claimed / starting member counts."""
+    return get_engine().pools.get_pool(name)
+
+
+@dual
+def list_pools() -> list[PoolInfo]:
+    """Every pool defined on the engine."""
+    return get_engine().pools.list_pools()

@@ -1,0 +1,311 @@
+"""The process's one Docker client, and the container primitives built on it.
+
+`Engine` owns the connection (one client per process, pooled for many concurrent calls),
+turns "engine not reachable" into `DockerEngineUnavailable`, and implements the container
+operations shared by sandboxes and pools: image presence (pulling only from loopback
+registries), create-with-TTL within the sandbox bounds (``bounds.py``: CPU, memory, pids, a
+tmpfs /tmp seeded with the image's own), start, force-remove, lookup by name or id, and name
+reuse. Pool members are created here too, so they get the same bounds. It is
+the ``Launcher`` that ``pools.PoolManager`` borrows, and it owns the per-engine state
+(pool manager, exec deadline timer, last auto-reap time). `get_engine()` is the lazy singleton.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import ipaddress
+import logging
+import os
+import tarfile
+import threading
+import time
+import uuid
+from typing import Any
+
+import docker
+import docker.errors
+import docker.types
+import requests
+
+from osmosis_harbor import settings
+from osmosis_harbor.errors import (
+    DockerEngineUnavailable,
+    ImageNotFoundError,
+    SandboxExistsError,
+)
+from osmosis_harbor.sandbox.bounds import TMP_PATH, SandboxBounds
+from osmosis_harbor.sandbox.docker import labels as L
+from osmosis_harbor.sandbox.docker import pools as pools_mod
+from osmosis_harbor.sandbox.docker import reap as docker_reap
+from osmosis_harbor.sandbox.docker.calls import EXECUTOR_WORKERS, executor
+from osmosis_harbor.sandbox.docker.exec import Deadlines
+from osmosis_harbor.sandbox.docker.labels import (
+    ContainerInfo,
+    Network,
+)
+from osmosis_harbor.sandbox.docker.pools import PoolManager
+
+log = logging.getLogger(__name__)
+
+API_TIMEOUT_SEC = 120
+AUTO_REAP_INTERVAL_SEC = 60.0
+
+
+def _engine_url() -> str:
+    return settings.current().docker_host
+
+
+def _is_loopback_registry(image: str) -> bool:
+    """Pulls are only attempted from registries on this machine (network rule: loopback only)."""
+    first = image.split("/", 1)[0] if "/" in image else ""
+    host = first.rsplit(":", 1)[0] if first.count(":") == 1 else first
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+class Engine:
+    """One Docker client per process, plus the container primitives the pools borrow."""
+
+    def __init__(self) -> None:
+        url = _engine_url()
+        try:
+            self.client = docker.from_env(version="auto", timeout=API_TIMEOUT_SEC, max_pool_size=EXECUTOR_WORKERS)
+            info = self.client.info()
+        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+            raise DockerEngineUnavailable(url, exc) from exc
+        self.api = self.client.api
+        self.ncpu = float(info.get("NCPU") or os.cpu_count() or 1)
+        self.key = hashlib.sha256(f"{url}|{info.get('ID', '')}".encode()).hexdigest()[:12]
+        self.deadlines = Deadlines()
+        self.pools = PoolManager(self.api, self, executor().submit, engine_key=self.key)
+        self._last_auto_reap = 0.0
+        self._tmp_seeds: dict[str, bytes | None] = {}  # image id -> the image's own /tmp (tar)
+        self._pending_seeds: dict[str, bytes] = {}  # created container id -> seed to apply at start
+        self._seed_lock = threading.Lock()
+
+    # Launcher protocol -------------------------------------------------------------------------
+
+    def ensure_image(self, image: str) -> None:
+        try:
+            self.api.inspect_image(image)
+            return
+        except docker.errors.ImageNotFound:
+            pass
+        if not _is_loopback_registry(image):
+            raise ImageNotFoundError(
+                f"image {image!r} is not in the local Docker engine; build or load it first "
+                "(this emulation pulls only from registries on 127.0.0.1/localhost)"
+            )
+        log.info("pulling %s from a local registry", image)
+        self.api.pull(image)
+
+    def create_container(
+        self,
+        *,
+        name: str,
+        image: str,
+        cpus: float | None,
+        memory_gb: float | None,
+        network: Network,
+        ttl_sec: int,
+        labels: dict[str, str],
+        env: dict[str, str] | None = None,
+    ) -> str:
+        """Create (not start) a container whose main process is the TTL itself, within its
+        bounds (``bounds.py``): CPU, memory without swap, pids, and a size-limited /tmp."""
+        bounds = SandboxBounds.resolve(cpus, memory_gb)
+        host_config = self.api.create_host_config(
+            init=True,
+            auto_remove=True,
+            nano_cpus=self._nano_cpus(bounds.cpus),
+            mem_limit=bounds.memory_bytes,
+            memswap_limit=bounds.memory_bytes,
+            pids_limit=bounds.pids_limit,
+            mounts=[_tmp_mount(bounds)],
+            network_mode=None if network == "bridge" else network,
+        )
+        kwargs: dict[str, Any] = {
+            "command": ["sleep", str(int(ttl_sec))],
+            "name": name,
+            "labels": labels,
+            "environment": env or None,
+            "host_config": host_config,
+            "detach": True,
+        }
+        try:
+            try:
+                container_id = str(self.api.create_container(image, **kwargs)["Id"])
+            except docker.errors.ImageNotFound:
+                self.ensure_image(image)
+                container_id = str(self.api.create_container(image, **kwargs)["Id"])
+        except docker.errors.APIError as exc:
+            if exc.status_code == 409:
+                raise SandboxExistsError(f"a sandbox named {name!r} already exists") from exc
+            raise
+        try:
+            seed = self._tmp_seed(image)
+        except BaseException:
+            self.remove_container(container_id)
+            raise
+        if seed is not None:
+            with self._seed_lock:
+                self._pending_seeds[container_id] = seed
+        return container_id
+
+    def start_container(self, container_id: str) -> None:
+        self.api.start(container_id)
+        with self._seed_lock:
+            seed = self._pending_seeds.pop(container_id, None)
+        if seed is not None:
+            self.api.put_archive(container_id, "/", seed)
+
+    def _tmp_seed(self, image: str) -> bytes | None:
+        """The image's own /tmp content, which the tmpfs mounted there would hide (None: empty).
+
+        Read once per image from a never-started probe container: before start, the archive
+        API sees the image's files; afterwards only the empty tmpfs.
+        """
+        image_id = self.api.inspect_image(image)["Id"]
+        with self._seed_lock:
+            if image_id in self._tmp_seeds:
+                return self._tmp_seeds[image_id]
+        probe = self.api.create_container(
+            image_id, command=["true"], name=f"ohseed_{uuid.uuid4().hex[:12]}",
+            host_config=self.api.create_host_config(network_mode="none"),
+        )["Id"]
+        try:
+            stream, _ = self.api.get_archive(probe, TMP_PATH)
+            archive: bytes | None = b"".join(stream)
+        except docker.errors.NotFound:  # the image has no /tmp at all
+            archive = None
+        finally:
+            self.api.remove_container(probe, force=True, v=True)
+        seed = archive if archive is not None and _has_children(archive) else None
+        with self._seed_lock:
+            self._tmp_seeds[image_id] = seed
+        return seed
+
+    def remove_container(self, container_id: str, *, wait: bool = False) -> bool:
+        """Force-remove; tolerant of "already gone" and of auto-remove racing us."""
+        removed = True
+        with self._seed_lock:
+            self._pending_seeds.pop(container_id, None)
+        try:
+            # v=True: the anonymous /tmp volume goes with its container (auto_remove does the same)
+            self.api.remove_container(container_id, force=True, v=True)
+        except docker.errors.NotFound:
+            removed = False
+        except docker.errors.APIError as exc:
+            if exc.status_code != 409:  # 409: removal already in progress (auto_remove)
+                raise
+        pools_mod.remove_volume(self.api, pools_mod.claim_volume_name(container_id))
+        if wait:
+            self._wait_gone(container_id)
+        return removed
+
+    def _wait_gone(self, container_id: str, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        delay = 0.02
+        while time.monotonic() < deadline:
+            try:
+                self.api.inspect_container(container_id)
+            except docker.errors.NotFound:
+                return
+            time.sleep(delay)
+            delay = min(delay * 2, 0.5)
+        raise TimeoutError(f"container {container_id[:12]} still present after {timeout}s")
+
+    def _nano_cpus(self, cpus: float | None) -> int | None:
+        """Clamp to the engine's cores: a task asking for 4 CPUs still runs on a 2-core box."""
+        if cpus is None:
+            return None
+        if cpus <= 0:
+            raise ValueError("cpus must be positive")
+        if cpus > self.ncpu:
+            log.debug("clamping cpus=%s to the engine's %s cores", cpus, self.ncpu)
+        return int(max(0.01, min(cpus, self.ncpu)) * 1e9)
+
+    # lookups ---------------------------------------------------------------------------------
+
+    def inspect_info(self, name_or_id: str) -> ContainerInfo | None:
+        """A managed container by exact name or id, claim merged; None if absent/unmanaged."""
+        try:
+            data = self.api.inspect_container(name_or_id)
+        except docker.errors.NotFound:
+            return None
+        name = data.get("Name", "").lstrip("/")
+        if name_or_id not in (name, data["Id"]):  # inspect also matches id prefixes
+            return None
+        labels = (data.get("Config") or {}).get("Labels") or {}
+        if labels.get(L.MANAGED) != "1":
+            return None
+        claim = None
+        try:
+            claim = self.api.inspect_volume(pools_mod.claim_volume_name(data["Id"])).get("Labels")
+        except docker.errors.NotFound:
+            pass
+        return ContainerInfo(
+            id=data["Id"],
+            name=name,
+            image=(data.get("Config") or {}).get("Image", ""),
+            state=(data.get("State") or {}).get("Status", "unknown"),
+            labels=labels,
+            claim=claim,
+        )
+
+    def ensure_name_free(self, name: str) -> None:
+        """Clear a stale holder of *name* (expired, stopped, dead owner); refuse a live one."""
+        try:
+            data = self.api.inspect_container(name)
+        except docker.errors.NotFound:
+            return
+        if data.get("Name", "").lstrip("/") != name:
+            return
+        info = self.inspect_info(name)
+        if info is not None and docker_reap.stale_reason(info, time.time(), dead_owners=True) is not None:
+            log.info("removing stale sandbox %s to reuse its name", name)
+            self.remove_container(info.id, wait=True)
+            return
+        raise SandboxExistsError(f"a sandbox named {name!r} already exists")
+
+    # housekeeping ----------------------------------------------------------------------------
+
+    def maybe_auto_reap(self) -> None:
+        """Reap in the background at most once a minute, so crashes do not accumulate."""
+        if not docker_reap.auto_reap_enabled() or time.monotonic() - self._last_auto_reap < AUTO_REAP_INTERVAL_SEC:
+            return
+        self._last_auto_reap = time.monotonic()
+        executor().submit(docker_reap.background_reap, self)
+
+
+def _tmp_mount(bounds: SandboxBounds) -> docker.types.Mount:
+    """An anonymous tmpfs *volume* (not HostConfig.Tmpfs): the engine's archive API, which
+    ``write_bytes`` / ``read_bytes`` use, reaches into volumes but not into tmpfs mounts."""
+    return docker.types.Mount(
+        target=TMP_PATH, source=None, type="volume",
+        driver_config=docker.types.DriverConfig(
+            "local", {"type": "tmpfs", "device": "tmpfs", "o": f"size={bounds.tmp_mb}m,mode=1777"}),
+    )
+
+
+def _has_children(archive: bytes) -> bool:
+    """Whether a directory's tar holds anything besides the directory itself."""
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        return any("/" in member.name.strip("/") for member in tar)
+
+
+_engine_lock = threading.Lock()
+_engine_instance: Engine | None = None
+
+
+def get_engine() -> Engine:
+    global _engine_instance
+    with _engine_lock:
+        if _engine_instance is None:
+            _engine_instance = Engine()
+        return _engine_instance

@@ -1,0 +1,543 @@
+"""Warm pools for the Docker sandbox emulation, plus the engine inventory they share with it.
+
+Storage, chosen so that every process talking to the same engine sees the same pools:
+
+* A pool spec is a Docker *volume* whose labels are the spec (image, cpus, memory, replicas,
+  network, member TTL). Volumes are cheap (no process, no image), listable by label in one call,
+  and untouched by ``docker container prune``. Labels are immutable, so a resize writes a new
+  volume with a higher generation before removing the old one: readers take the highest
+  generation and never see a gap.
+* Pool members are containers labelled with the pool. An idle member is named
+  ``ohpool_<pool>_<hex>``; claiming renames it to the sandbox name (the rename is what makes it
+  claimed). Its labels still describe the process that created it, so the claim's mutable facts
+  (owner, TTL, sandbox name) go on a per-claim volume ``ohclaim_<container id>``.
+
+Claims and refills of one pool are serialised by a thread lock (same process) plus an ``flock``
+on a file under the cache dir (other processes on this machine). Refill creates the missing
+containers under the lock (creation is fast and immediately visible to other refillers as
+``created``) and starts them outside it, so claimers never wait for a container start.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Protocol
+
+import docker.errors
+from docker import APIClient
+
+from osmosis_harbor import settings
+from osmosis_harbor.errors import (
+    PoolExistsError,
+    PoolNotFoundError,
+    SandboxExistsError,
+)
+from osmosis_harbor.sandbox.docker import labels as L
+from osmosis_harbor.sandbox.docker.labels import (
+    ContainerInfo,
+    Network,
+    Owner,
+    PoolInfo,
+    PoolSpec,
+    RemovedContainer,
+    Role,
+)
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MEMBER_TTL_SEC = 7 * 86_400
+# A member stuck in "created" this long lost its starter (crashed process): not "starting".
+STALE_CREATED_SEC = 120.0
+# Members about to expire are not handed out: the sandbox would die under the caller.
+MIN_REMAINING_SEC = 5.0
+POOL_READY_TIMEOUT_SEC = 180.0
+
+
+class Launcher(Protocol):
+    """The container primitives the pool layer borrows from the SDK facade."""
+
+    def ensure_image(self, image: str) -> None: ...
+
+    def create_container(
+        self,
+        *,
+        name: str,
+        image: str,
+        cpus: float | None,
+        memory_gb: float | None,
+        network: Network,
+        ttl_sec: int,
+        labels: dict[str, str],
+        env: dict[str, str] | None = None,
+    ) -> str: ...
+
+    def start_container(self, container_id: str) -> None: ...
+
+    def remove_container(self, container_id: str, *, wait: bool = False) -> bool: ...
+
+
+# ── inventory ───────────────────────────────────────────────────────────────────────────────
+
+
+def claim_volume_name(container_id: str) -> str:
+    """Derived from the container id so terminate() finds it without a listing."""
+    return f"{L.CLAIM_VOLUME_PREFIX}{container_id[:32]}"
+
+
+def _volumes(api: APIClient, label: str) -> list[dict[str, Any]]:
+    return api.volumes(filters={"label": [L.MANAGED_FILTER, label]}).get("Volumes") or []
+
+
+def list_claims(api: APIClient) -> dict[str, dict[str, str]]:
+    """Claim records by container id."""
+    claims: dict[str, dict[str, str]] = {}
+    for vol in _volumes(api, L.CLAIM_OF):
+        labels = vol.get("Labels") or {}
+        claims[labels.get(L.CLAIM_OF, "")] = labels
+    return claims
+
+
+def list_containers(api: APIClient, *, pool: str | None = None) -> list[ContainerInfo]:
+    """Every managed container (any state) with its claim merged in.
+
+    Claims are listed before containers: a claim whose container is missing from the later
+    listing is then certainly orphaned (claims are created only for existing containers).
+    """
+    claims = list_claims(api)
+    filters = [L.MANAGED_FILTER] + ([f"{L.POOL}={pool}"] if pool else [])
+    summaries = api.containers(all=True, filters={"label": filters})
+    return [ContainerInfo.from_summary(s, claims.get(s["Id"])) for s in summaries]
+
+
+def remove_volume(api: APIClient, name: str) -> None:
+    try:
+        api.remove_volume(name, force=True)
+    except docker.errors.NotFound:
+        pass
+
+
+def is_running(info: ContainerInfo) -> bool:
+    return info.state == "running"
+
+
+# ── locking ─────────────────────────────────────────────────────────────────────────────────
+
+
+def default_lock_dir() -> Path:
+    """Lock files live in the user cache dir: machine-local, like the engine they guard."""
+    return settings.current().pool_lock_dir()
+
+
+_thread_locks: dict[str, threading.Lock] = {}
+_thread_locks_guard = threading.Lock()
+
+
+@contextmanager
+def pool_lock(lock_dir: Path, key: str) -> Iterator[None]:
+    """Exclusive per-pool lock for threads of this process and for other processes.
+
+    ``flock`` alone would serialise threads too (each acquisition opens its own file
+    description), but the thread lock keeps same-process waiters off the kernel lock and
+    makes the intent explicit.
+    """
+    with _thread_locks_guard:
+        tlock = _thread_locks.setdefault(key, threading.Lock())
+    with tlock:
+        lock_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(lock_dir / f"{key}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+
+# ── pools ───────────────────────────────────────────────────────────────────────────────────
+
+
+class PoolManager:
+    """Pool specs, claims and refills against one engine."""
+
+    def __init__(
+        self,
+        api: APIClient,
+        launcher: Launcher,
+        submit: Callable[[Callable[[], Any]], Any],
+        *,
+        engine_key: str,
+        lock_dir: Path | None = None,
+    ) -> None:
+        self._api = api
+        self._launcher = launcher
+        self._submit = submit
+        self._engine_key = engine_key
+        self._lock_dir = lock_dir or default_lock_dir()
+
+    @contextmanager
+    def _lock(self, pool: str) -> Iterator[None]:
+        with pool_lock(self._lock_dir, f"pool-{self._engine_key}-{pool}"):
+            yield
+
+    # spec storage ---------------------------------------------------------------------------
+
+    def _spec_volumes(self, pool: str | None = None) -> dict[str, list[tuple[int, str, PoolSpec]]]:
+        label = f"{L.POOL_SPEC}={pool}" if pool else L.POOL_SPEC
+        by_pool: dict[str, list[tuple[int, str, PoolSpec]]] = {}
+        for vol in _volumes(self._api, label):
+            try:
+                spec = PoolSpec.from_labels(vol.get("Labels") or {})
+            except (KeyError, ValueError):
+                log.warning("ignoring malformed pool spec volume %s", vol.get("Name"))
+                continue
+            by_pool.setdefault(spec.name, []).append((spec.generation, vol["Name"], spec))
+        for entries in by_pool.values():
+            entries.sort(key=lambda e: e[0])
+        return by_pool
+
+    def spec_names(self) -> list[str]:
+        return sorted(self._spec_volumes())
+
+    def get_spec(self, pool: str) -> PoolSpec | None:
+        entries = self._spec_volumes(pool).get(pool)
+        return entries[-1][2] if entries else None
+
+    def _write_spec(self, spec: PoolSpec) -> PoolSpec:
+        """Create the next generation, then drop the older ones (caller holds the lock)."""
+        old = self._spec_volumes(spec.name).get(spec.name, [])
+        spec = spec.model_copy(update={"generation": (old[-1][0] + 1) if old else 0})
+        name = f"{L.SPEC_VOLUME_PREFIX}{spec.name}_{spec.generation:08d}"
+        self._api.create_volume(name=name, labels=spec.to_labels(Owner.current()))
+        for _, vol_name, _ in old:
+            remove_volume(self._api, vol_name)
+        return spec
+
+    # queries --------------------------------------------------------------------------------
+
+    def _members(self, pool: str) -> list[ContainerInfo]:
+        return list_containers(self._api, pool=pool)
+
+    @staticmethod
+    def _summarise(spec: PoolSpec, members: list[ContainerInfo]) -> PoolInfo:
+        at = time.time()
+        idle = [m for m in members if m.is_idle_member]
+        return PoolInfo(
+            spec=spec,
+            idle=sum(1 for m in idle if is_running(m) and not m.is_expired(at)),
+            starting=sum(1 for m in idle if _is_starting(m, at)),
+            claimed=sum(1 for m in members if not m.is_idle_member and is_running(m)),
+        )
+
+    def get_pool(self, pool: str) -> PoolInfo:
+        spec = self.get_spec(pool)
+        if spec is None:
+            raise PoolNotFoundError(f"no pool named {pool!r}")
+        return self._summarise(spec, self._members(pool))
+
+    def list_pools(self) -> list[PoolInfo]:
+        specs = self._spec_volumes()
+        members = [m for m in list_containers(self._api) if m.pool]
+        return [
+            self._summarise(entries[-1][2], [m for m in members if m.pool == name])
+            for name, entries in sorted(specs.items())
+        ]
+
+    # lifecycle ------------------------------------------------------------------------------
+
+    def create_pool(
+        self,
+        name: str,
+        image: str,
+        *,
+        cpus: float | None,
+        memory_gb: float | None,
+        replicas: int,
+        member_ttl_sec: int,
+        network: Network,
+    ) -> PoolInfo:
+        """Idempotent for an identical spec (re-running a prewarm is harmless)."""
+        L.validate_name(name, kind="pool")
+        if replicas < 0:
+            raise ValueError("replicas must be >= 0")
+        self._launcher.ensure_image(image)
+        wanted = PoolSpec(
+            name=name,
+            image=image,
+            cpus=cpus,
+            memory_gb=memory_gb,
+            replicas=replicas,
+            member_ttl_sec=member_ttl_sec,
+            network=network,
+            created_at=time.time(),
+        )
+        with self._lock(name):
+            existing = self.get_spec(name)
+            if existing is not None and not _same_shape(existing, wanted):
+                raise PoolExistsError(
+                    f"pool {name!r} exists with a different spec ({existing.image}, "
+                    f"cpus={existing.cpus}, memory_gb={existing.memory_gb}, "
+                    f"network={existing.network}); delete it first"
+                )
+            if existing is None or existing.replicas != replicas:
+                base = existing or wanted
+                self._write_spec(base.model_copy(update={"replicas": replicas}))
+        self.refill(name)
+        return self._wait_ready(name)
+
+    def set_pool_size(self, name: str, replicas: int) -> PoolInfo:
+        """Grow synchronously (returns when the new members run); shrink by removing idle ones."""
+        if replicas < 0:
+            raise ValueError("replicas must be >= 0")
+        with self._lock(name):
+            spec = self.get_spec(name)
+            if spec is None:
+                raise PoolNotFoundError(f"no pool named {name!r}")
+            self._write_spec(spec.model_copy(update={"replicas": replicas}))
+            self._shrink_locked(name, replicas)
+        self.refill(name)
+        return self._wait_ready(name)
+
+    def delete_pool(self, name: str) -> list[RemovedContainer]:
+        """Remove the spec and the idle members; claimed members stay with their sandboxes."""
+        with self._lock(name):
+            entries = self._spec_volumes(name).get(name, [])
+            idle = [m for m in self._members(name) if m.is_idle_member]
+            if not entries and not idle:
+                raise PoolNotFoundError(f"no pool named {name!r}")
+            for _, vol_name, _ in entries:
+                remove_volume(self._api, vol_name)
+            removed = []
+            for member in idle:
+                self._launcher.remove_container(member.id)
+                removed.append(removed_record(member, "pool deleted"))
+        return removed
+
+    def _shrink_locked(self, pool: str, replicas: int) -> None:
+        at = time.time()
+        idle = [m for m in self._members(pool) if m.is_idle_member]
+        # Drop the least useful first: not yet running, then the oldest.
+        idle.sort(key=lambda m: (is_running(m), m.created_at))
+        usable = [m for m in idle if is_running(m) or _is_starting(m, at)]
+        stale = [m for m in idle if m not in usable]
+        for member in stale + usable[: max(0, len(usable) - replicas)]:
+            self._launcher.remove_container(member.id)
+
+    def _wait_ready(self, name: str) -> PoolInfo:
+        """Poll until the pool has its replicas idle (another process may still be starting some)."""
+        deadline = time.monotonic() + POOL_READY_TIMEOUT_SEC
+        delay = 0.05
+        while True:
+            info = self.get_pool(name)
+            if info.idle >= info.replicas:
+                return info
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"pool {name!r} has {info.idle}/{info.replicas} idle members")
+            if info.starting == 0:
+                self.refill(name)
+            time.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+    # refill ---------------------------------------------------------------------------------
+
+    def refill(self, pool: str) -> list[str]:
+        """Top the pool up to its replica count; returns the ids of the members started."""
+        with self._lock(pool):
+            spec = self.get_spec(pool)
+            if spec is None:
+                return []
+            at = time.time()
+            idle = [m for m in self._members(pool) if m.is_idle_member]
+            ready = [m for m in idle if is_running(m) and not m.is_expired(at)]
+            starting = [m for m in idle if _is_starting(m, at)]
+            for dead in (m for m in idle if m not in ready and m not in starting):
+                self._launcher.remove_container(dead.id)
+            deficit = spec.replicas - len(ready) - len(starting)
+            created = [self._create_member(spec) for _ in range(max(0, deficit))]
+        started = []
+        for container_id in created:
+            try:
+                self._launcher.start_container(container_id)
+                started.append(container_id)
+            except docker.errors.NotFound:
+                log.debug("pool %s member %s vanished before start (pool deleted?)", pool, container_id)
+        return started
+
+    def schedule_refill(self, pool: str) -> None:
+        def run() -> None:
+            try:
+                self.refill(pool)
+            except Exception:  # background: log, the next claim or get_pool retries
+                log.exception("refilling pool %s failed", pool)
+
+        self._submit(run)
+
+    def _create_member(self, spec: PoolSpec) -> str:
+        name = L.idle_member_name(spec.name, uuid.uuid4().hex[:10])
+        labels = L.container_labels(
+            sandbox=name,
+            role=Role.POOL_MEMBER,
+            owner=Owner.current(),
+            created_at=time.time(),
+            ttl_sec=spec.member_ttl_sec,
+            network=spec.network,
+            pool=spec.name,
+        )
+        return self._launcher.create_container(
+            name=name,
+            image=spec.image,
+            cpus=spec.cpus,
+            memory_gb=spec.memory_gb,
+            network=spec.network,
+            ttl_sec=spec.member_ttl_sec,
+            labels=labels,
+        )
+
+    # claims ---------------------------------------------------------------------------------
+
+    def claim(
+        self,
+        pool: str,
+        *,
+        name: str,
+        ttl_sec: int,
+        owner: Owner,
+        extra: dict[str, str],
+        network: Network | None = None,
+    ) -> tuple[str, PoolSpec]:
+        """Hand an idle member to sandbox *name*; cold-start one if the pool is empty.
+
+        *network*, when given, must be the pool's network (members cannot change it).
+        Returns the container id and the pool spec (the sandbox's image comes from it).
+        """
+        spec = self.get_spec(pool)
+        if spec is None:
+            raise PoolNotFoundError(f"no pool named {pool!r}")
+        if network is not None and network != spec.network:
+            raise ValueError(
+                f"pool {pool!r} members use the {spec.network!r} network, not {network!r}: "
+                "create the pool with the network option instead"
+            )
+        with self._lock(pool):
+            member = self._claim_idle_locked(pool, name=name, ttl_sec=ttl_sec, owner=owner, extra=extra)
+        self.schedule_refill(pool)
+        if member is None:
+            log.info("pool %s has no idle member; cold-starting sandbox %s", pool, name)
+            return self._cold_start(spec, name=name, ttl_sec=ttl_sec, owner=owner, extra=extra), spec
+        self._arm_ttl(member, ttl_sec)
+        return member.id, spec
+
+    def _claim_idle_locked(
+        self, pool: str, *, name: str, ttl_sec: int, owner: Owner, extra: dict[str, str]
+    ) -> ContainerInfo | None:
+        """Rename the idle member with the most life left; the rename is the claim."""
+        at = time.time()
+        candidates = [
+            m
+            for m in self._members(pool)
+            if m.is_idle_member and is_running(m) and (m.expires_at or float("inf")) - at > MIN_REMAINING_SEC
+        ]
+        # Most remaining life first: the claimed sandbox lives min(member TTL, claim TTL).
+        candidates.sort(key=lambda m: m.expires_at or float("inf"), reverse=True)
+        for member in candidates:
+            volume = claim_volume_name(member.id)
+            self._api.create_volume(name=volume, labels=self._claim_labels(member, name, ttl_sec, owner, extra))
+            try:
+                self._api.rename(member.id, name)
+            except docker.errors.NotFound:
+                remove_volume(self._api, volume)
+                continue
+            except docker.errors.APIError as exc:
+                remove_volume(self._api, volume)
+                if exc.status_code == 409:
+                    raise SandboxExistsError(f"a sandbox named {name!r} already exists") from exc
+                raise
+            return member
+        return None
+
+    @staticmethod
+    def _claim_labels(
+        member: ContainerInfo, name: str, ttl_sec: int, owner: Owner, extra: dict[str, str]
+    ) -> dict[str, str]:
+        at = time.time()
+        labels = {
+            L.MANAGED: "1",
+            L.CLAIM_OF: member.id,
+            L.SANDBOX: name,
+            L.POOL: member.pool or "",
+            L.CREATED_AT: L.fmt_time(at),
+            L.TTL_SEC: str(ttl_sec),
+            L.EXPIRES_AT: L.fmt_time(at + ttl_sec),
+            **owner.labels(),
+        }
+        labels.update({k: v for k, v in extra.items() if v})
+        return labels
+
+    def _arm_ttl(self, member: ContainerInfo, ttl_sec: int) -> None:
+        """Enforce the claim's TTL inside the container, like a fresh sandbox's ``sleep <ttl>``.
+
+        The member's own main process already sleeps for the member TTL; when the claim ends
+        sooner, a detached exec signals PID 1 (the init), which stops the container. Needs
+        ``sh`` in the image; without it the host-side ``reap()`` still enforces the expiry.
+        """
+        remaining = (member.expires_at or float("inf")) - time.time()
+        if remaining <= ttl_sec:
+            return
+        try:
+            exec_id = self._api.exec_create(
+                member.id, ["sh", "-c", f"sleep {int(ttl_sec)} && kill -TERM 1"], stdout=False, stderr=False
+            )["Id"]
+            self._api.exec_start(exec_id, detach=True)
+        except docker.errors.APIError as exc:
+            log.warning("cannot arm TTL timer in %s (%s); relying on reap()", member.name, exc)
+
+    def _cold_start(
+        self, spec: PoolSpec, *, name: str, ttl_sec: int, owner: Owner, extra: dict[str, str]
+    ) -> str:
+        """A member created straight under the sandbox name: its own labels are the claim."""
+        labels = L.container_labels(
+            sandbox=name,
+            role=Role.POOL_MEMBER,
+            owner=owner,
+            created_at=time.time(),
+            ttl_sec=ttl_sec,
+            network=spec.network,
+            pool=spec.name,
+            extra=extra,
+        )
+        container_id = self._launcher.create_container(
+            name=name,
+            image=spec.image,
+            cpus=spec.cpus,
+            memory_gb=spec.memory_gb,
+            network=spec.network,
+            ttl_sec=ttl_sec,
+            labels=labels,
+        )
+        self._launcher.start_container(container_id)
+        return container_id
+
+
+def _is_starting(member: ContainerInfo, at: float) -> bool:
+    return member.state == "created" and at - member.created_at < STALE_CREATED_SEC
+
+
+def _same_shape(a: PoolSpec, b: PoolSpec) -> bool:
+    return (a.image, a.cpus, a.memory_gb, a.network, a.member_ttl_sec) == (
+        b.image,
+        b.cpus,
+        b.memory_gb,
+        b.network,
+        b.member_ttl_sec,
+    )
+
+
+def removed_record(info: ContainerInfo, reason: str) -> RemovedContainer:
+    return RemovedContainer(name=info.name, container_id=info.id, reason=reason, pool=info.pool)

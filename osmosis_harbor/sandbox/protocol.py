@@ -1,0 +1,78 @@
+"""The ``sky.sandbox`` surface osmosis-harbor relies on, as a ``typing.Protocol``.
+
+Harbor's ``SkypilotEnvironment`` and our own code call exactly these: module-level functions
+(each blocking, each with an ``.aio`` coroutine twin) and a sandbox handle whose ``exec``
+returns a handle to ``wait()`` on. SkyPilot's SDK and ``osmosis_harbor.sandbox.docker`` both
+satisfy it; ``sandbox-check`` (``osmosis_harbor.sandbox.conformance``) proves they agree on
+what it means.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Protocol
+
+__all__ = ["AsyncCall", "ExecHandle", "OutputReader", "SandboxHandle", "SandboxSdk"]
+
+
+class AsyncCall[R](Protocol):
+    """A blocking call that also offers ``.aio`` (the shape of every ``sky.sandbox`` call)."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> R: ...
+
+    @property
+    def aio(self) -> Callable[..., Awaitable[R]]: ...
+
+
+class OutputReader(Protocol):
+    def read(self) -> str: ...
+
+
+class ExecHandle(Protocol):
+    """What ``await sandbox.exec.aio(*argv, ...)`` returns: ``await handle.wait()``, then read."""
+
+    stdout: OutputReader
+    stderr: OutputReader
+
+    def wait(self) -> Awaitable[int]: ...
+
+
+class SandboxHandle(Protocol):
+    """A live sandbox."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def exec(self) -> AsyncCall[Any]: ...
+
+    @property
+    def write_bytes(self) -> AsyncCall[None]: ...
+
+    @property
+    def read_bytes(self) -> AsyncCall[bytes]: ...
+
+    @property
+    def terminate(self) -> AsyncCall[None]: ...
+
+
+class SandboxSdk(Protocol):
+    """The module-level surface: sandboxes, their listing, and warm pools."""
+
+    @property
+    def create(self) -> AsyncCall[SandboxHandle]: ...
+
+    @property
+    def ls(self) -> AsyncCall[Sequence[Any]]: ...
+
+    @property
+    def create_pool(self) -> AsyncCall[Any]: ...
+
+    @property
+    def set_pool_size(self) -> AsyncCall[Any]: ...
+
+    @property
+    def delete_pool(self) -> AsyncCall[Any]: ...
+
+    @property
+    def get_pool(self) -> AsyncCall[Any]: ...

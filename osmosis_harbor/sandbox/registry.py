@@ -1,0 +1,81 @@
+"""Which implementation of the ``sky.sandbox`` surface a sandbox environment talks to.
+
+Production uses SkyPilot's Sandbox SDK (``sky.sandbox``), which ships with the SkyPilot
+Platform installer and not with PyPI's ``skypilot``. Locally and in tests we use our
+Docker-backed implementation of the same surface (``osmosis_harbor.sandbox.docker``). The
+choice is an explicit name (``sdk="docker"`` / ``sdk="skypilot"``) carried in the environment
+kwargs, never a patched module global, so both can coexist in one process. What an
+implementation can do beyond the common surface is data on its registration, not a string
+comparison at the call site.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import cast
+
+from osmosis_harbor.errors import ConfigError, SandboxSdkMissingError
+from osmosis_harbor.sandbox.protocol import SandboxSdk
+
+__all__ = ["DEFAULT_SDK", "SDK_NAMES", "SandboxImplementation", "implementation", "load_sandbox_sdk", "register"]
+
+SKYPILOT_SDK_MISSING = (
+    "The SkyPilot Sandbox SDK ('sky.sandbox') is not installed in this environment. "
+    "It ships with the SkyPilot Platform installer, not with PyPI's 'skypilot' (which "
+    "cannot be installed next to harbor 0.25 and has no 'sky.sandbox'). Install the "
+    "Platform Sandbox SDK into this virtualenv, run 'sky api login -e <endpoint>', and "
+    "retry; or use the local Docker sandbox with --env docker / sdk=\"docker\"."
+)
+
+
+@dataclass(frozen=True)
+class SandboxImplementation:
+    """One registered implementation of the ``sky.sandbox`` surface.
+
+    ``reaches_host``: a sandbox can share the host's network (``host_network=True``) and so
+    reach a server on this machine's loopback. ``local_images``: sandboxes run on the engine
+    that builds task images, so without a registry images stay local (nothing is pushed).
+    ``missing_hint``: what to install when the module cannot be imported."""
+
+    name: str
+    module: str
+    reaches_host: bool = False
+    local_images: bool = False
+    missing_hint: str | None = None
+
+    def load(self) -> SandboxSdk:
+        try:
+            return cast(SandboxSdk, importlib.import_module(self.module))
+        except Exception as exc:  # a broken ~/.sky config raises more than ImportError
+            if self.missing_hint is None:
+                raise
+            raise SandboxSdkMissingError(self.name, self.missing_hint, exc) from exc
+
+
+_REGISTRY: dict[str, SandboxImplementation] = {}
+
+
+def register(impl: SandboxImplementation) -> SandboxImplementation:
+    """Make ``impl`` selectable by its name (``sdk=`` / ``--env`` / ``sandbox-check --sdk``)."""
+    _REGISTRY[impl.name] = impl
+    return impl
+
+
+register(SandboxImplementation("docker", "osmosis_harbor.sandbox.docker", reaches_host=True, local_images=True))
+register(SandboxImplementation("skypilot", "sky.sandbox", missing_hint=SKYPILOT_SDK_MISSING))
+DEFAULT_SDK = "skypilot"
+SDK_NAMES: tuple[str, ...] = tuple(_REGISTRY)
+
+
+def implementation(name: str) -> SandboxImplementation:
+    """The registered implementation called ``name``."""
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise ConfigError(f"unknown sandbox sdk {name!r}: choose one of {', '.join(_REGISTRY)}") from None
+
+
+def load_sandbox_sdk(name: str) -> SandboxSdk:
+    """The module implementing the ``sky.sandbox`` surface for ``name``."""
+    return implementation(name).load()

@@ -1,0 +1,70 @@
+"""Every knob osmosis-harbor reads from the host environment, in one model read in one place.
+
+``current()`` reads the environment afresh on every call (cheap, and a test or a caller that
+changes a variable sees it at once); nothing here is read, and nothing is written, at import
+time. The README's "Settings" table documents each field. Names are prefixed
+``OSMOSIS_HARBOR_``; the few that belong to other tools keep those tools' names
+(``HARBOR_SKYPILOT_REGISTRY``, ``DOCKER_HOST``, ``XDG_CACHE_HOME``).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from pydantic import AliasChoices, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+__all__ = ["Settings", "child_environment", "current", "host_variable", "use_bundled_model_prices"]
+
+DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
+
+
+class Settings(BaseSettings):
+    """The host-side settings (see the README's "Settings" table)."""
+
+    model_config = SettingsConfigDict(env_prefix="OSMOSIS_HARBOR_", extra="ignore", frozen=True)
+
+    bundles: Path | None = Field(None, description="the bundle wheel cache (default ./bundles)")
+    lock_dir: Path | None = Field(None, description="pool lock files (default $XDG_CACHE_HOME/osmosis-harbor/locks)")
+    keep_home: bool = Field(False, description="`rollout` keeps the osmosis server's trajectories in ~/.osmosis")
+    registry: str | None = Field(
+        None, validation_alias=AliasChoices("OSMOSIS_HARBOR_REGISTRY", "HARBOR_SKYPILOT_REGISTRY"),
+        description="the registry task images are pushed to when none is passed")
+    docker_host: str = Field(DEFAULT_DOCKER_HOST, validation_alias="DOCKER_HOST",
+                             description="the Docker engine (read by the docker SDK itself too)")
+    xdg_cache_home: Path | None = Field(None, validation_alias="XDG_CACHE_HOME")
+
+    def pool_lock_dir(self) -> Path:
+        """Lock files live in the user cache dir: machine-local, like the engine they guard."""
+        if self.lock_dir is not None:
+            return self.lock_dir
+        base = self.xdg_cache_home or Path.home() / ".cache"
+        return base / "osmosis-harbor" / "locks"
+
+    def bundle_cache(self) -> Path:
+        return self.bundles if self.bundles is not None else Path("bundles")
+
+
+def current() -> Settings:
+    """The settings as the environment says now."""
+    return Settings()
+
+
+def host_variable(name: str) -> str | None:
+    """A variable the user named explicitly (a sandbox secret, ``--api-key-env``)."""
+    return os.environ.get(name)
+
+
+def child_environment(**overrides: str) -> dict[str, str]:
+    """This process's environment plus ``overrides``, for a subprocess we start."""
+    return {**os.environ, **overrides}
+
+
+def use_bundled_model_prices() -> None:
+    """Make litellm use its bundled model-price map instead of downloading one when it is first
+    imported (Harbor's agents import it; hosts without egress would wait on the download).
+
+    Called by the entry points (the command line, ``HarborBackend``, ``validate_tasks``) before
+    they import Harbor's agents, never at import time; a value the user set wins."""
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")

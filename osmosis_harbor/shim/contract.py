@@ -1,0 +1,55 @@
+"""The host <-> sandbox contract: the one definition both sides import.
+
+The host (``osmosis_harbor.agents``, ``tasks``, ``backend``) stages files and sets variables
+by these names; the shim, in the sandbox, reads them, and writes its products where the host
+reads them back. The shim ships inside every bundle wheel, so this module imports only the
+standard library and ``osmosis_ai``. It is also the one module of the shim that reads the
+process environment (``environ``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from osmosis_ai.rollout.context import API_KEY_ENV, CHAT_COMPLETIONS_URL_ENV
+
+# ── paths in the sandbox ─────────────────────────────────────────────────────
+LOGS_DIR = "/logs"  # Harbor downloads /logs/agent and /logs/verifier into the trial directory
+AGENT_LOGS = f"{LOGS_DIR}/agent"
+VERIFIER_LOGS = f"{LOGS_DIR}/verifier"
+ROLLOUT_INPUT = "/osmosis/rollout_input.json"  # id, prompt, metadata: never the label
+TESTS_DIR = "/tests"  # uploaded by Harbor only for verification
+GRADING_INPUT_FILENAME = "osmosis_grading_input.json"
+GRADING_INPUT = f"{TESTS_DIR}/{GRADING_INPUT_FILENAME}"
+BUNDLE_ROOT = "/opt/osmosis"
+VENV = f"{BUNDLE_ROOT}/venv"  # the bundle's own venv: the image's Python and user are left alone
+WHEELS_DIR = f"{BUNDLE_ROOT}/wheels"
+CONTAINER_REQUIREMENTS = f"{BUNDLE_ROOT}/requirements.txt"  # baked into the image by the Dockerfile patch
+
+# ── files the shim writes (under agent/ and verifier/) ───────────────────────
+SAMPLE_FILENAME = "sample.json"
+REWARD_FILENAME = "reward.json"
+ERROR_FILENAME = "error.json"
+TRAJECTORY_FILENAME = "trajectory.json"
+
+# ── the Python a bundle needs, and how an image that lacks it is reported ────
+MIN_PYTHON = (3, 12)
+EXIT_NO_PYTHON = 90  # the task image has no python3
+EXIT_OLD_PYTHON = 91  # its python3 is older than MIN_PYTHON
+IMAGE_PROBLEM_EXITS = frozenset({EXIT_NO_PYTHON, EXIT_OLD_PYTHON})
+
+# ── environment variables (the key and endpoint travel only here, never in files) ──
+ROLLOUT_INPUT_ENV = "OSMOSIS_ROLLOUT_INPUT"
+ROLLOUT_ID_ENV = "OSMOSIS_ROLLOUT_ID"
+GRADING_INPUT_ENV = "OSMOSIS_GRADING_INPUT"
+LOGS_DIR_ENV = "OSMOSIS_LOGS_DIR"
+CHAT_URL_ENV = CHAT_COMPLETIONS_URL_ENV  # osmosis_ai's names, so they cannot drift from RolloutContext
+KEY_ENV = API_KEY_ENV
+AGENT_TIMEOUT_ENV = "OSMOSIS_AGENT_TIMEOUT_SEC"  # seconds (float); unset or empty: unbounded
+GRADER_TIMEOUT_ENV = "OSMOSIS_GRADER_TIMEOUT_SEC"
+
+
+def environ(env: Mapping[str, str] | None = None) -> Mapping[str, str]:
+    """The environment the shim reads: ``env`` when given (tests), else the process's own."""
+    return os.environ if env is None else env

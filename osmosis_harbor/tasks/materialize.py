@@ -1,0 +1,139 @@
+"""Per-rollout task copies: the task, plus the rollout's own files staged in it.
+
+Host-side only. For every rollout the backend resolves a task (``TaskResolver``, see
+``osmosis_harbor.tasks.refs``) and calls ``materialize_task`` to copy it into the
+rollout's work directory, where the rollout's own files are staged:
+
+* ``instruction.md``: replaced by the rendered prompt (template mode, ``prompt``);
+* ``tests/osmosis_grading_input.json``: what the Osmosis grader reads in the verifier;
+* ``tests/test.sh``: generated to run the grader, only when the task has no tests of
+  its own (a task's own ``tests/test.sh`` always wins; ``verifier``);
+* ``environment/Dockerfile``: optionally patched to pre-install the bundle's
+  dependencies into the bundle venv (``dockerfile``).
+
+A copy of a small task takes a few milliseconds (``shutil.copytree`` keeping symlinks,
+after checking that none leads outside the task).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from osmosis_harbor.errors import ConfigError, TaskResolutionError
+from osmosis_harbor.tasks.discovery import INSTRUCTION, is_task_dir, symlink_problem
+from osmosis_harbor.tasks.dockerfile import EnvironmentPatch, patch_environment
+from osmosis_harbor.tasks.files import write_file
+from osmosis_harbor.tasks.refs import ResolvedTask
+from osmosis_harbor.tasks.verifier import (
+    GRADING_INPUT_FILENAME,
+    generated_test_sh,
+    isolate_verifier,
+    task_step_names,
+)
+
+__all__ = ["MaterializedTask", "materialize_task"]
+
+
+@dataclass(frozen=True)
+class MaterializedTask:
+    """The materialized task directory and what was staged in it (decided once, carried as data).
+
+    ``generated_tests``: ``tests/test.sh`` was generated from ``grade_command`` (False: the
+    task's own tests run, or no grade command was given). ``environment_patched``: the
+    Dockerfile installs the bundle's dependencies, so a trial installs only the wheel."""
+
+    path: Path
+    generated_tests: bool = False
+    instruction_replaced: bool = False
+    grading_input_written: bool = False
+    environment_patched: bool = False
+    verifier_isolated: bool = False
+
+    def flags(self) -> dict[str, bool]:
+        return {
+            "generated_tests": self.generated_tests,
+            "instruction_replaced": self.instruction_replaced,
+            "grading_input_written": self.grading_input_written,
+            "environment_patched": self.environment_patched,
+            "verifier_isolated": self.verifier_isolated,
+        }
+
+
+def _relink_absolute(src_root: Path, dest: Path) -> None:
+    """Point absolute symlinks (already known to stay inside the task) at the copy."""
+    for dirpath, dirnames, filenames in os.walk(dest):
+        for name in [*dirnames, *filenames]:
+            link = Path(dirpath) / name
+            if link.is_symlink() and os.path.isabs(target := os.readlink(link)):
+                inside = Path(target).resolve().relative_to(src_root)
+                link.unlink()
+                link.symlink_to(os.path.relpath(dest / inside, link.parent))
+
+
+def materialize_task(
+    source: ResolvedTask | Path,
+    dest: Path,
+    *,
+    instruction: str | None = None,
+    grading_input: dict[str, Any] | None = None,
+    grade_command: str | None = None,
+    environment_patch: EnvironmentPatch | None = None,
+    isolate_grader: bool = False,
+    grader_inputs: list[str] | tuple[str, ...] = (),
+) -> MaterializedTask:
+    """Copy a task to ``dest`` (which must not exist, or be empty) and stage rollout files.
+
+    ``isolate_grader``: when ``tests/test.sh`` is generated (the grader is the verifier),
+    the grader runs in a fresh sandbox of the same image (``isolate_verifier``).
+
+    Returns a ``MaterializedTask``: the copy's path and what was staged in it.
+    Symlinks are kept as symlinks; one leading outside the task is refused, and absolute
+    ones inside it are rewritten to point into the copy.
+    """
+    src = Path(source.path if isinstance(source, ResolvedTask) else source)
+    label = source.task_id if isinstance(source, ResolvedTask) else str(src)
+    if not is_task_dir(src):
+        raise TaskResolutionError(f"task {label}: {src} has no task.toml, so it is not a Harbor task")
+    if grade_command is not None and ("\n" in grade_command or "\r" in grade_command or not grade_command.strip()):
+        raise ConfigError(f"grade_command must be one non-empty shell command line, got {grade_command!r}")
+    problem = symlink_problem(src)
+    if problem is not None:
+        raise TaskResolutionError(f"task {label}: {problem}")
+    dest = Path(dest)
+    if dest.resolve().is_relative_to(src.resolve()):
+        raise ConfigError(f"materialize_task: destination {dest} is inside the task {src}")
+    if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
+        raise FileExistsError(f"materialize_task: {dest} already exists and is not an empty directory")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    staged: dict[str, bool] = {}
+    try:
+        shutil.copytree(src, dest, symlinks=True, dirs_exist_ok=dest.exists())
+        _relink_absolute(src.resolve(), dest)
+        if instruction is not None:
+            write_file(dest / INSTRUCTION, instruction)
+            staged["instruction_replaced"] = True
+        elif not (dest / INSTRUCTION).is_file() and not task_step_names(dest):  # steps carry their own
+            raise TaskResolutionError(f"task {label}: no {INSTRUCTION} and no instruction was given")
+        tests = dest / "tests"
+        if grading_input is not None:
+            write_file(tests / GRADING_INPUT_FILENAME, json.dumps(grading_input, ensure_ascii=False, default=str))
+            staged["grading_input_written"] = True
+        if grade_command is not None and not any(
+            (tests / name).exists() or (tests / name).is_symlink() for name in ("test.sh", "test.bat")
+        ):
+            write_file(tests / "test.sh", generated_test_sh(grade_command), mode=0o755)
+            staged["generated_tests"] = True
+            if isolate_grader:
+                isolate_verifier(dest, grader_inputs)
+                staged["verifier_isolated"] = True
+        if environment_patch is not None:
+            staged["environment_patched"] = patch_environment(dest / "environment", environment_patch)
+    except BaseException:
+        shutil.rmtree(dest, ignore_errors=True)
+        raise
+    return MaterializedTask(path=dest, **staged)

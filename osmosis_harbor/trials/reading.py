@@ -1,0 +1,261 @@
+"""Reading a Harbor ``TrialResult``: which phase failed, why, the reward and timings.
+
+Harbor records failures in several places: an exception on the trial (environment build
+or start, agent setup, agent timeout, missing reward file), a reward below 1 that is not
+an exception at all, and, for the oracle agent, a non-zero ``solve.sh`` exit written to
+``agent/exit-code.txt`` with no exception. Both ``validate`` and ``HarborBackend`` need
+one honest reading of all of them.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from harbor.models.trial.result import StepResult, TimingInfo, TrialResult
+from harbor.models.verifier.result import VerifierResult
+from pydantic import BaseModel
+
+from osmosis_harbor.errors import recorded_error
+
+
+class Phase(StrEnum):
+    """Where a trial failed, in the order a trial runs."""
+
+    TASK = "task"  # the task itself is invalid (reported before any sandbox starts)
+    ENVIRONMENT = "environment"  # image build/push, sandbox create/start
+    AGENT_SETUP = "agent_setup"
+    AGENT = "agent"
+    VERIFIER = "verifier"
+    CANCELLED = "cancelled"
+
+
+class StepReading(BaseModel):
+    """One step of a multi-step trial: its rewards, and what stopped it if anything did.
+
+    ``ran`` is False for a step Harbor never started (an earlier step failed, or fell
+    below its ``min_reward``)."""
+
+    name: str
+    ran: bool = True
+    reward: float | None = None
+    rewards: dict[str, float] = {}
+    failed_phase: Phase | None = None
+    error: str | None = None
+    exception_type: str | None = None
+    timings_sec: dict[str, float] = {}
+
+
+class TrialReading(BaseModel):
+    """What a trial result says, flattened for tables, JSON reports and outcomes.
+
+    For a multi-step trial ``reward``/``rewards`` are Harbor's aggregate (the task's
+    ``multi_step_reward_strategy``) and ``steps`` holds one reading per declared step;
+    ``failed_phase``/``error`` then name the first step that failed. ``steps`` is None
+    for single-step trials."""
+
+    reward: float | None
+    rewards: dict[str, float] = {}
+    failed_phase: Phase | None = None
+    error: str | None = None
+    exception_type: str | None = None
+    timings_sec: dict[str, float] = {}
+    steps: list[StepReading] | None = None
+
+
+# Harbor records one exception per trial but may run later phases after it (an agent
+# timeout is still verified), so the exception type, not the last phase that started,
+# says where the trial failed whenever the type tells us. Harbor's own exceptions are
+# known here by name (they are Harbor's types); ours carry their phase (``errors``).
+_HARBOR_PHASE_OF_EXCEPTION: dict[str, Phase] = {
+    "EnvironmentStartTimeoutError": Phase.ENVIRONMENT,
+    "AgentSetupTimeoutError": Phase.AGENT_SETUP,
+    "AgentTimeoutError": Phase.AGENT,
+    "VerifierTimeoutError": Phase.VERIFIER,
+    "RewardFileNotFoundError": Phase.VERIFIER,
+    "RewardFileEmptyError": Phase.VERIFIER,
+    "VerifierOutputParseError": Phase.VERIFIER,
+    "AddTestsDirError": Phase.VERIFIER,
+    "DownloadVerifierDirError": Phase.VERIFIER,
+    "CancelledError": Phase.CANCELLED,
+    # multi-step: a step's healthcheck or setup.sh prepares the sandbox for that step
+    "HealthcheckError": Phase.ENVIRONMENT,
+}
+# Harbor's timeouts: the rollout failed for lack of time, whatever phase it was in.
+TIMEOUT_EXCEPTIONS = frozenset({
+    "AgentTimeoutError",
+    "VerifierTimeoutError",
+    "AgentSetupTimeoutError",
+    "EnvironmentStartTimeoutError",
+})
+
+
+def phase_of_exception(exception_type: str | None) -> Phase | None:
+    """The phase an exception recorded on a trial stops, when its type says so."""
+    ours = recorded_error(exception_type)
+    if ours is not None:
+        return Phase(ours.phase) if ours.phase is not None else None
+    return _HARBOR_PHASE_OF_EXCEPTION.get(exception_type or "")
+
+
+_PHASE_FIELDS: tuple[tuple[str, Phase], ...] = (
+    ("environment_setup", Phase.ENVIRONMENT),
+    ("agent_setup", Phase.AGENT_SETUP),
+    ("agent_execution", Phase.AGENT),
+    ("verifier", Phase.VERIFIER),
+)
+
+
+def _seconds(timing: TimingInfo | None) -> float | None:
+    if timing is None or timing.started_at is None or timing.finished_at is None:
+        return None
+    return round((timing.finished_at - timing.started_at).total_seconds(), 3)
+
+
+def phase_timings(result: TrialResult) -> dict[str, float]:
+    """Seconds spent per phase, plus the whole trial, for phases that ran."""
+    timings: dict[str, float] = {}
+    for field, phase in _PHASE_FIELDS:
+        seconds = _seconds(getattr(result, field))
+        if seconds is not None:
+            timings[phase.value] = seconds
+    if result.started_at and result.finished_at:
+        timings["total"] = round((result.finished_at - result.started_at).total_seconds(), 3)
+    return timings
+
+
+def _last_started_phase(result: TrialResult) -> Phase:
+    last = Phase.ENVIRONMENT
+    for field, phase in _PHASE_FIELDS:
+        timing = getattr(result, field)
+        if timing is not None and timing.started_at is not None:
+            last = phase
+    return last
+
+
+def primary_reward(rewards: dict[str, float] | None) -> float | None:
+    """The trial's scalar reward: ``reward`` if present, else the only value."""
+    if not rewards:
+        return None
+    if "reward" in rewards:
+        return float(rewards["reward"])
+    if len(rewards) == 1:
+        return float(next(iter(rewards.values())))
+    return None
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    line = lines[0] if lines else ""
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def _float_rewards(verifier_result: VerifierResult | None) -> dict[str, float]:
+    return {k: float(v) for k, v in ((verifier_result and verifier_result.rewards) or {}).items()}
+
+
+def _oracle_exit_code(agent_dir: Path) -> str | None:
+    """Harbor's oracle writes ``exit-code.txt`` (and raises nothing) when ``solve.sh`` fails."""
+    path = agent_dir / "exit-code.txt"
+    return path.read_text().strip() if path.is_file() else None
+
+
+def _step_phase(step: StepResult) -> Phase:
+    exc = step.exception_info
+    assert exc is not None
+    if (phase := phase_of_exception(exc.exception_type)) is not None:
+        return phase
+    if "setup.sh" in exc.exception_message:  # Harbor raises a RuntimeError for a failing step setup
+        return Phase.ENVIRONMENT
+    if step.verifier is not None and step.verifier.started_at is not None:
+        return Phase.VERIFIER
+    return Phase.AGENT if step.agent_execution is not None else Phase.ENVIRONMENT
+
+
+def read_step(step: StepResult, trial_dir: Path) -> StepReading:
+    """One step's reading; its oracle exit code lives under ``steps/<name>/agent/``."""
+    rewards = _float_rewards(step.verifier_result)
+    timings = {
+        phase.value: seconds
+        for phase, timing in ((Phase.AGENT, step.agent_execution), (Phase.VERIFIER, step.verifier))
+        if (seconds := _seconds(timing)) is not None
+    }
+    reading = StepReading(name=step.step_name, reward=primary_reward(rewards), rewards=rewards, timings_sec=timings)
+    if step.exception_info is not None:
+        exc = step.exception_info
+        reading.failed_phase = _step_phase(step)
+        reading.error = f"{exc.exception_type}: {_one_line(exc.exception_message) or exc.exception_type}"
+        reading.exception_type = exc.exception_type
+        return reading
+    code = _oracle_exit_code(trial_dir / "steps" / step.step_name / "agent")
+    if code is not None:
+        reading.failed_phase = Phase.AGENT
+        reading.error = f"solve.sh exited with status {code}"
+    return reading
+
+
+def read_steps(result: TrialResult, trial_dir: Path) -> list[StepReading] | None:
+    """Readings for every step the task declares, in order (None for a single-step task).
+
+    Steps Harbor did not start are listed with ``ran=False``, so that a report can never
+    mistake "two of three steps passed, the third never ran" for a pass."""
+    declared = [step.name for step in (result.config.task and _declared_steps(result)) or []]
+    if not declared and not result.step_results:
+        return None
+    ran = {step.step_name: read_step(step, trial_dir) for step in result.step_results or []}
+    names = declared or list(ran)
+    return [ran.get(name) or StepReading(name=name, ran=False) for name in names]
+
+
+def _declared_steps(result: TrialResult) -> list[Any]:
+    """The task's ``[[steps]]`` as Harbor loaded them for this trial (the task copy on disk)."""
+    from harbor.models.task.config import TaskConfig
+
+    path = result.config.task.path
+    if path is None or not (Path(path) / "task.toml").is_file():
+        return []
+    try:
+        return TaskConfig.model_validate_toml((Path(path) / "task.toml").read_text()).steps or []
+    except Exception:  # the trial ran from it; if it is gone or changed, fall back to what ran
+        return []
+
+
+def read_trial(result: TrialResult, trial_dir: Path | None = None) -> TrialReading:
+    """Interpret ``result`` (and the trial directory's agent exit codes, if any)."""
+    trial_dir = trial_dir or Path(result.trial_uri.removeprefix("file://"))
+    rewards = _float_rewards(result.verifier_result)
+    reward = primary_reward(rewards)
+    timings = phase_timings(result)
+    steps = read_steps(result, trial_dir)
+    exc = result.exception_info
+    if exc is not None:
+        phase = phase_of_exception(exc.exception_type) or _last_started_phase(result)
+        message = _one_line(exc.exception_message) or exc.exception_type
+        return TrialReading(
+            reward=reward,
+            rewards=rewards,
+            failed_phase=phase,
+            error=f"{exc.exception_type}: {message}",
+            exception_type=exc.exception_type,
+            timings_sec=timings,
+            steps=steps,
+        )
+    if steps is not None:
+        failed = next((s for s in steps if s.failed_phase is not None), None)
+        return TrialReading(
+            reward=reward, rewards=rewards, timings_sec=timings, steps=steps,
+            failed_phase=failed.failed_phase if failed else None,
+            error=f"step {failed.name}: {failed.error}" if failed else None,
+            exception_type=failed.exception_type if failed else None,
+        )
+    code = _oracle_exit_code(trial_dir / "agent")
+    if code is not None:
+        return TrialReading(
+            reward=reward,
+            rewards=rewards,
+            failed_phase=Phase.AGENT,
+            error=f"solve.sh exited with status {code}",
+            timings_sec=timings,
+        )
+    return TrialReading(reward=reward, rewards=rewards, timings_sec=timings)

@@ -1,0 +1,5 @@
+"""Oracle (and nop) validation of Harbor datasets, with Harbor's lint rules and JUnit output."""
+
+from osmosis_harbor.validate.run import TaskValidation, ValidationReport, validate_tasks
+
+__all__ = ["TaskValidation", "ValidationReport", "validate_tasks"]

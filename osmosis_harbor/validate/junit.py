@@ -1,0 +1,73 @@
+"""``validate --junit FILE``: the validation report as JUnit XML, which CI systems display natively.
+
+One ``<testsuite>`` per run (named after the dataset), one ``<testcase>`` per task. A failed
+task carries ``<failure type="<failed phase>" message="<phase>: <error>">`` whose body is the
+error followed by the task's row of the JSON report (rewards, timings, lint, trial directory),
+so the two reports cannot disagree. Every test case's ``<system-out>`` holds its phase timings.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import xml.etree.ElementTree as ET
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from osmosis_harbor.validate import TaskValidation, ValidationReport
+
+# Characters XML 1.0 cannot carry even escaped (control characters such as the ANSI escape in
+# captured output, lone surrogates); ElementTree would write them and produce a file no CI
+# parser accepts.
+_NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def _text(value: str) -> str:
+    """``value`` with what XML cannot carry spelled as Python escapes (``\\x1b``)."""
+    return _NOT_XML.sub(lambda m: repr(m.group())[1:-1], value)
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.3f}"
+
+
+def _timings(row: TaskValidation) -> str:
+    if not row.timings_sec:
+        return "no phase ran"
+    return "phase timings: " + ", ".join(f"{phase} {sec:.3f}s" for phase, sec in row.timings_sec.items())
+
+
+def _testcase(suite: ET.Element, row: TaskValidation, classname: str) -> None:
+    case = ET.SubElement(suite, "testcase", classname=_text(classname), name=_text(row.id),
+                         time=_seconds(row.timings_sec.get("total", 0.0)))
+    if not row.passed:
+        phase = row.failed_phase or "unknown"
+        error = row.error or "failed"
+        failure = ET.SubElement(case, "failure", message=_text(f"{phase}: {error}"), type=_text(phase))
+        details = row.model_dump(mode="json", exclude={"id", "passed"}, exclude_none=True)
+        failure.text = _text(f"{error}\n\n{json.dumps(details, indent=2, ensure_ascii=False)}\n")
+    ET.SubElement(case, "system-out").text = _text(_timings(row))
+
+
+def junit_tree(report: ValidationReport, *, suite_name: str) -> ET.ElementTree:
+    """The report as a ``<testsuites>`` document with one ``<testsuite>``."""
+    started = datetime.now() - timedelta(seconds=report.wall_sec)
+    counts = {"tests": str(len(report.tasks)), "failures": str(report.failed), "errors": "0",
+              "skipped": "0", "time": _seconds(report.wall_sec)}
+    root = ET.Element("testsuites", name="osmosis-harbor validate", **counts)
+    suite = ET.SubElement(root, "testsuite", name=_text(suite_name), **counts,
+                          timestamp=started.isoformat(timespec="seconds"), hostname=_text(socket.gethostname()))
+    properties = ET.SubElement(suite, "properties")
+    for name, value in (("agent", report.agent), ("environment", report.environment)):
+        ET.SubElement(properties, "property", name=name, value=_text(value))
+    for row in report.tasks:
+        _testcase(suite, row, suite_name)
+    ET.indent(root)
+    return ET.ElementTree(root)
+
+
+def write_junit(report: ValidationReport, path: Path, *, suite_name: str) -> None:
+    """Write ``report`` to ``path`` as UTF-8 JUnit XML (``suite_name``: the dataset path)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    junit_tree(report, suite_name=suite_name).write(path, encoding="utf-8", xml_declaration=True)

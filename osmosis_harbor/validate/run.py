@@ -1,0 +1,208 @@
+"""Oracle validation of Harbor datasets: every task's reference solution must score 1.0.
+
+Each task runs as a real Harbor trial through ``TrialQueue`` in a sandbox (local Docker
+or SkyPilot), with Harbor's ``oracle`` agent (``solution/solve.sh``) and Harbor's verifier
+(``tests/test.sh``). Harbor reports a failing ``solve.sh`` as a low reward rather than an
+exception, so a task passes only when its reward is exactly 1.0 and nothing failed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from pathlib import Path
+
+from harbor.models.trial.config import (
+    AgentConfig,
+    EnvironmentConfig,
+    TaskConfig,
+    TrialConfig,
+)
+from harbor.trial.hooks import TrialEvent, TrialHookEvent
+from harbor.trial.queue import TrialQueue
+from pydantic import BaseModel
+
+from osmosis_harbor import settings
+from osmosis_harbor.errors import ConfigError, DatasetError
+from osmosis_harbor.sandbox.live import terminate_live_sandboxes
+from osmosis_harbor.tasks.discovery import TaskRef, check_task
+from osmosis_harbor.trials.job import write_job_dir
+from osmosis_harbor.trials.naming import trial_name
+from osmosis_harbor.trials.reading import Phase, read_trial
+from osmosis_harbor.trials.verdict import EXPECTED_REWARD, StepVerdict, judge
+from osmosis_harbor.validate.lint import (
+    LintIssue,
+    LintMode,
+    lint_dataset,
+    refuse_lint_errors,
+)
+
+
+class TaskValidation(BaseModel):
+    """One task's oracle verdict (a row of the table and of the JSON report)."""
+
+    id: str
+    passed: bool
+    reward: float | None = None
+    rewards: dict[str, float] = {}
+    failed_phase: str | None = None
+    error: str | None = None
+    timings_sec: dict[str, float] = {}
+    steps: list[StepVerdict] | None = None
+    trial_dir: str | None = None
+    lint: list[LintIssue] | None = None  # Harbor's lint findings, when --lint ran
+
+
+class ValidationReport(BaseModel):
+    """The machine-readable report written by ``validate --json``."""
+
+    passed: int
+    failed: int
+    agent: str
+    environment: str
+    wall_sec: float
+    tasks: list[TaskValidation]
+    job_dir: str | None = None  # the kept trials, a Harbor job directory (harbor view)
+
+    @property
+    def ok(self) -> bool:
+        return self.failed == 0
+
+
+ProgressCallback = Callable[[str, str], None]  # (task id, stage)
+
+
+def _row_for_result(task: TaskRef, result, trial_dir: Path, keep: bool, agent: str) -> TaskValidation:
+    reading = read_trial(result, trial_dir)
+    verdict = judge(reading, agent)
+    return TaskValidation(
+        id=task.id,
+        passed=verdict.passed,
+        reward=reading.reward,
+        rewards=reading.rewards,
+        failed_phase=verdict.failed_phase,
+        error=verdict.error,
+        timings_sec=reading.timings_sec,
+        steps=verdict.steps,
+        trial_dir=str(trial_dir) if keep else None,
+    )
+
+
+async def validate_tasks(
+    tasks: Sequence[TaskRef],
+    *,
+    environment: EnvironmentConfig,
+    agent: str = "oracle",
+    n_concurrent: int = 4,
+    trials_dir: Path | None = None,
+    keep_trials: bool = False,
+    on_progress: ProgressCallback | None = None,
+    lint: LintMode = LintMode.OFF,
+) -> ValidationReport:
+    """Run every task through Harbor's ``TrialQueue`` and judge it by its rewards.
+
+    With the ``oracle`` agent a task passes at reward 1.0 (its solution works); with
+    ``nop`` at 0.0 (its tests do not pass an untouched sandbox). Multi-step and
+    multi-channel rewards follow the rules in ``osmosis_harbor.verdict``.
+
+    Invalid tasks are reported (phase ``task``) without starting a sandbox; so are tasks
+    with Harbor lint errors under ``lint=strict``. A kept ``trials_dir`` is a Harbor job
+    directory (``trials_dir`` itself, or a job inside a temp dir). Whatever
+    happens, including cancellation, no sandbox this run created outlives the call.
+    """
+    if agent not in EXPECTED_REWARD:
+        raise ConfigError(f"validate runs the oracle (reference solutions must score 1) or nop "
+                         f"(an untouched sandbox must score 0), not {agent!r}")
+    settings.use_bundled_model_prices()
+    started = time.monotonic()
+    notify = on_progress or (lambda _id, _stage: None)
+    owns_dir = trials_dir is None
+    job_name = f"validate-{agent}-{datetime.now():%Y-%m-%d__%H-%M-%S}"
+    root = Path(trials_dir or Path(tempfile.mkdtemp(prefix="osmosis-harbor-validate-")) / job_name)
+    root.mkdir(parents=True, exist_ok=True)
+    rows: dict[str, TaskValidation] = {}
+    runnable: list[tuple[TaskRef, TrialConfig]] = []
+    findings = lint_dataset(list(tasks), lint)
+    for task in tasks:
+        try:
+            check_task(task)
+            if lint == LintMode.STRICT:
+                refuse_lint_errors(task, findings[task.id])
+        except DatasetError as exc:
+            rows[task.id] = TaskValidation(id=task.id, passed=False, failed_phase=Phase.TASK.value, error=str(exc))
+            notify(task.id, "invalid")
+            continue
+        config = TrialConfig(
+            task=TaskConfig(path=task.path),
+            trial_name=trial_name(task.id, max_slug=32, fallback="task"),
+            trials_dir=root,
+            agent=AgentConfig(name=agent),
+            environment=environment,
+        )
+        runnable.append((task, config))
+
+    by_trial = {config.trial_name: task.id for task, config in runnable}
+    stages = {
+        TrialEvent.START: "queued",
+        TrialEvent.ENVIRONMENT_START: "environment",
+        TrialEvent.AGENT_START: "agent",
+        TrialEvent.VERIFICATION_START: "verifier",
+    }
+
+    def hook_for(stage: str):
+        async def hook(event: TrialHookEvent) -> None:
+            notify(by_trial.get(event.trial_name, event.trial_name), stage)
+
+        return hook
+
+    queue = TrialQueue(n_concurrent=max(1, n_concurrent))
+    for event, stage in stages.items():
+        queue.add_hook(event, hook_for(stage))
+
+    async def run_one(task: TaskRef, config: TrialConfig) -> None:
+        trial_dir = root / config.trial_name
+        try:
+            result = await queue.submit(config)
+        except Exception as exc:  # Trial.create errors escape the queue's coroutine
+            rows[task.id] = TaskValidation(
+                id=task.id, passed=False, failed_phase=Phase.ENVIRONMENT.value,
+                error=f"{type(exc).__name__}: {exc}".splitlines()[0],
+            )
+        else:
+            rows[task.id] = _row_for_result(task, result, trial_dir, keep_trials, agent)
+        notify(task.id, "passed" if rows[task.id].passed else "failed")
+
+    try:
+        async with asyncio.TaskGroup() as group:
+            for task, config in runnable:
+                group.create_task(run_one(task, config))
+    finally:
+        # Trials stop their own sandboxes, including on cancellation; this sweep catches
+        # anything a cancelled start left behind so nothing outlives the command.
+        await asyncio.shield(terminate_live_sandboxes())
+        if owns_dir and not keep_trials:
+            shutil.rmtree(root.parent, ignore_errors=True)
+    kept = keep_trials or not owns_dir
+    if kept:
+        await asyncio.to_thread(write_job_dir, root, [config for _, config in runnable],
+                                agent=AgentConfig(name=agent), environment=environment,
+                                n_concurrent=max(1, n_concurrent))
+
+    ordered = [rows[t.id] for t in tasks if t.id in rows]
+    for row in ordered:
+        row.lint = findings.get(row.id)
+    passed = sum(1 for r in ordered if r.passed)
+    env_name = str(environment.kwargs.get("sdk", environment.type or environment.import_path))
+    return ValidationReport(
+        passed=passed,
+        failed=len(ordered) - passed,
+        agent=agent,
+        environment=env_name,
+        wall_sec=round(time.monotonic() - started, 3),
+        tasks=ordered,
+        job_dir=str(root) if kept else None,
+    )
