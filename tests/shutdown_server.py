@@ -1,4 +1,4 @@
-"""A HarborBackend served the documented way (``osmosis_harbor.server.serve``), as its own
+"""A HarborBackend served the documented way (``osmosis_harbor.serving.server.serve``), as its own
 process, so that tests can stop it with a real SIGTERM.
 
 ``python -m tests.shutdown_server --port P --pool NAME --grace S --delivery S --work DIR --bundles DIR``

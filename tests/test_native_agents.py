@@ -1,4 +1,4 @@
-"""Harbor's native agents wired to a rollout's chat endpoint (``osmosis_harbor.native``).
+"""Harbor's native agents wired to a rollout's chat endpoint (``osmosis_harbor.agents.native``).
 
 Config building (the endpoint wiring wins, the key is never in the config), the scoped
 key variable, ATIF trajectory → ``RolloutSample``, and real trials through Harbor's

@@ -40,6 +40,14 @@ def local_image_exists(ref: str) -> bool:
         return False
 
 
+def remove_local_image(ref: str) -> None:
+    """Remove ``ref`` from the local engine, if it is there."""
+    try:
+        _docker_client().images.remove(ref, force=True)
+    except docker.errors.ImageNotFound:
+        pass
+
+
 def registry_image_exists(ref: str) -> bool:
     """Whether a registry holds ``ref``, plain-http local registries included.
 

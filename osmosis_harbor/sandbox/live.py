@@ -35,6 +35,12 @@ def register_pending(name: str, sdk: SandboxSdk) -> None:
         _LIVE[name] = _Live(sdk=sdk)
 
 
+def registered(name: str) -> bool:
+    """Whether a sandbox of that name is being created or runs (and is not yet stopped)."""
+    with _GUARD:
+        return name in _LIVE
+
+
 def register_handle(name: str, handle: Any) -> None:
     with _GUARD:
         if name in _LIVE:

@@ -18,7 +18,7 @@ from typing import cast
 from osmosis_harbor.errors import ConfigError, SandboxSdkMissingError
 from osmosis_harbor.sandbox.protocol import SandboxSdk
 
-__all__ = ["DEFAULT_SDK", "SDK_NAMES", "SandboxImplementation", "implementation", "load_sandbox_sdk", "register"]
+__all__ = ["DEFAULT_SDK", "SDK_NAMES", "SandboxImplementation", "implementation", "load_sandbox_sdk", "name_of", "register"]
 
 SKYPILOT_SDK_MISSING = (
     "The SkyPilot Sandbox SDK ('sky.sandbox') is not installed in this environment. "
@@ -74,6 +74,12 @@ def implementation(name: str) -> SandboxImplementation:
         return _REGISTRY[name]
     except KeyError:
         raise ConfigError(f"unknown sandbox sdk {name!r}: choose one of {', '.join(_REGISTRY)}") from None
+
+
+def name_of(sdk: object) -> str | None:
+    """The registered name of an SDK module (None for one that is not registered)."""
+    module = getattr(sdk, "__name__", None)
+    return next((impl.name for impl in _REGISTRY.values() if impl.module == module), None)
 
 
 def load_sandbox_sdk(name: str) -> SandboxSdk:

@@ -13,7 +13,7 @@ there are never seen by the controller, which learns results only by long-pollin
 3. result polls are answered until every terminal result was delivered once, or until
    ``grace_sec + delivery_sec`` after the drain began.
 
-Only then may the server close its socket (``osmosis_harbor.server.serve`` does that).
+Only then may the server close its socket (``osmosis_harbor.serving.server.serve`` does that).
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ async def serve_locally(backend: Any, *, lifespan: Any = None) -> AsyncIterator[
 
     Leaving the block stops the server at once, as bare uvicorn would: osmosis waits briefly
     for in-flight rollouts, cancels the rest and calls ``backend.shutdown()``. No drain is
-    needed: the caller has collected its results before leaving (``osmosis_harbor.server.serve``
+    needed: the caller has collected its results before leaving (``osmosis_harbor.serving.server.serve``
     is the way to serve a backend to controllers)."""
     import uvicorn
     from osmosis_ai.rollout.server import create_rollout_server

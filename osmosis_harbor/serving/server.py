@@ -1,7 +1,7 @@
 """Serving helpers on top of ``osmosis_ai.rollout.server.create_rollout_server``.
 
 ``serve(app)`` is how to run the app: uvicorn, except that SIGTERM (or SIGINT, or
-``server.request_drain()``) starts a drain (``osmosis_harbor.drain``) and the listening socket
+``server.request_drain()``) starts a drain (``osmosis_harbor.serving.drain``) and the listening socket
 closes only after it, so that the controller receives the terminal state of every rollout the
 server finished or cancelled. Bare ``uvicorn.run(app)`` closes the socket first: osmosis'
 own shutdown then finishes and cancels rollouts nobody can poll any more.

@@ -107,7 +107,7 @@ async def validate_tasks(
 
     With the ``oracle`` agent a task passes at reward 1.0 (its solution works); with
     ``nop`` at 0.0 (its tests do not pass an untouched sandbox). Multi-step and
-    multi-channel rewards follow the rules in ``osmosis_harbor.verdict``.
+    multi-channel rewards follow the rules in ``osmosis_harbor.trials.verdict``.
 
     Invalid tasks are reported (phase ``task``) without starting a sandbox; so are tasks
     with Harbor lint errors under ``lint=strict``. A kept ``trials_dir`` is a Harbor job

@@ -39,8 +39,6 @@ import time
 import uuid
 from collections.abc import Mapping, Sequence
 
-import docker.errors
-
 from osmosis_harbor import settings
 from osmosis_harbor.errors import (
     DockerEngineUnavailable,
@@ -53,20 +51,19 @@ from osmosis_harbor.errors import (
 from osmosis_harbor.sandbox.docker import labels as L
 from osmosis_harbor.sandbox.docker import pools as pools_mod
 from osmosis_harbor.sandbox.docker import reap as docker_reap
-from osmosis_harbor.sandbox.docker.calls import Dual, dual, executor
+from osmosis_harbor.sandbox.docker.calls import Dual, dual
 from osmosis_harbor.sandbox.docker.engine import Engine, get_engine
 
 # Part of the SDK's contract (the exit code a timed-out exec reports), so callers find it here.
 from osmosis_harbor.sandbox.docker.exec import (
-    TIMEOUT_EXIT_CODE,  # noqa: F401
+    TIMEOUT_EXIT_CODE,
     AsyncExecHandle,
     ExecHandle,
     ExecMethod,
-    ExecRun,
     check_env,
     exec_timeout,
 )
-from osmosis_harbor.sandbox.docker.files import SandboxFiles
+from osmosis_harbor.sandbox.docker.inventory import list_containers
 from osmosis_harbor.sandbox.docker.labels import (
     Network,
     Owner,
@@ -76,13 +73,16 @@ from osmosis_harbor.sandbox.docker.labels import (
     Role,
     SandboxRecord,
 )
-from osmosis_harbor.sandbox.docker.pools import list_containers
 from osmosis_harbor.sandbox.docker.reap import pause_auto_reap
+from osmosis_harbor.sandbox.docker.sandbox import DockerSandbox
 
 __all__ = [
+    "TIMEOUT_EXIT_CODE",
     "AsyncExecHandle",
     "DockerEngineUnavailable",
     "DockerSandbox",
+    "Engine",
+    "ExecMethod",
     "ExecHandle",
     "ImageNotFoundError",
     "PoolExistsError",
@@ -96,7 +96,9 @@ __all__ = [
     "create",
     "create_pool",
     "delete_pool",
+    "exec_timeout",
     "get",
+    "get_engine",
     "get_pool",
     "list_pools",
     "ls",
@@ -108,121 +110,6 @@ __all__ = [
 ]
 
 DEFAULT_TTL_SEC = 86_400
-
-
-# ── sandbox ──────────────────────────────────────────────────────────────────────────────────
-
-
-class DockerSandbox:
-    """A live sandbox: a container plus the persistent env applied to every exec.
-
-    The persistent env is merged into each exec rather than relying on the container's env, so
-    a pool claim (whose container env was fixed before the claim) behaves like a fresh create.
-    """
-
-    def __init__(
-        self,
-        engine: Engine,
-        *,
-        name: str,
-        container_id: str,
-        image: str,
-        pool: str | None,
-        env: Mapping[str, str] | None = None,
-    ) -> None:
-        self._engine = engine
-        self._name = name
-        self._id = container_id
-        self._image = image
-        self._pool = pool
-        self._env = dict(env or {})
-
-    def __repr__(self) -> str:
-        return f"DockerSandbox(name={self._name!r}, id={self._id[:12]!r}, image={self._image!r}, pool={self._pool!r})"
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def id(self) -> str:
-        return self._id
-
-    @property
-    def image(self) -> str:
-        return self._image
-
-    @property
-    def pool(self) -> str | None:
-        return self._pool
-
-    @property
-    def exec(self) -> ExecMethod:
-        return ExecMethod(self)
-
-    def _gone(self, exc: Exception) -> SandboxNotFoundError:
-        return SandboxNotFoundError(f"sandbox {self._name!r} is gone (terminated, expired or reaped): {exc}")
-
-    def launch(
-        self,
-        argv: Sequence[str],
-        workdir: str | None,
-        timeout_seconds: float | None,
-        env: Mapping[str, str] | None,
-    ) -> ExecRun:
-        if not argv or not all(isinstance(a, str) for a in argv):
-            raise TypeError("exec needs a non-empty argv of strings (no implicit shell)")
-        timeout = exec_timeout(timeout_seconds)
-        environment = {**self._env, **check_env(env or {})}
-        api = self._engine.api
-        try:
-            exec_id = api.exec_create(
-                self._id,
-                list(argv),
-                stdout=True,
-                stderr=True,
-                environment=environment or None,
-                workdir=workdir or None,
-            )["Id"]
-            stream = api.exec_start(exec_id, stream=True, demux=True)
-        except docker.errors.NotFound as exc:
-            raise self._gone(exc) from exc
-        except docker.errors.APIError as exc:
-            if exc.status_code == 409:  # container not running
-                raise self._gone(exc) from exc
-            raise
-        return ExecRun(self._engine, self._id, exec_id, stream, timeout)
-
-    # files -------------------------------------------------------------------------------------
-
-    def _files(self) -> SandboxFiles:
-        return SandboxFiles(self._engine.api, self._id, self._gone)
-
-    @dual
-    def write_bytes(self, data: bytes | bytearray | memoryview, path: str) -> None:
-        """Write *data* to *path*, creating parent directories (mode 0755; file 0644)."""
-        self._files().write_bytes(data, path)
-
-    @dual
-    def read_bytes(self, path: str) -> bytes:
-        """Read a regular file (symlinks followed); directories raise IsADirectoryError."""
-        return self._files().read_bytes(path)
-
-    # lifecycle ---------------------------------------------------------------------------------
-
-    @dual
-    def terminate(self, wait: bool = True) -> None:
-        """Remove the container (idempotent). ``wait=False`` returns before removal completes."""
-        if wait:
-            self._engine.remove_container(self._id, wait=True)
-        else:
-            executor().submit(self._engine.remove_container, self._id)
-
-    @dual
-    def status(self) -> str:
-        """Engine state ("running", "exited", ...) or "terminated" when the container is gone."""
-        info = self._engine.inspect_info(self._id)
-        return info.state if info is not None else "terminated"
 
 
 # ── module API ───────────────────────────────────────────────────────────────────────────────

@@ -35,8 +35,8 @@ from osmosis_harbor.errors import (
     SandboxExistsError,
 )
 from osmosis_harbor.sandbox.bounds import TMP_PATH, SandboxBounds
+from osmosis_harbor.sandbox.docker import inventory
 from osmosis_harbor.sandbox.docker import labels as L
-from osmosis_harbor.sandbox.docker import pools as pools_mod
 from osmosis_harbor.sandbox.docker import reap as docker_reap
 from osmosis_harbor.sandbox.docker.calls import EXECUTOR_WORKERS, executor
 from osmosis_harbor.sandbox.docker.exec import Deadlines
@@ -203,7 +203,7 @@ class Engine:
         except docker.errors.APIError as exc:
             if exc.status_code != 409:  # 409: removal already in progress (auto_remove)
                 raise
-        pools_mod.remove_volume(self.api, pools_mod.claim_volume_name(container_id))
+        inventory.remove_volume(self.api, inventory.claim_volume_name(container_id))
         if wait:
             self._wait_gone(container_id)
         return removed
@@ -246,7 +246,7 @@ class Engine:
             return None
         claim = None
         try:
-            claim = self.api.inspect_volume(pools_mod.claim_volume_name(data["Id"])).get("Labels")
+            claim = self.api.inspect_volume(inventory.claim_volume_name(data["Id"])).get("Labels")
         except docker.errors.NotFound:
             pass
         return ContainerInfo(

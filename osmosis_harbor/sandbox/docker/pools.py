@@ -12,6 +12,7 @@ Storage, chosen so that every process talking to the same engine sees the same p
   claimed). Its labels still describe the process that created it, so the claim's mutable facts
   (owner, TTL, sandbox name) go on a per-claim volume ``ohclaim_<container id>``.
 
+Listing and removing what the engine holds is ``inventory``; claiming a member is ``claims``.
 Claims and refills of one pool are serialised by a thread lock (same process) plus an ``flock``
 on a file under the cache dir (other processes on this machine). Refill creates the missing
 containers under the lock (creation is fast and immediately visible to other refillers as
@@ -20,10 +21,7 @@ containers under the lock (creation is fast and immediately visible to other ref
 
 from __future__ import annotations
 
-import fcntl
 import logging
-import os
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -34,13 +32,25 @@ from typing import Any, Protocol
 import docker.errors
 from docker import APIClient
 
-from osmosis_harbor import settings
 from osmosis_harbor.errors import (
     PoolExistsError,
     PoolNotFoundError,
-    SandboxExistsError,
 )
 from osmosis_harbor.sandbox.docker import labels as L
+from osmosis_harbor.sandbox.docker.claims import (
+    MemberLauncher,
+    arm_ttl,
+    claim_labels,
+    cold_start,
+    take_member,
+)
+from osmosis_harbor.sandbox.docker.inventory import (
+    is_running,
+    list_containers,
+    remove_volume,
+    removed_record,
+    volumes,
+)
 from osmosis_harbor.sandbox.docker.labels import (
     ContainerInfo,
     Network,
@@ -50,6 +60,7 @@ from osmosis_harbor.sandbox.docker.labels import (
     RemovedContainer,
     Role,
 )
+from osmosis_harbor.sandbox.docker.locks import default_lock_dir, pool_lock
 
 log = logging.getLogger(__name__)
 
@@ -61,107 +72,12 @@ MIN_REMAINING_SEC = 5.0
 POOL_READY_TIMEOUT_SEC = 180.0
 
 
-class Launcher(Protocol):
-    """The container primitives the pool layer borrows from the SDK facade."""
+class Launcher(MemberLauncher, Protocol):
+    """The container primitives the pool layer borrows from the engine (``engine.Engine``)."""
 
     def ensure_image(self, image: str) -> None: ...
 
-    def create_container(
-        self,
-        *,
-        name: str,
-        image: str,
-        cpus: float | None,
-        memory_gb: float | None,
-        network: Network,
-        ttl_sec: int,
-        labels: dict[str, str],
-        env: dict[str, str] | None = None,
-    ) -> str: ...
-
-    def start_container(self, container_id: str) -> None: ...
-
     def remove_container(self, container_id: str, *, wait: bool = False) -> bool: ...
-
-
-# ── inventory ───────────────────────────────────────────────────────────────────────────────
-
-
-def claim_volume_name(container_id: str) -> str:
-    """Derived from the container id so terminate() finds it without a listing."""
-    return f"{L.CLAIM_VOLUME_PREFIX}{container_id[:32]}"
-
-
-def _volumes(api: APIClient, label: str) -> list[dict[str, Any]]:
-    return api.volumes(filters={"label": [L.MANAGED_FILTER, label]}).get("Volumes") or []
-
-
-def list_claims(api: APIClient) -> dict[str, dict[str, str]]:
-    """Claim records by container id."""
-    claims: dict[str, dict[str, str]] = {}
-    for vol in _volumes(api, L.CLAIM_OF):
-        labels = vol.get("Labels") or {}
-        claims[labels.get(L.CLAIM_OF, "")] = labels
-    return claims
-
-
-def list_containers(api: APIClient, *, pool: str | None = None) -> list[ContainerInfo]:
-    """Every managed container (any state) with its claim merged in.
-
-    Claims are listed before containers: a claim whose container is missing from the later
-    listing is then certainly orphaned (claims are created only for existing containers).
-    """
-    claims = list_claims(api)
-    filters = [L.MANAGED_FILTER] + ([f"{L.POOL}={pool}"] if pool else [])
-    summaries = api.containers(all=True, filters={"label": filters})
-    return [ContainerInfo.from_summary(s, claims.get(s["Id"])) for s in summaries]
-
-
-def remove_volume(api: APIClient, name: str) -> None:
-    try:
-        api.remove_volume(name, force=True)
-    except docker.errors.NotFound:
-        pass
-
-
-def is_running(info: ContainerInfo) -> bool:
-    return info.state == "running"
-
-
-# ── locking ─────────────────────────────────────────────────────────────────────────────────
-
-
-def default_lock_dir() -> Path:
-    """Lock files live in the user cache dir: machine-local, like the engine they guard."""
-    return settings.current().pool_lock_dir()
-
-
-_thread_locks: dict[str, threading.Lock] = {}
-_thread_locks_guard = threading.Lock()
-
-
-@contextmanager
-def pool_lock(lock_dir: Path, key: str) -> Iterator[None]:
-    """Exclusive per-pool lock for threads of this process and for other processes.
-
-    ``flock`` alone would serialise threads too (each acquisition opens its own file
-    description), but the thread lock keeps same-process waiters off the kernel lock and
-    makes the intent explicit.
-    """
-    with _thread_locks_guard:
-        tlock = _thread_locks.setdefault(key, threading.Lock())
-    with tlock:
-        lock_dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(lock_dir / f"{key}.lock", os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            os.close(fd)
-
-
-# ── pools ───────────────────────────────────────────────────────────────────────────────────
 
 
 class PoolManager:
@@ -192,7 +108,7 @@ class PoolManager:
     def _spec_volumes(self, pool: str | None = None) -> dict[str, list[tuple[int, str, PoolSpec]]]:
         label = f"{L.POOL_SPEC}={pool}" if pool else L.POOL_SPEC
         by_pool: dict[str, list[tuple[int, str, PoolSpec]]] = {}
-        for vol in _volumes(self._api, label):
+        for vol in volumes(self._api, label):
             try:
                 spec = PoolSpec.from_labels(vol.get("Labels") or {})
             except (KeyError, ValueError):
@@ -400,7 +316,7 @@ class PoolManager:
             labels=labels,
         )
 
-    # claims ---------------------------------------------------------------------------------
+    # claims (see claims.py) ------------------------------------------------------------------
 
     def claim(
         self,
@@ -430,8 +346,8 @@ class PoolManager:
         self.schedule_refill(pool)
         if member is None:
             log.info("pool %s has no idle member; cold-starting sandbox %s", pool, name)
-            return self._cold_start(spec, name=name, ttl_sec=ttl_sec, owner=owner, extra=extra), spec
-        self._arm_ttl(member, ttl_sec)
+            return cold_start(self._launcher, spec, name=name, ttl_sec=ttl_sec, owner=owner, extra=extra), spec
+        arm_ttl(self._api, member, ttl_sec)
         return member.id, spec
 
     def _claim_idle_locked(
@@ -447,82 +363,9 @@ class PoolManager:
         # Most remaining life first: the claimed sandbox lives min(member TTL, claim TTL).
         candidates.sort(key=lambda m: m.expires_at or float("inf"), reverse=True)
         for member in candidates:
-            volume = claim_volume_name(member.id)
-            self._api.create_volume(name=volume, labels=self._claim_labels(member, name, ttl_sec, owner, extra))
-            try:
-                self._api.rename(member.id, name)
-            except docker.errors.NotFound:
-                remove_volume(self._api, volume)
-                continue
-            except docker.errors.APIError as exc:
-                remove_volume(self._api, volume)
-                if exc.status_code == 409:
-                    raise SandboxExistsError(f"a sandbox named {name!r} already exists") from exc
-                raise
-            return member
+            if take_member(self._api, member, name, claim_labels(member, name, ttl_sec, owner, extra)):
+                return member
         return None
-
-    @staticmethod
-    def _claim_labels(
-        member: ContainerInfo, name: str, ttl_sec: int, owner: Owner, extra: dict[str, str]
-    ) -> dict[str, str]:
-        at = time.time()
-        labels = {
-            L.MANAGED: "1",
-            L.CLAIM_OF: member.id,
-            L.SANDBOX: name,
-            L.POOL: member.pool or "",
-            L.CREATED_AT: L.fmt_time(at),
-            L.TTL_SEC: str(ttl_sec),
-            L.EXPIRES_AT: L.fmt_time(at + ttl_sec),
-            **owner.labels(),
-        }
-        labels.update({k: v for k, v in extra.items() if v})
-        return labels
-
-    def _arm_ttl(self, member: ContainerInfo, ttl_sec: int) -> None:
-        """Enforce the claim's TTL inside the container, like a fresh sandbox's ``sleep <ttl>``.
-
-        The member's own main process already sleeps for the member TTL; when the claim ends
-        sooner, a detached exec signals PID 1 (the init), which stops the container. Needs
-        ``sh`` in the image; without it the host-side ``reap()`` still enforces the expiry.
-        """
-        remaining = (member.expires_at or float("inf")) - time.time()
-        if remaining <= ttl_sec:
-            return
-        try:
-            exec_id = self._api.exec_create(
-                member.id, ["sh", "-c", f"sleep {int(ttl_sec)} && kill -TERM 1"], stdout=False, stderr=False
-            )["Id"]
-            self._api.exec_start(exec_id, detach=True)
-        except docker.errors.APIError as exc:
-            log.warning("cannot arm TTL timer in %s (%s); relying on reap()", member.name, exc)
-
-    def _cold_start(
-        self, spec: PoolSpec, *, name: str, ttl_sec: int, owner: Owner, extra: dict[str, str]
-    ) -> str:
-        """A member created straight under the sandbox name: its own labels are the claim."""
-        labels = L.container_labels(
-            sandbox=name,
-            role=Role.POOL_MEMBER,
-            owner=owner,
-            created_at=time.time(),
-            ttl_sec=ttl_sec,
-            network=spec.network,
-            pool=spec.name,
-            extra=extra,
-        )
-        container_id = self._launcher.create_container(
-            name=name,
-            image=spec.image,
-            cpus=spec.cpus,
-            memory_gb=spec.memory_gb,
-            network=spec.network,
-            ttl_sec=ttl_sec,
-            labels=labels,
-        )
-        self._launcher.start_container(container_id)
-        return container_id
 
 
 def _is_starting(member: ContainerInfo, at: float) -> bool:
@@ -537,7 +380,3 @@ def _same_shape(a: PoolSpec, b: PoolSpec) -> bool:
         b.network,
         b.member_ttl_sec,
     )
-
-
-def removed_record(info: ContainerInfo, reason: str) -> RemovedContainer:
-    return RemovedContainer(name=info.name, container_id=info.id, reason=reason, pool=info.pool)

@@ -20,14 +20,11 @@ from typing import Protocol
 
 from docker import APIClient
 
+from osmosis_harbor.sandbox.docker import inventory
 from osmosis_harbor.sandbox.docker import labels as L
-from osmosis_harbor.sandbox.docker import pools as pools_mod
+from osmosis_harbor.sandbox.docker.inventory import list_containers, removed_record
 from osmosis_harbor.sandbox.docker.labels import ContainerInfo, Owner, RemovedContainer
-from osmosis_harbor.sandbox.docker.pools import (
-    PoolManager,
-    list_containers,
-    removed_record,
-)
+from osmosis_harbor.sandbox.docker.pools import PoolManager
 
 
 class ReapEngine(Protocol):
@@ -121,9 +118,9 @@ def _reap_locked(engine: ReapEngine, *, expired: bool, dead_owners: bool) -> lis
 
 def _remove_orphan_claims(engine: ReapEngine, live_ids: set[str]) -> None:
     """Claims of containers that vanished (TTL auto-remove, crash) are dead weight."""
-    for container_id in pools_mod.list_claims(engine.api):
+    for container_id in inventory.list_claims(engine.api):
         if container_id not in live_ids:
-            pools_mod.remove_volume(engine.api, pools_mod.claim_volume_name(container_id))
+            inventory.remove_volume(engine.api, inventory.claim_volume_name(container_id))
 
 
 def remove_all(engine: ReapEngine, owner_pid: int | None) -> list[RemovedContainer]:
@@ -147,4 +144,4 @@ def _remove_pool_specs(engine: ReapEngine, owner_pid: int | None, host: str) -> 
     for vol in volumes:
         owner = Owner.from_labels(vol.get("Labels") or {})
         if owner_pid is None or (owner is not None and owner.pid == owner_pid and owner.host == host):
-            pools_mod.remove_volume(engine.api, vol["Name"])
+            inventory.remove_volume(engine.api, vol["Name"])

@@ -1,0 +1,205 @@
+"""The conformance suite's machinery: the run context, the check registry, assertions."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import shlex
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel
+
+log = logging.getLogger(__name__)
+
+CHECK_TIMEOUT_SEC = 180.0
+NON_ROOT_USER = "sbcheck"
+LARGE_FILE_BYTES = 20 * 1024 * 1024
+
+
+class CheckResult(BaseModel):
+    """Outcome of one check: what a CLI prints and a test asserts on."""
+
+    name: str
+    passed: bool
+    detail: str
+    seconds: float
+
+
+@dataclass
+class ExecOutcome:
+    """A finished command, read the way Harbor reads it."""
+
+    code: int | None
+    stdout: str
+    stderr: str
+    seconds: float
+
+
+async def read_output(stream: Any) -> str:
+    """Harbor accepts ``read()`` returning str or bytes, sync or awaitable: so do we."""
+    data = stream.read()
+    if inspect.isawaitable(data):
+        data = await data
+    if isinstance(data, (bytes, bytearray)):
+        return bytes(data).decode("utf-8", errors="replace")
+    return data or ""
+
+
+def field_of(obj: Any, name: str) -> Any:
+    """Records may be objects or mappings depending on the implementation."""
+    return obj[name] if isinstance(obj, dict) else getattr(obj, name)
+
+
+@dataclass
+class ConformanceContext:
+    """Shared state for a run: the SDK, the image, and everything created (for cleanup)."""
+
+    sdk: Any
+    image: str
+    prefix: str = field(default_factory=lambda: f"sbchk-{uuid.uuid4().hex[:6]}")
+    _sandboxes: list[Any] = field(default_factory=list)
+    _pools: list[str] = field(default_factory=list)
+    _shared: Any | None = None
+    _shared_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    _cleanups: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+
+    def on_close(self, cleanup: Callable[[], Awaitable[None]]) -> None:
+        """Run ``cleanup`` when the run ends (environment-level checks stop what they start)."""
+        self._cleanups.append(cleanup)
+
+    def unique(self, stem: str) -> str:
+        """A DNS-1123 name unique to this run (prefix 12 + stem + 6 hex stays under 53)."""
+        return f"{self.prefix}-{stem[:28]}-{uuid.uuid4().hex[:6]}"
+
+    async def new_sandbox(self, stem: str, **kwargs: Any) -> Any:
+        kwargs.setdefault("timeout", 900)
+        if "pool" not in kwargs:
+            kwargs.setdefault("image", self.image)
+        sandbox = await self.sdk.create.aio(name=self.unique(stem), **kwargs)
+        self._sandboxes.append(sandbox)
+        return sandbox
+
+    async def shared(self) -> Any:
+        """One long-lived sandbox for checks that do not care about isolation (fast)."""
+        async with self._shared_lock:
+            if self._shared is None:
+                self._shared = await self.new_sandbox("shared")
+            return self._shared
+
+    def track_pool(self, name: str) -> None:
+        self._pools.append(name)
+
+    async def run(
+        self,
+        sandbox: Any,
+        *argv: str,
+        workdir: str | None = None,
+        timeout: int | None = 60,
+        env: dict[str, str] | None = None,
+    ) -> ExecOutcome:
+        started = time.monotonic()
+        handle = await sandbox.exec.aio(*argv, workdir=workdir, timeout_seconds=timeout, env=env)
+        code = await handle.wait()
+        return ExecOutcome(
+            code=code,
+            stdout=await read_output(handle.stdout),
+            stderr=await read_output(handle.stderr),
+            seconds=time.monotonic() - started,
+        )
+
+    async def sh(self, sandbox: Any, script: str, **kwargs: Any) -> ExecOutcome:
+        return await self.run(sandbox, "sh", "-c", script, **kwargs)
+
+    async def close(self) -> None:
+        """Best effort: a failing cleanup must not hide the check results."""
+        for cleanup in reversed(self._cleanups):
+            try:
+                await cleanup()
+            except Exception as exc:  # noqa: BLE001 - cleanup is best effort
+                log.warning("conformance cleanup failed: %s", exc)
+        self._cleanups.clear()
+        for sandbox in self._sandboxes:
+            try:
+                await sandbox.terminate.aio(wait=True)
+            except Exception as exc:  # noqa: BLE001 - cleanup is best effort
+                log.warning("conformance cleanup: terminate %s failed: %s", getattr(sandbox, "name", "?"), exc)
+        for pool in self._pools:
+            try:
+                await self.sdk.delete_pool.aio(pool)
+            except Exception as exc:  # noqa: BLE001 - a check may already have deleted it
+                log.debug("conformance cleanup: delete_pool %s: %s", pool, exc)
+        self._sandboxes.clear()
+        self._pools.clear()
+        self._shared = None
+
+
+CheckFn = Callable[[ConformanceContext], Awaitable[str]]
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    fn: CheckFn
+    pools: bool = False
+
+    @property
+    def description(self) -> str:
+        return (self.fn.__doc__ or "").strip().splitlines()[0] if self.fn.__doc__ else ""
+
+
+CHECKS: list[Check] = []
+
+
+def check(*, pools: bool = False) -> Callable[[CheckFn], CheckFn]:
+    """Register a check; its function name (minus ``check_``) is the check's name."""
+
+    def register(fn: CheckFn) -> CheckFn:
+        CHECKS.append(Check(name=fn.__name__.removeprefix("check_"), fn=fn, pools=pools))
+        return fn
+
+    return register
+
+
+def expect(condition: bool, message: str) -> None:
+    if not condition:
+        raise AssertionError(message)
+
+
+async def expect_raises(awaitable: Awaitable[Any], what: str) -> BaseException:
+    try:
+        await awaitable
+    except Exception as exc:  # noqa: BLE001 - the class is what we report
+        return exc
+    raise AssertionError(f"{what}: expected an exception, none raised")
+
+
+async def poll(predicate: Callable[[], Awaitable[bool]], *, timeout: float, what: str) -> float:
+    """Wait for *predicate* with a deadline; returns the seconds it took."""
+    started = time.monotonic()
+    delay = 0.05
+    while not await predicate():
+        if time.monotonic() - started > timeout:
+            raise AssertionError(f"{what}: not true after {timeout:.0f}s")
+        await asyncio.sleep(delay)
+        delay = min(delay * 1.5, 1.0)
+    return time.monotonic() - started
+
+
+async def ensure_user(ctx: ConformanceContext, sandbox: Any) -> None:
+    script = (
+        f"id -u {NON_ROOT_USER} >/dev/null 2>&1 || useradd -m {NON_ROOT_USER} 2>/dev/null || "
+        f"(echo '{NON_ROOT_USER}:x:4321:4321::/tmp:/bin/sh' >> /etc/passwd && "
+        f"echo '{NON_ROOT_USER}:x:4321:' >> /etc/group)"
+    )
+    out = await ctx.sh(sandbox, script)
+    expect(out.code == 0, f"could not create user {NON_ROOT_USER}: {out.stderr[:200]}")
+
+
+def as_user(user: str, command: str) -> list[str]:
+    """Exactly Harbor's argv for a non-default user (SkypilotEnvironment._exec_argv)."""
+    return ["su", "-s", "/bin/bash", user, "-c", f"bash -c {shlex.quote(command)}"]
