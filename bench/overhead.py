@@ -121,7 +121,7 @@ async def run(quick: bool) -> BenchResult:
 
         f_e2e = result.add("end-to-end rollout (execute)", "s", e2e)
         result.add("workflow in the sandbox (shim elapsed)", "s", shim)
-        f_over = result.add("orchestration overhead = e2e - workflow", "s", [a - b for a, b in zip(e2e, shim)])
+        f_over = result.add("orchestration overhead = e2e - workflow", "s", [a - b for a, b in zip(e2e, shim, strict=False)])
         f_floor = result.add("raw floor: create + exec + terminate", "s", floor["total"], baseline=True)
         result.ratio("overhead / raw floor", f_over, f_floor)
         result.ratio("end-to-end / raw floor", f_e2e, f_floor)
@@ -133,9 +133,9 @@ async def run(quick: bool) -> BenchResult:
                            "Harbor's TrialResult timings" if phase == "total" else "")
         if phases.get("total"):
             result.add("  host time outside the trial = e2e - trial total", "s",
-                       [a - b for a, b in zip(e2e, phases["total"])], "task copy, config, outcome reading")
+                       [a - b for a, b in zip(e2e, phases["total"], strict=False)], "task copy, config, outcome reading")
         result.add("  in Docker SDK calls (sum per rollout)", "s", sdk_total)
-        result.add("  host Python outside SDK calls = e2e - SDK", "s", [a - b for a, b in zip(e2e, sdk_total)],
+        result.add("  host Python outside SDK calls = e2e - SDK", "s", [a - b for a, b in zip(e2e, sdk_total, strict=False)],
                    "Harbor trial + backend bookkeeping")
         for label in sorted(sdk_sec, key=lambda k: -sorted(sdk_sec[k])[len(sdk_sec[k]) // 2]):
             counts = sorted(sdk_count[label])

@@ -13,11 +13,11 @@ import pytest
 from harbor.trial.queue import TrialQueue
 from osmosis_ai.rollout.types import RolloutStatus
 
-from osmosis_harbor.backend import HarborBackend
 from osmosis_harbor.agents.native import NotTrainableWarning
+from osmosis_harbor.backend import HarborBackend
 from osmosis_harbor.sandbox import environment_config
-
 from osmosis_harbor.testing.scripted_policy import FakeChatServer
+
 from .rollout_server import client_for, serve
 from .support import FIXTURES, TASKS
 

@@ -28,13 +28,13 @@ from pathlib import Path
 
 import pytest
 
-from osmosis_harbor.bundle import builder as bundle_mod
 from osmosis_harbor.bundle import BundleError, BundleInfo, build, build_bundle, inspect_bundle
-from osmosis_harbor.cli.bundle import cli_main
+from osmosis_harbor.bundle import builder as bundle_mod
 from osmosis_harbor.bundle import cache as cache_mod
 from osmosis_harbor.bundle.project import load_project
 from osmosis_harbor.bundle.shim import Shim, load_shim
 from osmosis_harbor.bundle.targets import resolve_targets
+from osmosis_harbor.cli.bundle import cli_main
 
 from .support import run_cli
 

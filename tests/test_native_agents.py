@@ -50,11 +50,11 @@ from osmosis_harbor.agents.native import (  # noqa: E402
     sample_from_trajectory,
     scoped_api_key,
 )
-from osmosis_harbor.trials.reading import Phase, read_trial  # noqa: E402
 from osmosis_harbor.sandbox import environment_config  # noqa: E402
 from osmosis_harbor.sandbox.live import terminate_live_sandboxes  # noqa: E402
-
 from osmosis_harbor.testing.scripted_policy import FakeChatServer  # noqa: E402
+from osmosis_harbor.trials.reading import Phase, read_trial  # noqa: E402
+
 from .support import make_task  # noqa: E402
 
 URL = "http://127.0.0.1:8/v1"
@@ -220,7 +220,7 @@ def test_a_missing_rollout_key_fails_closed_instead_of_using_the_hosts_key(
     monkeypatch.setenv("OPENAI_BASE_URL", "https://api.openai.com/v1")
     config = native_agent_config(name, chat_completions_url=URL, api_key_env="OSMOSIS_API_KEY_GONE")
     with pytest.raises(ValueError, match=f"OSMOSIS_API_KEY_GONE.*{error}|{error}.*OSMOSIS_API_KEY_GONE"):
-        AgentFactory.create_agent_from_config(config, logs_dir=tmp_path).model_connection
+        AgentFactory.create_agent_from_config(config, logs_dir=tmp_path).model_connection  # noqa: B018
 
 
 # ── ATIF trajectory → RolloutSample ───────────────────────────────────────────

@@ -21,10 +21,10 @@ from osmosis_harbor.prewarm import PrewarmError
 from osmosis_harbor.sandbox import docker as docker_sdk
 from osmosis_harbor.sandbox import environment_config
 from osmosis_harbor.sandbox.images import BUILD_COORDINATOR
-
 from osmosis_harbor.testing.scripted_policy import FakeChatServer
+
 from .rollout_server import client_for, serve
-from .support import FIXTURES, TASKS, managed_containers, make_task, wait_until
+from .support import FIXTURES, TASKS, make_task, managed_containers, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -165,7 +165,7 @@ async def test_server_with_prewarm_lifespan_serves_from_a_warm_pool(tmp_path: Pa
         assert len(used) == 2, "each rollout claims one pre-started pool member"
     # the server's shutdown called backend.shutdown(): the pool and its members are gone
     assert [c for c in managed_containers() if pool_name in str(c["Labels"])] == []
-    with pytest.raises(Exception):
+    with pytest.raises(docker_sdk.PoolNotFoundError):
         docker_sdk.get_pool(pool_name)
 
 

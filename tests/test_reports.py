@@ -22,11 +22,11 @@ from harbor.models.trial.result import TrialResult
 from harbor.viewer.scanner import JobScanner
 from harbor.viewer.server import create_app
 
+from osmosis_harbor.sandbox import environment_config
 from osmosis_harbor.tasks.discovery import load_dataset
+from osmosis_harbor.validate import TaskValidation, ValidationReport, validate_tasks
 from osmosis_harbor.validate.junit import junit_tree
 from osmosis_harbor.validate.lint import LintMode
-from osmosis_harbor.sandbox import environment_config
-from osmosis_harbor.validate import TaskValidation, ValidationReport, validate_tasks
 
 from .support import FIXTURES, copy_task, load_json, run_cli
 

@@ -27,8 +27,8 @@ from urllib.parse import quote
 import pytest
 from osmosis_ai.rollout import RolloutSample
 
-from osmosis_harbor.testing.scripted_policy import FakeChatServer
 from osmosis_harbor.shim import SHIM_VERSION, agent, errors, verifier
+from osmosis_harbor.testing.scripted_policy import FakeChatServer
 
 SECRET = "sk-osmosis-test-SECRET-0123456789abcdef"
 BUNDLE = "shim_fake_bundle"

@@ -40,11 +40,11 @@ from osmosis_ai.rollout.types import (
 )
 
 from osmosis_harbor.backend import HarborBackend
-from osmosis_harbor.serving.drain import DrainPolicy
 from osmosis_harbor.sandbox import docker as docker_sdk
 from osmosis_harbor.sandbox import environment_config
-from osmosis_harbor.testing.scripted_policy import FakeChatServer
+from osmosis_harbor.serving.drain import DrainPolicy
 from osmosis_harbor.serving.server import draining_server
+from osmosis_harbor.testing.scripted_policy import FakeChatServer
 
 from .support import FIXTURES, REPO, TASKS, await_until, managed_containers, wait_until
 
@@ -184,7 +184,7 @@ async def test_sigterm_delivers_finished_and_cancelled_results_then_exits(
     assert returncode == 0, log
     assert "1 rollout(s) cancelled at the end of the grace period, 0 result(s) never polled" in log, log
     assert managed_containers(owner_pid=proc.pid) == []
-    with pytest.raises(Exception):
+    with pytest.raises(docker_sdk.PoolNotFoundError):
         docker_sdk.get_pool(pools[0])
     assert [c for c in managed_containers() if pool in str(c["Labels"])] == []
     assert list((tmp_path / "tmp").iterdir()) == [], "the backend's temporary root is removed"
@@ -212,7 +212,7 @@ async def test_backend_shutdown_is_idempotent_and_removes_pools_and_temp_root(bu
         await asyncio.gather(backend.shutdown(), backend.shutdown())  # e.g. a drain and the lifespan
         await backend.shutdown()
     assert printed.getvalue() == "", printed.getvalue()  # nothing it could not remove
-    with pytest.raises(Exception):
+    with pytest.raises(docker_sdk.PoolNotFoundError):
         docker_sdk.get_pool(pool_name)
     assert not work_root.exists()
     assert managed_containers(owner_pid=os.getpid()) == []

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from osmosis_harbor.tasks.discovery import discover_tasks, load_dataset
 from osmosis_harbor.sandbox import environment_config
 from osmosis_harbor.sandbox.images import BUILD_COORDINATOR
+from osmosis_harbor.tasks.discovery import discover_tasks, load_dataset
 from osmosis_harbor.validate import validate_tasks
 
 from .support import FIXTURES, REPO, TASKS, load_json, make_task, managed_containers, run_cli, wait_until

@@ -53,7 +53,7 @@ class ValidationProgress:
             self._progress.advance(self._overall)
 
     @contextmanager
-    def live(self) -> Iterator["ValidationProgress"]:
+    def live(self) -> Iterator[ValidationProgress]:
         with self._progress:
             yield self
 
@@ -135,7 +135,7 @@ class PrewarmProgress:
             self._progress.update(self._rows[group], description=f"environment {group}: {label}")
 
     @contextmanager
-    def live(self) -> Iterator["PrewarmProgress"]:
+    def live(self) -> Iterator[PrewarmProgress]:
         with self._progress:
             yield self
 

@@ -74,7 +74,7 @@ def _agent_messages(step: Mapping[str, Any]) -> list[dict[str, Any]]:
     loose = [r for r in results if r.get("source_call_id") not in ids]
     # Results that name no call (some converters drop the id) answer the remaining calls
     # in order when the counts agree; otherwise they are what the policy read next.
-    paired = dict(zip((id(r) for r in loose), unanswered)) if len(loose) == len(unanswered) else {}
+    paired = dict(zip((id(r) for r in loose), unanswered, strict=True)) if len(loose) == len(unanswered) else {}
     for result in results:
         call_id = result.get("source_call_id") if result.get("source_call_id") in ids else paired.get(id(result))
         if call_id is not None:
