@@ -34,11 +34,19 @@ DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "latest.json"
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes and fewer repeats (about 3 minutes)")
-    parser.add_argument("--only", action="append", metavar="NAME", default=[],
-                        help=f"run only these (repeatable or comma-separated): {', '.join(BENCHMARKS)}")
+    parser.add_argument(
+        "--only",
+        action="append",
+        metavar="NAME",
+        default=[],
+        help=f"run only these (repeatable or comma-separated): {', '.join(BENCHMARKS)}",
+    )
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"JSON results (default: {DEFAULT_OUT})")
-    parser.add_argument("--keep-images", action="store_true",
-                        help="keep task images the run had to build for the template task (faster reruns)")
+    parser.add_argument(
+        "--keep-images",
+        action="store_true",
+        help="keep task images the run had to build for the template task (faster reruns)",
+    )
     args = parser.parse_args(argv)
     selected = [n.strip() for item in args.only for n in item.split(",") if n.strip()]
     unknown = [n for n in selected if n not in BENCHMARKS]
@@ -82,8 +90,12 @@ async def run_all(args: argparse.Namespace) -> int:
 
     payload: dict[str, Any] = {
         "meta": {
-            "quick": args.quick, "selected": args.selected, "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "python": sys.version.split()[0], "platform": platform.platform(), "cpus": os.cpu_count(),
+            "quick": args.quick,
+            "selected": args.selected,
+            "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "python": sys.version.split()[0],
+            "platform": platform.platform(),
+            "cpus": os.cpu_count(),
         },
         "benchmarks": {},
     }

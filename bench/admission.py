@@ -74,9 +74,14 @@ async def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> 
 
 
 def body(rollout_id: str, chat_url: str) -> dict:
-    return {"rollout_id": rollout_id, "initial_messages": [{"role": "user", "content": "go"}],
-            "chat_completions_url": chat_url, "llm_api_key": API_KEY, "grade": False,
-            "agent_timeout_sec": LONG}
+    return {
+        "rollout_id": rollout_id,
+        "initial_messages": [{"role": "user", "content": "go"}],
+        "chat_completions_url": chat_url,
+        "llm_api_key": API_KEY,
+        "grade": False,
+        "agent_timeout_sec": LONG,
+    }
 
 
 def http_latencies(url: str, chat_url: str, count: int, tag: str) -> tuple[list[float], list[float], list[str]]:
@@ -146,8 +151,11 @@ async def run(quick: bool) -> BenchResult:
     try:
         await backend.prewarm()
         running = asyncio.create_task(run_rollout(backend, chat.base_url, "adm-running", agent_timeout_sec=LONG))
-        await wait_for(lambda: (backend.rollout_status("adm-running") or {}).get("status") == RolloutStatus.RUNNING,
-                       180, "the running rollout")
+        await wait_for(
+            lambda: (backend.rollout_status("adm-running") or {}).get("status") == RolloutStatus.RUNNING,
+            180,
+            "the running rollout",
+        )
         async with serve(backend) as url:
             async with httpx.AsyncClient(base_url=url) as http:
                 queued = await http.post("/rollout", json=body("adm-http-queued", chat.base_url))
@@ -163,13 +171,15 @@ async def run(quick: bool) -> BenchResult:
             traced0, rss0 = memory()
             started = time.perf_counter()
             ids = [f"adm-q-{i:05d}" for i in range(n)]
-            tasks = [asyncio.create_task(run_rollout(backend, chat.base_url, rid, agent_timeout_sec=LONG))
-                     for rid in ids]
+            tasks = [
+                asyncio.create_task(run_rollout(backend, chat.base_url, rid, agent_timeout_sec=LONG)) for rid in ids
+            ]
 
             def submitted() -> bool:
                 states = (backend.tracker.get(rid) for rid in ids)
-                return sum(1 for s in states if s is not None and s.task is not None) + \
-                    sum(t.done() for t in tasks) >= n
+                return (
+                    sum(1 for s in states if s is not None and s.task is not None) + sum(t.done() for t in tasks) >= n
+                )
 
             await wait_for(submitted, 600, f"{n} rollouts to reach the queue")
             admit_sec = time.perf_counter() - started
@@ -191,18 +201,23 @@ async def run(quick: bool) -> BenchResult:
         # leaving serve() drains the server and calls backend.shutdown()
         leaked = managed_containers(os.getpid())
 
-        f_traced = result.add("host memory per queued rollout (tracemalloc)", "KiB", [(traced1 - traced0) / n / 1024],
-                              "Python allocations held")
-        f_park = result.add("parked asyncio task + request (tracemalloc)", "KiB", [per_task_traced / 1024],
-                            baseline=True)
+        f_traced = result.add(
+            "host memory per queued rollout (tracemalloc)",
+            "KiB",
+            [(traced1 - traced0) / n / 1024],
+            "Python allocations held",
+        )
+        f_park = result.add(
+            "parked asyncio task + request (tracemalloc)", "KiB", [per_task_traced / 1024], baseline=True
+        )
         result.ratio("queued rollout / parked task (tracemalloc)", f_traced, f_park)
         f_rss = result.add("host memory per queued rollout (RSS)", "KiB", [(rss1 - rss0) / n / 1024])
         f_prss = result.add("parked asyncio task + request (RSS)", "KiB", [per_task_rss / 1024], baseline=True)
         result.ratio("queued rollout / parked task (RSS)", f_rss, f_prss)
-        result.add("disk per queued rollout (task copy)", "KiB", [disk_bytes / n / 1024],
-                   f"{disk_files / n:.0f} files each")
-        result.add("admission rate (execute() to queued)", "rollouts/s", [n / admit_sec],
-                   "under tracemalloc (slower)")
+        result.add(
+            "disk per queued rollout (task copy)", "KiB", [disk_bytes / n / 1024], f"{disk_files / n:.0f} files each"
+        )
+        result.add("admission rate (execute() to queued)", "rollouts/s", [n / admit_sec], "under tracemalloc (slower)")
         f_r1 = result.add("429 at queue depth 1: POST /rollout", "ms", refused1)
         f_h1 = result.add("GET /health at queue depth 1", "ms", health1, baseline=True)
         result.ratio("429 / health at depth 1", f_r1, f_h1)
@@ -215,8 +230,9 @@ async def run(quick: bool) -> BenchResult:
         result.info["queued (tracker) while measuring"] = counts["queued"]
         result.info["sandboxes while queued (expected 1: the running rollout)"] = sandboxes_while_queued
         kinds = list(dispositions.values())
-        result.info["cancel dispositions"] = (f"{kinds.count('cancelled_queued')} queued, "
-                                              f"{kinds.count('cancelled_running')} running")
+        result.info["cancel dispositions"] = (
+            f"{kinds.count('cancelled_queued')} queued, {kinds.count('cancelled_running')} running"
+        )
         result.info["containers left after cancel + shutdown (expected 0)"] = len(leaked)
         top = sorted(after.compare_to(before, "filename"), key=lambda s: -s.size_diff)[:6]
         for stat in top:

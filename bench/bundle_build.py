@@ -104,8 +104,11 @@ async def run(quick: bool) -> BenchResult:
     result.add("  cold build, wall around the call", "s", cold_wall)
     result.add("  cold step: project wheel (PEP 517 backend subprocess)", "s", steps["build_wheel"])
     result.add("  cold step: verify targets (import check subprocess)", "s", steps["verify_targets"])
-    result.add("  cold step: rest (copy, hash, graft, write, publish)", "s",
-               [c - a - b for c, a, b in zip(cold, steps["build_wheel"], steps["verify_targets"], strict=False)])
+    result.add(
+        "  cold step: rest (copy, hash, graft, write, publish)",
+        "s",
+        [c - a - b for c, a, b in zip(cold, steps["build_wheel"], steps["verify_targets"], strict=False)],
+    )
     f_hit = result.add("cache hit", "s", hits, baseline=True)
     result.ratio("cold / cache hit", f_cold, f_hit)
     result.info["mismatches"] = len(mismatches)

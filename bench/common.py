@@ -65,8 +65,14 @@ class Figure:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "name": self.name, "unit": self.unit, "n": self.n, "median": _num(self.median),
-            "p90": _num(self.p90), "min": _num(self.min), "baseline": self.baseline, "note": self.note,
+            "name": self.name,
+            "unit": self.unit,
+            "n": self.n,
+            "median": _num(self.median),
+            "p90": _num(self.p90),
+            "min": _num(self.min),
+            "baseline": self.baseline,
+            "note": self.note,
             "samples": [round(s, 6) for s in self.samples],
         }
 
@@ -96,8 +102,7 @@ class BenchResult:
     wall_sec: float = 0.0
     error: str | None = None
 
-    def add(self, name: str, unit: str, samples: Sequence[float], note: str = "", *,
-            baseline: bool = False) -> Figure:
+    def add(self, name: str, unit: str, samples: Sequence[float], note: str = "", *, baseline: bool = False) -> Figure:
         figure = Figure(name, unit, [float(s) for s in samples], note, baseline)
         self.figures.append(figure)
         return figure
@@ -115,10 +120,15 @@ class BenchResult:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "name": self.name, "title": self.title, "wall_sec": round(self.wall_sec, 3),
+            "name": self.name,
+            "title": self.title,
+            "wall_sec": round(self.wall_sec, 3),
             "figures": [f.to_json() for f in self.figures],
             "ratios": [{**asdict(r), "value": _num(r.value)} for r in self.ratios],
-            "info": self.info, "notes": self.notes, "warnings": self.warnings, "error": self.error,
+            "info": self.info,
+            "notes": self.notes,
+            "warnings": self.warnings,
+            "error": self.error,
         }
 
 
@@ -141,16 +151,29 @@ def fmt(value: float, unit: str) -> str:
 def render(result: BenchResult) -> None:
     """Print one benchmark: its figures, its ratios, then facts and notes."""
     table = Table(title=f"{result.name}: {result.title}  ({result.wall_sec:.1f} s)", title_justify="left")
-    for column, justify in (("figure", "left"), ("unit", "left"), ("n", "right"), ("median", "right"),
-                            ("p90", "right"), ("min", "right"), ("note", "left")):
+    for column, justify in (
+        ("figure", "left"),
+        ("unit", "left"),
+        ("n", "right"),
+        ("median", "right"),
+        ("p90", "right"),
+        ("min", "right"),
+        ("note", "left"),
+    ):
         table.add_column(column, justify=justify, overflow="fold")
     for f in result.figures:
         name = f"{f.name} [dim](baseline)[/]" if f.baseline else f.name
-        table.add_row(name, f.unit, str(f.n), fmt(f.median, f.unit), fmt(f.p90, f.unit), fmt(f.min, f.unit),
-                      f.note)
+        table.add_row(name, f.unit, str(f.n), fmt(f.median, f.unit), fmt(f.p90, f.unit), fmt(f.min, f.unit), f.note)
     for r in result.ratios:
-        table.add_row(f"[bold]ratio[/] {r.name}", "x", "", f"[bold]{r.value:.2f}[/]" if not math.isnan(r.value)
-                      else "-", "", "", r.note)
+        table.add_row(
+            f"[bold]ratio[/] {r.name}",
+            "x",
+            "",
+            f"[bold]{r.value:.2f}[/]" if not math.isnan(r.value) else "-",
+            "",
+            "",
+            r.note,
+        )
     console.print(table)
     for key, value in result.info.items():
         if not isinstance(value, (dict, list)):

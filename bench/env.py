@@ -39,19 +39,29 @@ POOL_PREFIX = f"bench{os.getpid()}"
 _SHIM_ELAPSED = re.compile(r"osmosis-harbor-shim\[agent\].* ok .*elapsed=([0-9.]+)s")
 
 
-def make_backend(work: Path, *, agent: str = "ListWorkflow", n_concurrent: int = 1,
-                 tasks_dir: Path = TEMPLATE, task_mode: str = "template",
-                 cleanup_successful_trials: bool = True, max_queue_depth: int | None = None,
-                 **env_kwargs: Any) -> HarborBackend:
+def make_backend(
+    work: Path,
+    *,
+    agent: str = "ListWorkflow",
+    n_concurrent: int = 1,
+    tasks_dir: Path = TEMPLATE,
+    task_mode: str = "template",
+    cleanup_successful_trials: bool = True,
+    max_queue_depth: int | None = None,
+    **env_kwargs: Any,
+) -> HarborBackend:
     """A HarborBackend on local Docker sandboxes that can reach a policy on 127.0.0.1."""
     return HarborBackend(
         orchestrator=TrialQueue(n_concurrent=n_concurrent),
-        tasks_dir=tasks_dir, task_mode=task_mode,
+        tasks_dir=tasks_dir,
+        task_mode=task_mode,
         agent=f"{WF}:{agent}",
         workflow_config=f"{WF}:fixture_config" if agent in {"ListWorkflow", "OutputWorkflow"} else None,
-        code_dir=PROJECT, bundles_dir=work / "bundles",
+        code_dir=PROJECT,
+        bundles_dir=work / "bundles",
         environment_config=environment_config("docker", host_network=True, **env_kwargs),
-        trials_dir=work / "trials", cleanup_successful_trials=cleanup_successful_trials,
+        trials_dir=work / "trials",
+        cleanup_successful_trials=cleanup_successful_trials,
         max_queue_depth=max_queue_depth,
     )
 
@@ -64,14 +74,23 @@ async def dispose(backend: HarborBackend) -> None:
         shutil.rmtree(backend.workspace.root, ignore_errors=True)
 
 
-def request(rollout_id: str, text: str = "go", *, grade: bool = False,
-            agent_timeout_sec: float | None = None) -> ExecutionRequest:
-    return ExecutionRequest(id=rollout_id, prompt=[{"role": "user", "content": text}], grade=grade,
-                            agent_timeout_sec=agent_timeout_sec)
+def request(
+    rollout_id: str, text: str = "go", *, grade: bool = False, agent_timeout_sec: float | None = None
+) -> ExecutionRequest:
+    return ExecutionRequest(
+        id=rollout_id, prompt=[{"role": "user", "content": text}], grade=grade, agent_timeout_sec=agent_timeout_sec
+    )
 
 
-async def run_rollout(backend: HarborBackend, chat_url: str, rollout_id: str, text: str = "go", *,
-                      grade: bool = False, agent_timeout_sec: float | None = None) -> ExecutionOutcome:
+async def run_rollout(
+    backend: HarborBackend,
+    chat_url: str,
+    rollout_id: str,
+    text: str = "go",
+    *,
+    grade: bool = False,
+    agent_timeout_sec: float | None = None,
+) -> ExecutionOutcome:
     """``execute()`` inside a RolloutContext, which is all the osmosis server adds around it."""
     with RolloutContext(chat_completions_url=chat_url, api_key=API_KEY, rollout_id=rollout_id):
         return await backend.execute(request(rollout_id, text, grade=grade, agent_timeout_sec=agent_timeout_sec))

@@ -76,9 +76,11 @@ async def run(quick: bool) -> BenchResult:
         result.info["first rollout of the process: SDK seconds"] = round(sum(s for _, s in first_calls.values()), 3)
         if first_total is not None:
             result.info["first rollout of the process: one-time host cost s (e2e - trial total)"] = round(
-                t[0] - first_total, 3)
+                t[0] - first_total, 3
+            )
         result.info["first rollout imported litellm (Harbor agent init)"] = (
-            not litellm_before and "litellm" in sys.modules)
+            not litellm_before and "litellm" in sys.modules
+        )
         await raw_cycle(image)  # warm the floor path the same way
 
         e2e: list[float] = []
@@ -121,7 +123,9 @@ async def run(quick: bool) -> BenchResult:
 
         f_e2e = result.add("end-to-end rollout (execute)", "s", e2e)
         result.add("workflow in the sandbox (shim elapsed)", "s", shim)
-        f_over = result.add("orchestration overhead = e2e - workflow", "s", [a - b for a, b in zip(e2e, shim, strict=False)])
+        f_over = result.add(
+            "orchestration overhead = e2e - workflow", "s", [a - b for a, b in zip(e2e, shim, strict=False)]
+        )
         f_floor = result.add("raw floor: create + exec + terminate", "s", floor["total"], baseline=True)
         result.ratio("overhead / raw floor", f_over, f_floor)
         result.ratio("end-to-end / raw floor", f_e2e, f_floor)
@@ -129,14 +133,26 @@ async def run(quick: bool) -> BenchResult:
             result.add(f"  floor step: {step}", "s", floor[step])
         for phase in PHASES:
             if phases.get(phase):
-                result.add(f"  trial phase: {phase}", "s", phases[phase],
-                           "Harbor's TrialResult timings" if phase == "total" else "")
+                result.add(
+                    f"  trial phase: {phase}",
+                    "s",
+                    phases[phase],
+                    "Harbor's TrialResult timings" if phase == "total" else "",
+                )
         if phases.get("total"):
-            result.add("  host time outside the trial = e2e - trial total", "s",
-                       [a - b for a, b in zip(e2e, phases["total"], strict=False)], "task copy, config, outcome reading")
+            result.add(
+                "  host time outside the trial = e2e - trial total",
+                "s",
+                [a - b for a, b in zip(e2e, phases["total"], strict=False)],
+                "task copy, config, outcome reading",
+            )
         result.add("  in Docker SDK calls (sum per rollout)", "s", sdk_total)
-        result.add("  host Python outside SDK calls = e2e - SDK", "s", [a - b for a, b in zip(e2e, sdk_total, strict=False)],
-                   "Harbor trial + backend bookkeeping")
+        result.add(
+            "  host Python outside SDK calls = e2e - SDK",
+            "s",
+            [a - b for a, b in zip(e2e, sdk_total, strict=False)],
+            "Harbor trial + backend bookkeeping",
+        )
         for label in sorted(sdk_sec, key=lambda k: -sorted(sdk_sec[k])[len(sdk_sec[k]) // 2]):
             counts = sorted(sdk_count[label])
             result.add(f"    sdk {label}", "s", sdk_sec[label], f"{counts[len(counts) // 2]} call(s) per rollout")
@@ -159,8 +175,9 @@ async def run(quick: bool) -> BenchResult:
                 elapsed = shim_elapsed(trials, extra.get("trial_name", ""))
                 reward = outcome.result.sample.reward if outcome.result.sample else None
                 if not outcome_ok(outcome) or elapsed is None or reward != 1.0:
-                    failures.append(f"{rid} (graded): {outcome.result.status.value} reward={reward} "
-                                    f"{outcome.result.err_message}")
+                    failures.append(
+                        f"{rid} (graded): {outcome.result.status.value} reward={reward} {outcome.result.err_message}"
+                    )
                     continue
                 grader = calls.get("exec: verifier tests/test.sh", (0, 0.0))[1]
                 graded_e2e.append(t[0])
@@ -185,8 +202,11 @@ async def run(quick: bool) -> BenchResult:
                         with stopwatch() as t:
                             response = await client.run_rollout(
                                 initial_messages=[{"role": "user", "content": "go"}],
-                                chat_completions_url=chat.base_url, rollout_id=rid, llm_api_key=API_KEY,
-                                grade=False)
+                                chat_completions_url=chat.base_url,
+                                rollout_id=rid,
+                                llm_api_key=API_KEY,
+                                grade=False,
+                            )
                         if response.status.value != "success":
                             failures.append(f"{rid} (server): {response.status.value} {response.err_message}")
                             continue
@@ -206,8 +226,10 @@ async def run(quick: bool) -> BenchResult:
             result.info["failed rollouts"] = len(failures)
             for failure in failures[:5]:
                 result.warn(f"rollout failed: {failure}")
-        result.notes.append("overhead = end-to-end - the workflow runner's own elapsed (python start-up and "
-                            "imports inside the sandbox count as overhead)")
+        result.notes.append(
+            "overhead = end-to-end - the workflow runner's own elapsed (python start-up and "
+            "imports inside the sandbox count as overhead)"
+        )
     finally:
         await dispose(backend)
         chat.close()

@@ -48,7 +48,8 @@ def make_dataset(root: Path, base_image: str, tasks: int, environments: int) -> 
         task_id = f"t{i:02d}"
         task = shutil.copytree(TEMPLATE, root / task_id)
         (task / "environment" / "Dockerfile").write_text(
-            f"FROM {base_image}\nRUN echo {markers[i % environments]} > /bench-marker\nWORKDIR /workspace\n")
+            f"FROM {base_image}\nRUN echo {markers[i % environments]} > /bench-marker\nWORKDIR /workspace\n"
+        )
         ids.append(task_id)
     return ids
 
@@ -97,8 +98,10 @@ async def run(quick: bool) -> BenchResult:
                 build_sec += [g.timings_sec.get("image", 0.0) for g in report.groups_detail if g.built]
                 setup_first += [g.timings_sec.get("setup", 0.0) for g in report.groups_detail]
                 if report.built != k or report.groups != k or report.failed:
-                    result.warn(f"MISMATCH: first prewarm built {report.built} image(s) in {report.groups} "
-                                f"group(s), {report.failed} failed; expected {k} builds in {k} groups")
+                    result.warn(
+                        f"MISMATCH: first prewarm built {report.built} image(s) in {report.groups} "
+                        f"group(s), {report.failed} failed; expected {k} builds in {k} groups"
+                    )
 
                 warm = make_backend(work / f"warm-{r}", tasks_dir=dataset, task_mode="dataset")
                 try:
@@ -111,8 +114,10 @@ async def run(quick: bool) -> BenchResult:
                 setup_second += [g.timings_sec.get("setup", 0.0) for g in again.groups_detail]
                 check_second += [g.timings_sec.get("image", 0.0) for g in again.groups_detail]
                 if again.built != 0 or again.reused != k:
-                    result.warn(f"MISMATCH: second prewarm built {again.built} and reused {again.reused} "
-                                f"image(s); expected 0 builds and {k} reused")
+                    result.warn(
+                        f"MISMATCH: second prewarm built {again.built} and reused {again.reused} "
+                        f"image(s); expected 0 builds and {k} reused"
+                    )
             finally:
                 for problem in remove_images(built_images):
                     result.warn(f"image not removed: {problem}")
@@ -129,5 +134,6 @@ async def run(quick: bool) -> BenchResult:
     result.info["builds performed, second prewarm (expected 0)"] = rebuilds
     result.info["builds per run, first / second (median)"] = (
         f"{sorted(builds)[len(builds) // 2] if builds else '-'} / "
-        f"{sorted(rebuilds)[len(rebuilds) // 2] if rebuilds else '-'}")
+        f"{sorted(rebuilds)[len(rebuilds) // 2] if rebuilds else '-'}"
+    )
     return result

@@ -67,8 +67,12 @@ async def rollout_batch(backend: HarborBackend, chat_url: str, n: int, prefix: s
     started = time.perf_counter()
     results = await asyncio.gather(*(one() for _ in range(n)))
     seconds = time.perf_counter() - started
-    return Batch(seconds, sum(ok for ok, _, _ in results), [lat for _, lat, _ in results],
-                 [env for _, _, env in results if env is not None])
+    return Batch(
+        seconds,
+        sum(ok for ok, _, _ in results),
+        [lat for _, lat, _ in results],
+        [env for _, _, env in results if env is not None],
+    )
 
 
 async def wait_pool_full(backend: HarborBackend, size: int, timeout: float = 90.0) -> float:
@@ -132,8 +136,7 @@ async def run(quick: bool) -> BenchResult:
                     creates[kind] += [sec for label, sec in calls if label.startswith("create")]
                     calls_per_rollout[kind].append(len(calls) / n)
 
-        f_floor = result.add(f"raw floor: {c} loops of create+exec+terminate", "rollouts/s", floor_rate,
-                             baseline=True)
+        f_floor = result.add(f"raw floor: {c} loops of create+exec+terminate", "rollouts/s", floor_rate, baseline=True)
         f_plain = result.add("rollouts, no pool", "rollouts/s", plain_rate)
         f_pool = result.add(f"rollouts, warm pool of {c}", "rollouts/s", pooled_rate)
         result.ratio("no pool / raw floor", f_plain, f_floor)
@@ -142,8 +145,9 @@ async def run(quick: bool) -> BenchResult:
         result.add("  submit-to-result latency, no pool", "s", latencies["plain"], "includes waiting for a slot")
         result.add("  submit-to-result latency, warm pool", "s", latencies["pooled"], "includes waiting for a slot")
         result.add("  environment phase, no pool", "s", environment["plain"], "create+start, mkdir logs")
-        result.add("  environment phase, warm pool", "s", environment["pooled"],
-                   "claim, mkdir logs, upload environment/")
+        result.add(
+            "  environment phase, warm pool", "s", environment["pooled"], "claim, mkdir logs, upload environment/"
+        )
         result.add("  sdk create: container create+start", "s", creates["plain"])
         result.add("  sdk create: pool claim", "s", creates["pooled"])
         result.add("  sdk calls per rollout, no pool", "calls", calls_per_rollout["plain"])

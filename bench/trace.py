@@ -94,8 +94,9 @@ def tracing() -> Iterator[Trace]:
     def create_label(*_args: Any, pool: str | None = None, **_kwargs: Any) -> str:
         return "create (pool claim)" if pool else "create (container create+start)"
 
-    docker_sdk.create = docker_sdk.Dual(_timed(saved_create._fn, create_label, trace),
-                                        on_abandon=saved_create._on_abandon)
+    docker_sdk.create = docker_sdk.Dual(
+        _timed(saved_create._fn, create_label, trace), on_abandon=saved_create._on_abandon
+    )
     for name, original in saved_methods.items():
         setattr(sandbox_cls, name, docker_sdk.Dual(_timed(original._fn, name, trace)))
 

@@ -198,7 +198,9 @@ def sweep_unscrubbed(trials_dirs: Iterable[Path]) -> list[Path]:
             if not marker.parent.exists():
                 removed.append(marker.parent)
     for trial_dir in removed:
-        logger.warning("removed trial directory %s: its host process died before scrubbing the rollout's "
-                       "API key from it, and the key needed to scrub it died with the process", trial_dir)
+        logger.warning(
+            "removed trial directory %s: its host process died before scrubbing the rollout's "
+            "API key from it, and the key needed to scrub it died with the process",
+            trial_dir,
+        )
     return removed
-

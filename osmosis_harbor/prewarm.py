@@ -42,8 +42,15 @@ from osmosis_harbor.tasks.resolver import TaskResolver
 
 ProgressCallback = Callable[[str, str], None]  # (group key, stage)
 _SYSTEMIC_MARKERS = (
-    "docker engine not reachable", "sky.sandbox", "unauthorized", "authentication required",
-    "denied", "quota", "connection refused", "no such host", "registry unreachable",
+    "docker engine not reachable",
+    "sky.sandbox",
+    "unauthorized",
+    "authentication required",
+    "denied",
+    "quota",
+    "connection refused",
+    "no such host",
+    "registry unreachable",
 )
 _SYSTEMIC_TYPES = (DockerEngineUnavailable, SandboxSdkMissingError, PermissionError)
 
@@ -105,8 +112,6 @@ class _Prepared(BaseModel):
     deps_baked: bool = False
 
 
-
-
 def _is_systemic(exc: BaseException) -> bool:
     text = f"{type(exc).__name__}: {exc}".lower()
     return isinstance(exc, _SYSTEMIC_TYPES) or any(m in text for m in _SYSTEMIC_MARKERS)
@@ -129,8 +134,9 @@ async def _with_progress(notify: ProgressCallback, key: str, stage: str, timings
 class Prewarmer:
     """Runs a prewarm for one backend (see the module docstring)."""
 
-    def __init__(self, backend: PrewarmTarget, *, pool_size: int | None = None,
-                 on_progress: ProgressCallback | None = None) -> None:
+    def __init__(
+        self, backend: PrewarmTarget, *, pool_size: int | None = None, on_progress: ProgressCallback | None = None
+    ) -> None:
         self.backend = backend
         self.notify: ProgressCallback = on_progress or (lambda _key, _stage: None)
         env_kwargs = backend.environment_config.kwargs
@@ -152,8 +158,9 @@ class Prewarmer:
             groups: dict[str, list[_Prepared]] = {}
             for item in prepared:
                 groups.setdefault(item.group_key, []).append(item)
-            results = await asyncio.gather(*(self._warm_group(key, items) for key, items in groups.items()),
-                                           return_exceptions=True)
+            results = await asyncio.gather(
+                *(self._warm_group(key, items) for key, items in groups.items()), return_exceptions=True
+            )
         finally:
             shutil.rmtree(self._work, ignore_errors=True)
         details: list[PrewarmGroup] = []
@@ -162,8 +169,12 @@ class Prewarmer:
             if isinstance(outcome, BaseException):
                 if isinstance(outcome, asyncio.CancelledError):
                     raise outcome
-                group = PrewarmGroup(key=key, environment_id=items[0].environment_id,
-                                     task_ids=[i.task_id for i in items], error=_one_line(outcome))
+                group = PrewarmGroup(
+                    key=key,
+                    environment_id=items[0].environment_id,
+                    task_ids=[i.task_id for i in items],
+                    error=_one_line(outcome),
+                )
                 systemic = systemic or (outcome if _is_systemic(outcome) else None)
             else:
                 group = outcome
@@ -171,10 +182,14 @@ class Prewarmer:
                 failed.update({tid: f"prewarm failed: {group.error}" for tid in group.task_ids})
             details.append(group)
         report = PrewarmReport(
-            groups=len(details), tasks=len(task_ids),
-            built=sum(g.built for g in details), reused=sum(g.reused for g in details),
-            failed=len(failed), wall_sec=round(time.monotonic() - started, 3),
-            groups_detail=details, failed_tasks=failed,
+            groups=len(details),
+            tasks=len(task_ids),
+            built=sum(g.built for g in details),
+            reused=sum(g.reused for g in details),
+            failed=len(failed),
+            wall_sec=round(time.monotonic() - started, 3),
+            groups_detail=details,
+            failed_tasks=failed,
         )
         if systemic is not None:
             raise PrewarmError(f"prewarm failed for a systemic reason: {_one_line(systemic)}")
@@ -195,9 +210,11 @@ class Prewarmer:
         task = Task(path)
         env = task.config.environment
         return _Prepared(
-            task_id=task_id, path=path,
+            task_id=task_id,
+            path=path,
             environment_id=environment_content_hash(task.paths.environment_dir, docker_image=env.docker_image),
-            cpus=env.cpus, memory_mb=env.memory_mb,
+            cpus=env.cpus,
+            memory_mb=env.memory_mb,
             no_network=self._no_network(task),
             group_key=self._environment(path).group_key,  # the same key every trial's environment derives
             deps_baked=materialized.environment_patched,
@@ -217,8 +234,11 @@ class Prewarmer:
         kwargs = {k: v for k, v in config.kwargs.items() if k not in {"pool", "pool_size"}}
         config = config.model_copy(update={"kwargs": kwargs})
         env = EnvironmentFactory.create_environment_from_config(
-            config, environment_dir=task.paths.environment_dir, environment_name=task.name,
-            session_id=f"prewarm-{uuid.uuid4().hex[:10]}", trial_paths=trial_paths,
+            config,
+            environment_dir=task.paths.environment_dir,
+            environment_name=task.name,
+            session_id=f"prewarm-{uuid.uuid4().hex[:10]}",
+            trial_paths=trial_paths,
             task_env_config=task.config.environment,
             # the baseline a trial gives its agent environment, so the group key is the trial's
             network_policy=task.config.environment.resolve_baseline(),
@@ -260,5 +280,12 @@ class Prewarmer:
         await sdk.set_pool_size.aio(name, self.pool_size)
 
 
-__all__ = ["PrewarmError", "PrewarmGroup", "PrewarmReport", "PrewarmTarget", "Prewarmer", "ProgressCallback",
-           "pool_name_for"]
+__all__ = [
+    "PrewarmError",
+    "PrewarmGroup",
+    "PrewarmReport",
+    "PrewarmTarget",
+    "Prewarmer",
+    "ProgressCallback",
+    "pool_name_for",
+]

@@ -29,10 +29,15 @@ class Settings(BaseSettings):
     lock_dir: Path | None = Field(None, description="pool lock files (default $XDG_CACHE_HOME/osmosis-harbor/locks)")
     keep_home: bool = Field(False, description="`rollout` keeps the osmosis server's trajectories in ~/.osmosis")
     registry: str | None = Field(
-        None, validation_alias=AliasChoices("OSMOSIS_HARBOR_REGISTRY", "HARBOR_SKYPILOT_REGISTRY"),
-        description="the registry task images are pushed to when none is passed")
-    docker_host: str = Field(DEFAULT_DOCKER_HOST, validation_alias="DOCKER_HOST",
-                             description="the Docker engine (read by the docker SDK itself too)")
+        None,
+        validation_alias=AliasChoices("OSMOSIS_HARBOR_REGISTRY", "HARBOR_SKYPILOT_REGISTRY"),
+        description="the registry task images are pushed to when none is passed",
+    )
+    docker_host: str = Field(
+        DEFAULT_DOCKER_HOST,
+        validation_alias="DOCKER_HOST",
+        description="the Docker engine (read by the docker SDK itself too)",
+    )
     xdg_cache_home: Path | None = Field(None, validation_alias="XDG_CACHE_HOME")
 
     def pool_lock_dir(self) -> Path:

@@ -29,14 +29,24 @@ def main() -> None:
     parser.add_argument("--bundles", type=Path, required=True)
     args = parser.parse_args()
     backend = HarborBackend(
-        orchestrator=TrialQueue(n_concurrent=2), tasks_dir=TASKS / "template", task_mode="template",
-        agent="rollout_fixtures.workflows:ListWorkflow", code_dir=FIXTURES / "rollout_project",
-        bundles_dir=args.bundles, trials_dir=args.work / "trials",
+        orchestrator=TrialQueue(n_concurrent=2),
+        tasks_dir=TASKS / "template",
+        task_mode="template",
+        agent="rollout_fixtures.workflows:ListWorkflow",
+        code_dir=FIXTURES / "rollout_project",
+        bundles_dir=args.bundles,
+        trials_dir=args.work / "trials",
         environment_config=environment_config("docker", host_network=True, pool=args.pool, pool_size=1),
     )
     app = create_rollout_server(backend=backend, lifespan=backend.prewarm_lifespan(), configure_logging=False)
-    serve(add_status_route(app, backend), host="127.0.0.1", port=args.port,
-          shutdown_grace_sec=args.grace, delivery_sec=args.delivery, log_level="info")
+    serve(
+        add_status_route(app, backend),
+        host="127.0.0.1",
+        port=args.port,
+        shutdown_grace_sec=args.grace,
+        delivery_sec=args.delivery,
+        log_level="info",
+    )
 
 
 if __name__ == "__main__":

@@ -35,7 +35,10 @@ def managed_containers(owner_pid: int | None = None) -> list[dict]:
 def run_cli(*args: str, timeout: float = 600, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "osmosis_harbor", *args],
-        cwd=REPO, capture_output=True, text=True, timeout=timeout,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
         env={**os.environ, **(env or {})},
     )
 
@@ -69,8 +72,15 @@ async def await_until(predicate: Callable[[], Awaitable[object]], *, timeout: fl
         delay = min(delay * 2, 0.5)
 
 
-def make_task(root: Path, task_id: str, *, dockerfile: str | None = None, solve: str = "echo ok > /tmp/done",
-              test: str | None = None, toml_extra: str = "") -> Path:
+def make_task(
+    root: Path,
+    task_id: str,
+    *,
+    dockerfile: str | None = None,
+    solve: str = "echo ok > /tmp/done",
+    test: str | None = None,
+    toml_extra: str = "",
+) -> Path:
     """Write a small valid Harbor task (reward 1 when /tmp/done exists) under ``root``."""
     task = root / task_id
     (task / "environment").mkdir(parents=True)
@@ -79,7 +89,7 @@ def make_task(root: Path, task_id: str, *, dockerfile: str | None = None, solve:
     (task / "instruction.md").write_text("Create /tmp/done.\n")
     (task / "task.toml").write_text(
         'schema_version = "1.4"\n[agent]\ntimeout_sec = 120\n[verifier]\ntimeout_sec = 60\n'
-        f'[environment]\nbuild_timeout_sec = 300\n{toml_extra}'
+        f"[environment]\nbuild_timeout_sec = 300\n{toml_extra}"
     )
     marker = uuid.uuid4().hex
     (task / "environment" / "Dockerfile").write_text(
@@ -90,7 +100,10 @@ def make_task(root: Path, task_id: str, *, dockerfile: str | None = None, solve:
     test_sh = task / "tests" / "test.sh"
     test_sh.write_text(
         "#!/bin/bash\nmkdir -p /logs/verifier\n"
-        + (test or "if [ -f /tmp/done ]; then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi\n")
+        + (
+            test
+            or "if [ -f /tmp/done ]; then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi\n"
+        )
     )
     script.chmod(0o755)
     test_sh.chmod(0o755)

@@ -51,16 +51,26 @@ def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 def backend_for(tmp_path: Path, bundles_dir: Path, agent: str = "ListWorkflow", **kwargs) -> HarborBackend:
     return HarborBackend(
         orchestrator=TrialQueue(n_concurrent=kwargs.pop("n_concurrent", 2)),
-        tasks_dir=kwargs.pop("tasks_dir", TASKS / "template"), task_mode=kwargs.pop("task_mode", "template"),
-        agent=f"{WF}:{agent}", code_dir=PROJECT, bundles_dir=bundles_dir,
+        tasks_dir=kwargs.pop("tasks_dir", TASKS / "template"),
+        task_mode=kwargs.pop("task_mode", "template"),
+        agent=f"{WF}:{agent}",
+        code_dir=PROJECT,
+        bundles_dir=bundles_dir,
         environment_config=environment_config("docker", host_network=True),
-        trials_dir=tmp_path / "trials", cleanup_successful_trials=False, **kwargs,
+        trials_dir=tmp_path / "trials",
+        cleanup_successful_trials=False,
+        **kwargs,
     )
 
 
 def body(fake_chat: FakeChatServer, rollout_id: str, **extra) -> dict:
-    return {"rollout_id": rollout_id, "initial_messages": [{"role": "user", "content": "go"}],
-            "chat_completions_url": fake_chat.base_url, "llm_api_key": KEY, **extra}
+    return {
+        "rollout_id": rollout_id,
+        "initial_messages": [{"role": "user", "content": "go"}],
+        "chat_completions_url": fake_chat.base_url,
+        "llm_api_key": KEY,
+        **extra,
+    }
 
 
 async def test_requests_that_cannot_succeed_are_refused_before_any_sandbox(tmp_path, bundles_dir, fake_chat):
@@ -76,8 +86,11 @@ async def test_requests_that_cannot_succeed_are_refused_before_any_sandbox(tmp_p
         for rid, (extra, _) in hopeless.items():  # the server accepts them all...
             assert (await http.post("/rollout", json=body(fake_chat, rid, **extra))).status_code == 202
         await asyncio.to_thread(  # ...and the backend refuses each before anything else
-            wait_until, lambda: all((backend.rollout_status(rid) or {}).get("status") == RolloutStatus.FAILURE
-                                    for rid in hopeless), timeout=60, what="every rollout refused")
+            wait_until,
+            lambda: all((backend.rollout_status(rid) or {}).get("status") == RolloutStatus.FAILURE for rid in hopeless),
+            timeout=60,
+            what="every rollout refused",
+        )
     results = [backend.rollout_status(rid) for rid in hopeless]
     for (_, field), result in zip(hopeless.values(), results, strict=True):
         assert result["err_category"] == RolloutErrorCategory.VALIDATION_ERROR, result["error"]
@@ -89,8 +102,7 @@ async def test_requests_that_cannot_succeed_are_refused_before_any_sandbox(tmp_p
     # Non-finite timeouts never pass the server's request model; a direct caller that
     # bypasses ExecutionRequest's validation is refused by the backend all the same.
     for value in (float("nan"), float("inf")):
-        request = ExecutionRequest.model_construct(id="x", prompt=[], agent_timeout_sec=value,
-                                                   grader_timeout_sec=None)
+        request = ExecutionRequest.model_construct(id="x", prompt=[], agent_timeout_sec=value, grader_timeout_sec=None)
         assert "agent_timeout_sec must be a positive number" in request_problem(request)
 
 
@@ -102,8 +114,11 @@ async def test_any_id_the_server_accepts_runs(tmp_path, bundles_dir, fake_chat):
         # (osmosis' RolloutClient does not quote the id into its result URL, so POST it here)
         assert (await http.post("/rollout", json=body(fake_chat, odd))).status_code == 202
         await asyncio.to_thread(
-            wait_until, lambda: (backend.rollout_status(odd) or {}).get("finished_at"), timeout=180,
-            what="the rollout to end")
+            wait_until,
+            lambda: (backend.rollout_status(odd) or {}).get("finished_at"),
+            timeout=180,
+            what="the rollout to end",
+        )
     status = backend.rollout_status(odd)
     assert status["status"] == RolloutStatus.SUCCESS and status["reward"] == 1.0, status["error"]
     (trial_dir,) = (tmp_path / "trials").iterdir()
@@ -116,8 +131,11 @@ async def test_duplicate_ids_do_not_use_up_capacity(tmp_path, bundles_dir, fake_
     async with serve(backend) as url, httpx.AsyncClient(base_url=url) as http:
         assert (await http.post("/rollout", json=body(fake_chat, "dup", grade=False))).status_code == 202
         await asyncio.to_thread(
-            wait_until, lambda: (backend.rollout_status("dup") or {}).get("status") == RolloutStatus.RUNNING,
-            timeout=120, what="the rollout running")
+            wait_until,
+            lambda: (backend.rollout_status("dup") or {}).get("status") == RolloutStatus.RUNNING,
+            timeout=120,
+            what="the rollout running",
+        )
         for _ in range(12):
             assert (await http.post("/rollout", json=body(fake_chat, "dup", grade=False))).status_code == 409
         assert (await http.get("/health")).json()["queued"] == 0
@@ -139,11 +157,18 @@ async def test_a_symlink_loop_in_a_task_is_a_validation_error(tmp_path, bundles_
     (single / "environment" / "me").symlink_to("me")
     backend = backend_for(tmp_path, bundles_dir, tasks_dir=dataset, task_mode="dataset")
     async with serve(backend) as url, client_for(url) as client:
-        results = await asyncio.gather(*(
-            client.run_rollout(initial_messages=[{"role": "user", "content": "go"}],
-                               chat_completions_url=fake_chat.base_url, rollout_id=task, llm_api_key=KEY,
-                               metadata={"harbor_task_id": task})
-            for task in ("pair-loop", "self-loop")))
+        results = await asyncio.gather(
+            *(
+                client.run_rollout(
+                    initial_messages=[{"role": "user", "content": "go"}],
+                    chat_completions_url=fake_chat.base_url,
+                    rollout_id=task,
+                    llm_api_key=KEY,
+                    metadata={"harbor_task_id": task},
+                )
+                for task in ("pair-loop", "self-loop")
+            )
+        )
     for result, link in zip(results, ("tests/a", "environment/me"), strict=True):
         assert result.status is RolloutStatus.FAILURE
         assert result.err_category is RolloutErrorCategory.VALIDATION_ERROR, result.err_message

@@ -29,8 +29,10 @@ def kwargs(**overrides):
     return base
 
 
-@pytest.mark.parametrize("legacy", ["task_dir", "user_code_dir", "workflow", "custom_tests_dir",
-                                    "prebuild_local_image", "symlink_environment"])
+@pytest.mark.parametrize(
+    "legacy",
+    ["task_dir", "user_code_dir", "workflow", "custom_tests_dir", "prebuild_local_image", "symlink_environment"],
+)
 def test_pre_v03_keywords_raise_type_error_with_migration_hint(legacy: str) -> None:
     with pytest.raises(TypeError, match=rf"{legacy}=.*migration guide"):
         HarborBackend(**kwargs(**{legacy: Path(".")}))

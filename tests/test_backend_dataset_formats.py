@@ -41,9 +41,12 @@ def _backend(tmp_path: Path, *, tasks_dir: Path = DATASET, mode: str = "dataset"
 
 async def _rollout(client, chat: FakeChatServer, task_id: str | None, text: str = "Let's start."):
     return await client.run_rollout(
-        initial_messages=[{"role": "user", "content": text}], chat_completions_url=chat.base_url,
-        rollout_id=f"fmt-{uuid.uuid4().hex[:8]}", llm_api_key="sk-formats",
-        metadata={"harbor_task_id": task_id} if task_id else None)
+        initial_messages=[{"role": "user", "content": text}],
+        chat_completions_url=chat.base_url,
+        rollout_id=f"fmt-{uuid.uuid4().hex[:8]}",
+        llm_api_key="sk-formats",
+        metadata={"harbor_task_id": task_id} if task_id else None,
+    )
 
 
 @pytest.fixture
@@ -53,12 +56,14 @@ def chat():
     server.close()
 
 
-async def test_dataset_formats_through_the_server(tmp_path: Path, chat: FakeChatServer,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_dataset_formats_through_the_server(
+    tmp_path: Path, chat: FakeChatServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("HOME", str(tmp_path))
     async with serve(_backend(tmp_path)) as url, client_for(url) as client:
         two_step, multi_key, channels, compose = await asyncio.gather(
-            *(_rollout(client, chat, task) for task in ("two-step", "multi-key", "channels-only", "compose")))
+            *(_rollout(client, chat, task) for task in ("two-step", "multi-key", "channels-only", "compose"))
+        )
 
     # Multi-step: each step's instruction is the next user turn of one conversation, in one
     # sandbox (step 2 doubles the number step 1 wrote); the reward is Harbor's mean over steps.
@@ -84,11 +89,14 @@ async def test_dataset_formats_through_the_server(tmp_path: Path, chat: FakeChat
     assert not managed_containers(owner_pid=os.getpid())
 
 
-async def test_a_multi_step_template_is_refused_before_any_sandbox(tmp_path: Path, chat: FakeChatServer,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_multi_step_template_is_refused_before_any_sandbox(
+    tmp_path: Path, chat: FakeChatServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("HOME", str(tmp_path))
-    async with serve(_backend(tmp_path, tasks_dir=DATASET / "two-step", mode="template")) as url, \
-            client_for(url) as client:
+    async with (
+        serve(_backend(tmp_path, tasks_dir=DATASET / "two-step", mode="template")) as url,
+        client_for(url) as client,
+    ):
         result = await _rollout(client, chat, None)
     assert result.status is RolloutStatus.FAILURE and result.err_category is RolloutErrorCategory.VALIDATION_ERROR
     assert "multi-step task" in result.err_message and "dataset mode" in result.err_message

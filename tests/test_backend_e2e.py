@@ -63,9 +63,17 @@ def grader_template(tmp_path: Path) -> Path:
     return task
 
 
-def make_backend(tmp_path: Path, bundles_dir: Path, *, agent: str, grader: str | None = None,
-                 tasks_dir: Path = TASKS / "template", task_mode: str = "template",
-                 host_network: bool = True, **kwargs) -> HarborBackend:
+def make_backend(
+    tmp_path: Path,
+    bundles_dir: Path,
+    *,
+    agent: str,
+    grader: str | None = None,
+    tasks_dir: Path = TASKS / "template",
+    task_mode: str = "template",
+    host_network: bool = True,
+    **kwargs,
+) -> HarborBackend:
     return HarborBackend(
         orchestrator=TrialQueue(n_concurrent=3),
         tasks_dir=tasks_dir,
@@ -97,13 +105,18 @@ def assert_secret_absent(secret: str, *roots: Path) -> None:
 
 async def run(client, fake_chat: FakeChatServer, api_key: str, text: str, **kwargs):
     return await client.run_rollout(
-        initial_messages=prompt(text), chat_completions_url=fake_chat.base_url,
-        rollout_id=kwargs.pop("rollout_id", f"r-{uuid.uuid4().hex[:10]}"), llm_api_key=api_key, **kwargs)
+        initial_messages=prompt(text),
+        chat_completions_url=fake_chat.base_url,
+        rollout_id=kwargs.pop("rollout_id", f"r-{uuid.uuid4().hex[:10]}"),
+        llm_api_key=api_key,
+        **kwargs,
+    )
 
 
 async def test_template_mode_with_grader(tmp_path, bundles_dir, fake_chat, api_key, grader_template, osmosis_home):
-    backend = make_backend(tmp_path, bundles_dir, agent="OutputWorkflow", grader="AnswerGrader",
-                           tasks_dir=grader_template)
+    backend = make_backend(
+        tmp_path, bundles_dir, agent="OutputWorkflow", grader="AnswerGrader", tasks_dir=grader_template
+    )
     async with serve(backend) as url, client_for(url) as client:
         right, wrong, ungraded = await asyncio.gather(
             run(client, fake_chat, api_key, "Write 42 to answer.txt\nreply: echo 42 > answer.txt", label="42"),
@@ -130,8 +143,13 @@ async def test_template_mode_with_grader(tmp_path, bundles_dir, fake_chat, api_k
 async def test_task_tests_win_over_the_grader(tmp_path, bundles_dir, fake_chat, api_key):
     backend = make_backend(tmp_path, bundles_dir, agent="ListWorkflow", grader="AnswerGrader")
     async with serve(backend) as url, client_for(url) as client:
-        result = await run(client, fake_chat, api_key, "Write osmosis\nreply: echo osmosis > answer.txt",
-                           label="not-what-the-grader-wants")
+        result = await run(
+            client,
+            fake_chat,
+            api_key,
+            "Write osmosis\nreply: echo osmosis > answer.txt",
+            label="not-what-the-grader-wants",
+        )
     assert result.status is RolloutStatus.SUCCESS, result.err_message
     assert result.sample.reward == 1.0  # the task's own test.sh, not AnswerGrader (which would give 0)
     assert "answer_found" not in result.sample.metrics
@@ -140,8 +158,10 @@ async def test_task_tests_win_over_the_grader(tmp_path, bundles_dir, fake_chat, 
 
 async def test_dataset_mode_with_task_tests_and_bad_ids(tmp_path, bundles_dir, fake_chat, api_key):
     backend = make_backend(tmp_path, bundles_dir, agent="NoneWorkflow", tasks_dir=TASKS, task_mode="dataset")
-    solve = ("python3 -c \"import json; n=[int(x) for x in open('/data/numbers.txt')]; "
-             "json.dump(dict(count=len(n), sum=sum(n), mean=sum(n)/len(n)), open('/output/stats.json','w'))\"")
+    solve = (
+        "python3 -c \"import json; n=[int(x) for x in open('/data/numbers.txt')]; "
+        "json.dump(dict(count=len(n), sum=sum(n), mean=sum(n)/len(n)), open('/output/stats.json','w'))\""
+    )
     async with serve(backend) as url, client_for(url) as client:
         solved, escape, unknown, no_python = await asyncio.gather(
             run(client, fake_chat, api_key, f"reply: {solve}", metadata={"harbor_task_id": "json-reward"}),
@@ -170,8 +190,9 @@ async def test_dataset_mode_with_task_tests_and_bad_ids(tmp_path, bundles_dir, f
         ("SleepyWorkflow", RolloutErrorCategory.TIMEOUT, "timed out", 4.0),
     ],
 )
-async def test_workflow_failures_map_to_categories(tmp_path, bundles_dir, fake_chat, api_key, grader_template,
-                                                   workflow, category, needle, timeout):
+async def test_workflow_failures_map_to_categories(
+    tmp_path, bundles_dir, fake_chat, api_key, grader_template, workflow, category, needle, timeout
+):
     backend = make_backend(tmp_path, bundles_dir, agent=workflow, grader="AnswerGrader", tasks_dir=grader_template)
     async with serve(backend) as url, client_for(url) as client:
         result = await run(client, fake_chat, api_key, "do it", label="x", agent_timeout_sec=timeout)
@@ -181,12 +202,16 @@ async def test_workflow_failures_map_to_categories(tmp_path, bundles_dir, fake_c
     assert_secret_absent(api_key, tmp_path / "trials")
 
 
-@pytest.mark.parametrize(("grader", "category", "needle"), [
-    ("RaisingGrader", RolloutErrorCategory.VALIDATION_ERROR, "broke on purpose"),
-    ("SilentGrader", None, "reward"),
-])
-async def test_grader_failures_are_verifier_failures(tmp_path, bundles_dir, fake_chat, api_key, grader_template,
-                                                     grader, category, needle):
+@pytest.mark.parametrize(
+    ("grader", "category", "needle"),
+    [
+        ("RaisingGrader", RolloutErrorCategory.VALIDATION_ERROR, "broke on purpose"),
+        ("SilentGrader", None, "reward"),
+    ],
+)
+async def test_grader_failures_are_verifier_failures(
+    tmp_path, bundles_dir, fake_chat, api_key, grader_template, grader, category, needle
+):
     backend = make_backend(tmp_path, bundles_dir, agent="OutputWorkflow", grader=grader, tasks_dir=grader_template)
     async with serve(backend) as url, client_for(url) as client:
         result = await run(client, fake_chat, api_key, "reply: echo 42 > answer.txt", label="42")
@@ -219,16 +244,22 @@ async def test_loopback_endpoint_without_host_network_is_refused(tmp_path, bundl
     assert not (tmp_path / "trials").exists() or not any((tmp_path / "trials").iterdir())
 
 
-async def test_status_transitions_are_observed_through_the_server(tmp_path, bundles_dir, fake_chat, api_key,
-                                                                  grader_template):
+async def test_status_transitions_are_observed_through_the_server(
+    tmp_path, bundles_dir, fake_chat, api_key, grader_template
+):
     import httpx
 
-    backend = make_backend(tmp_path, bundles_dir, agent="OutputWorkflow", grader="SlowGrader",
-                           tasks_dir=grader_template)
+    backend = make_backend(
+        tmp_path, bundles_dir, agent="OutputWorkflow", grader="SlowGrader", tasks_dir=grader_template
+    )
     async with serve(backend) as url, client_for(url) as client, httpx.AsyncClient(base_url=url) as http:
         handle = await client.run_rollout_async(
-            initial_messages=prompt("reply: echo 42 > answer.txt"), chat_completions_url=fake_chat.base_url,
-            rollout_id="observed-1", llm_api_key=api_key, label="42")
+            initial_messages=prompt("reply: echo 42 > answer.txt"),
+            chat_completions_url=fake_chat.base_url,
+            rollout_id="observed-1",
+            llm_api_key=api_key,
+            label="42",
+        )
         assert await handle.wait_for_running() in {RolloutStatus.RUNNING, RolloutStatus.GRADING}
         assert await handle.wait_for_grading() is RolloutStatus.GRADING
         status = (await http.get("/rollout/observed-1/status")).json()
@@ -241,11 +272,13 @@ async def test_status_transitions_are_observed_through_the_server(tmp_path, bund
 
 
 async def test_grader_timeout_is_a_timeout(tmp_path, bundles_dir, fake_chat, api_key, grader_template):
-    backend = make_backend(tmp_path, bundles_dir, agent="OutputWorkflow", grader="SlowGrader",
-                           tasks_dir=grader_template)
+    backend = make_backend(
+        tmp_path, bundles_dir, agent="OutputWorkflow", grader="SlowGrader", tasks_dir=grader_template
+    )
     async with serve(backend) as url, client_for(url) as client:
-        result = await run(client, fake_chat, api_key, "reply: echo 42 > answer.txt", label="42",
-                           grader_timeout_sec=1.5)
+        result = await run(
+            client, fake_chat, api_key, "reply: echo 42 > answer.txt", label="42", grader_timeout_sec=1.5
+        )
     assert result.status is RolloutStatus.FAILURE
     assert result.err_category is RolloutErrorCategory.TIMEOUT, result.err_message
     assert "verifier timed out" in result.err_message
@@ -254,8 +287,13 @@ async def test_grader_timeout_is_a_timeout(tmp_path, bundles_dir, fake_chat, api
 async def test_bad_prompt_is_a_validation_error_and_leaves_no_queued_state(tmp_path, bundles_dir, fake_chat, api_key):
     backend = make_backend(tmp_path, bundles_dir, agent="OutputWorkflow")
     async with serve(backend) as url, client_for(url) as client:
-        result = await client.run_rollout(initial_messages=[], chat_completions_url=fake_chat.base_url,
-                                          rollout_id="empty-prompt", llm_api_key=api_key, grade=False)
+        result = await client.run_rollout(
+            initial_messages=[],
+            chat_completions_url=fake_chat.base_url,
+            rollout_id="empty-prompt",
+            llm_api_key=api_key,
+            grade=False,
+        )
     assert result.status is RolloutStatus.FAILURE
     assert result.err_category is RolloutErrorCategory.VALIDATION_ERROR, result.err_message
     assert backend.rollout_status("empty-prompt")["status"] == RolloutStatus.FAILURE
@@ -264,10 +302,13 @@ async def test_bad_prompt_is_a_validation_error_and_leaves_no_queued_state(tmp_p
 
 async def test_per_rollout_task_ref_overrides_the_template(tmp_path, bundles_dir, fake_chat, api_key):
     backend = make_backend(tmp_path, bundles_dir, agent="ListWorkflow")  # template: tasks/template
-    solve = ("python3 -c \"import json; n=[int(x) for x in open('/data/numbers.txt')]; "
-             "json.dump(dict(count=len(n), sum=sum(n), mean=sum(n)/len(n)), open('/output/stats.json','w'))\"")
+    solve = (
+        "python3 -c \"import json; n=[int(x) for x in open('/data/numbers.txt')]; "
+        "json.dump(dict(count=len(n), sum=sum(n), mean=sum(n)/len(n)), open('/output/stats.json','w'))\""
+    )
     async with serve(backend) as url, client_for(url) as client:
-        result = await run(client, fake_chat, api_key, f"reply: {solve}",
-                           metadata={"harbor_task": "../json-reward"})  # a local ref, beside the template
+        result = await run(
+            client, fake_chat, api_key, f"reply: {solve}", metadata={"harbor_task": "../json-reward"}
+        )  # a local ref, beside the template
     assert result.status is RolloutStatus.SUCCESS, result.err_message
     assert result.sample.reward == 1.0  # json-reward's own tests graded it

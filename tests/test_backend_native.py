@@ -23,11 +23,14 @@ from .support import FIXTURES, TASKS
 
 pytestmark = pytest.mark.slow
 
-TERMINUS_REPLY = json.dumps({
-    "analysis": "answer.txt is missing.", "plan": "Write osmosis into it and finish.",
-    "commands": [{"keystrokes": "echo osmosis > /workspace/answer.txt\n", "duration": 0.1}],
-    "task_complete": True,
-})
+TERMINUS_REPLY = json.dumps(
+    {
+        "analysis": "answer.txt is missing.",
+        "plan": "Write osmosis into it and finish.",
+        "commands": [{"keystrokes": "echo osmosis > /workspace/answer.txt\n", "duration": 0.1}],
+        "task_complete": True,
+    }
+)
 
 
 @pytest.fixture(autouse=True)
@@ -40,15 +43,22 @@ def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 async def test_oracle_validates_a_dataset_through_the_backend(tmp_path: Path) -> None:
     with pytest.warns(NotTrainableWarning):
         backend = HarborBackend(
-            orchestrator=TrialQueue(n_concurrent=2), tasks_dir=TASKS, task_mode="dataset", agent="oracle",
-            environment_config=environment_config("docker"), trials_dir=tmp_path / "trials",
+            orchestrator=TrialQueue(n_concurrent=2),
+            tasks_dir=TASKS,
+            task_mode="dataset",
+            agent="oracle",
+            environment_config=environment_config("docker"),
+            trials_dir=tmp_path / "trials",
         )
     assert backend.bundle is None
     async with serve(backend) as url, client_for(url) as client:
         for task_id in ("json-reward", "files/workdir-task"):
             result = await client.run_rollout(
-                initial_messages=[{"role": "user", "content": "validate"}], chat_completions_url="http://unused.invalid/v1",
-                rollout_id=f"oracle-{uuid.uuid4().hex[:8]}", metadata={"harbor_task_id": task_id})
+                initial_messages=[{"role": "user", "content": "validate"}],
+                chat_completions_url="http://unused.invalid/v1",
+                rollout_id=f"oracle-{uuid.uuid4().hex[:8]}",
+                metadata={"harbor_task_id": task_id},
+            )
             assert result.status is RolloutStatus.SUCCESS, result.err_message
             assert result.sample.reward == 1.0
 
@@ -64,20 +74,29 @@ async def test_terminus_2_rollout_through_the_backend(tmp_path: Path, graded_by:
         shutil.rmtree(tasks_dir / "tests")
         grader = "rollout_fixtures.graders:AnswerGrader"
     backend = HarborBackend(
-        orchestrator=TrialQueue(n_concurrent=1), tasks_dir=tasks_dir, agent="terminus-2",
-        grader=grader, grader_config="rollout_fixtures.graders:fixture_grader_config" if grader else None,
-        code_dir=FIXTURES / "rollout_project" if grader else None, bundles_dir=tmp_path / "bundles",
+        orchestrator=TrialQueue(n_concurrent=1),
+        tasks_dir=tasks_dir,
+        agent="terminus-2",
+        grader=grader,
+        grader_config="rollout_fixtures.graders:fixture_grader_config" if grader else None,
+        code_dir=FIXTURES / "rollout_project" if grader else None,
+        bundles_dir=tmp_path / "bundles",
         native_agent_kwargs={"max_turns": 5, "api_base": "http://elsewhere.invalid"},  # wiring must win
         # terminus-2 calls the model from the host: a loopback endpoint needs no host network
-        environment_config=environment_config("docker"), trials_dir=tmp_path / "trials",
+        environment_config=environment_config("docker"),
+        trials_dir=tmp_path / "trials",
         cleanup_successful_trials=False,
     )
     try:
         async with serve(backend) as url, client_for(url) as client:
             result = await client.run_rollout(
                 initial_messages=[{"role": "user", "content": "Write osmosis into /workspace/answer.txt."}],
-                chat_completions_url=server.base_url, rollout_id=f"t2-{uuid.uuid4().hex[:8]}",
-                llm_api_key=key, label="osmosis", metadata={"harbor_model": "openai/policy-v7"})
+                chat_completions_url=server.base_url,
+                rollout_id=f"t2-{uuid.uuid4().hex[:8]}",
+                llm_api_key=key,
+                label="osmosis",
+                metadata={"harbor_model": "openai/policy-v7"},
+            )
     finally:
         server.close()
     assert result.status is RolloutStatus.SUCCESS, result.err_message

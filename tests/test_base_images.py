@@ -69,9 +69,17 @@ printf '"uv_system_certs": "%s"}\n' "${UV_SYSTEM_CERTS:-}"
 """
 
 
-def base_images(*args: str, env: dict[str, str] | None = None, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["bash", str(SCRIPT), *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, **(env or {})})
+def base_images(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 600
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", str(SCRIPT), *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def list_rows() -> dict[str, tuple[str, str, str]]:
@@ -153,7 +161,12 @@ def test_stand_ins_have_what_list_claims(inspected) -> None:
     ubuntu, python = inspected["ubuntu:24.04"], inspected["python:3.13-slim"]
     for image, found in inspected.items():
         assert found["python"] == rows[image][1]
-        assert found["pip"].startswith("pip ") and found["venv"] == "/tmp/v" and found["ensurepip"] and found["curl"].startswith("curl ")
+        assert (
+            found["pip"].startswith("pip ")
+            and found["venv"] == "/tmp/v"
+            and found["ensurepip"]
+            and found["curl"].startswith("curl ")
+        )
         # uv comes the way uv's installer leaves it: in ~/.local/bin, on PATH through its env file
         assert found["uv_before_env"] == "none"
         assert found["uv"].startswith("uv ") and found["uvx"].startswith("uvx ")
@@ -166,15 +179,22 @@ def test_stand_ins_have_what_list_claims(inspected) -> None:
 
 
 def run_validate(*args: str) -> tuple[subprocess.CompletedProcess[str], int]:
-    proc = subprocess.Popen([sys.executable, "-m", "osmosis_harbor", "validate", *args], cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "osmosis_harbor", "validate", *args],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     out, err = proc.communicate(timeout=600)
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err), proc.pid
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("agent", "reward", "pytest_says"), [("oracle", 1.0, "3 passed"), ("nop", 0.0, "3 failed")])
-def test_terminal_bench_style_ubuntu_task(stand_ins, tmp_path: Path, agent: str, reward: float, pytest_says: str) -> None:
+def test_terminal_bench_style_ubuntu_task(
+    stand_ins, tmp_path: Path, agent: str, reward: float, pytest_says: str
+) -> None:
     """FROM ubuntu:24.04, and a verifier that installs uv with its installer and runs uvx pytest."""
     report_path = tmp_path / "report.json"
     proc, pid = run_validate(str(UBUNTU_TASK), "--agent", agent, "--keep-trials", "--json", str(report_path))
@@ -191,8 +211,9 @@ def test_terminal_bench_style_ubuntu_task(stand_ins, tmp_path: Path, agent: str,
 
 def mounts_under(path: Path) -> list[str]:
     prefix = str(path) + "/"
-    return [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()
-            if line.split()[1].startswith(prefix)]
+    return [
+        line.split()[1] for line in Path("/proc/mounts").read_text().splitlines() if line.split()[1].startswith(prefix)
+    ]
 
 
 @pytest.fixture
@@ -206,9 +227,15 @@ def var_tmp_cache() -> Iterator[Path]:
 
 @pytest.mark.slow
 def test_interrupted_rootfs_build_leaves_nothing_mounted(var_tmp_cache: Path) -> None:
-    proc = subprocess.Popen(["bash", str(SCRIPT), "--rootfs", "trixie"], cwd=REPO, start_new_session=True,
-                            env={**os.environ, "OSMOSIS_HARBOR_CACHE": str(var_tmp_cache)},
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        ["bash", str(SCRIPT), "--rootfs", "trixie"],
+        cwd=REPO,
+        start_new_session=True,
+        env={**os.environ, "OSMOSIS_HARBOR_CACHE": str(var_tmp_cache)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         # debootstrap mounts /proc in the target when its second stage starts
         wait_until(lambda: mounts_under(var_tmp_cache), timeout=300, what="debootstrap to mount in its target")
@@ -220,8 +247,11 @@ def test_interrupted_rootfs_build_leaves_nothing_mounted(var_tmp_cache: Path) ->
     assert proc.returncode == 130 and "interrupted" in err, err
     assert mounts_under(var_tmp_cache) == []
     assert list((var_tmp_cache / "rootfs").glob("build-*")) == [] and not list((var_tmp_cache / "rootfs").glob("*.tar"))
-    wait_until(lambda: not [p for p in Path("/proc").glob("[0-9]*") if str(var_tmp_cache).encode() in _cmdline(p)],
-               timeout=30, what="no process left working in the interrupted build")
+    wait_until(
+        lambda: not [p for p in Path("/proc").glob("[0-9]*") if str(var_tmp_cache).encode() in _cmdline(p)],
+        timeout=30,
+        what="no process left working in the interrupted build",
+    )
 
 
 def _cmdline(proc_dir: Path) -> bytes:

@@ -112,8 +112,11 @@ def test_bundle_contents(built: BundleInfo) -> None:
     assert built.distribution == "calc-agent" and built.version == "0.1.0"
     assert built.agent_script == "calc-agent-agent" and built.grade_script == "calc-agent-grade"
     assert (built.workflow, built.workflow_config, built.grader, built.grader_config) == (
-        WORKFLOW, WORKFLOW_CONFIG, GRADER, GRADER_CONFIG,
-    )  # fmt: skip
+        WORKFLOW,
+        WORKFLOW_CONFIG,
+        GRADER,
+        GRADER_CONFIG,
+    )
     assert built.dependencies == ["osmosis-ai<0.4,>=0.3.8"]
     assert built.shim_version == load_shim().version
     assert built.wheel.parent.name == built.key[:16] and len(built.key) == 64
@@ -240,8 +243,16 @@ def test_new_shim_version_rebuilds(built: BundleInfo, project: Path, monkeypatch
 
 def test_cache_ignores_build_noise(project: Path) -> None:
     base = key_of(project, **FULL)
-    for noise in ("__pycache__/x.pyc", "calc_agent/__pycache__/w.cpython-312.pyc", ".git/HEAD", "build/lib/x.py",
-                  "dist/old.whl", "calc_agent.egg-info/PKG-INFO", ".venv/pyvenv.cfg", ".pytest_cache/v"):  # fmt: skip
+    for noise in (
+        "__pycache__/x.pyc",
+        "calc_agent/__pycache__/w.cpython-312.pyc",
+        ".git/HEAD",
+        "build/lib/x.py",
+        "dist/old.whl",
+        "calc_agent.egg-info/PKG-INFO",
+        ".venv/pyvenv.cfg",
+        ".pytest_cache/v",
+    ):
         (project / noise).parent.mkdir(parents=True, exist_ok=True)
         (project / noise).write_text("noise")
     assert key_of(project, **FULL) == base
@@ -327,20 +338,31 @@ def calc_modules(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple]:
 def test_objects_become_import_paths(calc_modules, project: Path, tmp_path: Path) -> None:
     workflow, grader = calc_modules
     info = build_bundle(
-        project, workflow=workflow.CalcWorkflow, workflow_config=workflow.calc_config,
-        grader=grader.CalcGrader, grader_config=grader.calc_grader_config, cache_dir=tmp_path / "cache",
-    )  # fmt: skip
+        project,
+        workflow=workflow.CalcWorkflow,
+        workflow_config=workflow.calc_config,
+        grader=grader.CalcGrader,
+        grader_config=grader.calc_grader_config,
+        cache_dir=tmp_path / "cache",
+    )
     assert (info.workflow, info.workflow_config, info.grader, info.grader_config) == (
-        WORKFLOW, WORKFLOW_CONFIG, GRADER, GRADER_CONFIG,
-    )  # fmt: skip
+        WORKFLOW,
+        WORKFLOW_CONFIG,
+        GRADER,
+        GRADER_CONFIG,
+    )
     assert key_of(project, **FULL) == info.key
 
 
 def test_config_object_must_be_module_level(calc_modules, project: Path, tmp_path: Path) -> None:
     workflow, _ = calc_modules
     with pytest.raises(BundleError, match="config must be a module-level object"):
-        build_bundle(project, workflow=workflow.CalcWorkflow, workflow_config=workflow.CalcConfig(name="local"),
-                     cache_dir=tmp_path / "cache")  # fmt: skip
+        build_bundle(
+            project,
+            workflow=workflow.CalcWorkflow,
+            workflow_config=workflow.CalcConfig(name="local"),
+            cache_dir=tmp_path / "cache",
+        )
 
 
 class OutsideWorkflow:  # defined in the test module, not in the project's package
@@ -405,8 +427,11 @@ def test_error_missing_osmosis_dependency(tmp_path: Path) -> None:
 
 def test_error_dynamic_dependencies_without_osmosis(tmp_path: Path) -> None:
     root = make_project(tmp_path / "p")
-    pyproject = (root / "pyproject.toml").read_text().replace('dependencies = ["osmosis-ai>=0.3.8"]',
-                                                                  'dynamic = ["dependencies"]')  # fmt: skip
+    pyproject = (
+        (root / "pyproject.toml")
+        .read_text()
+        .replace('dependencies = ["osmosis-ai>=0.3.8"]', 'dynamic = ["dependencies"]')
+    )
     (root / "pyproject.toml").write_text(
         pyproject + '\n[tool.setuptools.dynamic]\ndependencies = {file = ["requirements.txt"]}\n'
     )
@@ -430,13 +455,16 @@ def test_error_symlinked_directory(project: Path, tmp_path: Path) -> None:
         ({"workflow": "calc_agent.workflow:Nope"}, "has no attribute 'Nope'"),
         ({"workflow": GRADER}, "not a subclass of osmosis_ai AgentWorkflow"),
         ({"workflow": WORKFLOW, "grader": WORKFLOW}, "not a subclass of osmosis_ai Grader"),
-        ({"workflow": WORKFLOW, "workflow_config": GRADER_CONFIG}, "a config must be a module-level osmosis_ai AgentWorkflowConfig"),
+        (
+            {"workflow": WORKFLOW, "workflow_config": GRADER_CONFIG},
+            "a config must be a module-level osmosis_ai AgentWorkflowConfig",
+        ),
         ({"workflow": WORKFLOW, "workflow_config": WORKFLOW}, "a config must be"),
         ({"workflow": "os.path:join"}, "outside the project's package"),
         ({"workflow": None}, "nothing to bundle"),
         ({"workflow": None, "workflow_config": WORKFLOW_CONFIG, "grader": GRADER}, "without workflow="),
     ],
-)  # fmt: skip
+)
 def test_error_targets(project: Path, tmp_path: Path, kwargs: dict, message: str) -> None:
     with pytest.raises(BundleError, match=message):
         build_bundle(project, **kwargs, cache_dir=tmp_path / "cache")
@@ -450,7 +478,10 @@ def test_error_import_time_failure_shows_traceback(tmp_path: Path) -> None:
 
 
 def test_error_abstract_workflow(tmp_path: Path) -> None:
-    root = make_project(tmp_path / "p", abstract="from osmosis_ai.rollout import AgentWorkflow\n\nclass Half(AgentWorkflow):\n    pass\n")
+    root = make_project(
+        tmp_path / "p",
+        abstract="from osmosis_ai.rollout import AgentWorkflow\n\nclass Half(AgentWorkflow):\n    pass\n",
+    )
     with pytest.raises(BundleError, match=r"abstract \(unimplemented: run\)"):
         build_bundle(root, workflow="tiny_agent.abstract:Half", cache_dir=tmp_path / "cache")
 
@@ -466,8 +497,9 @@ def test_user_code_never_imported_into_host(tmp_path: Path) -> None:
 
 
 def test_missing_third_party_module_only_warns(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    root = make_project(tmp_path / "p", deps='"osmosis-ai", "not-installed-here"',
-                        flow="import not_installed_here\n" + WORKFLOW_SRC)  # fmt: skip
+    root = make_project(
+        tmp_path / "p", deps='"osmosis-ai", "not-installed-here"', flow="import not_installed_here\n" + WORKFLOW_SRC
+    )
     info = build_bundle(root, workflow="tiny_agent.flow:Flow", cache_dir=tmp_path / "cache")
     assert info.dependencies == ["osmosis-ai", "not-installed-here"]
     assert "module 'not_installed_here' is not installed here" in caplog.text
@@ -499,7 +531,8 @@ def test_isolated_build_when_backend_not_importable(tmp_path: Path) -> None:
         pass
     root = make_project(tmp_path / "p")
     (root / "pyproject.toml").write_text(
-        (root / "pyproject.toml").read_text()
+        (root / "pyproject.toml")
+        .read_text()
         .replace('requires = ["setuptools>=69"]', 'requires = ["flit_core>=3.9,<4"]')
         .replace('"setuptools.build_meta"', '"flit_core.buildapi"')
         .replace('version = "0.1.0"', 'version = "0.1.0"\ndescription = "tiny"')
@@ -516,8 +549,20 @@ def test_isolated_build_when_backend_not_importable(tmp_path: Path) -> None:
 
 def test_cli_json(built: BundleInfo, capsys: pytest.CaptureFixture) -> None:
     code_dir, cache = built.wheel.parents[2] / "calc_agent", built.wheel.parents[1]
-    argv = [str(code_dir), "--workflow", WORKFLOW, "--workflow-config", WORKFLOW_CONFIG, "--grader", GRADER,
-            "--grader-config", GRADER_CONFIG, "--out", str(cache), "--json"]  # fmt: skip
+    argv = [
+        str(code_dir),
+        "--workflow",
+        WORKFLOW,
+        "--workflow-config",
+        WORKFLOW_CONFIG,
+        "--grader",
+        GRADER,
+        "--grader-config",
+        GRADER_CONFIG,
+        "--out",
+        str(cache),
+        "--json",
+    ]
     assert cli_main(argv) == 0
     payload = json.loads(capsys.readouterr().out)
     assert payload["wheel"] == str(built.wheel) and payload["key"] == built.key and payload["cached"] is True
@@ -533,8 +578,19 @@ def test_cli_json(built: BundleInfo, capsys: pytest.CaptureFixture) -> None:
 
 def test_cli_human_and_errors(built: BundleInfo, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     code_dir, cache = built.wheel.parents[2] / "calc_agent", built.wheel.parents[1]
-    argv = [str(code_dir), "--workflow", WORKFLOW, "--workflow-config", WORKFLOW_CONFIG, "--grader", GRADER,
-            "--grader-config", GRADER_CONFIG, "--out", str(cache)]  # fmt: skip
+    argv = [
+        str(code_dir),
+        "--workflow",
+        WORKFLOW,
+        "--workflow-config",
+        WORKFLOW_CONFIG,
+        "--grader",
+        GRADER,
+        "--grader-config",
+        GRADER_CONFIG,
+        "--out",
+        str(cache),
+    ]
     assert cli_main(argv) == 0
     out = capsys.readouterr().out
     assert "cache hit" in out and "calc-agent-agent" in out and "calc-agent-grade" in out
@@ -546,8 +602,9 @@ def test_cli_human_and_errors(built: BundleInfo, tmp_path: Path, capsys: pytest.
     assert cli_main(["--bogus"]) == 2
 
 
-@pytest.mark.parametrize("pyproject", [None, '[build-system]\nrequires = ["setuptools"]\n'],
-                         ids=["no-pyproject", "no-project-table"])
+@pytest.mark.parametrize(
+    "pyproject", [None, '[build-system]\nrequires = ["setuptools"]\n'], ids=["no-pyproject", "no-project-table"]
+)
 def test_cli_errors_keep_their_brackets_and_exit_2(tmp_path: Path, pyproject: str | None) -> None:
     """rich markup would eat ``[build-system]`` and ``[project]`` from the one-line error."""
     project = tmp_path / "proj"
@@ -555,8 +612,7 @@ def test_cli_errors_keep_their_brackets_and_exit_2(tmp_path: Path, pyproject: st
     (project / "pkg" / "__init__.py").write_text("")
     if pyproject is not None:
         (project / "pyproject.toml").write_text(pyproject)
-    proc = run_cli("bundle", str(project), "--workflow", "pkg.flow:Flow", "--out", str(tmp_path / "cache"),
-                   timeout=120)
+    proc = run_cli("bundle", str(project), "--workflow", "pkg.flow:Flow", "--out", str(tmp_path / "cache"), timeout=120)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.startswith("error: ") and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert "[project]" in proc.stderr
@@ -573,10 +629,20 @@ def installed(built: BundleInfo, tmp_path_factory: pytest.TempPathFactory) -> tu
     venv = tmp_path_factory.mktemp("venv")
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     subprocess.run(
-        [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "--no-deps",
-         "--no-index", "--quiet", str(built.wheel)],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(venv / "bin" / "python"),
+            "install",
+            "--no-deps",
+            "--no-index",
+            "--quiet",
+            str(built.wheel),
+        ],
         check=True,
-    )  # fmt: skip
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OSMOSIS_", "PYTHON"))}
     env["PYTHONPATH"] = sysconfig.get_path("purelib")  # the host's site-packages, no .pth processing
     return venv / "bin", env
@@ -605,9 +671,10 @@ class FakeChat(BaseHTTPRequestHandler):
         type(self).requests.append({"path": self.path, "auth": self.headers.get("Authorization"), **body})
         if body.get("stream") and self.streaming:
             chunks = [self.reply[:10], self.reply[10:]]
-            payload = "".join(
-                f"data: {json.dumps({'choices': [{'index': 0, 'delta': {'content': c}}]})}\n\n" for c in chunks
-            ) + "data: [DONE]\n\n"
+            payload = (
+                "".join(f"data: {json.dumps({'choices': [{'index': 0, 'delta': {'content': c}}]})}\n\n" for c in chunks)
+                + "data: [DONE]\n\n"
+            )
             content_type = "text/event-stream"
         else:
             payload = json.dumps({"choices": [{"index": 0, "message": {"role": "assistant", "content": self.reply}}]})
@@ -641,9 +708,9 @@ def test_installed_example_runs_end_to_end(installed, fake_chat: str, tmp_path: 
     bin_dir, env = installed
     workdir = tmp_path / "work"  # /workspace does not exist here: the example falls back to its cwd
     workdir.mkdir()
-    (tmp_path / "rollout.json").write_text(json.dumps(
-        {"rollout_id": "r-1", "prompt": [{"role": "user", "content": "What is 6 times 7?"}]}
-    ))  # fmt: skip
+    (tmp_path / "rollout.json").write_text(
+        json.dumps({"rollout_id": "r-1", "prompt": [{"role": "user", "content": "What is 6 times 7?"}]})
+    )
     (tmp_path / "grading.json").write_text(json.dumps({"rollout_id": "r-1", "label": "42"}))
     env = {
         **env,
@@ -653,8 +720,9 @@ def test_installed_example_runs_end_to_end(installed, fake_chat: str, tmp_path: 
         "OSMOSIS_CHAT_COMPLETIONS_URL": fake_chat,
         "OSMOSIS_API_KEY": "sk-test-key-0123456789",
     }
-    agent = subprocess.run([bin_dir / "calc-agent-agent"], cwd=workdir, env=env, capture_output=True, text=True,
-                           timeout=60)  # fmt: skip
+    agent = subprocess.run(
+        [bin_dir / "calc-agent-agent"], cwd=workdir, env=env, capture_output=True, text=True, timeout=60
+    )
     assert agent.returncode == 0, agent.stdout + agent.stderr
     assert (workdir / "answer.txt").read_text() == "42\n"
     sample = json.loads((tmp_path / "logs" / "agent" / "sample.json").read_text())
@@ -663,8 +731,9 @@ def test_installed_example_runs_end_to_end(installed, fake_chat: str, tmp_path: 
     assert FakeChat.requests[0]["path"] == "/v1/rollouts/r-1/chat/completions"
     assert FakeChat.requests[0]["auth"] == "Bearer sk-test-key-0123456789"
 
-    grade = subprocess.run([bin_dir / "calc-agent-grade"], cwd=workdir, env=env, capture_output=True, text=True,
-                           timeout=60)  # fmt: skip
+    grade = subprocess.run(
+        [bin_dir / "calc-agent-grade"], cwd=workdir, env=env, capture_output=True, text=True, timeout=60
+    )
     assert grade.returncode == 0, grade.stdout + grade.stderr
     assert json.loads((tmp_path / "logs" / "verifier" / "reward.json").read_text()) == {"reward": 1.0}
 
@@ -681,8 +750,9 @@ async def test_example_workflow_in_process(fake_chat: str, tmp_path: Path, monke
         config = CalcConfig(workdir=str(tmp_path))
         monkeypatch.setattr(FakeChat, "reply", "(6 * 7)")  # a bare expression this time
         monkeypatch.setattr(FakeChat, "streaming", False)  # and a plain JSON response
-        ctx = AgentWorkflowContext(prompt=[{"role": "user", "content": "6*7?"}], config=config,
-                                   artifacts_dir=tmp_path / "art")  # fmt: skip
+        ctx = AgentWorkflowContext(
+            prompt=[{"role": "user", "content": "6*7?"}], config=config, artifacts_dir=tmp_path / "art"
+        )
         with RolloutContext(chat_completions_url=fake_chat, api_key=None, rollout_id="r-1"):
             output = await CalcWorkflow(config).run(ctx)
         assert (tmp_path / "answer.txt").read_text() == "42\n"
@@ -700,4 +770,3 @@ async def test_example_workflow_in_process(fake_chat: str, tmp_path: Path, monke
     finally:
         for name in [m for m in sys.modules if m == "calc_agent" or m.startswith("calc_agent.")]:
             del sys.modules[name]
-

@@ -15,9 +15,18 @@ from .support import REPO, TASKS, load_json, run_cli
 
 pytestmark = pytest.mark.slow
 
-CALC = ["--code-dir", "examples/calc_agent", "--workflow", "calc_agent.workflow:CalcWorkflow",
-        "--workflow-config", "calc_agent.workflow:calc_config", "--grader", "calc_agent.grader:CalcGrader",
-        "--grader-config", "calc_agent.grader:calc_grader_config"]
+CALC = [
+    "--code-dir",
+    "examples/calc_agent",
+    "--workflow",
+    "calc_agent.workflow:CalcWorkflow",
+    "--workflow-config",
+    "calc_agent.workflow:calc_config",
+    "--grader",
+    "calc_agent.grader:CalcGrader",
+    "--grader-config",
+    "calc_agent.grader:calc_grader_config",
+]
 
 
 def left_in(tmpdir: Path) -> list[str]:
@@ -32,23 +41,54 @@ def test_prewarm_builds_once_reuses_after_and_sizes_pools(tmp_path: Path) -> Non
     marker = uuid.uuid4().hex
     for name in ("one", "two", "group/three"):
         task = shutil.copytree(TASKS / "template", dataset / name)
-        (task / "environment" / "Dockerfile").write_text(f"FROM python:3.12-slim\nRUN echo {marker} > /m\nWORKDIR /workspace\n")
+        (task / "environment" / "Dockerfile").write_text(
+            f"FROM python:3.12-slim\nRUN echo {marker} > /m\nWORKDIR /workspace\n"
+        )
     pool = f"cli{uuid.uuid4().hex[:6]}"
     first_json, second_json = tmp_path / "first.json", tmp_path / "second.json"
     try:
-        first = run_cli("prewarm", str(dataset), *CALC, "--pool", pool, "--pool-size", "1", "--json", str(first_json),
-                        "--bundles-dir", str(tmp_path / "bundles"), env={"TMPDIR": str(tmpdir)})
+        first = run_cli(
+            "prewarm",
+            str(dataset),
+            *CALC,
+            "--pool",
+            pool,
+            "--pool-size",
+            "1",
+            "--json",
+            str(first_json),
+            "--bundles-dir",
+            str(tmp_path / "bundles"),
+            env={"TMPDIR": str(tmpdir)},
+        )
         assert first.returncode == 0, first.stdout + first.stderr
         assert left_in(tmpdir) == []  # no work root, no trials dir: a prewarm runs no rollout
         report = load_json(first_json)
-        assert (report["groups"], report["tasks"], report["built"], report["reused"], report["failed"]) == (1, 3, 1, 0, 0)
+        assert (report["groups"], report["tasks"], report["built"], report["reused"], report["failed"]) == (
+            1,
+            3,
+            1,
+            0,
+            0,
+        )
         group = report["groups_detail"][0]
         assert sorted(group["task_ids"]) == ["group/three", "one", "two"] and group["setup_ok"]
         assert docker_sdk.get_pool(group["pool"]).replicas == 1
         assert "1 built" in first.stdout
 
-        second = run_cli("prewarm", str(dataset), *CALC, "--pool", pool, "--pool-size", "2", "--json", str(second_json),
-                         "--bundles-dir", str(tmp_path / "bundles"))
+        second = run_cli(
+            "prewarm",
+            str(dataset),
+            *CALC,
+            "--pool",
+            pool,
+            "--pool-size",
+            "2",
+            "--json",
+            str(second_json),
+            "--bundles-dir",
+            str(tmp_path / "bundles"),
+        )
         assert second.returncode == 0, second.stdout + second.stderr
         again = load_json(second_json)
         assert (again["built"], again["reused"]) == (0, 1)
@@ -75,8 +115,18 @@ def test_prewarm_reports_failures_with_a_nonzero_exit(tmp_path: Path) -> None:
 
 
 def test_rollout_command_runs_the_example_end_to_end() -> None:
-    proc = run_cli("rollout", "examples/calc_task", *CALC, "--prompt", "What is (17 + 4) * 2?",
-                   "--label", "42", "--scripted-reply", "(17 + 4) * 2", "--json")
+    proc = run_cli(
+        "rollout",
+        "examples/calc_task",
+        *CALC,
+        "--prompt",
+        "What is (17 + 4) * 2?",
+        "--label",
+        "42",
+        "--scripted-reply",
+        "(17 + 4) * 2",
+        "--json",
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     result = json.loads(proc.stdout)
     assert result["status"] == "success" and result["sample"]["reward"] == 1.0

@@ -144,9 +144,7 @@ async def test_run_conformance_reports_structured_results(docker_sandbox_sdk: An
 # ── labels, config, validation ───────────────────────────────────────────────────────────────
 
 
-async def test_labels_and_container_config(
-    make_sandbox: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_labels_and_container_config(make_sandbox: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OH_TEST_SECRET", "s3cr3t-value")
     before = time.time()
     sandbox = await make_sandbox(
@@ -224,8 +222,17 @@ def test_engine_unreachable_message(monkeypatch: pytest.MonkeyPatch, tmp_path: P
 
 def test_every_call_has_an_aio_twin(docker_sandbox_sdk: Any) -> None:
     for name in (
-        "create", "get", "ls", "reap", "remove_all", "terminate_by_name",
-        "create_pool", "set_pool_size", "delete_pool", "get_pool", "list_pools",
+        "create",
+        "get",
+        "ls",
+        "reap",
+        "remove_all",
+        "terminate_by_name",
+        "create_pool",
+        "set_pool_size",
+        "delete_pool",
+        "get_pool",
+        "list_pools",
     ):
         fn = getattr(docker_sandbox_sdk, name)
         assert callable(fn) and inspect.iscoroutinefunction(fn.aio), name
@@ -317,12 +324,21 @@ def _fake_sandbox(name: str, *, created_at: float, ttl: int, owner: Owner | None
     """A managed container whose labels say what we want, for reap tests."""
     engine = docker_sdk.get_engine()
     labels = L.container_labels(
-        sandbox=name, role=Role.SANDBOX, owner=owner or Owner.current(),
-        created_at=created_at, ttl_sec=ttl, network="bridge",
+        sandbox=name,
+        role=Role.SANDBOX,
+        owner=owner or Owner.current(),
+        created_at=created_at,
+        ttl_sec=ttl,
+        network="bridge",
     )
     container_id = engine.create_container(
-        name=name, image=os.environ.get("OSMOSIS_HARBOR_TEST_IMAGE", "debian:trixie-slim"),
-        cpus=None, memory_gb=None, network="bridge", ttl_sec=300, labels=labels,
+        name=name,
+        image=os.environ.get("OSMOSIS_HARBOR_TEST_IMAGE", "debian:trixie-slim"),
+        cpus=None,
+        memory_gb=None,
+        network="bridge",
+        ttl_sec=300,
+        labels=labels,
     )
     engine.start_container(container_id)
     return container_id
@@ -447,8 +463,13 @@ def _bounds_of(container_id: str) -> dict[str, Any]:
     data = api().inspect_container(container_id)
     host = data["HostConfig"]
     (tmp,) = [m for m in data["Mounts"] if m["Destination"] == "/tmp"]
-    return {"cpus": host["NanoCpus"] / 1e9, "memory": host["Memory"], "swap": host["MemorySwap"],
-            "pids": host["PidsLimit"], "tmp_type": tmp["Type"]}
+    return {
+        "cpus": host["NanoCpus"] / 1e9,
+        "memory": host["Memory"],
+        "swap": host["MemorySwap"],
+        "pids": host["PidsLimit"],
+        "tmp_type": tmp["Type"],
+    }
 
 
 DEFAULT_BOUNDS = {"cpus": 1.0, "memory": 2048 * 1024**2, "swap": 2048 * 1024**2, "pids": 1024, "tmp_type": "volume"}
@@ -470,7 +491,10 @@ async def test_sandboxes_and_pool_members_get_the_default_bounds(
     assert _bounds_of(claimed.id) == DEFAULT_BOUNDS
     sized = await make_sandbox("bsized", cpus=0.5, memory_gb=0.5)
     assert {k: _bounds_of(sized.id)[k] for k in ("cpus", "memory", "pids")} == {
-        "cpus": 0.5, "memory": 512 * 1024**2, "pids": 1024}
+        "cpus": 0.5,
+        "memory": 512 * 1024**2,
+        "pids": 1024,
+    }
     code, out, _ = await run(sized, "df", "-Pk", "/tmp")
     assert out.split()[-5] == str(256 * 1024), out  # /tmp is half the memory
 
@@ -479,7 +503,8 @@ async def test_sandboxes_and_pool_members_get_the_default_bounds(
 def image_with_tmp_files(tmp_path_factory: pytest.TempPathFactory, sandbox_image: str) -> Iterator[str]:
     context = tmp_path_factory.mktemp("tmp-image")
     (context / "Dockerfile").write_text(
-        f"FROM {sandbox_image}\nRUN echo baked > /tmp/baked.txt && mkdir -m 700 /tmp/private\n")
+        f"FROM {sandbox_image}\nRUN echo baked > /tmp/baked.txt && mkdir -m 700 /tmp/private\n"
+    )
     tag = f"osmosis-harbor-test/tmp-files:{uuid.uuid4().hex[:8]}"
     client = api()
     for _ in client.build(path=str(context), tag=tag, rm=True, decode=True):
@@ -568,9 +593,7 @@ async def test_concurrent_claims_never_share_a_container(
         await asyncio.gather(*(s.terminate.aio(wait=True) for s in claims))
 
 
-def test_claims_across_processes_and_shared_pool_specs(
-    docker_sandbox_sdk: Any, make_pool: Callable[..., str]
-) -> None:
+def test_claims_across_processes_and_shared_pool_specs(docker_sandbox_sdk: Any, make_pool: Callable[..., str]) -> None:
     pool = make_pool(replicas=4)
     script = f"""
         import asyncio, json, uuid
@@ -586,8 +609,12 @@ def test_claims_across_processes_and_shared_pool_specs(
     """
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", textwrap.dedent(script)], cwd=REPO, text=True,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(REPO)},
+            [sys.executable, "-c", textwrap.dedent(script)],
+            cwd=REPO,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
         )
         for _ in range(2)
     ]
@@ -651,8 +678,20 @@ def test_sandbox_check_command_passes_on_the_docker_sdk(tmp_path: Path) -> None:
     """The conformance suite as a team runs it (``sandbox-check``), here against Docker."""
     report = tmp_path / "conformance.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "osmosis_harbor", "sandbox-check", "--sdk", "docker", "--no-pools",
-         "--json", str(report)], capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "osmosis_harbor",
+            "sandbox-check",
+            "--sdk",
+            "docker",
+            "--no-pools",
+            "--json",
+            str(report),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
         cwd=Path(__file__).resolve().parent.parent,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -42,8 +42,13 @@ def _environment(task_dir: Path, tmp_path: Path, **kwargs) -> SandboxEnvironment
 
 
 async def test_harbor_environment_api_over_docker_sandbox(tmp_path: Path) -> None:
-    task = make_task(tmp_path / "ds", "env-api", dockerfile=(
-        "FROM debian:trixie-slim\nRUN useradd -m agent && mkdir /work && chown agent /work\nWORKDIR /work\n"))
+    task = make_task(
+        tmp_path / "ds",
+        "env-api",
+        dockerfile=(
+            "FROM debian:trixie-slim\nRUN useradd -m agent && mkdir /work && chown agent /work\nWORKDIR /work\n"
+        ),
+    )
     env = _environment(task, tmp_path)
     await env.start(force_build=False)
     try:
@@ -131,8 +136,9 @@ async def test_a_lost_sandbox_is_told_from_a_failing_command(tmp_path: Path) -> 
         assert own.return_code == 137
         (container,) = [c for c in managed_containers() if env.sandbox_name in c["Names"][0]]
         running = asyncio.ensure_future(env.exec("sleep 120"))
-        await asyncio.to_thread(wait_until, lambda: _runs(container["Id"], "sleep 120"), timeout=30,
-                                what="the command to start")
+        await asyncio.to_thread(
+            wait_until, lambda: _runs(container["Id"], "sleep 120"), timeout=30, what="the command to start"
+        )
         docker.from_env().api.kill(container["Id"])  # the infrastructure, not this trial
         with pytest.raises(SandboxLostError, match=f"sandbox {env.sandbox_name} was lost") as lost:
             await running

@@ -69,9 +69,14 @@ def osmosis_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def hoarding_backend(tmp_path: Path, bundles_dir: Path, **kwargs) -> HarborBackend:
     return HarborBackend(
         orchestrator=TrialQueue(n_concurrent=kwargs.pop("n_concurrent", 1)),
-        tasks_dir=TASKS / "template", agent=HOARDER, code_dir=PROJECT, bundles_dir=bundles_dir,
+        tasks_dir=TASKS / "template",
+        agent=HOARDER,
+        code_dir=PROJECT,
+        bundles_dir=bundles_dir,
         environment_config=environment_config("docker", host_network=True),
-        trials_dir=tmp_path / "trials", cleanup_successful_trials=False, **kwargs,
+        trials_dir=tmp_path / "trials",
+        cleanup_successful_trials=False,
+        **kwargs,
     )
 
 
@@ -100,12 +105,19 @@ def assert_scrubbed_not_lost(key: str, trials: Path) -> None:
 
 
 def body(fake_chat: FakeChatServer, rollout_id: str, key: str, then: str, **extra) -> dict:
-    return {"rollout_id": rollout_id, "initial_messages": [{"role": "user", "content": f"hoard, then {then}"}],
-            "chat_completions_url": fake_chat.base_url, "llm_api_key": key, "grade": False, **extra}
+    return {
+        "rollout_id": rollout_id,
+        "initial_messages": [{"role": "user", "content": f"hoard, then {then}"}],
+        "chat_completions_url": fake_chat.base_url,
+        "llm_api_key": key,
+        "grade": False,
+        **extra,
+    }
 
 
 async def hoarded(fake_chat: FakeChatServer, rollout_id: str) -> None:
     """Wait until the workflow has written its key and told the policy so."""
+
     def told() -> bool:
         return any(f"hoarded {rollout_id} " in str(r.body.get("messages")) for r in list(fake_chat.requests))
 
@@ -115,18 +127,25 @@ async def hoarded(fake_chat: FakeChatServer, rollout_id: str) -> None:
     await await_until(check, timeout=180, what=f"{rollout_id} to hoard its key")
 
 
-async def test_finished_failed_and_timed_out_trials_keep_no_key(tmp_path, bundles_dir, fake_chat, api_key,
-                                                              osmosis_home):
+async def test_finished_failed_and_timed_out_trials_keep_no_key(
+    tmp_path, bundles_dir, fake_chat, api_key, osmosis_home
+):
     backend = hoarding_backend(tmp_path, bundles_dir, n_concurrent=3)
     async with serve(backend) as url, client_for(url) as client:
+
         def run(then: str, **kwargs):
             return client.run_rollout(
                 initial_messages=[{"role": "user", "content": f"hoard, then {then}"}],
-                chat_completions_url=fake_chat.base_url, rollout_id=f"end-{then}-{uuid.uuid4().hex[:6]}",
-                llm_api_key=api_key, grade=False, **kwargs)
+                chat_completions_url=fake_chat.base_url,
+                rollout_id=f"end-{then}-{uuid.uuid4().hex[:6]}",
+                llm_api_key=api_key,
+                grade=False,
+                **kwargs,
+            )
 
         finished, failed, timed_out = await asyncio.gather(
-            run("finish"), run("fail"), run("block", agent_timeout_sec=8))
+            run("finish"), run("fail"), run("block", agent_timeout_sec=8)
+        )
     assert finished.status is RolloutStatus.SUCCESS, finished.err_message
     assert failed.err_category is RolloutErrorCategory.AGENT_ERROR, failed.err_message
     assert timed_out.err_category is RolloutErrorCategory.TIMEOUT, timed_out.err_message
@@ -207,10 +226,14 @@ asyncio.run(run_one_rollout(backend=backend, prompt="hoard, then finish", chat_c
 
 async def test_after_a_host_crash_the_next_start_removes_what_it_cannot_scrub(tmp_path, bundles_dir, api_key):
     crashed = await asyncio.to_thread(
-        subprocess.run, [sys.executable, "-c", CRASHING_HOST, str(PROJECT), str(TASKS / "template"),
-                         str(bundles_dir), HOARDER],
-        cwd=REPO, capture_output=True, text=True, timeout=300,
-        env={**os.environ, "HOARD_KEY": api_key, "HOME": str(tmp_path / "home")})
+        subprocess.run,
+        [sys.executable, "-c", CRASHING_HOST, str(PROJECT), str(TASKS / "template"), str(bundles_dir), HOARDER],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "HOARD_KEY": api_key, "HOME": str(tmp_path / "home")},
+    )
     crashed_trials = Path(crashed.stdout.splitlines()[0]) if crashed.stdout else None
     try:
         assert crashed.returncode == -signal.SIGKILL, crashed.stdout + crashed.stderr[-3000:]

@@ -66,17 +66,25 @@ def tasks(tmp_path: Path) -> Path:
     blocking = shutil.copytree(TASKS / "template", root / "blocking-tests")
     (blocking / "tests" / "test.sh").write_text(
         f"#!/bin/bash\nmkdir -p /logs/verifier\nmkfifo {GRADING_GATE} && read x < {GRADING_GATE}\n"
-        "echo 1 > /logs/verifier/reward.txt\n")
+        "echo 1 > /logs/verifier/reward.txt\n"
+    )
     return root
 
 
 def make_backend(tmp_path: Path, tasks: Path, **kwargs) -> HarborBackend:
     return HarborBackend(
-        orchestrator=TrialQueue(n_concurrent=3), tasks_dir=tasks / "graded", task_mode="template",
-        agent="rollout_fixtures.workflows:OutputWorkflow", workflow_config="rollout_fixtures.workflows:fixture_config",
-        grader="rollout_fixtures.graders:AnswerGrader", grader_config="rollout_fixtures.graders:fixture_grader_config",
-        code_dir=PROJECT, bundles_dir=tmp_path / "bundles", trials_dir=tmp_path / "trials",
-        environment_config=environment_config("docker", host_network=True), **kwargs,
+        orchestrator=TrialQueue(n_concurrent=3),
+        tasks_dir=tasks / "graded",
+        task_mode="template",
+        agent="rollout_fixtures.workflows:OutputWorkflow",
+        workflow_config="rollout_fixtures.workflows:fixture_config",
+        grader="rollout_fixtures.graders:AnswerGrader",
+        grader_config="rollout_fixtures.graders:fixture_grader_config",
+        code_dir=PROJECT,
+        bundles_dir=tmp_path / "bundles",
+        trials_dir=tmp_path / "trials",
+        environment_config=environment_config("docker", host_network=True),
+        **kwargs,
     )
 
 
@@ -108,6 +116,7 @@ def in_sandbox(container_id: str, *argv: str) -> int:
 
 async def waiting_at(backend: HarborBackend, rollout_id: str, gate: str, *, not_in: set[str] = frozenset()) -> dict:
     """The rollout's sandbox once its workflow or tests wait at ``gate`` (a FIFO)."""
+
     def ready() -> dict | None:
         container = sandbox_of(backend, rollout_id)
         if container is None or container["Id"] in not_in:
@@ -133,25 +142,33 @@ def diagnostics(home: Path, rollout_id: str) -> dict:
 
 async def start(client, fake_chat: FakeChatServer, rollout_id: str, text: str, **kwargs):
     return await client.run_rollout_async(
-        initial_messages=[{"role": "user", "content": text}], chat_completions_url=fake_chat.base_url,
-        rollout_id=rollout_id, llm_api_key="sk-lost-sandbox-test", label="42", **kwargs)
+        initial_messages=[{"role": "user", "content": text}],
+        chat_completions_url=fake_chat.base_url,
+        rollout_id=rollout_id,
+        llm_api_key="sk-lost-sandbox-test",
+        label="42",
+        **kwargs,
+    )
 
 
 async def test_a_lost_sandbox_is_an_internal_error_and_a_self_kill_is_the_workflows(
-        tmp_path, tasks, fake_chat, osmosis_home):
+    tmp_path, tasks, fake_chat, osmosis_home
+):
     backend = make_backend(tmp_path, tasks)
     ids = {k: f"{k}-{uuid.uuid4().hex[:6]}" for k in ("killed", "self", "grading")}
     async with serve(backend) as url, client_for(url) as client:
         killed = await start(client, fake_chat, ids["killed"], BLOCKING_REPLY)
         self_kill = await start(client, fake_chat, ids["self"], SELF_KILL_REPLY)
-        grading = await start(client, fake_chat, ids["grading"], "reply: echo hi",
-                              metadata={"harbor_task": "../blocking-tests"})
+        grading = await start(
+            client, fake_chat, ids["grading"], "reply: echo hi", metadata={"harbor_task": "../blocking-tests"}
+        )
         victim = await waiting_at(backend, ids["killed"], AGENT_GATE)
         engine().kill(victim["Id"])  # docker kill, as a node or an operator would
         grader_box = await waiting_at(backend, ids["grading"], GRADING_GATE)
         engine().remove_container(grader_box["Id"], force=True)  # docker rm -f while grading
-        results = {k: await h.wait_for_completion() for k, h in
-                   (("killed", killed), ("self", self_kill), ("grading", grading))}
+        results = {
+            k: await h.wait_for_completion() for k, h in (("killed", killed), ("self", self_kill), ("grading", grading))
+        }
 
     lost = results["killed"]
     assert lost.status is RolloutStatus.FAILURE

@@ -107,9 +107,13 @@ def test_terminus_wiring_wins_over_native_agent_kwargs() -> None:
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
         config = native_agent_config(
-            "terminus-2", chat_completions_url=URL, api_key_env="ROLLOUT_KEY_1",
-            model_name="openai/policy-7b", native_agent_kwargs=user,
-            agent_timeout_sec=123, agent_setup_timeout_sec=45,
+            "terminus-2",
+            chat_completions_url=URL,
+            api_key_env="ROLLOUT_KEY_1",
+            model_name="openai/policy-7b",
+            native_agent_kwargs=user,
+            agent_timeout_sec=123,
+            agent_setup_timeout_sec=45,
         )
     assert config.name == "terminus-2"
     assert config.base_url == URL
@@ -128,8 +132,16 @@ def test_terminus_wiring_wins_over_native_agent_kwargs() -> None:
         "temperature": 0.3,
     }
     messages = _wiring_warnings(record)
-    for key in ("api_base", "model_name", "api_key", "use_responses_api", "llm_backend",
-                "llm_kwargs.api_key", "llm_kwargs.api_base", "llm_call_kwargs.base_url"):
+    for key in (
+        "api_base",
+        "model_name",
+        "api_key",
+        "use_responses_api",
+        "llm_backend",
+        "llm_kwargs.api_key",
+        "llm_kwargs.api_base",
+        "llm_call_kwargs.base_url",
+    ):
         assert any(f"native_agent_kwargs[{key!r}] for terminus-2 ignored" in m for m in messages), key
     assert len(messages) == 8
     assert user["llm_kwargs"]["api_key"] == "sk-user"  # the caller's dict is not mutated
@@ -146,9 +158,10 @@ def test_mini_swe_agent_wiring_wins_over_its_native_config(tmp_path: Path) -> No
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
         config = native_agent_config(
-            "mini-swe-agent", chat_completions_url=URL, api_key_env="ROLLOUT_KEY_2",
-            native_agent_kwargs={"config_file": str(config_file), "base_url": "http://evil.example",
-                                 "max_tokens": 256},
+            "mini-swe-agent",
+            chat_completions_url=URL,
+            api_key_env="ROLLOUT_KEY_2",
+            native_agent_kwargs={"config_file": str(config_file), "base_url": "http://evil.example", "max_tokens": 256},
         )
     assert config.base_url == URL and config.model_name == "openai/osmosis-rollout"
     assert config.model_api_key_name is None  # would copy the key into mini's saved config
@@ -159,8 +172,13 @@ def test_mini_swe_agent_wiring_wins_over_its_native_config(tmp_path: Path) -> No
     }
     messages = _wiring_warnings(record)
     assert len(messages) == 5, messages
-    for key in ("base_url", "config.model.model_name", "config.model.model_class",
-                "config.model.model_kwargs.api_key", "config.model.model_kwargs.api_base"):
+    for key in (
+        "base_url",
+        "config.model.model_name",
+        "config.model.model_class",
+        "config.model.model_kwargs.api_key",
+        "config.model.model_kwargs.api_base",
+    ):
         assert any(f"[{key!r}] for mini-swe-agent" in m for m in messages), key
 
 
@@ -190,10 +208,18 @@ def test_scoped_api_key_is_unique_per_rollout_and_removed_afterwards() -> None:
 def test_key_reaches_the_agent_but_never_the_config(name: str, tmp_path: Path) -> None:
     secret = _secret()
     with scoped_api_key(secret) as key_env:
-        config = native_agent_config(name, chat_completions_url=URL, api_key_env=key_env,
-                                     native_agent_kwargs={"temperature": 0.5} if name == "terminus-2" else None)
+        config = native_agent_config(
+            name,
+            chat_completions_url=URL,
+            api_key_env=key_env,
+            native_agent_kwargs={"temperature": 0.5} if name == "terminus-2" else None,
+        )
         trial = TrialConfig(task=TaskConfig(path=tmp_path), trials_dir=tmp_path, agent=config)
-        for dumped in (config.model_dump_json(), trial.model_dump_json(), config.model_dump_json(exclude_defaults=True)):
+        for dumped in (
+            config.model_dump_json(),
+            trial.model_dump_json(),
+            config.model_dump_json(exclude_defaults=True),
+        ):
             assert secret not in dumped and key_env in dumped
         # Harbor's own checks accept the config, and the agent it builds has the key.
         AgentFactory.run_preflight(config)
@@ -211,8 +237,10 @@ def test_key_reaches_the_agent_but_never_the_config(name: str, tmp_path: Path) -
     assert key_env not in os.environ
 
 
-@pytest.mark.parametrize(("name", "error"), [("terminus-2", "selected by --api-key-name is not set"),
-                                             ("mini-swe-agent", "not found in host environment")])
+@pytest.mark.parametrize(
+    ("name", "error"),
+    [("terminus-2", "selected by --api-key-name is not set"), ("mini-swe-agent", "not found in host environment")],
+)
 def test_a_missing_rollout_key_fails_closed_instead_of_using_the_hosts_key(
     name: str, error: str, tmp_path: Path, monkeypatch
 ) -> None:
@@ -241,8 +269,10 @@ def test_no_trajectory_means_no_sample(tmp_path: Path) -> None:
 
 def _mini_swe_agent_native_trajectory() -> dict:
     """What mini-swe-agent 2.x saves (tool-calling LiteLLM model), for Harbor to convert."""
-    usage = lambda p, c: {"prompt_tokens": p, "completion_tokens": c,  # noqa: E731
-                          "prompt_tokens_details": {"cached_tokens": 0}}
+
+    def usage(p: int, c: int) -> dict:
+        return {"prompt_tokens": p, "completion_tokens": c, "prompt_tokens_details": {"cached_tokens": 0}}
+
     return {
         "trajectory_format": "mini-swe-agent-1.1",
         "info": {
@@ -255,16 +285,39 @@ def _mini_swe_agent_native_trajectory() -> dict:
         "messages": [
             {"role": "system", "content": "You are a helpful assistant that can interact with a computer."},
             {"role": "user", "content": "Please solve this issue: write hello to /tmp/done"},
-            {"role": "assistant", "content": "I will write the file.",
-             "tool_calls": [{"id": "call_a1", "type": "function",
-                             "function": {"name": "bash", "arguments": "{\"command\": \"echo hello > /tmp/done\"}"}}],
-             "extra": {"response": {"usage": usage(120, 20)}, "timestamp": 1760000000.0}},
-            {"role": "tool", "tool_call_id": "call_a1", "content": "{\n  \"returncode\": 0,\n  \"output\": \"\"\n}",
-             "extra": {"raw_output": "", "returncode": 0, "timestamp": 1760000001.0}},
-            {"role": "assistant", "content": "Done; submitting.",
-             "tool_calls": [{"id": "call_a2", "type": "function",
-                             "function": {"name": "bash", "arguments": "{\"command\": \"echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT\"}"}}],
-             "extra": {"response": {"usage": usage(160, 12)}, "timestamp": 1760000002.0}},
+            {
+                "role": "assistant",
+                "content": "I will write the file.",
+                "tool_calls": [
+                    {
+                        "id": "call_a1",
+                        "type": "function",
+                        "function": {"name": "bash", "arguments": '{"command": "echo hello > /tmp/done"}'},
+                    }
+                ],
+                "extra": {"response": {"usage": usage(120, 20)}, "timestamp": 1760000000.0},
+            },
+            {
+                "role": "tool",
+                "tool_call_id": "call_a1",
+                "content": '{\n  "returncode": 0,\n  "output": ""\n}',
+                "extra": {"raw_output": "", "returncode": 0, "timestamp": 1760000001.0},
+            },
+            {
+                "role": "assistant",
+                "content": "Done; submitting.",
+                "tool_calls": [
+                    {
+                        "id": "call_a2",
+                        "type": "function",
+                        "function": {
+                            "name": "bash",
+                            "arguments": '{"command": "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"}',
+                        },
+                    }
+                ],
+                "extra": {"response": {"usage": usage(160, 12)}, "timestamp": 1760000002.0},
+            },
             {"role": "exit", "content": "", "extra": {"exit_status": "Submitted", "submission": ""}},
         ],
     }
@@ -278,14 +331,25 @@ def test_mini_swe_agent_trajectory_becomes_an_openai_chat_sample(tmp_path: Path)
     assert [m["role"] for m in sample.messages] == ["system", "user", "assistant", "tool", "assistant"]
     first = sample.messages[2]
     assert first["content"] == "I will write the file."
-    assert first["tool_calls"] == [{"id": "call_a1", "type": "function", "function": {
-        "name": "bash", "arguments": json.dumps({"command": "echo hello > /tmp/done"})}}]
+    assert first["tool_calls"] == [
+        {
+            "id": "call_a1",
+            "type": "function",
+            "function": {"name": "bash", "arguments": json.dumps({"command": "echo hello > /tmp/done"})},
+        }
+    ]
     # Harbor's converter drops the result's call id; the single result answers the single call.
-    assert sample.messages[3] == {"role": "tool", "tool_call_id": "call_a1",
-                                  "content": "{\n  \"returncode\": 0,\n  \"output\": \"\"\n}"}
+    assert sample.messages[3] == {
+        "role": "tool",
+        "tool_call_id": "call_a1",
+        "content": '{\n  "returncode": 0,\n  "output": ""\n}',
+    }
     assert sample.metrics == {"prompt_tokens": 280, "completion_tokens": 32, "llm_calls": 2}
-    assert sample.extra_fields["agent"] == {"name": "mini-swe-agent", "version": "2.4.6",
-                                            "model_name": "openai/osmosis-rollout"}
+    assert sample.extra_fields["agent"] == {
+        "name": "mini-swe-agent",
+        "version": "2.4.6",
+        "model_name": "openai/osmosis-rollout",
+    }
     assert sample.extra_fields["session_id"] == "trial__agent"
     assert sample.trajectory_messages == sample.messages
     assert sample.reward is None and sample.label is None  # the caller's to fill in
@@ -298,22 +362,58 @@ def test_atif_details_map_to_chat_messages(tmp_path: Path) -> None:
         session_id="s-1",
         agent=Agent(name="terminus-2", version="2.0.0", model_name="openai/osmosis-rollout"),
         steps=[
-            Step(step_id=1, source="user", message=[ContentPart(type="text", text="Task:"),
-                                                    ContentPart(type="text", text="make /tmp/done")]),
-            Step(step_id=2, source="agent", message='{"commands": []}', reasoning_content="thinking",
-                 observation=Observation(results=[ObservationResult(content="$ ")]),
-                 metrics=Metrics(prompt_tokens=10, completion_tokens=3, prompt_token_ids=[1, 2],
-                                 completion_token_ids=[7, 8, 9], logprobs=[-0.1, -0.2, -0.3])),
-            Step(step_id=3, source="system", message="Performed context summarization and handoff.",
-                 observation=Observation(results=[ObservationResult(subagent_trajectory_ref=[
-                     SubagentTrajectoryRef(session_id="s-1-summary", trajectory_path="trajectory.summarization-1-summary.json")])])),
+            Step(
+                step_id=1,
+                source="user",
+                message=[ContentPart(type="text", text="Task:"), ContentPart(type="text", text="make /tmp/done")],
+            ),
+            Step(
+                step_id=2,
+                source="agent",
+                message='{"commands": []}',
+                reasoning_content="thinking",
+                observation=Observation(results=[ObservationResult(content="$ ")]),
+                metrics=Metrics(
+                    prompt_tokens=10,
+                    completion_tokens=3,
+                    prompt_token_ids=[1, 2],
+                    completion_token_ids=[7, 8, 9],
+                    logprobs=[-0.1, -0.2, -0.3],
+                ),
+            ),
+            Step(
+                step_id=3,
+                source="system",
+                message="Performed context summarization and handoff.",
+                observation=Observation(
+                    results=[
+                        ObservationResult(
+                            subagent_trajectory_ref=[
+                                SubagentTrajectoryRef(
+                                    session_id="s-1-summary", trajectory_path="trajectory.summarization-1-summary.json"
+                                )
+                            ]
+                        )
+                    ]
+                ),
+            ),
             Step(step_id=4, source="user", message="earlier turn", is_copied_context=True),
-            Step(step_id=5, source="agent", message="run it", tool_calls=[
-                {"tool_call_id": "c1", "function_name": "bash_command", "arguments": {"keystrokes": "ls\n"}},
-                {"tool_call_id": "c2", "function_name": "mark_task_complete", "arguments": {}}],
-                 observation=Observation(results=[ObservationResult(source_call_id="c1", content="a b"),
-                                                  ObservationResult(content="Are you sure?"),
-                                                  ObservationResult(content="second note")])),
+            Step(
+                step_id=5,
+                source="agent",
+                message="run it",
+                tool_calls=[
+                    {"tool_call_id": "c1", "function_name": "bash_command", "arguments": {"keystrokes": "ls\n"}},
+                    {"tool_call_id": "c2", "function_name": "mark_task_complete", "arguments": {}},
+                ],
+                observation=Observation(
+                    results=[
+                        ObservationResult(source_call_id="c1", content="a b"),
+                        ObservationResult(content="Are you sure?"),
+                        ObservationResult(content="second note"),
+                    ]
+                ),
+            ),
         ],
         final_metrics=FinalMetrics(total_prompt_tokens=25, total_completion_tokens=9, total_cached_tokens=0),
     )
@@ -324,9 +424,18 @@ def test_atif_details_map_to_chat_messages(tmp_path: Path) -> None:
         {"role": "user", "content": "Task:\nmake /tmp/done"},
         {"role": "assistant", "content": '{"commands": []}', "reasoning_content": "thinking"},
         {"role": "user", "content": "$ "},
-        {"role": "assistant", "content": "run it", "tool_calls": [
-            {"id": "c1", "type": "function", "function": {"name": "bash_command", "arguments": json.dumps({"keystrokes": "ls\n"})}},
-            {"id": "c2", "type": "function", "function": {"name": "mark_task_complete", "arguments": "{}"}}]},
+        {
+            "role": "assistant",
+            "content": "run it",
+            "tool_calls": [
+                {
+                    "id": "c1",
+                    "type": "function",
+                    "function": {"name": "bash_command", "arguments": json.dumps({"keystrokes": "ls\n"})},
+                },
+                {"id": "c2", "type": "function", "function": {"name": "mark_task_complete", "arguments": "{}"}},
+            ],
+        },
         {"role": "tool", "tool_call_id": "c1", "content": "a b"},
         {"role": "user", "content": "Are you sure?"},  # two loose results, one open call: not paired
         {"role": "user", "content": "second note"},
@@ -349,8 +458,10 @@ MINI_IMAGE = (
     "RUN apt-get update && apt-get install -y --no-install-recommends curl git gcc make "
     "&& rm -rf /var/lib/apt/lists/* && pip install --no-cache-dir uv\n"
 )
-CHECK_HELLO = ("if grep -qx hello /tmp/done 2>/dev/null; then echo 1 > /logs/verifier/reward.txt; "
-               "else echo 0 > /logs/verifier/reward.txt; fi\n")
+CHECK_HELLO = (
+    "if grep -qx hello /tmp/done 2>/dev/null; then echo 1 > /logs/verifier/reward.txt; "
+    "else echo 0 > /logs/verifier/reward.txt; fi\n"
+)
 
 
 def _files_containing(root: Path, needle: str) -> list[str]:
@@ -400,20 +511,27 @@ def fake_chat():
 async def test_terminus_2_completes_a_task_against_the_rollout_endpoint(
     tmp_path: Path, fake_chat, docker_sandbox_sdk, no_harbor_scrub
 ) -> None:
-    reply = json.dumps({
-        "analysis": "The file does not exist yet.",
-        "plan": "Write hello into /tmp/done, then finish.",
-        "commands": [{"keystrokes": "echo hello > /tmp/done\n", "duration": 0.1}],
-        "task_complete": True,
-    })
+    reply = json.dumps(
+        {
+            "analysis": "The file does not exist yet.",
+            "plan": "Write hello into /tmp/done, then finish.",
+            "commands": [{"keystrokes": "echo hello > /tmp/done\n", "duration": 0.1}],
+            "task_complete": True,
+        }
+    )
     server = fake_chat(reply)
     task = make_task(tmp_path / "tasks", "native-terminus", dockerfile=TERMINUS_IMAGE, test=CHECK_HELLO)
     (task / "instruction.md").write_text("Write the single word hello into /tmp/done.\n")
     secret = _secret()
     started = time.monotonic()
     with scoped_api_key(secret) as key_env:
-        agent = native_agent_config("terminus-2", chat_completions_url=server.base_url, api_key_env=key_env,
-                                    agent_timeout_sec=90, agent_setup_timeout_sec=120)
+        agent = native_agent_config(
+            "terminus-2",
+            chat_completions_url=server.base_url,
+            api_key_env=key_env,
+            agent_timeout_sec=90,
+            agent_setup_timeout_sec=120,
+        )
         result, trial_dir = await _run_trial(task, agent, tmp_path / "trials")
     print(f"terminus-2 trial: {time.monotonic() - started:.1f}s")
 
@@ -448,8 +566,14 @@ async def test_concurrent_rollouts_each_use_their_own_endpoint_and_key(
 ) -> None:
     """Two terminus-2 rollouts at once, each with its own scoped key variable. The image
     has no tmux: terminus-2 installs it itself (apt, from the Debian mirror)."""
-    reply = json.dumps({"analysis": "-", "plan": "-", "task_complete": True,
-                        "commands": [{"keystrokes": "echo hello > /tmp/done\n", "duration": 0.1}]})
+    reply = json.dumps(
+        {
+            "analysis": "-",
+            "plan": "-",
+            "task_complete": True,
+            "commands": [{"keystrokes": "echo hello > /tmp/done\n", "duration": 0.1}],
+        }
+    )
     task = make_task(tmp_path / "tasks", "native-plain", dockerfile="FROM debian:trixie-slim\n", test=CHECK_HELLO)
     (task / "instruction.md").write_text("Write the single word hello into /tmp/done.\n")
     queue = TrialQueue(n_concurrent=2)
@@ -457,9 +581,14 @@ async def test_concurrent_rollouts_each_use_their_own_endpoint_and_key(
     async def rollout(index: int):
         server, secret = fake_chat(reply), _secret()
         with scoped_api_key(secret) as key_env:
-            agent = native_agent_config("terminus-2", chat_completions_url=server.base_url, api_key_env=key_env,
-                                        model_name=f"openai/policy-{index}", agent_timeout_sec=90,
-                                        agent_setup_timeout_sec=240)
+            agent = native_agent_config(
+                "terminus-2",
+                chat_completions_url=server.base_url,
+                api_key_env=key_env,
+                model_name=f"openai/policy-{index}",
+                agent_timeout_sec=90,
+                agent_setup_timeout_sec=240,
+            )
             result, trial_dir = await _run_trial(task, agent, tmp_path / "trials", queue)
         return server, secret, result, trial_dir
 
@@ -491,8 +620,13 @@ async def test_mini_swe_agent_install_failure_offline_is_reported_clearly(
     secret = _secret()
     started = time.monotonic()
     with scoped_api_key(secret) as key_env:
-        agent = native_agent_config("mini-swe-agent", chat_completions_url=server.base_url, api_key_env=key_env,
-                                    agent_timeout_sec=60, agent_setup_timeout_sec=120)
+        agent = native_agent_config(
+            "mini-swe-agent",
+            chat_completions_url=server.base_url,
+            api_key_env=key_env,
+            agent_timeout_sec=60,
+            agent_setup_timeout_sec=120,
+        )
         result, trial_dir = await _run_trial(task, agent, tmp_path / "trials")
     print(f"mini-swe-agent trial: {time.monotonic() - started:.1f}s")
 

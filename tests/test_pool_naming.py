@@ -19,8 +19,18 @@ def test_validate_claims_the_pools_prewarm_made(tmp_path) -> None:
     base = f"pn{uuid.uuid4().hex[:6]}"
     prewarm_json = tmp_path / "prewarm.json"
     try:
-        proc = run_cli("prewarm", str(TASKS), "--task", "files/offline-task", "--task", "hello-reward-txt",
-                       "--pool", base, "--json", str(prewarm_json))
+        proc = run_cli(
+            "prewarm",
+            str(TASKS),
+            "--task",
+            "files/offline-task",
+            "--task",
+            "hello-reward-txt",
+            "--pool",
+            base,
+            "--json",
+            str(prewarm_json),
+        )
         assert proc.returncode == 0, proc.stdout + proc.stderr
         pools = {g["task_ids"][0]: g["pool"] for g in load_json(prewarm_json)["groups_detail"]}
         assert set(pools) == {"files/offline-task", "hello-reward-txt"}
@@ -29,8 +39,18 @@ def test_validate_claims_the_pools_prewarm_made(tmp_path) -> None:
         assert docker_sdk.get_pool(pools["files/offline-task"]).replicas == 1
 
         report = tmp_path / "validate.json"
-        proc = run_cli("validate", str(TASKS), "--task", "files/offline-task", "--task", "hello-reward-txt",
-                       "--pool", base, "--json", str(report))
+        proc = run_cli(
+            "validate",
+            str(TASKS),
+            "--task",
+            "files/offline-task",
+            "--task",
+            "hello-reward-txt",
+            "--pool",
+            base,
+            "--json",
+            str(report),
+        )
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert load_json(report)["passed"] == 2
 

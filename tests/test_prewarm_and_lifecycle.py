@@ -46,21 +46,37 @@ def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HOME", str(home))
 
 
-def backend_for(tmp_path: Path, *, agent: str = "ListWorkflow", tasks_dir: Path = TASKS / "template",
-                task_mode: str = "template", n_concurrent: int = 2, **env_kwargs) -> HarborBackend:
+def backend_for(
+    tmp_path: Path,
+    *,
+    agent: str = "ListWorkflow",
+    tasks_dir: Path = TASKS / "template",
+    task_mode: str = "template",
+    n_concurrent: int = 2,
+    **env_kwargs,
+) -> HarborBackend:
     extra = {k: env_kwargs.pop(k) for k in list(env_kwargs) if k in {"max_queue_depth"}}
     return HarborBackend(
         orchestrator=TrialQueue(n_concurrent=n_concurrent),
-        tasks_dir=tasks_dir, task_mode=task_mode,
-        agent=f"{WF}:{agent}", code_dir=PROJECT, bundles_dir=tmp_path / "bundles",
+        tasks_dir=tasks_dir,
+        task_mode=task_mode,
+        agent=f"{WF}:{agent}",
+        code_dir=PROJECT,
+        bundles_dir=tmp_path / "bundles",
         environment_config=environment_config("docker", host_network=True, **env_kwargs),
-        trials_dir=tmp_path / "trials", **extra,
+        trials_dir=tmp_path / "trials",
+        **extra,
     )
 
 
 def rollout_body(fake_chat: FakeChatServer, rollout_id: str, text: str = "answer", **extra) -> dict:
-    return {"rollout_id": rollout_id, "initial_messages": [{"role": "user", "content": text}],
-            "chat_completions_url": fake_chat.base_url, "llm_api_key": "sk-prewarm-test-key", **extra}
+    return {
+        "rollout_id": rollout_id,
+        "initial_messages": [{"role": "user", "content": text}],
+        "chat_completions_url": fake_chat.base_url,
+        "llm_api_key": "sk-prewarm-test-key",
+        **extra,
+    }
 
 
 async def test_prewarm_groups_builds_once_and_reuses(tmp_path: Path) -> None:
@@ -91,13 +107,18 @@ async def test_baked_dependencies_are_used_by_the_next_trial(tmp_path: Path, fak
     report = await backend.prewarm()
     image = report.groups_detail[0].image
     # the image has osmosis-ai in the bundle venv already: the per-trial install is --no-deps
-    out = docker.from_env().containers.run(image, ["/opt/osmosis/venv/bin/python", "-c",
-                                                   "import osmosis_ai; print('baked')"], remove=True)
+    out = docker.from_env().containers.run(
+        image, ["/opt/osmosis/venv/bin/python", "-c", "import osmosis_ai; print('baked')"], remove=True
+    )
     assert out.strip() == b"baked"
     async with serve(backend) as url, client_for(url) as client:
-        result = await client.run_rollout(initial_messages=[{"role": "user", "content": "go"}],
-                                          chat_completions_url=fake_chat.base_url, rollout_id="baked-1",
-                                          llm_api_key="sk-prewarm-test-key", grade=True)
+        result = await client.run_rollout(
+            initial_messages=[{"role": "user", "content": "go"}],
+            chat_completions_url=fake_chat.base_url,
+            rollout_id="baked-1",
+            llm_api_key="sk-prewarm-test-key",
+            grade=True,
+        )
     assert result.status is RolloutStatus.SUCCESS and result.sample.reward == 1.0, result.err_message
 
 
@@ -110,9 +131,13 @@ async def test_prewarm_failures_are_recorded_and_refused(tmp_path: Path, fake_ch
     assert report.failed == 1 and "bad" in report.failed_tasks and "docker build failed" in report.failed_tasks["bad"]
     assert backend.health()["failed_prewarm_tasks"].keys() == {"bad"}
     async with serve(backend) as url, client_for(url) as client:
-        refused = await client.run_rollout(initial_messages=[{"role": "user", "content": "x"}],
-                                           chat_completions_url=fake_chat.base_url, rollout_id="refused-1",
-                                           llm_api_key="sk-prewarm-test-key", metadata={"harbor_task_id": "bad"})
+        refused = await client.run_rollout(
+            initial_messages=[{"role": "user", "content": "x"}],
+            chat_completions_url=fake_chat.base_url,
+            rollout_id="refused-1",
+            llm_api_key="sk-prewarm-test-key",
+            metadata={"harbor_task_id": "bad"},
+        )
     assert refused.status is RolloutStatus.FAILURE and "failed prewarm" in refused.err_message
     assert refused.err_category is RolloutErrorCategory.VALIDATION_ERROR
     # every task failing means the server must not start
@@ -122,7 +147,8 @@ async def test_prewarm_failures_are_recorded_and_refused(tmp_path: Path, fake_ch
 
 
 async def test_a_failed_prewarm_lifespan_leaves_no_temporary_directory(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     tmpdir = tmp_path / "tmpdir"
     tmpdir.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(tmpdir))  # what TMPDIR does for a new process
@@ -149,14 +175,21 @@ async def test_server_with_prewarm_lifespan_serves_from_a_warm_pool(tmp_path: Pa
     async with serve(backend, lifespan=backend.prewarm_lifespan()) as url, client_for(url) as client:
         pools = backend.health()["pools"]
         assert len(pools) == 1
-        (pool_name, state), = pools.items()
+        ((pool_name, state),) = pools.items()
         assert pool_name.startswith(base) and state["replicas"] == 2
         wait_until(lambda: docker_sdk.get_pool(pool_name).idle == 2, timeout=60, what="pool to fill")
         idle_before = {c["Id"] for c in managed_containers() if pool_name in str(c["Labels"])}
-        results = await asyncio.gather(*(
-            client.run_rollout(initial_messages=[{"role": "user", "content": "go"}],
-                               chat_completions_url=fake_chat.base_url, rollout_id=f"pool-{i}",
-                               llm_api_key="sk-prewarm-test-key") for i in range(2)))
+        results = await asyncio.gather(
+            *(
+                client.run_rollout(
+                    initial_messages=[{"role": "user", "content": "go"}],
+                    chat_completions_url=fake_chat.base_url,
+                    rollout_id=f"pool-{i}",
+                    llm_api_key="sk-prewarm-test-key",
+                )
+                for i in range(2)
+            )
+        )
         assert all(r.status is RolloutStatus.SUCCESS and r.sample.reward == 1.0 for r in results), results
         # both trials ran in containers that were idle pool members before traffic
         refilled = wait_until(lambda: docker_sdk.get_pool(pool_name).idle == 2, timeout=60, what="refill")
@@ -174,9 +207,17 @@ async def test_queue_depth_429_status_and_cancel(tmp_path: Path, fake_chat) -> N
     async with serve(backend) as url, httpx.AsyncClient(base_url=url) as http:
         first = await http.post("/rollout", json=rollout_body(fake_chat, "slow-running", grade=False))
         assert first.status_code == 202
-        wait_until_status = lambda rid, status: backend.rollout_status(rid) and backend.rollout_status(rid)["status"] == status  # noqa: E731
-        await asyncio.to_thread(wait_until, lambda: wait_until_status("slow-running", RolloutStatus.RUNNING),
-                                timeout=120, what="first rollout running")
+
+        def wait_until_status(rid: str, status: RolloutStatus) -> bool:
+            state = backend.rollout_status(rid)
+            return bool(state) and state["status"] == status
+
+        await asyncio.to_thread(
+            wait_until,
+            lambda: wait_until_status("slow-running", RolloutStatus.RUNNING),
+            timeout=120,
+            what="first rollout running",
+        )
         second = await http.post("/rollout", json=rollout_body(fake_chat, "slow-queued", grade=False))
         assert second.status_code == 202
         assert backend.rollout_status("slow-queued")["status"] == RolloutStatus.QUEUED
@@ -185,33 +226,50 @@ async def test_queue_depth_429_status_and_cancel(tmp_path: Path, fake_chat) -> N
         assert backend.rollout_status("rejected") is None
         status = await http.get("/rollout/slow-running/status")
         assert status.status_code == 200 and status.json()["status"] == "running"
-        await asyncio.to_thread(wait_until, lambda: len(managed_containers(owner_pid=os.getpid())) == 1,
-                                timeout=60, what="the running rollout's sandbox")
+        await asyncio.to_thread(
+            wait_until,
+            lambda: len(managed_containers(owner_pid=os.getpid())) == 1,
+            timeout=60,
+            what="the running rollout's sandbox",
+        )
 
         cancelled = await http.post("/rollout/cancel", json={"ids": ["slow-queued"]})
         assert cancelled.json()["dispositions"] == {"slow-queued": "cancelled_queued"}
         cancelled = await http.post("/rollout/cancel", json={"prefix": "slow-run"})
         assert cancelled.json()["dispositions"] == {"slow-running": "cancelled_running"}
-        await asyncio.to_thread(wait_until, lambda: backend.rollout_status("slow-running")["status"] == RolloutStatus.CANCELLED,
-                                timeout=60, what="running rollout cancelled")
+        await asyncio.to_thread(
+            wait_until,
+            lambda: backend.rollout_status("slow-running")["status"] == RolloutStatus.CANCELLED,
+            timeout=60,
+            what="running rollout cancelled",
+        )
         assert backend.rollout_status("slow-queued")["status"] == RolloutStatus.CANCELLED
-        await asyncio.to_thread(wait_until, lambda: managed_containers(owner_pid=os.getpid()) == [],
-                                timeout=60, what="cancelled sandbox removed")
+        await asyncio.to_thread(
+            wait_until,
+            lambda: managed_containers(owner_pid=os.getpid()) == [],
+            timeout=60,
+            what="cancelled sandbox removed",
+        )
         assert backend.health()["in_flight"] == 0
 
 
 async def test_a_burst_of_admissions_never_overshoots_the_queue_depth(tmp_path: Path, fake_chat) -> None:
     backend = backend_for(tmp_path, agent="SleepyWorkflow", n_concurrent=1, max_queue_depth=2)
     async with serve(backend) as url, httpx.AsyncClient(base_url=url) as http:
-        responses = await asyncio.gather(*(
-            http.post("/rollout", json=rollout_body(fake_chat, f"burst-{i}", grade=False)) for i in range(8)))
+        responses = await asyncio.gather(
+            *(http.post("/rollout", json=rollout_body(fake_chat, f"burst-{i}", grade=False)) for i in range(8))
+        )
         codes = sorted(r.status_code for r in responses)
         # one rollout takes the only trial slot as soon as it starts; two more may wait
         assert codes.count(202) <= 3 and codes.count(429) >= 5, codes
         assert all(r.headers["Retry-After"] == "5" for r in responses if r.status_code == 429)
         accepted = [f"burst-{i}" for i, r in enumerate(responses) if r.status_code == 202]
-        await asyncio.to_thread(wait_until, lambda: all(backend.rollout_status(r) for r in accepted),
-                                timeout=60, what="accepted rollouts to reach the backend")
+        await asyncio.to_thread(
+            wait_until,
+            lambda: all(backend.rollout_status(r) for r in accepted),
+            timeout=60,
+            what="accepted rollouts to reach the backend",
+        )
         statuses = [backend.rollout_status(r)["status"] for r in accepted]
         assert statuses.count(RolloutStatus.QUEUED) <= 2, statuses
         await http.post("/rollout/cancel", json={"all": True})
@@ -222,9 +280,15 @@ async def test_shutdown_with_trials_in_flight_leaves_no_sandbox(tmp_path: Path, 
     backend = backend_for(tmp_path, agent="SleepyWorkflow", n_concurrent=2)
     async with serve(backend) as url, httpx.AsyncClient(base_url=url) as http:
         for i in range(3):
-            assert (await http.post("/rollout", json=rollout_body(fake_chat, f"inflight-{i}", grade=False))).status_code == 202
-        await asyncio.to_thread(wait_until, lambda: len(managed_containers(owner_pid=os.getpid())) == 2,
-                                timeout=120, what="two sandboxes running")
+            assert (
+                await http.post("/rollout", json=rollout_body(fake_chat, f"inflight-{i}", grade=False))
+            ).status_code == 202
+        await asyncio.to_thread(
+            wait_until,
+            lambda: len(managed_containers(owner_pid=os.getpid())) == 2,
+            timeout=120,
+            what="two sandboxes running",
+        )
         assert backend.health()["running"] == 2 and backend.health()["queued"] == 1
     # leaving serve() stops the server, which drains and calls backend.shutdown()
     assert managed_containers(owner_pid=os.getpid()) == []

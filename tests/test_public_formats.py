@@ -13,8 +13,14 @@ from osmosis_harbor.trials.verdict import judge, reward_shortfall
 from .support import FIXTURES, load_json, managed_containers, run_cli
 
 PUBLIC = FIXTURES / "public-formats"
-IDS = ["multi-step-pass", "multi-step-failing", "multi-key-full", "multi-key-partial",
-       "compose-sidecar", "compose-only"]
+IDS = [
+    "multi-step-pass",
+    "multi-step-failing",
+    "multi-key-full",
+    "multi-key-partial",
+    "compose-sidecar",
+    "compose-only",
+]
 COMPOSE_ERROR = "multi-container tasks (environment/docker-compose.yaml) are not supported by sandbox environments"
 
 
@@ -32,17 +38,23 @@ def _validate(tmp_path: Path, agent: str) -> tuple[dict[str, dict], str]:
 def test_oracle_verdicts_on_public_task_formats(tmp_path: Path) -> None:
     rows, table = _validate(tmp_path, "oracle")
     assert {k: v["passed"] for k, v in rows.items()} == {
-        "multi-step-pass": True, "multi-step-failing": False, "multi-key-full": True,
-        "multi-key-partial": False, "compose-sidecar": False, "compose-only": False,
+        "multi-step-pass": True,
+        "multi-step-failing": False,
+        "multi-key-full": True,
+        "multi-key-partial": False,
+        "compose-sidecar": False,
+        "compose-only": False,
     }
     ok = rows["multi-step-pass"]
     assert [(s["name"], s["ran"], s["passed"], s["reward"]) for s in ok["steps"]] == [
-        ("init", True, True, 1.0), ("extend", True, True, 1.0), ("report", True, True, 1.0)]
+        ("init", True, True, 1.0),
+        ("extend", True, True, 1.0),
+        ("report", True, True, 1.0),
+    ]
     assert all({"agent", "verifier"} <= set(s["timings_sec"]) for s in ok["steps"])
 
     bad = rows["multi-step-failing"]
-    assert bad["error"] == ("step implement: solve.sh exited with status 3; "
-                            "step document: reward 0.5 (expected 1)")
+    assert bad["error"] == ("step implement: solve.sh exited with status 3; step document: reward 0.5 (expected 1)")
     assert bad["failed_phase"] == "agent"
     assert bad["reward"] == 0.5  # Harbor's "final" strategy: the last step's reward, reported not judged
     steps = {s["name"]: s for s in bad["steps"]}
@@ -66,12 +78,19 @@ def test_oracle_verdicts_on_public_task_formats(tmp_path: Path) -> None:
 def test_nop_verdicts_on_public_task_formats(tmp_path: Path) -> None:
     rows, _ = _validate(tmp_path, "nop")
     assert {k: v["passed"] for k, v in rows.items()} == {
-        "multi-step-pass": True, "multi-step-failing": True, "multi-key-full": True,
-        "multi-key-partial": True, "compose-sidecar": False, "compose-only": False,
+        "multi-step-pass": True,
+        "multi-step-failing": True,
+        "multi-key-full": True,
+        "multi-key-partial": True,
+        "compose-sidecar": False,
+        "compose-only": False,
     }
     # The first step scored 0 under its min_reward = 1, so Harbor stopped there: skipped, not failed.
     assert [(s["name"], s["ran"]) for s in rows["multi-step-pass"]["steps"]] == [
-        ("init", True), ("extend", False), ("report", False)]
+        ("init", True),
+        ("extend", False),
+        ("report", False),
+    ]
     assert rows["multi-key-partial"]["rewards"] == {"correctness": 0.0, "style": 0.0, "size": 0.0}
 
 
@@ -99,12 +118,17 @@ def test_reward_shortfall_names_the_channels(rewards: dict, expected: float, sho
 
 
 def test_a_step_that_never_ran_fails_the_oracle_even_when_the_mean_is_one() -> None:
-    reading = TrialReading(reward=1.0, rewards={"reward": 1.0}, steps=[
-        StepReading(name="one", reward=1.0, rewards={"reward": 1.0}),
-        StepReading(name="two", ran=True, failed_phase=Phase.VERIFIER, error="RewardFileNotFoundError: none"),
-        StepReading(name="three", ran=False),
-    ])
+    reading = TrialReading(
+        reward=1.0,
+        rewards={"reward": 1.0},
+        steps=[
+            StepReading(name="one", reward=1.0, rewards={"reward": 1.0}),
+            StepReading(name="two", ran=True, failed_phase=Phase.VERIFIER, error="RewardFileNotFoundError: none"),
+            StepReading(name="three", ran=False),
+        ],
+    )
     verdict = judge(reading, "oracle")
     assert not verdict.passed and verdict.failed_phase == "verifier"
-    assert verdict.error == ("step two: RewardFileNotFoundError: none; "
-                             "step three: did not run (an earlier step stopped the trial)")
+    assert verdict.error == (
+        "step two: RewardFileNotFoundError: none; step three: did not run (an earlier step stopped the trial)"
+    )

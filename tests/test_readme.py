@@ -63,8 +63,7 @@ def block(section: str, lang: str) -> Block:
 
 def sh(command: str, *, timeout: float = 900, home: Path | None = None) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, **({"HOME": str(home)} if home else {})}
-    return subprocess.run(["bash", "-c", command], cwd=REPO, capture_output=True, text=True,
-                          timeout=timeout, env=env)
+    return subprocess.run(["bash", "-c", command], cwd=REPO, capture_output=True, text=True, timeout=timeout, env=env)
 
 
 # ── the runners, one per block ────────────────────────────────────────────────
@@ -126,10 +125,17 @@ def run_server_example(backend_block: Block, shutdown_block: Block, tmp_path: Pa
     script.write_text(backend_block.body + "\n" + shutdown_block.body)
     home = tmp_path / "home"
     home.mkdir()
-    server = subprocess.Popen([sys.executable, str(script)], cwd=REPO, env={**os.environ, "HOME": str(home)},
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    server = subprocess.Popen(
+        [sys.executable, str(script)],
+        cwd=REPO,
+        env={**os.environ, "HOME": str(home)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     chat = FakeChatServer(default_reply="(17 + 4) * 2")
     try:
+
         def healthy() -> bool:
             assert server.poll() is None, server.stdout.read()
             try:
@@ -148,8 +154,11 @@ def run_server_example(backend_block: Block, shutdown_block: Block, tmp_path: Pa
             try:
                 return await client.run_rollout(
                     initial_messages=[{"role": "user", "content": "What is (17 + 4) * 2?"}],
-                    chat_completions_url=chat.base_url, rollout_id=rollout_id, llm_api_key="sk-readme",
-                    label="42")
+                    chat_completions_url=chat.base_url,
+                    rollout_id=rollout_id,
+                    llm_api_key="sk-readme",
+                    label="42",
+                )
             finally:
                 await client.aclose()
 
@@ -204,16 +213,20 @@ def run_bundle(b: Block, tmp_path: Path) -> None:
 RUNNERS: dict[tuple[str, str], Callable[[Path], None]] = {
     ("Two commands", "bash"): lambda t: run_two_commands(block("Two commands", "bash"), t),
     ("Offline base images", "bash"): lambda t: run_base_images(block("Offline base images", "bash"), t),
-    ("Oracle validation of a dataset", "bash"):
-        lambda t: run_validate_synopsis(block("Oracle validation of a dataset", "bash"), t),
+    ("Oracle validation of a dataset", "bash"): lambda t: run_validate_synopsis(
+        block("Oracle validation of a dataset", "bash"), t
+    ),
     ("The sandbox layer", "python"): lambda t: run_sandbox_layer(block("The sandbox layer", "python"), t),
     ("Rollouts: `HarborBackend`", "python"): lambda t: run_server_example(
-        block("Rollouts: `HarborBackend`", "python"), block("Shutdown", "python"), t),
+        block("Rollouts: `HarborBackend`", "python"), block("Shutdown", "python"), t
+    ),
     ("Shutdown", "python"): None,  # runs as the continuation of the HarborBackend example
-    ("One rollout locally, in one command", "bash"):
-        lambda t: run_one_rollout(block("One rollout locally, in one command", "bash"), t),
-    ("Prewarm, warm pools, admission, status and cancel", "bash"):
-        lambda t: run_prewarm(block("Prewarm, warm pools, admission, status and cancel", "bash"), t),
+    ("One rollout locally, in one command", "bash"): lambda t: run_one_rollout(
+        block("One rollout locally, in one command", "bash"), t
+    ),
+    ("Prewarm, warm pools, admission, status and cancel", "bash"): lambda t: run_prewarm(
+        block("Prewarm, warm pools, admission, status and cancel", "bash"), t
+    ),
     ("Bundles", "bash"): lambda t: run_bundle(block("Bundles", "bash"), t),
 }
 
@@ -223,7 +236,8 @@ def test_every_block_is_exercised() -> None:
     assert found == sorted(RUNNERS), "README blocks and their runners differ: add a runner for a new block"
 
 
-@pytest.mark.parametrize("key", [k for k, runner in RUNNERS.items() if runner is not None],
-                         ids=lambda k: f"{k[0]}:{k[1]}")
+@pytest.mark.parametrize(
+    "key", [k for k, runner in RUNNERS.items() if runner is not None], ids=lambda k: f"{k[0]}:{k[1]}"
+)
 def test_readme_block_runs_as_written(key: tuple[str, str], tmp_path: Path) -> None:
     RUNNERS[key](tmp_path)

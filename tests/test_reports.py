@@ -53,10 +53,22 @@ def mixed_run(tmp_path_factory: pytest.TempPathFactory) -> MixedRun:
     odd = copy_task(FIXTURES / "lint/clean", dataset / ODD_ID)
     # The build error quotes the RUN line, raw escape byte included: text XML cannot carry.
     (odd / "environment" / "Dockerfile").write_text(
-        f"FROM debian:trixie-slim\nRUN echo '{ESC}[31mred & <b>]]>' >&2; exit 1\n")
+        f"FROM debian:trixie-slim\nRUN echo '{ESC}[31mred & <b>]]>' >&2; exit 1\n"
+    )
     report, junit, job_dir = tmp / "report.json", tmp / "out" / "junit.xml", tmp / "jobs" / "run"
-    proc = run_cli("validate", str(dataset), "-n", "3", "--lint", "--junit", str(junit),
-                   "--json", str(report), "--trials-dir", str(job_dir))
+    proc = run_cli(
+        "validate",
+        str(dataset),
+        "-n",
+        "3",
+        "--lint",
+        "--junit",
+        str(junit),
+        "--json",
+        str(report),
+        "--trials-dir",
+        str(job_dir),
+    )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     return MixedRun(dataset, proc, load_json(report), junit, job_dir)
 
@@ -82,13 +94,18 @@ def test_mixed_run_verdicts(mixed_run: MixedRun) -> None:
 # attributes, allowed children).
 JUNIT_SHAPE = {
     "testsuites": (set(), {"name", "tests", "failures", "errors", "skipped", "time", "disabled"}, {"testsuite"}),
-    "testsuite": ({"name", "tests"}, {"failures", "errors", "skipped", "time", "timestamp", "hostname", "id",
-                                      "package", "disabled", "file"},
-                  {"properties", "testcase", "system-out", "system-err"}),
+    "testsuite": (
+        {"name", "tests"},
+        {"failures", "errors", "skipped", "time", "timestamp", "hostname", "id", "package", "disabled", "file"},
+        {"properties", "testcase", "system-out", "system-err"},
+    ),
     "properties": (set(), set(), {"property"}),
     "property": ({"name", "value"}, set(), set()),
-    "testcase": ({"name"}, {"classname", "time", "assertions", "status", "file", "line"},
-                 {"skipped", "error", "failure", "system-out", "system-err"}),
+    "testcase": (
+        {"name"},
+        {"classname", "time", "assertions", "status", "file", "line"},
+        {"skipped", "error", "failure", "system-out", "system-err"},
+    ),
     "failure": (set(), {"message", "type"}, set()),
     "system-out": (set(), set(), set()),
 }
@@ -121,10 +138,17 @@ def test_junit_report_has_a_testcase_per_task_and_failures_with_their_phase(mixe
     assert_junit_shape(root)
     (suite,) = root.findall("testsuite")
     assert suite.get("name") == str(mixed_run.dataset)
-    assert (suite.get("tests"), suite.get("failures"), suite.get("errors"), suite.get("skipped")) == ("5", "3", "0", "0")
+    assert (suite.get("tests"), suite.get("failures"), suite.get("errors"), suite.get("skipped")) == (
+        "5",
+        "3",
+        "0",
+        "0",
+    )
     assert float(suite.get("time")) == pytest.approx(mixed_run.report["wall_sec"], abs=1e-3)
-    assert {p.get("name"): p.get("value") for p in suite.iter("property")} == {"agent": "oracle",
-                                                                              "environment": "docker"}
+    assert {p.get("name"): p.get("value") for p in suite.iter("property")} == {
+        "agent": "oracle",
+        "environment": "docker",
+    }
     rows = {t["id"]: t for t in mixed_run.report["tasks"]}
     cases = {c.get("name"): c for c in suite.findall("testcase")}
     assert set(cases) == set(EXPECTED)  # the odd id comes back exactly, once unescaped
@@ -152,9 +176,18 @@ def test_junit_report_has_a_testcase_per_task_and_failures_with_their_phase(mixe
 
 def test_junit_spells_out_what_xml_cannot_hold() -> None:
     hostile = "<a & b> \"q\" 'ü' \x00\x07\x1b[0m \ud800 ]]>"
-    report = ValidationReport(passed=0, failed=1, agent="oracle", environment="docker", wall_sec=1.5, tasks=[
-        TaskValidation(id=hostile, passed=False, failed_phase="verifier", error=hostile, timings_sec={"total": 1.0}),
-    ])
+    report = ValidationReport(
+        passed=0,
+        failed=1,
+        agent="oracle",
+        environment="docker",
+        wall_sec=1.5,
+        tasks=[
+            TaskValidation(
+                id=hostile, passed=False, failed_phase="verifier", error=hostile, timings_sec={"total": 1.0}
+            ),
+        ],
+    )
     data = ET.tostring(junit_tree(report, suite_name=hostile).getroot(), encoding="utf-8")
     case = ET.fromstring(data).find("testsuite/testcase")  # a parser accepts it
     spelled = "<a & b> \"q\" 'ü' \\x00\\x07\\x1b[0m \\ud800 ]]>"
@@ -164,6 +197,7 @@ def test_junit_spells_out_what_xml_cannot_hold() -> None:
 
 
 # -- Harbor's lint -----------------------------------------------------------------------------
+
 
 def column_text(table: str, header: str) -> str:
     """The text of one column of a rendered rich table, its folded lines joined."""
@@ -188,16 +222,19 @@ def test_lint_findings_are_in_the_json_and_the_table_and_every_task_still_runs(m
 
 async def test_strict_lint_refuses_tasks_with_lint_errors_before_any_sandbox() -> None:
     tasks = load_dataset(FIXTURES / "lint")
-    report = await validate_tasks(tasks, environment=environment_config("docker"), lint=LintMode.STRICT,
-                                  keep_trials=True)
+    report = await validate_tasks(
+        tasks, environment=environment_config("docker"), lint=LintMode.STRICT, keep_trials=True
+    )
     job_dir = Path(report.job_dir)
     try:
         rows = {r.id: r for r in report.tasks}
         assert rows["clean"].passed and rows["clean"].lint == []
         refused = rows["misspelled-field"]
         assert (refused.passed, refused.failed_phase, refused.timings_sec) == (False, "task", {})
-        assert refused.error.startswith("task misspelled-field: harbor lint error unknown-config-field in "
-                                        "task.toml: Unknown field 'verifier.timeout_secs'")
+        assert refused.error.startswith(
+            "task misspelled-field: harbor lint error unknown-config-field in "
+            "task.toml: Unknown field 'verifier.timeout_secs'"
+        )
         assert {f.rule for f in refused.lint} == {"unknown-config-field", "shared-verifier"}
         # Only the clean task became a trial; the kept temp dir holds just this job.
         assert JobScanner(job_dir.parent).list_jobs() == [job_dir.name]
@@ -208,6 +245,7 @@ async def test_strict_lint_refuses_tasks_with_lint_errors_before_any_sandbox() -
 
 # -- kept trials as a Harbor job ---------------------------------------------------------------
 
+
 def test_kept_trials_are_a_harbor_job_that_harbor_reads_back(mixed_run: MixedRun) -> None:
     job_dir = mixed_run.job_dir
     assert f"trials kept in {job_dir}" in mixed_run.proc.stdout
@@ -215,8 +253,11 @@ def test_kept_trials_are_a_harbor_job_that_harbor_reads_back(mixed_run: MixedRun
     assert mixed_run.report["job_dir"] == str(job_dir)
     config = JobConfig.model_validate_json((job_dir / "config.json").read_text())
     result = JobResult.model_validate_json((job_dir / "result.json").read_text())
-    trials = {d.name: TrialResult.model_validate_json((d / "result.json").read_text())
-              for d in job_dir.iterdir() if (d / "result.json").is_file()}
+    trials = {
+        d.name: TrialResult.model_validate_json((d / "result.json").read_text())
+        for d in job_dir.iterdir()
+        if (d / "result.json").is_file()
+    }
     rows = {t["id"]: t for t in mixed_run.report["tasks"]}
     ran = {task_id for task_id, (_, phase) in EXPECTED.items() if phase != "task"}
 
@@ -236,7 +277,8 @@ def test_kept_trials_are_a_harbor_job_that_harbor_reads_back(mixed_run: MixedRun
     evals = result.stats.evals["oracle__adhoc"]
     assert {k: sorted(v) for k, v in evals.reward_stats["reward"].items()} == {
         1.0: sorted([by_task["clean"].trial_name, by_task["misspelled-field"].trial_name]),
-        0.0: [by_task["solve-fails"].trial_name]}
+        0.0: [by_task["solve-fails"].trial_name],
+    }
     assert evals.exception_stats == {"ImageBuildError": [by_task[ODD_ID].trial_name]}
     assert evals.metrics == [{"mean": 0.5}]  # Harbor's mean: 2 of 4 trials scored 1 (no reward counts 0)
 
@@ -247,7 +289,8 @@ def test_kept_trials_are_a_harbor_job_that_harbor_reads_back(mixed_run: MixedRun
     listed = viewer.get(f"/api/jobs/{job_dir.name}/trials").json()["items"]
     assert {t["name"]: (t["task_name"], t["reward"], t["error_type"]) for t in listed} == {
         name: (t.task_name, rows[t.task_name]["reward"], "ImageBuildError" if t.task_name == ODD_ID else None)
-        for name, t in trials.items()}
+        for name, t in trials.items()
+    }
 
 
 def test_lint_flag_may_come_before_the_path(tmp_path: Path) -> None:

@@ -60,12 +60,16 @@ def graded_template(tmp_path: Path) -> Path:
 async def _attack(client, chat: FakeChatServer, attack: str):
     return await client.run_rollout(
         initial_messages=[{"role": "user", "content": f"Compute 6*7. attack: {attack}"}],
-        chat_completions_url=chat.base_url, rollout_id=f"hostile-{attack}-{uuid.uuid4().hex[:6]}",
-        llm_api_key="sk-hostile", label="42")
+        chat_completions_url=chat.base_url,
+        rollout_id=f"hostile-{attack}-{uuid.uuid4().hex[:6]}",
+        llm_api_key="sk-hostile",
+        label="42",
+    )
 
 
-async def test_a_root_workflow_cannot_forge_its_reward(tmp_path: Path, graded_template: Path,
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_root_workflow_cannot_forge_its_reward(
+    tmp_path: Path, graded_template: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("HOME", str(tmp_path))
     chat = FakeChatServer()
     try:
@@ -82,7 +86,8 @@ async def test_a_root_workflow_cannot_forge_its_reward(tmp_path: Path, graded_te
 
 
 async def test_a_failing_grader_is_a_failure_whatever_the_workflow_writes(
-        tmp_path: Path, graded_template: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, graded_template: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("HOME", str(tmp_path))
     chat = FakeChatServer()
     try:
@@ -103,8 +108,9 @@ def test_the_grader_runs_in_a_sandbox_of_its_own(tmp_path: Path, graded_template
     from osmosis_harbor.tasks.refs import ResolvedTask
 
     backend = _backend(tmp_path, graded_template, "AnswerGrader")
-    copy = backend.materialize(ResolvedTask(task_id="t", path=graded_template, source="template"), tmp_path / "copy",
-                              request=None).path
+    copy = backend.materialize(
+        ResolvedTask(task_id="t", path=graded_template, source="template"), tmp_path / "copy", request=None
+    ).path
     config = TaskConfig.model_validate_toml((copy / "task.toml").read_text())
     assert config.verifier.environment_mode is VerifierEnvironmentMode.SEPARATE
     assert config.artifacts == ["/logs/agent", "/workspace"]

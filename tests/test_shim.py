@@ -40,7 +40,7 @@ PROMPT = [
 GUIDE_SAMPLE_KEYS = {"messages", "reward", "remove_sample", "metrics", "extra_fields"}
 ERROR_KEYS = {"phase", "type", "message", "category", "traceback"}
 
-BUNDLE_WORKFLOWS = '''
+BUNDLE_WORKFLOWS = """
 import asyncio
 import json
 import math
@@ -216,9 +216,9 @@ class Outer:
     class InnerWorkflow(AgentWorkflow):
         async def run(self, ctx):
             return answer(ctx, "nested")
-'''
+"""
 
-BUNDLE_GRADERS = '''
+BUNDLE_GRADERS = """
 import asyncio
 
 from osmosis_ai.rollout import Grader, GraderConfig
@@ -283,7 +283,7 @@ class ArtifactGrader(Grader):
     async def grade(self, ctx):
         (ctx.artifacts_dir / "grader.txt").write_text(ctx.label or "")
         ctx.set_reward(1.0)
-'''
+"""
 
 
 # --------------------------------------------------------------------------
@@ -336,14 +336,10 @@ class Sandbox:
         label: str | None = "4",
     ) -> None:
         prompt = PROMPT if prompt is None else prompt
-        self.rollout_input.write_text(
-            json.dumps({"rollout_id": rollout_id, "prompt": prompt, "metadata": metadata})
-        )
+        self.rollout_input.write_text(json.dumps({"rollout_id": rollout_id, "prompt": prompt, "metadata": metadata}))
         self.grading_input.parent.mkdir(parents=True, exist_ok=True)
         self.grading_input.write_text(
-            json.dumps(
-                {"rollout_id": rollout_id, "label": label, "metadata": metadata, "prompt": prompt}
-            )
+            json.dumps({"rollout_id": rollout_id, "label": label, "metadata": metadata, "prompt": prompt})
         )
 
     def read(self, relative: str) -> Any:
@@ -484,9 +480,7 @@ def test_agent_nested_class_path(sandbox: Sandbox) -> None:
     assert sandbox.read("agent/sample.json")["messages"][-1]["content"] == "nested"
 
 
-def test_agent_calls_chat_endpoint_with_key_from_env(
-    sandbox: Sandbox, chat_server: FakeChatServer
-) -> None:
+def test_agent_calls_chat_endpoint_with_key_from_env(sandbox: Sandbox, chat_server: FakeChatServer) -> None:
     sandbox.stage(rollout_id="r-chat")
     before = len(chat_server.requests)
     assert run_agent("ChatWorkflow") == 0
@@ -552,9 +546,7 @@ async def test_agent_inside_running_event_loop(sandbox: Sandbox) -> None:
         ("Missing", "validation_error", "LoadError"),
     ],
 )
-def test_agent_failures_are_categorized(
-    sandbox: Sandbox, workflow: str, category: str, type_: str
-) -> None:
+def test_agent_failures_are_categorized(sandbox: Sandbox, workflow: str, category: str, type_: str) -> None:
     assert run_agent(workflow) == 1
     assert_error(sandbox, "agent", category=category, type_=type_)
     assert not sandbox.exists("agent/sample.json")
@@ -579,9 +571,7 @@ def test_agent_bad_config_path(sandbox: Sandbox) -> None:
     assert_error(sandbox, "agent", category="validation_error", type_="LoadError")
 
 
-def test_agent_key_is_scrubbed_from_errors_and_logs(
-    sandbox: Sandbox, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_agent_key_is_scrubbed_from_errors_and_logs(sandbox: Sandbox, capsys: pytest.CaptureFixture[str]) -> None:
     assert run_agent("LeakyRuntimeErrorWorkflow") == 1
     error = assert_error(sandbox, "agent", category="agent_error", type_="RuntimeError")
     assert "upstream refused key ***" in error["message"]
@@ -608,9 +598,7 @@ def test_agent_timeout_is_recorded_before_stuck_threads_finish(
     assert written - started < 1.0  # not after the 1.5 s thread was joined
 
 
-def test_agent_blocking_workflow_past_deadline_is_a_timeout(
-    sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_agent_blocking_workflow_past_deadline_is_a_timeout(sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OSMOSIS_AGENT_TIMEOUT_SEC", "0.1")
     assert run_agent("BlockingWorkflow") == 1
     assert_error(sandbox, "agent", category="timeout", type_="TimeoutError")
@@ -622,9 +610,7 @@ def test_agent_generous_timeout_succeeds(sandbox: Sandbox, monkeypatch: pytest.M
 
 
 @pytest.mark.parametrize("value", ["soon", "nan", "inf"])
-def test_agent_invalid_timeout_is_internal(
-    sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch, value: str
-) -> None:
+def test_agent_invalid_timeout_is_internal(sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch, value: str) -> None:
     monkeypatch.setenv("OSMOSIS_AGENT_TIMEOUT_SEC", value)
     assert run_agent("ListWorkflow") == 1
     assert_error(sandbox, "agent", category="internal_error", type_="InputError")
@@ -637,9 +623,7 @@ def test_agent_missing_input_is_internal(sandbox: Sandbox) -> None:
 
 
 def test_agent_input_carrying_label_is_refused(sandbox: Sandbox) -> None:
-    sandbox.rollout_input.write_text(
-        json.dumps({"rollout_id": "r-1", "prompt": PROMPT, "label": "4"})
-    )
+    sandbox.rollout_input.write_text(json.dumps({"rollout_id": "r-1", "prompt": PROMPT, "label": "4"}))
     assert run_agent("ListWorkflow") == 1
     assert_error(sandbox, "agent", category="internal_error", type_="InputError")
 
@@ -676,9 +660,7 @@ def test_verifier_keeps_grader_edits(sandbox: Sandbox) -> None:
     assert sandbox.read("verifier/reward.json") == {"reward": 0.75}
     graded = sandbox.read("verifier/sample.json")
     assert graded["metrics"] == {"steps": 1.0, "graded": 1}
-    assert graded["extra_fields"] == {
-        "judge": {"name": "strict", "meta": {"difficulty": "easy"}}
-    }
+    assert graded["extra_fields"] == {"judge": {"name": "strict", "meta": {"difficulty": "easy"}}}
     assert graded["remove_sample"] is False
     # the agent's own file is left untouched
     assert sandbox.read("agent/sample.json")["reward"] is None
@@ -710,9 +692,7 @@ def test_verifier_grader_artifacts(sandbox: Sandbox) -> None:
         ("Missing", "validation_error", "LoadError"),
     ],
 )
-def test_verifier_failures_write_no_reward(
-    sandbox: Sandbox, grader: str, category: str, type_: str
-) -> None:
+def test_verifier_failures_write_no_reward(sandbox: Sandbox, grader: str, category: str, type_: str) -> None:
     assert run_agent("OutputWorkflow") == 0
     assert run_verifier(grader) == 1
     assert_error(sandbox, "verifier", category=category, type_=type_)
@@ -722,9 +702,7 @@ def test_verifier_failures_write_no_reward(
 
 def test_verifier_not_a_grader(sandbox: Sandbox) -> None:
     assert run_agent("OutputWorkflow") == 0
-    assert verifier.main(
-        grader=f"{BUNDLE}.workflows:OutputWorkflow", grader_config=None, argv=[]
-    ) == 1
+    assert verifier.main(grader=f"{BUNDLE}.workflows:OutputWorkflow", grader_config=None, argv=[]) == 1
     assert_error(sandbox, "verifier", category="validation_error", type_="LoadError")
 
 
@@ -778,9 +756,7 @@ def _subprocess_env(box: Sandbox, chat_url: str, pythonpath: list[Path]) -> dict
     return env
 
 
-def test_subprocess_via_osmosis_harbor_shim(
-    sandbox: Sandbox, bundle_dir: Path, chat_server: FakeChatServer
-) -> None:
+def test_subprocess_via_osmosis_harbor_shim(sandbox: Sandbox, bundle_dir: Path, chat_server: FakeChatServer) -> None:
     code = (
         "import sys; from osmosis_harbor.shim import agent; "
         f"sys.exit(agent.main(workflow='{BUNDLE}.workflows:ChatWorkflow', workflow_config=None))"

@@ -70,8 +70,12 @@ class GatedPolicy(FakeChatServer):
 
     def gated(self) -> set[str]:
         """Gates some request is waiting at (or has passed)."""
-        return {line.removeprefix("gate:").strip() for r in self.requests
-                for line in str(r.body["messages"][-1]["content"]).splitlines() if line.startswith("gate:")}
+        return {
+            line.removeprefix("gate:").strip()
+            for r in self.requests
+            for line in str(r.body["messages"][-1]["content"]).splitlines()
+            if line.startswith("gate:")
+        }
 
     def close(self) -> None:
         for gate in list(self.gates.values()):
@@ -105,14 +109,37 @@ def server_process(tmp_path: Path, pool: str, bundles: Path) -> Iterator[tuple[s
     port = _free_port()
     (tmp_path / "tmp").mkdir()
     (tmp_path / "home").mkdir()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
-           "TMPDIR": str(tmp_path / "tmp"), "HOME": str(tmp_path / "home")}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+        "TMPDIR": str(tmp_path / "tmp"),
+        "HOME": str(tmp_path / "home"),
+    }
     log = (tmp_path / "server.log").open("w")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.shutdown_server", "--port", str(port), "--pool", pool,
-         "--grace", str(GRACE_SEC), "--delivery", str(DELIVERY_SEC), "--work", str(tmp_path / "work"),
-         "--bundles", str(bundles)],
-        cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
+        [
+            sys.executable,
+            "-m",
+            "tests.shutdown_server",
+            "--port",
+            str(port),
+            "--pool",
+            pool,
+            "--grace",
+            str(GRACE_SEC),
+            "--delivery",
+            str(DELIVERY_SEC),
+            "--work",
+            str(tmp_path / "work"),
+            "--bundles",
+            str(bundles),
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     url = f"http://127.0.0.1:{port}"
 
     def serving() -> bool:
@@ -134,12 +161,17 @@ def server_process(tmp_path: Path, pool: str, bundles: Path) -> Iterator[tuple[s
 
 
 def _rollout(policy: GatedPolicy, rollout_id: str, gate: str) -> dict[str, Any]:
-    return {"initial_messages": [{"role": "user", "content": f"Write the answer.\ngate: {gate}"}],
-            "chat_completions_url": policy.base_url, "rollout_id": rollout_id, "llm_api_key": KEY}
+    return {
+        "initial_messages": [{"role": "user", "content": f"Write the answer.\ngate: {gate}"}],
+        "chat_completions_url": policy.base_url,
+        "rollout_id": rollout_id,
+        "llm_api_key": KEY,
+    }
 
 
 async def test_sigterm_delivers_finished_and_cancelled_results_then_exits(
-        tmp_path: Path, policy: GatedPolicy, bundles: Path) -> None:
+    tmp_path: Path, policy: GatedPolicy, bundles: Path
+) -> None:
     pool = f"drain{uuid.uuid4().hex[:6]}"
     with server_process(tmp_path, pool, bundles) as (proc, url):
         client = RolloutClient(url=url)
@@ -148,6 +180,7 @@ async def test_sigterm_delivers_finished_and_cancelled_results_then_exits(
             assert len(pools) == 1 and pools[0].startswith(pool)
             finishing = await client.run_rollout_async(**_rollout(policy, "finishing", "finishing"))
             overrunning = await client.run_rollout_async(**_rollout(policy, "overrunning", "overrunning"))
+
             # both workflows now wait for their policy reply, inside their sandboxes
             async def both_waiting() -> bool:
                 return policy.gated() == {"finishing", "overrunning"}
@@ -198,8 +231,10 @@ async def _draining_health(http: httpx.AsyncClient) -> dict[str, Any] | None:
 async def test_backend_shutdown_is_idempotent_and_removes_pools_and_temp_root(bundles: Path) -> None:
     pool = f"idem{uuid.uuid4().hex[:6]}"
     backend = HarborBackend(
-        orchestrator=TrialQueue(n_concurrent=1), tasks_dir=TASKS / "template",
-        agent="rollout_fixtures.workflows:ListWorkflow", code_dir=FIXTURES / "rollout_project",
+        orchestrator=TrialQueue(n_concurrent=1),
+        tasks_dir=TASKS / "template",
+        agent="rollout_fixtures.workflows:ListWorkflow",
+        code_dir=FIXTURES / "rollout_project",
         bundles_dir=bundles,
         environment_config=environment_config("docker", host_network=True, pool=pool, pool_size=1),
     )
@@ -231,23 +266,35 @@ class GatedBackend(ExecutionBackend):
 
 
 async def test_programmatic_drain_waits_for_unpolled_results_only_until_the_deadline(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("HOME", str(tmp_path))  # the osmosis server saves trajectories there
     backend = GatedBackend()
     port = _free_port()
-    server = draining_server(create_rollout_server(backend=backend, configure_logging=False), port=port,
-                             shutdown_grace_sec=1.0, delivery_sec=1.5, log_level="warning")
+    server = draining_server(
+        create_rollout_server(backend=backend, configure_logging=False),
+        port=port,
+        shutdown_grace_sec=1.0,
+        delivery_sec=1.5,
+        log_level="warning",
+    )
     serving = asyncio.create_task(server.serve())
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
+
         async def started() -> bool:
             return server.started
 
         await await_until(started, timeout=30, what="the server to start")
         leases = {}
         for rollout_id in ("polled", "unpolled"):
-            admitted = await http.post("/rollout", json={
-                "rollout_id": rollout_id, "initial_messages": [{"role": "user", "content": "x"}],
-                "chat_completions_url": "http://127.0.0.1:9/v1"})
+            admitted = await http.post(
+                "/rollout",
+                json={
+                    "rollout_id": rollout_id,
+                    "initial_messages": [{"role": "user", "content": "x"}],
+                    "chat_completions_url": "http://127.0.0.1:9/v1",
+                },
+            )
             assert admitted.status_code == 202, admitted.text
             leases[rollout_id] = admitted.json()["polling_lease_token"]
             backend.gates[rollout_id].set()

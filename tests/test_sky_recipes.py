@@ -20,8 +20,14 @@ pytestmark = pytest.mark.slow
 
 def run_recipe(script: str, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("SKYPILOT_", "HARBOR_SKYPILOT"))}
-    return subprocess.run(["bash", str(REPO / "sky" / script), *args], cwd=REPO, capture_output=True,
-                          text=True, timeout=600, env={**clean, **env})
+    return subprocess.run(
+        ["bash", str(REPO / "sky" / script), *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**clean, **env},
+    )
 
 
 def test_ci_recipe_validates_locally_without_an_endpoint(tmp_path: Path) -> None:
@@ -35,8 +41,10 @@ def test_ci_recipe_validates_locally_without_an_endpoint(tmp_path: Path) -> None
 def test_ci_recipe_on_skypilot_names_what_is_missing(tmp_path: Path) -> None:
     no_registry = run_recipe("ci-validate.sh", env={"SKYPILOT_API_SERVER_ENDPOINT": "http://127.0.0.1:9"})
     assert no_registry.returncode == 2 and "HARBOR_SKYPILOT_REGISTRY" in no_registry.stderr
-    no_sdk = run_recipe("ci-validate.sh", env={"SKYPILOT_API_SERVER_ENDPOINT": "http://127.0.0.1:9",
-                                               "HARBOR_SKYPILOT_REGISTRY": "127.0.0.1:5000"})
+    no_sdk = run_recipe(
+        "ci-validate.sh",
+        env={"SKYPILOT_API_SERVER_ENDPOINT": "http://127.0.0.1:9", "HARBOR_SKYPILOT_REGISTRY": "127.0.0.1:5000"},
+    )
     assert no_sdk.returncode == 2 and "SkyPilot Platform installer" in no_sdk.stderr
 
 
@@ -48,6 +56,10 @@ def test_warm_pool_recipe_creates_the_template_pool_locally() -> None:
         pools = [p for p in docker_sdk.list_pools() if p.name.startswith(name)]
         assert len(pools) == 1 and pools[0].replicas == 1
     finally:
-        subprocess.run([str(REPO / ".venv/bin/python"), "-m", "osmosis_harbor", "cleanup", "--pool", name],
-                       cwd=REPO, capture_output=True, timeout=120)
+        subprocess.run(
+            [str(REPO / ".venv/bin/python"), "-m", "osmosis_harbor", "cleanup", "--pool", name],
+            cwd=REPO,
+            capture_output=True,
+            timeout=120,
+        )
     assert not [p for p in docker_sdk.list_pools() if p.name.startswith(name)]

@@ -118,7 +118,9 @@ async def test_template_mode_resolves_template_and_replaces_instruction(template
     assert (out.path / "instruction.md").read_text() == prompt[0]["content"]
     assert out.instruction_replaced
     assert (template / "instruction.md").read_text() == "placeholder\n"  # the source is untouched
-    assert (out.path / "environment" / "Dockerfile").read_text() == (template / "environment" / "Dockerfile").read_text()
+    assert (out.path / "environment" / "Dockerfile").read_text() == (
+        template / "environment" / "Dockerfile"
+    ).read_text()
 
 
 def test_template_mode_validates_eagerly(tmp_path: Path, dataset: Path) -> None:
@@ -247,8 +249,11 @@ def test_render_multi_message_prompt() -> None:
             "role": "assistant",
             "content": None,
             "tool_calls": [
-                {"id": "call_1", "type": "function",
-                 "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+                }
             ],
         },
         {"role": "tool", "tool_call_id": "call_1", "content": "18C, sunny"},
@@ -348,8 +353,14 @@ def test_materialize_is_fast(tmp_path: Path) -> None:
     start = time.perf_counter()
     runs = 30
     for i in range(runs):
-        materialize_task(task, tmp_path / "runs" / str(i), instruction="hi", grading_input={"label": "x"},
-                         grade_command="/opt/osmosis/venv/bin/g-grade", environment_patch=patch)
+        materialize_task(
+            task,
+            tmp_path / "runs" / str(i),
+            instruction="hi",
+            grading_input={"label": "x"},
+            grade_command="/opt/osmosis/venv/bin/g-grade",
+            environment_patch=patch,
+        )
     per_copy = (time.perf_counter() - start) / runs
     assert per_copy < 0.05, f"materialize_task took {per_copy * 1000:.1f} ms per copy"
 
@@ -684,8 +695,9 @@ async def test_package_tag_resolved_once_through_taskclient(
 
     async def resolve_version(self: TaskClient, task_id: object) -> _ResolvedPackage:  # the registry RPC
         rpcs.append(str(task_id))
-        return _ResolvedPackage(id="tv-1", archive_path=f"acme/hello/{content_hash}/dist.tar.gz",
-                                content_hash=content_hash)
+        return _ResolvedPackage(
+            id="tv-1", archive_path=f"acme/hello/{content_hash}/dist.tar.gz", content_hash=content_hash
+        )
 
     async def download(self: SupabaseStorage, remote_path: str, file_path: Path) -> None:  # the storage GET
         downloads.append(remote_path)

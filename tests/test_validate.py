@@ -98,8 +98,9 @@ def test_nested_ids_are_discovered_and_selectable(tmp_path: Path) -> None:
     ids = [t.id for t in discover_tasks(FIXTURES / "nested-dataset")]
     assert ids == ["group/sub/tiny-task", "top-task"]
     report_path = tmp_path / "r.json"
-    proc = run_cli("validate", str(FIXTURES / "nested-dataset"), "--task", "group/sub/tiny-task",
-                   "--json", str(report_path))
+    proc = run_cli(
+        "validate", str(FIXTURES / "nested-dataset"), "--task", "group/sub/tiny-task", "--json", str(report_path)
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert [t["id"] for t in load_json(report_path)["tasks"]] == ["group/sub/tiny-task"]
 
@@ -116,7 +117,8 @@ async def test_tasks_sharing_an_environment_build_its_image_once(tmp_path: Path)
         make_task(tmp_path / "ds", name)
         # identical environment/ => identical content hash => one image
         (tmp_path / "ds" / name / "environment" / "Dockerfile").write_text(
-            (first / "environment" / "Dockerfile").read_text())
+            (first / "environment" / "Dockerfile").read_text()
+        )
     tasks = load_dataset(tmp_path / "ds")
     built_before = len(BUILD_COORDINATOR.stats.built)
     report = await validate_tasks(tasks, environment=environment_config("docker"), n_concurrent=4)
@@ -126,8 +128,7 @@ async def test_tasks_sharing_an_environment_build_its_image_once(tmp_path: Path)
 
 
 async def test_force_build_ignores_an_unpullable_docker_image(tmp_path: Path) -> None:
-    task = make_task(tmp_path / "ds", "prebuilt",
-                     toml_extra='docker_image = "registry.invalid/osmosis/none:1"\n')
+    task = make_task(tmp_path / "ds", "prebuilt", toml_extra='docker_image = "registry.invalid/osmosis/none:1"\n')
     tasks = load_dataset(task)
     plain = await validate_tasks(tasks, environment=environment_config("docker"))
     assert plain.tasks[0].failed_phase == "environment", plain.model_dump()
@@ -140,11 +141,15 @@ def test_ctrl_c_leaves_no_sandbox(tmp_path: Path) -> None:
     make_task(tmp_path / "ds", "slow-2", solve="sleep 120")
     proc = subprocess.Popen(
         [sys.executable, "-m", "osmosis_harbor", "validate", str(tmp_path / "ds"), "-n", "2"],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
-        wait_until(lambda: len(managed_containers(owner_pid=proc.pid)) == 2, timeout=120,
-                   what="both sandboxes to start")
+        wait_until(
+            lambda: len(managed_containers(owner_pid=proc.pid)) == 2, timeout=120, what="both sandboxes to start"
+        )
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=120)
     finally:

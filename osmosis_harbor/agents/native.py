@@ -110,8 +110,6 @@ class NotTrainableWarning(UserWarning):
     """The agent produces no model trajectory (oracle)."""
 
 
-
-
 # ── the API key, scoped to one rollout ────────────────────────────────────────
 @contextmanager
 def scoped_api_key(api_key: str | None, *, prefix: str = "OSMOSIS_API_KEY") -> Iterator[str]:
@@ -215,8 +213,9 @@ def _terminus_kwargs(kwargs: dict[str, Any]) -> None:
         value = kwargs.get(section)
         if isinstance(value, Mapping):
             cleaned = dict(value)
-            _drop(name, cleaned, {**_CLIENT_WIRED, "model": "the model name is the rollout's model_name"},
-                  f"{section}.")
+            _drop(
+                name, cleaned, {**_CLIENT_WIRED, "model": "the model name is the rollout's model_name"}, f"{section}."
+            )
             kwargs[section] = cleaned
 
 
@@ -239,8 +238,9 @@ def _mini_kwargs(kwargs: dict[str, Any]) -> None:
     for key in ("model_name", "model_class"):
         if key in model:
             model.pop(key)
-            _warn_override(name, f"config.model.{key}",
-                           "the rollout endpoint is called through LiteLLM chat completions")
+            _warn_override(
+                name, f"config.model.{key}", "the rollout endpoint is called through LiteLLM chat completions"
+            )
     model_kwargs = model.get("model_kwargs")
     if isinstance(model_kwargs, Mapping):
         model_kwargs = dict(model_kwargs)
@@ -272,8 +272,7 @@ def native_agent_config(
     if name not in NATIVE_AGENTS:
         raise ConfigError(f"unknown native agent {name!r}: choose one of {', '.join(NATIVE_AGENTS)}")
     user_kwargs = copy.deepcopy(dict(native_agent_kwargs or {}))
-    timeouts = {"override_timeout_sec": agent_timeout_sec,
-                "override_setup_timeout_sec": agent_setup_timeout_sec}
+    timeouts = {"override_timeout_sec": agent_timeout_sec, "override_setup_timeout_sec": agent_setup_timeout_sec}
 
     if name == "oracle":
         _warn_not_trainable()

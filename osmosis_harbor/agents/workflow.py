@@ -60,7 +60,7 @@ def install_command(wheel: PurePosixPath, *, deps_preinstalled: bool, python: st
         f"if [ ! -x {venv}/bin/python ]; then "
         f"  command -v {python} >/dev/null || {{ echo 'the task image has no {python}: the workflow bundle needs Python >= {need}' >&2; exit {contract.EXIT_NO_PYTHON}; }}; "
         f"  {python} -c 'import sys; sys.exit(sys.version_info < {MIN_PYTHON})' || "
-        f"    {{ echo \"the task image's {python} is $({python} -V 2>&1): the workflow bundle needs Python >= {need}\" >&2; exit {contract.EXIT_OLD_PYTHON}; }}; "
+        f'    {{ echo "the task image\'s {python} is $({python} -V 2>&1): the workflow bundle needs Python >= {need}" >&2; exit {contract.EXIT_OLD_PYTHON}; }}; '
         f"  {python} -m venv {venv}; "
         "fi; "
         f"{venv}/bin/python -m pip install --disable-pip-version-check -q {no_deps}{shlex.quote(str(wheel))}"
@@ -107,8 +107,9 @@ class WorkflowAgent(BaseAgent):
     async def setup(self, environment: BaseEnvironment) -> None:
         # The rollout input travels with the bundle: setup runs as root, so one exec
         # installs the wheel and makes the input readable by whatever user the agent runs as.
-        await install_bundle(environment, self._wheel, deps_preinstalled=self._deps_preinstalled,
-                             rollout_input=self._rollout_input)
+        await install_bundle(
+            environment, self._wheel, deps_preinstalled=self._deps_preinstalled, rollout_input=self._rollout_input
+        )
 
     async def _stage_step_input(self, instruction: str, environment: BaseEnvironment) -> None:
         """Multi-step tasks: each step is one more turn of the same conversation.
@@ -129,7 +130,8 @@ class WorkflowAgent(BaseAgent):
             except (OSError, ValueError, KeyError, TypeError) as exc:
                 raise WorkflowFailedError(
                     f"[agent_error] step {self._steps[index]}: the previous step left no usable "
-                    f"sample.json ({type(exc).__name__})") from None
+                    f"sample.json ({type(exc).__name__})"
+                ) from None
         prompt.append({"role": "user", "content": instruction})
         metadata = dict(base.get("metadata") or {})
         metadata["harbor_step"] = {"name": self._steps[index], "index": index, "count": len(self._steps)}
@@ -162,7 +164,8 @@ class WorkflowAgent(BaseAgent):
             await environment.download_file(str(AGENT_LOGS / contract.ERROR_FILENAME), local)
             error = json.loads(local.read_text())
             return redactor.text(
-                f"[{error.get('category', 'agent_error')}] {error.get('type', 'Error')}: {error.get('message', '')}")
+                f"[{error.get('category', 'agent_error')}] {error.get('type', 'Error')}: {error.get('message', '')}"
+            )
         except Exception:
             tail = log.strip().splitlines()[-1:] or [""]
             return f"[agent_error] workflow exited with status {code}: {tail[0]}"
@@ -172,8 +175,9 @@ class WorkflowAgent(BaseAgent):
         return None
 
 
-async def install_bundle(environment: BaseEnvironment, wheel: Path, *, deps_preinstalled: bool,
-                         rollout_input: Path | None = None) -> None:
+async def install_bundle(
+    environment: BaseEnvironment, wheel: Path, *, deps_preinstalled: bool, rollout_input: Path | None = None
+) -> None:
     """Upload ``wheel`` (and the rollout input) and install the wheel into the bundle venv,
     as root since the venv is shared. Each exec is a round trip to the sandbox, so the
     directories are made in one and the install and permissions done in another."""

@@ -35,8 +35,10 @@ def request_problem(request: ExecutionRequest) -> str | None:
             return f"{name} must be a positive number of seconds (omit it for the task's own timeout), got {value}"
     size = len(request.id.encode("utf-8", "surrogatepass"))
     if size > MAX_ROLLOUT_ID_BYTES:
-        return (f"rollout_id is {size} bytes long; at most {MAX_ROLLOUT_ID_BYTES} fit in the sandbox's "
-                f"{contract.ROLLOUT_ID_ENV} environment variable")
+        return (
+            f"rollout_id is {size} bytes long; at most {MAX_ROLLOUT_ID_BYTES} fit in the sandbox's "
+            f"{contract.ROLLOUT_ID_ENV} environment variable"
+        )
     return None
 
 
@@ -48,7 +50,11 @@ def endpoint_problem(options: BackendOptions, environment: EnvironmentConfig, ur
         return "the rollout has no chat-completions URL (no active RolloutContext)"
     host = urlparse(url).hostname or ""
     in_sandbox = not options.is_native or options.agent in IN_SANDBOX_CLIENTS
-    if in_sandbox and (host in LOOPBACK_HOSTS or host.startswith("127.")) and not environment.kwargs.get("host_network"):
+    if (
+        in_sandbox
+        and (host in LOOPBACK_HOSTS or host.startswith("127."))
+        and not environment.kwargs.get("host_network")
+    ):
         return (
             f"the chat-completions endpoint {url} is on this machine's loopback, which the "
             "sandbox cannot reach; serve it on a routable address, or for local Docker "

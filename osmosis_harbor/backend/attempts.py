@@ -58,8 +58,9 @@ class Attempt:
 class TrialRunner:
     """Submits rollouts' trials and turns them into outcomes."""
 
-    def __init__(self, orchestrator: TrialQueue, tracker: RolloutTracker, custody: KeyCustody, *,
-                 infra_retries: int) -> None:
+    def __init__(
+        self, orchestrator: TrialQueue, tracker: RolloutTracker, custody: KeyCustody, *, infra_retries: int
+    ) -> None:
         self.orchestrator = orchestrator
         self.tracker = tracker
         self.custody = custody
@@ -91,8 +92,9 @@ class TrialRunner:
         if remove:
             shutil.rmtree(trial_dir, True)
 
-    async def _attempts(self, attempt: Attempt, state: RolloutState | None,
-                        extra: dict[str, Any]) -> tuple[TrialResult | ExecutionOutcome, Path, dict[str, Any]]:
+    async def _attempts(
+        self, attempt: Attempt, state: RolloutState | None, extra: dict[str, Any]
+    ) -> tuple[TrialResult | ExecutionOutcome, Path, dict[str, Any]]:
         """Run the trial, and again on a fresh sandbox after each sandbox lost to the
         infrastructure. Returns the last result (or the outcome that ended the rollout), its
         trial directory, and the extra fields recording the attempts."""
@@ -114,8 +116,9 @@ class TrialRunner:
             extra["lost_sandboxes"] = lost
         return result, trial_dir, extra
 
-    async def _submit(self, config: TrialConfig, state: RolloutState | None,
-                      extra: dict[str, Any]) -> TrialResult | ExecutionOutcome:
+    async def _submit(
+        self, config: TrialConfig, state: RolloutState | None, extra: dict[str, Any]
+    ) -> TrialResult | ExecutionOutcome:
         """One trial through the user's queue: its result, or the outcome that ends the rollout
         (cancelled, or a trial Harbor could not create)."""
         trial = asyncio.ensure_future(self.orchestrator.submit(config))
@@ -133,11 +136,13 @@ class TrialRunner:
                 raise
             return cancelled(extra)  # cancel_rollouts cancelled the trial
         except Exception as exc:  # Trial.create errors escape the queue's coroutine
-            return refused(f"trial could not be created: {type(exc).__name__}: {exc}",
-                           {**extra, "failed_phase": "environment"}, RolloutErrorCategory.INTERNAL_ERROR)
+            return refused(
+                f"trial could not be created: {type(exc).__name__}: {exc}",
+                {**extra, "failed_phase": "environment"},
+                RolloutErrorCategory.INTERNAL_ERROR,
+            )
 
-    async def _fresh_attempt(self, attempt: Attempt, config: TrialConfig,
-                             trial_dir: Path) -> tuple[TrialConfig, Path]:
+    async def _fresh_attempt(self, attempt: Attempt, config: TrialConfig, trial_dir: Path) -> tuple[TrialConfig, Path]:
         """The next attempt after a lost sandbox: a new trial name, so a new sandbox name (the
         lost one is never reused; Harbor's stop already terminated what was left of it). The
         lost attempt's trial directory goes: only the outcome's ``lost_sandboxes`` remain."""
@@ -148,8 +153,9 @@ class TrialRunner:
         self.tracker.bind_trial(attempt.request.id, name, attempt.plan.task.task_id)
         return config.model_copy(update={"trial_name": name}), fresh
 
-    def _outcome(self, attempt: Attempt, result: TrialResult, trial_dir: Path,
-                 extra: dict[str, Any]) -> ExecutionOutcome:
+    def _outcome(
+        self, attempt: Attempt, result: TrialResult, trial_dir: Path, extra: dict[str, Any]
+    ) -> ExecutionOutcome:
         request = attempt.request
         agent_sample: Any = ...
         if attempt.native_agent is not None:
@@ -161,5 +167,11 @@ class TrialRunner:
             if agent_sample is None:
                 agent_sample = RolloutSample(messages=list(request.prompt))
             extra = {**extra, "native_agent": attempt.native_agent}
-        return build_outcome(result, trial_dir, reward_source=attempt.plan.reward_source, label=request.label,
-                             base_extra=extra, agent_sample=agent_sample)
+        return build_outcome(
+            result,
+            trial_dir,
+            reward_source=attempt.plan.reward_source,
+            label=request.label,
+            base_extra=extra,
+            agent_sample=agent_sample,
+        )

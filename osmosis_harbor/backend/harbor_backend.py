@@ -70,17 +70,28 @@ class HarborBackend(ExecutionBackend):
         if options.is_native:
             # Validates native_agent_kwargs now (and warns once that oracle is not trainable).
             assert isinstance(options.agent, str)
-            native_agent_config(options.agent, chat_completions_url="http://127.0.0.1/v1",
-                                model_name=options.model_name, native_agent_kwargs=options.native_agent_kwargs)
+            native_agent_config(
+                options.agent,
+                chat_completions_url="http://127.0.0.1/v1",
+                model_name=options.model_name,
+                native_agent_kwargs=options.native_agent_kwargs,
+            )
         _preload_model_client()
         self.tracker = RolloutTracker(options.orchestrator)
         self.lifecycle = BackendLifecycle(
-            options, bundle=self.bundle, resolver=self.resolver, environment_config=self.environment_config,
-            tracker=self.tracker, custody=self.custody, workspace=self.workspace, planner=lambda: self.planner)
-        self.planner = Planner(options, self.bundle, self.environment_config,
-                               pooled=lambda task_id: task_id in self.lifecycle.task_pools)
-        self.runner = TrialRunner(options.orchestrator, self.tracker, self.custody,
-                                  infra_retries=options.infra_retries)
+            options,
+            bundle=self.bundle,
+            resolver=self.resolver,
+            environment_config=self.environment_config,
+            tracker=self.tracker,
+            custody=self.custody,
+            workspace=self.workspace,
+            planner=lambda: self.planner,
+        )
+        self.planner = Planner(
+            options, self.bundle, self.environment_config, pooled=lambda task_id: task_id in self.lifecycle.task_pools
+        )
+        self.runner = TrialRunner(options.orchestrator, self.tracker, self.custody, infra_retries=options.infra_retries)
 
     @property
     def trials_dir(self) -> Path:
@@ -113,8 +124,9 @@ class HarborBackend(ExecutionBackend):
 
     async def execute(self, request: ExecutionRequest) -> ExecutionOutcome:
         if not self.lifecycle.accepting:
-            return refused("the backend is shutting down", {"failed_phase": "task"},
-                           RolloutErrorCategory.INTERNAL_ERROR)
+            return refused(
+                "the backend is shutting down", {"failed_phase": "task"}, RolloutErrorCategory.INTERNAL_ERROR
+            )
         ctx = get_rollout_context()
         listener = ctx.set_status if ctx is not None and ctx.progress is not None else None
         self.tracker.admit(request.id, listener)
@@ -127,22 +139,29 @@ class HarborBackend(ExecutionBackend):
         except OsmosisHarborError as exc:  # bad input found while preparing (e.g. an empty prompt)
             outcome = refused(str(exc), {"failed_phase": "task"})
         except Exception as exc:  # a bug: the server reports it; the status must not stay "queued"
-            self.tracker.finish(request.id, RolloutStatus.FAILURE, error=f"{type(exc).__name__}: {exc}",
-                                err_category=RolloutErrorCategory.INTERNAL_ERROR)
+            self.tracker.finish(
+                request.id,
+                RolloutStatus.FAILURE,
+                error=f"{type(exc).__name__}: {exc}",
+                err_category=RolloutErrorCategory.INTERNAL_ERROR,
+            )
             raise
         result = outcome.result
         self.tracker.finish(
-            request.id, result.status,
+            request.id,
+            result.status,
             reward=result.sample.reward if result.sample is not None else None,
-            error=result.err_message, err_category=result.err_category,
+            error=result.err_message,
+            err_category=result.err_category,
         )
         for part in (outcome.workflow, outcome.grader):
             if part is not None and part.extra_fields is not None:
                 part.extra_fields.setdefault("wall_sec", round(time.monotonic() - started, 3))
         return outcome
 
-    def cancel_rollouts(self, ids: Sequence[str] | None = None, prefix: str | None = None,
-                        all: bool = False) -> dict[str, str]:
+    def cancel_rollouts(
+        self, ids: Sequence[str] | None = None, prefix: str | None = None, all: bool = False
+    ) -> dict[str, str]:
         """Cancel matching rollouts: a queued one never starts a sandbox, a running one is
         stopped and its sandbox terminated (Harbor's trial does that on cancellation)."""
         dispositions: dict[str, str] = {}
@@ -165,8 +184,13 @@ class HarborBackend(ExecutionBackend):
         await self.lifecycle.shutdown()
 
     # ── serving lifecycle (see lifecycle.py) ─────────────────────────────────
-    async def prewarm(self, task_ids: Sequence[str] | None = None, *, pool_size: int | None = None,
-                      on_progress: ProgressCallback | None = None) -> PrewarmReport:
+    async def prewarm(
+        self,
+        task_ids: Sequence[str] | None = None,
+        *,
+        pool_size: int | None = None,
+        on_progress: ProgressCallback | None = None,
+    ) -> PrewarmReport:
         """Build/push images, prove agent setup and size warm pools before any traffic."""
         return await self.lifecycle.prewarm(task_ids, pool_size=pool_size, on_progress=on_progress)
 
@@ -198,8 +222,10 @@ class HarborBackend(ExecutionBackend):
             return refused(plan.message, plan.extra)
         failed = self.lifecycle.failed_prewarm_tasks.get(resolved.task_id)
         if failed is not None:
-            return refused(f"task {resolved.task_id} failed prewarm: {failed}",
-                           {"failed_phase": "environment", "task_id": resolved.task_id})
+            return refused(
+                f"task {resolved.task_id} failed prewarm: {failed}",
+                {"failed_phase": "environment", "task_id": resolved.task_id},
+            )
         return await self._run(request, plan, url, key)
 
     async def _run(self, request: ExecutionRequest, plan: RolloutPlan, url: str, key: str | None) -> ExecutionOutcome:
@@ -212,10 +238,22 @@ class HarborBackend(ExecutionBackend):
             with key_scope as key_env:
                 # File work (the task copy) runs off the event loop: thousands may queue at once.
                 config = await asyncio.to_thread(
-                    self.planner.trial_config, plan, request, work=work, trial_name=name,
-                    trials_dir=self.trials_dir, url=url, key_env=key_env)
-                attempt = Attempt(request=request, plan=plan, config=config, key=key,
-                                  native_agent=self.agent if isinstance(self.agent, str) and self.options.is_native else None)
+                    self.planner.trial_config,
+                    plan,
+                    request,
+                    work=work,
+                    trial_name=name,
+                    trials_dir=self.trials_dir,
+                    url=url,
+                    key_env=key_env,
+                )
+                attempt = Attempt(
+                    request=request,
+                    plan=plan,
+                    config=config,
+                    key=key,
+                    native_agent=self.agent if isinstance(self.agent, str) and self.options.is_native else None,
+                )
                 return await self.runner.run(attempt, cleanup_success=self.options.cleanup_successful_trials)
         finally:
             keys.drop_credentials(request.id)
@@ -245,8 +283,12 @@ def _prepare_bundle(options: BackendOptions) -> BundleInfo | None:
         assert target is not None
         code_dir = locate_project(target)
     return build_bundle(
-        code_dir, workflow=agent, workflow_config=options.workflow_config,
-        grader=options.grader, grader_config=options.grader_config, cache_dir=options.bundles_dir,
+        code_dir,
+        workflow=agent,
+        workflow_config=options.workflow_config,
+        grader=options.grader,
+        grader_config=options.grader_config,
+        cache_dir=options.bundles_dir,
     )
 
 

@@ -86,9 +86,18 @@ class Workspace:
 class BackendLifecycle:
     """Prewarm, health and shutdown of one backend."""
 
-    def __init__(self, options: BackendOptions, *, bundle: BundleInfo | None, resolver: TaskResolver,
-                 environment_config: EnvironmentConfig, tracker: RolloutTracker, custody: KeyCustody,
-                 workspace: Workspace, planner: Callable[[], Planner]) -> None:
+    def __init__(
+        self,
+        options: BackendOptions,
+        *,
+        bundle: BundleInfo | None,
+        resolver: TaskResolver,
+        environment_config: EnvironmentConfig,
+        tracker: RolloutTracker,
+        custody: KeyCustody,
+        workspace: Workspace,
+        planner: Callable[[], Planner],
+    ) -> None:
         self.options = options
         self.bundle = bundle
         self.resolver = resolver
@@ -128,15 +137,20 @@ class BackendLifecycle:
             if probe.return_code != 0:
                 raise BundleInstallError(
                     f"{self.bundle.agent_script} does not run in the sandbox: "
-                    f"{(probe.stderr or probe.stdout or '').strip()[-500:]}")
+                    f"{(probe.stderr or probe.stdout or '').strip()[-500:]}"
+                )
         elif self.options.is_native and self.options.agent != "oracle":  # the oracle has no setup
             from harbor.agents.factory import AgentFactory
 
             assert isinstance(self.options.agent, str)
             with scoped_api_key(None) as key_env, tempfile.TemporaryDirectory() as logs:
-                config = native_agent_config(self.options.agent, chat_completions_url="http://127.0.0.1/v1",
-                                             api_key_env=key_env, model_name=self.options.model_name,
-                                             native_agent_kwargs=self.options.native_agent_kwargs)
+                config = native_agent_config(
+                    self.options.agent,
+                    chat_completions_url="http://127.0.0.1/v1",
+                    api_key_env=key_env,
+                    model_name=self.options.model_name,
+                    native_agent_kwargs=self.options.native_agent_kwargs,
+                )
                 agent = AgentFactory.create_agent_from_config(config, logs_dir=Path(logs))
                 await agent.setup(environment)
 
@@ -148,8 +162,13 @@ class BackendLifecycle:
             raise ConfigError("dataset mode needs explicit task ids: prewarm(['task-a', 'task-b'])")
         return self.resolver.task_ids()
 
-    async def prewarm(self, task_ids: Sequence[str] | None = None, *, pool_size: int | None = None,
-                      on_progress: ProgressCallback | None = None) -> PrewarmReport:
+    async def prewarm(
+        self,
+        task_ids: Sequence[str] | None = None,
+        *,
+        pool_size: int | None = None,
+        on_progress: ProgressCallback | None = None,
+    ) -> PrewarmReport:
         """Build/push images, prove agent setup and size warm pools before any traffic."""
         ids = self.default_prewarm_task_ids(task_ids)
         report = await Prewarmer(self, pool_size=pool_size, on_progress=on_progress).run(ids)
@@ -228,8 +247,9 @@ class BackendLifecycle:
             "grading": counts["grading"],
             "queued": self.tracker.queued(),  # what has_capacity() counts, admissions included
             "max_queue_depth": self.options.max_queue_depth,
-            "prewarm": None if self.prewarm_report is None else {
-                k: getattr(self.prewarm_report, k) for k in ("groups", "tasks", "built", "reused", "failed")},
+            "prewarm": None
+            if self.prewarm_report is None
+            else {k: getattr(self.prewarm_report, k) for k in ("groups", "tasks", "built", "reused", "failed")},
             "failed_prewarm_tasks": dict(self.failed_prewarm_tasks),
             "pools": self._pool_state(),
         }

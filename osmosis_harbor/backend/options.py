@@ -112,11 +112,14 @@ def _check(kwargs: dict[str, Any]) -> None:
         raise ConfigError(f"infra_retries must be an integer >= 0, got {retries!r}")
     agent = kwargs.get("agent")
     if agent is None:
-        raise _ConfigError("agent= is required: an AgentWorkflow class or import path, or one of "
-                           + ", ".join(NATIVE_AGENTS))
+        raise _ConfigError(
+            "agent= is required: an AgentWorkflow class or import path, or one of " + ", ".join(NATIVE_AGENTS)
+        )
     if isinstance(agent, str) and agent not in NATIVE_AGENTS and ":" not in agent and "." not in agent:
-        raise ConfigError(f"unknown agent {agent!r}: pass an AgentWorkflow class or 'module:Class' "
-                          f"import path, or one of the native agents {', '.join(NATIVE_AGENTS)}")
+        raise ConfigError(
+            f"unknown agent {agent!r}: pass an AgentWorkflow class or 'module:Class' "
+            f"import path, or one of the native agents {', '.join(NATIVE_AGENTS)}"
+        )
 
 
 def checked_grader_inputs(paths: Sequence[str]) -> tuple[str, ...]:

@@ -46,16 +46,21 @@ class RewardSource(StrEnum):
     NONE = "none"
 
 
-def refused(message: str, extra: dict[str, Any],
-            category: RolloutErrorCategory = RolloutErrorCategory.VALIDATION_ERROR) -> ExecutionOutcome:
+def refused(
+    message: str, extra: dict[str, Any], category: RolloutErrorCategory = RolloutErrorCategory.VALIDATION_ERROR
+) -> ExecutionOutcome:
     """A rollout that ends before (or instead of) its trial."""
-    return ExecutionOutcome(workflow=ExecutionResult(
-        status=RolloutStatus.FAILURE, err_message=message, err_category=category, extra_fields=extra))
+    return ExecutionOutcome(
+        workflow=ExecutionResult(
+            status=RolloutStatus.FAILURE, err_message=message, err_category=category, extra_fields=extra
+        )
+    )
 
 
 def cancelled(extra: dict[str, Any]) -> ExecutionOutcome:
-    return ExecutionOutcome(workflow=ExecutionResult(
-        status=RolloutStatus.CANCELLED, err_message="cancelled", extra_fields=extra))
+    return ExecutionOutcome(
+        workflow=ExecutionResult(status=RolloutStatus.CANCELLED, err_message="cancelled", extra_fields=extra)
+    )
 
 
 def _load_json(path: Path) -> Any | None:
@@ -82,10 +87,14 @@ def _category(value: Any, default: RolloutErrorCategory) -> RolloutErrorCategory
         return default
 
 
-def _failure(message: str, category: RolloutErrorCategory, sample: RolloutSample | None,
-             extra: dict[str, Any]) -> ExecutionResult:
+def _failure(
+    message: str, category: RolloutErrorCategory, sample: RolloutSample | None, extra: dict[str, Any]
+) -> ExecutionResult:
     return ExecutionResult(
-        status=RolloutStatus.FAILURE, sample=sample, err_message=message, err_category=category,
+        status=RolloutStatus.FAILURE,
+        sample=sample,
+        err_message=message,
+        err_category=category,
         extra_fields=extra,
     )
 
@@ -98,8 +107,9 @@ def lost_sandbox_message(result: TrialResult) -> str | None:
     return (info.exception_message or SandboxLostError.__name__).strip().splitlines()[0]
 
 
-def _lost_sandbox(result: TrialResult, phase: str | None, agent_sample: RolloutSample | None,
-                  extra: dict[str, Any]) -> ExecutionOutcome:
+def _lost_sandbox(
+    result: TrialResult, phase: str | None, agent_sample: RolloutSample | None, extra: dict[str, Any]
+) -> ExecutionOutcome:
     """Not the workflow's failure: an ``internal_error`` naming the sandbox and the phase. A loss
     while grading keeps the workflow's success and fails the grading, like other verifier errors."""
     extra["failed_phase"] = phase
@@ -111,8 +121,15 @@ def _lost_sandbox(result: TrialResult, phase: str | None, agent_sample: RolloutS
     return ExecutionOutcome(workflow=failure)
 
 
-def _setup_or_agent_failure(ours: type | None, exc_type: str, phase: str | None, reading: TrialReading,
-                            agent_dir: Path, step: str | None, exception_message: str) -> tuple[RolloutErrorCategory, str]:
+def _setup_or_agent_failure(
+    ours: type | None,
+    exc_type: str,
+    phase: str | None,
+    reading: TrialReading,
+    agent_dir: Path,
+    step: str | None,
+    exception_message: str,
+) -> tuple[RolloutErrorCategory, str]:
     """Category and message of a trial stopped before verification (environment, setup, agent)."""
     if ours is WorkflowFailedError:
         error = _load_json(agent_dir / contract.ERROR_FILENAME) or {}
@@ -123,7 +140,11 @@ def _setup_or_agent_failure(ours: type | None, exc_type: str, phase: str | None,
         return category, f"{where}workflow failed: {error.get('type', 'Error')}: {error.get('message', reading.error)}"
     if exc_type in TIMEOUT_EXCEPTIONS:
         return RolloutErrorCategory.TIMEOUT, f"{phase} timed out: {reading.error}"
-    if ours is not None and ours.category is RolloutErrorCategory.VALIDATION_ERROR or INCOMPATIBLE_IMAGE_MARKER in exception_message:
+    if (
+        ours is not None
+        and ours.category is RolloutErrorCategory.VALIDATION_ERROR
+        or INCOMPATIBLE_IMAGE_MARKER in exception_message
+    ):
         return RolloutErrorCategory.VALIDATION_ERROR, f"task image unusable: {reading.error}"
     return RolloutErrorCategory.INTERNAL_ERROR, f"{phase} failed: {reading.error}"
 
@@ -156,28 +177,39 @@ def build_outcome(
 
     if ours is SandboxLostError:
         return _lost_sandbox(result, phase, agent_sample, extra)
-    if exc_type is not None and phase in {Phase.ENVIRONMENT.value, Phase.AGENT_SETUP.value,
-                                         Phase.AGENT.value, Phase.CANCELLED.value}:
+    if exc_type is not None and phase in {
+        Phase.ENVIRONMENT.value,
+        Phase.AGENT_SETUP.value,
+        Phase.AGENT.value,
+        Phase.CANCELLED.value,
+    }:
         extra["failed_phase"] = phase
         message_of_exception = result.exception_info.exception_message if result.exception_info else ""
-        category, message = _setup_or_agent_failure(ours, exc_type, phase, reading, agent_dir, step,
-                                                    message_of_exception)
+        category, message = _setup_or_agent_failure(
+            ours, exc_type, phase, reading, agent_dir, step, message_of_exception
+        )
         return ExecutionOutcome(workflow=_failure(message, category, agent_sample, extra))
 
     if agent_sample is None and reward_source != RewardSource.TASK_TESTS:
         extra["failed_phase"] = Phase.AGENT.value
-        return ExecutionOutcome(workflow=_failure(
-            "the workflow finished but left no agent/sample.json", RolloutErrorCategory.AGENT_ERROR,
-            None, extra))
+        return ExecutionOutcome(
+            workflow=_failure(
+                "the workflow finished but left no agent/sample.json", RolloutErrorCategory.AGENT_ERROR, None, extra
+            )
+        )
     workflow = ExecutionResult(status=RolloutStatus.SUCCESS, sample=agent_sample, extra_fields=extra)
     if reward_source == RewardSource.NONE:
         return ExecutionOutcome(workflow=workflow)
 
-    grader_error = (_load_json(verifier_dir / contract.ERROR_FILENAME) or None) if reward_source == RewardSource.GRADER else None
+    grader_error = (
+        (_load_json(verifier_dir / contract.ERROR_FILENAME) or None) if reward_source == RewardSource.GRADER else None
+    )
     if exc_type is not None or grader_error:  # the verifier phase failed
         # A grader that failed has failed, whatever reward file exists beside its error.
         extra = {**extra, "failed_phase": Phase.VERIFIER.value}
-        error = grader_error if isinstance(grader_error, dict) else _load_json(verifier_dir / contract.ERROR_FILENAME) or {}
+        error = (
+            grader_error if isinstance(grader_error, dict) else _load_json(verifier_dir / contract.ERROR_FILENAME) or {}
+        )
         if not isinstance(error, dict):
             error = {"message": str(error)}
         if exc_type in TIMEOUT_EXCEPTIONS:
@@ -193,13 +225,19 @@ def build_outcome(
     if reward is None:
         extra = {**extra, "failed_phase": Phase.VERIFIER.value}
         channels = ", ".join(sorted(reading.rewards))
-        message = ("the verifier produced no reward" if not reading.rewards else
-                   f"the verifier wrote several reward channels ({channels}) and no \"reward\": "
-                   "add a \"reward\" key to reward.json to say which one trains the policy")
+        message = (
+            "the verifier produced no reward"
+            if not reading.rewards
+            else f'the verifier wrote several reward channels ({channels}) and no "reward": '
+            'add a "reward" key to reward.json to say which one trains the policy'
+        )
         if agent_sample is not None:
-            agent_sample = agent_sample.model_copy(update={"metrics": {**agent_sample.metrics, **_reward_metrics(reading)}})
-        return ExecutionOutcome(workflow=workflow, grader=_failure(
-            message, RolloutErrorCategory.AGENT_ERROR, agent_sample, extra))
+            agent_sample = agent_sample.model_copy(
+                update={"metrics": {**agent_sample.metrics, **_reward_metrics(reading)}}
+            )
+        return ExecutionOutcome(
+            workflow=workflow, grader=_failure(message, RolloutErrorCategory.AGENT_ERROR, agent_sample, extra)
+        )
     graded = None
     if reward_source == RewardSource.GRADER:
         graded = load_sample(verifier_dir / contract.SAMPLE_FILENAME)
@@ -236,8 +274,11 @@ def _focus_dirs(reading: TrialReading, trial_dir: Path) -> tuple[Path, Path, str
 def _reward_metrics(reading: TrialReading) -> dict[str, float]:
     """The reward channels besides the primary one (``reward/<name>``) and, for multi-step
     trials, each step's primary reward (``step_reward/<step>``): the sample's metrics."""
-    metrics = {f"reward/{key}": value for key, value in reading.rewards.items()
-               if key != "reward" and not (len(reading.rewards) == 1 and reading.reward is not None)}
+    metrics = {
+        f"reward/{key}": value
+        for key, value in reading.rewards.items()
+        if key != "reward" and not (len(reading.rewards) == 1 and reading.reward is not None)
+    }
     for step in reading.steps or []:
         if step.ran and step.reward is not None:
             metrics[f"step_reward/{step.name}"] = step.reward

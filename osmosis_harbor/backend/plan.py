@@ -70,8 +70,13 @@ class Refusal:
 class Planner:
     """Turns requests into plans and plans into ``TrialConfig``s, for one backend's options."""
 
-    def __init__(self, options: BackendOptions, bundle: BundleInfo | None,
-                 environment: EnvironmentConfig, pooled: Callable[[str], bool]) -> None:
+    def __init__(
+        self,
+        options: BackendOptions,
+        bundle: BundleInfo | None,
+        environment: EnvironmentConfig,
+        pooled: Callable[[str], bool],
+    ) -> None:
         self.options = options
         self.bundle = bundle
         self.environment = environment
@@ -87,14 +92,17 @@ class Planner:
                 f"task {task.task_id} is a multi-step task (steps {', '.join(steps)}): template mode "
                 "replaces instruction.md with the prompt, which a multi-step task does not have; serve it "
                 "in dataset mode, where each step's instruction reaches the workflow as the next turn",
-                {"failed_phase": "task", "task_id": task.task_id})
+                {"failed_phase": "task", "task_id": task.task_id},
+            )
         source = self._reward_source(task, steps, graded=request is None or request.grade)
         if source is None and request is None:  # prewarm of an ungraded task: nothing to stage
             source = RewardSource.NONE
         if source is None:
             return Refusal(
                 f"task {task.task_id} has no tests/test.sh and no grader= was given: pass an Osmosis "
-                "grader or add tests to the task (or send grade=false)", {"failed_phase": "task"})
+                "grader or add tests to the task (or send grade=false)",
+                {"failed_phase": "task"},
+            )
         return RolloutPlan(task=task, steps=steps, reward_source=source, claims_pool=self._pooled(task.task_id))
 
     def _reward_source(self, task: ResolvedTask, steps: tuple[str, ...], *, graded: bool) -> RewardSource | None:
@@ -114,8 +122,12 @@ class Planner:
         grading_input = grade_command = None
         if plan.grader_verifies:
             if request is not None:
-                grading_input = {"rollout_id": request.id, "label": request.label,
-                                 "metadata": request.metadata, "prompt": request.prompt}
+                grading_input = {
+                    "rollout_id": request.id,
+                    "label": request.label,
+                    "metadata": request.metadata,
+                    "prompt": request.prompt,
+                }
             grade_command = f"/bin/sh /tests/{GRADE_SCRIPT}"
         patch = None
         if self.bundle is not None and self.options.patch_dockerfile_with_sdk:
@@ -124,9 +136,16 @@ class Planner:
         if request is not None and self.options.task_mode is TaskMode.TEMPLATE:
             instruction = render_prompt(request.prompt)
         dest.parent.mkdir(parents=True, exist_ok=True)
-        materialized = materialize_task(plan.task, dest, instruction=instruction, grading_input=grading_input,
-                                        grade_command=grade_command, environment_patch=patch,
-                                        isolate_grader=True, grader_inputs=self.options.grader_inputs)
+        materialized = materialize_task(
+            plan.task,
+            dest,
+            instruction=instruction,
+            grading_input=grading_input,
+            grade_command=grade_command,
+            environment_patch=patch,
+            isolate_grader=True,
+            grader_inputs=self.options.grader_inputs,
+        )
         if materialized.generated_tests:
             self._stage_grader_install(materialized.path / "tests", materialized.environment_patched)
         return materialized
@@ -145,8 +164,17 @@ class Planner:
         script.chmod(0o755)
 
     # ── the trial ────────────────────────────────────────────────────────────
-    def trial_config(self, plan: RolloutPlan, request: ExecutionRequest, *, work: Path, trial_name: str,
-                     trials_dir: Path, url: str, key_env: str) -> TrialConfig:
+    def trial_config(
+        self,
+        plan: RolloutPlan,
+        request: ExecutionRequest,
+        *,
+        work: Path,
+        trial_name: str,
+        trials_dir: Path,
+        url: str,
+        key_env: str,
+    ) -> TrialConfig:
         materialized = self.materialize(plan, work / "task", request)
         kwargs = {k: v for k, v in self.environment.kwargs.items() if k not in {"pool", "pool_size"}}
         if plan.claims_pool:
@@ -155,8 +183,11 @@ class Planner:
             task=TaskConfig(path=materialized.path),
             trial_name=trial_name,
             trials_dir=trials_dir,
-            agent=(self._native_config(request, url, key_env) if self.options.is_native
-                   else self._workflow_config(request, work, materialized, plan)),
+            agent=(
+                self._native_config(request, url, key_env)
+                if self.options.is_native
+                else self._workflow_config(request, work, materialized, plan)
+            ),
             environment=self.environment.model_copy(update={"kwargs": kwargs}),
             verifier=VerifierConfig(
                 disable=plan.reward_source is RewardSource.NONE,
@@ -168,17 +199,23 @@ class Planner:
         assert isinstance(self.options.agent, str)
         model = (request.metadata or {}).get("harbor_model") or self.options.model_name
         return native_agent_config(
-            self.options.agent, chat_completions_url=url or None, api_key_env=key_env or "OSMOSIS_API_KEY",
-            model_name=model, native_agent_kwargs=self.options.native_agent_kwargs,
-            agent_timeout_sec=request.agent_timeout_sec, agent_setup_timeout_sec=self.options.agent_setup_timeout_sec,
+            self.options.agent,
+            chat_completions_url=url or None,
+            api_key_env=key_env or "OSMOSIS_API_KEY",
+            model_name=model,
+            native_agent_kwargs=self.options.native_agent_kwargs,
+            agent_timeout_sec=request.agent_timeout_sec,
+            agent_setup_timeout_sec=self.options.agent_setup_timeout_sec,
         )
 
-    def _workflow_config(self, request: ExecutionRequest, work: Path, materialized: MaterializedTask,
-                         plan: RolloutPlan) -> AgentConfig:
+    def _workflow_config(
+        self, request: ExecutionRequest, work: Path, materialized: MaterializedTask, plan: RolloutPlan
+    ) -> AgentConfig:
         assert self.bundle is not None and self.bundle.agent_script
         rollout_input = work / "rollout_input.json"
-        rollout_input.write_text(json.dumps(
-            {"rollout_id": request.id, "prompt": request.prompt, "metadata": request.metadata}))
+        rollout_input.write_text(
+            json.dumps({"rollout_id": request.id, "prompt": request.prompt, "metadata": request.metadata})
+        )
         kwargs: dict[str, Any] = {
             "bundle_wheel": str(self.bundle.wheel),
             "agent_script": self.bundle.agent_script,

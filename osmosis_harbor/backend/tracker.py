@@ -119,8 +119,11 @@ class RolloutTracker:
         started that has not reached execute() yet (a refused request started none)."""
         if reservation not in self._reservations:
             return
-        heirs = [task for task in asyncio.all_tasks()
-                 if not task.done() and task.get_context().get(_RESERVATION) is reservation]
+        heirs = [
+            task
+            for task in asyncio.all_tasks()
+            if not task.done() and task.get_context().get(_RESERVATION) is reservation
+        ]
         if not heirs:
             self._reservations.pop(reservation, None)
         for heir in heirs:
@@ -165,8 +168,15 @@ class RolloutTracker:
         state.trial_name, state.task_id = trial_name, task_id
         self._by_trial[trial_name] = rollout_id
 
-    def finish(self, rollout_id: str, status: RolloutStatus, *, reward: float | None = None,
-               error: str | None = None, err_category: str | None = None) -> None:
+    def finish(
+        self,
+        rollout_id: str,
+        status: RolloutStatus,
+        *,
+        reward: float | None = None,
+        error: str | None = None,
+        err_category: str | None = None,
+    ) -> None:
         state = self._states.get(rollout_id)
         if state is None:
             return

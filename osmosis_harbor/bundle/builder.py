@@ -78,9 +78,13 @@ def build_bundle(
     Raises :class:`BundleError` on any problem with the project or the arguments.
     """
     return build(
-        code_dir, workflow=workflow, workflow_config=workflow_config, grader=grader,
-        grader_config=grader_config, cache_dir=cache_dir,
-    ).info  # fmt: skip
+        code_dir,
+        workflow=workflow,
+        workflow_config=workflow_config,
+        grader=grader,
+        grader_config=grader_config,
+        cache_dir=cache_dir,
+    ).info
 
 
 def build(
@@ -101,9 +105,12 @@ def build(
     nested = root.resolve() if root.resolve().is_relative_to(code) else None
     project = load_project(code, exclude=nested)
     targets = resolve_targets(
-        project.package, workflow=workflow, workflow_config=workflow_config, grader=grader,
+        project.package,
+        workflow=workflow,
+        workflow_config=workflow_config,
+        grader=grader,
         grader_config=grader_config,
-    )  # fmt: skip
+    )
     shim = load_shim()
     key = compute_key(project, targets, shim)
 
@@ -124,9 +131,13 @@ def build(
         entries = read_entries(built)
         _check_built_dependencies(project, entries, built)
         grafted = graft(
-            entries, wheel=built, package=project.package, shim=shim, targets=targets,
+            entries,
+            wheel=built,
+            package=project.package,
+            shim=shim,
+            targets=targets,
             bundle_metadata=_bundle_metadata(key, project, targets, shim.version, shim.digest),
-        )  # fmt: skip
+        )
         entry = tmp / "entry"
         entry.mkdir()
         write_wheel(entry / built.name, grafted)

@@ -39,9 +39,15 @@ class _CapturingRunner:
         env.update(extra_environ or {})
         env.update(SOURCE_DATE_EPOCH=str(SOURCE_DATE_EPOCH), PYTHONDONTWRITEBYTECODE="1")
         proc = subprocess.run(
-            cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, text=True, errors="replace",
-        )  # fmt: skip
+            cmd,
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+        )
         self.output.append(proc.stdout)
         if proc.returncode:
             raise subprocess.CalledProcessError(proc.returncode, cmd, output=proc.stdout)

@@ -20,11 +20,22 @@ OSMOSIS_DISTRIBUTION = "osmosis-ai"
 # Never part of a build, at any depth: VCS metadata, tool caches, bytecode.
 SKIP_DIRS = frozenset(
     {
-        ".git", ".hg", ".svn", ".bzr", "__pycache__", ".venv", ".tox", ".nox",
-        ".mypy_cache", ".pytest_cache", ".ruff_cache", ".ipynb_checkpoints",
-        ".eggs", "node_modules",
+        ".git",
+        ".hg",
+        ".svn",
+        ".bzr",
+        "__pycache__",
+        ".venv",
+        ".tox",
+        ".nox",
+        ".mypy_cache",
+        ".pytest_cache",
+        ".ruff_cache",
+        ".ipynb_checkpoints",
+        ".eggs",
+        "node_modules",
     }
-)  # fmt: skip
+)
 # Build outputs, only where build backends put them: the project root.
 SKIP_ROOT_DIRS = frozenset({"build", "dist"})
 SKIP_FILE_SUFFIXES = (".pyc", ".pyo")
@@ -35,11 +46,26 @@ CACHEDIR_SIGNATURE = b"Signature: 8a477f597d28d172789f06886806bc55"
 # Directories setuptools' flat-layout discovery never treats as packages.
 NOT_PACKAGES = frozenset(
     {
-        "test", "tests", "doc", "docs", "example", "examples", "script",
-        "scripts", "tool", "tools", "bench", "benchmark", "benchmarks",
-        "build", "dist", "venv", "env", "site-packages",
+        "test",
+        "tests",
+        "doc",
+        "docs",
+        "example",
+        "examples",
+        "script",
+        "scripts",
+        "tool",
+        "tools",
+        "bench",
+        "benchmark",
+        "benchmarks",
+        "build",
+        "dist",
+        "venv",
+        "env",
+        "site-packages",
     }
-)  # fmt: skip
+)
 
 
 @dataclass(frozen=True)

@@ -52,8 +52,7 @@ def load_shim(directory: Path | None = None) -> Shim:
     missing = [name for name in REQUIRED if not (directory / name).is_file()]
     if missing:
         raise BundleError(
-            f"the shim in {directory} is incomplete (missing {', '.join(missing)}); "
-            "reinstall osmosis-harbor"
+            f"the shim in {directory} is incomplete (missing {', '.join(missing)}); reinstall osmosis-harbor"
         )
     files: dict[str, bytes] = {}
     for path in sorted(directory.rglob("*.py")):

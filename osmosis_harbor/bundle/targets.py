@@ -255,21 +255,19 @@ def _judge(project: Project, kind: str, ref: str, result: dict) -> None:
             logger.warning(
                 "could not check %s %r on this host: module %r is not installed here; "
                 "it must come from the project's [project].dependencies",
-                kind, ref, missing,
-            )  # fmt: skip
+                kind,
+                ref,
+                missing,
+            )
             return
         raise BundleError(
             f"{kind} {ref!r} is not importable from {project.package_root} (module {module!r} failed "
             f"to import); fix the error below. Traceback tail:\n{result['detail']}"
         )
     if error == "attribute":
-        raise BundleError(
-            f"{kind} {ref!r}: module {module!r} has no attribute {result['detail']!r}; check the name"
-        )
+        raise BundleError(f"{kind} {ref!r}: module {module!r} has no attribute {result['detail']!r}; check the name")
     if error == "abstract":
-        raise BundleError(
-            f"{kind} {ref!r} is abstract (unimplemented: {result['detail']}); implement those methods"
-        )
+        raise BundleError(f"{kind} {ref!r} is abstract (unimplemented: {result['detail']}); implement those methods")
     if is_config:
         raise BundleError(
             f"{kind} {ref!r} is {result['detail']}: a config must be a module-level "

@@ -105,7 +105,7 @@ def graft(
     if not any(name.startswith(f"{package}/") for name in entries):
         raise BundleError(
             f"the wheel built from the project does not contain its package {package!r}; make the build "
-            f"backend include it (e.g. [tool.setuptools] packages = [\"{package}\"])"
+            f'backend include it (e.g. [tool.setuptools] packages = ["{package}"])'
         )
     clashes = sorted(n for n in entries if n.startswith(f"{SHIM_PACKAGE}/") or n == f"{module}.py")
     if clashes:

@@ -26,30 +26,46 @@ __all__ = ["EXIT_USAGE", "build_parser", "main"]
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m osmosis_harbor",
-        description="Osmosis rollouts as Harbor trials in SkyPilot (or local Docker) sandboxes.")
+        description="Osmosis rollouts as Harbor trials in SkyPilot (or local Docker) sandboxes.",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="show Harbor's logs")
     sub = parser.add_subparsers(dest="command", required=True)
 
     v = sub.add_parser("validate", help="oracle-validate a Harbor dataset or task")
     v.add_argument("path", help="a dataset (tasks found at any depth) or a single task directory")
-    v.add_argument("--agent", choices=("oracle", "nop"), default="oracle",
-                   help="oracle: solutions must score 1 (default); nop: untouched sandboxes must score 0")
+    v.add_argument(
+        "--agent",
+        choices=("oracle", "nop"),
+        default="oracle",
+        help="oracle: solutions must score 1 (default); nop: untouched sandboxes must score 0",
+    )
     add_env_args(v)
     v.add_argument("-n", "--n-concurrent", type=int, default=4, help="trials in parallel (default 4)")
     v.add_argument("--json", metavar="FILE", help="also write a machine-readable report")
     v.add_argument("--task", action="append", metavar="ID", help="only these task ids (repeatable)")
-    v.add_argument("--force-build", action="store_true",
-                   help="build from environment/Dockerfile even when task.toml names a docker_image")
-    v.add_argument("--trials-dir", help="keep the trials here, as a Harbor job directory "
-                                        "(default: a temp dir, removed)")
-    v.add_argument("--keep-trials", action="store_true",
-                   help="keep the trials (a Harbor job directory that `harbor view` browses)")
+    v.add_argument(
+        "--force-build",
+        action="store_true",
+        help="build from environment/Dockerfile even when task.toml names a docker_image",
+    )
+    v.add_argument(
+        "--trials-dir", help="keep the trials here, as a Harbor job directory (default: a temp dir, removed)"
+    )
+    v.add_argument(
+        "--keep-trials", action="store_true", help="keep the trials (a Harbor job directory that `harbor view` browses)"
+    )
     v.add_argument("--junit", metavar="FILE", help="also write a JUnit XML report (one test case per task)")
     # "--lint" is a flag and "--lint=strict" its strict form (main() spells the latter
     # "--lint-strict" for argparse), so "validate --lint PATH" never eats PATH.
-    v.add_argument("--lint", dest="lint", action="store_const", const="report", default="off",
-                   help="run Harbor's lint rules on each task first and show findings; "
-                        "--lint=strict also refuses tasks with lint errors")
+    v.add_argument(
+        "--lint",
+        dest="lint",
+        action="store_const",
+        const="report",
+        default="off",
+        help="run Harbor's lint rules on each task first and show findings; "
+        "--lint=strict also refuses tasks with lint errors",
+    )
     v.add_argument("--lint-strict", dest="lint", action="store_const", const="strict", help=argparse.SUPPRESS)
     v.set_defaults(func=cmd_validate)
 

@@ -45,9 +45,13 @@ def cli_main(argv: Sequence[str] | None = None) -> int:
         return int(exc.code or 0)
     try:
         result = build(
-            args.code_dir, workflow=args.workflow, workflow_config=args.workflow_config,
-            grader=args.grader, grader_config=args.grader_config, cache_dir=args.out,
-        )  # fmt: skip
+            args.code_dir,
+            workflow=args.workflow,
+            workflow_config=args.workflow_config,
+            grader=args.grader,
+            grader_config=args.grader_config,
+            cache_dir=args.out,
+        )
     except BundleError as exc:
         if args.json:
             print(json.dumps({"error": str(exc)}))
@@ -85,4 +89,3 @@ def cli_main(argv: Sequence[str] | None = None) -> int:
     out.print(title, highlight=False)
     out.print(table)
     return 0
-

@@ -34,8 +34,9 @@ def environment_for(args: argparse.Namespace, *, reach_host: bool = False) -> En
 
 
 def add_env_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--env", choices=SDK_NAMES, default="docker",
-                        help="sandbox SDK: local Docker engine (default) or SkyPilot")
+    parser.add_argument(
+        "--env", choices=SDK_NAMES, default="docker", help="sandbox SDK: local Docker engine (default) or SkyPilot"
+    )
     parser.add_argument("--registry", help="push task images to this registry (e.g. 127.0.0.1:5000)")
     parser.add_argument("--pool", help="claim sandboxes from this warm pool")
 
@@ -70,4 +71,3 @@ def add_agent_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--grader-config", metavar="MOD:OBJ")
     parser.add_argument("--code-dir", help="the workflow project (pyproject.toml + one package)")
     parser.add_argument("--bundles-dir", help="bundle cache (default ./bundles)")
-

@@ -33,8 +33,11 @@ def cmd_prewarm(args: argparse.Namespace) -> int:
             warnings.simplefilter("ignore", NotTrainableWarning)
             logging.getLogger("osmosis_harbor.agents.native").setLevel(logging.ERROR)
         backend = HarborBackend(
-            orchestrator=TrialQueue(n_concurrent=1), tasks_dir=path, task_mode=mode,
-            environment_config=environment_for(args, reach_host=True), **agent_args(args),
+            orchestrator=TrialQueue(n_concurrent=1),
+            tasks_dir=path,
+            task_mode=mode,
+            environment_config=environment_for(args, reach_host=True),
+            **agent_args(args),
         )
     task_ids = args.task or backend.resolver.task_ids()
     select_tasks(discover_tasks(path), task_ids if mode == "dataset" else None)  # unknown ids: one line

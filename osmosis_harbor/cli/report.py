@@ -77,7 +77,13 @@ def _steps_text(row: TaskValidation) -> str:
         return ""
     marks = []
     for step in row.steps:
-        mark = "[green]ok[/]" if step.passed and step.ran else "skipped" if not step.ran and step.passed else "[red]FAIL[/]"
+        mark = (
+            "[green]ok[/]"
+            if step.passed and step.ran
+            else "skipped"
+            if not step.ran and step.passed
+            else "[red]FAIL[/]"
+        )
         marks.append(f"{escape(step.name)} {mark}")
     return ", ".join(marks)
 
@@ -122,13 +128,19 @@ class PrewarmProgress:
     """One row per environment group, showing its current stage (image, setup, pool)."""
 
     def __init__(self, console: Console) -> None:
-        self._progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
-                                  console=console, transient=True)
+        self._progress = Progress(
+            SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console, transient=True
+        )
         self._rows: dict[str, int] = {}
 
     def update(self, group: str, stage: str) -> None:
-        label = {"image": "building/pushing image", "setup": "agent setup", "pool": "sizing pool",
-                 "done": "done", "failed": "FAILED"}.get(stage, stage)
+        label = {
+            "image": "building/pushing image",
+            "setup": "agent setup",
+            "pool": "sizing pool",
+            "done": "done",
+            "failed": "FAILED",
+        }.get(stage, stage)
         if group not in self._rows:
             self._rows[group] = self._progress.add_task(f"environment {group}: {label}", total=None)
         else:
@@ -148,11 +160,17 @@ def prewarm_table(report: PrewarmReport) -> Table:
         ids = ", ".join(group.task_ids[:3]) + (f" (+{len(group.task_ids) - 3})" if len(group.task_ids) > 3 else "")
         status = "built" if group.built else "reused" if group.reused else "-"
         table.add_row(
-            group.key, f"{len(group.task_ids)}: {ids}", group.image or "-", status,
+            group.key,
+            f"{len(group.task_ids)}: {ids}",
+            group.image or "-",
+            status,
             "[green]ok[/]" if group.setup_ok else "[red]failed[/]" if group.error else "-",
             f"{group.pool} x{group.pool_size}" if group.pool else "-",
-            f"{sum(group.timings_sec.values()):.1f}s", group.error or "",
+            f"{sum(group.timings_sec.values()):.1f}s",
+            group.error or "",
         )
-    table.caption = (f"{report.groups} environment group(s), {report.tasks} task(s): {report.built} built, "
-                     f"{report.reused} reused, {report.failed} task(s) failed, in {report.wall_sec:.1f}s")
+    table.caption = (
+        f"{report.groups} environment group(s), {report.tasks} task(s): {report.built} built, "
+        f"{report.reused} reused, {report.failed} task(s) failed, in {report.wall_sec:.1f}s"
+    )
     return table

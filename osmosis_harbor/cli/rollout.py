@@ -33,15 +33,24 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     try:
         with local_trajectories():
             env = environment_for(args, reach_host=True)
-            backend = HarborBackend(orchestrator=TrialQueue(n_concurrent=1), tasks_dir=path, task_mode=mode,
-                                    environment_config=env, **agent_args(args))
-            result = asyncio.run(run_one_rollout(
-                backend=backend, prompt=args.prompt,
-                chat_completions_url=scripted.base_url if scripted else args.chat_url,
-                api_key=settings.host_variable(args.api_key_env) if args.api_key_env else "local-demo-key",
-                label=args.label, metadata={"harbor_task_id": args.task_id} if args.task_id else None,
-                grade=not args.no_grade,
-            ))
+            backend = HarborBackend(
+                orchestrator=TrialQueue(n_concurrent=1),
+                tasks_dir=path,
+                task_mode=mode,
+                environment_config=env,
+                **agent_args(args),
+            )
+            result = asyncio.run(
+                run_one_rollout(
+                    backend=backend,
+                    prompt=args.prompt,
+                    chat_completions_url=scripted.base_url if scripted else args.chat_url,
+                    api_key=settings.host_variable(args.api_key_env) if args.api_key_env else "local-demo-key",
+                    label=args.label,
+                    metadata={"harbor_task_id": args.task_id} if args.task_id else None,
+                    grade=not args.no_grade,
+                )
+            )
     finally:
         if scripted:
             scripted.close()

@@ -73,6 +73,4 @@ def environment_config(
         if pool_size < 0:
             raise ConfigError(f"pool_size must be >= 0, got {pool_size}")
         kwargs["pool_size"] = pool_size
-    return EnvironmentConfig(
-        import_path=IMPORT_PATH, kwargs=kwargs, force_build=force_build, delete=delete
-    )
+    return EnvironmentConfig(import_path=IMPORT_PATH, kwargs=kwargs, force_build=force_build, delete=delete)

@@ -154,8 +154,7 @@ class SandboxEnvironment(SkypilotEnvironment):
         # The task's declared network mode, not the runtime policy Harbor derives per role
         # and phase: prewarm and every trial of the task read the same declaration.
         no_network = self.task_env_config.network_mode == NetworkMode.NO_NETWORK
-        return environment_group_key(self.environment_id, self._effective_cpus, self._effective_memory_mb,
-                                     no_network)
+        return environment_group_key(self.environment_id, self._effective_cpus, self._effective_memory_mb, no_network)
 
     @property
     def uses_host_network(self) -> bool:
@@ -166,8 +165,11 @@ class SandboxEnvironment(SkypilotEnvironment):
     def pool_shape(self) -> dict[str, Any]:
         """What a warm pool of this environment's group is created with, besides its image."""
         memory_mb = self._effective_memory_mb
-        shape: dict[str, Any] = {"cpus": self._effective_cpus, "memory_gb": memory_mb / 1024 if memory_mb else None,
-                                 "block_network": self._network_disabled}
+        shape: dict[str, Any] = {
+            "cpus": self._effective_cpus,
+            "memory_gb": memory_mb / 1024 if memory_mb else None,
+            "block_network": self._network_disabled,
+        }
         if self.uses_host_network:
             shape["host_network"] = True
         return shape
@@ -228,9 +230,7 @@ class SandboxEnvironment(SkypilotEnvironment):
     async def _build_and_push_image(self) -> None:
         ref = self._image_ref
         self.logger.debug(f"Building image {ref}")
-        await asyncio.to_thread(
-            build_image, self.environment_dir, self._dockerfile_path, ref, self._platform
-        )
+        await asyncio.to_thread(build_image, self.environment_dir, self._dockerfile_path, ref, self._platform)
         if not self._local_only:
             self.logger.debug(f"Pushing image {ref}")
             await asyncio.to_thread(push_image, ref)
@@ -386,9 +386,7 @@ class SandboxEnvironment(SkypilotEnvironment):
                     f"does not exist: create it first with `python -m osmosis_harbor prewarm <tasks> "
                     f"--pool {self._pool_base}`, or run without --pool ({exc})"
                 ) from None
-        memory_gb = (
-            self._effective_memory_mb / 1024 if self._effective_memory_mb is not None else None
-        )
+        memory_gb = self._effective_memory_mb / 1024 if self._effective_memory_mb is not None else None
         return await self._sdk.create.aio(
             image=image,
             cpus=self._effective_cpus,

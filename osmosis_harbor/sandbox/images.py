@@ -175,8 +175,7 @@ def build_image(context_dir: Path, dockerfile: Path, ref: str, platform: str | N
             if "error" in chunk:
                 log.append(chunk["error"] + "\n")
                 raise ImageBuildError(
-                    f"docker build failed for {ref}: {chunk['error'].strip()}\n"
-                    f"{_build_log_tail(log)}"
+                    f"docker build failed for {ref}: {chunk['error'].strip()}\n{_build_log_tail(log)}"
                 )
     except docker.errors.APIError as exc:
         raise ImageBuildError(f"docker build failed for {ref}: {exc.explanation or exc}") from exc

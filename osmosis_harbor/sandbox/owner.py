@@ -23,7 +23,6 @@ def _pid(raw: str | None) -> int | None:
         return None
 
 
-
 def _proc_start_ticks(pid: int) -> str | None:
     """Kernel start time of *pid* (clock ticks since boot), to detect pid reuse.
 

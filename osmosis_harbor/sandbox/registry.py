@@ -18,14 +18,22 @@ from typing import cast
 from osmosis_harbor.errors import ConfigError, SandboxSdkMissingError
 from osmosis_harbor.sandbox.protocol import SandboxSdk
 
-__all__ = ["DEFAULT_SDK", "SDK_NAMES", "SandboxImplementation", "implementation", "load_sandbox_sdk", "name_of", "register"]
+__all__ = [
+    "DEFAULT_SDK",
+    "SDK_NAMES",
+    "SandboxImplementation",
+    "implementation",
+    "load_sandbox_sdk",
+    "name_of",
+    "register",
+]
 
 SKYPILOT_SDK_MISSING = (
     "The SkyPilot Sandbox SDK ('sky.sandbox') is not installed in this environment. "
     "It ships with the SkyPilot Platform installer, not with PyPI's 'skypilot' (which "
     "cannot be installed next to harbor 0.25 and has no 'sky.sandbox'). Install the "
     "Platform Sandbox SDK into this virtualenv, run 'sky api login -e <endpoint>', and "
-    "retry; or use the local Docker sandbox with --env docker / sdk=\"docker\"."
+    'retry; or use the local Docker sandbox with --env docker / sdk="docker".'
 )
 
 

@@ -162,17 +162,25 @@ class Drain:
         assert self.started_at is not None
         grace_end = self.started_at + self.policy.grace_sec
         deadline = grace_end + self.policy.delivery_sec
-        log.info("Draining: admission closed, %d rollout(s) in flight, %g s grace period",
-                 len(self._in_flight()), self.policy.grace_sec)
+        log.info(
+            "Draining: admission closed, %d rollout(s) in flight, %g s grace period",
+            len(self._in_flight()),
+            self.policy.grace_sec,
+        )
         await self._wait(lambda: self._admissions == 0 and not self._in_flight(), until=grace_end)
         cancelled = await self._cancel_in_flight()
         await self._wait(lambda: self._admissions == 0 and not self._owed(), until=deadline)
         undelivered = sorted(self._owed())
-        report = DrainReport(cancelled=cancelled, undelivered=undelivered,
-                             seconds=round(time.monotonic() - self.started_at, 3))
-        log.info("Drained in %.1f s: %d rollout(s) cancelled at the end of the grace period, "
-                 "%d result(s) never polled%s", report.seconds, len(cancelled), len(undelivered),
-                 f" ({', '.join(undelivered[:10])})" if undelivered else "")
+        report = DrainReport(
+            cancelled=cancelled, undelivered=undelivered, seconds=round(time.monotonic() - self.started_at, 3)
+        )
+        log.info(
+            "Drained in %.1f s: %d rollout(s) cancelled at the end of the grace period, %d result(s) never polled%s",
+            report.seconds,
+            len(cancelled),
+            len(undelivered),
+            f" ({', '.join(undelivered[:10])})" if undelivered else "",
+        )
         return report
 
     def _entries(self) -> list[RolloutFuture]:
@@ -202,8 +210,7 @@ class Drain:
             changed = asyncio.ensure_future(self._changed.wait())
             results = [entry.result for entry in self._in_flight()]
             try:
-                await asyncio.wait([changed, *results], timeout=remaining,
-                                   return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait([changed, *results], timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
             finally:
                 changed.cancel()
 
@@ -213,12 +220,15 @@ class Drain:
         The result is published first, so the controller's pending poll returns it at once
         and a late completion cannot overwrite it; the execution's cancellation (sandbox
         termination) proceeds while results are being delivered."""
-        reason = (f"cancelled by server shutdown: still running when the {self.policy.grace_sec:g} s "
-                  "shutdown grace period ended")
+        reason = (
+            f"cancelled by server shutdown: still running when the {self.policy.grace_sec:g} s "
+            "shutdown grace period ended"
+        )
         cancelled = []
         for entry in self._in_flight():
-            response = RolloutResultResponse(rollout_id=entry.rollout_id, status=RolloutStatus.CANCELLED,
-                                             err_message=reason)
+            response = RolloutResultResponse(
+                rollout_id=entry.rollout_id, status=RolloutStatus.CANCELLED, err_message=reason
+            )
             try:
                 published = await self.registry.complete(entry.rollout_id, response)
             except UnknownRolloutError:  # its admission failed meanwhile: nothing to deliver
@@ -254,9 +264,13 @@ class DrainMiddleware:
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
         response = JSONResponse(
-            {"detail": "rollout server is draining for shutdown: submit to another server, or "
-                       "retry after Retry-After seconds"},
-            status_code=503, headers={"Retry-After": str(self.drain.retry_after())})
+            {
+                "detail": "rollout server is draining for shutdown: submit to another server, or "
+                "retry after Retry-After seconds"
+            },
+            status_code=503,
+            headers={"Retry-After": str(self.drain.retry_after())},
+        )
         await response(scope, receive, send)
 
     def _observing(self, send: Send) -> Send:
@@ -297,8 +311,10 @@ def install_drain(app: FastAPI, policy: DrainPolicy) -> Drain:
         return existing
     registry = getattr(app.state, "rollout_futures", None)
     if not isinstance(registry, RolloutFutureRegistry):
-        raise TypeError("the app has no app.state.rollout_futures: pass the app made by "
-                        "osmosis_ai.rollout.server.create_rollout_server")
+        raise TypeError(
+            "the app has no app.state.rollout_futures: pass the app made by "
+            "osmosis_ai.rollout.server.create_rollout_server"
+        )
     if app.middleware_stack is not None:
         raise RuntimeError("the app is already serving: install the drain before it starts")
     drain = Drain(registry, policy)
@@ -311,8 +327,9 @@ def install_drain(app: FastAPI, policy: DrainPolicy) -> Drain:
 
 def _report_drain_in_health(app: FastAPI, drain: Drain) -> None:
     """Make ``GET /health`` say ``draining`` (and how far along) while the drain runs."""
-    route = next((r for r in app.router.routes if isinstance(r, APIRoute) and r.path == "/health"
-                  and "GET" in r.methods), None)
+    route = next(
+        (r for r in app.router.routes if isinstance(r, APIRoute) and r.path == "/health" and "GET" in r.methods), None
+    )
     if route is None:
         return
     original = route.endpoint
@@ -330,5 +347,12 @@ def _report_drain_in_health(app: FastAPI, drain: Drain) -> None:
         return payload
 
 
-__all__ = ["DEFAULT_DELIVERY_SEC", "DEFAULT_GRACE_SEC", "Drain", "DrainMiddleware", "DrainPolicy",
-           "DrainReport", "install_drain"]
+__all__ = [
+    "DEFAULT_DELIVERY_SEC",
+    "DEFAULT_GRACE_SEC",
+    "Drain",
+    "DrainMiddleware",
+    "DrainPolicy",
+    "DrainReport",
+    "install_drain",
+]

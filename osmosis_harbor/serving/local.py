@@ -43,8 +43,7 @@ async def serve_locally(backend: Any, *, lifespan: Any = None) -> AsyncIterator[
 
     from osmosis_harbor.serving.server import add_status_route
 
-    app = add_status_route(
-        create_rollout_server(backend=backend, lifespan=lifespan, configure_logging=False), backend)
+    app = add_status_route(create_rollout_server(backend=backend, lifespan=lifespan, configure_logging=False), backend)
     port = _free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
     task = asyncio.create_task(server.serve())
@@ -77,8 +76,12 @@ async def run_one_rollout(
         try:
             return await client.run_rollout(
                 initial_messages=[{"role": "user", "content": prompt}],
-                chat_completions_url=chat_completions_url, rollout_id=f"local-{uuid.uuid4().hex[:10]}",
-                llm_api_key=api_key, label=label, metadata=metadata, grade=grade,
+                chat_completions_url=chat_completions_url,
+                rollout_id=f"local-{uuid.uuid4().hex[:10]}",
+                llm_api_key=api_key,
+                label=label,
+                metadata=metadata,
+                grade=grade,
             )
         finally:
             await client.aclose()

@@ -99,9 +99,15 @@ class DrainingServer(uvicorn.Server):
         await super().shutdown(sockets=sockets)
 
 
-def draining_server(app: FastAPI, *, host: str = "127.0.0.1", port: int = 8000,
-                    shutdown_grace_sec: float = DEFAULT_GRACE_SEC,
-                    delivery_sec: float = DEFAULT_DELIVERY_SEC, **uvicorn_options: Any) -> DrainingServer:
+def draining_server(
+    app: FastAPI,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    shutdown_grace_sec: float = DEFAULT_GRACE_SEC,
+    delivery_sec: float = DEFAULT_DELIVERY_SEC,
+    **uvicorn_options: Any,
+) -> DrainingServer:
     """The server ``serve`` runs, for callers that run it in their own event loop
     (``await server.serve()``) or drain it from code (``server.request_drain()``)."""
     drain = install_drain(app, DrainPolicy(grace_sec=shutdown_grace_sec, delivery_sec=delivery_sec))
@@ -110,9 +116,15 @@ def draining_server(app: FastAPI, *, host: str = "127.0.0.1", port: int = 8000,
     return DrainingServer(uvicorn.Config(app, host=host, port=port, **uvicorn_options), drain)
 
 
-def serve(app: FastAPI, *, host: str = "127.0.0.1", port: int = 8000,
-          shutdown_grace_sec: float = DEFAULT_GRACE_SEC, delivery_sec: float = DEFAULT_DELIVERY_SEC,
-          **uvicorn_options: Any) -> None:
+def serve(
+    app: FastAPI,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    shutdown_grace_sec: float = DEFAULT_GRACE_SEC,
+    delivery_sec: float = DEFAULT_DELIVERY_SEC,
+    **uvicorn_options: Any,
+) -> None:
     """Serve a ``create_rollout_server`` app until SIGTERM/SIGINT, then drain and exit.
 
     The drain: ``POST /rollout`` answers 503 with ``Retry-After``, ``GET /health`` says
@@ -120,8 +132,9 @@ def serve(app: FastAPI, *, host: str = "127.0.0.1", port: int = 8000,
     after it; results are served until each terminal one was polled, or at most
     ``delivery_sec`` after the grace period. Then the socket closes, the backend shuts down
     and the process exits 0. ``uvicorn_options`` go to ``uvicorn.Config``."""
-    draining_server(app, host=host, port=port, shutdown_grace_sec=shutdown_grace_sec,
-                    delivery_sec=delivery_sec, **uvicorn_options).run()
+    draining_server(
+        app, host=host, port=port, shutdown_grace_sec=shutdown_grace_sec, delivery_sec=delivery_sec, **uvicorn_options
+    ).run()
 
 
 __all__ = ["DrainingServer", "add_status_route", "draining_server", "serve"]

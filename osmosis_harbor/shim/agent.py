@@ -102,9 +102,7 @@ async def produce_sample(
     return sample
 
 
-def write_trajectory(
-    path: Path, sample: RolloutSample, rollout_id: str, redactor: Redactor
-) -> None:
+def write_trajectory(path: Path, sample: RolloutSample, rollout_id: str, redactor: Redactor) -> None:
     """Best-effort ATIF document where Harbor's own agents leave theirs.
 
     Lets Harbor's trial viewer show the conversation; never fails the phase.
@@ -144,10 +142,7 @@ async def run_agent(
     )
     write_json(paths.agent_sample, sample_payload(sample), redactor)
     write_trajectory(paths.agent_trajectory, sample, rollout_input.rollout_id, redactor)
-    return (
-        f"rollout_id={rollout_input.rollout_id} messages={len(sample.messages)} "
-        f"metrics={len(sample.metrics)}"
-    )
+    return f"rollout_id={rollout_input.rollout_id} messages={len(sample.messages)} metrics={len(sample.metrics)}"
 
 
 def main(
@@ -164,9 +159,7 @@ def main(
     """
     return run_phase(
         "agent",
-        lambda paths, redactor: run_agent(
-            paths, redactor, workflow=workflow, workflow_config=workflow_config
-        ),
+        lambda paths, redactor: run_agent(paths, redactor, workflow=workflow, workflow_config=workflow_config),
         argv=argv,
         outputs=lambda p: (p.agent_sample, p.agent_error, p.agent_trajectory),
         error_path=lambda p: p.agent_error,

@@ -66,8 +66,7 @@ def _agent_messages(step: Mapping[str, Any]) -> list[dict[str, Any]]:
     out = [message]
 
     observation = step.get("observation") if isinstance(step.get("observation"), Mapping) else {}
-    results = [r for r in observation.get("results") or []
-               if isinstance(r, Mapping) and r.get("content") is not None]
+    results = [r for r in observation.get("results") or [] if isinstance(r, Mapping) and r.get("content") is not None]
     ids = [c["id"] for c in message.get("tool_calls", [])]
     answered = {r.get("source_call_id") for r in results if r.get("source_call_id") in ids}
     unanswered = [i for i in ids if i not in answered]
@@ -93,8 +92,8 @@ def _is_context_marker(step: Mapping[str, Any]) -> bool:
     observation = step.get("observation") if isinstance(step.get("observation"), Mapping) else {}
     results = observation.get("results") or []
     return bool(results) and all(
-        isinstance(r, Mapping) and r.get("content") is None and r.get("subagent_trajectory_ref")
-        for r in results)
+        isinstance(r, Mapping) and r.get("content") is None and r.get("subagent_trajectory_ref") for r in results
+    )
 
 
 def sample_from_atif_file(path: Path) -> RolloutSample | None:
@@ -141,10 +140,12 @@ def sample_from_atif_file(path: Path) -> RolloutSample | None:
     final = document.get("final_metrics") if isinstance(document.get("final_metrics"), Mapping) else {}
     sample_metrics = {
         name: final[key]
-        for name, key in (("prompt_tokens", "total_prompt_tokens"),
-                          ("completion_tokens", "total_completion_tokens"),
-                          ("cached_tokens", "total_cached_tokens"),
-                          ("cost_usd", "total_cost_usd"))
+        for name, key in (
+            ("prompt_tokens", "total_prompt_tokens"),
+            ("completion_tokens", "total_completion_tokens"),
+            ("cached_tokens", "total_cached_tokens"),
+            ("cost_usd", "total_cost_usd"),
+        )
         if isinstance(final.get(key), (int, float)) and not isinstance(final.get(key), bool)
     }
     sample_metrics["llm_calls"] = llm_calls

@@ -26,10 +26,7 @@ def load_object(path: str) -> Any:
     try:
         obj: Any = importlib.import_module(module_name)
     except Exception as exc:  # ImportError, or the module itself failing
-        raise LoadError(
-            f"cannot import module {module_name!r} for {path!r}: "
-            f"{type(exc).__name__}: {exc}"
-        ) from exc
+        raise LoadError(f"cannot import module {module_name!r} for {path!r}: {type(exc).__name__}: {exc}") from exc
     for attr in attr_path.split("."):
         try:
             obj = getattr(obj, attr)
@@ -41,9 +38,7 @@ def load_object(path: str) -> Any:
 def _load_subclass[T](path: str, base: type[T], role: str) -> type[T]:
     obj = load_object(path)
     if not (isinstance(obj, type) and issubclass(obj, base)):
-        raise LoadError(
-            f"{role} {path!r} is {obj!r}, not a subclass of {base.__module__}.{base.__qualname__}"
-        )
+        raise LoadError(f"{role} {path!r} is {obj!r}, not a subclass of {base.__module__}.{base.__qualname__}")
     return obj
 
 

@@ -46,9 +46,7 @@ class GradingInput(BaseModel):
 class RewardFile(BaseModel):
     """Harbor's verifier reward file; Harbor prefers it over ``reward.txt``."""
 
-    model_config: ClassVar[ConfigDict] = ConfigDict(
-        extra="forbid", allow_inf_nan=False
-    )
+    model_config: ClassVar[ConfigDict] = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     reward: float
 

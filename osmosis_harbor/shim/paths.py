@@ -32,6 +32,7 @@ from .contract import (
 
 __all__ = ["AGENT_TIMEOUT_ENV", "CHAT_URL_ENV", "GRADER_TIMEOUT_ENV", "KEY_ENV", "ShimPaths"]
 
+
 @dataclass(frozen=True)
 class ShimPaths:
     """Resolved file locations for one shim invocation."""
@@ -53,12 +54,8 @@ class ShimPaths:
         env = environ(env)
         return cls(
             logs_dir=Path(logs_dir or env.get(LOGS_DIR_ENV) or LOGS_DIR),
-            rollout_input=Path(
-                rollout_input or env.get(ROLLOUT_INPUT_ENV) or ROLLOUT_INPUT
-            ),
-            grading_input=Path(
-                grading_input or env.get(GRADING_INPUT_ENV) or GRADING_INPUT
-            ),
+            rollout_input=Path(rollout_input or env.get(ROLLOUT_INPUT_ENV) or ROLLOUT_INPUT),
+            grading_input=Path(grading_input or env.get(GRADING_INPUT_ENV) or GRADING_INPUT),
         )
 
     @property

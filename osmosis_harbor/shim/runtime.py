@@ -51,9 +51,7 @@ def read_timeout(name: str, env: Mapping[str, str] | None = None) -> float | Non
     return value
 
 
-async def run_with_deadline[T](
-    factory: Callable[[], Awaitable[T]], *, budget: float | None, what: str
-) -> T:
+async def run_with_deadline[T](factory: Callable[[], Awaitable[T]], *, budget: float | None, what: str) -> T:
     """Await ``factory()`` under *budget* seconds, with LocalBackend's semantics.
 
     A failure after the deadline fired keeps its exception (and so its
@@ -72,9 +70,7 @@ async def run_with_deadline[T](
         if deadline.expired():
             raise DeadlineExceeded(message, exc) from exc
         raise
-    if budget is not None and (
-        deadline.expired() or time.monotonic() - started > budget
-    ):
+    if budget is not None and (deadline.expired() or time.monotonic() - started > budget):
         raise TimeoutError(message)
     return result
 
@@ -235,8 +231,7 @@ class _Recorder:
             paths = self.paths or ShimPaths.from_env()
             write_model(self.error_path(paths), record, self.redactor)
             detail = (
-                f"category={record.category.value} type={record.type} "
-                f"{self._elapsed()}: {_one_line(record.message)}"
+                f"category={record.category.value} type={record.type} {self._elapsed()}: {_one_line(record.message)}"
             )
         except BaseException as write_exc:  # noqa: BLE001
             detail = f"type={type(exc).__name__} (error file not written: {write_exc!r})"

@@ -115,16 +115,11 @@ async def run_verifier(
         artifacts_dir=usable_dir(paths.artifacts_dir),
         budget=budget,
     )
-    reward = RewardFile(
-        reward=graded.reward if graded.reward is not None else REMOVED_SAMPLE_REWARD
-    )
+    reward = RewardFile(reward=graded.reward if graded.reward is not None else REMOVED_SAMPLE_REWARD)
     # The sample first: whoever sees reward.json may rely on sample.json.
     write_json(paths.verifier_sample, sample_payload(graded), redactor)
     write_model(paths.verifier_reward, reward, redactor)
-    return (
-        f"rollout_id={grading_input.rollout_id} reward={graded.reward} "
-        f"remove_sample={graded.remove_sample}"
-    )
+    return f"rollout_id={grading_input.rollout_id} reward={graded.reward} remove_sample={graded.remove_sample}"
 
 
 def main(
@@ -141,9 +136,7 @@ def main(
     """
     return run_phase(
         "verifier",
-        lambda paths, redactor: run_verifier(
-            paths, redactor, grader=grader, grader_config=grader_config
-        ),
+        lambda paths, redactor: run_verifier(paths, redactor, grader=grader, grader_config=grader_config),
         argv=argv,
         outputs=lambda p: (p.verifier_reward, p.verifier_sample, p.verifier_error),
         error_path=lambda p: p.verifier_error,

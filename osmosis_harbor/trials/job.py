@@ -49,8 +49,14 @@ def _stats(results: list[TrialResult], n_total: int) -> JobStats:
     return stats
 
 
-def write_job_dir(job_dir: Path, trials: Sequence[TrialConfig], *, agent: AgentConfig,
-                  environment: EnvironmentConfig, n_concurrent: int) -> JobResult:
+def write_job_dir(
+    job_dir: Path,
+    trials: Sequence[TrialConfig],
+    *,
+    agent: AgentConfig,
+    environment: EnvironmentConfig,
+    n_concurrent: int,
+) -> JobResult:
     """Write the job-level files for ``trials`` (already run in ``job_dir``) and return the result.
 
     Trials without a ``result.json`` (a start that failed before Harbor recorded one) count as
@@ -58,15 +64,28 @@ def write_job_dir(job_dir: Path, trials: Sequence[TrialConfig], *, agent: AgentC
     """
     paths = [TrialPaths(job_dir / trial.trial_name) for trial in trials]
     results = [TrialResult.model_validate_json(p.result_path.read_text()) for p in paths if p.result_path.is_file()]
-    config = JobConfig(job_name=job_dir.name, jobs_dir=job_dir.parent, n_concurrent_trials=n_concurrent,
-                       agents=[agent], environment=environment, tasks=[trial.task for trial in trials])
+    config = JobConfig(
+        job_name=job_dir.name,
+        jobs_dir=job_dir.parent,
+        n_concurrent_trials=n_concurrent,
+        agents=[agent],
+        environment=environment,
+        tasks=[trial.task for trial in trials],
+    )
     locks = [TrialLock.model_validate_json(p.lock_path.read_text()) for p in paths if p.lock_path.is_file()]
     lock = JobLock(harbor=_harbor_info(), n_concurrent_trials=n_concurrent, retry=config.retry, trials=locks)
     now = datetime.now()
     started = min((r.started_at for r in results if r.started_at), default=now)
     finished = max((r.finished_at for r in results if r.finished_at), default=now)
-    result = JobResult(id=uuid4(), started_at=started, updated_at=finished, finished_at=finished,
-                       n_total_trials=len(trials), stats=_stats(results, len(trials)), trial_results=results)
+    result = JobResult(
+        id=uuid4(),
+        started_at=started,
+        updated_at=finished,
+        finished_at=finished,
+        n_total_trials=len(trials),
+        stats=_stats(results, len(trials)),
+        trial_results=results,
+    )
     job_dir.mkdir(parents=True, exist_ok=True)
     (job_dir / "config.json").write_text(config.model_dump_json(indent=4, exclude_defaults=True))
     (job_dir / "lock.json").write_text(lock.model_dump_json(indent=4, exclude_none=True))

@@ -83,12 +83,14 @@ _HARBOR_PHASE_OF_EXCEPTION: dict[str, Phase] = {
     "HealthcheckError": Phase.ENVIRONMENT,
 }
 # Harbor's timeouts: the rollout failed for lack of time, whatever phase it was in.
-TIMEOUT_EXCEPTIONS = frozenset({
-    "AgentTimeoutError",
-    "VerifierTimeoutError",
-    "AgentSetupTimeoutError",
-    "EnvironmentStartTimeoutError",
-})
+TIMEOUT_EXCEPTIONS = frozenset(
+    {
+        "AgentTimeoutError",
+        "VerifierTimeoutError",
+        "AgentSetupTimeoutError",
+        "EnvironmentStartTimeoutError",
+    }
+)
 
 
 def phase_of_exception(exception_type: str | None) -> Phase | None:
@@ -244,7 +246,10 @@ def read_trial(result: TrialResult, trial_dir: Path | None = None) -> TrialReadi
     if steps is not None:
         failed = next((s for s in steps if s.failed_phase is not None), None)
         return TrialReading(
-            reward=reward, rewards=rewards, timings_sec=timings, steps=steps,
+            reward=reward,
+            rewards=rewards,
+            timings_sec=timings,
+            steps=steps,
             failed_phase=failed.failed_phase if failed else None,
             error=f"step {failed.name}: {failed.error}" if failed else None,
             exception_type=failed.exception_type if failed else None,

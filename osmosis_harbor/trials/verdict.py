@@ -58,8 +58,14 @@ def reward_shortfall(rewards: dict[str, float], expected: float) -> str | None:
 
 
 def _judge_step(step: StepReading, expected: float, *, skip_ok: bool) -> StepVerdict:
-    verdict = StepVerdict(name=step.name, ran=step.ran, passed=False, reward=step.reward,
-                          rewards=step.rewards, timings_sec=step.timings_sec)
+    verdict = StepVerdict(
+        name=step.name,
+        ran=step.ran,
+        passed=False,
+        reward=step.reward,
+        rewards=step.rewards,
+        timings_sec=step.timings_sec,
+    )
     if not step.ran:
         verdict.passed = skip_ok
         verdict.error = None if skip_ok else "did not run (an earlier step stopped the trial)"

@@ -39,8 +39,13 @@ def _timings(row: TaskValidation) -> str:
 
 
 def _testcase(suite: ET.Element, row: TaskValidation, classname: str) -> None:
-    case = ET.SubElement(suite, "testcase", classname=_text(classname), name=_text(row.id),
-                         time=_seconds(row.timings_sec.get("total", 0.0)))
+    case = ET.SubElement(
+        suite,
+        "testcase",
+        classname=_text(classname),
+        name=_text(row.id),
+        time=_seconds(row.timings_sec.get("total", 0.0)),
+    )
     if not row.passed:
         phase = row.failed_phase or "unknown"
         error = row.error or "failed"
@@ -53,11 +58,22 @@ def _testcase(suite: ET.Element, row: TaskValidation, classname: str) -> None:
 def junit_tree(report: ValidationReport, *, suite_name: str) -> ET.ElementTree:
     """The report as a ``<testsuites>`` document with one ``<testsuite>``."""
     started = datetime.now() - timedelta(seconds=report.wall_sec)
-    counts = {"tests": str(len(report.tasks)), "failures": str(report.failed), "errors": "0",
-              "skipped": "0", "time": _seconds(report.wall_sec)}
+    counts = {
+        "tests": str(len(report.tasks)),
+        "failures": str(report.failed),
+        "errors": "0",
+        "skipped": "0",
+        "time": _seconds(report.wall_sec),
+    }
     root = ET.Element("testsuites", name="osmosis-harbor validate", **counts)
-    suite = ET.SubElement(root, "testsuite", name=_text(suite_name), **counts,
-                          timestamp=started.isoformat(timespec="seconds"), hostname=_text(socket.gethostname()))
+    suite = ET.SubElement(
+        root,
+        "testsuite",
+        name=_text(suite_name),
+        **counts,
+        timestamp=started.isoformat(timespec="seconds"),
+        hostname=_text(socket.gethostname()),
+    )
     properties = ET.SubElement(suite, "properties")
     for name, value in (("agent", report.agent), ("environment", report.environment)):
         ET.SubElement(properties, "property", name=name, value=_text(value))

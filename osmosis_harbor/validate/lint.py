@@ -32,10 +32,15 @@ class LintSeverity(StrEnum):
     WARNING = "warning"
 
 
-ERROR_RULES = frozenset({
-    "invalid-task-config", "unknown-config-field", "invalid-task-files",
-    "overlapping-artifacts", "artifact-log-overlap",
-})
+ERROR_RULES = frozenset(
+    {
+        "invalid-task-config",
+        "unknown-config-field",
+        "invalid-task-files",
+        "overlapping-artifacts",
+        "artifact-log-overlap",
+    }
+)
 LINT_FAILED = "lint-failed"  # not a Harbor rule: lint itself could not run on the task
 
 
@@ -84,8 +89,13 @@ def lint_task_ref(task: TaskRef) -> list[LintIssue]:
     except typer.BadParameter as exc:
         return [_issue(LINT_FAILED, exc.format_message(), "task.toml")]
     except Exception as exc:  # like `harbor lint`, never echo the text: parsers can quote secrets
-        return [_issue(LINT_FAILED, f"harbor lint could not run ({type(exc).__name__}); "
-                                    "check the task's files and permissions", ".")]
+        return [
+            _issue(
+                LINT_FAILED,
+                f"harbor lint could not run ({type(exc).__name__}); check the task's files and permissions",
+                ".",
+            )
+        ]
     return [_issue(f.rule.value, f.message, _relative(f.path, root), f.line) for f in findings] + extra
 
 

@@ -115,8 +115,10 @@ async def validate_tasks(
     happens, including cancellation, no sandbox this run created outlives the call.
     """
     if agent not in EXPECTED_REWARD:
-        raise ConfigError(f"validate runs the oracle (reference solutions must score 1) or nop "
-                         f"(an untouched sandbox must score 0), not {agent!r}")
+        raise ConfigError(
+            f"validate runs the oracle (reference solutions must score 1) or nop "
+            f"(an untouched sandbox must score 0), not {agent!r}"
+        )
     settings.use_bundled_model_prices()
     started = time.monotonic()
     notify = on_progress or (lambda _id, _stage: None)
@@ -169,7 +171,9 @@ async def validate_tasks(
             result = await queue.submit(config)
         except Exception as exc:  # Trial.create errors escape the queue's coroutine
             rows[task.id] = TaskValidation(
-                id=task.id, passed=False, failed_phase=Phase.ENVIRONMENT.value,
+                id=task.id,
+                passed=False,
+                failed_phase=Phase.ENVIRONMENT.value,
                 error=f"{type(exc).__name__}: {exc}".splitlines()[0],
             )
         else:
@@ -188,9 +192,14 @@ async def validate_tasks(
             shutil.rmtree(root.parent, ignore_errors=True)
     kept = keep_trials or not owns_dir
     if kept:
-        await asyncio.to_thread(write_job_dir, root, [config for _, config in runnable],
-                                agent=AgentConfig(name=agent), environment=environment,
-                                n_concurrent=max(1, n_concurrent))
+        await asyncio.to_thread(
+            write_job_dir,
+            root,
+            [config for _, config in runnable],
+            agent=AgentConfig(name=agent),
+            environment=environment,
+            n_concurrent=max(1, n_concurrent),
+        )
 
     ordered = [rows[t.id] for t in tasks if t.id in rows]
     for row in ordered:

@@ -32,6 +32,7 @@ from osmosis_harbor.sandbox.conformance import lifecycle_checks  # noqa: F401
 from osmosis_harbor.sandbox.conformance import limit_checks  # noqa: F401
 from osmosis_harbor.sandbox.conformance import pool_checks  # noqa: F401
 from osmosis_harbor.sandbox.conformance import environment_checks  # noqa: F401
+
 # isort: on
 from osmosis_harbor.sandbox.conformance.core import (
     CHECK_TIMEOUT_SEC,
@@ -41,8 +42,16 @@ from osmosis_harbor.sandbox.conformance.core import (
     ConformanceContext,
 )
 
-__all__ = ["CHECKS", "Check", "CheckResult", "ConformanceContext", "get_check", "run_check", "run_conformance",
-           "selected_checks"]
+__all__ = [
+    "CHECKS",
+    "Check",
+    "CheckResult",
+    "ConformanceContext",
+    "get_check",
+    "run_check",
+    "run_conformance",
+    "selected_checks",
+]
 
 
 def selected_checks(*, include_pools: bool = True, only: Sequence[str] | None = None) -> list[Check]:

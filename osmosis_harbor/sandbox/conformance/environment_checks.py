@@ -77,8 +77,12 @@ def _environment(ctx: ConformanceContext, task_dir: Path, **kwargs: object) -> S
     trial_paths.mkdir()
     config = EnvironmentConfig(import_path=IMPORT_PATH, kwargs={"sdk": _sdk_name(ctx), **kwargs})
     env = EnvironmentFactory.create_environment_from_config(
-        config, environment_dir=task.paths.environment_dir, environment_name=task.name,
-        session_id=ctx.unique("env"), trial_paths=trial_paths, task_env_config=task.config.environment,
+        config,
+        environment_dir=task.paths.environment_dir,
+        environment_name=task.name,
+        session_id=ctx.unique("env"),
+        trial_paths=trial_paths,
+        task_env_config=task.config.environment,
         network_policy=task.config.environment.resolve_baseline(),
     )
     assert isinstance(env, SandboxEnvironment)
@@ -168,7 +172,9 @@ async def check_environment_host_network_reaches_loopback(ctx: ConformanceContex
         env = _environment(ctx, _task(ctx, "hostnet"), host_network=True)
         await env.start(force_build=False)
         out = await env.exec(f"exec 3<>/dev/tcp/127.0.0.1/{port} && head -n 1 <&3", timeout_sec=30)
-        expect((out.stdout or "").strip() == ctx.prefix, f"read {out.stdout!r} (exit {out.return_code}, {out.stderr!r})")
+        expect(
+            (out.stdout or "").strip() == ctx.prefix, f"read {out.stdout!r} (exit {out.return_code}, {out.stderr!r})"
+        )
     finally:
         server.close()
         await server.wait_closed()

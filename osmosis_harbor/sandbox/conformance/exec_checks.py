@@ -156,7 +156,9 @@ async def check_non_root_user_via_su(ctx: ConformanceContext) -> str:
     """Harbor's ``su -s /bin/bash user -c ...`` runs as that user, who cannot write root's files."""
     sandbox = await ctx.shared()
     await ensure_user(ctx, sandbox)
-    out = await ctx.run(sandbox, *as_user(NON_ROOT_USER, "id -un; if touch /root/sbchk 2>/dev/null; then echo wrote; fi"))
+    out = await ctx.run(
+        sandbox, *as_user(NON_ROOT_USER, "id -un; if touch /root/sbchk 2>/dev/null; then echo wrote; fi")
+    )
     expect(out.code == 0, f"su exited {out.code}: {out.stderr[:200]}")
     lines = out.stdout.split()
     expect(lines[:1] == [NON_ROOT_USER], f"id -un printed {out.stdout!r}")

@@ -47,19 +47,26 @@ class Bounds(BaseModel):
         return self.tmp_mount == "/tmp" and self.tmp_kb < self.root_kb
 
     def unbounded(self) -> list[str]:
-        gone = [what for what, value in (("memory", self.memory_bytes), ("pids", self.pids), ("cpu", self.cpus))
-                if value is None]
+        gone = [
+            what
+            for what, value in (("memory", self.memory_bytes), ("pids", self.pids), ("cpu", self.cpus))
+            if value is None
+        ]
         if not self.tmp_bounded:
             gone.append("/tmp (on the same filesystem as /)")
-        gone.append(f"the writable layer (/: {self.root_fs}, {_gib(self.root_kb * 1024)}; bounded only if the "
-                    "engine enforces a per-sandbox quota there, which overlay2 on ext4 does not)")
+        gone.append(
+            f"the writable layer (/: {self.root_fs}, {_gib(self.root_kb * 1024)}; bounded only if the "
+            "engine enforces a per-sandbox quota there, which overlay2 on ext4 does not)"
+        )
         return gone
 
     def describe(self) -> str:
         memory = _gib(self.memory_bytes) if self.memory_bytes else "unbounded"
-        return (f"memory {memory}, pids {self.pids or 'unbounded'}, cpus {self.cpus or 'unbounded'}, "
-                f"/tmp {_gib(self.tmp_kb * 1024) if self.tmp_bounded else 'unbounded'}; "
-                f"not bounded: {'; '.join(self.unbounded())}")
+        return (
+            f"memory {memory}, pids {self.pids or 'unbounded'}, cpus {self.cpus or 'unbounded'}, "
+            f"/tmp {_gib(self.tmp_kb * 1024) if self.tmp_bounded else 'unbounded'}; "
+            f"not bounded: {'; '.join(self.unbounded())}"
+        )
 
 
 def _gib(n: int | None) -> str:
@@ -81,7 +88,10 @@ def parse_bounds(text: str) -> Bounds:
         memory_bytes=memory if memory is not None and memory < _UNLIMITED_MEMORY else None,
         pids=_int_or_none(lines.get("pids", "")),
         cpus=round(quota / period, 2) if quota and period else None,
-        tmp_kb=int(tmp[1]), tmp_mount=tmp[5], root_kb=int(root[1]), root_fs=root[0],
+        tmp_kb=int(tmp[1]),
+        tmp_mount=tmp[5],
+        root_kb=int(root[1]),
+        root_fs=root[0],
     )
 
 
@@ -95,8 +105,11 @@ async def read_bounds(ctx: ConformanceContext, sandbox: Any) -> Bounds:
 async def check_bounds(ctx: ConformanceContext) -> str:
     """A sandbox created without resources still has memory, pid and CPU bounds (read back)."""
     bounds = await read_bounds(ctx, await ctx.shared())
-    missing = [what for what, value in (("memory", bounds.memory_bytes), ("pids", bounds.pids),
-                                        ("cpu", bounds.cpus)) if value is None]
+    missing = [
+        what
+        for what, value in (("memory", bounds.memory_bytes), ("pids", bounds.pids), ("cpu", bounds.cpus))
+        if value is None
+    ]
     expect(not missing, f"no {', '.join(missing)} limit: {bounds.describe()}")
     return bounds.describe()
 
@@ -141,6 +154,8 @@ async def check_tmp_bound_refuses_writes(ctx: ConformanceContext) -> str:
     size = bounds.tmp_kb * 1024
     fill = await ctx.sh(sandbox, f"head -c {size + (1 << 20)} /dev/zero > /tmp/sbchk-fill", timeout=120)
     await ctx.run(sandbox, "rm", "-f", "/tmp/sbchk-fill")
-    expect(fill.code != 0 and "No space left" in fill.stderr,
-            f"writing {_gib(size + (1 << 20))} into a {_gib(size)} /tmp: exit {fill.code}, {fill.stderr[:200]!r}")
+    expect(
+        fill.code != 0 and "No space left" in fill.stderr,
+        f"writing {_gib(size + (1 << 20))} into a {_gib(size)} /tmp: exit {fill.code}, {fill.stderr[:200]!r}",
+    )
     return f"/tmp {_gib(size)}: the write past it failed with ENOSPC in {fill.seconds:.1f}s"

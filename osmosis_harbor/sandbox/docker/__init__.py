@@ -188,7 +188,14 @@ def _create(
         sandbox=name, role=Role.SANDBOX, owner=owner, created_at=time.time(), ttl_sec=ttl, network=network, extra=extra
     )
     container_id = engine.create_container(
-        name=name, image=image, cpus=cpus, memory_gb=memory_gb, network=network, ttl_sec=ttl, labels=labels, env=persistent
+        name=name,
+        image=image,
+        cpus=cpus,
+        memory_gb=memory_gb,
+        network=network,
+        ttl_sec=ttl,
+        labels=labels,
+        env=persistent,
     )
     try:
         engine.start_container(container_id)
@@ -229,7 +236,6 @@ def ls() -> list[SandboxRecord]:
     """All managed sandboxes on the engine, any owner (idle pool members are not sandboxes)."""
     infos = list_containers(get_engine().api)
     return sorted((i.to_record() for i in infos if not i.is_idle_member), key=lambda r: r.created_at)
-
 
 
 def _reap(expired: bool = True, dead_owners: bool = True) -> list[RemovedContainer]:

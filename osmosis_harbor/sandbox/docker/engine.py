@@ -175,7 +175,9 @@ class Engine:
             if image_id in self._tmp_seeds:
                 return self._tmp_seeds[image_id]
         probe = self.api.create_container(
-            image_id, command=["true"], name=f"ohseed_{uuid.uuid4().hex[:12]}",
+            image_id,
+            command=["true"],
+            name=f"ohseed_{uuid.uuid4().hex[:12]}",
             host_config=self.api.create_host_config(network_mode="none"),
         )["Id"]
         try:
@@ -287,9 +289,12 @@ def _tmp_mount(bounds: SandboxBounds) -> docker.types.Mount:
     """An anonymous tmpfs *volume* (not HostConfig.Tmpfs): the engine's archive API, which
     ``write_bytes`` / ``read_bytes`` use, reaches into volumes but not into tmpfs mounts."""
     return docker.types.Mount(
-        target=TMP_PATH, source=None, type="volume",
+        target=TMP_PATH,
+        source=None,
+        type="volume",
         driver_config=docker.types.DriverConfig(
-            "local", {"type": "tmpfs", "device": "tmpfs", "o": f"size={bounds.tmp_mb}m,mode=1777"}),
+            "local", {"type": "tmpfs", "device": "tmpfs", "o": f"size={bounds.tmp_mb}m,mode=1777"}
+        ),
     )
 
 

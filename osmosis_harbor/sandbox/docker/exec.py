@@ -84,7 +84,9 @@ class Deadlines:
                 heapq.heappop(self._heap)
             callback = entry[0]
             if not entry[1] and callback is not None:
-                threading.Thread(target=self._fire, args=(callback,), name="osmosis-docker-timeout", daemon=True).start()
+                threading.Thread(
+                    target=self._fire, args=(callback,), name="osmosis-docker-timeout", daemon=True
+                ).start()
 
     @staticmethod
     def _fire(callback: Callable[[], None]) -> None:

@@ -14,8 +14,15 @@ from docker import APIClient
 from osmosis_harbor.sandbox.docker import labels as L
 from osmosis_harbor.sandbox.docker.labels import ContainerInfo, RemovedContainer
 
-__all__ = ["claim_volume_name", "is_running", "list_claims", "list_containers", "removed_record", "remove_volume",
-           "volumes"]
+__all__ = [
+    "claim_volume_name",
+    "is_running",
+    "list_claims",
+    "list_containers",
+    "removed_record",
+    "remove_volume",
+    "volumes",
+]
 
 
 def claim_volume_name(container_id: str) -> str:

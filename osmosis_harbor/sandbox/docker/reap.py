@@ -38,6 +38,7 @@ class ReapEngine(Protocol):
 
     def remove_container(self, container_id: str, *, wait: bool = False) -> bool: ...
 
+
 log = logging.getLogger(__name__)
 
 # A sandbox stuck in "created" this long lost the process that was starting it.
