@@ -42,6 +42,7 @@ import warnings
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from types import FrameType
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -134,7 +135,8 @@ def scoped_api_key(api_key: str | None, *, prefix: str = "OSMOSIS_API_KEY") -> I
 # ── AgentConfig ───────────────────────────────────────────────────────────────
 def _caller_stacklevel() -> int:
     """The ``warnings.warn`` stacklevel of the first frame outside this module."""
-    frame, level = sys._getframe(1), 1
+    frame: FrameType | None = sys._getframe(1)
+    level = 1
     while frame is not None and os.path.abspath(frame.f_code.co_filename) == _THIS_FILE:
         frame, level = frame.f_back, level + 1
     return level
@@ -272,11 +274,15 @@ def native_agent_config(
     if name not in NATIVE_AGENTS:
         raise ConfigError(f"unknown native agent {name!r}: choose one of {', '.join(NATIVE_AGENTS)}")
     user_kwargs = copy.deepcopy(dict(native_agent_kwargs or {}))
-    timeouts = {"override_timeout_sec": agent_timeout_sec, "override_setup_timeout_sec": agent_setup_timeout_sec}
 
     if name == "oracle":
         _warn_not_trainable()
-        return AgentConfig(name=name, kwargs=user_kwargs, **timeouts)
+        return AgentConfig(
+            name=name,
+            kwargs=user_kwargs,
+            override_timeout_sec=agent_timeout_sec,
+            override_setup_timeout_sec=agent_setup_timeout_sec,
+        )
 
     url = _endpoint(chat_completions_url)
     if not api_key_env or not _ENV_NAME.fullmatch(api_key_env):
@@ -291,7 +297,8 @@ def native_agent_config(
         "model_name": model_name,
         "base_url": url,
         "model_api_format": API_FORMAT,
-        **timeouts,
+        "override_timeout_sec": agent_timeout_sec,
+        "override_setup_timeout_sec": agent_setup_timeout_sec,
     }
     if name == "terminus-2":
         _terminus_kwargs(kwargs)

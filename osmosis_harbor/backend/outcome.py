@@ -25,7 +25,7 @@ from osmosis_ai.rollout.types import (
     RolloutStatus,
 )
 
-from osmosis_harbor.errors import SandboxLostError, WorkflowFailedError, recorded_error
+from osmosis_harbor.errors import SandboxLostError, TrialPhaseError, WorkflowFailedError, recorded_error
 from osmosis_harbor.shim import contract
 from osmosis_harbor.tasks.dockerfile import INCOMPATIBLE_IMAGE_MARKER
 from osmosis_harbor.trials.reading import (
@@ -122,7 +122,7 @@ def _lost_sandbox(
 
 
 def _setup_or_agent_failure(
-    ours: type | None,
+    ours: type[TrialPhaseError] | None,
     exc_type: str,
     phase: str | None,
     reading: TrialReading,

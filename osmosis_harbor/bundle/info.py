@@ -91,7 +91,7 @@ def inspect_bundle(wheel: Path) -> BundleInfo:
 
 def _check_scripts(entries: dict[str, bytes], dist_info: str, info: BundleInfo) -> None:
     parser = configparser.ConfigParser(delimiters=("=",), interpolation=None, strict=False)
-    parser.optionxform = str
+    parser.optionxform = str  # type: ignore[assignment,method-assign]  # typeshed: a method
     parser.read_string(entries.get(f"{dist_info}/entry_points.txt", b"").decode())
     for name, target in info.console_scripts.items():
         if parser.get("console_scripts", name, fallback=None) != target:

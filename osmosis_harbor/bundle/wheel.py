@@ -156,7 +156,7 @@ def grade_main():
 
 def _add_console_scripts(text: str, scripts: dict[str, str], wheel: Path) -> str:
     parser = configparser.ConfigParser(delimiters=("=",), interpolation=None, strict=False)
-    parser.optionxform = str  # keep the case of script names
+    parser.optionxform = str  # type: ignore[assignment,method-assign]  # keep the case of script names
     parser.read_string(text)
     if not parser.has_section("console_scripts"):
         parser.add_section("console_scripts")

@@ -113,14 +113,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    words = list(sys.argv[1:] if argv is None else argv)
     use_bundled_model_prices()
-    if argv and argv[0] == "bundle":
+    if words and words[0] == "bundle":
         from osmosis_harbor.cli.bundle import cli_main as bundle_main
 
-        return _guard(lambda: bundle_main(argv[1:]))
-    argv = ["--lint-strict" if arg == "--lint=strict" else arg for arg in argv]
-    args = build_parser().parse_args(argv)
+        return _guard(lambda: bundle_main(words[1:]))
+    words = ["--lint-strict" if word == "--lint=strict" else word for word in words]
+    args = build_parser().parse_args(words)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING)
     # Harbor pins its logger at DEBUG; its per-trial chatter belongs in the trial logs, and
     # what matters to the user of this command is in the result table.

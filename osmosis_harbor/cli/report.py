@@ -14,6 +14,7 @@ from rich.progress import (
     MofNCompleteColumn,
     Progress,
     SpinnerColumn,
+    TaskID,
     TextColumn,
     TimeElapsedColumn,
 )
@@ -131,7 +132,7 @@ class PrewarmProgress:
         self._progress = Progress(
             SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console, transient=True
         )
-        self._rows: dict[str, int] = {}
+        self._rows: dict[str, TaskID] = {}
 
     def update(self, group: str, stage: str) -> None:
         label = {

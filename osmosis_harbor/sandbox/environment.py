@@ -41,6 +41,7 @@ from harbor.models.task.config import NetworkMode
 from harbor.models.trial.paths import TrialPaths
 from tenacity import (
     AsyncRetrying,
+    RetryCallState,
     retry,
     retry_if_result,
     stop_after_attempt,
@@ -87,6 +88,12 @@ IMPORT_PATH = "osmosis_harbor.sandbox.environment:SandboxEnvironment"
 # How long a sandbox may still look alive after a command in it was killed, before the
 # command's death counts as the workflow's own (the engine reports the two separately).
 LOSS_SETTLE_SEC = 2.0
+
+
+def _last_answer(state: RetryCallState) -> SandboxState:
+    """Still live after the settle time: that last answer stands (not an error)."""
+    assert state.outcome is not None
+    return state.outcome.result()
 
 
 class SandboxEnvironment(SkypilotEnvironment):
@@ -361,7 +368,7 @@ class SandboxEnvironment(SkypilotEnvironment):
             retry=retry_if_result(lambda state: state.live and not self._stopping),
             stop=stop_after_delay(settle_sec),
             wait=wait_exponential(multiplier=0.05, max=0.5),
-            retry_error_callback=lambda attempt: attempt.outcome.result(),
+            retry_error_callback=_last_answer,
         )
         return await retrying(sandbox_state, self._sdk, self._sandbox_name)
 

@@ -208,7 +208,7 @@ class Drain:
                 return
             self._changed.clear()
             changed = asyncio.ensure_future(self._changed.wait())
-            results = [entry.result for entry in self._in_flight()]
+            results: list[asyncio.Future[Any]] = [entry.result for entry in self._in_flight()]
             try:
                 await asyncio.wait([changed, *results], timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
             finally:
@@ -328,7 +328,12 @@ def install_drain(app: FastAPI, policy: DrainPolicy) -> Drain:
 def _report_drain_in_health(app: FastAPI, drain: Drain) -> None:
     """Make ``GET /health`` say ``draining`` (and how far along) while the drain runs."""
     route = next(
-        (r for r in app.router.routes if isinstance(r, APIRoute) and r.path == "/health" and "GET" in r.methods), None
+        (
+            r
+            for r in app.router.routes
+            if isinstance(r, APIRoute) and r.path == "/health" and "GET" in (r.methods or ())
+        ),
+        None,
     )
     if route is None:
         return

@@ -33,7 +33,7 @@ def _text(content: Any) -> Any:
             return "\n".join(str(p.get("text") or "") for p in parts)
         converted: list[dict[str, Any]] = []
         for part in parts:
-            source = part.get("source") if isinstance(part.get("source"), Mapping) else {}
+            source = _source if isinstance(_source := part.get("source"), Mapping) else {}
             if part.get("type") == "text":
                 converted.append({"type": "text", "text": str(part.get("text") or "")})
             elif part.get("type") == "image":
@@ -65,7 +65,7 @@ def _agent_messages(step: Mapping[str, Any]) -> list[dict[str, Any]]:
         message["tool_calls"] = [_tool_call(c) for c in calls]
     out = [message]
 
-    observation = step.get("observation") if isinstance(step.get("observation"), Mapping) else {}
+    observation = _observation if isinstance(_observation := step.get("observation"), Mapping) else {}
     results = [r for r in observation.get("results") or [] if isinstance(r, Mapping) and r.get("content") is not None]
     ids = [c["id"] for c in message.get("tool_calls", [])]
     answered = {r.get("source_call_id") for r in results if r.get("source_call_id") in ids}
@@ -86,10 +86,10 @@ def _agent_messages(step: Mapping[str, Any]) -> list[dict[str, Any]]:
 def _is_context_marker(step: Mapping[str, Any]) -> bool:
     """A system step recording a summarization/handoff: it delegates to subagent
     trajectories (or declares context management) instead of saying anything to the model."""
-    extra = step.get("extra") if isinstance(step.get("extra"), Mapping) else {}
+    extra = _extra if isinstance(_extra := step.get("extra"), Mapping) else {}
     if extra.get("context_management"):
         return True
-    observation = step.get("observation") if isinstance(step.get("observation"), Mapping) else {}
+    observation = _observation if isinstance(_observation := step.get("observation"), Mapping) else {}
     results = observation.get("results") or []
     return bool(results) and all(
         isinstance(r, Mapping) and r.get("content") is None and r.get("subagent_trajectory_ref") for r in results
@@ -129,7 +129,7 @@ def sample_from_atif_file(path: Path) -> RolloutSample | None:
         if source == "agent":
             messages.extend(_agent_messages(step))
             llm_calls += int(step.get("llm_call_count") or 1)
-            metrics = step.get("metrics") if isinstance(step.get("metrics"), Mapping) else {}
+            metrics = _metrics if isinstance(_metrics := step.get("metrics"), Mapping) else {}
             for key in turns:
                 turns[key].append(metrics.get(key))
         elif source == "system" and _is_context_marker(step):
@@ -137,7 +137,7 @@ def sample_from_atif_file(path: Path) -> RolloutSample | None:
         elif source in ("system", "user"):
             messages.append({"role": source, "content": _text(step.get("message"))})
 
-    final = document.get("final_metrics") if isinstance(document.get("final_metrics"), Mapping) else {}
+    final = _final_metrics if isinstance(_final_metrics := document.get("final_metrics"), Mapping) else {}
     sample_metrics = {
         name: final[key]
         for name, key in (
@@ -149,7 +149,7 @@ def sample_from_atif_file(path: Path) -> RolloutSample | None:
         if isinstance(final.get(key), (int, float)) and not isinstance(final.get(key), bool)
     }
     sample_metrics["llm_calls"] = llm_calls
-    agent = document.get("agent") if isinstance(document.get("agent"), Mapping) else {}
+    agent = _agent if isinstance(_agent := document.get("agent"), Mapping) else {}
     extra: dict[str, Any] = {
         "source": "harbor-atif",
         "trajectory_path": f"agent/{path.name}",

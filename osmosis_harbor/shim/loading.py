@@ -11,7 +11,7 @@ produces them for nested classes.
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import Any, cast
 
 from osmosis_ai.rollout import AgentWorkflow, Grader
 
@@ -43,11 +43,11 @@ def _load_subclass[T](path: str, base: type[T], role: str) -> type[T]:
 
 
 def load_workflow(path: str) -> type[AgentWorkflow[Any]]:
-    return _load_subclass(path, AgentWorkflow, "workflow")
+    return cast("type[AgentWorkflow[Any]]", _load_subclass(path, cast(type, AgentWorkflow), "workflow"))
 
 
 def load_grader(path: str) -> type[Grader]:
-    return _load_subclass(path, Grader, "grader")
+    return cast("type[Grader]", _load_subclass(path, cast(type, Grader), "grader"))
 
 
 def load_config(path: str | None) -> Any:

@@ -27,7 +27,7 @@ def _part_text(part: Any) -> str:
     if kind in ("input_audio", "audio"):
         return "[audio]"
     if kind in ("file", "input_file"):
-        file = part.get("file") if isinstance(part.get("file"), dict) else part
+        file = _file if isinstance(_file := part.get("file"), dict) else part
         name = file.get("filename") or file.get("file_id")
         return f"[file: {name}]" if name else "[file]"
     return f"[{kind}]" if kind else json.dumps(part, default=str)
@@ -46,7 +46,7 @@ def _content_text(content: Any) -> str:
 def _tool_call_line(call: Any) -> str:
     if not isinstance(call, dict):
         return f"Tool call: {call}"
-    fn = call.get("function") if isinstance(call.get("function"), dict) else call
+    fn = _function if isinstance(_function := call.get("function"), dict) else call
     name = fn.get("name") or "?"
     args = fn.get("arguments")
     if not isinstance(args, str):

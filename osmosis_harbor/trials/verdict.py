@@ -96,6 +96,7 @@ def judge(reading: TrialReading, agent: str) -> Verdict:
     steps = [_judge_step(step, expected, skip_ok=agent == "nop") for step in reading.steps]
     problems = [f"step {s.name}: {s.error}" for s in steps if not s.passed]
     first = next((s for s in steps if not s.passed), None)
+    first_phase: str | None
     if reading.failed_phase is not None and reading.error and not reading.error.startswith("step "):
         # the trial itself failed (environment start, cancellation) before or around the steps
         problems.insert(0, reading.error)

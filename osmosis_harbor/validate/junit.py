@@ -65,14 +65,16 @@ def junit_tree(report: ValidationReport, *, suite_name: str) -> ET.ElementTree:
         "skipped": "0",
         "time": _seconds(report.wall_sec),
     }
-    root = ET.Element("testsuites", name="osmosis-harbor validate", **counts)
+    root = ET.Element("testsuites", {"name": "osmosis-harbor validate", **counts})
     suite = ET.SubElement(
         root,
         "testsuite",
-        name=_text(suite_name),
-        **counts,
-        timestamp=started.isoformat(timespec="seconds"),
-        hostname=_text(socket.gethostname()),
+        {
+            "name": _text(suite_name),
+            **counts,
+            "timestamp": started.isoformat(timespec="seconds"),
+            "hostname": _text(socket.gethostname()),
+        },
     )
     properties = ET.SubElement(suite, "properties")
     for name, value in (("agent", report.agent), ("environment", report.environment)):

@@ -285,7 +285,7 @@ class PoolSpec(BaseModel):
             memory_gb=_float(labels, MEMORY_GB),
             replicas=_int(labels, REPLICAS) or 0,
             member_ttl_sec=_int(labels, MEMBER_TTL_SEC) or 1,
-            network=labels.get(NETWORK, "bridge"),  # type: ignore[arg-type]
+            network=labels.get(NETWORK, "bridge"),
             created_at=_float(labels, CREATED_AT) or 0.0,
             generation=_int(labels, GENERATION) or 0,
         )
