@@ -1,5 +1,5 @@
 """Developer sessions. The test suite itself runs with ``.venv/bin/python -m pytest``
-(see README); nox adds the benchmark and sandbox-CI sessions on top of the same venv."""
+(see README); nox adds the lint, benchmark and sandbox-CI sessions on top of the same venv."""
 
 from __future__ import annotations
 
@@ -14,6 +14,13 @@ def tests(session: nox.Session) -> None:
     """The whole test suite."""
     session.run("bash", "scripts/bootstrap.sh", external=True)
     session.run(PY, "-m", "pytest", "-q", *session.posargs, external=True)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff (lint and format), import-linter (the layer contracts in pyproject.toml), mypy."""
+    session.run("bash", "scripts/bootstrap.sh", external=True)
+    session.run("bash", "scripts/lint.sh", external=True)
 
 
 @nox.session

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The lint CI runs before the tests (.ci/run), and `nox -s lint`: ruff (lint and format),
+# import-linter (the layer contracts in pyproject.toml) and mypy on the package.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+BIN="${LINT_BIN:-.venv/bin}"
+"$BIN/ruff" check .
+"$BIN/ruff" format --check .
+"$BIN/lint-imports"
+"$BIN/mypy"
