@@ -20,7 +20,7 @@ from osmosis_harbor.errors import OsmosisHarborError
 from osmosis_harbor.sandbox.registry import SDK_NAMES
 from osmosis_harbor.settings import use_bundled_model_prices
 
-__all__ = ["EXIT_USAGE", "build_parser", "main"]
+__all__ = ["EXIT_USAGE", "build_parser", "main", "run_guarded"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -118,7 +118,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if words and words[0] == "bundle":
         from osmosis_harbor.cli.bundle import cli_main as bundle_main
 
-        return _guard(lambda: bundle_main(words[1:]))
+        return run_guarded(lambda: bundle_main(words[1:]))
     words = ["--lint-strict" if word == "--lint=strict" else word for word in words]
     args = build_parser().parse_args(words)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING)
@@ -128,10 +128,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if getattr(args, "n_concurrent", 1) < 1:
         print("error: -n must be at least 1", file=sys.stderr)
         return EXIT_USAGE
-    return _guard(lambda: args.func(args), verbose=args.verbose)
+    return run_guarded(lambda: args.func(args), verbose=args.verbose)
 
 
-def _guard(run: Callable[[], int], *, verbose: bool = False) -> int:
+def run_guarded(run: Callable[[], int], *, verbose: bool = False) -> int:
     """Our own errors are one line (the whole story under ``-v``); anything else is a bug and
     keeps its traceback."""
     try:
