@@ -10,12 +10,14 @@ time. The README's "Settings" table documents each field. Names are prefixed
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-__all__ = ["Settings", "child_environment", "current", "host_variable", "use_bundled_model_prices"]
+__all__ = ["Settings", "child_environment", "current", "host_variable", "scoped_variable", "use_bundled_model_prices"]
 
 DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
 
@@ -23,7 +25,7 @@ DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
 class Settings(BaseSettings):
     """The host-side settings (see the README's "Settings" table)."""
 
-    model_config = SettingsConfigDict(env_prefix="OSMOSIS_HARBOR_", extra="ignore", frozen=True)
+    model_config = SettingsConfigDict(env_prefix="OSMOSIS_HARBOR_", extra="ignore", frozen=True, env_ignore_empty=True)
 
     bundles: Path | None = Field(None, description="the bundle wheel cache (default ./bundles)")
     lock_dir: Path | None = Field(None, description="pool lock files (default $XDG_CACHE_HOME/osmosis-harbor/locks)")
@@ -64,6 +66,20 @@ def host_variable(name: str) -> str | None:
 def child_environment(**overrides: str) -> dict[str, str]:
     """This process's environment plus ``overrides``, for a subprocess we start."""
     return {**os.environ, **overrides}
+
+
+@contextmanager
+def scoped_variable(name: str, value: str) -> Iterator[None]:
+    """Set ``name`` for the block (another library reads it), then restore what was there."""
+    previous = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = previous
 
 
 def use_bundled_model_prices() -> None:

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from osmosis_harbor import settings
 from osmosis_harbor.bundle.project import CACHEDIR_SIGNATURE, CACHEDIR_TAG, Project
 from osmosis_harbor.bundle.shim import Shim
 from osmosis_harbor.bundle.targets import Targets
@@ -43,7 +44,7 @@ _CHUNK = 1 << 20
 
 def cache_root(cache_dir: Path | None) -> Path:
     """``cache_dir``, else ``$OSMOSIS_HARBOR_BUNDLES``, else ``./bundles``; made absolute."""
-    chosen = cache_dir if cache_dir is not None else os.environ.get(ENV_CACHE_DIR) or "bundles"
+    chosen = cache_dir if cache_dir is not None else settings.current().bundle_cache()
     return Path(os.path.abspath(Path(chosen).expanduser()))
 
 

@@ -7,7 +7,6 @@ creates and fills with pip, exactly as ``python -m build --wheel`` would.
 
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from build import (
 )
 from build.env import DefaultIsolatedEnv
 
+from osmosis_harbor import settings
 from osmosis_harbor.errors import BundleError
 
 __all__ = ["build_wheel", "SOURCE_DATE_EPOCH"]
@@ -35,7 +35,7 @@ class _CapturingRunner:
         self.output: list[str] = []
 
     def __call__(self, cmd, cwd=None, extra_environ=None) -> None:
-        env = dict(os.environ)
+        env = settings.child_environment()
         env.update(extra_environ or {})
         env.update(SOURCE_DATE_EPOCH=str(SOURCE_DATE_EPOCH), PYTHONDONTWRITEBYTECODE="1")
         proc = subprocess.run(

@@ -18,6 +18,7 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from osmosis_harbor import settings
 from osmosis_harbor.bundle.project import Project
 from osmosis_harbor.errors import BundleError
 
@@ -194,7 +195,7 @@ def verify_targets(project: Project, targets: Targets) -> None:
         "root": str(project.package_root),
         "targets": [(kind, ref, *KINDS[kind]) for kind, ref in targets.items()],
     }
-    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+    env = settings.child_environment(PYTHONDONTWRITEBYTECODE="1")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(project.package_root), env.get("PYTHONPATH")]))
     with tempfile.TemporaryDirectory(prefix="osmosis-bundle-probe-") as tmp:
         result_file = Path(tmp) / "result.json"

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import socket
 import tempfile
 import uuid
@@ -103,15 +102,8 @@ def local_trajectories() -> Iterator[Path | None]:
         yield None
         return
     with tempfile.TemporaryDirectory(prefix="osmosis-harbor-home-") as root:
-        previous = os.environ.get(ARTIFACT_ROOT_ENV)
-        os.environ[ARTIFACT_ROOT_ENV] = root
-        try:
+        with settings.scoped_variable(ARTIFACT_ROOT_ENV, root):
             yield Path(root)
-        finally:
-            if previous is None:
-                os.environ.pop(ARTIFACT_ROOT_ENV, None)
-            else:
-                os.environ[ARTIFACT_ROOT_ENV] = previous
 
 
 __all__ = ["local_trajectories", "run_one_rollout", "serve_locally"]
