@@ -61,6 +61,7 @@ class HarborBackend(ExecutionBackend):
         self.agent = options.agent
         self.resolver = TaskResolver(options.tasks_dir, options.task_mode)
         self.environment_config = options.environment_config or _default_environment()
+        self.max_queue_depth = options.max_queue_depth  # beyond it, POST /rollout answers 429 (adjustable)
         self.workspace = Workspace(options.trials_dir)
         # Trials a crashed process could not scrub: the key died with it, so they go.
         given = self.workspace.given_trials_dir()
@@ -98,10 +99,6 @@ class HarborBackend(ExecutionBackend):
         return self.workspace.trials_dir
 
     @property
-    def max_queue_depth(self) -> int | None:
-        return self.options.max_queue_depth
-
-    @property
     def is_native(self) -> bool:
         return self.options.is_native
 
@@ -113,7 +110,7 @@ class HarborBackend(ExecutionBackend):
         concurrent POSTs cannot overshoot ``max_queue_depth``."""
         if not self.lifecycle.accepting:
             return False
-        depth = self.options.max_queue_depth
+        depth = self.max_queue_depth
         if depth is not None and self.tracker.queued() >= depth:
             return False
         self.tracker.reserve()
@@ -178,7 +175,7 @@ class HarborBackend(ExecutionBackend):
         return dispositions
 
     def health(self) -> dict[str, Any]:
-        return self.lifecycle.health()
+        return self.lifecycle.health(max_queue_depth=self.max_queue_depth)
 
     async def shutdown(self) -> None:
         await self.lifecycle.shutdown()

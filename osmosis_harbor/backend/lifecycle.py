@@ -234,7 +234,7 @@ class BackendLifecycle:
         return problems
 
     # ── health ────────────────────────────────────────────────────────────────
-    def health(self) -> dict[str, Any]:
+    def health(self, *, max_queue_depth: int | None) -> dict[str, Any]:
         counts = self.tracker.counts()
         return {
             "status": "ok" if self.accepting else "shutting_down",
@@ -246,7 +246,7 @@ class BackendLifecycle:
             "running": counts["running"] + counts["grading"],
             "grading": counts["grading"],
             "queued": self.tracker.queued(),  # what has_capacity() counts, admissions included
-            "max_queue_depth": self.options.max_queue_depth,
+            "max_queue_depth": max_queue_depth,
             "prewarm": None
             if self.prewarm_report is None
             else {k: getattr(self.prewarm_report, k) for k in ("groups", "tasks", "built", "reused", "failed")},
