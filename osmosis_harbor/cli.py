@@ -10,6 +10,7 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import sys
 import warnings
 from collections.abc import Sequence
@@ -54,10 +55,11 @@ def _add_env_args(parser: argparse.ArgumentParser) -> None:
 
 
 def _console() -> Console:
-    """Wide enough for the result tables even when stdout is not a terminal (CI logs)."""
+    """Wide enough for the result tables even when stdout is not a terminal (CI logs):
+    160 columns, or ``$COLUMNS`` when set."""
     console = Console()
     if not console.is_terminal:
-        console = Console(width=160)
+        console = Console(width=int(os.environ.get("COLUMNS") or 160))
     return console
 
 
