@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -11,28 +10,12 @@ import pytest
 from osmosis_harbor.outcome import Phase, StepReading, TrialReading
 from osmosis_harbor.verdict import judge, reward_shortfall
 
-from .support import FIXTURES, load_json, managed_containers, run_cli
+from .support import FIXTURES, load_json, managed_containers, orphaned_containers, run_cli
 
 PUBLIC = FIXTURES / "public-formats"
 IDS = ["multi-step-pass", "multi-step-failing", "multi-key-full", "multi-key-partial",
        "compose-sidecar", "compose-only"]
 COMPOSE_ERROR = "multi-container tasks (environment/docker-compose.yaml) are not supported by sandbox environments"
-
-
-def _orphans(before: set[str]) -> list[dict]:
-    """New sandbox containers whose owner process has exited (the CLI run): leaks. Containers
-    of processes still alive (other tests or workers on a shared engine) are theirs."""
-    def alive(pid: int) -> bool:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
-
-    return [c for c in managed_containers() if c["Id"] not in before
-            and not alive(int((c.get("Labels") or {}).get("osmosis-harbor.owner-pid") or 0))]
 
 
 def _validate(tmp_path: Path, agent: str) -> tuple[dict[str, dict], str]:
@@ -42,7 +25,7 @@ def _validate(tmp_path: Path, agent: str) -> tuple[dict[str, dict], str]:
     proc = run_cli("validate", str(PUBLIC), "--agent", agent, "-n", "3", "--json", str(report), *selection,
                    env={"COLUMNS": "400"})  # wide enough that no cell wraps
     assert proc.returncode == 1, proc.stdout + proc.stderr  # compose tasks always fail
-    assert not _orphans(before), "validate left sandboxes behind"
+    assert not orphaned_containers(before), "validate left sandboxes behind"
     return {row["id"]: row for row in load_json(report)["tasks"]}, proc.stdout
 
 
@@ -98,7 +81,7 @@ def test_compose_tasks_are_refused_before_any_sandbox(tmp_path: Path) -> None:
     before = {c["Id"] for c in managed_containers()}
     proc = run_cli("validate", str(PUBLIC / "compose-sidecar"))
     assert proc.returncode == 2 and proc.stderr.strip() == f"error: task compose-sidecar: {COMPOSE_ERROR}"
-    assert not _orphans(before)
+    assert not orphaned_containers(before)
 
 
 @pytest.mark.parametrize(
