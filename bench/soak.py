@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import random
 import re
@@ -40,11 +41,10 @@ import shutil
 import tempfile
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
 
 import docker
 import docker.errors
@@ -52,7 +52,11 @@ import httpx
 from harbor.environments.skypilot import _sanitize_dns_name
 from harbor.trial.queue import TrialQueue
 from osmosis_ai.rollout.client import RolloutClient, RolloutHandle
-from osmosis_ai.rollout.types import RolloutErrorCategory, RolloutResultResponse, RolloutStatus
+from osmosis_ai.rollout.types import (
+    RolloutErrorCategory,
+    RolloutResultResponse,
+    RolloutStatus,
+)
 
 from osmosis_harbor.backend import HarborBackend
 from osmosis_harbor.local_run import serve_locally
@@ -77,6 +81,8 @@ BLOCKING = f"mkfifo {GATE} && read x < {GATE} && echo {ANSWER} > answer.txt"
 
 
 class Kind(StrEnum):
+    """What a rollout's plan does to it (the values name it in the tables)."""
+
     RIGHT = "right answer"
     WRONG = "wrong answer"
     KILLED = "sandbox killed twice"  # the attempt and its retry: internal_error
@@ -88,6 +94,7 @@ class Kind(StrEnum):
 
 FAULTS = (Kind.KILLED, Kind.RECOVERED, Kind.CANCELLED, Kind.TIMEOUT, Kind.GRADER_ERROR)
 GATED = {Kind.KILLED, Kind.RECOVERED, Kind.CANCELLED, Kind.TIMEOUT}
+RETRIED = {Kind.KILLED, Kind.RECOVERED}  # HarborBackend(infra_retries=1) runs them twice
 
 
 @dataclass(frozen=True)
@@ -115,6 +122,8 @@ EXPECTED: dict[Kind, Expected] = {
 
 @dataclass(frozen=True)
 class SoakConfig:
+    """One soak's size and knobs; the seed fixes which rollout gets which plan."""
+
     rollouts: int = 200
     seed: int = 8
     fault_rate: float = 0.10  # at least one of each fault kind whatever the size
@@ -183,11 +192,14 @@ class Observed:
 
 @dataclass
 class SoakReport:
+    """Everything one soak saw and found; the checks fill the lists that must stay empty."""
+
     config: SoakConfig
     plans: list[Plan]
     observed: dict[str, Observed]
     wall_sec: float
     prewarm_sec: float
+    read_retries: int = 0
     leftovers: list[str] = field(default_factory=list)
     key_hits: list[str] = field(default_factory=list)
     hoards_scrubbed: int = 0
@@ -234,12 +246,16 @@ class Infrastructure:
         self.backend = backend
         self.api = docker.from_env().api
 
-    def gated_sandbox(self, rollout_id: str, not_in: frozenset[str]) -> str | None:
-        """The id of the rollout's agent sandbox if its workflow waits at the gate."""
+    def agent_sandbox(self, rollout_id: str) -> str | None:
+        """The name of the rollout's agent sandbox while its trial runs (None while queued,
+        between attempts or grading): read from the backend, no engine call."""
         status = self.backend.rollout_status(rollout_id)
         if not status or status["status"] is not RolloutStatus.RUNNING or not status.get("trial_name"):
-            return None  # queued, between attempts, or past the agent phase: no docker call
-        name = _sanitize_dns_name(f"hb-{status['trial_name']}__env")
+            return None
+        return _sanitize_dns_name(f"hb-{status['trial_name']}__env")
+
+    def gated(self, name: str, not_in: frozenset[str]) -> str | None:
+        """The id of the running sandbox ``name`` if its workflow waits at the gate."""
         labels = [L.MANAGED_FILTER, f"{L.OWNER_PID}={os.getpid()}", f"{L.SANDBOX}={name}"]
         for container in self.api.containers(filters={"label": labels, "status": "running"}):
             if container["Id"] not in not_in and self.run(container["Id"], "test", "-p", GATE) == 0:
@@ -255,7 +271,11 @@ class Infrastructure:
             return -1
 
     async def at_gate(self, rollout_id: str, handle: RolloutHandle, not_in: frozenset[str] = frozenset()) -> str:
-        found = await poll(lambda: self.gated_sandbox(rollout_id, not_in), stop=handle.done)
+        async def check() -> str | None:
+            name = self.agent_sandbox(rollout_id)
+            return await asyncio.to_thread(self.gated, name, not_in) if name else None
+
+        found = await poll(check, stop=handle.done)
         if found is None:
             raise RuntimeError(f"{rollout_id} ended before its workflow reached the gate")
         return found
@@ -268,12 +288,12 @@ class Infrastructure:
             raise RuntimeError(f"could not open the gate in {container_id[:12]}")
 
 
-async def poll(check: Callable[[], str | None], *, stop: Callable[[], bool]) -> str | None:
-    """``check`` (run in a thread) until it returns a value, backing off from 20 ms to 0.5 s;
-    None once ``stop()`` holds. Polling a condition, never sleeping a fixed time."""
+async def poll(check: Callable[[], Awaitable[str | None]], *, stop: Callable[[], bool]) -> str | None:
+    """``check`` until it returns a value, backing off from 20 ms to 0.5 s; None once
+    ``stop()`` holds. Polling a condition, never sleeping a fixed time."""
     delay = 0.02
     while not stop():
-        found = await asyncio.to_thread(check)
+        found = await check()
         if found is not None:
             return found
         await asyncio.sleep(delay)
@@ -285,7 +305,7 @@ async def inject(plan: Plan, handle: RolloutHandle, infra: Infrastructure, clien
                  seen: Observed) -> None:
     """The plan's fault, once the workflow is running (the agent timeout fires by itself,
     the grader error is asked for by the label)."""
-    if plan.kind in (Kind.KILLED, Kind.RECOVERED):
+    if plan.kind in RETRIED:
         first = await infra.at_gate(plan.rollout_id, handle)
         seen.first_start = (infra.backend.rollout_status(plan.rollout_id) or {}).get("started_at")
         await infra.kill(first)
@@ -345,8 +365,11 @@ async def settle(injection: asyncio.Task[None], seen: Observed) -> None:
 
 @contextlib.asynccontextmanager
 async def controller(url: str, rollouts: int) -> AsyncIterator[RolloutClient]:
-    """The osmosis client with a connection per rollout: every one long-polls its result."""
-    limits = httpx.Limits(max_connections=rollouts + 8, max_keepalive_connections=rollouts + 8)
+    """The osmosis client with a connection per rollout (every one long-polls its result).
+    Idle connections expire before uvicorn's 5 s keep-alive closes them, so that a poll is
+    not sent down a connection the server is closing."""
+    limits = httpx.Limits(max_connections=rollouts + 8, max_keepalive_connections=rollouts + 8,
+                          keepalive_expiry=2.0)
     async with httpx.AsyncClient(limits=limits, timeout=60) as http:
         client = RolloutClient(url=url, http_client=http)
         try:
@@ -355,24 +378,48 @@ async def controller(url: str, rollouts: int) -> AsyncIterator[RolloutClient]:
             await client.aclose()
 
 
-async def drive_all(plans: list[Plan], backend: HarborBackend, chat_url: str,
-                    config: SoakConfig) -> tuple[dict[str, Observed], list[str]]:
+class RetryCounter(logging.Handler):
+    """Counts the result reads the osmosis client retried after a transport error (it logs
+    each one): retried reads are not lost results, but they are worth seeing."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.count += record.getMessage().startswith("Retrying result read")
+
+
+@dataclass
+class Batch:
+    observed: dict[str, Observed]
+    sandboxes_at_end: list[str]  # of this process, once every rollout ended
+    read_retries: int
+
+
+async def drive_all(plans: list[Plan], backend: HarborBackend, chat_url: str, config: SoakConfig) -> Batch:
     """Every plan at once through the real server; what has not ended by the deadline is
-    lost. Also returns the sandboxes of this process still there once every rollout ended
-    (before the server's exit shuts the backend down, which would remove them)."""
+    lost. The sandboxes are listed before the server's exit shuts the backend down (which
+    would remove them)."""
     infra = Infrastructure(backend)
-    async with serve_locally(backend) as url, controller(url, len(plans)) as client:
-        tasks = {p.rollout_id: asyncio.create_task(drive(p, client, chat_url, config, infra)) for p in plans}
-        await asyncio.wait(tasks.values(), timeout=config.deadline)
-        observed = {}
-        for rollout_id, task in tasks.items():
-            if task.done():
-                observed[rollout_id] = task.result()
-            else:
-                task.cancel()
-                observed[rollout_id] = Observed(accepted=True, error=f"no result within {config.deadline:.0f} s")
-        await asyncio.gather(*tasks.values(), return_exceptions=True)
-        return observed, await asyncio.to_thread(own_sandboxes)
+    retries = RetryCounter()
+    client_log = logging.getLogger(RolloutClient.__module__)
+    client_log.addHandler(retries)
+    try:
+        async with serve_locally(backend) as url, controller(url, len(plans)) as client:
+            tasks = {p.rollout_id: asyncio.create_task(drive(p, client, chat_url, config, infra)) for p in plans}
+            await asyncio.wait(tasks.values(), timeout=config.deadline)
+            observed = {}
+            for rollout_id, task in tasks.items():
+                if task.done():
+                    observed[rollout_id] = task.result()
+                else:
+                    task.cancel()
+                    observed[rollout_id] = Observed(accepted=True, error=f"no result within {config.deadline:.0f} s")
+            await asyncio.gather(*tasks.values(), return_exceptions=True)
+            return Batch(observed, await asyncio.to_thread(own_sandboxes), retries.count)
+    finally:
+        client_log.removeHandler(retries)
 
 
 # ── the checks ────────────────────────────────────────────────────────────────────────────────
@@ -518,14 +565,14 @@ async def run_soak(config: SoakConfig, work: Path) -> SoakReport:
             prewarm_sec = time.perf_counter() - started
             started = time.perf_counter()
             try:
-                observed, sandboxes_at_end = await drive_all(plans, backend, chat.base_url, config)
+                batch = await drive_all(plans, backend, chat.base_url, config)
                 wall = time.perf_counter() - started
             finally:
                 await backend.shutdown()  # done when the server stopped; the backstop if it raised
     finally:
         chat.close()
-    report = SoakReport(config, plans, observed, wall, prewarm_sec)
-    check(report, work / "trials", Path.home(), tmp, sandboxes_at_end)
+    report = SoakReport(config, plans, batch.observed, wall, prewarm_sec, read_retries=batch.read_retries)
+    check(report, work / "trials", Path.home(), tmp, batch.sandboxes_at_end)
     return report
 
 
@@ -544,8 +591,8 @@ def to_bench(report: SoakReport) -> BenchResult:
     run_sec = report.by_kind("run_sec")
     for kind in Kind:
         if kind in run_sec:
-            result.add(f"  trial start to terminal, {kind}", "s", run_sec[kind],
-                       baseline=kind is Kind.RIGHT)
+            note = "the retry waits again, at the back of the queue" if kind in RETRIED else ""
+            result.add(f"  trial start to terminal, {kind}", "s", run_sec[kind], note, baseline=kind is Kind.RIGHT)
     result.add("  submit to result (queue wait included), all", "s",
                [s for samples in report.by_kind("submit_to_result_sec").values() for s in samples])
     plans = Counter(p.kind for p in report.plans)
@@ -554,6 +601,7 @@ def to_bench(report: SoakReport) -> BenchResult:
                                                 f"({report.accepted - report.terminal})"
     result.info["outcomes"] = ", ".join(f"{n} {name}" for name, n in sorted(report.outcomes().items()))
     result.info["prewarm (s)"] = round(report.prewarm_sec, 1)
+    result.info["result reads the client retried after a transport error"] = report.read_retries
     result.info["mismatches (must be 0)"] = len(report.mismatches)
     result.info["leftovers (must be 0)"] = len(report.leftovers)
     result.info["key hits in retained files (must be 0)"] = len(report.key_hits)
