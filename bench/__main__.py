@@ -26,7 +26,7 @@ from typing import Any
 
 from .common import BenchResult, console, render
 
-BENCHMARKS: tuple[str, ...] = ("overhead", "throughput", "bundle", "prewarm", "admission")
+BENCHMARKS: tuple[str, ...] = ("overhead", "throughput", "bundle", "prewarm", "admission", "soak")
 MODULES = {"bundle": "bench.bundle_build"}  # ``bench.bundle`` would read like the product's module
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "latest.json"
 

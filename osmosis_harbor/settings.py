@@ -41,6 +41,7 @@ class Settings(BaseSettings):
         description="the Docker engine (read by the docker SDK itself too)",
     )
     xdg_cache_home: Path | None = Field(None, validation_alias="XDG_CACHE_HOME")
+    columns: int | None = Field(None, validation_alias="COLUMNS", description="result tables' width off a terminal")
 
     def pool_lock_dir(self) -> Path:
         """Lock files live in the user cache dir: machine-local, like the engine they guard."""

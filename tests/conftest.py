@@ -8,6 +8,8 @@ from types import ModuleType
 
 import pytest
 
+from .support import process_alive
+
 SANDBOX_IMAGE = os.environ.get("OSMOSIS_HARBOR_TEST_IMAGE", "debian:trixie-slim")
 
 
@@ -27,16 +29,6 @@ def docker_sandbox_sdk() -> ModuleType:
     except docker_sdk.DockerEngineUnavailable as exc:  # a missing engine is a failure, not a skip
         pytest.fail(f"{exc} (scripts/bootstrap.sh starts one)")
     return docker_sdk
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -63,7 +55,7 @@ def _no_leaked_sandboxes() -> Iterator[None]:
         name = container["Names"][0].lstrip("/")
         if created < started or name.startswith("ohpool_"):
             continue
-        if pid == os.getpid() or not _alive(pid):
+        if pid == os.getpid() or not process_alive(pid):
             leaked.append(name)
             client.api.remove_container(container["Id"], force=True)
     assert not leaked, "sandbox containers leaked by this session (now removed): " + ", ".join(leaked)

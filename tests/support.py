@@ -32,6 +32,27 @@ def managed_containers(owner_pid: int | None = None) -> list[dict]:
     return docker.from_env().api.containers(all=True, filters={"label": labels})
 
 
+def process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def orphaned_containers(before: set[str]) -> list[dict]:
+    """Sandbox containers made since ``before`` whose owner process has exited (a CLI run that
+    leaked them). Containers of live processes (other tests, other users of a shared engine)
+    are theirs to clean up."""
+    return [
+        c
+        for c in managed_containers()
+        if c["Id"] not in before and not process_alive(int((c.get("Labels") or {}).get(OWNER_PID) or 0))
+    ]
+
+
 def run_cli(*args: str, timeout: float = 600, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "osmosis_harbor", *args],

@@ -10,7 +10,7 @@ import pytest
 from osmosis_harbor.trials.reading import Phase, StepReading, TrialReading
 from osmosis_harbor.trials.verdict import judge, reward_shortfall
 
-from .support import FIXTURES, load_json, managed_containers, run_cli
+from .support import FIXTURES, load_json, managed_containers, orphaned_containers, run_cli
 
 PUBLIC = FIXTURES / "public-formats"
 IDS = [
@@ -28,9 +28,11 @@ def _validate(tmp_path: Path, agent: str) -> tuple[dict[str, dict], str]:
     report = tmp_path / f"{agent}.json"
     selection = [arg for task_id in IDS for arg in ("--task", task_id)]
     before = {c["Id"] for c in managed_containers()}
-    proc = run_cli("validate", str(PUBLIC), "--agent", agent, "-n", "3", "--json", str(report), *selection)
+    proc = run_cli(
+        "validate", str(PUBLIC), "--agent", agent, "-n", "3", "--json", str(report), *selection, env={"COLUMNS": "400"}
+    )  # wide enough that no cell wraps
     assert proc.returncode == 1, proc.stdout + proc.stderr  # compose tasks always fail
-    assert not [c for c in managed_containers() if c["Id"] not in before], "validate left sandboxes behind"
+    assert not orphaned_containers(before), "validate left sandboxes behind"
     return {row["id"]: row for row in load_json(report)["tasks"]}, proc.stdout
 
 
@@ -70,7 +72,12 @@ def test_oracle_verdicts_on_public_task_formats(tmp_path: Path) -> None:
     for compose in ("compose-sidecar", "compose-only"):
         assert rows[compose]["failed_phase"] == "task"
         assert rows[compose]["error"] == f"task {compose}: {COMPOSE_ERROR}"
-    for text in ("correctness=1", "style=0.25", "implement FAIL", "step implement:"):  # cells wrap
+    for text in (
+        "correctness=1 performance=1",
+        "correctness=1 size=1 style=0.25",
+        "prepare ok, implement FAIL, document FAIL",
+        "step implement: solve.sh exited with status 3",
+    ):
         assert text in table, text
 
 
@@ -98,7 +105,7 @@ def test_compose_tasks_are_refused_before_any_sandbox(tmp_path: Path) -> None:
     before = {c["Id"] for c in managed_containers()}
     proc = run_cli("validate", str(PUBLIC / "compose-sidecar"))
     assert proc.returncode == 2 and proc.stderr.strip() == f"error: task compose-sidecar: {COMPOSE_ERROR}"
-    assert {c["Id"] for c in managed_containers()} <= before
+    assert not orphaned_containers(before)
 
 
 @pytest.mark.parametrize(

@@ -9,6 +9,7 @@ from typing import Any
 from harbor.models.trial.config import EnvironmentConfig
 from rich.console import Console
 
+from osmosis_harbor import settings
 from osmosis_harbor.errors import UserError
 from osmosis_harbor.sandbox.registry import SDK_NAMES, implementation
 
@@ -42,10 +43,11 @@ def add_env_args(parser: argparse.ArgumentParser) -> None:
 
 
 def result_console() -> Console:
-    """Wide enough for the result tables even when stdout is not a terminal (CI logs)."""
+    """Wide enough for the result tables even when stdout is not a terminal (CI logs):
+    160 columns, or ``$COLUMNS`` when set."""
     out = Console()
     if not out.is_terminal:
-        out = Console(width=160)
+        out = Console(width=settings.current().columns or 160)
     return out
 
 

@@ -1,0 +1,643 @@
+"""Fault-injection soak: N graded rollouts through the real server, about 10 % of them hit by
+a fault, and every one must end exactly as its plan says, with nothing left behind.
+
+Why: a trainer submits rollouts by the thousand, and some of them meet sandboxes killed by
+the infrastructure, cancels, agent timeouts and broken graders. Each must still reach the
+controller with the right terminal state and error category (a lost sandbox is
+``internal_error``, not the workflow's fault; a grader's ``ValueError`` is
+``validation_error``), a rewarded rollout must carry the grader's reward, no rollout may be
+lost, no sandbox or temporary directory may outlive the run, and no retained file may hold
+any rollout's API key, whichever way its trial ended.
+
+How: one ``HarborBackend`` (``TrialQueue(n_concurrent=4)``, ``infra_retries=1``, the
+fixture project's ``SoakWorkflow`` and ``SoakGrader``, the template task without tests so
+each graded rollout verifies in a fresh sandbox) behind the real osmosis server, driven by
+the osmosis ``RolloutClient`` as a controller would. All N rollouts are submitted at once,
+each with its own API key; the queue bounds the concurrency. Each rollout's plan follows
+from the seed: half of the normal ones answer right (reward 1), half wrong (reward 0); the
+faulted ones block on a FIFO in the sandbox (which is also how the soak knows the workflow
+runs) until the soak, playing the infrastructure, ``docker kill``\\ s the sandbox (twice:
+``internal_error`` after the retry; once, then releases the retry: success), or cancels
+the rollout through ``POST /rollout/cancel``, or the agent timeout fires; a grader error
+is asked for by the label. Every workflow first writes its key into ``/logs/agent`` and
+its artifacts (raw, JSON-escaped, URL-encoded). The soak then checks each result against
+its plan, that accepted == terminal, and that no sandbox of this process, no temporary
+directory (the run uses a private ``TMPDIR``), no unscrubbed marker and no spelling of any
+key (the shim's ``Redactor`` rules, file names included) is left in the trials directory
+or the server's ``~/.osmosis``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import random
+import re
+import secrets
+import shutil
+import tempfile
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+
+import docker
+import docker.errors
+import httpx
+from harbor.environments.skypilot import _sanitize_dns_name
+from harbor.trial.queue import TrialQueue
+from osmosis_ai.rollout.client import RolloutClient, RolloutHandle
+from osmosis_ai.rollout.types import (
+    RolloutErrorCategory,
+    RolloutResultResponse,
+    RolloutStatus,
+)
+
+from osmosis_harbor.backend import HarborBackend
+from osmosis_harbor.keys import MARKER, Redactor
+from osmosis_harbor.sandbox import environment_config
+from osmosis_harbor.sandbox.docker import labels as L
+from osmosis_harbor.serving.local import serve_locally
+from osmosis_harbor.testing.scripted_policy import FakeChatServer
+
+from .common import BenchResult
+from .env import PROJECT, TEMPLATE, managed_containers, workdir
+
+NAME = "soak"
+TITLE = "graded rollouts with ~10 % injected faults: states, categories, leftovers, the key"
+
+WORKFLOW = "rollout_fixtures.workflows:SoakWorkflow"
+GRADER = "rollout_fixtures.graders:SoakGrader"
+GRADER_ERROR_LABEL = "grader-error"  # rollout_fixtures.graders.GRADER_ERROR_LABEL (not importable here)
+ANSWER = "42"
+GATE = "/tmp/soak-gate"
+# The workflow runs the command the policy replies with; this one blocks on the FIFO.
+BLOCKING = f"mkfifo {GATE} && read x < {GATE} && echo {ANSWER} > answer.txt"
+
+
+class Kind(StrEnum):
+    """What a rollout's plan does to it (the values name it in the tables)."""
+
+    RIGHT = "right answer"
+    WRONG = "wrong answer"
+    KILLED = "sandbox killed twice"  # the attempt and its retry: internal_error
+    RECOVERED = "sandbox killed once"  # the retry is released: success
+    CANCELLED = "cancelled"
+    TIMEOUT = "agent timeout"
+    GRADER_ERROR = "grader error"
+
+
+FAULTS = (Kind.KILLED, Kind.RECOVERED, Kind.CANCELLED, Kind.TIMEOUT, Kind.GRADER_ERROR)
+GATED = {Kind.KILLED, Kind.RECOVERED, Kind.CANCELLED, Kind.TIMEOUT}
+RETRIED = {Kind.KILLED, Kind.RECOVERED}  # HarborBackend(infra_retries=1) runs them twice
+
+
+@dataclass(frozen=True)
+class Expected:
+    """What the controller must receive for a plan."""
+
+    status: RolloutStatus
+    category: RolloutErrorCategory | None = None
+    reward: float | None = None  # checked for successes
+    attempts: int | None = None  # checked where the soak killed sandboxes
+    disposition: str | None = None  # what POST /rollout/cancel must answer
+
+
+_S, _F = RolloutStatus.SUCCESS, RolloutStatus.FAILURE
+EXPECTED: dict[Kind, Expected] = {
+    Kind.RIGHT: Expected(_S, reward=1.0),
+    Kind.WRONG: Expected(_S, reward=0.0),
+    Kind.KILLED: Expected(_F, RolloutErrorCategory.INTERNAL_ERROR, attempts=2),
+    Kind.RECOVERED: Expected(_S, reward=1.0, attempts=2),
+    Kind.CANCELLED: Expected(RolloutStatus.CANCELLED, disposition="cancelled_running"),
+    Kind.TIMEOUT: Expected(_F, RolloutErrorCategory.TIMEOUT),
+    Kind.GRADER_ERROR: Expected(_F, RolloutErrorCategory.VALIDATION_ERROR),
+}
+
+
+@dataclass(frozen=True)
+class SoakConfig:
+    """One soak's size and knobs; the seed fixes which rollout gets which plan."""
+
+    rollouts: int = 200
+    seed: int = 8
+    fault_rate: float = 0.10  # at least one of each fault kind whatever the size
+    concurrency: int = 4
+    timeout_sec: float = 5.0  # agent_timeout_sec of the TIMEOUT plans
+    infra_retries: int = 1
+    deadline_sec: float | None = None  # for the whole batch; default 30 s per rollout
+
+    @property
+    def deadline(self) -> float:
+        return self.deadline_sec if self.deadline_sec is not None else max(300.0, 30.0 * self.rollouts)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One rollout: what it does and what must come of it."""
+
+    rollout_id: str
+    kind: Kind
+    key: str
+
+    @property
+    def command(self) -> str:
+        if self.kind is Kind.WRONG:
+            return "echo 7 > answer.txt"
+        return BLOCKING if self.kind in GATED else f"echo {ANSWER} > answer.txt"
+
+    @property
+    def label(self) -> str:
+        return GRADER_ERROR_LABEL if self.kind is Kind.GRADER_ERROR else ANSWER
+
+    @property
+    def expected(self) -> Expected:
+        return EXPECTED[self.kind]
+
+
+def make_plans(config: SoakConfig) -> list[Plan]:
+    """The run's plans, the kinds in an order fixed by the seed; every key is fresh and
+    spelled so that its JSON-escaped and URL-encoded forms differ from it."""
+    faults = max(len(FAULTS), round(config.rollouts * config.fault_rate))
+    if faults > config.rollouts:
+        raise ValueError(f"a soak needs at least {len(FAULTS)} rollouts (one per fault kind), got {config.rollouts}")
+    kinds = [FAULTS[i % len(FAULTS)] for i in range(faults)]
+    kinds += [Kind.RIGHT if i % 2 == 0 else Kind.WRONG for i in range(config.rollouts - faults)]
+    random.Random(config.seed).shuffle(kinds)
+    return [
+        Plan(
+            f"soak-{i:03d}-{kind.name.lower().replace('_', '-')}", kind, f'sk-soak/{secrets.token_hex(12)}+"q"\\ é&x=1'
+        )
+        for i, kind in enumerate(kinds)
+    ]
+
+
+@dataclass
+class Observed:
+    """What the controller and the infrastructure saw of one rollout."""
+
+    accepted: bool = False
+    result: RolloutResultResponse | None = None
+    error: str | None = None  # admission or result polling failed
+    injection_error: str | None = None
+    disposition: str | None = None
+    submit_to_result_sec: float | None = None
+    first_start: float | None = None  # the first attempt's start, where a retry followed
+    run_sec: float | None = None  # first trial start to terminal, from the backend's tracker
+    attempts: int | None = None
+    trial_name: str | None = None
+
+
+@dataclass
+class SoakReport:
+    """Everything one soak saw and found; the checks fill the lists that must stay empty."""
+
+    config: SoakConfig
+    plans: list[Plan]
+    observed: dict[str, Observed]
+    wall_sec: float
+    prewarm_sec: float
+    read_retries: int = 0
+    leftovers: list[str] = field(default_factory=list)
+    key_hits: list[str] = field(default_factory=list)
+    hoards_scrubbed: int = 0
+    unproven: list[str] = field(default_factory=list)  # successes whose trial lacks the scrubbed hoard
+    mismatches: list[str] = field(default_factory=list)
+
+    @property
+    def accepted(self) -> int:
+        return sum(o.accepted for o in self.observed.values())
+
+    @property
+    def terminal(self) -> int:
+        return sum(o.result is not None for o in self.observed.values())
+
+    def outcomes(self) -> Counter[str]:
+        """Results by status, failures by category."""
+        counts: Counter[str] = Counter()
+        for o in self.observed.values():
+            if o.result is None:
+                counts["lost"] += 1
+            elif o.result.status is RolloutStatus.FAILURE:
+                counts[str(o.result.err_category.value if o.result.err_category else "failure")] += 1
+            else:
+                counts[o.result.status.value] += 1
+        return counts
+
+    def by_kind(self, attr: str) -> dict[Kind, list[float]]:
+        samples: dict[Kind, list[float]] = {}
+        for plan in self.plans:
+            value = getattr(self.observed[plan.rollout_id], attr)
+            if value is not None:
+                samples.setdefault(plan.kind, []).append(value)
+        return samples
+
+
+# ── the infrastructure's side: find a blocked workflow, kill, release ─────────────────────────
+
+
+class Infrastructure:
+    """Plays the node and the operator: acts on a rollout's sandbox once its workflow waits
+    at the gate (a FIFO it made), found by the sandbox's labels."""
+
+    def __init__(self, backend: HarborBackend) -> None:
+        self.backend = backend
+        self.api = docker.from_env().api
+
+    def agent_sandbox(self, rollout_id: str) -> str | None:
+        """The name of the rollout's agent sandbox while its trial runs (None while queued,
+        between attempts or grading): read from the backend, no engine call."""
+        status = self.backend.rollout_status(rollout_id)
+        if not status or status["status"] is not RolloutStatus.RUNNING or not status.get("trial_name"):
+            return None
+        return _sanitize_dns_name(f"hb-{status['trial_name']}__env")
+
+    def gated(self, name: str, not_in: frozenset[str]) -> str | None:
+        """The id of the running sandbox ``name`` if its workflow waits at the gate."""
+        labels = [L.MANAGED_FILTER, f"{L.OWNER_PID}={os.getpid()}", f"{L.SANDBOX}={name}"]
+        for container in self.api.containers(filters={"label": labels, "status": "running"}):
+            if container["Id"] not in not_in and self.run(container["Id"], "test", "-p", GATE) == 0:
+                return container["Id"]
+        return None
+
+    def run(self, container_id: str, *argv: str) -> int:
+        try:
+            exec_id = self.api.exec_create(container_id, list(argv))["Id"]
+            self.api.exec_start(exec_id)
+            return int(self.api.exec_inspect(exec_id)["ExitCode"])
+        except docker.errors.APIError:  # the container went away while we looked
+            return -1
+
+    async def at_gate(self, rollout_id: str, handle: RolloutHandle, not_in: frozenset[str] = frozenset()) -> str:
+        async def check() -> str | None:
+            name = self.agent_sandbox(rollout_id)
+            return await asyncio.to_thread(self.gated, name, not_in) if name else None
+
+        found = await poll(check, stop=handle.done)
+        if found is None:
+            raise RuntimeError(f"{rollout_id} ended before its workflow reached the gate")
+        return found
+
+    async def kill(self, container_id: str) -> None:
+        await asyncio.to_thread(self.api.kill, container_id)  # docker kill, as a lost node would
+
+    async def release(self, container_id: str) -> None:
+        if await asyncio.to_thread(self.run, container_id, "sh", "-c", f"echo go > {GATE}") != 0:
+            raise RuntimeError(f"could not open the gate in {container_id[:12]}")
+
+
+async def poll(check: Callable[[], Awaitable[str | None]], *, stop: Callable[[], bool]) -> str | None:
+    """``check`` until it returns a value, backing off from 20 ms to 0.5 s; None once
+    ``stop()`` holds. Polling a condition, never sleeping a fixed time."""
+    delay = 0.02
+    while not stop():
+        found = await check()
+        if found is not None:
+            return found
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 0.5)
+    return None
+
+
+async def inject(
+    plan: Plan, handle: RolloutHandle, infra: Infrastructure, client: RolloutClient, seen: Observed
+) -> None:
+    """The plan's fault, once the workflow is running (the agent timeout fires by itself,
+    the grader error is asked for by the label)."""
+    if plan.kind in RETRIED:
+        first = await infra.at_gate(plan.rollout_id, handle)
+        seen.first_start = (infra.backend.rollout_status(plan.rollout_id) or {}).get("started_at")
+        await infra.kill(first)
+        retry = await infra.at_gate(plan.rollout_id, handle, not_in=frozenset({first}))
+        await (infra.kill(retry) if plan.kind is Kind.KILLED else infra.release(retry))
+    elif plan.kind is Kind.CANCELLED:
+        await infra.at_gate(plan.rollout_id, handle)
+        answer = await client.cancel_rollout(plan.rollout_id)
+        seen.disposition = answer.dispositions.get(plan.rollout_id)
+
+
+# ── the controller's side ─────────────────────────────────────────────────────────────────────
+
+
+async def drive(
+    plan: Plan, client: RolloutClient, chat_url: str, config: SoakConfig, infra: Infrastructure
+) -> Observed:
+    """Submit one rollout, inject its fault, wait for its terminal result."""
+    seen = Observed()
+    started = time.perf_counter()
+    try:
+        handle = await client.run_rollout_async(
+            initial_messages=[{"role": "user", "content": f"Answer the question.\nreply: {plan.command}"}],
+            chat_completions_url=chat_url,
+            rollout_id=plan.rollout_id,
+            llm_api_key=plan.key,
+            label=plan.label,
+            grade=True,
+            agent_timeout_sec=config.timeout_sec if plan.kind is Kind.TIMEOUT else None,
+        )
+    except Exception as exc:
+        seen.error = f"admission failed: {type(exc).__name__}: {exc}"
+        return seen
+    seen.accepted = True
+    injection = asyncio.create_task(inject(plan, handle, infra, client, seen))
+    try:
+        seen.result = await handle.wait_for_completion()
+        seen.submit_to_result_sec = time.perf_counter() - started
+    except Exception as exc:
+        seen.error = f"no terminal result: {type(exc).__name__}: {exc}"
+    finally:
+        await settle(injection, seen)
+    state = infra.backend.rollout_status(plan.rollout_id) or {}
+    start = seen.first_start or state.get("started_at")
+    if start and state.get("finished_at"):
+        seen.run_sec = state["finished_at"] - start
+    return seen
+
+
+async def settle(injection: asyncio.Task[None], seen: Observed) -> None:
+    if not injection.done():
+        injection.cancel()
+    try:
+        await injection
+    except asyncio.CancelledError:
+        if asyncio.current_task().cancelling():
+            raise
+        seen.injection_error = "the rollout ended before its fault was injected"
+    except Exception as exc:
+        seen.injection_error = f"{type(exc).__name__}: {exc}"
+
+
+@contextlib.asynccontextmanager
+async def controller(url: str, rollouts: int) -> AsyncIterator[RolloutClient]:
+    """The osmosis client with a connection per rollout (every one long-polls its result).
+    Idle connections expire before uvicorn's 5 s keep-alive closes them, so that a poll is
+    not sent down a connection the server is closing."""
+    limits = httpx.Limits(max_connections=rollouts + 8, max_keepalive_connections=rollouts + 8, keepalive_expiry=2.0)
+    async with httpx.AsyncClient(limits=limits, timeout=60) as http:
+        client = RolloutClient(url=url, http_client=http)
+        try:
+            yield client
+        finally:
+            await client.aclose()
+
+
+class RetryCounter(logging.Handler):
+    """Counts the result reads the osmosis client retried after a transport error (it logs
+    each one): retried reads are not lost results, but they are worth seeing."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.count += record.getMessage().startswith("Retrying result read")
+
+
+@dataclass
+class Batch:
+    observed: dict[str, Observed]
+    sandboxes_at_end: list[str]  # of this process, once every rollout ended
+    read_retries: int
+
+
+async def drive_all(plans: list[Plan], backend: HarborBackend, chat_url: str, config: SoakConfig) -> Batch:
+    """Every plan at once through the real server; what has not ended by the deadline is
+    lost. The sandboxes are listed before the server's exit shuts the backend down (which
+    would remove them)."""
+    infra = Infrastructure(backend)
+    retries = RetryCounter()
+    client_log = logging.getLogger(RolloutClient.__module__)
+    client_log.addHandler(retries)
+    try:
+        async with serve_locally(backend) as url, controller(url, len(plans)) as client:
+            tasks = {p.rollout_id: asyncio.create_task(drive(p, client, chat_url, config, infra)) for p in plans}
+            await asyncio.wait(tasks.values(), timeout=config.deadline)
+            observed = {}
+            for rollout_id, task in tasks.items():
+                if task.done():
+                    observed[rollout_id] = task.result()
+                else:
+                    task.cancel()
+                    observed[rollout_id] = Observed(accepted=True, error=f"no result within {config.deadline:.0f} s")
+            await asyncio.gather(*tasks.values(), return_exceptions=True)
+            return Batch(observed, await asyncio.to_thread(own_sandboxes), retries.count)
+    finally:
+        client_log.removeHandler(retries)
+
+
+# ── the checks ────────────────────────────────────────────────────────────────────────────────
+
+
+def diagnostics(home: Path) -> dict[str, Path]:
+    """The outcome extra fields the osmosis server saved, by rollout id."""
+    root = home / ".osmosis"
+    return {p.parent.name: p for p in root.rglob("diagnostics.json")} if root.exists() else {}
+
+
+def read_attempts(report: SoakReport, home: Path) -> None:
+    for rollout_id, path in diagnostics(home).items():
+        seen = report.observed.get(rollout_id)
+        if seen is not None:
+            extra = json.loads(path.read_text())
+            seen.attempts, seen.trial_name = extra.get("attempts"), extra.get("trial_name")
+
+
+def mismatches(plan: Plan, seen: Observed) -> list[str]:
+    """How what the controller got differs from the plan (empty when it does not)."""
+    want, got = plan.expected, seen.result
+    if got is None:
+        return [f"{plan.rollout_id} ({plan.kind}): lost: {seen.error}"]
+    problems = []
+    if got.status is not want.status or got.err_category != want.category:
+        problems.append(
+            f"{got.status.value}/{got.err_category and got.err_category.value}, expected "
+            f"{want.status.value}/{want.category and want.category.value}: {got.err_message}"
+        )
+    reward = got.sample.reward if got.sample is not None else None
+    if want.status is RolloutStatus.SUCCESS and reward != want.reward:
+        problems.append(f"reward {reward}, expected {want.reward}")
+    if want.attempts is not None and seen.attempts != want.attempts:
+        problems.append(f"{seen.attempts} attempt(s), expected {want.attempts}")
+    if want.disposition is not None and seen.disposition != want.disposition:
+        problems.append(f"cancel answered {seen.disposition}, expected {want.disposition}")
+    if seen.injection_error:
+        problems.append(f"fault not injected: {seen.injection_error}")
+    return [f"{plan.rollout_id} ({plan.kind}): {p}" for p in problems]
+
+
+def key_pattern(plans: list[Plan]) -> tuple[re.Pattern[bytes], dict[bytes, str]]:
+    """One pattern for every spelling of every rollout's key (the Redactor's rules)."""
+    owner = {s.encode(): p.rollout_id for p in plans for s in Redactor.for_key(p.key).secrets}
+    assert len(owner) == 3 * len(plans), "each key must have three distinct spellings"
+    return re.compile(b"|".join(re.escape(s) for s in sorted(owner, key=len, reverse=True))), owner
+
+
+def key_hits(plans: list[Plan], roots: list[Path]) -> list[str]:
+    pattern, owner = key_pattern(plans)
+    hits = []
+    for root in roots:
+        for path in root.rglob("*"):
+            found = pattern.search(os.fsencode(path.name))
+            if found is None and path.is_file() and not path.is_symlink():
+                found = pattern.search(path.read_bytes())
+            if found is not None:
+                hits.append(f"{owner[found.group()]}'s key is in {path}")
+    return hits
+
+
+def hoards_scrubbed(trials: Path) -> int:
+    """Files the workflows wrote their keys into that the trials kept, scrubbed: proof that
+    the key check looked at files that had held keys."""
+    return sum(1 for p in trials.rglob("hoard*") if p.is_file() and b"***" in p.read_bytes())
+
+
+def unscrubbed_successes(report: SoakReport, trials: Path) -> list[str]:
+    """Successful rollouts whose retained trial lacks the scrubbed hoard (it must be there)."""
+    missing = []
+    for plan in report.plans:
+        seen = report.observed[plan.rollout_id]
+        if seen.result is not None and seen.result.status is RolloutStatus.SUCCESS:
+            hoard = trials / (seen.trial_name or "?") / "agent" / "hoard.txt"
+            if not (hoard.is_file() and b"***" in hoard.read_bytes()):
+                missing.append(f"{plan.rollout_id}: no scrubbed {hoard}")
+    return missing
+
+
+def check(report: SoakReport, trials: Path, home: Path, tmp: Path, sandboxes_at_end: list[str]) -> None:
+    read_attempts(report, home)
+    for plan in report.plans:
+        report.mismatches += mismatches(plan, report.observed[plan.rollout_id])
+    report.leftovers += [f"sandbox {name} still there after every rollout ended" for name in sandboxes_at_end]
+    report.leftovers += [
+        f"container {c['Names'][0].lstrip('/')} after shutdown" for c in managed_containers(os.getpid())
+    ]
+    report.leftovers += [f"temporary {p}" for p in tmp.iterdir()]
+    report.leftovers += [f"unscrubbed marker {p}" for p in trials.rglob(MARKER)]
+    report.key_hits = key_hits(report.plans, [trials, home / ".osmosis"])
+    report.hoards_scrubbed = hoards_scrubbed(trials)
+    report.unproven = unscrubbed_successes(report, trials)
+
+
+# ── the run ───────────────────────────────────────────────────────────────────────────────────
+
+
+@contextlib.contextmanager
+def private_tempdir(path: Path) -> Iterator[Path]:
+    """Temporary files of this process go to ``path`` meanwhile: whatever is left there is
+    the soak's (other processes share the system temporary directory)."""
+    saved = tempfile.tempdir
+    tempfile.tempdir = str(path)
+    try:
+        yield path
+    finally:
+        tempfile.tempdir = saved
+
+
+def graded_template(work: Path) -> Path:
+    """The template task without tests/: the bundled grader is the verifier."""
+    task = shutil.copytree(TEMPLATE, work / "tasks" / "template-graded")
+    shutil.rmtree(task / "tests")
+    return task
+
+
+def make_backend(work: Path, config: SoakConfig) -> HarborBackend:
+    return HarborBackend(
+        orchestrator=TrialQueue(n_concurrent=config.concurrency),
+        tasks_dir=graded_template(work),
+        task_mode="template",
+        agent=WORKFLOW,
+        workflow_config="rollout_fixtures.workflows:fixture_config",
+        grader=GRADER,
+        grader_config="rollout_fixtures.graders:fixture_grader_config",
+        code_dir=PROJECT,
+        bundles_dir=work / "bundles",
+        trials_dir=work / "trials",
+        environment_config=environment_config("docker", host_network=True),
+        cleanup_successful_trials=False,  # keep every trial: the key check reads them all
+        infra_retries=config.infra_retries,
+    )
+
+
+def own_sandboxes() -> list[str]:
+    return [c["Names"][0].lstrip("/") for c in managed_containers(os.getpid())]
+
+
+async def run_soak(config: SoakConfig, work: Path) -> SoakReport:
+    """The whole soak in ``work`` (left for the caller to remove); the osmosis server keeps
+    its trajectories under ``$HOME/.osmosis``, which the key check reads too."""
+    plans = make_plans(config)
+    tmp = work / "tmp"
+    tmp.mkdir(parents=True)
+    chat = FakeChatServer()
+    try:
+        with private_tempdir(tmp):
+            backend = make_backend(work, config)
+            started = time.perf_counter()
+            await backend.prewarm()
+            prewarm_sec = time.perf_counter() - started
+            started = time.perf_counter()
+            try:
+                batch = await drive_all(plans, backend, chat.base_url, config)
+                wall = time.perf_counter() - started
+            finally:
+                await backend.shutdown()  # done when the server stopped; the backstop if it raised
+    finally:
+        chat.close()
+    report = SoakReport(config, plans, batch.observed, wall, prewarm_sec, read_retries=batch.read_retries)
+    check(report, work / "trials", Path.home(), tmp, batch.sandboxes_at_end)
+    return report
+
+
+# ── the benchmark ─────────────────────────────────────────────────────────────────────────────
+
+
+def sizes(quick: bool) -> SoakConfig:
+    return SoakConfig(rollouts=50) if quick else SoakConfig()
+
+
+def to_bench(report: SoakReport) -> BenchResult:
+    config = report.config
+    result = BenchResult(NAME, f"{TITLE} (N={config.rollouts}, C={config.concurrency}, seed {config.seed})")
+    result.add("wall time, all rollouts (prewarm excluded)", "s", [report.wall_sec])
+    result.add("throughput", "rollouts/s", [report.terminal / report.wall_sec if report.wall_sec else 0.0])
+    run_sec = report.by_kind("run_sec")
+    for kind in Kind:
+        if kind in run_sec:
+            note = "the retry waits again, at the back of the queue" if kind in RETRIED else ""
+            result.add(f"  trial start to terminal, {kind}", "s", run_sec[kind], note, baseline=kind is Kind.RIGHT)
+    result.add(
+        "  submit to result (queue wait included), all",
+        "s",
+        [s for samples in report.by_kind("submit_to_result_sec").values() for s in samples],
+    )
+    plans = Counter(p.kind for p in report.plans)
+    result.info["plans"] = ", ".join(f"{plans[k]} {k}" for k in Kind)
+    result.info["accepted / terminal (lost)"] = (
+        f"{report.accepted} / {report.terminal} ({report.accepted - report.terminal})"
+    )
+    result.info["outcomes"] = ", ".join(f"{n} {name}" for name, n in sorted(report.outcomes().items()))
+    result.info["prewarm (s)"] = round(report.prewarm_sec, 1)
+    result.info["result reads the client retried after a transport error"] = report.read_retries
+    result.info["mismatches (must be 0)"] = len(report.mismatches)
+    result.info["leftovers (must be 0)"] = len(report.leftovers)
+    result.info["key hits in retained files (must be 0)"] = len(report.key_hits)
+    result.info["hoarded key files retained, scrubbed"] = report.hoards_scrubbed
+    result.info["successes without their scrubbed hoard (must be 0)"] = len(report.unproven)
+    for line in report.mismatches[:20]:
+        result.warn(f"MISMATCH: {line}")
+    for line in (report.leftovers + report.key_hits + report.unproven)[:20]:
+        result.warn(line)
+    return result
+
+
+async def run(quick: bool) -> BenchResult:
+    work = workdir(NAME)
+    try:
+        return to_bench(await run_soak(sizes(quick), work))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)

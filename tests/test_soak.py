@@ -1,0 +1,52 @@
+"""The fault-injection soak (bench/soak.py) at a size fit for CI: every fault kind at least
+once (sandboxes killed with and without a successful retry, a cancel, an agent timeout, a
+grader error) among right and wrong answers, through the real osmosis server, Harbor's
+TrialQueue and Docker sandboxes. ``python -m bench --only soak`` runs 200."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from bench.soak import EXPECTED, FAULTS, Kind, SoakConfig, make_plans, run_soak
+
+pytestmark = pytest.mark.slow
+
+CONFIG = SoakConfig(rollouts=20, seed=8, deadline_sec=240)
+
+
+@pytest.fixture(autouse=True)
+def osmosis_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    return home
+
+
+def test_plans_follow_the_seed_and_cover_every_fault() -> None:
+    plans = make_plans(CONFIG)
+    assert [p.kind for p in plans] == [p.kind for p in make_plans(CONFIG)]
+    kinds = Counter(p.kind for p in plans)
+    assert all(kinds[k] >= 1 for k in FAULTS) and kinds[Kind.RIGHT] >= 1 and kinds[Kind.WRONG] >= 1
+    assert len({p.key for p in plans}) == len({p.rollout_id for p in plans}) == CONFIG.rollouts
+    big = Counter(p.kind for p in make_plans(SoakConfig()))
+    assert sum(big[k] for k in FAULTS) == 20 and big[Kind.RIGHT] == big[Kind.WRONG] == 90
+    with pytest.raises(ValueError, match="at least 5 rollouts"):
+        make_plans(SoakConfig(rollouts=4))
+
+
+async def test_every_rollout_ends_as_planned_and_nothing_is_left(tmp_path: Path) -> None:
+    report = await run_soak(CONFIG, tmp_path / "soak")
+
+    assert report.accepted == report.terminal == CONFIG.rollouts
+    assert report.mismatches == []
+    assert report.leftovers == []
+    assert report.key_hits == []
+    assert report.unproven == []  # every success kept the files its key was written to, scrubbed
+    outcomes = report.outcomes()
+    for kind in FAULTS:  # each fault really produced its own outcome
+        want = EXPECTED[kind]
+        name = want.category.value if want.category else want.status.value
+        assert outcomes[name] >= 1, (kind, outcomes)
