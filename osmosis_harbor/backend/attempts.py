@@ -52,7 +52,7 @@ class Attempt:
 
     @property
     def trial_dir(self) -> Path:
-        return Path(self.config.trials_dir) / self.config.trial_name
+        return self.config.trials_dir / self.config.trial_name
 
 
 class TrialRunner:
@@ -148,7 +148,7 @@ class TrialRunner:
         lost attempt's trial directory goes: only the outcome's ``lost_sandboxes`` remain."""
         await asyncio.to_thread(self._close_trial, trial_dir, True)
         name = make_trial_name(attempt.request.id, max_slug=24, fallback="rollout")
-        fresh = Path(config.trials_dir) / name
+        fresh = config.trials_dir / name
         await asyncio.to_thread(self.custody.hold, fresh, attempt.key)  # the new one's custody
         self.tracker.bind_trial(attempt.request.id, name, attempt.plan.task.task_id)
         return config.model_copy(update={"trial_name": name}), fresh
