@@ -77,7 +77,7 @@ class TrialRunner:
             state = self.tracker.get(request.id)
             if state is not None and state.cancel_requested:
                 return cancelled(extra)
-            result, trial_dir, extra = await self._attempts(attempt, state, extra)
+            result, trial_dir, extra = await self._attempts(attempt, trial_dir, state, extra)
             if isinstance(result, ExecutionOutcome):
                 return result
             await asyncio.to_thread(self.custody.seal, trial_dir)  # before anything reads the trial
@@ -93,13 +93,13 @@ class TrialRunner:
             shutil.rmtree(trial_dir, True)
 
     async def _attempts(
-        self, attempt: Attempt, state: RolloutState | None, extra: dict[str, Any]
+        self, attempt: Attempt, trial_dir: Path, state: RolloutState | None, extra: dict[str, Any]
     ) -> tuple[TrialResult | ExecutionOutcome, Path, dict[str, Any]]:
         """Run the trial, and again on a fresh sandbox after each sandbox lost to the
         infrastructure. Returns the last result (or the outcome that ended the rollout), its
         trial directory, and the extra fields recording the attempts."""
         lost: list[dict[str, str]] = []
-        config, trial_dir = attempt.config, attempt.trial_dir
+        config = attempt.config
         while True:
             result = await self._submit(config, state, extra)
             reason = None if isinstance(result, ExecutionOutcome) else lost_sandbox_message(result)
