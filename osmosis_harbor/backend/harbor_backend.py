@@ -17,7 +17,7 @@ import shutil
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 from harbor.models.trial.config import EnvironmentConfig
 from osmosis_ai.rollout.backend.base import ExecutionBackend
@@ -34,7 +34,7 @@ from osmosis_harbor.agents.native import native_agent_config, scoped_api_key
 from osmosis_harbor.backend.admission import endpoint_problem, request_problem
 from osmosis_harbor.backend.attempts import Attempt, TrialRunner
 from osmosis_harbor.backend.lifecycle import BackendLifecycle, Workspace
-from osmosis_harbor.backend.options import BackendOptions, locate_project
+from osmosis_harbor.backend.options import BackendKwargs, BackendOptions, locate_project
 from osmosis_harbor.backend.outcome import refused
 from osmosis_harbor.backend.plan import Planner, Refusal, RolloutPlan
 from osmosis_harbor.backend.tracker import TERMINAL, RolloutTracker
@@ -53,7 +53,7 @@ __all__ = ["HarborBackend"]
 class HarborBackend(ExecutionBackend):
     """Runs Osmosis rollouts as Harbor trials in sandboxes (the v0.3 constructor)."""
 
-    def __init__(self, **kwargs: Any) -> None:
+    def __init__(self, **kwargs: Unpack[BackendKwargs]) -> None:
         options = BackendOptions.parse(**kwargs)
         self.options = options
         self.orchestrator = options.orchestrator

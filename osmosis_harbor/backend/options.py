@@ -12,7 +12,7 @@ import importlib.util
 import inspect
 from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, TypedDict
 
 from harbor.models.trial.config import EnvironmentConfig
 from harbor.trial.queue import TrialQueue
@@ -26,7 +26,7 @@ from osmosis_harbor.errors import (
 )
 from osmosis_harbor.tasks.refs import TaskMode
 
-__all__ = ["LEGACY_KWARGS", "BackendOptions", "locate_project"]
+__all__ = ["LEGACY_KWARGS", "BackendKwargs", "BackendOptions", "locate_project"]
 
 LEGACY_KWARGS = {
     "task_dir": "use tasks_dir= together with task_mode='template' (one task) or 'dataset'",
@@ -36,6 +36,32 @@ LEGACY_KWARGS = {
     "prebuild_local_image": "images are cached by Harbor: call prewarm() or use prewarm_lifespan() before serving",
     "symlink_environment": "each rollout now materializes its own task copy; remove the argument",
 }
+
+
+class BackendKwargs(TypedDict, total=False):
+    """The v0.3 keywords of ``HarborBackend(...)``, spelled out for editors and type checkers
+    (``BackendOptions`` checks them at run time, legacy names included)."""
+
+    orchestrator: TrialQueue
+    tasks_dir: Path
+    task_mode: TaskMode | str
+    agent: str | type
+    workflow_config: Any
+    grader: str | type | None
+    grader_config: Any
+    code_dir: Path | None
+    bundle: Path | None
+    native_agent_kwargs: dict[str, Any] | None
+    model_name: str
+    patch_dockerfile_with_sdk: bool
+    agent_setup_timeout_sec: float | None
+    max_queue_depth: int | None
+    environment_config: EnvironmentConfig | None
+    trials_dir: Path | None
+    cleanup_successful_trials: bool
+    bundles_dir: Path | None
+    grader_inputs: Sequence[str]
+    infra_retries: int
 
 
 class _ConfigError(ConfigError, TypeError):
