@@ -197,15 +197,14 @@ def test_terminal_bench_style_ubuntu_task(
 ) -> None:
     """FROM ubuntu:24.04, and a verifier that installs uv with its installer and runs uvx pytest."""
     report_path = tmp_path / "report.json"
-    proc, pid = run_validate(str(UBUNTU_TASK), "--agent", agent, "--keep-trials", "--json", str(report_path))
+    # kept under tmp_path, so the test leaves no temp dir of its own behind
+    proc, pid = run_validate(str(UBUNTU_TASK), "--agent", agent, "--trials-dir", str(tmp_path / "trials"),
+                             "--json", str(report_path))
     assert report_path.exists(), proc.stdout + proc.stderr
     [task] = load_json(report_path)["tasks"]
-    try:
-        assert proc.returncode == 0 and task["passed"] and task["reward"] == reward, proc.stdout + proc.stderr
-        # the verdict comes from pytest itself, not from a verifier that could not get uv
-        assert pytest_says in (Path(task["trial_dir"]) / "verifier" / "test-stdout.txt").read_text()
-    finally:
-        shutil.rmtree(Path(task["trial_dir"]).parent, ignore_errors=True)
+    assert proc.returncode == 0 and task["passed"] and task["reward"] == reward, proc.stdout + proc.stderr
+    # the verdict comes from pytest itself, not from a verifier that could not get uv
+    assert pytest_says in (Path(task["trial_dir"]) / "verifier" / "test-stdout.txt").read_text()
     assert managed_containers(owner_pid=pid) == []
 
 
