@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 from types import ModuleType
 
 import pytest
+
+from osmosis_harbor.testing.scripted_policy import FakeChatServer
 
 from .support import process_alive
 
@@ -29,6 +32,30 @@ def docker_sandbox_sdk() -> ModuleType:
     except docker_sdk.DockerEngineUnavailable as exc:  # a missing engine is a failure, not a skip
         pytest.fail(f"{exc} (scripts/bootstrap.sh starts one)")
     return docker_sdk
+
+
+@pytest.fixture(scope="module")
+def fake_chat() -> Iterator[FakeChatServer]:
+    """A scripted policy endpoint on 127.0.0.1, one per test module."""
+    server = FakeChatServer()
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="module")
+def bundles_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A bundle cache shared by one module's backends (a bundle is built once per module)."""
+    return tmp_path_factory.mktemp("bundles")
+
+
+@pytest.fixture
+def osmosis_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The osmosis server saves trajectories under ~/.osmosis: keep them in the test's tmp dir.
+    Modules that serve rollouts use it for every test (``pytest.mark.usefixtures``)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    return home
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -22,7 +22,7 @@ from osmosis_harbor.testing.scripted_policy import FakeChatServer
 from .rollout_server import client_for, serve
 from .support import FIXTURES, TASKS, managed_containers, wait_until
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("osmosis_home")]
 
 PROJECT = FIXTURES / "rollout_project"
 WF = "rollout_fixtures.workflows"
@@ -34,18 +34,6 @@ def fake_chat() -> Iterator[FakeChatServer]:
     server = FakeChatServer(default_reply="echo osmosis > answer.txt")
     yield server
     server.close()
-
-
-@pytest.fixture(scope="module")
-def bundles_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("bundles")
-
-
-@pytest.fixture(autouse=True)
-def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    home = tmp_path / "home"
-    home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
 
 
 def backend_for(tmp_path: Path, bundles_dir: Path, agent: str = "ListWorkflow", **kwargs) -> HarborBackend:

@@ -8,7 +8,6 @@ import asyncio
 import os
 import shutil
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,37 +21,16 @@ from osmosis_harbor.testing.scripted_policy import FakeChatServer
 from .rollout_server import client_for, serve
 from .support import FIXTURES, TASKS, managed_containers
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("osmosis_home")]
 
 PROJECT = FIXTURES / "rollout_project"
 WF = "rollout_fixtures.workflows"
 GR = "rollout_fixtures.graders"
 
 
-@pytest.fixture(scope="module")
-def fake_chat() -> Iterator[FakeChatServer]:
-    server = FakeChatServer()
-    yield server
-    server.close()
-
-
-@pytest.fixture(scope="module")
-def bundles_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("bundles")
-
-
 @pytest.fixture
 def api_key() -> str:
     return f"sk-test-{uuid.uuid4().hex}"
-
-
-@pytest.fixture(autouse=True)
-def osmosis_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The server saves trajectories under ~/.osmosis: keep them in the test's tmp dir."""
-    home = tmp_path / "home"
-    home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
-    return home
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ from osmosis_harbor.testing.scripted_policy import FakeChatServer
 from .rollout_server import client_for, serve
 from .support import FIXTURES, TASKS
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("osmosis_home")]
 
 TERMINUS_REPLY = json.dumps(
     {
@@ -31,13 +31,6 @@ TERMINUS_REPLY = json.dumps(
         "task_complete": True,
     }
 )
-
-
-@pytest.fixture(autouse=True)
-def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    home = tmp_path / "home"
-    home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
 
 
 async def test_oracle_validates_a_dataset_through_the_backend(tmp_path: Path) -> None:

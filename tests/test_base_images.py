@@ -198,8 +198,9 @@ def test_terminal_bench_style_ubuntu_task(
     """FROM ubuntu:24.04, and a verifier that installs uv with its installer and runs uvx pytest."""
     report_path = tmp_path / "report.json"
     # kept under tmp_path, so the test leaves no temp dir of its own behind
-    proc, pid = run_validate(str(UBUNTU_TASK), "--agent", agent, "--trials-dir", str(tmp_path / "trials"),
-                             "--json", str(report_path))
+    proc, pid = run_validate(
+        str(UBUNTU_TASK), "--agent", agent, "--trials-dir", str(tmp_path / "trials"), "--json", str(report_path)
+    )
     assert report_path.exists(), proc.stdout + proc.stderr
     [task] = load_json(report_path)["tasks"]
     assert proc.returncode == 0 and task["passed"] and task["reward"] == reward, proc.stdout + proc.stderr

@@ -16,7 +16,6 @@ import socket
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -34,36 +33,16 @@ from osmosis_harbor.testing.scripted_policy import FakeChatServer
 from .rollout_server import client_for, serve
 from .support import FIXTURES, REPO, TASKS, await_until, managed_containers
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("osmosis_home")]
 
 PROJECT = FIXTURES / "rollout_project"
 HOARDER = "rollout_fixtures.workflows:KeyHoardingWorkflow"
-
-
-@pytest.fixture(scope="module")
-def fake_chat() -> Iterator[FakeChatServer]:
-    server = FakeChatServer()
-    yield server
-    server.close()
-
-
-@pytest.fixture(scope="module")
-def bundles_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("bundles")
 
 
 @pytest.fixture
 def api_key() -> str:
     """A key whose JSON-escaped and URL-encoded spellings differ from the raw one."""
     return f'sk-hoard/{uuid.uuid4().hex}+"q"\\ é&x=1'
-
-
-@pytest.fixture(autouse=True)
-def osmosis_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    home = tmp_path / "home"
-    home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
-    return home
 
 
 def hoarding_backend(tmp_path: Path, bundles_dir: Path, **kwargs) -> HarborBackend:

@@ -12,7 +12,6 @@ import json
 import os
 import shutil
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import docker
@@ -30,7 +29,7 @@ from osmosis_harbor.testing.scripted_policy import FakeChatServer
 from .rollout_server import client_for, serve
 from .support import FIXTURES, TASKS, managed_containers, wait_until
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("osmosis_home")]
 
 PROJECT = FIXTURES / "rollout_project"
 AGENT_GATE = "/tmp/agent-gate"
@@ -39,21 +38,6 @@ GRADING_GATE = "/tmp/grading-gate"
 BLOCKING_REPLY = f"reply: mkfifo {AGENT_GATE} && read x < {AGENT_GATE} && echo 42 > answer.txt"
 # The workflow's process kills itself with SIGKILL: exit 137 from a sandbox that still runs.
 SELF_KILL_REPLY = "reply: kill -9 $PPID"
-
-
-@pytest.fixture(scope="module")
-def fake_chat() -> Iterator[FakeChatServer]:
-    server = FakeChatServer()
-    yield server
-    server.close()
-
-
-@pytest.fixture(autouse=True)
-def osmosis_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    home = tmp_path / "home"
-    home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
-    return home
 
 
 @pytest.fixture

@@ -12,17 +12,9 @@ import pytest
 
 from bench.soak import EXPECTED, FAULTS, Kind, SoakConfig, make_plans, run_soak
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("osmosis_home")]
 
 CONFIG = SoakConfig(rollouts=20, seed=8, deadline_sec=240)
-
-
-@pytest.fixture(autouse=True)
-def osmosis_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    home = tmp_path / "home"
-    home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
-    return home
 
 
 def test_plans_follow_the_seed_and_cover_every_fault() -> None:
