@@ -16,7 +16,10 @@ environment-dir uploads). What we change:
 * a task that names no CPU or memory gets Harbor's documented sizing (``bounds.py``);
 * a command or file transfer that fails in a sandbox that is gone, or stopped without this
   trial stopping it, raises `SandboxLostError` (``liveness.py``) instead of looking like the
-  workflow's failure.
+  workflow's failure;
+* when the sandbox handle offers the archive capability (``protocol.ArchiveSandbox``), files
+  and directories move in one call each way, uploads are written behind and log-tree reads
+  share one snapshot (``transfers.py``); otherwise Harbor's own transfer path runs unchanged.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import asyncio
 import contextlib
 import hashlib
 import logging
-from collections.abc import Awaitable
+from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
 from typing import Any, override
 
@@ -61,8 +64,9 @@ from osmosis_harbor.sandbox.images import (
     registry_image_exists,
 )
 from osmosis_harbor.sandbox.liveness import SandboxState, sandbox_state
-from osmosis_harbor.sandbox.protocol import SandboxSdk
+from osmosis_harbor.sandbox.protocol import SandboxSdk, has_archives
 from osmosis_harbor.sandbox.registry import DEFAULT_SDK, implementation
+from osmosis_harbor.sandbox.transfers import ArchiveTransfers
 
 log = logging.getLogger(__name__)
 
@@ -141,6 +145,7 @@ class SandboxEnvironment(SkypilotEnvironment):
         self._sandbox: Any | None = None
         self._stopping = False  # set once this trial stops the sandbox itself
         self._lost: SandboxLostError | None = None
+        self._archive_transfers: ArchiveTransfers | None = None
         BaseEnvironment.__init__(
             self,
             environment_dir=environment_dir,
@@ -283,6 +288,11 @@ class SandboxEnvironment(SkypilotEnvironment):
     @override
     async def stop(self, delete: bool) -> None:
         self._stopping = True
+        if self._archive_transfers is not None:
+            dropped = self._archive_transfers.discard()
+            if dropped:
+                self.logger.debug(f"{dropped} staged upload(s) not sent: the sandbox is stopping")
+            self._archive_transfers = None
         try:
             await super().stop(delete)
         finally:
@@ -313,11 +323,27 @@ class SandboxEnvironment(SkypilotEnvironment):
         timeout_sec: int | None = None,
         user: str | int | None = None,
     ) -> ExecResult:
-        return await self._guarded(super().exec(command, cwd=cwd, env=env, timeout_sec=timeout_sec, user=user))
+        async with self._command():
+            return await self._guarded(super().exec(command, cwd=cwd, env=env, timeout_sec=timeout_sec, user=user))
 
     @override
     async def _run_shell(self, command: str, *, timeout_seconds: int) -> ExecResult:
-        return await self._guarded(super()._run_shell(command, timeout_seconds=timeout_seconds))
+        async with self._command():
+            return await self._guarded(super()._run_shell(command, timeout_seconds=timeout_seconds))
+
+    @contextlib.asynccontextmanager
+    async def _command(self) -> AsyncIterator[None]:
+        """A command sees every upload made before it, and may change anything it can reach."""
+        transfers = self._archive_transfers
+        if transfers is None:
+            yield
+            return
+        await transfers.flush()
+        transfers.command_ran()
+        try:
+            yield
+        finally:
+            transfers.command_ran()
 
     @override
     async def _write_remote_bytes(self, data: bytes, remote_path: str) -> None:
@@ -326,6 +352,58 @@ class SandboxEnvironment(SkypilotEnvironment):
     @override
     async def _read_remote_bytes(self, remote_path: str) -> bytes:
         return await self._guarded(super()._read_remote_bytes(remote_path))
+
+    # ── transfers (archive capability) ────────────────────────────────────────
+
+    def _archives(self) -> ArchiveTransfers | None:
+        """The archive transfers of this sandbox, when its handle offers them."""
+        if self._archive_transfers is None and self._sandbox is not None and has_archives(self._sandbox):
+            sandbox = self._sandbox
+
+            async def put(data: bytes, path: str) -> None:
+                await self._guarded(sandbox.put_archive.aio(data, path))
+
+            async def get(path: str) -> bytes:
+                return bytes(await self._guarded(sandbox.get_archive.aio(path)))
+
+            self._archive_transfers = ArchiveTransfers(put, get)
+        return self._archive_transfers
+
+    @override
+    async def upload_dir(self, source_dir: Path | str, target_dir: str) -> None:
+        if (transfers := self._archives()) is None:
+            return await super().upload_dir(source_dir, target_dir)
+        transfers.stage_dir(Path(source_dir), target_dir)
+
+    @override
+    async def upload_file(self, source_path: Path | str, target_path: str) -> None:
+        if (transfers := self._archives()) is None:
+            return await super().upload_file(source_path, target_path)
+        transfers.stage_file(Path(source_path), target_path)
+
+    @override
+    async def download_dir(self, source_dir: str, target_dir: Path | str) -> None:
+        if (transfers := self._archives()) is None:
+            return await super().download_dir(source_dir, target_dir)
+        await transfers.download_dir(source_dir, Path(target_dir))
+
+    @override
+    async def download_file(self, source_path: str, target_path: Path | str) -> None:
+        if (transfers := self._archives()) is None:
+            return await super().download_file(source_path, target_path)
+        await transfers.download_file(source_path, Path(target_path))
+
+    @override
+    async def is_dir(self, path: str, user: str | int | None = None) -> bool:
+        if (transfers := self._archives()) is None:
+            return await super().is_dir(path, user=user)
+        return await transfers.kind(path) == "dir"
+
+    @override
+    async def is_file(self, path: str, user: str | int | None = None) -> bool:
+        if (transfers := self._archives()) is None:
+            return await super().is_file(path, user=user)
+        return await transfers.kind(path) == "file"
 
     async def _guarded[T](self, call: Awaitable[T]) -> T:
         """Await *call*; if it fails (an error, or a non-zero exit), tell a lost sandbox apart."""

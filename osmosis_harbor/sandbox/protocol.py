@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
-__all__ = ["AsyncCall", "ExecHandle", "OutputReader", "SandboxHandle", "SandboxSdk"]
+__all__ = ["ArchiveSandbox", "AsyncCall", "ExecHandle", "OutputReader", "SandboxHandle", "SandboxSdk", "has_archives"]
 
 
 class AsyncCall[R](Protocol):
@@ -54,6 +54,28 @@ class SandboxHandle(Protocol):
 
     @property
     def terminate(self) -> AsyncCall[None]: ...
+
+
+class ArchiveSandbox(SandboxHandle, Protocol):
+    """An optional capability: a whole directory tree in one call each way.
+
+    ``put_archive.aio(tar_bytes, dir)`` extracts a tar into an existing directory;
+    ``get_archive.aio(path)`` returns a tar of ``path`` whose entries are named from its
+    basename. Harbor's own transfer costs three calls per directory (write, unpack exec,
+    rm exec; or pack exec, read, rm exec), each a round trip to the SkyPilot API server, so
+    ``SandboxEnvironment`` uses this when a sandbox handle offers it and Harbor's path when not.
+    """
+
+    @property
+    def put_archive(self) -> AsyncCall[None]: ...
+
+    @property
+    def get_archive(self) -> AsyncCall[bytes]: ...
+
+
+def has_archives(sandbox: object) -> bool:
+    """Whether a sandbox handle offers the archive capability (`ArchiveSandbox`)."""
+    return all(callable(getattr(getattr(sandbox, name, None), "aio", None)) for name in ("put_archive", "get_archive"))
 
 
 class SandboxSdk(Protocol):

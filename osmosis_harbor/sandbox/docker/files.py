@@ -2,7 +2,9 @@
 
 ``write_bytes`` / ``read_bytes`` go through ``put_archive`` / ``get_archive`` (and a HEAD on
 the same endpoint to stat a path) rather than an exec: binary-safe, no shell quoting, any
-size, and no dependency on what the image has installed. The work is in the details the
+size, and no dependency on what the image has installed. The same two endpoints are also
+offered raw (``put_archive`` / ``get_archive``): a whole directory tree in one call each way,
+which is the optional archive capability ``SandboxEnvironment`` uses when an SDK has it. The work is in the details the
 archive API leaves to the caller (creating missing parents, following symlinks, telling "no
 such file" from "the sandbox is gone"), which is why it lives apart from the facade.
 """
@@ -148,3 +150,27 @@ class SandboxFiles:
                 raise FileNotFoundError(errno.ENOENT, "no such file in the sandbox", path) from exc
             return _single_file(b"".join(stream), path)
         raise OSError(errno.ELOOP, "too many symlinks in the sandbox", path)
+
+    def put_archive(self, data: bytes | bytearray | memoryview, path: str) -> None:
+        """Extract the tar *data* into the existing directory *path* (entries relative to it).
+
+        Entries keep the modes and owners their headers give; missing parents of an entry are
+        created 0755 by root. One engine call: a missing *path* and a gone sandbox are told
+        apart only when the call fails."""
+        path = _abs_path(path)
+        try:
+            self._api.put_archive(self._id, path, bytes(data))
+        except docker.errors.NotFound as exc:
+            self._require_alive()
+            raise FileNotFoundError(errno.ENOENT, "no such directory in the sandbox", path) from exc
+
+    def get_archive(self, path: str) -> bytes:
+        """A tar of *path* (a file, a directory tree, or a symlink itself, not followed), its
+        entries named from ``basename(path)`` as ``docker cp`` does. One engine call."""
+        path = _abs_path(path)
+        try:
+            stream, _ = self._api.get_archive(self._id, path)
+            return b"".join(stream)
+        except docker.errors.NotFound as exc:
+            self._require_alive()
+            raise FileNotFoundError(errno.ENOENT, "no such file or directory in the sandbox", path) from exc

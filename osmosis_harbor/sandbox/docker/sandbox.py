@@ -115,6 +115,16 @@ class DockerSandbox:
         """Read a regular file (symlinks followed); directories raise IsADirectoryError."""
         return self._files().read_bytes(path)
 
+    @dual
+    def put_archive(self, data: bytes | bytearray | memoryview, path: str) -> None:
+        """Extract a tar archive into the existing directory *path*: a whole tree in one call."""
+        self._files().put_archive(data, path)
+
+    @dual
+    def get_archive(self, path: str) -> bytes:
+        """A tar of *path* (entries named from its basename): a whole tree in one call."""
+        return self._files().get_archive(path)
+
     # lifecycle ---------------------------------------------------------------------------------
 
     @dual

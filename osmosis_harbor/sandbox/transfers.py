@@ -1,0 +1,251 @@
+"""Moving trees in and out of a sandbox in as few calls as possible (the archive capability).
+
+Each sandbox call is a round trip to the SkyPilot API server, and Harbor's trial moves files
+in small steps: ``/logs/agent`` down, the same directory back up (for environments that do
+not mount it), a ``test -d`` probe and a download of ``/logs/artifacts``, and per directory
+three calls (write + unpack exec + rm exec, or pack exec + read + rm exec). With an SDK whose
+sandboxes offer ``put_archive`` / ``get_archive`` (`protocol.ArchiveSandbox`) this module
+makes that:
+
+* one call per transfer, and fewer transfers:
+* **uploads are written behind.** An upload is staged (packed at once, so later host changes
+  do not leak in) and sent, together with every other staged upload, in one ``put_archive``
+  just before the next command runs or an overlapping path is read. A sandbox stopped with
+  uploads still staged never needed them: nothing could have observed them.
+* **reads of Harbor's log tree share one snapshot.** The first read under ``/logs`` fetches
+  ``/logs`` whole; later reads under it (the artifacts probe and download) are answered from
+  that snapshot until a command runs or an upload touches the path read.
+
+Host-side extraction is Harbor's own (``tar_transfer.extract_dir``: the ``data`` filter, so
+absolute paths, traversal and escaping links from a hostile sandbox are refused). A symlink
+where a directory was asked for is not followed. Uploaded entries arrive owned by root with
+the modes they have on the host; a target directory that already exists keeps its own mode
+and owner (Harbor's ``tar -x`` of ``.`` would reset them).
+"""
+
+from __future__ import annotations
+
+import io
+import posixpath
+import tarfile
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harbor.environments.tar_transfer import extract_dir
+
+__all__ = ["LOG_ROOT", "ArchiveTransfers"]
+
+LOG_ROOT = "/logs"  # Harbor's in-sandbox log tree: agent/, verifier/, artifacts/
+
+Put = Callable[[bytes, str], Awaitable[None]]
+Get = Callable[[str], Awaitable[bytes]]
+
+
+def _norm(path: str) -> str:
+    if not path.startswith("/"):
+        raise ValueError(f"sandbox paths must be absolute, got {path!r}")
+    return posixpath.normpath(path).replace("//", "/")
+
+
+def _overlaps(a: str, b: str) -> bool:
+    """One path is the other or lies under it."""
+    return a == b or a.startswith(b.rstrip("/") + "/") or b.startswith(a.rstrip("/") + "/")
+
+
+def _root_owned(info: tarfile.TarInfo) -> tarfile.TarInfo:
+    info.uid = info.gid = 0
+    info.uname = info.gname = "root"
+    return info
+
+
+class _Staged:
+    """Uploads waiting for the next command: one growing tar rooted at ``/``."""
+
+    def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
+        self._buffer = io.BytesIO()
+        self._tar: tarfile.TarFile | None = None
+        self.targets: list[str] = []
+
+    def _open(self) -> tarfile.TarFile:
+        if self._tar is None:
+            self._tar = tarfile.open(fileobj=self._buffer, mode="w", format=tarfile.PAX_FORMAT)
+        return self._tar
+
+    def add_dir(self, source: Path, target: str) -> None:
+        tar = self._open()
+        name = target.lstrip("/")
+        children = sorted(source.iterdir())
+        if not children or not name:  # an empty tree still makes its target, like ``mkdir -p``
+            if name:
+                tar.add(source, arcname=name, recursive=False, filter=_root_owned)
+        for child in children:
+            tar.add(child, arcname=posixpath.join(name, child.name) if name else child.name, filter=_root_owned)
+        self.targets.append(target)
+
+    def add_file(self, source: Path, target: str) -> None:
+        self._open().add(source, arcname=target.lstrip("/"), recursive=False, filter=_root_owned)
+        self.targets.append(target)
+
+    def overlaps(self, path: str) -> bool:
+        return any(_overlaps(path, target) for target in self.targets)
+
+    def take(self) -> bytes | None:
+        """The archive of everything staged (and forget it), or None when nothing is."""
+        if self._tar is None:
+            return None
+        self._tar.close()
+        data = self._buffer.getvalue()
+        self._reset()
+        return data
+
+
+@dataclass
+class _Snapshot:
+    """One fetched tree: ``root``'s tar as the sandbox gave it, and what changed since."""
+
+    root: str
+    data: bytes
+    dirty: list[str] = field(default_factory=list)
+
+    def answers(self, path: str) -> bool:
+        return (path == self.root or path.startswith(self.root.rstrip("/") + "/")) and not any(
+            _overlaps(path, d) for d in self.dirty
+        )
+
+    def _name(self, path: str) -> str:
+        """The tar name of ``path``: entries are named from ``basename(root)``."""
+        base = posixpath.basename(self.root) or "."
+        rel = posixpath.relpath(path, self.root)
+        return base if rel == "." else posixpath.join(base, rel)
+
+    def kind(self, path: str) -> str | None:
+        """"dir", "file", "other" (links, devices) or None when absent."""
+        name = self._name(path)
+        with tarfile.open(fileobj=io.BytesIO(self.data)) as tar:
+            for member in tar:
+                if member.name.rstrip("/") == name:
+                    return "dir" if member.isdir() else "file" if member.isfile() else "other"
+        return None
+
+    def read_file(self, path: str) -> bytes:
+        name = self._name(path)
+        with tarfile.open(fileobj=io.BytesIO(self.data)) as tar:
+            for member in tar:
+                if member.name.rstrip("/") == name:
+                    if not member.isfile():
+                        raise IsADirectoryError(f"{path} is not a regular file in the sandbox")
+                    extracted = tar.extractfile(member)
+                    assert extracted is not None
+                    return extracted.read()
+        raise FileNotFoundError(f"no such file in the sandbox: {path}")
+
+    def subtree(self, path: str) -> bytes:
+        """A tar of the contents of directory ``path``, rooted at ``.`` (Harbor's layout)."""
+        name = self._name(path)
+        out = io.BytesIO()
+        found = False
+        with tarfile.open(fileobj=io.BytesIO(self.data)) as tar, tarfile.open(fileobj=out, mode="w") as sub:
+            for member in tar:
+                stripped = member.name.rstrip("/")
+                if stripped == name:
+                    if not member.isdir():
+                        raise NotADirectoryError(f"{path} is not a directory in the sandbox")
+                    found = True
+                    continue
+                if not stripped.startswith(name + "/"):
+                    continue
+                member.name = "./" + stripped[len(name) + 1 :]
+                sub.addfile(member, tar.extractfile(member) if member.isfile() else None)
+        if not found:
+            raise FileNotFoundError(f"no such directory in the sandbox: {path}")
+        return out.getvalue()
+
+
+class ArchiveTransfers:
+    """The transfers of one sandbox over its archive calls (see the module docstring)."""
+
+    def __init__(self, put: Put, get: Get) -> None:
+        self._put = put
+        self._get = get
+        self._staged = _Staged()
+        self._snapshots: list[_Snapshot] = []
+        self.calls = 0  # archive calls made (for tests and benchmarks)
+
+    # ── uploads ──────────────────────────────────────────────────────────────
+    def stage_dir(self, source: Path, target: str) -> None:
+        if not source.is_dir():
+            raise FileNotFoundError(f"Source directory {source} does not exist")
+        target = _norm(target)
+        self._staged.add_dir(source, target)
+        self._touch(target)
+
+    def stage_file(self, source: Path, target: str) -> None:
+        if not source.is_file():
+            raise FileNotFoundError(f"Source file {source} does not exist")
+        target = _norm(target)
+        self._staged.add_file(source, target)
+        self._touch(target)
+
+    def _touch(self, target: str) -> None:
+        for snapshot in self._snapshots:
+            snapshot.dirty.append(target)
+
+    async def flush(self) -> None:
+        """Send everything staged, in one call."""
+        data = self._staged.take()
+        if data is not None:
+            self.calls += 1
+            await self._put(data, "/")
+
+    def command_ran(self) -> None:
+        """A command may have changed anything: no snapshot answers any more."""
+        self._snapshots.clear()
+
+    def discard(self) -> int:
+        """The sandbox is going away: drop what is staged (nothing could observe it)."""
+        dropped = len(self._staged.targets)
+        self._staged.take()
+        self._snapshots.clear()
+        return dropped
+
+    # ── reads ────────────────────────────────────────────────────────────────
+    async def _snapshot_for(self, path: str) -> _Snapshot:
+        path = _norm(path)
+        if self._staged.overlaps(path):
+            await self.flush()
+            self._snapshots.clear()
+        for snapshot in self._snapshots:
+            if snapshot.answers(path):
+                return snapshot
+        root = LOG_ROOT if path.startswith(LOG_ROOT + "/") else path
+        self.calls += 1
+        try:
+            data = await self._get(root)
+        except FileNotFoundError:
+            if root == path:
+                raise
+            root = path  # no /logs at all: ask for the path itself
+            self.calls += 1
+            data = await self._get(root)
+        snapshot = _Snapshot(root, data)
+        self._snapshots = [s for s in self._snapshots if not _overlaps(s.root, root)] + [snapshot]
+        return snapshot
+
+    async def kind(self, path: str) -> str | None:
+        try:
+            return (await self._snapshot_for(path)).kind(_norm(path))
+        except FileNotFoundError:
+            return None
+
+    async def download_dir(self, source: str, target: Path) -> None:
+        snapshot = await self._snapshot_for(source)
+        extract_dir(io.BytesIO(snapshot.subtree(_norm(source))), target)
+
+    async def download_file(self, source: str, target: Path) -> None:
+        data = (await self._snapshot_for(source)).read_file(_norm(source))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
