@@ -1,0 +1,195 @@
+"""Trees in and out of a real sandbox over the archive capability (``sandbox/transfers.py``):
+one call each way, uploads written behind, log-tree reads served from one snapshot, hostile
+archives refused on the host, and Harbor's own path when a handle lacks the capability."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections import Counter
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from harbor.environments.factory import EnvironmentFactory
+from harbor.models.task.task import Task
+from harbor.models.trial.paths import TrialPaths
+
+from osmosis_harbor.sandbox import SandboxEnvironment, environment_config
+from osmosis_harbor.sandbox import environment as environment_module
+from osmosis_harbor.sandbox.docker import exec as exec_module
+from osmosis_harbor.sandbox.docker import sandbox as sandbox_module
+from osmosis_harbor.sandbox.docker.calls import Dual
+
+from .support import make_task
+
+
+@pytest.fixture
+def calls(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
+    """Every archive call and exec launch the Docker SDK serves, counted by kind."""
+    counter: Counter[str] = Counter()
+    cls = sandbox_module.DockerSandbox
+    for name in ("put_archive", "get_archive", "write_bytes", "read_bytes"):
+        original = cls.__dict__[name]._fn
+
+        def counted(*args: Any, _name: str = name, _fn: Any = original, **kwargs: Any) -> Any:
+            counter[_name] += 1
+            return _fn(*args, **kwargs)
+
+        monkeypatch.setattr(cls, name, Dual(counted))
+    launch = exec_module.ExecMethod.aio
+
+    async def counted_exec(self: Any, *argv: str, **kwargs: Any) -> Any:
+        counter["exec"] += 1
+        return await launch(self, *argv, **kwargs)
+
+    monkeypatch.setattr(exec_module.ExecMethod, "aio", counted_exec)
+    return counter
+
+
+@pytest.fixture
+async def env(tmp_path: Path) -> AsyncIterator[SandboxEnvironment]:
+    task = Task(make_task(tmp_path / "ds", "xfer", dockerfile="FROM debian:trixie-slim\nWORKDIR /work\n"))
+    trial_paths = TrialPaths(tmp_path / "trial")
+    trial_paths.mkdir()
+    environment = EnvironmentFactory.create_environment_from_config(
+        environment_config("docker"),
+        environment_dir=task.paths.environment_dir,
+        environment_name=task.name,
+        session_id=f"xfer-{uuid.uuid4().hex[:8]}",
+        trial_paths=trial_paths,
+        task_env_config=task.config.environment,
+    )
+    assert isinstance(environment, SandboxEnvironment)
+    await environment.start(force_build=False)
+    try:
+        yield environment
+    finally:
+        await environment.stop(delete=True)
+
+
+def _tree(root: Path) -> Path:
+    (root / "sub" / "empty").mkdir(parents=True)
+    (root / "sub" / "data.bin").write_bytes(bytes(range(256)) * 50)
+    (root / "run.sh").write_text("#!/bin/sh\necho ran\n")
+    (root / "run.sh").chmod(0o755)
+    (root / "link").symlink_to("sub/data.bin")
+    return root
+
+
+def _listing(root: Path) -> Iterator[tuple[str, str, int]]:
+    for path in sorted(root.rglob("*")):
+        kind = "link" if path.is_symlink() else "dir" if path.is_dir() else "file"
+        yield str(path.relative_to(root)), kind, path.lstat().st_mode & 0o777 if kind != "link" else 0
+
+
+async def test_a_tree_goes_up_and_comes_back_in_one_call_each_way(
+    env: SandboxEnvironment, tmp_path: Path, calls: Counter[str]
+) -> None:
+    src = _tree(tmp_path / "src")
+    await env.upload_dir(src, "/work/payload")
+    assert calls["put_archive"] == 0  # staged, not sent yet
+    ran = await env.exec("/work/payload/run.sh && readlink /work/payload/link && test -d /work/payload/sub/empty")
+    assert (ran.return_code, ran.stdout) == (0, "ran\nsub/data.bin\n")
+    assert calls["put_archive"] == 1
+    owner = await env.exec("stat -c '%U %a' /work/payload/run.sh /work/payload")
+    assert owner.stdout.splitlines()[0] == "root 755"
+    await env.download_dir("/work/payload", tmp_path / "back")
+    assert calls["get_archive"] == 1
+    assert list(_listing(tmp_path / "back")) == list(_listing(src))
+    assert (tmp_path / "back" / "sub" / "data.bin").read_bytes() == bytes(range(256)) * 50
+    assert calls["write_bytes"] == calls["read_bytes"] == 0
+
+
+async def test_staged_uploads_go_in_one_call_before_the_next_command(
+    env: SandboxEnvironment, tmp_path: Path, calls: Counter[str]
+) -> None:
+    src = _tree(tmp_path / "src")
+    (tmp_path / "one.txt").write_text("one\n")
+    await env.upload_dir(src, "/work/a")
+    await env.upload_file(tmp_path / "one.txt", "/opt/new/deep/one.txt")
+    await env.upload_dir(src, "/work/b")
+    (src / "sub" / "data.bin").write_text("changed after staging")  # the staged copy is what goes
+    before = calls["exec"]
+    result = await env.exec("cat /opt/new/deep/one.txt && cmp -s /work/a/sub/data.bin /work/b/sub/data.bin && echo same")
+    assert (result.return_code, result.stdout) == (0, "one\nsame\n")
+    assert calls["put_archive"] == 1 and calls["exec"] == before + 1
+    size = await env.exec("stat -c %s /work/b/sub/data.bin")
+    assert size.stdout.strip() == str(256 * 50)
+
+
+async def test_uploads_nobody_could_observe_are_never_sent(
+    env: SandboxEnvironment, tmp_path: Path, calls: Counter[str]
+) -> None:
+    await env.upload_dir(_tree(tmp_path / "src"), "/logs/agent")
+    await env.stop(delete=True)
+    assert calls["put_archive"] == 0
+
+
+async def test_log_tree_reads_share_one_snapshot_until_something_changes(
+    env: SandboxEnvironment, tmp_path: Path, calls: Counter[str]
+) -> None:
+    made = await env.exec(
+        "mkdir -p /logs/agent /logs/artifacts/out && echo a > /logs/agent/a.txt && echo b > /logs/artifacts/out/b.txt"
+    )
+    assert made.return_code == 0
+    await env.download_dir("/logs/agent", tmp_path / "agent")
+    (tmp_path / "agent" / "host-made.log").write_text("written on the host\n")
+    await env.upload_dir(tmp_path / "agent", "/logs/agent")  # Harbor sends agent logs back up
+    assert await env.is_dir("/logs/artifacts") and not await env.is_file("/logs/artifacts")
+    assert await env.is_file("/logs/artifacts/out/b.txt")
+    await env.download_dir("/logs/artifacts", tmp_path / "artifacts")
+    assert calls["get_archive"] == 1 and calls["put_archive"] == 0
+    assert (tmp_path / "agent" / "a.txt").read_text() == "a\n"
+    assert (tmp_path / "artifacts" / "out" / "b.txt").read_text() == "b\n"
+    # a read of what was uploaded sends the upload first, then reads the sandbox again
+    await env.download_dir("/logs/agent", tmp_path / "again")
+    assert calls["put_archive"] == 1 and calls["get_archive"] == 2
+    assert (tmp_path / "again" / "host-made.log").read_text() == "written on the host\n"
+    # a command invalidates the snapshot: what it wrote is seen
+    await env.exec("echo c > /logs/artifacts/out/c.txt")
+    await env.download_file("/logs/artifacts/out/c.txt", tmp_path / "c.txt")
+    assert (tmp_path / "c.txt").read_text() == "c\n" and calls["get_archive"] == 3
+
+
+async def test_missing_paths_read_as_missing(env: SandboxEnvironment, tmp_path: Path) -> None:
+    assert not await env.is_dir("/no/such/dir") and not await env.is_file("/no/such/file")
+    assert not await env.is_dir("/logs/none")  # under /logs, with no /logs at all
+    with pytest.raises(FileNotFoundError):
+        await env.download_dir("/no/such/dir", tmp_path / "x")
+    with pytest.raises(FileNotFoundError):
+        await env.download_file("/logs/agent/none.txt", tmp_path / "x.txt")
+    await env.exec("mkdir -p /logs/agent && echo f > /logs/agent/f")
+    with pytest.raises(NotADirectoryError):
+        await env.download_dir("/logs/agent/f", tmp_path / "y")
+
+
+async def test_a_hostile_sandbox_cannot_write_outside_the_target(env: SandboxEnvironment, tmp_path: Path) -> None:
+    """Links out of the tree and a directory replaced by a link are refused on the host."""
+    planted = await env.exec(
+        "mkdir -p /logs/agent && ln -s /etc/passwd /logs/agent/passwd && ln -s ../../../../../../tmp /logs/agent/up "
+        "&& echo ok > /logs/agent/ok.txt && ln -s /etc /logs/artifacts"
+    )
+    assert planted.return_code == 0
+    target = tmp_path / "t" / "agent"
+    await env.download_dir("/logs/agent", target)
+    assert (target / "ok.txt").read_text() == "ok\n"
+    assert not (target / "passwd").exists() and not (target / "up").exists()
+    assert not await env.is_dir("/logs/artifacts")  # a link, not followed
+    with pytest.raises(NotADirectoryError):
+        await env.download_dir("/logs/artifacts", tmp_path / "t" / "artifacts")
+    assert sorted(os.listdir(tmp_path / "t")) == ["agent"]
+
+
+async def test_without_the_capability_harbors_own_path_runs(
+    env: SandboxEnvironment, tmp_path: Path, calls: Counter[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(environment_module, "has_archives", lambda _sandbox: False)
+    src = _tree(tmp_path / "src")
+    await env.upload_dir(src, "/work/payload")
+    assert calls["write_bytes"] == 1  # sent at once, through Harbor's write + unpack
+    await env.download_dir("/work/payload", tmp_path / "back")
+    assert list(_listing(tmp_path / "back")) == list(_listing(src))
+    assert calls["put_archive"] == calls["get_archive"] == 0 and calls["read_bytes"] == 1
+    assert await env.is_dir("/work/payload/sub")
