@@ -112,7 +112,9 @@ async def test_staged_uploads_go_in_one_call_before_the_next_command(
     await env.upload_dir(src, "/work/b")
     (src / "sub" / "data.bin").write_text("changed after staging")  # the staged copy is what goes
     before = calls["exec"]
-    result = await env.exec("cat /opt/new/deep/one.txt && cmp -s /work/a/sub/data.bin /work/b/sub/data.bin && echo same")
+    result = await env.exec(
+        "cat /opt/new/deep/one.txt && cmp -s /work/a/sub/data.bin /work/b/sub/data.bin && echo same"
+    )
     assert (result.return_code, result.stdout) == (0, "one\nsame\n")
     assert calls["put_archive"] == 1 and calls["exec"] == before + 1
     size = await env.exec("stat -c %s /work/b/sub/data.bin")

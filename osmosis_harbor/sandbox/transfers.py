@@ -26,6 +26,7 @@ and owner (Harbor's ``tar -x`` of ``.`` would reset them).
 from __future__ import annotations
 
 import io
+import os
 import posixpath
 import tarfile
 from collections.abc import Awaitable, Callable
@@ -60,47 +61,57 @@ def _root_owned(info: tarfile.TarInfo) -> tarfile.TarInfo:
 
 
 class _Staged:
-    """Uploads waiting for the next command: one growing tar rooted at ``/``."""
+    """Uploads waiting for the next command: tar members rooted at ``/``, packed when staged."""
 
     def __init__(self) -> None:
-        self._reset()
-
-    def _reset(self) -> None:
-        self._buffer = io.BytesIO()
-        self._tar: tarfile.TarFile | None = None
+        self._members: list[tuple[tarfile.TarInfo, bytes | None]] = []
         self.targets: list[str] = []
+        self._packer = tarfile.open(fileobj=io.BytesIO(), mode="w")  # only for gettarinfo
 
-    def _open(self) -> tarfile.TarFile:
-        if self._tar is None:
-            self._tar = tarfile.open(fileobj=self._buffer, mode="w", format=tarfile.PAX_FORMAT)
-        return self._tar
+    def _add(self, path: Path, name: str) -> None:
+        info = _root_owned(self._packer.gettarinfo(str(path), arcname=name))
+        data = path.read_bytes() if info.isfile() else None
+        self._members.append((info, data))
 
     def add_dir(self, source: Path, target: str) -> None:
-        tar = self._open()
         name = target.lstrip("/")
         children = sorted(source.iterdir())
-        if not children or not name:  # an empty tree still makes its target, like ``mkdir -p``
-            if name:
-                tar.add(source, arcname=name, recursive=False, filter=_root_owned)
-        for child in children:
-            tar.add(child, arcname=posixpath.join(name, child.name) if name else child.name, filter=_root_owned)
+        if not children and name:  # an empty tree still makes its target, like ``mkdir -p``
+            self._add(source, name)
+        for root, dirs, files in os.walk(source):
+            dirs.sort()
+            base = Path(root)
+            for entry in sorted(dirs + files):
+                path = base / entry
+                self._add(path, posixpath.join(name, path.relative_to(source).as_posix()))
         self.targets.append(target)
 
     def add_file(self, source: Path, target: str) -> None:
-        self._open().add(source, arcname=target.lstrip("/"), recursive=False, filter=_root_owned)
+        self._add(source, target.lstrip("/"))
         self.targets.append(target)
+
+    def make_executable(self, path: str) -> bool:
+        """``chmod +x`` on a staged regular file, applied to what will be sent; False when
+        ``path`` is not staged (the command must then run)."""
+        name = path.lstrip("/")
+        hits = [info for info, _ in self._members if info.name == name and info.isfile()]
+        for info in hits:
+            info.mode |= (info.mode & 0o444) >> 2  # +x where readable, as chmod +x does under umask 022
+        return bool(hits)
 
     def overlaps(self, path: str) -> bool:
         return any(_overlaps(path, target) for target in self.targets)
 
     def take(self) -> bytes | None:
         """The archive of everything staged (and forget it), or None when nothing is."""
-        if self._tar is None:
+        if not self._members:
             return None
-        self._tar.close()
-        data = self._buffer.getvalue()
-        self._reset()
-        return data
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
+            for info, data in self._members:
+                tar.addfile(info, io.BytesIO(data) if data is not None else None)
+        self._members, self.targets = [], []
+        return buffer.getvalue()
 
 
 @dataclass
@@ -123,7 +134,7 @@ class _Snapshot:
         return base if rel == "." else posixpath.join(base, rel)
 
     def kind(self, path: str) -> str | None:
-        """"dir", "file", "other" (links, devices) or None when absent."""
+        """ "dir", "file", "other" (links, devices) or None when absent."""
         name = self._name(path)
         with tarfile.open(fileobj=io.BytesIO(self.data)) as tar:
             for member in tar:
@@ -200,6 +211,18 @@ class ArchiveTransfers:
         if data is not None:
             self.calls += 1
             await self._put(data, "/")
+
+    def make_executable(self, path: str) -> bool:
+        """Apply ``chmod +x path`` to a staged file instead of running it (see `_Staged`)."""
+        return self._staged.make_executable(_norm(path))
+
+    async def flush_overlapping(self, paths: list[str]) -> None:
+        """Before a command that touches only ``paths``: send what is staged there (all of it,
+        in one call), leave the rest staged, and forget snapshots of those paths."""
+        norm = [_norm(p) for p in paths]
+        if any(self._staged.overlaps(p) for p in norm):
+            await self.flush()
+        self._snapshots = [s for s in self._snapshots if not any(_overlaps(s.root, p) for p in norm)]
 
     def command_ran(self) -> None:
         """A command may have changed anything: no snapshot answers any more."""

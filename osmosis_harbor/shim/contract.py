@@ -18,6 +18,12 @@ from osmosis_ai.rollout.context import API_KEY_ENV, CHAT_COMPLETIONS_URL_ENV
 LOGS_DIR = "/logs"  # Harbor downloads /logs/agent and /logs/verifier into the trial directory
 AGENT_LOGS = f"{LOGS_DIR}/agent"
 VERIFIER_LOGS = f"{LOGS_DIR}/verifier"
+ARTIFACTS_LOGS = f"{LOGS_DIR}/artifacts"
+# Harbor's in-sandbox log dirs. An image with the bundle baked in holds them empty and
+# world-writable (the Dockerfile patch makes them), which is what Harbor's own preparation
+# commands would do on a fresh sandbox: the sandbox environment skips those commands there.
+LAYOUT_DIRS = (AGENT_LOGS, VERIFIER_LOGS, ARTIFACTS_LOGS)
+BAKED_BUNDLE_COMMENT = "# osmosis-harbor baked bundle: "  # + the key, in the patched Dockerfile
 ROLLOUT_INPUT = "/osmosis/rollout_input.json"  # id, prompt, metadata: never the label
 TESTS_DIR = "/tests"  # uploaded by Harbor only for verification
 GRADING_INPUT_FILENAME = "osmosis_grading_input.json"
