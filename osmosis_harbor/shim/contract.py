@@ -18,7 +18,8 @@ from osmosis_ai.rollout.context import API_KEY_ENV, CHAT_COMPLETIONS_URL_ENV
 LOGS_DIR = "/logs"  # Harbor downloads /logs/agent and /logs/verifier into the trial directory
 AGENT_LOGS = f"{LOGS_DIR}/agent"
 VERIFIER_LOGS = f"{LOGS_DIR}/verifier"
-ROLLOUT_INPUT = "/osmosis/rollout_input.json"  # id, prompt, metadata: never the label
+ROLLOUT_INPUT_DIR = "/osmosis"
+ROLLOUT_INPUT = f"{ROLLOUT_INPUT_DIR}/rollout_input.json"  # id, prompt, metadata: never the label
 TESTS_DIR = "/tests"  # uploaded by Harbor only for verification
 GRADING_INPUT_FILENAME = "osmosis_grading_input.json"
 GRADING_INPUT = f"{TESTS_DIR}/{GRADING_INPUT_FILENAME}"
@@ -26,6 +27,8 @@ BUNDLE_ROOT = "/opt/osmosis"
 VENV = f"{BUNDLE_ROOT}/venv"  # the bundle's own venv: the image's Python and user are left alone
 WHEELS_DIR = f"{BUNDLE_ROOT}/wheels"
 CONTAINER_REQUIREMENTS = f"{BUNDLE_ROOT}/requirements.txt"  # baked into the image by the Dockerfile patch
+# The key of the bundle baked into the image (one line): a trial checks it instead of installing.
+BUNDLE_MARKER = f"{BUNDLE_ROOT}/bundle.id"
 
 # ── files the shim writes (under agent/ and verifier/) ───────────────────────
 SAMPLE_FILENAME = "sample.json"
@@ -38,6 +41,8 @@ MIN_PYTHON = (3, 12)
 EXIT_NO_PYTHON = 90  # the task image has no python3
 EXIT_OLD_PYTHON = 91  # its python3 is older than MIN_PYTHON
 IMAGE_PROBLEM_EXITS = frozenset({EXIT_NO_PYTHON, EXIT_OLD_PYTHON})
+EXIT_WRONG_BUNDLE = 93  # the image's BUNDLE_MARKER names another bundle (or none)
+WRONG_BUNDLE_MESSAGE = "osmosis-harbor: wrong bundle in the sandbox image"  # starts the check's stderr line
 
 # ── environment variables (the key and endpoint travel only here, never in files) ──
 ROLLOUT_INPUT_ENV = "OSMOSIS_ROLLOUT_INPUT"
