@@ -3,8 +3,9 @@
 Tasks are grouped by environment (the content hash of their materialized ``environment/``,
 bundle-dependency patch included, plus the sandbox resources the task asks for). Once per
 group: the image is built and pushed, or reused when it already exists (a second prewarm
-builds nothing); the agent setup runs once in a real sandbox to prove it works (bundle
-install and console script, or a native agent's setup); and, when a warm pool is
+builds nothing); the agent setup runs once in a real sandbox to prove it works (the
+bundle's console script, checked against the baked bundle marker or after a pip install,
+or a native agent's setup); and, when a warm pool is
 configured, the group's pool is created or resized. Per-task failures are recorded so that
 ``execute`` refuses those tasks with the reason; a prewarm that fails everywhere, or for a
 systemic reason (engine, registry, credentials), raises so a server does not start broken.
@@ -69,7 +70,9 @@ class PrewarmTarget(Protocol):
 
     def materialize(self, task: ResolvedTask, dest: Path, *, request: ExecutionRequest | None) -> MaterializedTask: ...
 
-    async def prove_agent_setup(self, environment: BaseEnvironment, *, deps_baked: bool) -> None: ...
+    async def prove_agent_setup(
+        self, environment: BaseEnvironment, *, deps_baked: bool, bundle_baked: str | None
+    ) -> None: ...
 
 
 class PrewarmGroup(BaseModel):
@@ -110,6 +113,7 @@ class _Prepared(BaseModel):
     no_network: bool
     group_key: str
     deps_baked: bool = False
+    bundle_baked: str | None = None  # the bundle key the image bakes in
 
 
 def _is_systemic(exc: BaseException) -> bool:
@@ -218,6 +222,7 @@ class Prewarmer:
             no_network=self._no_network(task),
             group_key=self._environment(path).group_key,  # the same key every trial's environment derives
             deps_baked=materialized.environment_patched,
+            bundle_baked=materialized.bundle_baked,
         )
 
     @staticmethod
@@ -253,7 +258,7 @@ class Prewarmer:
         try:
             image, built = await _with_progress(self.notify, key, "image", timings, env.prepare_image())
             group.image, group.built, group.reused = image, built, bool(image) and not built
-            await _with_progress(self.notify, key, "setup", timings, self._prove_setup(env, items[0].deps_baked))
+            await _with_progress(self.notify, key, "setup", timings, self._prove_setup(env, items[0]))
             group.setup_ok = True
             if self.pool_base and image:
                 group.pool = pool_name_for(self.pool_base, key)
@@ -267,10 +272,10 @@ class Prewarmer:
                 raise
         return group
 
-    async def _prove_setup(self, env: SandboxEnvironment, deps_baked: bool) -> None:
+    async def _prove_setup(self, env: SandboxEnvironment, item: _Prepared) -> None:
         await env.start(force_build=False)
         try:
-            await self.backend.prove_agent_setup(env, deps_baked=deps_baked)
+            await self.backend.prove_agent_setup(env, deps_baked=item.deps_baked, bundle_baked=item.bundle_baked)
         finally:
             await env.stop(delete=True)
 

@@ -114,4 +114,6 @@ def test_the_grader_runs_in_a_sandbox_of_its_own(tmp_path: Path, graded_template
     config = TaskConfig.model_validate_toml((copy / "task.toml").read_text())
     assert config.verifier.environment_mode is VerifierEnvironmentMode.SEPARATE
     assert config.artifacts == ["/logs/agent", "/workspace"]
-    assert (copy / "tests" / "osmosis_grade.sh").is_file() and list((copy / "tests").glob("*.whl"))
+    # the image bakes the bundle in: the fresh verifier sandbox checks its marker, installs nothing
+    assert "/opt/osmosis/bundle.id" in (copy / "tests" / "osmosis_grade.sh").read_text()
+    assert not list((copy / "tests").glob("*.whl"))

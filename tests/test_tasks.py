@@ -31,6 +31,7 @@ from harbor.storage.supabase import SupabaseStorage
 from harbor.tasks.client import TaskClient, _ResolvedPackage
 
 from osmosis_harbor.tasks import (
+    BUNDLE_DIRNAME,
     CONTAINER_REQUIREMENTS,
     GRADING_INPUT_FILENAME,
     INCOMPATIBLE_IMAGE_MARKER,
@@ -43,6 +44,7 @@ from osmosis_harbor.tasks import (
     TaskResolutionError,
     TaskResolver,
     UnpinnedTaskRefWarning,
+    baked_bundle,
     materialize_task,
     patch_environment,
     render_prompt,
@@ -469,6 +471,81 @@ def test_materialize_with_environment_patch(tmp_path: Path) -> None:
     image_only = make_task(tmp_path / "image-only", dockerfile=None)
     out = materialize_task(image_only, tmp_path / "y", environment_patch=EnvironmentPatch(requirements=["x"]))
     assert not out.environment_patched
+
+
+def _wheel(root: Path, name: str = "calc_agent-0.1.0-py3-none-any.whl", data: bytes = b"wheel-1") -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / name).write_bytes(data)
+    return root / name
+
+
+def test_patch_environment_bakes_the_bundle_after_the_dependencies(tmp_path: Path) -> None:
+    env = tmp_path / "environment"
+    env.mkdir()
+    (env / "Dockerfile").write_text(MULTISTAGE)
+    wheel = _wheel(tmp_path / "bundles")
+    patch = EnvironmentPatch(requirements=["osmosis-ai==0.3.8"], wheel=wheel, bundle_key="k1")
+    assert patch_environment(env, patch)
+    block = (env / "Dockerfile").read_text().split(PATCH_BEGIN)[1].strip().splitlines()
+    # the dependencies' RUN first (its layer stays cached when only the bundle changes), then one bundle layer
+    assert block[1] == f"COPY {REQUIREMENTS_FILENAME} {CONTAINER_REQUIREMENTS}" and "-r " in block[2]
+    assert block[3] == f"COPY {BUNDLE_DIRNAME}/{wheel.name} /opt/osmosis/wheels/{wheel.name}"
+    assert block[4] == (
+        "RUN /opt/osmosis/venv/bin/python -m pip install --disable-pip-version-check -q --no-deps --no-index "
+        f"--no-cache-dir /opt/osmosis/wheels/{wheel.name} && echo k1 > /opt/osmosis/bundle.id && "
+        "mkdir -p /logs/agent /logs/verifier /logs/artifacts /osmosis && "
+        "chmod 777 /logs/agent /logs/verifier /logs/artifacts && chmod 755 /osmosis"
+    )
+    assert block[6:] == ["USER app", "# <<< osmosis-harbor: bundle dependencies <<<"]
+    assert (env / BUNDLE_DIRNAME / wheel.name).read_bytes() == b"wheel-1"
+    assert baked_bundle(env) == "k1"
+
+    before = {p.relative_to(env): p.read_bytes() for p in env.rglob("*") if p.is_file()}
+    assert patch_environment(env, patch)  # idempotent
+    assert {p.relative_to(env): p.read_bytes() for p in env.rglob("*") if p.is_file()} == before
+    # a new bundle replaces the old wheel (a stale one would change the environment hash)
+    other = _wheel(tmp_path / "bundles2", "calc_agent-0.2.0-py3-none-any.whl", b"wheel-2")
+    patch_environment(env, EnvironmentPatch(requirements=["osmosis-ai==0.3.8"], wheel=other, bundle_key="k2"))
+    assert [p.name for p in (env / BUNDLE_DIRNAME).iterdir()] == [other.name] and baked_bundle(env) == "k2"
+    text = (env / "Dockerfile").read_text()
+    assert text.count(PATCH_BEGIN) == 1 and text.count("bundle.id") == 1
+    # without a wheel: dependencies only, nothing staged, nothing baked
+    patch_environment(env, EnvironmentPatch(requirements=["osmosis-ai==0.3.8"]))
+    assert not (env / BUNDLE_DIRNAME).exists() and baked_bundle(env) is None
+    assert "bundle.id" not in (env / "Dockerfile").read_text()
+
+
+def test_baked_bundle_copies_are_deterministic_and_pass_dockerignore(tmp_path: Path) -> None:
+    wheel = _wheel(tmp_path / "bundles")
+    outputs = []
+    for i in range(2):
+        env = tmp_path / f"e{i}" / "environment"
+        env.mkdir(parents=True)
+        (env / "Dockerfile").write_text("FROM debian:trixie-slim\n")
+        (env / ".dockerignore").write_text("*\n!Dockerfile\n")
+        for _ in range(2):
+            patch_environment(env, EnvironmentPatch(requirements=["a"], wheel=wheel, bundle_key="k"))
+        outputs.append({p.relative_to(env): p.read_bytes() for p in env.rglob("*") if p.is_file()})
+    assert outputs[0] == outputs[1]
+    assert (env / ".dockerignore").read_text() == f"*\n!Dockerfile\n!{REQUIREMENTS_FILENAME}\n!{BUNDLE_DIRNAME}\n"
+    for bad, message in (
+        ({"wheel": wheel}, "go together"),
+        ({"bundle_key": "k"}, "go together"),
+        ({"wheel": wheel, "bundle_key": "k; rm -rf /"}, "bundle_key"),
+        ({"wheel": tmp_path / "x.tar.gz", "bundle_key": "k"}, ".whl"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            EnvironmentPatch(requirements=["a"], **bad)
+    assert baked_bundle(tmp_path / "nowhere") is None
+
+
+def test_materialize_says_which_bundle_is_baked(tmp_path: Path) -> None:
+    wheel = _wheel(tmp_path / "bundles")
+    patch = EnvironmentPatch(requirements=["x"], wheel=wheel, bundle_key="k1")
+    out = materialize_task(make_task(tmp_path / "t"), tmp_path / "x", environment_patch=patch)
+    assert out.environment_patched and out.bundle_baked == "k1" and out.flags()["bundle_baked"]
+    image_only = materialize_task(make_task(tmp_path / "i", dockerfile=None), tmp_path / "y", environment_patch=patch)
+    assert not image_only.environment_patched and image_only.bundle_baked is None
 
 
 # -- harbor_task: local paths -----------------------------------------------------------

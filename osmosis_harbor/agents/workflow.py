@@ -1,9 +1,11 @@
 """The Harbor agent that runs an Osmosis ``AgentWorkflow`` bundle inside the sandbox.
 
-Harbor drives it like any agent: ``setup`` installs the bundle wheel with pip into a
-venv of its own (``/opt/osmosis/venv``; the image's Python and user are left alone),
-``run`` uploads the rollout input (id, prompt, metadata: never the label) and executes
-``<pkg>-agent``. The chat endpoint and API key are looked up in host memory by rollout id
+Harbor drives it like any agent: ``setup`` puts the rollout input (id, prompt, metadata:
+never the label) in the sandbox and ``run`` executes ``<pkg>-agent`` from the bundle's own
+venv (``/opt/osmosis/venv``; the image's Python and user are left alone). When the task
+image bakes the bundle in (``bundle_baked``, see ``osmosis_harbor.tasks.dockerfile``),
+setup is one file upload and ``run`` checks the image's bundle marker in the same exec as
+the workflow; otherwise (an image built elsewhere) setup pip-installs the wheel first. The chat endpoint and API key are looked up in host memory by rollout id
 and given to that one process through its environment, so they never reach a file.
 A workflow failure is raised as ``WorkflowFailedError`` carrying the shim's structured
 error, which Harbor records as the trial's exception (and skips verification).
@@ -29,7 +31,16 @@ from osmosis_harbor.errors import (
 from osmosis_harbor.shim import contract
 from osmosis_harbor.shim.errors import Redactor
 
-__all__ = ["IMPORT_PATH", "VENV", "WorkflowAgent", "agent_timeout_budget", "install_bundle", "install_command"]
+__all__ = [
+    "IMPORT_PATH",
+    "VENV",
+    "WorkflowAgent",
+    "agent_timeout_budget",
+    "bundle_check_command",
+    "install_bundle",
+    "install_command",
+    "wrong_bundle_line",
+]
 
 IMPORT_PATH = "osmosis_harbor.agents.workflow:WorkflowAgent"
 BUNDLE_ROOT = PurePosixPath(contract.BUNDLE_ROOT)
@@ -67,6 +78,27 @@ def install_command(wheel: PurePosixPath, *, deps_preinstalled: bool, python: st
     )
 
 
+def bundle_check_command(key: str) -> str:
+    """Shell that fails with one line (exit ``EXIT_WRONG_BUNDLE``) unless the image's bundle
+    marker names bundle ``key``: a baked image is checked where the bundle runs, in the same
+    call, instead of installing. The line names both keys and the way out."""
+    marker = contract.BUNDLE_MARKER
+    return (
+        f'held=$(cat {marker} 2>/dev/null); [ "$held" = {shlex.quote(key)} ] || {{ '
+        f'echo "{contract.WRONG_BUNDLE_MESSAGE}: this rollout runs bundle {shlex.quote(key)} but the image '
+        f"holds ${{held:-no bundle}} ({marker}): a sandbox image or warm pool built for another bundle; "
+        f're-run prewarm with this bundle" >&2; exit {contract.EXIT_WRONG_BUNDLE}; }}'
+    )
+
+
+def wrong_bundle_line(return_code: int | None, output: str | None) -> str | None:
+    """The check's line when ``bundle_check_command`` failed (and not the workflow, which
+    could exit with the same code), else None."""
+    if return_code != contract.EXIT_WRONG_BUNDLE:
+        return None
+    return next((line for line in (output or "").splitlines() if line.startswith(contract.WRONG_BUNDLE_MESSAGE)), None)
+
+
 class WorkflowAgent(BaseAgent):
     """Runs ``<pkg>-agent`` from an Osmosis bundle as the trial's agent."""
 
@@ -80,6 +112,7 @@ class WorkflowAgent(BaseAgent):
         rollout_id: str,
         rollout_input: str,
         deps_preinstalled: bool = False,
+        bundle_baked: str | None = None,
         steps: list[str] | None = None,
         shim_timeout_sec: float | None = None,
         **kwargs: Any,
@@ -90,6 +123,7 @@ class WorkflowAgent(BaseAgent):
         self._rollout_id = rollout_id
         self._rollout_input = Path(rollout_input)
         self._deps_preinstalled = deps_preinstalled
+        self._bundle_baked = bundle_baked  # the key the image's marker must hold
         self._steps = list(steps or [])
         self._shim_timeout_sec = shim_timeout_sec
         self._step_index = 0
@@ -105,6 +139,13 @@ class WorkflowAgent(BaseAgent):
 
     @override
     async def setup(self, environment: BaseEnvironment) -> None:
+        if self._bundle_baked is not None:
+            # The image holds the bundle and /osmosis (755): one upload, no exec. A multi-step
+            # task stages each step's input in run instead.
+            if not self._steps:
+                self._rollout_input.chmod(0o644)  # an SDK that keeps the mode: any agent user reads it
+                await environment.upload_file(self._rollout_input, str(ROLLOUT_INPUT))
+            return
         # The rollout input travels with the bundle: setup runs as root, so one exec
         # installs the wheel and makes the input readable by whatever user the agent runs as.
         await install_bundle(
@@ -151,10 +192,15 @@ class WorkflowAgent(BaseAgent):
             env[contract.CHAT_URL_ENV] = creds.chat_completions_url
             if creds.api_key:
                 env[contract.KEY_ENV] = creds.api_key
-        result = await environment.exec(shlex.quote(str(VENV / "bin" / self._script)), env=env)
+        command = shlex.quote(str(VENV / "bin" / self._script))
+        if self._bundle_baked is not None:
+            command = f"{bundle_check_command(self._bundle_baked)}; exec {command}"
+        result = await environment.exec(command, env=env)
         redactor = Redactor.for_key(creds.api_key if creds else None)
         log = redactor.text((result.stdout or "") + (result.stderr or ""))
         (self.logs_dir / "workflow.log").write_text(log)
+        if self._bundle_baked is not None and (wrong := wrong_bundle_line(result.return_code, result.stderr)):
+            raise BundleInstallError(wrong)
         if result.return_code != 0:
             raise WorkflowFailedError(await self._error_summary(environment, result.return_code, redactor, log))
 

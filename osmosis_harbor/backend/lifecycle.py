@@ -23,7 +23,7 @@ from harbor.models.trial.config import EnvironmentConfig
 from osmosis_ai.rollout.types import ExecutionRequest
 
 from osmosis_harbor.agents.native import native_agent_config, scoped_api_key
-from osmosis_harbor.agents.workflow import VENV, install_bundle
+from osmosis_harbor.agents.workflow import VENV, bundle_check_command, install_bundle, wrong_bundle_line
 from osmosis_harbor.backend.options import BackendOptions
 from osmosis_harbor.backend.plan import Planner, Refusal
 from osmosis_harbor.backend.tracker import RolloutTracker
@@ -129,11 +129,21 @@ class BackendLifecycle:
         """Request metadata that selects ``task_id`` (prewarm resolves tasks like rollouts)."""
         return None if self.options.task_mode is TaskMode.TEMPLATE else {"harbor_task_id": task_id}
 
-    async def prove_agent_setup(self, environment: BaseEnvironment, *, deps_baked: bool) -> None:
-        """Run the agent setup once in a started sandbox (prewarm's proof that it works)."""
+    async def prove_agent_setup(
+        self, environment: BaseEnvironment, *, deps_baked: bool, bundle_baked: str | None = None
+    ) -> None:
+        """Run the agent setup once in a started sandbox (prewarm's proof that it works): with
+        the bundle baked into the image, one exec checks its marker and runs the console script,
+        as a trial's would; otherwise the wheel is pip-installed first."""
         if self.bundle is not None and self.bundle.agent_script and not self.options.is_native:
-            await install_bundle(environment, self.bundle.wheel, deps_preinstalled=deps_baked)
-            probe = await environment.exec(f"{VENV / 'bin' / self.bundle.agent_script} --help")
+            probe_command = f"{VENV / 'bin' / self.bundle.agent_script} --help"
+            if bundle_baked is not None:
+                probe_command = f"{bundle_check_command(bundle_baked)}; {probe_command}"
+            else:
+                await install_bundle(environment, self.bundle.wheel, deps_preinstalled=deps_baked)
+            probe = await environment.exec(probe_command)
+            if wrong := wrong_bundle_line(probe.return_code, probe.stderr):
+                raise BundleInstallError(wrong)
             if probe.return_code != 0:
                 raise BundleInstallError(
                     f"{self.bundle.agent_script} does not run in the sandbox: "

@@ -4,7 +4,7 @@
 its reward comes from (``RewardSource``), whether the bundled grader is its verifier (then in a
 sandbox of its own), and whether it claims from a prewarmed pool. The decisions travel as a
 frozen ``RolloutPlan``; ``Planner.trial_config`` materializes the task copy from it (the copy
-says, as data, whether the bundle's dependencies are baked into the image) and builds the
+says, as data, whether the bundle and its dependencies are baked into the image) and builds the
 ``TrialConfig``. Prewarm asks the same planner for the plan of a graded rollout to come, so
 its image hash and setup proof are the rollout's.
 """
@@ -29,7 +29,7 @@ from osmosis_ai.rollout.types import ExecutionRequest
 
 from osmosis_harbor.agents.native import native_agent_config
 from osmosis_harbor.agents.workflow import IMPORT_PATH as WORKFLOW_AGENT
-from osmosis_harbor.agents.workflow import VENV, agent_timeout_budget, install_command
+from osmosis_harbor.agents.workflow import VENV, agent_timeout_budget, bundle_check_command, install_command
 from osmosis_harbor.backend.options import BackendOptions
 from osmosis_harbor.backend.outcome import RewardSource
 from osmosis_harbor.bundle.info import BundleInfo
@@ -131,7 +131,9 @@ class Planner:
             grade_command = f"/bin/sh /tests/{GRADE_SCRIPT}"
         patch = None
         if self.bundle is not None and self.options.patch_dockerfile_with_sdk:
-            patch = EnvironmentPatch(requirements=list(self.bundle.dependencies))
+            patch = EnvironmentPatch(
+                requirements=list(self.bundle.dependencies), wheel=self.bundle.wheel, bundle_key=self.bundle.key
+            )
         instruction = None
         if request is not None and self.options.task_mode is TaskMode.TEMPLATE:
             instruction = render_prompt(request.prompt)
@@ -147,20 +149,23 @@ class Planner:
             grader_inputs=self.options.grader_inputs,
         )
         if materialized.generated_tests:
-            self._stage_grader_install(materialized.path / "tests", materialized.environment_patched)
+            self._stage_grader_install(materialized.path / "tests", materialized)
         return materialized
 
-    def _stage_grader_install(self, tests_dir: Path, deps_baked: bool) -> None:
-        """Put the grader wheel and its installer next to the generated test.sh: Harbor uploads
-        tests/ only at verification, so the agent phase never sees either."""
+    def _stage_grader_install(self, tests_dir: Path, materialized: MaterializedTask) -> None:
+        """Put the grader's launcher (and, unless the image bakes the bundle in, the wheel and
+        its installer) next to the generated test.sh: Harbor uploads tests/ only at
+        verification, so the agent phase never sees them. The verifier's fresh sandbox
+        starts from the same image, so a baked one only checks the image's bundle marker."""
         assert self.bundle is not None and self.bundle.grade_script
-        shutil.copy2(self.bundle.wheel, tests_dir / self.bundle.wheel.name)
+        if materialized.bundle_baked is not None:
+            setup = bundle_check_command(materialized.bundle_baked)
+        else:
+            shutil.copy2(self.bundle.wheel, tests_dir / self.bundle.wheel.name)
+            wheel = PurePosixPath("/tests") / self.bundle.wheel.name
+            setup = install_command(wheel, deps_preinstalled=materialized.environment_patched)
         script = tests_dir / GRADE_SCRIPT
-        script.write_text(
-            "#!/bin/sh\n"
-            f"{install_command(PurePosixPath('/tests') / self.bundle.wheel.name, deps_preinstalled=deps_baked)}\n"
-            f"exec {VENV / 'bin' / self.bundle.grade_script}\n"
-        )
+        script.write_text(f"#!/bin/sh\n{setup}\nexec {VENV / 'bin' / self.bundle.grade_script}\n")
         script.chmod(0o755)
 
     # ── the trial ────────────────────────────────────────────────────────────
@@ -222,6 +227,7 @@ class Planner:
             "rollout_id": request.id,
             "rollout_input": str(rollout_input),
             "deps_preinstalled": materialized.environment_patched,
+            "bundle_baked": materialized.bundle_baked,
             "steps": list(plan.steps) or None,
             "shim_timeout_sec": agent_timeout_budget(request.agent_timeout_sec),
         }

@@ -24,7 +24,8 @@ ARTIFACTS_LOGS = f"{LOGS_DIR}/artifacts"
 # commands would do on a fresh sandbox: the sandbox environment skips those commands there.
 LAYOUT_DIRS = (AGENT_LOGS, VERIFIER_LOGS, ARTIFACTS_LOGS)
 BAKED_BUNDLE_COMMENT = "# osmosis-harbor baked bundle: "  # + the key, in the patched Dockerfile
-ROLLOUT_INPUT = "/osmosis/rollout_input.json"  # id, prompt, metadata: never the label
+ROLLOUT_INPUT_DIR = "/osmosis"
+ROLLOUT_INPUT = f"{ROLLOUT_INPUT_DIR}/rollout_input.json"  # id, prompt, metadata: never the label
 TESTS_DIR = "/tests"  # uploaded by Harbor only for verification
 GRADING_INPUT_FILENAME = "osmosis_grading_input.json"
 GRADING_INPUT = f"{TESTS_DIR}/{GRADING_INPUT_FILENAME}"
@@ -32,6 +33,8 @@ BUNDLE_ROOT = "/opt/osmosis"
 VENV = f"{BUNDLE_ROOT}/venv"  # the bundle's own venv: the image's Python and user are left alone
 WHEELS_DIR = f"{BUNDLE_ROOT}/wheels"
 CONTAINER_REQUIREMENTS = f"{BUNDLE_ROOT}/requirements.txt"  # baked into the image by the Dockerfile patch
+# The key of the bundle baked into the image (one line): a trial checks it instead of installing.
+BUNDLE_MARKER = f"{BUNDLE_ROOT}/bundle.id"
 
 # ── files the shim writes (under agent/ and verifier/) ───────────────────────
 SAMPLE_FILENAME = "sample.json"
@@ -44,6 +47,8 @@ MIN_PYTHON = (3, 12)
 EXIT_NO_PYTHON = 90  # the task image has no python3
 EXIT_OLD_PYTHON = 91  # its python3 is older than MIN_PYTHON
 IMAGE_PROBLEM_EXITS = frozenset({EXIT_NO_PYTHON, EXIT_OLD_PYTHON})
+EXIT_WRONG_BUNDLE = 93  # the image's BUNDLE_MARKER names another bundle (or none)
+WRONG_BUNDLE_MESSAGE = "osmosis-harbor: wrong bundle in the sandbox image"  # starts the check's stderr line
 
 # ── environment variables (the key and endpoint travel only here, never in files) ──
 ROLLOUT_INPUT_ENV = "OSMOSIS_ROLLOUT_INPUT"

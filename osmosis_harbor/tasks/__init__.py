@@ -11,10 +11,12 @@ from osmosis_harbor.tasks.discovery import (
     select_tasks,
 )
 from osmosis_harbor.tasks.dockerfile import (
+    BUNDLE_DIRNAME,
     INCOMPATIBLE_IMAGE_MARKER,
     PATCH_BEGIN,
     REQUIREMENTS_FILENAME,
     EnvironmentPatch,
+    baked_bundle,
     patch_environment,
 )
 from osmosis_harbor.tasks.materialize import MaterializedTask, materialize_task
@@ -24,6 +26,7 @@ from osmosis_harbor.tasks.resolver import TaskResolver
 from osmosis_harbor.tasks.verifier import isolate_verifier, task_step_names
 
 __all__ = [
+    "BUNDLE_DIRNAME",
     "CONTAINER_REQUIREMENTS",
     "GRADING_INPUT_FILENAME",
     "INCOMPATIBLE_IMAGE_MARKER",
@@ -38,6 +41,7 @@ __all__ = [
     "TaskResolutionError",
     "TaskResolver",
     "UnpinnedTaskRefWarning",
+    "baked_bundle",
     "check_task",
     "discover_tasks",
     "isolate_verifier",

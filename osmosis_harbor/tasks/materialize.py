@@ -9,7 +9,7 @@ rollout's work directory, where the rollout's own files are staged:
 * ``tests/test.sh``: generated to run the grader, only when the task has no tests of
   its own (a task's own ``tests/test.sh`` always wins; ``verifier``);
 * ``environment/Dockerfile``: optionally patched to pre-install the bundle's
-  dependencies into the bundle venv (``dockerfile``).
+  dependencies, and the bundle wheel itself, into the bundle venv (``dockerfile``).
 
 A copy of a small task takes a few milliseconds (``shutil.copytree`` keeping symlinks,
 after checking that none leads outside the task).
@@ -45,7 +45,9 @@ class MaterializedTask:
 
     ``generated_tests``: ``tests/test.sh`` was generated from ``grade_command`` (False: the
     task's own tests run, or no grade command was given). ``environment_patched``: the
-    Dockerfile installs the bundle's dependencies, so a trial installs only the wheel."""
+    Dockerfile installs the bundle's dependencies, so a trial installs only the wheel.
+    ``bundle_baked``: the key of the bundle the Dockerfile also bakes in, so a trial
+    installs nothing and only checks the image's marker (None: not baked)."""
 
     path: Path
     generated_tests: bool = False
@@ -53,6 +55,7 @@ class MaterializedTask:
     grading_input_written: bool = False
     environment_patched: bool = False
     verifier_isolated: bool = False
+    bundle_baked: str | None = None
 
     def flags(self) -> dict[str, bool]:
         return {
@@ -61,6 +64,7 @@ class MaterializedTask:
             "grading_input_written": self.grading_input_written,
             "environment_patched": self.environment_patched,
             "verifier_isolated": self.verifier_isolated,
+            "bundle_baked": self.bundle_baked is not None,
         }
 
 
@@ -110,7 +114,7 @@ def materialize_task(
     if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
         raise FileExistsError(f"materialize_task: {dest} already exists and is not an empty directory")
     dest.parent.mkdir(parents=True, exist_ok=True)
-    staged: dict[str, bool] = {}
+    staged: dict[str, Any] = {}
     try:
         shutil.copytree(src, dest, symlinks=True, dirs_exist_ok=dest.exists())
         _relink_absolute(src.resolve(), dest)
@@ -133,6 +137,8 @@ def materialize_task(
                 staged["verifier_isolated"] = True
         if environment_patch is not None:
             staged["environment_patched"] = patch_environment(dest / "environment", environment_patch)
+            if staged["environment_patched"]:
+                staged["bundle_baked"] = environment_patch.bundle_key
     except BaseException:
         shutil.rmtree(dest, ignore_errors=True)
         raise
