@@ -145,14 +145,16 @@ async def test_log_tree_reads_share_one_snapshot_until_something_changes(
     assert calls["get_archive"] == 1 and calls["put_archive"] == 0
     assert (tmp_path / "agent" / "a.txt").read_text() == "a\n"
     assert (tmp_path / "artifacts" / "out" / "b.txt").read_text() == "b\n"
-    # a read of what was uploaded sends the upload first, then reads the sandbox again
+    # a read of what was uploaded is answered with the upload laid over the snapshot
     await env.download_dir("/logs/agent", tmp_path / "again")
-    assert calls["put_archive"] == 1 and calls["get_archive"] == 2
+    assert calls["put_archive"] == 0 and calls["get_archive"] == 1
     assert (tmp_path / "again" / "host-made.log").read_text() == "written on the host\n"
-    # a command invalidates the snapshot: what it wrote is seen
-    await env.exec("echo c > /logs/artifacts/out/c.txt")
+    assert (tmp_path / "again" / "a.txt").read_text() == "a\n"
+    # a command sees the upload, and invalidates the snapshot: what it wrote is seen
+    seen = await env.exec("cat /logs/agent/host-made.log && echo c > /logs/artifacts/out/c.txt")
+    assert seen.stdout == "written on the host\n" and calls["put_archive"] == 1
     await env.download_file("/logs/artifacts/out/c.txt", tmp_path / "c.txt")
-    assert (tmp_path / "c.txt").read_text() == "c\n" and calls["get_archive"] == 3
+    assert (tmp_path / "c.txt").read_text() == "c\n" and calls["get_archive"] == 2
 
 
 async def test_missing_paths_read_as_missing(env: SandboxEnvironment, tmp_path: Path) -> None:

@@ -14,7 +14,8 @@ makes that:
   uploads still staged never needed them: nothing could have observed them.
 * **reads of Harbor's log tree share one snapshot.** The first read under ``/logs`` fetches
   ``/logs`` whole; later reads under it (the artifacts probe and download) are answered from
-  that snapshot until a command runs or an upload touches the path read.
+  that snapshot, with the uploads staged or sent since laid over it (their content is known),
+  until a command runs.
 
 Host-side extraction is Harbor's own (``tar_transfer.extract_dir``: the ``data`` filter, so
 absolute paths, traversal and escaping links from a hostile sandbox are refused). A symlink
@@ -30,7 +31,6 @@ import os
 import posixpath
 import tarfile
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from harbor.environments.tar_transfer import extract_dir
@@ -90,6 +90,12 @@ class _Staged:
         self._add(source, target.lstrip("/"))
         self.targets.append(target)
 
+    def members_since(self, count: int) -> list[Member]:
+        return self._members[count:]
+
+    def __len__(self) -> int:
+        return len(self._members)
+
     def make_executable(self, path: str) -> bool:
         """``chmod +x`` on a staged regular file, applied to what will be sent; False when
         ``path`` is not staged (the command must then run)."""
@@ -114,65 +120,72 @@ class _Staged:
         return buffer.getvalue()
 
 
-@dataclass
-class _Snapshot:
-    """One fetched tree: ``root``'s tar as the sandbox gave it, and what changed since."""
+Member = tuple[tarfile.TarInfo, bytes | None]
 
-    root: str
-    data: bytes
-    dirty: list[str] = field(default_factory=list)
+
+class _Snapshot:
+    """One fetched tree (``root``), by absolute path, with the uploads made since laid over it.
+
+    An upload is known content: laying it over the snapshot (later entries win, as they do
+    when the sandbox extracts it) answers reads of what it changed without sending it first
+    or fetching again. Only a command makes the snapshot unknowable (``command_ran``)."""
+
+    def __init__(self, root: str, data: bytes) -> None:
+        self.root = root
+        self._entries: dict[str, Member] = {}
+        parent = posixpath.dirname(root)
+        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+            for member in tar:
+                extracted = tar.extractfile(member) if member.isfile() else None
+                path = posixpath.normpath(posixpath.join(parent, member.name))
+                self._entries[path] = (member, extracted.read() if extracted is not None else None)
 
     def answers(self, path: str) -> bool:
-        return (path == self.root or path.startswith(self.root.rstrip("/") + "/")) and not any(
-            _overlaps(path, d) for d in self.dirty
-        )
+        return path == self.root or path.startswith(self.root.rstrip("/") + "/")
 
-    def _name(self, path: str) -> str:
-        """The tar name of ``path``: entries are named from ``basename(root)``."""
-        base = posixpath.basename(self.root) or "."
-        rel = posixpath.relpath(path, self.root)
-        return base if rel == "." else posixpath.join(base, rel)
+    def lay_over(self, members: list[Member]) -> None:
+        """Apply staged members (named relative to ``/``) as the sandbox will."""
+        for info, data in members:
+            path = "/" + info.name.strip("/")
+            if not self.answers(path):
+                continue
+            parent = posixpath.dirname(path)
+            while self.answers(parent) and parent not in self._entries:  # made by the extraction
+                made = tarfile.TarInfo(parent.lstrip("/"))
+                made.type, made.mode = tarfile.DIRTYPE, 0o755
+                self._entries[parent] = (made, None)
+                parent = posixpath.dirname(parent)
+            self._entries[path] = (info, data)
 
     def kind(self, path: str) -> str | None:
         """ "dir", "file", "other" (links, devices) or None when absent."""
-        name = self._name(path)
-        with tarfile.open(fileobj=io.BytesIO(self.data)) as tar:
-            for member in tar:
-                if member.name.rstrip("/") == name:
-                    return "dir" if member.isdir() else "file" if member.isfile() else "other"
-        return None
+        entry = self._entries.get(path)
+        if entry is None:
+            return None
+        return "dir" if entry[0].isdir() else "file" if entry[0].isfile() else "other"
 
     def read_file(self, path: str) -> bytes:
-        name = self._name(path)
-        with tarfile.open(fileobj=io.BytesIO(self.data)) as tar:
-            for member in tar:
-                if member.name.rstrip("/") == name:
-                    if not member.isfile():
-                        raise IsADirectoryError(f"{path} is not a regular file in the sandbox")
-                    extracted = tar.extractfile(member)
-                    assert extracted is not None
-                    return extracted.read()
-        raise FileNotFoundError(f"no such file in the sandbox: {path}")
+        kind = self.kind(path)
+        if kind is None:
+            raise FileNotFoundError(f"no such file in the sandbox: {path}")
+        if kind != "file":
+            raise IsADirectoryError(f"{path} is not a regular file in the sandbox")
+        return self._entries[path][1] or b""
 
     def subtree(self, path: str) -> bytes:
         """A tar of the contents of directory ``path``, rooted at ``.`` (Harbor's layout)."""
-        name = self._name(path)
-        out = io.BytesIO()
-        found = False
-        with tarfile.open(fileobj=io.BytesIO(self.data)) as tar, tarfile.open(fileobj=out, mode="w") as sub:
-            for member in tar:
-                stripped = member.name.rstrip("/")
-                if stripped == name:
-                    if not member.isdir():
-                        raise NotADirectoryError(f"{path} is not a directory in the sandbox")
-                    found = True
-                    continue
-                if not stripped.startswith(name + "/"):
-                    continue
-                member.name = "./" + stripped[len(name) + 1 :]
-                sub.addfile(member, tar.extractfile(member) if member.isfile() else None)
-        if not found:
+        kind = self.kind(path)
+        if kind is None:
             raise FileNotFoundError(f"no such directory in the sandbox: {path}")
+        if kind != "dir":
+            raise NotADirectoryError(f"{path} is not a directory in the sandbox")
+        prefix = path.rstrip("/") + "/"
+        out = io.BytesIO()
+        with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as sub:
+            for name in sorted(n for n in self._entries if n.startswith(prefix)):
+                info, data = self._entries[name]
+                copy = info.replace(name="./" + name[len(prefix) :], deep=False)
+                sub.addfile(copy, io.BytesIO(data) if data is not None else None)
         return out.getvalue()
 
 
@@ -190,20 +203,20 @@ class ArchiveTransfers:
     def stage_dir(self, source: Path, target: str) -> None:
         if not source.is_dir():
             raise FileNotFoundError(f"Source directory {source} does not exist")
-        target = _norm(target)
-        self._staged.add_dir(source, target)
-        self._touch(target)
+        before = len(self._staged)
+        self._staged.add_dir(source, _norm(target))
+        self._lay_over(self._staged.members_since(before))
 
     def stage_file(self, source: Path, target: str) -> None:
         if not source.is_file():
             raise FileNotFoundError(f"Source file {source} does not exist")
-        target = _norm(target)
-        self._staged.add_file(source, target)
-        self._touch(target)
+        before = len(self._staged)
+        self._staged.add_file(source, _norm(target))
+        self._lay_over(self._staged.members_since(before))
 
-    def _touch(self, target: str) -> None:
+    def _lay_over(self, members: list[Member]) -> None:
         for snapshot in self._snapshots:
-            snapshot.dirty.append(target)
+            snapshot.lay_over(members)
 
     async def flush(self) -> None:
         """Send everything staged, in one call."""
@@ -238,9 +251,6 @@ class ArchiveTransfers:
     # ── reads ────────────────────────────────────────────────────────────────
     async def _snapshot_for(self, path: str) -> _Snapshot:
         path = _norm(path)
-        if self._staged.overlaps(path):
-            await self.flush()
-            self._snapshots.clear()
         for snapshot in self._snapshots:
             if snapshot.answers(path):
                 return snapshot
@@ -255,6 +265,8 @@ class ArchiveTransfers:
             self.calls += 1
             data = await self._get(root)
         snapshot = _Snapshot(root, data)
+        if self._staged.overlaps(root):  # the sandbox does not hold these yet: lay them over
+            snapshot.lay_over(self._staged.members_since(0))
         self._snapshots = [s for s in self._snapshots if not _overlaps(s.root, root)] + [snapshot]
         return snapshot
 
