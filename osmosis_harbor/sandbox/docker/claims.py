@@ -95,6 +95,8 @@ def arm_ttl(api: APIClient, member: ContainerInfo, ttl_sec: int) -> None:
         )["Id"]
         api.exec_start(exec_id, detach=True)
     except docker.errors.APIError as exc:
+        if exc.status_code in (404, 409):  # the claim already ended: nothing left to time
+            return
         log.warning("cannot arm TTL timer in %s (%s); relying on reap()", member.name, exc)
 
 

@@ -347,7 +347,9 @@ class PoolManager:
         if member is None:
             log.info("pool %s has no idle member; cold-starting sandbox %s", pool, name)
             return cold_start(self._launcher, spec, name=name, ttl_sec=ttl_sec, owner=owner, extra=extra), spec
-        arm_ttl(self._api, member, ttl_sec)
+        # The TTL timer is a detached exec: armed off the claim's path (two engine calls a
+        # caller would otherwise wait for); until it runs, the member's own TTL and reap() hold.
+        self._submit(lambda: arm_ttl(self._api, member, ttl_sec))
         return member.id, spec
 
     def _claim_idle_locked(
