@@ -99,11 +99,17 @@ async def test_baked_dependencies_are_used_by_the_next_trial(tmp_path: Path, fak
     backend = backend_for(tmp_path)
     report = await backend.prewarm()
     image = report.groups_detail[0].image
-    # the image has osmosis-ai in the bundle venv already: the per-trial install is --no-deps
+    # the image has osmosis-ai and the bundle in the venv already, and the marker a trial checks
     out = docker.from_env().containers.run(
-        image, ["/opt/osmosis/venv/bin/python", "-c", "import osmosis_ai; print('baked')"], remove=True
+        image,
+        [
+            "sh",
+            "-c",
+            "/opt/osmosis/venv/bin/python -c 'import osmosis_ai; print(\"baked\")' && cat /opt/osmosis/bundle.id",
+        ],
+        remove=True,
     )
-    assert out.strip() == b"baked"
+    assert out.split() == [b"baked", backend.bundle.key.encode()]
     async with serve(backend) as url, client_for(url) as client:
         result = await client.run_rollout(
             initial_messages=[{"role": "user", "content": "go"}],
