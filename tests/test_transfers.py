@@ -121,6 +121,17 @@ async def test_staged_uploads_go_in_one_call_before_the_next_command(
     assert size.stdout.strip() == str(256 * 50)
 
 
+async def test_a_read_of_a_staged_upload_sends_it_first(
+    env: SandboxEnvironment, tmp_path: Path, calls: Counter[str]
+) -> None:
+    (tmp_path / "one.bin").write_bytes(b"\x00one")
+    await env.upload_file(tmp_path / "one.bin", "/work/one.bin")
+    assert await env.is_file("/work/one.bin")
+    await env.download_file("/work/one.bin", tmp_path / "back.bin")
+    assert (tmp_path / "back.bin").read_bytes() == b"\x00one"
+    assert calls["put_archive"] == 1 and calls["get_archive"] == 1
+
+
 async def test_uploads_nobody_could_observe_are_never_sent(
     env: SandboxEnvironment, tmp_path: Path, calls: Counter[str]
 ) -> None:

@@ -255,6 +255,8 @@ class ArchiveTransfers:
             if snapshot.answers(path):
                 return snapshot
         root = LOG_ROOT if path.startswith(LOG_ROOT + "/") else path
+        if self._staged.overlaps(root):  # what is fetched must include what was uploaded there
+            await self.flush()
         self.calls += 1
         try:
             data = await self._get(root)
@@ -265,8 +267,6 @@ class ArchiveTransfers:
             self.calls += 1
             data = await self._get(root)
         snapshot = _Snapshot(root, data)
-        if self._staged.overlaps(root):  # the sandbox does not hold these yet: lay them over
-            snapshot.lay_over(self._staged.members_since(0))
         self._snapshots = [s for s in self._snapshots if not _overlaps(s.root, root)] + [snapshot]
         return snapshot
 
