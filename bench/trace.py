@@ -1,10 +1,13 @@
 """Where a rollout's time goes: every ``sky.sandbox`` call the Docker SDK serves, timed.
 
 Harbor's environment reaches the sandbox only through the SDK surface (``create``,
-``exec`` + ``wait``, ``write_bytes``, ``read_bytes``, ``terminate``), so timing those
-calls splits a rollout into sandbox work (per call kind, and per kind of command for
-``exec``) and host-side Python (the rest of the end-to-end time). The patch wraps the
-functions in place for the duration of a ``with`` block and restores them after.
+``exec`` + ``wait``, ``write_bytes``, ``read_bytes``, ``terminate``, ``ls``, and the
+optional archive transfers ``put_archive`` / ``get_archive`` when the SDK has them), so
+timing those calls splits a rollout into sandbox work (per call kind, and per kind of
+command for ``exec``) and host-side Python (the rest of the end-to-end time). Each call is
+kept with its start time and its sandbox, so sequences (a pool claim, then that
+sandbox's first exec) can be read back. The patch wraps the functions in place for the
+duration of a ``with`` block and restores them after.
 """
 
 from __future__ import annotations
@@ -13,11 +16,16 @@ import contextlib
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from osmosis_harbor.sandbox import docker as docker_sdk
+
+# DockerSandbox methods wrapped with Dual; the archive pair only exists once the SDK offers it.
+SANDBOX_METHODS: tuple[str, ...] = ("write_bytes", "read_bytes", "terminate", "put_archive", "get_archive")
+CLAIM = "create (pool claim)"
+CREATE = "create (container create+start)"
 
 # (needle in the command, label), first match wins; order matters.
 _EXEC_LABELS: tuple[tuple[str, str], ...] = (
@@ -42,41 +50,93 @@ def exec_label(argv: tuple[str, ...]) -> str:
     return f"exec: {command[:40]}"
 
 
+class Call(NamedTuple):
+    """One SDK call: what it was, how long it took, when it started, on which sandbox."""
+
+    label: str
+    seconds: float
+    started: float  # time.perf_counter() when the call was issued
+    sandbox: str | None
+
+
 @dataclass
 class Trace:
-    """Calls recorded while the patch is active: (label, seconds)."""
+    """Calls recorded while the patch is active."""
 
-    calls: list[tuple[str, float]] = field(default_factory=list)
+    calls: list[Call] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def record(self, label: str, seconds: float) -> None:
+    def record(self, label: str, seconds: float, started: float, sandbox: str | None) -> None:
         with self._lock:
-            self.calls.append((label, seconds))
+            self.calls.append(Call(label, seconds, started, sandbox))
 
-    def take(self) -> list[tuple[str, float]]:
-        """The calls so far, and start afresh (one rollout at a time)."""
+    def take(self) -> list[Call]:
+        """The calls so far, and start afresh (one rollout or one batch at a time)."""
         with self._lock:
             calls, self.calls = self.calls, []
         return calls
 
 
-def summarize(calls: list[tuple[str, float]]) -> dict[str, tuple[int, float]]:
+def summarize(calls: list[Call]) -> dict[str, tuple[int, float]]:
     """label -> (count, total seconds)."""
     out: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
-    for label, seconds in calls:
-        out[label][0] += 1
-        out[label][1] += seconds
+    for call in calls:
+        out[call.label][0] += 1
+        out[call.label][1] += call.seconds
     return {k: (int(v[0]), float(v[1])) for k, v in out.items()}
 
 
-def _timed(fn: Any, label: str | Callable[..., str], trace: Trace) -> Any:
+def claim_to_first_exec(calls: list[Call], label: str = CLAIM) -> list[float]:
+    """Per sandbox created by a ``label`` call: seconds from issuing that create to issuing
+    the sandbox's first exec (what the environment spends before the sandbox is usable)."""
+    created: dict[str, float] = {}
+    first_exec: dict[str, float] = {}
+    for call in calls:
+        if call.sandbox is None:
+            continue
+        if call.label == label:
+            created[call.sandbox] = call.started
+        elif call.label.startswith("exec"):
+            first_exec[call.sandbox] = min(call.started, first_exec.get(call.sandbox, call.started))
+    return [first_exec[name] - started for name, started in created.items() if name in first_exec]
+
+
+def _sandbox_name(obj: Any) -> str | None:
+    return getattr(obj, "name", None)
+
+
+def _timed_method(fn: Any, label: str, trace: Trace) -> Any:
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            return fn(self, *args, **kwargs)
+        finally:
+            trace.record(label, time.perf_counter() - started, started, _sandbox_name(self))
+
+    return wrapper
+
+
+def _timed_create(fn: Any, trace: Trace) -> Any:
+    def wrapper(*args: Any, pool: str | None = None, **kwargs: Any) -> Any:
+        started = time.perf_counter()
+        sandbox = None
+        try:
+            sandbox = fn(*args, pool=pool, **kwargs)
+            return sandbox
+        finally:
+            label = CLAIM if pool else CREATE
+            trace.record(label, time.perf_counter() - started, started, _sandbox_name(sandbox))
+
+    return wrapper
+
+
+def _timed_function(fn: Any, label: str, trace: Trace) -> Any:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         started = time.perf_counter()
         try:
             return fn(*args, **kwargs)
         finally:
-            name = label(*args, **kwargs) if callable(label) else label
-            trace.record(name, time.perf_counter() - started)
+            trace.record(label, time.perf_counter() - started, started, None)
 
     return wrapper
 
@@ -87,24 +147,23 @@ def tracing() -> Iterator[Trace]:
     trace = Trace()
     sandbox_cls = docker_sdk.DockerSandbox
     saved_create = docker_sdk.create
-    saved_methods = {name: sandbox_cls.__dict__[name] for name in ("write_bytes", "read_bytes", "terminate")}
+    saved_ls = docker_sdk.ls
+    saved_methods = {name: sandbox_cls.__dict__[name] for name in SANDBOX_METHODS if name in sandbox_cls.__dict__}
     saved_aio = docker_sdk.ExecMethod.aio
     saved_wait = docker_sdk.AsyncExecHandle.wait
 
-    def create_label(*_args: Any, pool: str | None = None, **_kwargs: Any) -> str:
-        return "create (pool claim)" if pool else "create (container create+start)"
-
-    docker_sdk.create = docker_sdk.Dual(
-        _timed(saved_create._fn, create_label, trace), on_abandon=saved_create._on_abandon
-    )
+    docker_sdk.create = docker_sdk.Dual(_timed_create(saved_create._fn, trace), on_abandon=saved_create._on_abandon)
+    docker_sdk.ls = docker_sdk.Dual(_timed_function(saved_ls._fn, "ls", trace))
     for name, original in saved_methods.items():
-        setattr(sandbox_cls, name, docker_sdk.Dual(_timed(original._fn, name, trace)))
+        wrapped = _timed_method(original._fn, name, trace)
+        setattr(sandbox_cls, name, docker_sdk.Dual(wrapped, on_abandon=original._on_abandon))
 
     async def aio(self: Any, *argv: str, **kwargs: Any) -> Any:
         started = time.perf_counter()
         handle = await saved_aio(self, *argv, **kwargs)
         handle._bench_started = started
         handle._bench_label = exec_label(argv)
+        handle._bench_sandbox = _sandbox_name(self._sandbox)
         return handle
 
     async def wait(self: Any) -> int:
@@ -113,7 +172,7 @@ def tracing() -> Iterator[Trace]:
         finally:
             started = getattr(self, "_bench_started", None)
             if started is not None:
-                trace.record(self._bench_label, time.perf_counter() - started)
+                trace.record(self._bench_label, time.perf_counter() - started, started, self._bench_sandbox)
                 self._bench_started = None
 
     docker_sdk.ExecMethod.aio = aio  # type: ignore[method-assign]
@@ -122,6 +181,7 @@ def tracing() -> Iterator[Trace]:
         yield trace
     finally:
         docker_sdk.create = saved_create
+        docker_sdk.ls = saved_ls
         for name, original in saved_methods.items():
             setattr(sandbox_cls, name, original)
         docker_sdk.ExecMethod.aio = saved_aio  # type: ignore[method-assign]
