@@ -34,7 +34,7 @@ from .common import BenchResult
 from .env import POOL_PREFIX, dispose, make_backend, new_id, outcome_ok, run_rollout, workdir
 from .floor import raw_batch, raw_cycle
 from .latency import DEFAULT_LATENCY_MS, injected_latency
-from .trace import CLAIM, CREATE, claim_to_first_exec, tracing
+from .trace import CLAIM, CREATE, to_first_exec, tracing
 
 NAME = "throughput"
 TITLE = "N rollouts at concurrency C, plain and warm-pool, vs raw sandbox throughput"
@@ -101,7 +101,8 @@ class Rates:
     latencies: dict[str, list[float]] = field(default_factory=lambda: {"plain": [], "pooled": []})
     environment: dict[str, list[float]] = field(default_factory=lambda: {"plain": [], "pooled": []})
     creates: dict[str, list[float]] = field(default_factory=lambda: {"plain": [], "pooled": []})
-    to_first_exec: dict[str, list[float]] = field(default_factory=lambda: {"plain": [], "pooled": []})
+    create_to_first_exec: dict[str, list[float]] = field(default_factory=lambda: {"plain": [], "pooled": []})
+    start_to_first_exec: dict[str, list[float]] = field(default_factory=lambda: {"plain": [], "pooled": []})
     calls_per_rollout: dict[str, list[float]] = field(default_factory=lambda: {"plain": [], "pooled": []})
     refill: list[float] = field(default_factory=list)
     failed: int = 0
@@ -124,14 +125,18 @@ async def measure(plain: HarborBackend, pooled: HarborBackend, image: str, chat_
                 if kind == "pooled":
                     rates.refill.append(await wait_pool_full(pooled, c))
                 trace.take()
+                trace.take_env_starts()
                 batch = await rollout_batch(backend, chat_url, n, f"tp-{kind}")
                 calls = trace.take()
+                starts = trace.take_env_starts()
                 rates.failed += n - batch.ok
                 (rates.plain if kind == "plain" else rates.pooled).append(batch.ok / batch.seconds)
                 rates.latencies[kind] += batch.latencies
                 rates.environment[kind] += batch.environment
                 rates.creates[kind] += [call.seconds for call in calls if call.label.startswith("create")]
-                rates.to_first_exec[kind] += claim_to_first_exec(calls, CLAIM if kind == "pooled" else CREATE)
+                label = CLAIM if kind == "pooled" else CREATE
+                rates.create_to_first_exec[kind] += to_first_exec(calls, label)
+                rates.start_to_first_exec[kind] += to_first_exec(calls, label, starts)
                 rates.calls_per_rollout[kind].append(len(calls) / n)
     return rates
 
@@ -157,16 +162,22 @@ def report(result: BenchResult, rates: Rates, c: int, suffix: str) -> tuple[floa
     result.add(f"  sdk create: container create+start{suffix}", "s", rates.creates["plain"])
     result.add(f"  sdk create: pool claim{suffix}", "s", rates.creates["pooled"])
     result.add(
-        f"  create+start to first exec, no pool{suffix}",
+        f"  environment start to first exec, no pool{suffix}",
         "s",
-        rates.to_first_exec["plain"],
-        "issuing create -> issuing the sandbox's first exec",
+        rates.start_to_first_exec["plain"],
+        "entering start() -> issuing the sandbox's first exec",
     )
     f_claim = result.add(
-        f"  warm-pool claim to first exec{suffix}",
+        f"  warm-pool claim through the environment (start to first exec){suffix}",
         "s",
-        rates.to_first_exec["pooled"],
-        "issuing create(pool=) -> issuing the sandbox's first exec",
+        rates.start_to_first_exec["pooled"],
+        "entering start() -> issuing the sandbox's first exec",
+    )
+    result.add(
+        f"  sdk create(pool=) issued to first exec{suffix}",
+        "s",
+        rates.create_to_first_exec["pooled"],
+        "the claim call and what follows it, without what start() does before it",
     )
     result.add(f"  sdk calls per rollout, no pool{suffix}", "calls", rates.calls_per_rollout["plain"])
     result.add(f"  sdk calls per rollout, warm pool{suffix}", "calls", rates.calls_per_rollout["pooled"])

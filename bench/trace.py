@@ -5,8 +5,8 @@ Harbor's environment reaches the sandbox only through the SDK surface (``create`
 optional archive transfers ``put_archive`` / ``get_archive`` when the SDK has them), so
 timing those calls splits a rollout into sandbox work (per call kind, and per kind of
 command for ``exec``) and host-side Python (the rest of the end-to-end time). Each call is
-kept with its start time and its sandbox, so sequences (a pool claim, then that
-sandbox's first exec) can be read back. The patch wraps the functions in place for the
+kept with its start time and its sandbox, so sequences (an environment's start, its pool
+claim, then that sandbox's first exec) can be read back. The patch wraps the functions in place for the
 duration of a ``with`` block and restores them after.
 """
 
@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from osmosis_harbor.sandbox import docker as docker_sdk
+from osmosis_harbor.sandbox.environment import SandboxEnvironment
 
 # DockerSandbox methods wrapped with Dual; the archive pair only exists once the SDK offers it.
 SANDBOX_METHODS: tuple[str, ...] = ("write_bytes", "read_bytes", "terminate", "put_archive", "get_archive")
@@ -61,20 +62,36 @@ class Call(NamedTuple):
 
 @dataclass
 class Trace:
-    """Calls recorded while the patch is active."""
+    """Calls recorded while the patch is active, and when each sandbox environment started.
+
+    Environment starts are kept apart: they are not SDK calls, only the moment a trial's
+    ``SandboxEnvironment.start()`` was entered (by sandbox name), so the time from there to
+    the sandbox's first exec can be measured through the environment.
+    """
 
     calls: list[Call] = field(default_factory=list)
+    env_starts: dict[str, float] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def record(self, label: str, seconds: float, started: float, sandbox: str | None) -> None:
         with self._lock:
             self.calls.append(Call(label, seconds, started, sandbox))
 
+    def environment_started(self, sandbox: str, started: float) -> None:
+        with self._lock:
+            self.env_starts[sandbox] = started
+
     def take(self) -> list[Call]:
-        """The calls so far, and start afresh (one rollout or one batch at a time)."""
+        """The SDK calls so far, and start afresh (one rollout or one batch at a time)."""
         with self._lock:
             calls, self.calls = self.calls, []
         return calls
+
+    def take_env_starts(self) -> dict[str, float]:
+        """Sandbox name -> when its environment's ``start()`` was entered; and start afresh."""
+        with self._lock:
+            starts, self.env_starts = self.env_starts, {}
+        return starts
 
 
 def summarize(calls: list[Call]) -> dict[str, tuple[int, float]]:
@@ -86,9 +103,10 @@ def summarize(calls: list[Call]) -> dict[str, tuple[int, float]]:
     return {k: (int(v[0]), float(v[1])) for k, v in out.items()}
 
 
-def claim_to_first_exec(calls: list[Call], label: str = CLAIM) -> list[float]:
-    """Per sandbox created by a ``label`` call: seconds from issuing that create to issuing
-    the sandbox's first exec (what the environment spends before the sandbox is usable)."""
+def to_first_exec(calls: list[Call], label: str, env_starts: dict[str, float] | None = None) -> list[float]:
+    """Per sandbox created by a ``label`` call: seconds to issuing the sandbox's first exec,
+    from issuing that create, or (given ``env_starts``) from entering its environment's
+    ``start()`` (what a trial waits before its sandbox is usable)."""
     created: dict[str, float] = {}
     first_exec: dict[str, float] = {}
     for call in calls:
@@ -98,7 +116,8 @@ def claim_to_first_exec(calls: list[Call], label: str = CLAIM) -> list[float]:
             created[call.sandbox] = call.started
         elif call.label.startswith("exec"):
             first_exec[call.sandbox] = min(call.started, first_exec.get(call.sandbox, call.started))
-    return [first_exec[name] - started for name, started in created.items() if name in first_exec]
+    origin = created if env_starts is None else {name: env_starts[name] for name in created if name in env_starts}
+    return [first_exec[name] - started for name, started in origin.items() if name in first_exec]
 
 
 def _sandbox_name(obj: Any) -> str | None:
@@ -175,11 +194,23 @@ def tracing() -> Iterator[Trace]:
                 trace.record(self._bench_label, time.perf_counter() - started, started, self._bench_sandbox)
                 self._bench_started = None
 
+    saved_start = SandboxEnvironment.__dict__.get("start")
+    inherited_start = SandboxEnvironment.start
+
+    async def start(self: Any, *args: Any, **kwargs: Any) -> Any:
+        trace.environment_started(self.sandbox_name, time.perf_counter())
+        return await inherited_start(self, *args, **kwargs)
+
     docker_sdk.ExecMethod.aio = aio  # type: ignore[method-assign]
     docker_sdk.AsyncExecHandle.wait = wait  # type: ignore[method-assign]
+    SandboxEnvironment.start = start  # type: ignore[method-assign]
     try:
         yield trace
     finally:
+        if saved_start is None:
+            del SandboxEnvironment.start
+        else:
+            SandboxEnvironment.start = saved_start  # type: ignore[method-assign]
         docker_sdk.create = saved_create
         docker_sdk.ls = saved_ls
         for name, original in saved_methods.items():
