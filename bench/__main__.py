@@ -148,7 +148,7 @@ async def run_all(args: argparse.Namespace) -> int:
     if rows:
         console.rule("[bold]targets[/]")
         targets.render(rows)
-        payload["targets"] = targets.to_json(rows)
+        payload["targets"] = rows
     write(args.out, payload)
     console.rule()
     console.print(f"total wall time {payload['meta']['wall_sec']:.1f} s; results in {args.out}")

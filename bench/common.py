@@ -138,7 +138,7 @@ class BenchResult:
         }
 
 
-def _num(value: float) -> float | None:
+def _num(value: float | None) -> float | None:
     return None if value is None or math.isnan(value) else round(value, 6)
 
 

@@ -36,7 +36,7 @@ import shutil
 import statistics
 import sys
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -87,6 +87,10 @@ def sizes(quick: bool) -> Sizes:
     return Sizes(rollouts=12, graded=6, task_tests=3, server=3, latency_rollouts=8, latency_graded=4)
 
 
+def _workflow_work(trials: Path, name: str, calls: list[Call]) -> float | None:
+    return shim_elapsed(trials, name)
+
+
 @dataclass(frozen=True)
 class Kind:
     """One kind of rollout: what it asks, and which part of its time is the work itself."""
@@ -96,8 +100,9 @@ class Kind:
     grade: bool = False
     label: str | None = None
     # (trials dir, trial name, its SDK calls) -> seconds of work inside the trial, or None if unknown
-    work: Callable[[Path, str, list[Call]], float | None] = lambda trials, name, calls: shim_elapsed(trials, name)
+    work: Callable[[Path, str, list[Call]], float | None] = _workflow_work
     reward: float | None = None  # the reward a successful rollout of this kind must get
+    graded_by_grader: bool = False  # its grader's own elapsed is read from the verifier's log
 
 
 def _grader_work(trials: Path, name: str, calls: list[Call]) -> float | None:
@@ -115,7 +120,7 @@ def _task_tests_work(trials: Path, name: str, calls: list[Call]) -> float | None
 
 
 TRIVIAL = Kind("trivial")
-GRADED = Kind("graded", GRADED_PROMPT, grade=True, label=ANSWER, work=_grader_work, reward=1.0)
+GRADED = Kind("graded", GRADED_PROMPT, grade=True, label=ANSWER, work=_grader_work, reward=1.0, graded_by_grader=True)
 TASK_TESTS = Kind("task tests", GRADED_PROMPT, grade=True, work=_task_tests_work, reward=1.0)
 
 
@@ -126,8 +131,7 @@ class Series:
     e2e: list[float] = field(default_factory=list)
     work: list[float] = field(default_factory=list)
     phases: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
-    sdk_sec: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
-    sdk_count: dict[str, list[int]] = field(default_factory=lambda: defaultdict(list))
+    by_label: list[dict[str, tuple[int, float]]] = field(default_factory=list)  # per rollout: (count, seconds)
     calls: list[int] = field(default_factory=list)
     sdk_total: list[float] = field(default_factory=list)
     grader_log_missing: int = 0
@@ -135,6 +139,16 @@ class Series:
     @property
     def overhead(self) -> list[float]:
         return [a - b for a, b in zip(self.e2e, self.work, strict=True)]
+
+    def labels(self) -> set[str]:
+        return {label for rollout in self.by_label for label in rollout}
+
+    def sdk_seconds(self, label: str) -> list[float]:
+        """Seconds in ``label`` calls per rollout (0 for a rollout without any)."""
+        return [rollout.get(label, (0, 0.0))[1] for rollout in self.by_label]
+
+    def sdk_count(self, label: str) -> list[int]:
+        return [rollout.get(label, (0, 0.0))[0] for rollout in self.by_label]
 
 
 async def floor_cycle(image: str, floor: dict[str, list[float]]) -> None:
@@ -174,18 +188,14 @@ async def measure(
                 f"{rid} ({kind.name}): {outcome.result.status.value} reward={reward} {outcome.result.err_message}"
             )
             continue
-        if kind is GRADED and grader_elapsed(trials, trial) is None:
+        if kind.graded_by_grader and grader_elapsed(trials, trial) is None:
             series.grader_log_missing += 1
         series.e2e.append(t[0])
         series.work.append(work)
         for phase in PHASES:
             if phase in extra.get("timings_sec", {}):
                 series.phases[phase].append(extra["timings_sec"][phase])
-        by_label = summarize(calls)
-        for label in by_label.keys() | series.sdk_sec.keys():
-            count, seconds = by_label.get(label, (0, 0.0))
-            series.sdk_sec[label].append(seconds)
-            series.sdk_count[label].append(count)
+        series.by_label.append(summarize(calls))
         series.calls.append(len(calls))
         series.sdk_total.append(sum(c.seconds for c in calls))
         shutil.rmtree(trials / trial, ignore_errors=True)
@@ -224,15 +234,14 @@ def report_series(
             [a - b for a, b in zip(s.e2e, s.sdk_total, strict=False)],
             "Harbor trial + backend bookkeeping",
         )
-        for label in sorted(s.sdk_sec, key=lambda k: -sorted(s.sdk_sec[k])[len(s.sdk_sec[k]) // 2]):
-            result.add(
-                f"    sdk {label}", "s", s.sdk_sec[label], f"{median_int(s.sdk_count[label])} call(s) per rollout"
-            )
+        for label in sorted(s.labels(), key=lambda k: -statistics.median(s.sdk_seconds(k))):
+            note = f"{median_int(s.sdk_count(label))} call(s) per rollout"
+            result.add(f"    sdk {label}", "s", s.sdk_seconds(label), note)
     return f_e2e, f_over
 
 
 def _exec_note(s: Series) -> str:
-    execs = sum(median_int(c) for label, c in s.sdk_count.items() if label.startswith("exec"))
+    execs = sum(median_int(s.sdk_count(label)) for label in s.labels() if label.startswith("exec"))
     return f"of which exec: {execs} (median per label)"
 
 
@@ -390,6 +399,8 @@ async def run(quick: bool, *, latency_ms: float = DEFAULT_LATENCY_MS) -> BenchRe
             result.headline_value("graded_overhead_ratio_latency", over_floor(f_gover_lat, f_floor_lat))
             result.headline_value("sdk_calls_trivial_latency", median_or_nan(trivial_lat.calls))
             result.headline_value("sdk_calls_graded_latency", median_or_nan(grader_lat.calls))
+            result.headline_value("sdk_seconds_trivial_latency", median_or_nan(trivial_lat.sdk_total))
+            result.headline_value("sdk_seconds_graded_latency", median_or_nan(grader_lat.sdk_total))
             result.headline_value("agent_setup_sec_latency", median_or_nan(trivial_lat.phases.get("agent_setup", [])))
 
         if size.server:
@@ -416,7 +427,7 @@ async def run(quick: bool, *, latency_ms: float = DEFAULT_LATENCY_MS) -> BenchRe
     return result
 
 
-def median_or_nan(values: list[float]) -> float:
+def median_or_nan(values: Sequence[float]) -> float:
     return statistics.median(values) if values else math.nan
 
 

@@ -38,7 +38,6 @@ class Target:
         return f"{sign} {_fmt(self.bound, self.unit)}"
 
 
-LE, GE = operator.le, operator.ge
 TARGETS: tuple[Target, ...] = (
     Target("trivial rollout: overhead / raw floor", "overhead", "trivial_overhead_ratio", "x", 3.0),
     Target("  same, simulated latency", "overhead", "trivial_overhead_ratio_latency", "x", 3.0),
@@ -51,12 +50,14 @@ TARGETS: tuple[Target, ...] = (
     ),
     Target("  same, simulated latency", "overhead", "graded_overhead_ratio_latency", "x", 4.0),
     Target("sandbox SDK calls per rollout: trivial", "overhead", "sdk_calls_trivial", "calls", 6),
+    Target("  time in them, simulated latency", "overhead", "sdk_seconds_trivial_latency", "s", None),
     Target("sandbox SDK calls per rollout: graded", "overhead", "sdk_calls_graded", "calls", 8),
+    Target("  time in them, simulated latency", "overhead", "sdk_seconds_graded_latency", "s", None),
     Target("agent_setup phase after prewarm", "overhead", "agent_setup_sec", "s", 0.05),
     Target("  same, simulated latency", "overhead", "agent_setup_sec_latency", "s", None),
     Target("first rollout after start / steady state", "overhead", "first_over_steady", "x", 1.2),
-    Target("throughput: warm pool / no pool", "throughput", "pool_over_plain", "x", 1.3, GE),
-    Target("  same, simulated latency", "throughput", "pool_over_plain_latency", "x", 1.3, GE),
+    Target("throughput: warm pool / no pool", "throughput", "pool_over_plain", "x", 1.3, operator.ge),
+    Target("  same, simulated latency", "throughput", "pool_over_plain_latency", "x", 1.3, operator.ge),
     Target(
         "warm-pool claim through the environment (claim to first exec)",
         "throughput",
@@ -91,29 +92,18 @@ def evaluate(benchmarks: Mapping[str, Mapping[str, Any]], latency_ms: float) -> 
         met = None if value is None or t.bound is None else bool(t.compare(value, t.bound))
         figure = t.figure.replace("simulated latency", f"{latency_ms:g} ms per SDK call")
         rows.append(
-            {
-                "figure": figure.strip(),
-                "key": t.key,
-                "value": value,
-                "unit": t.unit,
-                "target": t.target_text,
-                "met": met,
-                "display": (figure, _fmt(value, t.unit), t.target_text),
-            }
+            {"figure": figure, "key": t.key, "value": value, "unit": t.unit, "target": t.target_text, "met": met}
         )
     return rows
 
 
 def render(rows: list[dict[str, Any]]) -> None:
     table = Table(title="issue 10 targets (this run, same-run baselines)", title_justify="left")
-    for column, justify in (("figure", "left"), ("measured", "right"), ("target", "right"), ("met", "center")):
-        table.add_column(column, justify=justify, overflow="fold")
+    table.add_column("figure", overflow="fold")
+    table.add_column("measured", justify="right")
+    table.add_column("target", justify="right")
+    table.add_column("met", justify="center")
     for row in rows:
-        figure, value, target = row["display"]
         met = {True: "[green]yes[/]", False: "[red]no[/]", None: "-"}[row["met"]]
-        table.add_row(figure, value, target, met)
+        table.add_row(row["figure"], _fmt(row["value"], row["unit"]), row["target"], met)
     console.print(table)
-
-
-def to_json(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [{k: v for k, v in row.items() if k != "display"} for row in rows]

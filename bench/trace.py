@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+import weakref
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -177,22 +178,24 @@ def tracing() -> Iterator[Trace]:
         wrapped = _timed_method(original._fn, name, trace)
         setattr(sandbox_cls, name, docker_sdk.Dual(wrapped, on_abandon=original._on_abandon))
 
+    # handle -> (label, issued at, sandbox) until its wait() records it: an exec is one call,
+    # timed from launch to exit code.
+    launched: weakref.WeakKeyDictionary[Any, tuple[str, float, str | None]] = weakref.WeakKeyDictionary()
+
     async def aio(self: Any, *argv: str, **kwargs: Any) -> Any:
         started = time.perf_counter()
         handle = await saved_aio(self, *argv, **kwargs)
-        handle._bench_started = started
-        handle._bench_label = exec_label(argv)
-        handle._bench_sandbox = _sandbox_name(self._sandbox)
+        launched[handle] = (exec_label(argv), started, _sandbox_name(self._sandbox))
         return handle
 
     async def wait(self: Any) -> int:
         try:
             return await saved_wait(self)
         finally:
-            started = getattr(self, "_bench_started", None)
-            if started is not None:
-                trace.record(self._bench_label, time.perf_counter() - started, started, self._bench_sandbox)
-                self._bench_started = None
+            pending = launched.pop(self, None)
+            if pending is not None:
+                label, started, sandbox = pending
+                trace.record(label, time.perf_counter() - started, started, sandbox)
 
     saved_start = SandboxEnvironment.__dict__.get("start")
     inherited_start = SandboxEnvironment.start
