@@ -38,7 +38,9 @@ DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "latest.json"
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="smaller sizes and fewer repeats (about 3 minutes)")
+    parser.add_argument(
+        "--quick", action="store_true", help="smaller sizes and fewer repeats (overhead + throughput: about 3 minutes)"
+    )
     parser.add_argument(
         "--only",
         action="append",

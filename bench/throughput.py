@@ -14,9 +14,10 @@ are submitted together with ``execute()`` to a backend whose queue runs ``C`` at
 the batch's wall time gives rollouts/s. The pooled backend is prewarmed with
 ``pool_size=C`` and each batch starts with a full pool (the refill during a batch is part
 of the measurement). Floor, plain and pooled batches alternate within each repeat so
-drift affects all three; figures are medians over the repeats. The SDK calls are traced,
-which gives the warm-pool claim as the environment sees it: from issuing ``create(pool=)``
-to issuing that sandbox's first exec (the same for a plain create, for comparison).
+drift affects all three; figures are medians over the repeats. The SDK calls and the
+environments' ``start()`` are traced, which gives the warm-pool claim as a trial sees it:
+from entering its environment's ``start()`` to issuing that sandbox's first exec (the same
+for a plain create, for comparison; and from issuing ``create(pool=)``, to split it).
 """
 
 from __future__ import annotations
