@@ -1,7 +1,8 @@
-"""``python -m bench [--quick] [--only NAME ...] [--out FILE]``: run the benchmarks.
+"""``python -m bench [--quick] [--only NAME ...] [--latency-ms MS] [--out FILE]``: run the benchmarks.
 
 Each benchmark prints a table (medians, p90, its same-run baseline and the ratio) and the
 whole run is written to JSON after every benchmark, so a crash keeps what was measured.
+The run ends with the issue-10 targets table (``bench.targets``) for what it measured.
 HOME points at a temporary directory for the run (the osmosis server saves trajectories
 under ``~/.osmosis``). After each benchmark the engine is checked for anything this
 process still owns; leftovers are reported as a WARNING line and removed.
@@ -11,7 +12,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import importlib
+import inspect
 import json
 import os
 import platform
@@ -24,7 +27,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from . import targets
 from .common import BenchResult, console, render
+from .latency import DEFAULT_LATENCY_MS
 
 BENCHMARKS: tuple[str, ...] = ("overhead", "throughput", "bundle", "prewarm", "admission", "soak")
 MODULES = {"bundle": "bench.bundle_build"}  # ``bench.bundle`` would read like the product's module
@@ -33,13 +38,23 @@ DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "latest.json"
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="smaller sizes and fewer repeats (about 3 minutes)")
+    parser.add_argument(
+        "--quick", action="store_true", help="smaller sizes and fewer repeats (overhead + throughput: about 3 minutes)"
+    )
     parser.add_argument(
         "--only",
         action="append",
         metavar="NAME",
         default=[],
         help=f"run only these (repeatable or comma-separated): {', '.join(BENCHMARKS)}",
+    )
+    parser.add_argument(
+        "--latency-ms",
+        type=float,
+        default=DEFAULT_LATENCY_MS,
+        metavar="MS",
+        help="simulated round trip added to every sandbox SDK call in the latency runs of overhead and "
+        f"throughput (default {DEFAULT_LATENCY_MS:g}; 0 skips them)",
     )
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"JSON results (default: {DEFAULT_OUT})")
     parser.add_argument(
@@ -48,6 +63,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="keep task images the run had to build for the template task (faster reruns)",
     )
     args = parser.parse_args(argv)
+    if args.latency_ms < 0:
+        parser.error(f"--latency-ms must be 0 or more, got {args.latency_ms:g}")
     selected = [n.strip() for item in args.only for n in item.split(",") if n.strip()]
     unknown = [n for n in selected if n not in BENCHMARKS]
     if unknown:
@@ -56,9 +73,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
-def load(name: str) -> Callable[[bool], Awaitable[BenchResult]]:
-    module = importlib.import_module(MODULES.get(name, f"bench.{name}"))
-    return module.run
+def load(name: str, latency_ms: float) -> Callable[[bool], Awaitable[BenchResult]]:
+    """The benchmark's ``run(quick)``, given the latency when it takes one."""
+    run = importlib.import_module(MODULES.get(name, f"bench.{name}")).run
+    if "latency_ms" in inspect.signature(run).parameters:
+        return functools.partial(run, latency_ms=latency_ms)
+    return run
 
 
 def hygiene(result: BenchResult) -> None:
@@ -96,6 +116,7 @@ async def run_all(args: argparse.Namespace) -> int:
             "python": sys.version.split()[0],
             "platform": platform.platform(),
             "cpus": os.cpu_count(),
+            "latency_ms": args.latency_ms,
         },
         "benchmarks": {},
     }
@@ -106,7 +127,7 @@ async def run_all(args: argparse.Namespace) -> int:
             console.rule(f"[bold]{name}[/]" + (" (quick)" if args.quick else ""))
             t0 = time.perf_counter()
             try:
-                result = await load(name)(args.quick)
+                result = await load(name, args.latency_ms)(args.quick)
             except Exception as exc:
                 traceback.print_exc()
                 result = BenchResult(name, "failed", error=f"{type(exc).__name__}: {exc}")
@@ -125,6 +146,11 @@ async def run_all(args: argparse.Namespace) -> int:
             for problem in failed:
                 console.print(f"[bold yellow]WARNING[/] image not removed: {problem}")
     payload["meta"]["wall_sec"] = round(time.perf_counter() - started, 3)
+    rows = targets.evaluate(payload["benchmarks"], args.latency_ms)
+    if rows:
+        console.rule("[bold]targets[/]")
+        targets.render(rows)
+        payload["targets"] = rows
     write(args.out, payload)
     console.rule()
     console.print(f"total wall time {payload['meta']['wall_sec']:.1f} s; results in {args.out}")

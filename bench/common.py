@@ -97,6 +97,8 @@ class BenchResult:
     figures: list[Figure] = field(default_factory=list)
     ratios: list[Ratio] = field(default_factory=list)
     info: dict[str, Any] = field(default_factory=dict)  # counts and facts (builds, leaks, sizes)
+    # The values the issue-10 targets table reads (``bench.targets``), by stable key.
+    headline: dict[str, float | None] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     wall_sec: float = 0.0
@@ -114,6 +116,9 @@ class BenchResult:
         self.ratios.append(ratio)
         return ratio
 
+    def headline_value(self, key: str, value: float | None) -> None:
+        self.headline[key] = None if value is None or math.isnan(value) else float(value)
+
     def warn(self, message: str) -> None:
         self.warnings.append(message)
         console.print(f"[bold yellow]WARNING[/] {self.name}: {message}")
@@ -126,13 +131,14 @@ class BenchResult:
             "figures": [f.to_json() for f in self.figures],
             "ratios": [{**asdict(r), "value": _num(r.value)} for r in self.ratios],
             "info": self.info,
+            "headline": {k: _num(v) for k, v in self.headline.items()},
             "notes": self.notes,
             "warnings": self.warnings,
             "error": self.error,
         }
 
 
-def _num(value: float) -> float | None:
+def _num(value: float | None) -> float | None:
     return None if value is None or math.isnan(value) else round(value, 6)
 
 

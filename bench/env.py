@@ -34,9 +34,11 @@ REPO = Path(__file__).resolve().parent.parent
 TEMPLATE = REPO / "tasks" / "template"
 PROJECT = REPO / "tests" / "fixtures" / "rollout_project"
 WF = "rollout_fixtures.workflows"
+GR = "rollout_fixtures.graders"
 API_KEY = "sk-bench-not-a-secret"
 POOL_PREFIX = f"bench{os.getpid()}"
 _SHIM_ELAPSED = re.compile(r"osmosis-harbor-shim\[agent\].* ok .*elapsed=([0-9.]+)s")
+_GRADER_ELAPSED = re.compile(r"osmosis-harbor-shim\[verifier\].* ok .*elapsed=([0-9.]+)s")
 
 
 def make_backend(
@@ -48,15 +50,21 @@ def make_backend(
     task_mode: str = "template",
     cleanup_successful_trials: bool = True,
     max_queue_depth: int | None = None,
+    grader: str | None = None,
     **env_kwargs: Any,
 ) -> HarborBackend:
-    """A HarborBackend on local Docker sandboxes that can reach a policy on 127.0.0.1."""
+    """A HarborBackend on local Docker sandboxes that can reach a policy on 127.0.0.1.
+
+    ``grader``: a class name in the fixture project's ``rollout_fixtures.graders``.
+    """
     return HarborBackend(
         orchestrator=TrialQueue(n_concurrent=n_concurrent),
         tasks_dir=tasks_dir,
         task_mode=task_mode,
         agent=f"{WF}:{agent}",
         workflow_config=f"{WF}:fixture_config" if agent in {"ListWorkflow", "OutputWorkflow"} else None,
+        grader=f"{GR}:{grader}" if grader else None,
+        grader_config=f"{GR}:fixture_grader_config" if grader == "AnswerGrader" else None,
         code_dir=PROJECT,
         bundles_dir=work / "bundles",
         environment_config=environment_config("docker", host_network=True, **env_kwargs),
@@ -75,10 +83,19 @@ async def dispose(backend: HarborBackend) -> None:
 
 
 def request(
-    rollout_id: str, text: str = "go", *, grade: bool = False, agent_timeout_sec: float | None = None
+    rollout_id: str,
+    text: str = "go",
+    *,
+    grade: bool = False,
+    agent_timeout_sec: float | None = None,
+    label: str | None = None,
 ) -> ExecutionRequest:
     return ExecutionRequest(
-        id=rollout_id, prompt=[{"role": "user", "content": text}], grade=grade, agent_timeout_sec=agent_timeout_sec
+        id=rollout_id,
+        prompt=[{"role": "user", "content": text}],
+        grade=grade,
+        agent_timeout_sec=agent_timeout_sec,
+        label=label,
     )
 
 
@@ -90,10 +107,13 @@ async def run_rollout(
     *,
     grade: bool = False,
     agent_timeout_sec: float | None = None,
+    label: str | None = None,
 ) -> ExecutionOutcome:
     """``execute()`` inside a RolloutContext, which is all the osmosis server adds around it."""
     with RolloutContext(chat_completions_url=chat_url, api_key=API_KEY, rollout_id=rollout_id):
-        return await backend.execute(request(rollout_id, text, grade=grade, agent_timeout_sec=agent_timeout_sec))
+        return await backend.execute(
+            request(rollout_id, text, grade=grade, agent_timeout_sec=agent_timeout_sec, label=label)
+        )
 
 
 def new_id(prefix: str) -> str:
@@ -108,6 +128,24 @@ def shim_elapsed(trials_dir: Path, trial_name: str) -> float | None:
     except OSError:
         return None
     return float(matches[-1]) if matches else None
+
+
+def grader_elapsed(trials_dir: Path, trial_name: str) -> float | None:
+    """The Osmosis grader's own elapsed time (the verifier shim's log line in the output of
+    the generated ``tests/test.sh``), if present."""
+    log = trials_dir / trial_name / "verifier" / "test-stdout.txt"
+    try:
+        matches = _GRADER_ELAPSED.findall(log.read_text(errors="replace"))
+    except OSError:
+        return None
+    return float(matches[-1]) if matches else None
+
+
+def grader_task(work: Path) -> Path:
+    """The template task without ``tests/``, so the generated test.sh (the grader) verifies it."""
+    task = Path(shutil.copytree(TEMPLATE, work / "template-graded"))
+    shutil.rmtree(task / "tests")
+    return task
 
 
 def outcome_ok(outcome: ExecutionOutcome) -> bool:

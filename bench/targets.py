@@ -1,0 +1,109 @@
+"""The issue-10 targets table: each figure, its value in this run, its target, met or not.
+
+Why: the performance work is judged against a fixed list of targets, all measured in one
+run with same-run baselines; one compact table at the end of ``python -m bench`` says where
+each stands, so nobody has to dig the figures out of the long per-benchmark tables. It only
+reads the ``headline`` values the benchmarks recorded; nothing here asserts. Rows under the
+simulated latency apply the same ratio targets (the issue asks for those ratios "with and
+without the latency"); absolute times under latency have no target and are reported only.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from rich.table import Table
+
+from .common import console
+
+
+@dataclass(frozen=True)
+class Target:
+    figure: str
+    benchmark: str
+    key: str
+    unit: str  # "x", "s" or "calls"
+    bound: float | None  # None: reported, no target
+    compare: Callable[[float, float], bool] = operator.le
+
+    @property
+    def target_text(self) -> str:
+        if self.bound is None:
+            return "(report)"
+        sign = "≤" if self.compare is operator.le else "≥"
+        return f"{sign} {_fmt(self.bound, self.unit)}"
+
+
+TARGETS: tuple[Target, ...] = (
+    Target("trivial rollout: overhead / raw floor", "overhead", "trivial_overhead_ratio", "x", 3.0),
+    Target("  same, simulated latency", "overhead", "trivial_overhead_ratio_latency", "x", 3.0),
+    Target(
+        "graded rollout (generated test.sh + grader): overhead / raw floor",
+        "overhead",
+        "graded_overhead_ratio",
+        "x",
+        4.0,
+    ),
+    Target("  same, simulated latency", "overhead", "graded_overhead_ratio_latency", "x", 4.0),
+    Target("sandbox SDK calls per rollout: trivial", "overhead", "sdk_calls_trivial", "calls", 6),
+    Target("  time in them, simulated latency", "overhead", "sdk_seconds_trivial_latency", "s", None),
+    Target("sandbox SDK calls per rollout: graded", "overhead", "sdk_calls_graded", "calls", 8),
+    Target("  time in them, simulated latency", "overhead", "sdk_seconds_graded_latency", "s", None),
+    Target("agent_setup phase after prewarm", "overhead", "agent_setup_sec", "s", 0.05),
+    Target("  same, simulated latency", "overhead", "agent_setup_sec_latency", "s", None),
+    Target("first rollout after start / steady state", "overhead", "first_over_steady", "x", 1.2),
+    Target("throughput: warm pool / no pool", "throughput", "pool_over_plain", "x", 1.3, operator.ge),
+    Target("  same, simulated latency", "throughput", "pool_over_plain_latency", "x", 1.3, operator.ge),
+    Target(
+        "warm-pool claim through the environment (claim to first exec)",
+        "throughput",
+        "claim_to_first_exec_sec",
+        "s",
+        0.05,
+    ),
+    Target("  same, simulated latency", "throughput", "claim_to_first_exec_sec_latency", "s", None),
+)
+
+
+def _fmt(value: float | None, unit: str) -> str:
+    if value is None or math.isnan(value):
+        return "-"
+    if unit == "x":
+        return f"{value:.2f}×"
+    if unit == "s":
+        return f"{value:.3f} s"
+    return f"{value:g}"
+
+
+def evaluate(benchmarks: Mapping[str, Mapping[str, Any]], latency_ms: float) -> list[dict[str, Any]]:
+    """One row per target whose benchmark ran: figure, value, target, met (None: no target or no value)."""
+    rows: list[dict[str, Any]] = []
+    for t in TARGETS:
+        bench = benchmarks.get(t.benchmark)
+        if bench is None:
+            continue
+        value = (bench.get("headline") or {}).get(t.key)
+        if t.key.endswith("_latency") and latency_ms <= 0:
+            continue
+        met = None if value is None or t.bound is None else bool(t.compare(value, t.bound))
+        figure = t.figure.replace("simulated latency", f"{latency_ms:g} ms per SDK call")
+        rows.append(
+            {"figure": figure, "key": t.key, "value": value, "unit": t.unit, "target": t.target_text, "met": met}
+        )
+    return rows
+
+
+def render(rows: list[dict[str, Any]]) -> None:
+    table = Table(title="issue 10 targets (this run, same-run baselines)", title_justify="left")
+    table.add_column("figure", overflow="fold")
+    table.add_column("measured", justify="right")
+    table.add_column("target", justify="right")
+    table.add_column("met", justify="center")
+    for row in rows:
+        met = {True: "[green]yes[/]", False: "[red]no[/]", None: "-"}[row["met"]]
+        table.add_row(row["figure"], _fmt(row["value"], row["unit"]), row["target"], met)
+    console.print(table)
