@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -86,3 +88,35 @@ def _no_leaked_sandboxes() -> Iterator[None]:
             leaked.append(name)
             client.api.remove_container(container["Id"], force=True)
     assert not leaked, "sandbox containers leaked by this session (now removed): " + ", ".join(leaked)
+
+
+@pytest.fixture
+def sdk_calls(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
+    """Every sandbox SDK call the Docker implementation serves, counted by kind: what each
+    would cost as a round trip to the SkyPilot API server."""
+    from osmosis_harbor.sandbox import docker as docker_sdk
+    from osmosis_harbor.sandbox.docker import exec as exec_module
+    from osmosis_harbor.sandbox.docker.calls import Dual
+
+    counter: Counter[str] = Counter()
+
+    def counting(name: str, fn: Any) -> Any:
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            counter[name] += 1
+            return fn(*args, **kwargs)
+
+        return counted
+
+    create = docker_sdk.create
+    monkeypatch.setattr(docker_sdk, "create", Dual(counting("create", create._fn), on_abandon=create._on_abandon))
+    cls = docker_sdk.DockerSandbox
+    for name in ("put_archive", "get_archive", "write_bytes", "read_bytes", "terminate"):
+        monkeypatch.setattr(cls, name, Dual(counting(name, cls.__dict__[name]._fn)))
+    launch = exec_module.ExecMethod.aio
+
+    async def counted_exec(self: Any, *argv: str, **kwargs: Any) -> Any:
+        counter["exec"] += 1
+        return await launch(self, *argv, **kwargs)
+
+    monkeypatch.setattr(exec_module.ExecMethod, "aio", counted_exec)
+    return counter

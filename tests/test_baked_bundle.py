@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextvars
 import shutil
 import uuid
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -111,15 +112,48 @@ def backend(tmp_path: Path, bundles_dir: Path, tasks_dir: Path) -> HarborBackend
     )
 
 
-async def rollout(target: HarborBackend, fake_chat, text: str = ANSWER):
+async def rollout(target: HarborBackend, fake_chat, text: str = ANSWER, *, grade: bool = True):
     async with serve(target) as url, client_for(url) as client:
-        return await client.run_rollout(
-            initial_messages=[{"role": "user", "content": text}],
-            chat_completions_url=fake_chat.base_url,
-            rollout_id=f"baked-{uuid.uuid4().hex[:8]}",
-            llm_api_key="sk-baked-test",
-            label="42",
-        )
+        return await rollout_via(client, fake_chat, text, grade=grade)
+
+
+async def rollout_via(client, fake_chat, text: str = ANSWER, *, grade: bool = True):
+    return await client.run_rollout(
+        initial_messages=[{"role": "user", "content": text}],
+        chat_completions_url=fake_chat.base_url,
+        rollout_id=f"baked-{uuid.uuid4().hex[:8]}",
+        llm_api_key="sk-baked-test",
+        label="42",
+        grade=grade,
+    )
+
+
+async def test_sandbox_call_budget_of_trivial_and_graded_rollouts(
+    tmp_path: Path, bundles_dir: Path, fake_chat, sdk_calls: Counter[str]
+) -> None:
+    """Each SDK call is a round trip to the SkyPilot API server. A trivial rollout: create, the
+    workflow's exec (the input rides it), one archive of /logs, terminate. A graded one adds a
+    fresh verifier sandbox: create, Harbor's emptying of the workdir, one upload of the
+    artifacts and tests, test.sh, one archive of /logs, terminate; and the agent's workdir."""
+    async with serve(backend(tmp_path, bundles_dir, graded_copy(tmp_path))) as url, client_for(url) as client:
+        result = await rollout_via(client, fake_chat, grade=False)
+        assert result.status is RolloutStatus.SUCCESS, result.err_message
+        assert dict(sdk_calls) == {"create": 1, "exec": 1, "get_archive": 1, "terminate": 1}
+        sdk_calls.clear()
+        result = await rollout_via(client, fake_chat)
+        assert result.status is RolloutStatus.SUCCESS and result.sample.reward == 1.0, result.err_message
+        assert dict(sdk_calls) == {"create": 2, "exec": 3, "put_archive": 1, "get_archive": 3, "terminate": 2}
+
+
+async def test_an_input_too_large_to_ride_the_exec_goes_as_a_file(
+    tmp_path: Path, bundles_dir: Path, fake_chat, calls: Calls
+) -> None:
+    padding = "x" * (contract.INLINE_INPUT_MAX_BYTES + 1)
+    result = await rollout(backend(tmp_path, bundles_dir, graded_copy(tmp_path)), fake_chat, f"{padding}\n{ANSWER}")
+    assert result.status is RolloutStatus.SUCCESS, result.err_message
+    assert result.sample.reward == 1.0
+    assert calls.during_setup() == [("upload_file", contract.ROLLOUT_INPUT)]
+    assert result.sample.messages[0]["content"].startswith(padding)  # the workflow read the whole file
 
 
 async def test_a_baked_rollout_sets_up_without_exec_and_grades_without_pip(
@@ -128,8 +162,9 @@ async def test_a_baked_rollout_sets_up_without_exec_and_grades_without_pip(
     result = await rollout(backend(tmp_path, bundles_dir, graded_copy(tmp_path)), fake_chat)
     assert result.status is RolloutStatus.SUCCESS, result.err_message
     assert result.sample.reward == 1.0 and result.sample.metrics.get("answer_found") == 1.0
-    # agent setup: the rollout input uploaded, nothing executed
-    assert calls.during_setup() == [("upload_file", contract.ROLLOUT_INPUT)]
+    # agent setup: nothing at all (the input rides the workflow's exec), nothing executed
+    assert calls.during_setup() == []
+    assert not any(target == contract.ROLLOUT_INPUT for _, kind, target in calls.records if kind == "upload_file")
     workflow = [c for c in calls.execs() if "-agent" in c]
     assert len(workflow) == 1 and contract.BUNDLE_MARKER in workflow[0]  # checked in the workflow's own exec
     assert not any("pip" in c for c in calls.execs())

@@ -622,6 +622,21 @@ def test_agent_missing_input_is_internal(sandbox: Sandbox) -> None:
     assert_error(sandbox, "agent", category="internal_error", type_="InputError")
 
 
+def test_agent_reads_an_inline_input_before_the_file(sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch) -> None:
+    inline = [{"role": "user", "content": "sent inline"}]
+    monkeypatch.setenv("OSMOSIS_ROLLOUT_INPUT_JSON", json.dumps({"rollout_id": "r-inline", "prompt": inline}))
+    assert run_agent("ListWorkflow") == 0
+    sample = sandbox.read("agent/sample.json")
+    assert sample["messages"][0] == inline[0]  # not the staged file's prompt
+
+
+def test_agent_inline_input_carrying_label_is_refused(sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OSMOSIS_ROLLOUT_INPUT_JSON", json.dumps({"rollout_id": "r-1", "prompt": PROMPT, "label": "4"}))
+    assert run_agent("ListWorkflow") == 1
+    error = assert_error(sandbox, "agent", category="internal_error", type_="InputError")
+    assert "OSMOSIS_ROLLOUT_INPUT_JSON" in error["message"]
+
+
 def test_agent_input_carrying_label_is_refused(sandbox: Sandbox) -> None:
     sandbox.rollout_input.write_text(json.dumps({"rollout_id": "r-1", "prompt": PROMPT, "label": "4"}))
     assert run_agent("ListWorkflow") == 1

@@ -493,7 +493,7 @@ def test_patch_environment_bakes_the_bundle_after_the_dependencies(tmp_path: Pat
     assert block[4] == (
         "RUN /opt/osmosis/venv/bin/python -m pip install --disable-pip-version-check -q --no-deps --no-index "
         f"--no-cache-dir /opt/osmosis/wheels/{wheel.name} && echo k1 > /opt/osmosis/bundle.id && "
-        "mkdir -p /logs/agent /logs/verifier /logs/artifacts /osmosis && "
+        "rm -rf /logs/agent /logs/verifier /logs/artifacts && mkdir -p /logs/agent /logs/verifier /logs/artifacts /osmosis && "
         "chmod 777 /logs/agent /logs/verifier /logs/artifacts && chmod 755 /osmosis"
     )
     assert block[6:] == ["USER app", "# <<< osmosis-harbor: bundle dependencies <<<"]

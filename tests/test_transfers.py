@@ -9,43 +9,25 @@ import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from harbor.environments.factory import EnvironmentFactory
+from harbor.models.task.config import TaskOS
 from harbor.models.task.task import Task
-from harbor.models.trial.paths import TrialPaths
+from harbor.models.trial.paths import EnvironmentPaths, TrialPaths
+from harbor.utils.scripts import quote_shell_arg
 
 from osmosis_harbor.sandbox import SandboxEnvironment, environment_config
 from osmosis_harbor.sandbox import environment as environment_module
-from osmosis_harbor.sandbox.docker import exec as exec_module
-from osmosis_harbor.sandbox.docker import sandbox as sandbox_module
-from osmosis_harbor.sandbox.docker.calls import Dual
+from osmosis_harbor.sandbox.environment import REMOVE_REWARDS_COMMAND
+from osmosis_harbor.shim import contract
 
 from .support import make_task
 
 
 @pytest.fixture
-def calls(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
-    """Every archive call and exec launch the Docker SDK serves, counted by kind."""
-    counter: Counter[str] = Counter()
-    cls = sandbox_module.DockerSandbox
-    for name in ("put_archive", "get_archive", "write_bytes", "read_bytes"):
-        original = cls.__dict__[name]._fn
-
-        def counted(*args: Any, _name: str = name, _fn: Any = original, **kwargs: Any) -> Any:
-            counter[_name] += 1
-            return _fn(*args, **kwargs)
-
-        monkeypatch.setattr(cls, name, Dual(counted))
-    launch = exec_module.ExecMethod.aio
-
-    async def counted_exec(self: Any, *argv: str, **kwargs: Any) -> Any:
-        counter["exec"] += 1
-        return await launch(self, *argv, **kwargs)
-
-    monkeypatch.setattr(exec_module.ExecMethod, "aio", counted_exec)
-    return counter
+def calls(sdk_calls: Counter[str]) -> Counter[str]:
+    return sdk_calls
 
 
 @pytest.fixture
@@ -208,3 +190,12 @@ async def test_without_the_capability_harbors_own_path_runs(
     assert list(_listing(tmp_path / "back")) == list(_listing(src))
     assert calls["put_archive"] == calls["get_archive"] == 0 and calls["read_bytes"] == 1
     assert await env.is_dir("/work/payload/sub")
+
+
+def test_the_fresh_sandbox_layout_is_harbors() -> None:
+    """What a fresh baked sandbox is assumed to hold, and the reward-clearing command skipped
+    there, are Harbor's own paths and command: they cannot drift apart silently."""
+    paths = EnvironmentPaths()
+    assert contract.LAYOUT_DIRS == (str(paths.agent_dir), str(paths.verifier_dir), str(paths.artifacts_dir))
+    rewards = (paths.reward_text_path, paths.reward_json_path)
+    assert REMOVE_REWARDS_COMMAND == "rm -f -- " + " ".join(quote_shell_arg(p, TaskOS.LINUX) for p in rewards)

@@ -1,6 +1,6 @@
 """Agent phase: run ``AgentWorkflow.run`` in the sandbox and leave its sample.
 
-Inputs: ``$OSMOSIS_ROLLOUT_INPUT`` (``RolloutInput``: prompt and metadata,
+Inputs: ``$OSMOSIS_ROLLOUT_INPUT_JSON`` or the file ``$OSMOSIS_ROLLOUT_INPUT`` (``RolloutInput``: prompt and metadata,
 never the label), the chat endpoint in ``$OSMOSIS_CHAT_COMPLETIONS_URL`` and
 its key in ``$OSMOSIS_API_KEY`` (environment only, so the key exists in no
 file), and an optional deadline in ``$OSMOSIS_AGENT_TIMEOUT_SEC``.
@@ -28,9 +28,9 @@ from osmosis_ai.rollout import (
 )
 from osmosis_ai.rollout.types.output import coerce_output
 
-from .contract import AGENT_TIMEOUT_ENV, CHAT_URL_ENV, KEY_ENV, environ
+from .contract import AGENT_TIMEOUT_ENV, CHAT_URL_ENV, KEY_ENV, ROLLOUT_INPUT_JSON_ENV, environ
 from .errors import NoSampleError, Redactor
-from .files import read_input, sample_payload, usable_dir, write_json, write_text
+from .files import read_inline_input, read_input, sample_payload, usable_dir, write_json, write_text
 from .loading import load_config, load_workflow
 from .models import RolloutInput
 from .paths import ShimPaths
@@ -131,7 +131,11 @@ async def run_agent(
     """The whole agent phase; raises on failure (``run_phase`` records it)."""
     workflow_cls = load_workflow(workflow)
     config = load_config(workflow_config)
-    rollout_input = read_input(paths.rollout_input, RolloutInput)
+    rollout_input = (
+        read_inline_input(paths.rollout_input_json, RolloutInput, ROLLOUT_INPUT_JSON_ENV)
+        if paths.rollout_input_json is not None
+        else read_input(paths.rollout_input, RolloutInput)
+    )
     budget = read_timeout(AGENT_TIMEOUT_ENV)
     sample = await produce_sample(
         workflow_cls,

@@ -52,6 +52,10 @@ WRONG_BUNDLE_MESSAGE = "osmosis-harbor: wrong bundle in the sandbox image"  # st
 
 # ── environment variables (the key and endpoint travel only here, never in files) ──
 ROLLOUT_INPUT_ENV = "OSMOSIS_ROLLOUT_INPUT"
+# The rollout input itself, as JSON, when it is small: it rides the workflow's own exec instead of
+# costing an upload (a round trip to the sandbox API). Larger inputs go as a file.
+ROLLOUT_INPUT_JSON_ENV = "OSMOSIS_ROLLOUT_INPUT_JSON"
+INLINE_INPUT_MAX_BYTES = 64 * 1024  # well under Linux's 128 KiB limit on one environment string
 ROLLOUT_ID_ENV = "OSMOSIS_ROLLOUT_ID"
 GRADING_INPUT_ENV = "OSMOSIS_GRADING_INPUT"
 LOGS_DIR_ENV = "OSMOSIS_LOGS_DIR"

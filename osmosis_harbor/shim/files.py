@@ -74,6 +74,14 @@ def read_input[M: BaseModel](path: Path, model: type[M]) -> M:
         raise InputError(f"invalid {model.__name__} file {path}: {exc}") from exc
 
 
+def read_inline_input[M: BaseModel](text: str, model: type[M], name: str) -> M:
+    """Parse an input the host passed inline in ``name``; any problem is the host's."""
+    try:
+        return model.model_validate_json(text)
+    except ValidationError as exc:
+        raise InputError(f"invalid {model.__name__} in ${name}: {exc}") from exc
+
+
 def sample_payload(sample: RolloutSample) -> dict[str, Any]:
     """``RolloutSample`` as JSON data that ``RolloutSample.model_validate`` restores.
 

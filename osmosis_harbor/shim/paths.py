@@ -25,6 +25,7 @@ from .contract import (
     REWARD_FILENAME,
     ROLLOUT_INPUT,
     ROLLOUT_INPUT_ENV,
+    ROLLOUT_INPUT_JSON_ENV,
     SAMPLE_FILENAME,
     TRAJECTORY_FILENAME,
     environ,
@@ -40,6 +41,7 @@ class ShimPaths:
     logs_dir: Path
     rollout_input: Path
     grading_input: Path
+    rollout_input_json: str | None = None  # the input itself, when the host sent it inline
 
     @classmethod
     def from_env(
@@ -56,6 +58,7 @@ class ShimPaths:
             logs_dir=Path(logs_dir or env.get(LOGS_DIR_ENV) or LOGS_DIR),
             rollout_input=Path(rollout_input or env.get(ROLLOUT_INPUT_ENV) or ROLLOUT_INPUT),
             grading_input=Path(grading_input or env.get(GRADING_INPUT_ENV) or GRADING_INPUT),
+            rollout_input_json=None if rollout_input else env.get(ROLLOUT_INPUT_JSON_ENV) or None,
         )
 
     @property
