@@ -216,3 +216,18 @@ async def test_an_image_only_task_still_installs_the_bundle_with_pip(
     assert not any(contract.BUNDLE_MARKER in c for c in calls.execs())  # nothing baked: no marker to check
     (tests,) = calls.tests_uploads
     assert any(name.endswith(".whl") for name in tests) and b"pip install" in tests["osmosis_grade.sh"]
+
+
+async def test_an_sdk_without_archives_runs_harbors_transfer_path(
+    tmp_path: Path, bundles_dir: Path, fake_chat, sdk_calls: Counter[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SkyPilot's SDK offers no archive calls: the same graded rollout takes Harbor's own
+    write/read + tar path, and still skips what a fresh baked sandbox makes redundant."""
+    from osmosis_harbor.sandbox import environment as environment_module
+
+    monkeypatch.setattr(environment_module, "has_archives", lambda _sandbox: False)
+    async with serve(backend(tmp_path, bundles_dir, graded_copy(tmp_path))) as url, client_for(url) as client:
+        result = await rollout_via(client, fake_chat)
+    assert result.status is RolloutStatus.SUCCESS and result.sample.reward == 1.0, result.err_message
+    assert sdk_calls["put_archive"] == sdk_calls["get_archive"] == 0
+    assert sdk_calls["write_bytes"] > 0 and sdk_calls["read_bytes"] > 0
