@@ -160,3 +160,25 @@ async def test_a_sandbox_this_trial_stopped_is_not_lost(tmp_path: Path) -> None:
 
 def _runs(container_id: str, command: str) -> bool:
     return command in str(docker.from_env().api.top(container_id)["Processes"])
+
+
+async def test_stop_inside_a_termination_scope_leaves_the_wait_to_settle(tmp_path: Path) -> None:
+    """Inside ``live.termination_scope`` a stop hands terminate(wait=True) to a task (the trial
+    goes on); the sandbox stays registered until ``settle`` has seen it gone. Outside a scope
+    the stop itself waits."""
+    from osmosis_harbor.sandbox import live
+
+    task = make_task(tmp_path / "ds", "defer", dockerfile="FROM debian:trixie-slim\n")
+    deferred = _environment(task, tmp_path)
+    inline = _environment(task, tmp_path)
+    await deferred.start(force_build=False)
+    await inline.start(force_build=False)
+    with live.termination_scope() as pending:
+        await deferred.stop(delete=True)
+    assert len(pending) == 1
+    await live.settle(pending)
+    assert not pending and not live.registered(deferred.sandbox_name)
+    await inline.stop(delete=True)
+    assert not live.registered(inline.sandbox_name)
+    names = [c["Names"][0] for c in managed_containers()]
+    assert not [n for n in names if deferred.sandbox_name in n or inline.sandbox_name in n]

@@ -35,6 +35,7 @@ from osmosis_harbor.backend.outcome import (
 from osmosis_harbor.backend.plan import RolloutPlan
 from osmosis_harbor.backend.tracker import RolloutState, RolloutTracker
 from osmosis_harbor.keys import KeyCustody
+from osmosis_harbor.sandbox import live
 from osmosis_harbor.trials.naming import trial_name as make_trial_name
 
 __all__ = ["Attempt", "TrialRunner"]
@@ -121,15 +122,17 @@ class TrialRunner:
     ) -> TrialResult | ExecutionOutcome:
         """One trial through the user's queue: its result, or the outcome that ends the rollout
         (cancelled, or a trial Harbor could not create)."""
-        trial = asyncio.ensure_future(self.orchestrator.submit(config))
+        with live.termination_scope() as terminations:  # the trial's task inherits the scope
+            trial = asyncio.ensure_future(self.orchestrator.submit(config))
         if state is not None:
             state.task = trial
         try:
-            return await asyncio.shield(trial)
+            return await self._finish(trial, terminations)
         except asyncio.CancelledError:
             if not trial.done():  # our own task was cancelled: take the trial down with us
                 trial.cancel()
                 await asyncio.gather(trial, return_exceptions=True)
+                await live.settle(terminations)
                 raise
             current = asyncio.current_task()
             if current is not None and current.cancelling():
@@ -141,6 +144,17 @@ class TrialRunner:
                 {**extra, "failed_phase": "environment"},
                 RolloutErrorCategory.INTERNAL_ERROR,
             )
+
+    @staticmethod
+    async def _finish(trial: asyncio.Future[TrialResult], terminations: list[asyncio.Task[None]]) -> TrialResult:
+        """The trial's result, once its sandboxes are gone: the trial stops them without
+        waiting (its queue slot frees, a separate verifier starts meanwhile), and no rollout
+        ends before its sandboxes do."""
+        try:
+            return await asyncio.shield(trial)
+        finally:
+            if trial.done():  # else we are being cancelled: the caller takes the trial down first
+                await live.settle(terminations)
 
     async def _fresh_attempt(self, attempt: Attempt, config: TrialConfig, trial_dir: Path) -> tuple[TrialConfig, Path]:
         """The next attempt after a lost sandbox: a new trial name, so a new sandbox name (the

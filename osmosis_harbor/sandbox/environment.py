@@ -172,6 +172,7 @@ class SandboxEnvironment(SkypilotEnvironment):
         self._archive_transfers: ArchiveTransfers | None = None
         self._known_ready: set[str] = set()  # dirs known to exist, empty and 0777 (see _skippable)
         self._scope: list[str] | None = None  # the paths the running preparation command touches
+        self._deferred = False  # this stop's termination runs in the background (live.termination_scope)
         BaseEnvironment.__init__(
             self,
             environment_dir=environment_dir,
@@ -335,10 +336,31 @@ class SandboxEnvironment(SkypilotEnvironment):
             if dropped:
                 self.logger.debug(f"{dropped} staged upload(s) not sent: the sandbox is stopping")
             self._archive_transfers = None
+        self._deferred = False
         try:
             await super().stop(delete)
         finally:
-            live.unregister(self._sandbox_name)
+            if not self._deferred:
+                live.unregister(self._sandbox_name)
+
+    @override
+    async def _terminate_sandbox(self) -> None:  # type: ignore[override]  # Harbor's is tenacity-wrapped
+        """Harbor's ``terminate(wait=True)``, in the background when the caller opened a
+        ``live.termination_scope`` (it settles it before reporting), inline otherwise."""
+        sandbox = self._require_sandbox()
+        self._deferred = live.defer_termination(self._sandbox_name, lambda: self._terminate_with_retries(sandbox))
+        if not self._deferred:
+            await self._terminate_with_retries(sandbox)
+
+    async def _terminate_with_retries(self, sandbox: Any) -> None:
+        try:
+            async for attempt in AsyncRetrying(
+                stop=stop_after_attempt(2), wait=wait_exponential(multiplier=1, min=1, max=10), reraise=True
+            ):
+                with attempt:
+                    await sandbox.terminate.aio(wait=True)
+        except Exception as exc:
+            self.logger.error(f"Error terminating sandbox {self._sandbox_name}: {exc}")
 
     # ── bounds ────────────────────────────────────────────────────────────────
 
