@@ -13,10 +13,11 @@ Storage, chosen so that every process talking to the same engine sees the same p
   (owner, TTL, sandbox name) go on a per-claim volume ``ohclaim_<container id>``.
 
 Listing and removing what the engine holds is ``inventory``; claiming a member is ``claims``.
-Claims and refills of one pool are serialised by a thread lock (same process) plus an ``flock``
-on a file under the cache dir (other processes on this machine). Refill creates the missing
-containers under the lock (creation is fast and immediately visible to other refillers as
-``created``) and starts them outside it, so claimers never wait for a container start.
+Claims of one pool are serialised by a thread lock (same process) plus an ``flock`` on a file
+under the cache dir (other processes on this machine); refills by a second such lock, so a
+claim never waits behind a refill (``_refill_lock`` says why that is safe). Refill creates the
+missing containers under its lock (creation is immediately visible to other refillers as
+``created``) and starts them outside it.
 """
 
 from __future__ import annotations
@@ -100,7 +101,22 @@ class PoolManager:
 
     @contextmanager
     def _lock(self, pool: str) -> Iterator[None]:
+        """Claims, shrinks and deletes: whatever takes or removes idle members."""
         with pool_lock(self._lock_dir, f"pool-{self._engine_key}-{pool}"):
+            yield
+
+    @contextmanager
+    def _refill_lock(self, pool: str) -> Iterator[None]:
+        """Refills: counting members and creating the missing ones. Apart from the claim lock,
+        so a claim never waits behind a refill's container creations: a refill only removes
+        dead members (never claimable), and a member claimed while it counts is made up by
+        the refill that claim schedules. Shrinks and deletes take both (claim lock first)."""
+        with pool_lock(self._lock_dir, f"pool-{self._engine_key}-{pool}-refill"):
+            yield
+
+    @contextmanager
+    def _both_locks(self, pool: str) -> Iterator[None]:
+        with self._lock(pool), self._refill_lock(pool):
             yield
 
     # spec storage ---------------------------------------------------------------------------
@@ -194,7 +210,7 @@ class PoolManager:
             network=network,
             created_at=time.time(),
         )
-        with self._lock(name):
+        with self._both_locks(name):
             existing = self.get_spec(name)
             if existing is not None and not _same_shape(existing, wanted):
                 raise PoolExistsError(
@@ -212,7 +228,7 @@ class PoolManager:
         """Grow synchronously (returns when the new members run); shrink by removing idle ones."""
         if replicas < 0:
             raise ValueError("replicas must be >= 0")
-        with self._lock(name):
+        with self._both_locks(name):
             spec = self.get_spec(name)
             if spec is None:
                 raise PoolNotFoundError(f"no pool named {name!r}")
@@ -223,7 +239,7 @@ class PoolManager:
 
     def delete_pool(self, name: str) -> list[RemovedContainer]:
         """Remove the spec and the idle members; claimed members stay with their sandboxes."""
-        with self._lock(name):
+        with self._both_locks(name):
             entries = self._spec_volumes(name).get(name, [])
             idle = [m for m in self._members(name) if m.is_idle_member]
             if not entries and not idle:
@@ -265,7 +281,7 @@ class PoolManager:
 
     def refill(self, pool: str) -> list[str]:
         """Top the pool up to its replica count; returns the ids of the members started."""
-        with self._lock(pool):
+        with self._refill_lock(pool):
             spec = self.get_spec(pool)
             if spec is None:
                 return []
