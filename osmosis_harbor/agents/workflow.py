@@ -127,7 +127,8 @@ class WorkflowAgent(BaseAgent):
         self._steps = list(steps or [])
         self._shim_timeout_sec = shim_timeout_sec
         self._step_index = 0
-        self._current_input = self._rollout_input  # this run's input (a step's, in multi-step tasks)
+        # Where the shim finds this run's input: the file, unless ``_stage_input`` sent it inline.
+        self._input_env: dict[str, str] = {contract.ROLLOUT_INPUT_ENV: str(ROLLOUT_INPUT)}
 
     @staticmethod
     @override
@@ -141,11 +142,10 @@ class WorkflowAgent(BaseAgent):
     @override
     async def setup(self, environment: BaseEnvironment) -> None:
         if self._bundle_baked is not None:
-            # The image holds the bundle and /osmosis (755): no exec. A small input rides the
-            # workflow's exec (``_input_env``); a large one is one upload. A multi-step task
-            # stages each step's input in run instead.
-            if not self._steps and inline_input(self._rollout_input) is None:
-                await self._upload_input(self._rollout_input, environment)
+            # The image holds the bundle and /osmosis (755): no exec. A multi-step task stages
+            # each step's input in run instead.
+            if not self._steps:
+                await self._stage_input(self._rollout_input, environment)
             return
         # The rollout input travels with the bundle: setup runs as root, so one exec
         # installs the wheel and makes the input readable by whatever user the agent runs as.
@@ -179,27 +179,25 @@ class WorkflowAgent(BaseAgent):
         metadata["harbor_step"] = {"name": self._steps[index], "index": index, "count": len(self._steps)}
         staged = self._rollout_input.with_name(f"{self._rollout_input.stem}.step{index}.json")
         staged.write_text(json.dumps({**base, "prompt": prompt, "metadata": metadata}))
-        self._current_input = staged
-        if self._bundle_baked is None or inline_input(staged) is None:
-            await self._upload_input(staged, environment)
+        await self._stage_input(staged, environment)
 
-    async def _upload_input(self, path: Path, environment: BaseEnvironment) -> None:
+    async def _stage_input(self, path: Path, environment: BaseEnvironment) -> None:
+        """This run's input: inline in the workflow's exec when the bundle is baked and the
+        input small (no call), else uploaded as the file the shim reads."""
+        text = inline_input(path) if self._bundle_baked is not None else None
+        if text is not None:
+            self._input_env = {contract.ROLLOUT_INPUT_JSON_ENV: text}
+            return
         path.chmod(0o644)  # an SDK that keeps the mode: any agent user reads it
         await environment.upload_file(path, str(ROLLOUT_INPUT))
-
-    def _input_env(self) -> dict[str, str]:
-        """Where the shim finds this run's input: inline when baked and small, else the file."""
-        text = inline_input(self._current_input) if self._bundle_baked is not None else None
-        if text is not None:
-            return {contract.ROLLOUT_INPUT_JSON_ENV: text}
-        return {contract.ROLLOUT_INPUT_ENV: str(ROLLOUT_INPUT)}
+        self._input_env = {contract.ROLLOUT_INPUT_ENV: str(ROLLOUT_INPUT)}
 
     @override
     async def run(self, instruction: str, environment: BaseEnvironment, context: AgentContext) -> None:
         if self._steps:
             await self._stage_step_input(instruction, environment)
         creds = keys.credentials_for(self._rollout_id)
-        env = {**self._input_env(), contract.ROLLOUT_ID_ENV: self._rollout_id}
+        env = {**self._input_env, contract.ROLLOUT_ID_ENV: self._rollout_id}
         if self._shim_timeout_sec is not None:
             env[contract.AGENT_TIMEOUT_ENV] = str(self._shim_timeout_sec)
         if creds is not None:

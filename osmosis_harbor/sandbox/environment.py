@@ -67,7 +67,7 @@ from osmosis_harbor.sandbox.images import (
 from osmosis_harbor.sandbox.liveness import SandboxState, sandbox_state
 from osmosis_harbor.sandbox.protocol import SandboxSdk, has_archives
 from osmosis_harbor.sandbox.registry import DEFAULT_SDK, implementation
-from osmosis_harbor.sandbox.transfers import ArchiveTransfers
+from osmosis_harbor.sandbox.transfers import ArchiveTransfers, overlaps
 from osmosis_harbor.shim import contract
 
 log = logging.getLogger(__name__)
@@ -90,14 +90,6 @@ def pool_name_for(base: str, group_key: str) -> str:
 
 # What Harbor's verifier runs to clear stale rewards (``Verifier._remove_reward_files``).
 REMOVE_REWARDS_COMMAND = f"rm -f -- {contract.VERIFIER_LOGS}/reward.txt {contract.VERIFIER_LOGS}/reward.json"
-
-
-def _touches(directory: str, paths: Sequence[str]) -> bool:
-    """Whether a change at any of ``paths`` can change ``directory`` (or what is in it)."""
-    d = directory.rstrip("/")
-    return any(
-        str(p).rstrip("/") == d or str(p).startswith(d + "/") or d.startswith(str(p).rstrip("/") + "/") for p in paths
-    )
 
 
 LOCAL_IMAGE_NAMESPACE = "osmosis-harbor"
@@ -402,25 +394,24 @@ class SandboxEnvironment(SkypilotEnvironment):
         """A command sees every upload made before it, and may change anything it can reach;
         Harbor's preparation commands (``_prepare``) touch only their own paths."""
         scope, transfers = self._scope, self._archive_transfers
-        if scope is None:
-            self._known_ready.clear()
-        else:
-            self._known_ready.difference_update(d for d in list(self._known_ready) if _touches(d, scope))
+        self._forget_ready(scope)
         if transfers is None:
             yield
             return
-        if scope is None:
-            await transfers.flush()
-            transfers.command_ran()
-        else:
-            await transfers.flush_overlapping(scope)
+        await (transfers.flush() if scope is None else transfers.flush_overlapping(scope))
+        transfers.command_ran(scope)
         try:
             yield
         finally:
-            if scope is None:
-                transfers.command_ran()
-            else:
-                await transfers.flush_overlapping(scope)
+            transfers.command_ran(scope)
+
+    def _forget_ready(self, paths: Sequence[str] | None) -> None:
+        """Something changed at ``paths`` (anywhere, when None): the known-ready dirs there
+        are known no more."""
+        if paths is None:
+            self._known_ready.clear()
+        else:
+            self._known_ready = {d for d in self._known_ready if not any(overlaps(d, str(p)) for p in paths)}
 
     @contextlib.contextmanager
     def _prepare(self, paths: list[str]) -> Iterator[None]:
@@ -494,14 +485,14 @@ class SandboxEnvironment(SkypilotEnvironment):
 
     @override
     async def upload_dir(self, source_dir: Path | str, target_dir: str) -> None:
-        self._known_ready.difference_update(d for d in list(self._known_ready) if _touches(d, [target_dir]))
+        self._forget_ready([target_dir])
         if (transfers := self._archives()) is None:
             return await super().upload_dir(source_dir, target_dir)
         transfers.stage_dir(Path(source_dir), target_dir)
 
     @override
     async def upload_file(self, source_path: Path | str, target_path: str) -> None:
-        self._known_ready.difference_update(d for d in list(self._known_ready) if _touches(d, [target_path]))
+        self._forget_ready([target_path])
         if (transfers := self._archives()) is None:
             return await super().upload_file(source_path, target_path)
         transfers.stage_file(Path(source_path), target_path)

@@ -35,10 +35,11 @@ from pathlib import Path
 
 from harbor.environments.tar_transfer import extract_dir
 
-__all__ = ["LOG_ROOT", "ArchiveTransfers"]
+__all__ = ["LOG_ROOT", "ArchiveTransfers", "overlaps"]
 
 LOG_ROOT = "/logs"  # Harbor's in-sandbox log tree: agent/, verifier/, artifacts/
 
+Member = tuple[tarfile.TarInfo, bytes | None]  # a tar entry and its content (files only)
 Put = Callable[[bytes, str], Awaitable[None]]
 Get = Callable[[str], Awaitable[bytes]]
 
@@ -49,7 +50,7 @@ def _norm(path: str) -> str:
     return posixpath.normpath(path).replace("//", "/")
 
 
-def _overlaps(a: str, b: str) -> bool:
+def overlaps(a: str, b: str) -> bool:
     """One path is the other or lies under it."""
     return a == b or a.startswith(b.rstrip("/") + "/") or b.startswith(a.rstrip("/") + "/")
 
@@ -64,37 +65,35 @@ class _Staged:
     """Uploads waiting for the next command: tar members rooted at ``/``, packed when staged."""
 
     def __init__(self) -> None:
-        self._members: list[tuple[tarfile.TarInfo, bytes | None]] = []
+        self._members: list[Member] = []
         self.targets: list[str] = []
         self._packer = tarfile.open(fileobj=io.BytesIO(), mode="w")  # only for gettarinfo
 
-    def _add(self, path: Path, name: str) -> None:
+    def _member(self, path: Path, name: str) -> Member:
         info = _root_owned(self._packer.gettarinfo(str(path), arcname=name))
-        data = path.read_bytes() if info.isfile() else None
-        self._members.append((info, data))
+        return info, path.read_bytes() if info.isfile() else None
 
-    def add_dir(self, source: Path, target: str) -> None:
+    def _stage(self, members: list[Member], target: str) -> list[Member]:
+        self._members += members
+        self.targets.append(target)
+        return members
+
+    def add_dir(self, source: Path, target: str) -> list[Member]:
+        """Stage the tree under ``source`` at ``target``; returns the members staged."""
         name = target.lstrip("/")
-        children = sorted(source.iterdir())
-        if not children and name:  # an empty tree still makes its target, like ``mkdir -p``
-            self._add(source, name)
+        members = []
+        if name and not any(source.iterdir()):  # an empty tree still makes its target, like ``mkdir -p``
+            members.append(self._member(source, name))
         for root, dirs, files in os.walk(source):
             dirs.sort()
             base = Path(root)
             for entry in sorted(dirs + files):
                 path = base / entry
-                self._add(path, posixpath.join(name, path.relative_to(source).as_posix()))
-        self.targets.append(target)
+                members.append(self._member(path, posixpath.join(name, path.relative_to(source).as_posix())))
+        return self._stage(members, target)
 
-    def add_file(self, source: Path, target: str) -> None:
-        self._add(source, target.lstrip("/"))
-        self.targets.append(target)
-
-    def members_since(self, count: int) -> list[Member]:
-        return self._members[count:]
-
-    def __len__(self) -> int:
-        return len(self._members)
+    def add_file(self, source: Path, target: str) -> list[Member]:
+        return self._stage([self._member(source, target.lstrip("/"))], target)
 
     def make_executable(self, path: str) -> bool:
         """``chmod +x`` on a staged regular file, applied to what will be sent; False when
@@ -106,7 +105,7 @@ class _Staged:
         return bool(hits)
 
     def overlaps(self, path: str) -> bool:
-        return any(_overlaps(path, target) for target in self.targets)
+        return any(overlaps(path, target) for target in self.targets)
 
     def take(self) -> bytes | None:
         """The archive of everything staged (and forget it), or None when nothing is."""
@@ -116,11 +115,14 @@ class _Staged:
         with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
             for info, data in self._members:
                 tar.addfile(info, io.BytesIO(data) if data is not None else None)
-        self._members, self.targets = [], []
+        self.clear()
         return buffer.getvalue()
 
-
-Member = tuple[tarfile.TarInfo, bytes | None]
+    def clear(self) -> int:
+        """Forget everything staged; returns how many uploads that was."""
+        dropped = len(self.targets)
+        self._members, self.targets = [], []
+        return dropped
 
 
 class _Snapshot:
@@ -197,22 +199,17 @@ class ArchiveTransfers:
         self._get = get
         self._staged = _Staged()
         self._snapshots: list[_Snapshot] = []
-        self.calls = 0  # archive calls made (for tests and benchmarks)
 
     # ── uploads ──────────────────────────────────────────────────────────────
     def stage_dir(self, source: Path, target: str) -> None:
         if not source.is_dir():
             raise FileNotFoundError(f"Source directory {source} does not exist")
-        before = len(self._staged)
-        self._staged.add_dir(source, _norm(target))
-        self._lay_over(self._staged.members_since(before))
+        self._lay_over(self._staged.add_dir(source, _norm(target)))
 
     def stage_file(self, source: Path, target: str) -> None:
         if not source.is_file():
             raise FileNotFoundError(f"Source file {source} does not exist")
-        before = len(self._staged)
-        self._staged.add_file(source, _norm(target))
-        self._lay_over(self._staged.members_since(before))
+        self._lay_over(self._staged.add_file(source, _norm(target)))
 
     def _lay_over(self, members: list[Member]) -> None:
         for snapshot in self._snapshots:
@@ -222,7 +219,6 @@ class ArchiveTransfers:
         """Send everything staged, in one call."""
         data = self._staged.take()
         if data is not None:
-            self.calls += 1
             await self._put(data, "/")
 
     def make_executable(self, path: str) -> bool:
@@ -230,23 +226,24 @@ class ArchiveTransfers:
         return self._staged.make_executable(_norm(path))
 
     async def flush_overlapping(self, paths: list[str]) -> None:
-        """Before a command that touches only ``paths``: send what is staged there (all of it,
-        in one call), leave the rest staged, and forget snapshots of those paths."""
-        norm = [_norm(p) for p in paths]
-        if any(self._staged.overlaps(p) for p in norm):
+        """Before a command that touches only ``paths``: when anything staged lies there, send
+        what is staged (all of it, in one call); else leave it staged."""
+        if any(self._staged.overlaps(_norm(p)) for p in paths):
             await self.flush()
-        self._snapshots = [s for s in self._snapshots if not any(_overlaps(s.root, p) for p in norm)]
 
-    def command_ran(self) -> None:
-        """A command may have changed anything: no snapshot answers any more."""
-        self._snapshots.clear()
+    def command_ran(self, paths: list[str] | None = None) -> None:
+        """A command may have changed anything (or, given ``paths``, what lies there): the
+        snapshots it may have changed answer no more."""
+        if paths is None:
+            self._snapshots.clear()
+            return
+        norm = [_norm(p) for p in paths]
+        self._snapshots = [s for s in self._snapshots if not any(overlaps(s.root, p) for p in norm)]
 
     def discard(self) -> int:
         """The sandbox is going away: drop what is staged (nothing could observe it)."""
-        dropped = len(self._staged.targets)
-        self._staged.take()
         self._snapshots.clear()
-        return dropped
+        return self._staged.clear()
 
     # ── reads ────────────────────────────────────────────────────────────────
     async def _snapshot_for(self, path: str) -> _Snapshot:
@@ -257,17 +254,15 @@ class ArchiveTransfers:
         root = LOG_ROOT if path.startswith(LOG_ROOT + "/") else path
         if self._staged.overlaps(root):  # what is fetched must include what was uploaded there
             await self.flush()
-        self.calls += 1
         try:
             data = await self._get(root)
         except FileNotFoundError:
             if root == path:
                 raise
             root = path  # no /logs at all: ask for the path itself
-            self.calls += 1
             data = await self._get(root)
         snapshot = _Snapshot(root, data)
-        self._snapshots = [s for s in self._snapshots if not _overlaps(s.root, root)] + [snapshot]
+        self._snapshots = [s for s in self._snapshots if not overlaps(s.root, root)] + [snapshot]
         return snapshot
 
     async def kind(self, path: str) -> str | None:
