@@ -666,7 +666,9 @@ async def test_unpinned_git_ref_warns_once(
     # Served from an immutable per-commit snapshot, not from the directory Harbor
     # rewrites on every fetch of an unpinned ref.
     assert "osmosis-snapshots" in task.path.parts and (task.path / "task.toml").is_file()
-    await TaskResolver(dataset, "dataset", cache_dir=tmp_path / "cache", allow_local_git=True).resolve(metadata)  # Harbor re-fetches
+    await TaskResolver(dataset, "dataset", cache_dir=tmp_path / "cache", allow_local_git=True).resolve(
+        metadata
+    )  # Harbor re-fetches
     assert len(download_spy) == 3 and (task.path / "instruction.md").read_text() == "hello from git\n"
 
 

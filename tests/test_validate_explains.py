@@ -46,7 +46,15 @@ def oracle_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
     key = f"sk-fixture-{uuid.uuid4().hex}"
     report, junit = tmp / "r.json", tmp / "j.xml"
     proc = run_cli(
-        "validate", str(EXPLAIN), "-n", "3", "--lint", "--json", str(report), "--junit", str(junit),
+        "validate",
+        str(EXPLAIN),
+        "-n",
+        "3",
+        "--lint",
+        "--json",
+        str(report),
+        "--junit",
+        str(junit),
         env={KEY_VAR: key, "COLUMNS": "200"},
     )
     assert proc.returncode == 1, proc.stdout + proc.stderr
@@ -103,8 +111,16 @@ def test_a_verifier_that_never_ran_its_tests_fails_under_oracle(oracle_run: Run)
 def test_nop_fails_a_verifier_that_never_ran_and_passes_one_whose_tests_fail(tmp_path: Path) -> None:
     report = tmp_path / "r.json"
     proc = run_cli(
-        "validate", str(EXPLAIN), "--agent", "nop", "--task", "runner-missing", "--task", "assertion-fails",
-        "--json", str(report),
+        "validate",
+        str(EXPLAIN),
+        "--agent",
+        "nop",
+        "--task",
+        "runner-missing",
+        "--task",
+        "assertion-fails",
+        "--json",
+        str(report),
     )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     rows = {t["id"]: t for t in load_json(report)["tasks"]}
@@ -210,4 +226,3 @@ def test_base_images_of_a_dockerfile() -> None:
         "COPY --from=build /x /x\n"
     )
     assert base_images(dockerfile) == ["python:3.12-slim", "ubuntu:26.04@sha256:" + "ab" * 32]
-

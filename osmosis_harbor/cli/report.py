@@ -23,7 +23,7 @@ from rich.text import Text
 
 from osmosis_harbor.prewarm import PrewarmReport
 from osmosis_harbor.validate import TaskValidation, ValidationReport
-from osmosis_harbor.validate.lint import LintIssue, LintSeverity
+from osmosis_harbor.validate.lint import LintSeverity
 
 _TIMING_ORDER = ("environment", "agent_setup", "agent", "verifier", "total")
 

@@ -112,7 +112,8 @@ def missing_base_error(
         return None
     recipes = offline_recipes()
     lines = [
-        f"base image {_shown(image)} is not present and cannot be pulled; {_remedy(image, recipes)}" for image in missing
+        f"base image {_shown(image)} is not present and cannot be pulled; {_remedy(image, recipes)}"
+        for image in missing
     ]
     detail = engine_error.strip().splitlines()[0] if engine_error.strip() else ""
     return BaseImageMissingError("; ".join(lines) + (f"\n(docker build of {ref}: {detail})" if detail else ""))

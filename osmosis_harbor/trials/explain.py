@@ -21,36 +21,57 @@ DID_NOT_RUN = "verifier did not run its tests"
 
 
 def _with_output(error: str, what: str, tail: str | None) -> str:
+    """``error``, then the output's tail under a header line (the error's first line stays the
+    one-line summary a table or a step list shows)."""
     if not tail:
         return error
     return f"{error}\n--- {what} (last lines) ---\n{tail}"
 
 
+def _joined(steps: Sequence[StepVerdict]) -> str:
+    """One summary line naming each failed step, then each step's output tail."""
+    heads, details = [], []
+    for step in steps:
+        head, _, rest = (step.error or "failed").partition("\n")
+        heads.append(f"step {step.name}: {head}")
+        if rest:
+            details.append(rest)
+    return "\n".join(["; ".join(heads), *details])
+
+
 def _explained(
-    passed: bool, failed_phase: str | None, error: str | None, ran_verifier: bool, rewards: dict[str, float],
-    base: Path, secrets: Sequence[str],
+    passed: bool,
+    failed_phase: str | None,
+    error: str | None,
+    ran_verifier: bool,
+    rewards: dict[str, float],
+    base: Path,
+    secrets: Sequence[str],
+    label: str = "",
 ) -> tuple[bool, str | None, str | None]:
-    """(passed, failed_phase, error) for one trial or one step whose files live under ``base``."""
+    """(passed, failed_phase, error) for one trial or one step (``label``: ``step NAME: ``) whose
+    files live under ``base``."""
     verifier = base / "verifier"
-    if ran_verifier and failed_phase is None or failed_phase == Phase.VERIFIER.value:
+    if (ran_verifier and failed_phase is None) or failed_phase == Phase.VERIFIER.value:
         line = runner_never_started(verifier, rewards, secrets)
         if line is not None:
             tail = output_tail(verifier / "test-stdout.txt", secrets)
-            return False, Phase.VERIFIER.value, _with_output(f"{DID_NOT_RUN} ({line})", "verifier output", tail)
+            return False, Phase.VERIFIER.value, _with_output(f"{DID_NOT_RUN} ({line})", f"{label}verifier output", tail)
     if passed or error is None:
         return passed, failed_phase, error
     if failed_phase == Phase.VERIFIER.value:
-        error = _with_output(error, "verifier output", output_tail(verifier / "test-stdout.txt", secrets))
+        error = _with_output(error, f"{label}verifier output", output_tail(verifier / "test-stdout.txt", secrets))
     elif failed_phase == Phase.AGENT.value and error.startswith("solve.sh exited"):
-        error = _with_output(error, "solve.sh output", output_tail(base / "agent" / "oracle.txt", secrets))
+        error = _with_output(error, f"{label}solve.sh output", output_tail(base / "agent" / "oracle.txt", secrets))
     return passed, failed_phase, error
 
 
 def _step(step: StepVerdict, trial_dir: Path, secrets: Sequence[str]) -> StepVerdict:
     if not step.ran:
         return step
+    base = trial_dir / "steps" / step.name
     passed, phase, error = _explained(
-        step.passed, step.failed_phase, step.error, True, step.rewards, trial_dir / "steps" / step.name, secrets
+        step.passed, step.failed_phase, step.error, True, step.rewards, base, secrets, f"step {step.name}: "
     )
     return step.model_copy(update={"passed": passed, "failed_phase": phase, "error": error})
 
@@ -69,6 +90,5 @@ def explain(verdict: Verdict, reading: TrialReading, trial_dir: Path) -> Verdict
     if not failed:
         return verdict.model_copy(update={"steps": steps})
     if verdict.passed or (verdict.error or "").startswith("step "):
-        problems = "; ".join(f"step {s.name}: {s.error}" for s in failed)
-        return Verdict(passed=False, failed_phase=failed[0].failed_phase, error=problems, steps=steps)
+        return Verdict(passed=False, failed_phase=failed[0].failed_phase, error=_joined(failed), steps=steps)
     return verdict.model_copy(update={"steps": steps})

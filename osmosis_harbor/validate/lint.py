@@ -46,7 +46,7 @@ LINT_FAILED = "lint-failed"  # not a Harbor rule: lint itself could not run on t
 ADVICE = {
     "shared-verifier": (
         "the verifier runs in the agent's sandbox, so an agent can change what it checks: fine for "
-        "validation; for training, set [verifier] environment_mode = \"separate\" and declare the "
+        'validation; for training, set [verifier] environment_mode = "separate" and declare the '
         "evidence the tests read as artifacts, or run the agent as an unprivileged [agent] user"
     ),
 }
