@@ -44,6 +44,9 @@ def host(tmp_path: Path) -> dict[str, Path]:
     planted = shutil.copytree(TASKS / "json-reward", trials / "planted")  # what a sandbox could leave
     (dataset / "link").symlink_to(outside, target_is_directory=True)
     (extra / "sneaky").symlink_to(planted, target_is_directory=True)
+    broken = shutil.copytree(TASKS / "json-reward", extra / "hidden" / "no-instruction")
+    (broken / "instruction.md").unlink()
+    (extra / "alias").symlink_to(broken, target_is_directory=True)
     return {"dataset": dataset, "extra": extra, "outside": outside, "trials": trials, "planted": planted}
 
 
@@ -135,6 +138,9 @@ async def test_local_refs_stay_inside_the_allowed_roots(host: dict[str, Path]) -
         assert_refused(planted, "points into a trials directory")
         sneaky = await rollout(url, {"harbor_task": str(host["extra"] / "sneaky")})
         assert_refused(sneaky, "points into a trials directory", host["planted"])
+        # An allowed task that is invalid is named as requested, not by where its link leads.
+        invalid = await rollout(url, {"harbor_task": str(host["extra"] / "alias")})
+        assert_refused(invalid, "instruction.md is missing", host["extra"] / "hidden")
         # The dataset id route knows the same boundary.
         through_id = await rollout(url, {"harbor_task_id": "link"})
         assert_refused(through_id, "leads outside tasks_dir", host["outside"])
