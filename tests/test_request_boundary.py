@@ -185,3 +185,33 @@ def test_roots_and_local_git_come_from_the_settings_when_not_given(
     assert not explicit.allow_local_git and host["outside"].parent.resolve() not in explicit.allowed
     with pytest.raises(ConfigError, match="task_roots: .* is not a directory"):
         backend_for(host, task_roots=[host["outside"] / "missing"])
+
+
+@pytest.mark.parametrize(
+    ("url", "local_ok", "remote"),
+    [
+        ("https://oauth2:token@git.example.com/org/repo.git", False, True),
+        ("ssh://git@git.example.com/org/repo", False, True),
+        ("git@github.com:org/repo.git", False, True),
+        ("https://[::1]:8443/repo", False, True),
+        ("file:///srv/repo.git", True, False),
+        ("/srv/repo.git", True, False),
+        ("http://git.example.com/repo", False, False),  # plain http: refused like any other scheme
+        ("git://git.example.com/repo", False, False),
+        ("ssh://-oProxyCommand=touch%20x/repo", False, False),  # a host git would read as an option
+        ("git@-oProxyCommand=x:repo", False, False),
+        ("ext::sh -c touch% x", False, False),
+        ("--upload-pack=touch x", False, False),
+    ],
+)
+def test_git_url_forms(url: str, local_ok: bool, remote: bool) -> None:
+    from osmosis_harbor.errors import TaskResolutionError
+    from osmosis_harbor.tasks.roots import TaskRoots
+
+    for allow in (False, True):
+        roots = TaskRoots([], allow_local_git=allow)
+        if remote or (allow and local_ok):
+            roots.check_git_url(url, "metadata['git_url']", url)
+        else:
+            with pytest.raises(TaskResolutionError, match=r"metadata\['git_url'\]="):
+                roots.check_git_url(url, "metadata['git_url']", url)
