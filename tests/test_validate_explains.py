@@ -226,3 +226,12 @@ def test_base_images_of_a_dockerfile() -> None:
         "COPY --from=build /x /x\n"
     )
     assert base_images(dockerfile) == ["python:3.12-slim", "ubuntu:26.04@sha256:" + "ab" * 32]
+
+
+def test_offline_recipes_come_from_the_script(tmp_path: Path) -> None:
+    from osmosis_harbor.sandbox.base_images import offline_recipes
+
+    recipes = offline_recipes()
+    assert recipes is not None and {"ubuntu:24.04", "python:3.12-slim", "debian:trixie-slim"} <= recipes
+    assert "ubuntu:26.04" not in recipes
+    assert offline_recipes(tmp_path / "base-images.sh") is None  # no script here: said so, not guessed
