@@ -19,6 +19,7 @@ from typing import ClassVar
 from osmosis_ai.rollout.types import RolloutErrorCategory
 
 __all__ = [
+    "BaseImageMissingError",
     "BundleError",
     "BundleInstallError",
     "ConfigError",
@@ -162,6 +163,11 @@ class ImageBuildError(TrialPhaseError, RuntimeError):
     """``docker build`` or ``docker push`` failed; the message carries the tail of the log."""
 
     phase = "environment"
+
+
+class BaseImageMissingError(ImageBuildError):
+    """The build failed because a ``FROM`` image is neither present nor pullable: the message
+    names the image and how to make it offline, and retrying the build is pointless."""
 
 
 class BundleInstallError(TrialPhaseError, RuntimeError):

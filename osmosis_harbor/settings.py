@@ -42,6 +42,10 @@ class Settings(BaseSettings):
     )
     xdg_cache_home: Path | None = Field(None, validation_alias="XDG_CACHE_HOME")
     columns: int | None = Field(None, validation_alias="COLUMNS", description="result tables' width off a terminal")
+    task_roots: str | None = Field(
+        None, description="directories (os.pathsep-separated) a request's local harbor_task may name besides tasks_dir"
+    )
+    allow_local_git: bool = Field(False, description="requests may name file:// and bare-path git repositories")
 
     def pool_lock_dir(self) -> Path:
         """Lock files live in the user cache dir: machine-local, like the engine they guard."""
@@ -49,6 +53,10 @@ class Settings(BaseSettings):
             return self.lock_dir
         base = self.xdg_cache_home or Path.home() / ".cache"
         return base / "osmosis-harbor" / "locks"
+
+    def task_root_paths(self) -> tuple[Path, ...]:
+        """``OSMOSIS_HARBOR_TASK_ROOTS`` split like ``PATH`` (empty entries ignored)."""
+        return tuple(Path(p) for p in (self.task_roots or "").split(os.pathsep) if p)
 
     def bundle_cache(self) -> Path:
         return self.bundles if self.bundles is not None else Path("bundles")

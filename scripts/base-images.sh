@@ -19,6 +19,7 @@
 #   scripts/base-images.sh [IMAGE ...]   make these present (default: what bootstrap and the tests use)
 #   scripts/base-images.sh --all         make every stand-in present
 #   scripts/base-images.sh --list        every stand-in: what it really is, and whether it is present
+#   scripts/base-images.sh --names       every name with a recipe, one a line (no Docker call: cheap)
 #   scripts/base-images.sh --rootfs SUITE  only build (or reuse) the cached root file system of a suite
 #
 # Idempotent: an image that already exists is skipped in milliseconds.
@@ -372,10 +373,11 @@ list_images() {
   rm -rf "$probes"
 }
 
-usage() { sed -n '18,24p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '18,25p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 case "${1:-}" in
   --list) list_images ;;
+  --names) recipe_names ;;
   --all) mapfile -t all < <(recipe_names); ensure_images "${all[@]}" ;;
   --rootfs) [ $# -eq 2 ] || die "usage: $0 --rootfs SUITE"; ensure_rootfs "$2"; echo "$TARBALL" ;;
   -h|--help) usage ;;

@@ -279,7 +279,8 @@ async def test_bad_prompt_is_a_validation_error_and_leaves_no_queued_state(tmp_p
 
 
 async def test_per_rollout_task_ref_overrides_the_template(tmp_path, bundles_dir, fake_chat, api_key):
-    backend = make_backend(tmp_path, bundles_dir, agent="ListWorkflow")  # template: tasks/template
+    # template: tasks/template; its siblings are allowed explicitly (only tasks_dir is by default)
+    backend = make_backend(tmp_path, bundles_dir, agent="ListWorkflow", task_roots=[TASKS])
     solve = (
         "python3 -c \"import json; n=[int(x) for x in open('/data/numbers.txt')]; "
         "json.dump(dict(count=len(n), sum=sum(n), mean=sum(n)/len(n)), open('/output/stats.json','w'))\""

@@ -138,7 +138,7 @@ async def start(client, fake_chat: FakeChatServer, rollout_id: str, text: str, *
 async def test_a_lost_sandbox_is_an_internal_error_and_a_self_kill_is_the_workflows(
     tmp_path, tasks, fake_chat, osmosis_home
 ):
-    backend = make_backend(tmp_path, tasks)
+    backend = make_backend(tmp_path, tasks, task_roots=[tasks])  # ../blocking-tests, beside the template
     ids = {k: f"{k}-{uuid.uuid4().hex[:6]}" for k in ("killed", "self", "grading")}
     async with serve(backend) as url, client_for(url) as client:
         killed = await start(client, fake_chat, ids["killed"], BLOCKING_REPLY)

@@ -56,7 +56,10 @@ def test_oracle_verdicts_on_public_task_formats(tmp_path: Path) -> None:
     assert all({"agent", "verifier"} <= set(s["timings_sec"]) for s in ok["steps"])
 
     bad = rows["multi-step-failing"]
-    assert bad["error"] == ("step implement: solve.sh exited with status 3; step document: reward 0.5 (expected 1)")
+    summary, *details = bad["error"].split("\n")
+    assert summary == "step implement: solve.sh exited with status 3; step document: reward 0.5 (expected 1)"
+    assert details == ["--- step implement: solve.sh output (last lines) ---", "implement: giving up on purpose"]
+    assert bad["steps"][1]["error"] == "\n".join(["solve.sh exited with status 3", *details])  # the step's own
     assert bad["failed_phase"] == "agent"
     assert bad["reward"] == 0.5  # Harbor's "final" strategy: the last step's reward, reported not judged
     steps = {s["name"]: s for s in bad["steps"]}

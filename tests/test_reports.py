@@ -168,7 +168,8 @@ def test_junit_report_has_a_testcase_per_task_and_failures_with_their_phase(mixe
         assert row["error"].replace(ESC, "\\x1b") in failure.get("message")
         assert "verifier" not in row["timings_sec"] or '"verifier"' in failure.text
     solve = cases["solve-fails"].find("failure")
-    assert solve.get("message") == "agent: solve.sh exited with status 3"
+    assert solve.get("message").startswith("agent: solve.sh exited with status 3\n")
+    assert "solve-fails fixture: this message goes to stderr" in solve.text  # solve.sh's own output
     assert '"reward": 0.0' in solve.text and '"total":' in solve.text
     odd = cases[ODD_ID].find("failure").get("message")
     assert odd.startswith("environment: ") and "\\x1b[31mred & <b>]]>" in odd and ESC not in odd
@@ -215,9 +216,20 @@ def test_lint_findings_are_in_the_json_and_the_table_and_every_task_still_runs(m
     assert any("timeout_secs" in f["message"] for f in rows["misspelled-field"]["lint"])
     assert rows["misspelled-field"]["passed"] and rows["misspelled-field"]["reward"] == 1.0  # not strict: it ran
     assert ("invalid-task-config", "error") in {(f["rule"], f["severity"]) for f in rows["bad-toml"]["lint"]}
-    table = column_text(mixed_run.proc.stdout, "error")
-    assert "lint error [unknown-config-field] task.toml: Unknown field 'verifier.timeout_secs'" in table
-    assert "lint warning [shared-verifier] task.toml" in table
+    results, lint = mixed_run.proc.stdout.split("Lint (harbor lint rules)")
+    assert "Unknown field" not in column_text(results, "error")  # findings stay out of the error column
+    assert "1E 1W" in column_text(results, "lint")
+    assert "Unknown field 'verifier.timeout_secs'" in column_text(lint, "message")
+    assert "unknown-config-field" in column_text(lint, "rule")
+
+
+def test_a_passing_tasks_lint_findings_reach_junit(mixed_run: MixedRun) -> None:
+    cases = {c.get("name"): c for c in ET.parse(mixed_run.junit).getroot().iter("testcase")}
+    passing = cases["misspelled-field"]
+    assert passing.find("failure") is None
+    out = passing.find("system-out").text
+    assert "lint error [unknown-config-field] task.toml: Unknown field 'verifier.timeout_secs'" in out
+    assert "lint warning [shared-verifier] task.toml: " in out
 
 
 async def test_strict_lint_refuses_tasks_with_lint_errors_before_any_sandbox() -> None:

@@ -553,12 +553,12 @@ def test_materialize_says_which_bundle_is_baked(tmp_path: Path) -> None:
 
 async def test_local_refs(dataset: Path, template: Path, tmp_path: Path) -> None:
     other = make_task(tmp_path / "other", instruction="other\n")
-    resolver = TaskResolver(template, "template")
+    resolver = TaskResolver(template, "template", task_roots=[tmp_path])
     by_abs = await resolver.resolve({"harbor_task": str(other)})
     assert by_abs.source == "local" and by_abs.path == other.resolve() and by_abs.task_id == "other"
     assert (await resolver.resolve({"harbor_task": "../other"})).path == other.resolve()  # relative to tasks_dir
 
-    resolver = TaskResolver(dataset, "dataset")
+    resolver = TaskResolver(dataset, "dataset", task_roots=[tmp_path])
     # harbor_task wins over harbor_task_id
     task = await resolver.resolve({"harbor_task": "./grp/beta", "harbor_task_id": "alpha"})
     assert task.path == (dataset / "grp" / "beta").resolve() and task.source == "local"
@@ -620,7 +620,7 @@ async def test_pinned_git_ref_is_fetched_once(
 ) -> None:
     url, commit = git_repo
     cache = tmp_path / "cache"
-    resolver = TaskResolver(template, "template", cache_dir=cache)
+    resolver = TaskResolver(template, "template", cache_dir=cache, allow_local_git=True)
     metadata = {"harbor_task": "tasks/hello", "git_url": url, "git_commit_id": commit}
     with warnings.catch_warnings():
         warnings.simplefilter("error", UnpinnedTaskRefWarning)
@@ -634,7 +634,7 @@ async def test_pinned_git_ref_is_fetched_once(
     assert (out.path / "instruction.md").read_text() == "hello from git\n"
 
     # A new process (resolver) finds Harbor's on-disk cache: TaskClient is called, git is not.
-    other = TaskResolver(template, "template", cache_dir=cache)
+    other = TaskResolver(template, "template", cache_dir=cache, allow_local_git=True)
     real = TaskClient._download_tasks_from_git_url
 
     async def no_git(*args: object, **kwargs: object) -> object:
@@ -651,12 +651,12 @@ async def test_unpinned_git_ref_warns_once(
     git_repo: tuple[str, str], dataset: Path, tmp_path: Path, download_spy: list[object]
 ) -> None:
     url, commit = git_repo
-    resolver = TaskResolver(dataset, "dataset", cache_dir=tmp_path / "cache")
+    resolver = TaskResolver(dataset, "dataset", cache_dir=tmp_path / "cache", allow_local_git=True)
     metadata = {"harbor_task": "tasks/hello", "git_url": url}
     with pytest.warns(UnpinnedTaskRefWarning) as record:
         results = await asyncio.gather(*(resolver.resolve(metadata) for _ in range(3)))
         results.append(await resolver.resolve(metadata))
-        await TaskResolver(dataset, "dataset", cache_dir=tmp_path / "cache2").resolve(metadata)
+        await TaskResolver(dataset, "dataset", cache_dir=tmp_path / "cache2", allow_local_git=True).resolve(metadata)
     unpinned = [w for w in record if issubclass(w.category, UnpinnedTaskRefWarning)]
     assert len(unpinned) == 1, [str(w.message) for w in unpinned]
     assert commit in str(unpinned[0].message) and "git_commit_id" in str(unpinned[0].message)
@@ -666,13 +666,15 @@ async def test_unpinned_git_ref_warns_once(
     # Served from an immutable per-commit snapshot, not from the directory Harbor
     # rewrites on every fetch of an unpinned ref.
     assert "osmosis-snapshots" in task.path.parts and (task.path / "task.toml").is_file()
-    await TaskResolver(dataset, "dataset", cache_dir=tmp_path / "cache").resolve(metadata)  # Harbor re-fetches
+    await TaskResolver(dataset, "dataset", cache_dir=tmp_path / "cache", allow_local_git=True).resolve(
+        metadata
+    )  # Harbor re-fetches
     assert len(download_spy) == 3 and (task.path / "instruction.md").read_text() == "hello from git\n"
 
 
 async def test_git_ref_errors(git_repo: tuple[str, str], template: Path, tmp_path: Path) -> None:
     url, commit = git_repo
-    resolver = TaskResolver(template, "template", cache_dir=tmp_path / "cache")
+    resolver = TaskResolver(template, "template", cache_dir=tmp_path / "cache", allow_local_git=True)
     missing = "0" * 40
     with pytest.raises(TaskResolutionError, match=rf"git task 'tasks/hello' in {url} @ {missing}: could not fetch"):
         await resolver.resolve({"harbor_task": "tasks/hello", "git_url": url, "git_commit_id": missing})

@@ -48,7 +48,7 @@ def test_broken_tasks_are_reported_with_their_failing_phase(tmp_path: Path) -> N
     assert "task.toml" in rows["bad-toml"]["error"] and "malformed TOML" in rows["bad-toml"]["error"]
     assert "docker build failed" in rows["build-fails"]["error"]
     assert rows["reward-zero"]["reward"] == 0.0 and "(expected 1)" in rows["reward-zero"]["error"]
-    assert rows["solve-fails"]["error"] == "solve.sh exited with status 3"
+    assert rows["solve-fails"]["error"].startswith("solve.sh exited with status 3\n--- solve.sh output")
     assert load_json(report_path)["passed"] == 0
 
 

@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Unpack
 
@@ -59,10 +59,10 @@ class HarborBackend(ExecutionBackend):
         self.orchestrator = options.orchestrator
         self.task_mode = options.task_mode
         self.agent = options.agent
-        self.resolver = TaskResolver(options.tasks_dir, options.task_mode)
+        self.resolver = _resolver(options, lambda: self.workspace.host_dirs())
+        self.workspace = Workspace(options.trials_dir)
         self.environment_config = options.environment_config or _default_environment()
         self.max_queue_depth = options.max_queue_depth  # beyond it, POST /rollout answers 429 (adjustable)
-        self.workspace = Workspace(options.trials_dir)
         # Trials a crashed process could not scrub: the key died with it, so they go.
         given = self.workspace.given_trials_dir()
         sweep_unscrubbed([d for d in (given,) if d is not None] + default_trials_dirs())
@@ -255,6 +255,20 @@ class HarborBackend(ExecutionBackend):
         finally:
             keys.drop_credentials(request.id)
             await asyncio.to_thread(shutil.rmtree, work, True)
+
+
+def _resolver(options: BackendOptions, host_dirs: Callable[[], list[Path]]) -> TaskResolver:
+    """The task resolver, with the request boundary the options and settings draw on this host."""
+    current = settings.current()
+    roots = options.task_roots if options.task_roots is not None else current.task_root_paths()
+    allow_local_git = options.allow_local_git if options.allow_local_git is not None else current.allow_local_git
+    return TaskResolver(
+        options.tasks_dir,
+        options.task_mode,
+        task_roots=roots,
+        allow_local_git=allow_local_git,
+        trials_dirs=lambda: [*host_dirs(), *default_trials_dirs()],
+    )
 
 
 def _default_environment() -> EnvironmentConfig:

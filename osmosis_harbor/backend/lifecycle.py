@@ -70,6 +70,10 @@ class Workspace:
     def given_trials_dir(self) -> Path | None:
         return self._trials_dir
 
+    def host_dirs(self) -> list[Path]:
+        """The directories sandboxes' products land in (trials) or next to (the work root)."""
+        return [d for d in (self._trials_dir, self._root) if d is not None]
+
     def remove(self) -> None:
         """Remove the temporary root, except retained (failed) trials in it."""
         root = self._root  # never made when no rollout ran: nothing to remove

@@ -62,6 +62,8 @@ class BackendKwargs(TypedDict, total=False):
     bundles_dir: Path | None
     grader_inputs: Sequence[str]
     infra_retries: int
+    task_roots: Sequence[Path] | None
+    allow_local_git: bool | None
 
 
 class _ConfigError(ConfigError, TypeError):
@@ -95,6 +97,10 @@ class BackendOptions(BaseModel):
     # Default 0: a retry runs the workflow again under the same rollout id, so the policy
     # endpoint sees the chat calls of both attempts; opt in where the trainer tolerates that.
     infra_retries: int = 0
+    # Where a request's local harbor_task may live besides tasks_dir, and whether its git refs
+    # may name this machine's repositories; None: the settings decide (see settings.py).
+    task_roots: tuple[Path, ...] | None = None
+    allow_local_git: bool | None = None
 
     @classmethod
     def parse(cls, **kwargs: Any) -> BackendOptions:
@@ -107,6 +113,8 @@ class BackendOptions(BaseModel):
             raise UnexpectedArgumentError("HarborBackend", unknown)
         _check(kwargs)
         kwargs["grader_inputs"] = checked_grader_inputs(kwargs.get("grader_inputs", ()))
+        if kwargs.get("task_roots") is not None:
+            kwargs["task_roots"] = checked_task_roots(kwargs["task_roots"])
         kwargs["task_mode"] = _task_mode(kwargs.get("task_mode", TaskMode.TEMPLATE))
         kwargs["native_agent_kwargs"] = dict(kwargs.get("native_agent_kwargs") or {})
         return cls(**kwargs)
@@ -159,6 +167,17 @@ def checked_grader_inputs(paths: Sequence[str]) -> tuple[str, ...]:
             raise ConfigError(f"grader_inputs: {path!r} must be an absolute sandbox path below / without '..'")
         checked.append(str(posix))
     return tuple(checked)
+
+
+def checked_task_roots(paths: Sequence[Path]) -> tuple[Path, ...]:
+    """Existing host directories (``task_roots=``) a request's local ``harbor_task`` may name."""
+    if isinstance(paths, str | Path):
+        raise _ConfigError(f"task_roots must be a list of directories, not the single path {str(paths)!r}")
+    roots = tuple(Path(p) for p in paths)
+    for root in roots:
+        if not root.is_dir():
+            raise ConfigError(f"task_roots: {str(root)!r} is not a directory")
+    return roots
 
 
 def locate_project(target: str | type) -> Path:

@@ -23,7 +23,7 @@ from rich.text import Text
 
 from osmosis_harbor.prewarm import PrewarmReport
 from osmosis_harbor.validate import TaskValidation, ValidationReport
-from osmosis_harbor.validate.lint import LintIssue, LintSeverity
+from osmosis_harbor.validate.lint import LintSeverity
 
 _TIMING_ORDER = ("environment", "agent_setup", "agent", "verifier", "total")
 
@@ -89,10 +89,36 @@ def _steps_text(row: TaskValidation) -> str:
     return ", ".join(marks)
 
 
-def _lint_text(issue: LintIssue) -> Text:
-    style = "red" if issue.severity is LintSeverity.ERROR else "yellow"
-    where = issue.path + (f":{issue.line}" if issue.line else "")
-    return Text.assemble((f"lint {issue.severity} [{issue.rule}]", style), f" {where}: {issue.message}")
+def _lint_counts(row: TaskValidation) -> str:
+    """``2E 3W``: a task's lint findings by severity, for one compact column."""
+    issues = row.lint or []
+    errors = sum(1 for i in issues if i.severity is LintSeverity.ERROR)
+    warnings = len(issues) - errors
+    parts = ([f"[red]{errors}E[/]"] if errors else []) + ([f"[yellow]{warnings}W[/]"] if warnings else [])
+    return " ".join(parts) or "-"
+
+
+def lint_table(report: ValidationReport) -> Table | None:
+    """Every lint finding, one row each, apart from the results (None when there are none).
+
+    A rule that fires on many tasks is one row listing them, so a dataset-wide finding such as
+    ``shared-verifier`` costs one line, not one per task."""
+    grouped: dict[tuple[str, str, str, str], list[str]] = {}
+    for row in report.tasks:
+        for issue in row.lint or []:
+            where = issue.path + (f":{issue.line}" if issue.line else "")
+            grouped.setdefault((issue.severity, issue.rule, where, issue.message), []).append(row.id)
+    if not grouped:
+        return None
+    table = Table(title="Lint (harbor lint rules)")
+    for column in ("severity", "rule", "where", "tasks", "message"):
+        table.add_column(column, overflow="fold")
+    ordered = sorted(grouped.items(), key=lambda item: (item[0][0] != LintSeverity.ERROR, item[0][1], item[0][2]))
+    for (severity, rule, where, message), ids in ordered:
+        style = "red" if severity == LintSeverity.ERROR else "yellow"
+        shown = ", ".join(ids[:3]) + (f" (+{len(ids) - 3})" if len(ids) > 3 else "")
+        table.add_row(Text(str(severity), style), rule, escape(where), escape(shown), escape(message))
+    return table
 
 
 def kept_trials_note(job_dir: str) -> Text:
@@ -110,17 +136,20 @@ def validation_table(report: ValidationReport) -> Table:
     if with_steps:
         table.add_column("steps", overflow="fold")
     table.add_column("failed phase")
+    with_lint = any(row.lint is not None for row in report.tasks)
+    if with_lint:
+        table.add_column("lint")  # counts; the findings are in lint_table
     table.add_column("error", overflow="fold", max_width=60)
     table.add_column("timings", overflow="fold")
-    error_column = [column.header for column in table.columns].index("error")
     for row in report.tasks:
         cells = [escape(row.id), "[green]pass[/]" if row.passed else "[red]FAIL[/]", _rewards_text(row)]
         if with_steps:
             cells.append(_steps_text(row))
-        cells += [row.failed_phase or "", escape(row.error or ""), _timings_text(row)]
+        cells.append(row.failed_phase or "")
+        if with_lint:
+            cells.append(_lint_counts(row))
+        cells += [escape(row.error or ""), _timings_text(row)]
         table.add_row(*cells)
-        for issue in row.lint or []:  # each finding on a line of its own, in the error column
-            table.add_row(*[""] * error_column, _lint_text(issue))
     table.caption = f"{report.passed} passed, {report.failed} failed in {report.wall_sec:.1f}s"
     return table
 

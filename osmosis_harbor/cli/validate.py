@@ -22,6 +22,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from osmosis_harbor.cli.report import (
         ValidationProgress,
         kept_trials_note,
+        lint_table,
         validation_table,
     )
     from osmosis_harbor.validate import validate_tasks
@@ -48,6 +49,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
             )
         )
     console.print(validation_table(report))
+    findings = lint_table(report)
+    if findings is not None:
+        console.print(findings)
     if report.job_dir:
         console.print(kept_trials_note(report.job_dir))
     if args.json:

@@ -47,6 +47,7 @@ from tenacity import (
     AsyncRetrying,
     RetryCallState,
     retry,
+    retry_if_not_exception_type,
     retry_if_result,
     stop_after_attempt,
     stop_after_delay,
@@ -54,7 +55,7 @@ from tenacity import (
 )
 
 from osmosis_harbor import settings
-from osmosis_harbor.errors import ConfigError, SandboxLostError
+from osmosis_harbor.errors import BaseImageMissingError, ConfigError, SandboxLostError
 from osmosis_harbor.sandbox import live
 from osmosis_harbor.sandbox.bounds import cpus_or_default, memory_mb_or_default
 from osmosis_harbor.sandbox.images import (
@@ -258,6 +259,7 @@ class SandboxEnvironment(SkypilotEnvironment):
     @retry(
         stop=stop_after_attempt(2),
         wait=wait_exponential(multiplier=2, min=5, max=60),
+        retry=retry_if_not_exception_type(BaseImageMissingError),  # a missing base stays missing
         reraise=True,
     )
     @override

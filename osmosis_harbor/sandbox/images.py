@@ -23,6 +23,7 @@ import docker
 import docker.errors
 
 from osmosis_harbor.errors import ImageBuildError
+from osmosis_harbor.sandbox.base_images import missing_base_error
 
 logger = logging.getLogger(__name__)
 
@@ -156,7 +157,20 @@ def _build_log_tail(lines: list[str], n: int = 25) -> str:
 
 
 def build_image(context_dir: Path, dockerfile: Path, ref: str, platform: str | None) -> None:
-    """Build ``ref`` from ``context_dir`` on the local engine (docker SDK, legacy builder)."""
+    """Build ``ref`` from ``context_dir`` on the local engine (docker SDK, legacy builder).
+
+    A build that failed because a ``FROM`` image is absent and unpullable raises
+    ``BaseImageMissingError`` naming that image (see ``base_images``)."""
+    try:
+        _build(context_dir, dockerfile, ref, platform)
+    except ImageBuildError as exc:
+        missing = missing_base_error(dockerfile, ref, local_image_exists, str(exc).split(": ", 1)[-1])
+        if missing is not None:
+            raise missing from None
+        raise
+
+
+def _build(context_dir: Path, dockerfile: Path, ref: str, platform: str | None) -> None:
     client = _docker_client()
     log: list[str] = []
     try:

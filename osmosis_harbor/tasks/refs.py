@@ -11,13 +11,16 @@ Metadata keys, in order of precedence:
 * a local path: absolute (``/srv/tasks/foo``) or explicitly relative (``./foo``,
   ``../foo``). Relative paths are resolved against ``tasks_dir`` in both modes (in
   template mode ``tasks_dir`` is the template task itself, so a sibling is ``../foo``).
+  Wherever it is written, it must resolve (symlinks followed) inside ``tasks_dir`` or a
+  ``task_roots=`` directory, and never inside a trials directory (``tasks.roots``).
   The directory must hold ``task.toml``. Bare ``group/name`` is *not* a path: it is
   read as a package (use ``./group/name`` for a path, or ``harbor_task_id``).
 * a Harbor registry package ``org/name@ref`` (``org/name`` means ``@latest``). Pinned
   refs are digests (``@sha256:<hex>``) and revisions (``@3``); tags (``latest``,
   ``stable``) move and are warned about.
 * a git task: ``harbor_task`` is the task's path inside the repository, with
-  ``metadata["git_url"]`` and, to pin it, ``metadata["git_commit_id"]`` (a full
+  ``metadata["git_url"]`` (``https://``, ``ssh://`` or ``git@host:path``; ``file://`` and
+  bare paths only with ``allow_local_git=True``) and, to pin it, ``metadata["git_commit_id"]`` (a full
   40/64-hex sha; anything else, or no commit, is unpinned and warned about).
 
 ``harbor_task_id`` (dataset mode): a task id under ``tasks_dir`` (``group/task``).

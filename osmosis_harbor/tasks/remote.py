@@ -32,6 +32,7 @@ from osmosis_harbor.tasks.refs import (
     fail,
     relative_parts,
 )
+from osmosis_harbor.tasks.roots import TaskRoots
 
 try:
     import fcntl
@@ -44,9 +45,6 @@ logger = logging.getLogger(__name__)
 
 _FULL_SHA = re.compile(r"^(?:[0-9a-fA-F]{40}|[0-9a-fA-F]{64})$")
 _GIT_REV = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._/-]*$")
-_GIT_URL = re.compile(
-    r"^(?:(?:https?|ssh|git|file)://[^\s]+|[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:[^\s]+|/[^\s]+)$"
-)
 _PACKAGE_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9._-]*/[a-zA-Z0-9][a-zA-Z0-9._-]*$")
 _PACKAGE_TAG = re.compile(r"^[a-z0-9][a-z0-9.\-]*$")
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{1,64}$")
@@ -136,8 +134,9 @@ class RemoteTasks:
     """Packages and git tasks of one resolver, each fetched once. ``fetch_count`` counts
     ``TaskClient`` downloads; ``check`` validates a fetched task like any other."""
 
-    def __init__(self, cache_dir: Path | None, check: CheckTask) -> None:
+    def __init__(self, cache_dir: Path | None, check: CheckTask, roots: TaskRoots | None = None) -> None:
         self.cache_dir = cache_dir
+        self._roots = roots if roots is not None else TaskRoots([])
         self.fetch_count = 0
         self._check = check
         self._resolved: dict[tuple[Any, ...], ResolvedTask] = {}
@@ -182,27 +181,23 @@ class RemoteTasks:
                 batch = await self._task_client().download_tasks([task_id], output_dir=output_dir)
         except Exception as exc:
             secret = url is not None and _redact(url) != url  # keep credentials out of tracebacks too
-            raise fail(f"{what}: could not fetch the task: {_describe_fetch_error(exc, url)}") from (
-                None if secret else exc
-            )
+            text = _describe_fetch_error(exc, url).replace(str(root), "<task cache>")  # no host paths
+            raise fail(f"{what}: could not fetch the task: {text}") from (None if secret else exc)
         return batch.results[0]
 
     def _finish(self, result_path: Path, what: str, **fields: Any) -> ResolvedTask:
         path = Path(result_path).resolve()
         if not is_task_dir(path):
-            raise fail(f"{what}: the fetched directory {path} has no task.toml, so it is not a Harbor task")
+            raise fail(f"{what}: the fetched directory has no task.toml, so it is not a Harbor task")
         self._check(path, fields["task_id"], f"metadata[{TASK_KEY!r}]")
         return ResolvedTask(path=path, **fields)
 
     async def git(self, ref: str, git_url: Any, commit: Any) -> ResolvedTask:
         from harbor.models.task.id import GitTaskId
 
-        if not isinstance(git_url, str) or git_url.startswith("-") or not _GIT_URL.match(git_url):
-            shown = _redact(git_url) if isinstance(git_url, str) else git_url
-            raise fail(
-                f"metadata[{GIT_URL_KEY!r}]={shown!r} is not a git URL; use https://, ssh://, git://, "
-                "file:// or user@host:path"
-            )
+        shown = _redact(git_url) if isinstance(git_url, str) else git_url
+        self._roots.check_git_url(git_url, f"metadata[{GIT_URL_KEY!r}]", shown)
+        assert isinstance(git_url, str)
         if commit is not None and (not isinstance(commit, str) or not _GIT_REV.match(commit)):
             raise fail(
                 f"metadata[{GIT_COMMIT_KEY!r}]={commit!r} is not a commit; pin the full 40-hex commit sha"

@@ -8,6 +8,8 @@ precedence, and ``osmosis_harbor.tasks.remote`` for packages and git tasks.
 from __future__ import annotations
 
 import difflib
+import os
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +32,7 @@ from osmosis_harbor.tasks.refs import (
     relative_parts,
 )
 from osmosis_harbor.tasks.remote import RemoteTasks
+from osmosis_harbor.tasks.roots import TaskRoots
 
 __all__ = ["TaskResolver"]
 
@@ -39,9 +42,20 @@ class TaskResolver:
 
     Construction validates ``tasks_dir`` eagerly (template: one task directory; dataset:
     a directory of tasks at any depth). ``fetch_count`` counts ``TaskClient`` downloads.
+    A local ``harbor_task`` must lie inside ``tasks_dir`` or one of ``task_roots``, never in a
+    directory ``trials_dirs`` returns; local git repositories need ``allow_local_git``.
     """
 
-    def __init__(self, tasks_dir: Path, mode: TaskMode | str, *, cache_dir: Path | None = None):
+    def __init__(
+        self,
+        tasks_dir: Path,
+        mode: TaskMode | str,
+        *,
+        cache_dir: Path | None = None,
+        task_roots: Sequence[Path] = (),
+        allow_local_git: bool = False,
+        trials_dirs: Callable[[], Iterable[Path]] | None = None,
+    ):
         try:
             self.mode = TaskMode(mode)
         except ValueError:
@@ -51,7 +65,8 @@ class TaskResolver:
         self._root = self.tasks_dir.resolve()
         self._by_id: dict[str, Path] = {}
         self._checked: dict[Path, None] = {}
-        self._remote = RemoteTasks(self.cache_dir, self._check)
+        self.roots = TaskRoots([self._root, *task_roots], trials_dirs, allow_local_git=allow_local_git)
+        self._remote = RemoteTasks(self.cache_dir, self._check, self.roots)
         if not self.tasks_dir.is_dir():
             raise fail(f"tasks_dir={str(self.tasks_dir)!r} is not a directory")
         if self.mode is TaskMode.TEMPLATE:
@@ -121,7 +136,8 @@ class TaskResolver:
         try:
             check_task(TaskRef(id=label, path=path), needs_tests=False)
         except DatasetError as exc:
-            raise fail(f"{key}={label!r}: {exc}") from None
+            # The request names its task; the host path it resolved to stays on the host.
+            raise fail(f"{key}={label!r}: {str(exc).replace(str(path), f'<{label}>')}") from None
         self._checked[path] = None
 
     def _resolve_dataset_id(self, task_id: Any) -> ResolvedTask:
@@ -132,12 +148,13 @@ class TaskResolver:
         norm = "/".join(parts)
         real = self._root.joinpath(*parts).resolve()
         if not real.is_relative_to(self._root):
-            raise fail(f"{key}={task_id!r} leads outside tasks_dir (through a symlink) to {real}")
+            raise fail(f"{key}={task_id!r} leads outside tasks_dir (through a symlink)")
+        self.roots.check_not_trials(real, key, task_id)
         known = self._by_id.get(norm)
         if known is None or known != real:
             # Not found at startup (or moved since): accept only what discovery would find.
             if not (is_task_dir(real) and self._discoverable(parts)):
-                raise fail(f"{key}={task_id!r}: no such task under {self.tasks_dir}; known ids: {self._examples(norm)}")
+                raise fail(f"{key}={task_id!r}: no such task under tasks_dir; known ids: {self._examples(norm)}")
             self._by_id[norm] = real
         self._check(real, norm, key)
         return ResolvedTask(task_id=norm, path=real, source="dataset", ref=task_id)
@@ -155,11 +172,12 @@ class TaskResolver:
         if "\x00" in value:
             raise fail(f"{key}={value!r} contains NUL")
         path = Path(value) if value.startswith("/") else self._root / value
-        real = path.resolve()
+        real = Path(os.path.realpath(path))
+        self.roots.check_local(real, key, value)  # before existence: a refusal reveals nothing
         if not real.is_dir():
-            raise fail(f"{key}={value!r}: {real} is not a directory (local task refs must name a task directory)")
+            raise fail(f"{key}={value!r} is not a directory (local task refs must name a task directory)")
         if not is_task_dir(real):
-            raise fail(f"{key}={value!r}: {real} has no task.toml, so it is not a Harbor task")
+            raise fail(f"{key}={value!r} has no task.toml, so it is not a Harbor task")
         self._check(real, value, key)
         return ResolvedTask(task_id=real.name, path=real, source="local", ref=value)
 

@@ -3,7 +3,10 @@
 One ``<testsuite>`` per run (named after the dataset), one ``<testcase>`` per task. A failed
 task carries ``<failure type="<failed phase>" message="<phase>: <error>">`` whose body is the
 error followed by the task's row of the JSON report (rewards, timings, lint, trial directory),
-so the two reports cannot disagree. Every test case's ``<system-out>`` holds its phase timings.
+so the two reports cannot disagree. Every test case's ``<system-out>`` holds its phase timings
+and, passed or failed, its lint findings (``lint warning [rule] path: message``, one a line), so CI
+sees a passing task's findings too; the schema CI tools validate against has no ``<properties>``
+in a test case.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from osmosis_harbor.validate import TaskValidation, ValidationReport
+from osmosis_harbor.validate.lint import LintIssue
 
 # Characters XML 1.0 cannot carry even escaped (control characters such as the ANSI escape in
 # captured output, lone surrogates); ElementTree would write them and produce a file no CI
@@ -46,13 +50,19 @@ def _testcase(suite: ET.Element, row: TaskValidation, classname: str) -> None:
         name=_text(row.id),
         time=_seconds(row.timings_sec.get("total", 0.0)),
     )
+    findings = [_finding(issue) for issue in row.lint or []]
     if not row.passed:
         phase = row.failed_phase or "unknown"
         error = row.error or "failed"
         failure = ET.SubElement(case, "failure", message=_text(f"{phase}: {error}"), type=_text(phase))
         details = row.model_dump(mode="json", exclude={"id", "passed"}, exclude_none=True)
         failure.text = _text(f"{error}\n\n{json.dumps(details, indent=2, ensure_ascii=False)}\n")
-    ET.SubElement(case, "system-out").text = _text(_timings(row))
+    ET.SubElement(case, "system-out").text = _text("\n".join([_timings(row), *(f"lint {f}" for f in findings)]))
+
+
+def _finding(issue: LintIssue) -> str:
+    where = issue.path + (f":{issue.line}" if issue.line else "")
+    return f"{issue.severity} [{issue.rule}] {where}: {issue.message}"
 
 
 def junit_tree(report: ValidationReport, *, suite_name: str) -> ET.ElementTree:

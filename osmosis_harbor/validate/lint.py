@@ -42,6 +42,14 @@ ERROR_RULES = frozenset(
     }
 )
 LINT_FAILED = "lint-failed"  # not a Harbor rule: lint itself could not run on the task
+# Harbor's own wording, where it does not say what to do in the terms of this tool.
+ADVICE = {
+    "shared-verifier": (
+        "the verifier runs in the agent's sandbox, so an agent can change what it checks: fine for "
+        'validation; for training, set [verifier] environment_mode = "separate" and declare the '
+        "evidence the tests read as artifacts, or run the agent as an unprivileged [agent] user"
+    ),
+}
 
 
 class LintIssue(BaseModel):
@@ -56,7 +64,7 @@ class LintIssue(BaseModel):
 
 def _issue(rule: str, message: str, path: str, line: int | None = None) -> LintIssue:
     severity = LintSeverity.ERROR if rule in ERROR_RULES | {LINT_FAILED} else LintSeverity.WARNING
-    return LintIssue(rule=rule, severity=severity, message=message, path=path, line=line)
+    return LintIssue(rule=rule, severity=severity, message=ADVICE.get(rule, message), path=path, line=line)
 
 
 def _relative(path: str, task_dir: Path) -> str:

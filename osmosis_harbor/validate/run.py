@@ -30,6 +30,7 @@ from osmosis_harbor import settings
 from osmosis_harbor.errors import ConfigError, DatasetError
 from osmosis_harbor.sandbox.live import terminate_live_sandboxes
 from osmosis_harbor.tasks.discovery import TaskRef, check_task
+from osmosis_harbor.trials.explain import explain
 from osmosis_harbor.trials.job import write_job_dir
 from osmosis_harbor.trials.naming import trial_name
 from osmosis_harbor.trials.reading import Phase, read_trial
@@ -78,7 +79,7 @@ ProgressCallback = Callable[[str, str], None]  # (task id, stage)
 
 def _row_for_result(task: TaskRef, result, trial_dir: Path, keep: bool, agent: str) -> TaskValidation:
     reading = read_trial(result, trial_dir)
-    verdict = judge(reading, agent)
+    verdict = explain(judge(reading, agent), reading, trial_dir)
     return TaskValidation(
         id=task.id,
         passed=verdict.passed,
@@ -177,7 +178,8 @@ async def validate_tasks(
                 error=f"{type(exc).__name__}: {exc}".splitlines()[0],
             )
         else:
-            rows[task.id] = _row_for_result(task, result, trial_dir, keep_trials, agent)
+            # Reading the trial's output files is file work: off the event loop.
+            rows[task.id] = await asyncio.to_thread(_row_for_result, task, result, trial_dir, keep_trials, agent)
         notify(task.id, "passed" if rows[task.id].passed else "failed")
 
     try:
