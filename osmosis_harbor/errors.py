@@ -22,6 +22,7 @@ __all__ = [
     "BundleError",
     "BundleInstallError",
     "ConfigError",
+    "ContractFileError",
     "DatasetError",
     "DockerEngineUnavailable",
     "ImageBuildError",
@@ -145,6 +146,17 @@ class PoolExistsError(SandboxError, ValueError):
 
 class ImageNotFoundError(SandboxError, LookupError):
     """The image is not on the engine and cannot be pulled from here."""
+
+
+class ContractFileError(SandboxError, ValueError):
+    """A file a sandbox left in a trial directory that the host will not use: not a regular
+    file, too large, not UTF-8, not JSON, or nested too deep. ``relative`` names it inside the
+    trial directory (never a host path)."""
+
+    def __init__(self, relative: str, reason: str) -> None:
+        super().__init__(f"{relative}: {reason}")
+        self.relative = relative
+        self.reason = reason
 
 
 # ── raised inside a trial: Harbor records the class name ─────────────────────

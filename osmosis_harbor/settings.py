@@ -42,6 +42,14 @@ class Settings(BaseSettings):
     )
     xdg_cache_home: Path | None = Field(None, validation_alias="XDG_CACHE_HOME")
     columns: int | None = Field(None, validation_alias="COLUMNS", description="result tables' width off a terminal")
+    # Files a sandbox wrote, read on the host (osmosis_harbor.sandbox.returned): per-kind size bounds.
+    max_sample_bytes: int = Field(32 * 2**20, gt=0, description="bound on a sample.json read from a trial")
+    max_error_bytes: int = Field(2**20, gt=0, description="bound on an error.json read from a trial")
+    max_reward_bytes: int = Field(64 * 2**10, gt=0, description="bound on a reward file or exit code read by the host")
+    max_trajectory_bytes: int = Field(64 * 2**20, gt=0, description="bound on a native agent's trajectory.json")
+    max_json_depth: int = Field(
+        100, gt=0, le=500, description="nesting bound on JSON read from a trial (deeper: a validation_error)"
+    )
 
     def pool_lock_dir(self) -> Path:
         """Lock files live in the user cache dir: machine-local, like the engine they guard."""
