@@ -33,7 +33,9 @@ def trial_result(
     trial_dir: Path, exception_type: str | None, *, agent_sec: float = 5.0, verifier_started: bool = False
 ) -> TrialResult:
     timing = TimingInfo(started_at=T0, finished_at=T0 + timedelta(seconds=agent_sec))
-    verifier = TimingInfo(started_at=T0 + timedelta(seconds=agent_sec), finished_at=T0 + timedelta(seconds=agent_sec + 1))
+    verifier = TimingInfo(
+        started_at=T0 + timedelta(seconds=agent_sec), finished_at=T0 + timedelta(seconds=agent_sec + 1)
+    )
     return TrialResult(
         task_name="t",
         trial_name=trial_dir.name,

@@ -81,9 +81,7 @@ class HealthWatch:
         self._stop.set()
 
 
-async def test_planted_samples_neither_freeze_the_server_nor_reach_the_result(
-    tmp_path, bundles_dir, fake_chat
-):
+async def test_planted_samples_neither_freeze_the_server_nor_reach_the_result(tmp_path, bundles_dir, fake_chat):
     canary = tmp_path / "host" / "canary.json"
     canary.parent.mkdir()
     canary.write_text('{"messages": [{"role": "user", "content": "HOST-CANARY-7f3a"}]}')
@@ -131,9 +129,7 @@ async def test_planted_samples_neither_freeze_the_server_nor_reach_the_result(
     assert managed_containers(owner_pid=os.getpid()) == []
 
 
-async def test_a_forged_category_is_the_workflows_and_a_loss_the_host_saw_is_internal(
-    tmp_path, bundles_dir, fake_chat
-):
+async def test_a_forged_category_is_the_workflows_and_a_loss_the_host_saw_is_internal(tmp_path, bundles_dir, fake_chat):
     backend = attack_backend(tmp_path, bundles_dir)
     ids = {k: f"{k}-{uuid.uuid4().hex[:6]}" for k in ("internal", "timeout", "lost")}
     async with serve(backend) as url, client_for(url) as client:
