@@ -44,6 +44,7 @@ __all__ = [
     "UnexpectedArgumentError",
     "UserError",
     "WorkflowFailedError",
+    "WrongBundleError",
     "recorded_error",
 ]
 
@@ -184,6 +185,14 @@ class BundleInstallError(TrialPhaseError, RuntimeError):
 
 class IncompatibleTaskImageError(BundleInstallError):
     """The task image cannot run a workflow bundle at all (no python3 >= 3.12)."""
+
+    category = RolloutErrorCategory.VALIDATION_ERROR
+
+
+class WrongBundleError(BundleInstallError):
+    """The sandbox says its image bakes another bundle (the check's line, in the workflow's own
+    exec). It is the sandbox's word, which a workflow can print too, so its category is one a
+    sandbox may cause: a ``validation_error`` (re-run prewarm), never an ``internal_error``."""
 
     category = RolloutErrorCategory.VALIDATION_ERROR
 

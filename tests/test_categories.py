@@ -173,3 +173,13 @@ def test_a_linked_sample_never_reaches_the_result(trial: Path, tmp_path: Path) -
     assert result.err_category is RolloutErrorCategory.VALIDATION_ERROR
     assert "symbolic link" in result.err_message
     assert "HOST-CANARY" not in result.model_dump_json()
+
+
+def test_a_wrong_bundle_line_is_at_most_a_validation_error(trial: Path) -> None:
+    """The baked-bundle check prints its line in the workflow's own exec, where a workflow can
+    print the same line and exit 93: that word of the sandbox cannot make an internal_error."""
+    claimed = outcome(trial, trial_result(trial, "WrongBundleError"))
+    assert claimed.err_category is RolloutErrorCategory.VALIDATION_ERROR, claimed.err_message
+    # control: an install the host ran and saw fail stays the infrastructure's
+    installed = outcome(trial, trial_result(trial, "BundleInstallError"))
+    assert installed.err_category is RolloutErrorCategory.INTERNAL_ERROR, installed.err_message

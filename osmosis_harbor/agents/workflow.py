@@ -28,6 +28,7 @@ from osmosis_harbor.errors import (
     BundleInstallError,
     IncompatibleTaskImageError,
     WorkflowFailedError,
+    WrongBundleError,
 )
 from osmosis_harbor.sandbox.contract_files import FileKind, read_json
 from osmosis_harbor.shim import contract
@@ -215,7 +216,7 @@ class WorkflowAgent(BaseAgent):
         log = redactor.text((result.stdout or "") + (result.stderr or ""))
         (self.logs_dir / "workflow.log").write_text(log)
         if self._bundle_baked is not None and (wrong := wrong_bundle_line(result.return_code, result.stderr)):
-            raise BundleInstallError(wrong)
+            raise WrongBundleError(wrong)
         if result.return_code != 0:
             raise WorkflowFailedError(await self._error_summary(environment, result.return_code, redactor, log))
 
