@@ -335,17 +335,21 @@ def _remove_if_empty(directory: Path) -> None:
 
 
 def _remove_marker_last(trial_dir: Path) -> None:
-    """Remove a trial directory that may still hold the key, its custody marker last."""
-    for child in list(trial_dir.iterdir()) if trial_dir.is_dir() else []:
-        if child.name == MARKER:
-            continue
-        if child.is_dir() and not child.is_symlink():
-            shutil.rmtree(child, ignore_errors=True)
-        else:
-            child.unlink(missing_ok=True)
-    if [c.name for c in trial_dir.iterdir()] == [MARKER]:
-        (trial_dir / MARKER).unlink()
-        _remove_if_empty(trial_dir)
+    """Remove a trial directory that may still hold the key, its custody marker last (what
+    cannot be removed stays marked, and the next start's ``sweep_unscrubbed`` removes it)."""
+    try:
+        for child in list(trial_dir.iterdir()):
+            if child.name == MARKER:
+                continue
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child, ignore_errors=True)
+            else:
+                child.unlink(missing_ok=True)
+        if [c.name for c in trial_dir.iterdir()] == [MARKER]:
+            (trial_dir / MARKER).unlink()
+            _remove_if_empty(trial_dir)
+    except OSError as exc:
+        logger.error("trial directory %s stays marked as unscrubbed: %s", trial_dir, exc.strerror)
 
 
 def _owner(marker: Path) -> Owner | None:

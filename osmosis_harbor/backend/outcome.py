@@ -7,6 +7,9 @@ reward file (a task's own tests), or ``verifier/error.json``. Harbor's own excep
 which phase stopped the trial. This module reads both and answers with the rollout
 vocabulary: the graded sample, the verifier's reward, and an error category a
 controller can act on, with the failing phase and the phase timings in ``extra_fields``.
+Every file the sandbox wrote is read through ``sandbox.contract_files`` (no links, no FIFOs,
+bounded, depth-bounded JSON), and a category comes from what the host saw
+(``backend.categories``): a sandbox's own ``error.json`` never makes an ``internal_error``.
 """
 
 from __future__ import annotations
