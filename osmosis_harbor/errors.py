@@ -23,6 +23,7 @@ __all__ = [
     "BundleError",
     "BundleInstallError",
     "ConfigError",
+    "ContractFileError",
     "DatasetError",
     "DockerEngineUnavailable",
     "ImageBuildError",
@@ -44,6 +45,7 @@ __all__ = [
     "UnexpectedArgumentError",
     "UserError",
     "WorkflowFailedError",
+    "WrongBundleError",
     "recorded_error",
 ]
 
@@ -148,6 +150,17 @@ class ImageNotFoundError(SandboxError, LookupError):
     """The image is not on the engine and cannot be pulled from here."""
 
 
+class ContractFileError(SandboxError, ValueError):
+    """A file a sandbox left in a trial directory that the host will not use: not a regular
+    file, too large, not UTF-8, not JSON, or nested too deep. ``relative`` names it inside the
+    trial directory (never a host path)."""
+
+    def __init__(self, relative: str, reason: str) -> None:
+        super().__init__(f"{relative}: {reason}")
+        self.relative = relative
+        self.reason = reason
+
+
 # ── raised inside a trial: Harbor records the class name ─────────────────────
 
 
@@ -178,6 +191,14 @@ class BundleInstallError(TrialPhaseError, RuntimeError):
 
 class IncompatibleTaskImageError(BundleInstallError):
     """The task image cannot run a workflow bundle at all (no python3 >= 3.12)."""
+
+    category = RolloutErrorCategory.VALIDATION_ERROR
+
+
+class WrongBundleError(BundleInstallError):
+    """The sandbox says its image bakes another bundle (the check's line, in the workflow's own
+    exec). It is the sandbox's word, which a workflow can print too, so its category is one a
+    sandbox may cause: a ``validation_error`` (re-run prewarm), never an ``internal_error``."""
 
     category = RolloutErrorCategory.VALIDATION_ERROR
 

@@ -46,6 +46,14 @@ class Settings(BaseSettings):
         None, description="directories (os.pathsep-separated) a request's local harbor_task may name besides tasks_dir"
     )
     allow_local_git: bool = Field(False, description="requests may name file:// and bare-path git repositories")
+    # Files a sandbox wrote, read on the host (osmosis_harbor.sandbox.contract_files): per-kind size bounds.
+    max_sample_bytes: int = Field(32 * 2**20, gt=0, description="bound on a sample.json read from a trial")
+    max_error_bytes: int = Field(2**20, gt=0, description="bound on an error.json read from a trial")
+    max_reward_bytes: int = Field(64 * 2**10, gt=0, description="bound on a reward file or exit code read by the host")
+    max_trajectory_bytes: int = Field(64 * 2**20, gt=0, description="bound on a native agent's trajectory.json")
+    max_json_depth: int = Field(
+        100, gt=0, le=500, description="nesting bound on JSON read from a trial (deeper: a validation_error)"
+    )
 
     def pool_lock_dir(self) -> Path:
         """Lock files live in the user cache dir: machine-local, like the engine they guard."""

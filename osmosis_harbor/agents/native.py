@@ -52,8 +52,9 @@ from harbor.models.trial.config import AgentConfig
 from osmosis_ai.rollout.types import RolloutSample
 
 from osmosis_harbor import settings
-from osmosis_harbor.errors import ConfigError
-from osmosis_harbor.shim.atif import TrajectoryError, sample_from_atif_file
+from osmosis_harbor.errors import ConfigError, ContractFileError
+from osmosis_harbor.sandbox.contract_files import FileKind, read_json
+from osmosis_harbor.shim.atif import TrajectoryError, sample_from_atif
 
 __all__ = [
     "DEFAULT_MODEL_NAME",
@@ -313,4 +314,8 @@ def native_agent_config(
 def sample_from_trajectory(trial_dir: Path) -> RolloutSample | None:
     """The ``RolloutSample`` of a native agent's trial, from ``agent/trajectory.json``
     (see ``osmosis_harbor.shim.atif``); ``None`` when the agent left no trajectory."""
-    return sample_from_atif_file(Path(trial_dir) / TRAJECTORY_PATH)
+    try:  # the sandbox wrote it: read as a contract file (no links, no FIFOs, bounded)
+        document = read_json(Path(trial_dir), str(TRAJECTORY_PATH), FileKind.TRAJECTORY)
+    except ContractFileError as exc:
+        raise TrajectoryError(f"{exc.relative}: not a readable JSON document: {exc.reason}") from None
+    return None if document is None else sample_from_atif(document, TRAJECTORY_PATH)

@@ -13,6 +13,7 @@ error, which Harbor records as the trial's exception (and skips verification).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shlex
 from pathlib import Path, PurePosixPath
@@ -27,7 +28,9 @@ from osmosis_harbor.errors import (
     BundleInstallError,
     IncompatibleTaskImageError,
     WorkflowFailedError,
+    WrongBundleError,
 )
+from osmosis_harbor.sandbox.contract_files import FileKind, read_json
 from osmosis_harbor.shim import contract
 from osmosis_harbor.shim.errors import Redactor
 
@@ -166,9 +169,10 @@ class WorkflowAgent(BaseAgent):
         base = json.loads(self._rollout_input.read_text())
         prompt = list(base.get("prompt") or [])
         if index > 0:
-            previous = self.logs_dir.parent / "steps" / self._steps[index - 1] / "agent" / "sample.json"
-            try:
-                prompt = list(json.loads(previous.read_text())["messages"])
+            previous = PurePosixPath("steps", self._steps[index - 1], "agent", contract.SAMPLE_FILENAME)
+            try:  # the previous step's sandbox wrote it: a contract file, read off the event loop
+                document = await asyncio.to_thread(read_json, self.logs_dir.parent, previous, FileKind.SAMPLE)
+                prompt = list(document["messages"])
             except (OSError, ValueError, KeyError, TypeError) as exc:
                 raise WorkflowFailedError(
                     f"[agent_error] step {self._steps[index]}: the previous step left no usable "
@@ -212,7 +216,7 @@ class WorkflowAgent(BaseAgent):
         log = redactor.text((result.stdout or "") + (result.stderr or ""))
         (self.logs_dir / "workflow.log").write_text(log)
         if self._bundle_baked is not None and (wrong := wrong_bundle_line(result.return_code, result.stderr)):
-            raise BundleInstallError(wrong)
+            raise WrongBundleError(wrong)
         if result.return_code != 0:
             raise WorkflowFailedError(await self._error_summary(environment, result.return_code, redactor, log))
 
@@ -220,10 +224,10 @@ class WorkflowAgent(BaseAgent):
         local = self.logs_dir / "error.json"
         try:
             await environment.download_file(str(AGENT_LOGS / contract.ERROR_FILENAME), local)
-            error = json.loads(local.read_text())
-            return redactor.text(
-                f"[{error.get('category', 'agent_error')}] {error.get('type', 'Error')}: {error.get('message', '')}"
-            )
+            # The workflow's own words (the host decides the category: backend/categories.py).
+            error = await asyncio.to_thread(read_json, local.parent, local.name, FileKind.ERROR)
+            said = f"[{error.get('category', 'agent_error')}] {error.get('type', 'Error')}: {error.get('message', '')}"
+            return redactor.text(said[:2000])
         except Exception:
             tail = log.strip().splitlines()[-1:] or [""]
             return f"[agent_error] workflow exited with status {code}: {tail[0]}"

@@ -26,6 +26,7 @@ from osmosis_ai.rollout.types import (
 )
 
 from osmosis_harbor.agents.native import sample_from_trajectory
+from osmosis_harbor.agents.workflow import agent_timeout_budget
 from osmosis_harbor.backend.outcome import (
     build_outcome,
     cancelled,
@@ -81,8 +82,10 @@ class TrialRunner:
             result, trial_dir, extra = await self._attempts(attempt, trial_dir, state, extra)
             if isinstance(result, ExecutionOutcome):
                 return result
-            await asyncio.to_thread(self.custody.seal, trial_dir)  # before anything reads the trial
-            outcome = self._outcome(attempt, result, trial_dir, extra)
+            if await asyncio.to_thread(self.custody.seal, trial_dir):  # before anything reads the trial
+                extra = {**extra, "trial_dir_removed": "the trial could not be scrubbed of the API key"}
+            # The trial dir holds what the sandbox wrote: read it off the event loop.
+            outcome = await asyncio.to_thread(self._outcome, attempt, result, trial_dir, extra)
             succeeded = outcome.result.status is RolloutStatus.SUCCESS
             return outcome
         finally:  # every other ending too: cancelled, refused, our own task cancelled
@@ -188,4 +191,5 @@ class TrialRunner:
             label=request.label,
             base_extra=extra,
             agent_sample=agent_sample,
+            agent_deadline_sec=None if attempt.native_agent else agent_timeout_budget(request.agent_timeout_sec),
         )

@@ -7,13 +7,16 @@ reward file (a task's own tests), or ``verifier/error.json``. Harbor's own excep
 which phase stopped the trial. This module reads both and answers with the rollout
 vocabulary: the graded sample, the verifier's reward, and an error category a
 controller can act on, with the failing phase and the phase timings in ``extra_fields``.
+Every file the sandbox wrote is read through ``sandbox.contract_files`` (no links, no FIFOs,
+bounded, depth-bounded JSON), and a category comes from what the host saw
+(``backend.categories``): a sandbox's own ``error.json`` never makes an ``internal_error``.
 """
 
 from __future__ import annotations
 
-import json
+from dataclasses import dataclass
 from enum import StrEnum
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from harbor.models.trial.result import TrialResult
@@ -25,7 +28,15 @@ from osmosis_ai.rollout.types import (
     RolloutStatus,
 )
 
-from osmosis_harbor.errors import SandboxLostError, TrialPhaseError, WorkflowFailedError, recorded_error
+from osmosis_harbor.backend.categories import Claim, claimed_category, verifier_failure
+from osmosis_harbor.errors import (
+    ContractFileError,
+    SandboxLostError,
+    TrialPhaseError,
+    WorkflowFailedError,
+    recorded_error,
+)
+from osmosis_harbor.sandbox.contract_files import FileKind, read_json
 from osmosis_harbor.shim import contract
 from osmosis_harbor.tasks.dockerfile import INCOMPATIBLE_IMAGE_MARKER
 from osmosis_harbor.trials.reading import (
@@ -63,28 +74,35 @@ def cancelled(extra: dict[str, Any]) -> ExecutionOutcome:
     )
 
 
-def _load_json(path: Path) -> Any | None:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
+def load_sample(trial_dir: Path, relative: PurePosixPath) -> RolloutSample | None:
+    """The sample a sandbox left at ``trial_dir/relative`` (None when there is none); raises
+    `ContractFileError` naming the file when it is there but unusable."""
+    data = read_json(trial_dir, relative, FileKind.SAMPLE)
+    if data is None:
         return None
-
-
-def load_sample(path: Path) -> RolloutSample | None:
-    data = _load_json(path)
     if not isinstance(data, dict):
-        return None
+        raise ContractFileError(str(relative), "not a JSON object")
     try:
         return RolloutSample.model_validate(data)
-    except ValueError:
-        return None
+    except ValueError as exc:
+        raise ContractFileError(str(relative), f"not a valid sample ({_first_error(exc)})") from None
 
 
-def _category(value: Any, default: RolloutErrorCategory) -> RolloutErrorCategory:
+def _first_error(exc: ValueError) -> str:
+    errors = getattr(exc, "errors", None)
+    if callable(errors) and (found := errors()):
+        where = ".".join(str(p) for p in found[0].get("loc", ()))
+        return f"{where}: {found[0].get('msg', '')}"
+    return type(exc).__name__
+
+
+def _read_claim(trial_dir: Path, relative: PurePosixPath) -> Claim | None:
+    """A sandbox's ``error.json``, as a claim; an unusable one is a claim of its own."""
     try:
-        return RolloutErrorCategory(value)
-    except ValueError:
-        return default
+        document = read_json(trial_dir, relative, FileKind.ERROR)
+    except ContractFileError as exc:
+        return Claim("UnreadableErrorFile", str(exc), None)
+    return None if document is None else Claim.of(document)
 
 
 def _failure(
@@ -126,18 +144,19 @@ def _setup_or_agent_failure(
     exc_type: str,
     phase: str | None,
     reading: TrialReading,
-    agent_dir: Path,
-    step: str | None,
+    focus: _Focus,
     exception_message: str,
 ) -> tuple[RolloutErrorCategory, str]:
     """Category and message of a trial stopped before verification (environment, setup, agent)."""
     if ours is WorkflowFailedError:
-        error = _load_json(agent_dir / contract.ERROR_FILENAME) or {}
-        category = _category(error.get("category"), RolloutErrorCategory.AGENT_ERROR)
-        where = f"step {step}: " if step is not None else ""
+        claim = _read_claim(focus.trial_dir, focus.agent / contract.ERROR_FILENAME) or Claim(
+            "Error", reading.error or "", None
+        )
+        category = claimed_category(claim.category, deadline_sec=focus.agent_deadline_sec, ran_sec=focus.agent_sec)
+        where = f"step {focus.step}: " if focus.step is not None else ""
         if category is RolloutErrorCategory.TIMEOUT:  # the shim's own deadline (a little before Harbor's)
-            return category, f"{where}{phase} timed out: {error.get('message', reading.error)}"
-        return category, f"{where}workflow failed: {error.get('type', 'Error')}: {error.get('message', reading.error)}"
+            return category, f"{where}{phase} timed out: {claim.message or reading.error}"
+        return category, f"{where}workflow failed: {claim.type}: {claim.message or reading.error}"
     if exc_type in TIMEOUT_EXCEPTIONS:
         return RolloutErrorCategory.TIMEOUT, f"{phase} timed out: {reading.error}"
     if (
@@ -157,18 +176,26 @@ def build_outcome(
     label: str | None,
     base_extra: dict[str, Any],
     agent_sample: Any = ...,
+    agent_deadline_sec: float | None = None,
 ) -> ExecutionOutcome:
     """Read ``trial_dir`` and ``result`` into the outcome the osmosis server expects.
 
     ``agent_sample`` overrides the workflow's ``agent/sample.json`` (native agents' samples
-    come from their trajectory)."""
+    come from their trajectory). ``agent_deadline_sec``: the deadline the host gave the
+    shim (``OSMOSIS_AGENT_TIMEOUT_SEC``), the only one under which a workflow's own
+    ``timeout`` is believed. Reads files a sandbox wrote: call it off the event loop."""
     reading = read_trial(result, trial_dir)
     extra: dict[str, Any] = {**base_extra, "timings_sec": reading.timings_sec, "reward_source": str(reward_source)}
-    agent_dir, verifier_dir, step = _focus_dirs(reading, trial_dir)
-    if step is not None:
-        extra["step"] = step
+    focus = _focus(reading, trial_dir, agent_deadline_sec)
+    if focus.step is not None:
+        extra["step"] = focus.step
+    sample_problem: ContractFileError | None = None
     if agent_sample is ...:
-        agent_sample = load_sample(agent_dir / contract.SAMPLE_FILENAME)
+        try:
+            agent_sample = load_sample(trial_dir, focus.agent / contract.SAMPLE_FILENAME)
+        except ContractFileError as exc:
+            agent_sample, sample_problem = None, exc
+            extra["sample_error"] = str(exc)
     if agent_sample is not None and label is not None and agent_sample.label is None:
         agent_sample = agent_sample.model_copy(update={"label": label})
     exc_type = reading.exception_type
@@ -185,11 +212,14 @@ def build_outcome(
     }:
         extra["failed_phase"] = phase
         message_of_exception = result.exception_info.exception_message if result.exception_info else ""
-        category, message = _setup_or_agent_failure(
-            ours, exc_type, phase, reading, agent_dir, step, message_of_exception
-        )
+        category, message = _setup_or_agent_failure(ours, exc_type, phase, reading, focus, message_of_exception)
         return ExecutionOutcome(workflow=_failure(message, category, agent_sample, extra))
 
+    if sample_problem is not None:  # the workflow ended well but left a sample the host will not use
+        extra["failed_phase"] = Phase.AGENT.value
+        return ExecutionOutcome(
+            workflow=_failure(str(sample_problem), RolloutErrorCategory.VALIDATION_ERROR, None, extra)
+        )
     if agent_sample is None and reward_source != RewardSource.TASK_TESTS:
         extra["failed_phase"] = Phase.AGENT.value
         return ExecutionOutcome(
@@ -200,30 +230,33 @@ def build_outcome(
     workflow = ExecutionResult(status=RolloutStatus.SUCCESS, sample=agent_sample, extra_fields=extra)
     if reward_source == RewardSource.NONE:
         return ExecutionOutcome(workflow=workflow)
-
-    grader_error = (
-        (_load_json(verifier_dir / contract.ERROR_FILENAME) or None) if reward_source == RewardSource.GRADER else None
+    return ExecutionOutcome(
+        workflow=workflow, grader=_graded(reading, focus, exc_type, reward_source, label, agent_sample, extra)
     )
-    if exc_type is not None or grader_error:  # the verifier phase failed
+
+
+def _graded(
+    reading: TrialReading,
+    focus: _Focus,
+    exc_type: str | None,
+    reward_source: str,
+    label: str | None,
+    agent_sample: RolloutSample | None,
+    extra: dict[str, Any],
+) -> ExecutionResult:
+    """The verifier's half of the outcome: the graded sample, or why there is none."""
+    claim = (
+        _read_claim(focus.trial_dir, focus.verifier / contract.ERROR_FILENAME)
+        if reward_source == RewardSource.GRADER
+        else None
+    )
+    if exc_type is not None or claim is not None:  # the verifier phase failed
         # A grader that failed has failed, whatever reward file exists beside its error.
-        extra = {**extra, "failed_phase": Phase.VERIFIER.value}
-        error = (
-            grader_error if isinstance(grader_error, dict) else _load_json(verifier_dir / contract.ERROR_FILENAME) or {}
-        )
-        if not isinstance(error, dict):
-            error = {"message": str(error)}
-        if exc_type in TIMEOUT_EXCEPTIONS:
-            category, message = RolloutErrorCategory.TIMEOUT, f"verifier timed out: {reading.error}"
-        elif error:
-            category = _category(error.get("category"), RolloutErrorCategory.AGENT_ERROR)
-            message = f"grader failed: {error.get('type', 'Error')}: {error.get('message', '')}"
-        else:
-            category, message = RolloutErrorCategory.AGENT_ERROR, f"verifier failed: {reading.error}"
-        return ExecutionOutcome(workflow=workflow, grader=_failure(message, category, agent_sample, extra))
+        category, message = verifier_failure(exc_type, reading, claim)
+        return _failure(message, category, agent_sample, {**extra, "failed_phase": Phase.VERIFIER.value})
 
     reward = reading.reward
     if reward is None:
-        extra = {**extra, "failed_phase": Phase.VERIFIER.value}
         channels = ", ".join(sorted(reading.rewards))
         message = (
             "the verifier produced no reward"
@@ -235,12 +268,15 @@ def build_outcome(
             agent_sample = agent_sample.model_copy(
                 update={"metrics": {**agent_sample.metrics, **_reward_metrics(reading)}}
             )
-        return ExecutionOutcome(
-            workflow=workflow, grader=_failure(message, RolloutErrorCategory.AGENT_ERROR, agent_sample, extra)
-        )
+        extra = {**extra, "failed_phase": Phase.VERIFIER.value}
+        return _failure(message, RolloutErrorCategory.AGENT_ERROR, agent_sample, extra)
     graded = None
     if reward_source == RewardSource.GRADER:
-        graded = load_sample(verifier_dir / contract.SAMPLE_FILENAME)
+        try:
+            graded = load_sample(focus.trial_dir, focus.verifier / contract.SAMPLE_FILENAME)
+        except ContractFileError as exc:
+            extra = {**extra, "failed_phase": Phase.VERIFIER.value}
+            return _failure(str(exc), RolloutErrorCategory.VALIDATION_ERROR, agent_sample, extra)
     if graded is None:
         base = agent_sample or RolloutSample()
         graded = base.model_copy(update={"reward": reward})
@@ -251,24 +287,34 @@ def build_outcome(
         graded = graded.model_copy(update=updates)
     if extra_metrics := _reward_metrics(reading):
         graded = graded.model_copy(update={"metrics": {**graded.metrics, **extra_metrics}})
-    return ExecutionOutcome(
-        workflow=workflow,
-        grader=ExecutionResult(status=RolloutStatus.SUCCESS, sample=graded, extra_fields=extra),
-    )
+    return ExecutionResult(status=RolloutStatus.SUCCESS, sample=graded, extra_fields=extra)
 
 
-def _focus_dirs(reading: TrialReading, trial_dir: Path) -> tuple[Path, Path, str | None]:
-    """Where the agent's and verifier's products are: the trial's own dirs for a single-step
-    trial; for a multi-step one, the failing step's (else the last step that ran), which
-    Harbor archives under ``steps/<name>/``."""
-    if reading.steps is None:
-        return trial_dir / "agent", trial_dir / "verifier", None
-    ran = [s for s in reading.steps if s.ran]
+@dataclass(frozen=True)
+class _Focus:
+    """Where the products of the step that matters are (relative to ``trial_dir``), and
+    what the host measured and set for its agent phase."""
+
+    trial_dir: Path
+    agent: PurePosixPath
+    verifier: PurePosixPath
+    step: str | None
+    agent_sec: float | None
+    agent_deadline_sec: float | None
+
+
+def _focus(reading: TrialReading, trial_dir: Path, agent_deadline_sec: float | None) -> _Focus:
+    """The trial's own dirs for a single-step trial; for a multi-step one, the failing step's
+    (else the last step that ran), which Harbor archives under ``steps/<name>/``."""
+    agent, verifier = PurePosixPath("agent"), PurePosixPath("verifier")
+    ran = [s for s in reading.steps or [] if s.ran]
     focus = next((s for s in ran if s.failed_phase is not None), ran[-1] if ran else None)
     if focus is None:
-        return trial_dir / "agent", trial_dir / "verifier", None
-    step_dir = trial_dir / "steps" / focus.name
-    return step_dir / "agent", step_dir / "verifier", focus.name
+        agent_sec = reading.timings_sec.get(Phase.AGENT.value)
+        return _Focus(trial_dir, agent, verifier, None, agent_sec, agent_deadline_sec)
+    step_dir = PurePosixPath("steps", focus.name)
+    agent_sec = focus.timings_sec.get(Phase.AGENT.value)
+    return _Focus(trial_dir, step_dir / agent, step_dir / verifier, focus.name, agent_sec, agent_deadline_sec)
 
 
 def _reward_metrics(reading: TrialReading) -> dict[str, float]:

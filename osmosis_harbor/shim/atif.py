@@ -115,6 +115,12 @@ def sample_from_atif_file(path: Path) -> RolloutSample | None:
         document = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
         raise TrajectoryError(f"{path}: not a readable JSON document: {exc}") from exc
+    return sample_from_atif(document, path)
+
+
+def sample_from_atif(document: Any, path: Path) -> RolloutSample:
+    """``sample_from_atif_file`` for a document already read (the host reads trajectories
+    with its own bounded reader); ``path`` only names it."""
     if not isinstance(document, Mapping) or not isinstance(document.get("steps"), list):
         raise TrajectoryError(f"{path}: not an ATIF trajectory (no 'steps' list)")
 

@@ -10,14 +10,15 @@ one honest reading of all of them.
 from __future__ import annotations
 
 from enum import StrEnum
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from harbor.models.trial.result import StepResult, TimingInfo, TrialResult
 from harbor.models.verifier.result import VerifierResult
 from pydantic import BaseModel
 
-from osmosis_harbor.errors import recorded_error
+from osmosis_harbor.errors import ContractFileError, recorded_error
+from osmosis_harbor.sandbox.contract_files import FileKind, read_text
 
 
 class Phase(StrEnum):
@@ -157,10 +158,14 @@ def _float_rewards(verifier_result: VerifierResult | None) -> dict[str, float]:
     return {k: float(v) for k, v in ((verifier_result and verifier_result.rewards) or {}).items()}
 
 
-def _oracle_exit_code(agent_dir: Path) -> str | None:
-    """Harbor's oracle writes ``exit-code.txt`` (and raises nothing) when ``solve.sh`` fails."""
-    path = agent_dir / "exit-code.txt"
-    return path.read_text().strip() if path.is_file() else None
+def _oracle_exit_code(trial_dir: Path, agent_dir: PurePosixPath) -> str | None:
+    """Harbor's oracle writes ``exit-code.txt`` (and raises nothing) when ``solve.sh`` fails.
+    The sandbox wrote it, so it is read as any contract file is (``contract_files``)."""
+    try:
+        text = read_text(trial_dir, agent_dir / "exit-code.txt", FileKind.REWARD)
+    except ContractFileError as exc:
+        return f"unknown ({exc})"
+    return None if text is None else text.strip()[:100]
 
 
 def _step_phase(step: StepResult) -> Phase:
@@ -190,7 +195,7 @@ def read_step(step: StepResult, trial_dir: Path) -> StepReading:
         reading.error = f"{exc.exception_type}: {_one_line(exc.exception_message) or exc.exception_type}"
         reading.exception_type = exc.exception_type
         return reading
-    code = _oracle_exit_code(trial_dir / "steps" / step.step_name / "agent")
+    code = _oracle_exit_code(trial_dir, PurePosixPath("steps", step.step_name, "agent"))
     if code is not None:
         reading.failed_phase = Phase.AGENT
         reading.error = f"solve.sh exited with status {code}"
@@ -254,7 +259,7 @@ def read_trial(result: TrialResult, trial_dir: Path | None = None) -> TrialReadi
             error=f"step {failed.name}: {failed.error}" if failed else None,
             exception_type=failed.exception_type if failed else None,
         )
-    code = _oracle_exit_code(trial_dir / "agent")
+    code = _oracle_exit_code(trial_dir, PurePosixPath("agent"))
     if code is not None:
         return TrialReading(
             reward=reward,
