@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, override
 
 from harbor.environments.base import BaseEnvironment, ExecResult
-from harbor.environments.definition import parse_dockerfile_workdir
+from harbor.environments.definition import has_agent_environment_definition, parse_dockerfile_workdir
 from harbor.environments.skypilot import (
     _SANDBOX_TTL_SEC,
     SkypilotEnvironment,
@@ -149,11 +149,18 @@ class SandboxEnvironment(SkypilotEnvironment):
             )
         self._host_network = host_network
         self._pool_size = pool_size  # read by prewarm, which sizes the pool; trials only claim
-        # The attributes SkypilotEnvironment.__init__ sets. Its own __init__ refuses to
-        # run unless Harbor imported sky.sandbox at import time; the SDK is ours to
-        # choose, so we set them here and go straight to BaseEnvironment.__init__.
+        # The attributes SkypilotEnvironment.__init__ sets (harbor_surface.SKYPILOT_INIT_ATTRIBUTES).
+        # Its own __init__ refuses to run unless Harbor imported sky.sandbox at import time; the
+        # SDK is ours to choose, so we set them here and go straight to BaseEnvironment.__init__.
         self._pool_base = pool or None
-        self._pool: str | None = None  # the group's pool, derived below once the environment is known
+        # A task with no environment definition (no Dockerfile, no docker_image) runs, as in
+        # Harbor, from a named pool whose image is generic (SkyPilot's built-in ``default``):
+        # claimed by its own name, set before Harbor's _validate_definition reads it. Any other
+        # task's pool is its environment group's, derived below once the environment is known.
+        self._generic_pool = bool(pool) and not has_agent_environment_definition(
+            environment_dir, docker_image=task_env_config.docker_image
+        )
+        self._pool: str | None = pool if self._generic_pool else None
         self._registry = registry or settings.current().registry or None
         self._context_name = context_name
         self._namespace = namespace
@@ -180,7 +187,7 @@ class SandboxEnvironment(SkypilotEnvironment):
             self.task_env_config.docker_image and not self._dockerfile_path.is_file()
         )
         self._sandbox_name = _sanitize_dns_name(f"hb-{session_id}")
-        if self._pool_base:
+        if self._pool_base and not self._generic_pool:
             self._pool = pool_name_for(self._pool_base, self.group_key)
 
     @property
@@ -313,14 +320,18 @@ class SandboxEnvironment(SkypilotEnvironment):
 
     @override
     async def _upload_environment_dir_after_start(self) -> None:
-        """Upload ``environment/`` only where a plain start would.
+        """Upload ``environment/`` only where a plain start would, or into a generic pool.
 
         Harbor ships ``environment/`` into every pool launch because SkyPilot pool images are
-        generic. Ours are not: a pool is per environment group, and the group key includes
-        this environment's content hash, so the pool's image is the very image a plain start
-        of this task uses; the upload (a ``pwd`` probe and a directory transfer per trial)
-        would only repeat what the image holds."""
-        await BaseEnvironment._upload_environment_dir_after_start(self)
+        generic. Ours are not: a group pool is per environment group, and the group key
+        includes this environment's content hash, so the pool's image is the very image a
+        plain start of this task uses; the upload (a ``pwd`` probe and a directory transfer
+        per trial) would only repeat what the image holds. A generic pool (a task with no
+        environment definition) gets Harbor's own upload."""
+        if self._generic_pool:
+            await super()._upload_environment_dir_after_start()
+        else:
+            await BaseEnvironment._upload_environment_dir_after_start(self)
 
     @override
     async def stop(self, delete: bool) -> None:
@@ -584,6 +595,11 @@ class SandboxEnvironment(SkypilotEnvironment):
             try:
                 return await self._sdk.create.aio(pool=self._pool, **common)
             except LookupError as exc:  # the SDK's "no such pool"
+                if self._generic_pool:
+                    raise LookupError(
+                        f"warm pool {self._pool!r} does not exist: a task with no environment definition "
+                        f"runs only from an existing pool with a generic image ({exc})"
+                    ) from None
                 raise LookupError(
                     f"warm pool {self._pool!r} (pool {self._pool_base!r} for this task's environment group) "
                     f"does not exist: create it first with `python -m osmosis_harbor prewarm <tasks> "
