@@ -25,7 +25,7 @@ def cmd_sandbox_check(args: argparse.Namespace) -> int:
     from osmosis_harbor.sandbox.conformance import run_suite
 
     sdk = load_sandbox_sdk(args.sdk)
-    report = asyncio.run(run_suite(sdk, args.image, include_pools=not args.no_pools))
+    report = asyncio.run(run_suite(sdk, args.image, include_pools=not args.no_pools, only=args.check))
     console = result_console()
     caps = Table(title=f"capabilities of {args.sdk}")
     for col in ("capability", "offered", "note"):

@@ -40,6 +40,7 @@ from osmosis_harbor.sandbox.conformance import pool_checks  # noqa: F401
 from osmosis_harbor.sandbox.conformance import environment_checks  # noqa: F401
 
 # isort: on
+from osmosis_harbor.errors import ConfigError
 from osmosis_harbor.sandbox.conformance.capabilities import Capabilities
 from osmosis_harbor.sandbox.conformance.core import (
     CHECK_TIMEOUT_SEC,
@@ -73,7 +74,8 @@ def selected_checks(*, include_pools: bool = True, only: Sequence[str] | None = 
     if only is not None:
         unknown = set(only) - {c.name for c in CHECKS}
         if unknown:
-            raise ValueError(f"unknown checks: {sorted(unknown)}")
+            names = ", ".join(c.name for c in CHECKS)
+            raise ConfigError(f"unknown sandbox-check check(s) {', '.join(sorted(unknown))}: choose from {names}")
         chosen = [c for c in chosen if c.name in only]
     return chosen
 
