@@ -10,7 +10,10 @@ environment-dir uploads). What we change:
 * image existence is answered correctly for insecure/local registries, and concurrent
   trials of one environment build and push its image once (``images.py``);
 * with the Docker SDK and no registry, images stay on the local engine (no push needed:
-  the sandbox runs on the engine that built them);
+  the sandbox runs on the engine that built them); with a registry, Harbor's own build and
+  push run;
+* ``pool`` is a base name: a task claims its environment group's pool; a task with no
+  environment definition claims the named pool itself, whose image is generic, as in Harbor;
 * the Docker SDK accepts ``host_network=True`` for sandboxes that must reach a server on
   this machine (a local chat-completions endpoint);
 * a task that names no CPU or memory gets Harbor's documented sizing (``bounds.py``);
@@ -20,6 +23,8 @@ environment-dir uploads). What we change:
 * when the sandbox handle offers the archive capability (``protocol.ArchiveSandbox``), files
   and directories move in one call each way, uploads are written behind and log-tree reads
   share one snapshot (``transfers.py``); otherwise Harbor's own transfer path runs unchanged.
+
+Every Harbor name this touches is listed, with why, in ``harbor_surface.py``.
 """
 
 from __future__ import annotations
@@ -55,14 +60,13 @@ from tenacity import (
 )
 
 from osmosis_harbor import settings
-from osmosis_harbor.errors import BaseImageMissingError, ConfigError, SandboxLostError
+from osmosis_harbor.errors import BaseImageMissingError, ConfigError, ImageBuildError, SandboxLostError
 from osmosis_harbor.sandbox import live
 from osmosis_harbor.sandbox.bounds import cpus_or_default, memory_mb_or_default
 from osmosis_harbor.sandbox.images import (
     BUILD_COORDINATOR,
     build_image,
     local_image_exists,
-    push_image,
     registry_image_exists,
 )
 from osmosis_harbor.sandbox.liveness import SandboxState, sandbox_state
@@ -96,6 +100,8 @@ REMOVE_REWARDS_COMMAND = f"rm -f -- {contract.VERIFIER_LOGS}/reward.txt {contrac
 LOCAL_IMAGE_NAMESPACE = "osmosis-harbor"
 SHARED_REPOSITORY = "osmosis-harbor-env"
 IMPORT_PATH = "osmosis_harbor.sandbox.environment:SandboxEnvironment"
+# How much of a failed build's output an ImageBuildError carries.
+BUILD_LOG_LINES = 25
 # How long a sandbox may still look alive after a command in it was killed, before the
 # command's death counts as the workflow's own (the engine reports the two separately).
 LOSS_SETTLE_SEC = 2.0
@@ -149,7 +155,7 @@ class SandboxEnvironment(SkypilotEnvironment):
             )
         self._host_network = host_network
         self._pool_size = pool_size  # read by prewarm, which sizes the pool; trials only claim
-        # The attributes SkypilotEnvironment.__init__ sets (harbor_surface.SKYPILOT_INIT_ATTRIBUTES).
+        # The attributes SkypilotEnvironment.__init__ sets (``harbor_surface``, use "set").
         # Its own __init__ refuses to run unless Harbor imported sky.sandbox at import time; the
         # SDK is ours to choose, so we set them here and go straight to BaseEnvironment.__init__.
         self._pool_base = pool or None
@@ -258,10 +264,27 @@ class SandboxEnvironment(SkypilotEnvironment):
 
     @override
     async def _image_exists(self) -> bool:
+        """Harbor asks ``docker manifest inspect``, which answers "missing" for a plain-http
+        registry (127.0.0.1:5000) and knows nothing of images kept on the local engine."""
         ref = self._image_ref
         if self._local_only:
             return await asyncio.to_thread(local_image_exists, ref)
         return await asyncio.to_thread(registry_image_exists, ref)
+
+    @override
+    async def _build_and_push_image(self) -> None:
+        """With a registry: Harbor's own build and push (``docker build`` / ``docker push``,
+        retried), its failure raised as `ImageBuildError` (phase ``environment``, the log's
+        tail). Without one, sandboxes run on the engine that builds: built there, never pushed
+        (Harbor's would push to Docker Hub)."""
+        if not self._local_only:
+            try:
+                await super()._build_and_push_image()
+            except RuntimeError as exc:
+                lines = str(exc).splitlines()
+                raise ImageBuildError("\n".join(lines[:1] + lines[1:][-BUILD_LOG_LINES:])) from exc
+            return
+        await self._build_local_image()
 
     @retry(
         stop=stop_after_attempt(2),
@@ -269,14 +292,10 @@ class SandboxEnvironment(SkypilotEnvironment):
         retry=retry_if_not_exception_type(BaseImageMissingError),  # a missing base stays missing
         reraise=True,
     )
-    @override
-    async def _build_and_push_image(self) -> None:
+    async def _build_local_image(self) -> None:
         ref = self._image_ref
         self.logger.debug(f"Building image {ref}")
         await asyncio.to_thread(build_image, self.environment_dir, self._dockerfile_path, ref, self._platform)
-        if not self._local_only:
-            self.logger.debug(f"Pushing image {ref}")
-            await asyncio.to_thread(push_image, ref)
 
     async def prepare_image(self, force_build: bool = False) -> tuple[str | None, bool]:
         """Make this environment's image available; returns (reference, built-by-this-call).
@@ -293,6 +312,8 @@ class SandboxEnvironment(SkypilotEnvironment):
 
     @override
     async def _resolve_image(self, force_build: bool) -> str | None:
+        """Harbor's, except that concurrent trials of one environment build it once
+        (``BUILD_COORDINATOR``); Harbor has no lock against parallel builds."""
         if self._pool:
             return None  # the pool supplies the image
         return (await self.prepare_image(force_build))[0]
@@ -301,6 +322,9 @@ class SandboxEnvironment(SkypilotEnvironment):
 
     @override
     async def _create_sandbox(self, image: str | None) -> Any:
+        """Harbor's calls its module-global ``sky_sandbox``: ours is the chosen SDK's create
+        (a copy of Harbor's two calls, `_create_sandbox_via_sdk`), registered as live, and
+        never leaves a sandbox behind when cancelled mid-create."""
         live.register_pending(self._sandbox_name, self._sdk)
         creating = asyncio.ensure_future(self._create_sandbox_via_sdk(image))
         try:
@@ -335,6 +359,8 @@ class SandboxEnvironment(SkypilotEnvironment):
 
     @override
     async def stop(self, delete: bool) -> None:
+        """Harbor's stop, after dropping uploads staged for a sandbox that is going away and
+        marking the stop as ours (a failure from here on is not a lost sandbox)."""
         self._stopping = True
         if self._archive_transfers is not None:
             dropped = self._archive_transfers.discard()
@@ -350,14 +376,16 @@ class SandboxEnvironment(SkypilotEnvironment):
 
     @override
     async def _terminate_sandbox(self) -> None:  # type: ignore[override]  # Harbor's is tenacity-wrapped
-        """Harbor's ``terminate(wait=True)``, in the background when the caller opened a
-        ``live.termination_scope`` (it settles it before reporting), inline otherwise."""
+        """In the background when the caller opened a ``live.termination_scope`` (it settles
+        it before reporting; the handle is captured, since Harbor's stop clears it), inline
+        otherwise: then Harbor's own, retried, ``terminate(wait=True)``."""
         sandbox = self._require_sandbox()
         self._deferred = live.defer_termination(self._sandbox_name, lambda: self._terminate_with_retries(sandbox))
         if not self._deferred:
-            await self._terminate_with_retries(sandbox)
+            await super()._terminate_sandbox()
 
     async def _terminate_with_retries(self, sandbox: Any) -> None:
+        """Harbor's retries for a deferred termination, which nobody awaits: errors are logged."""
         try:
             async for attempt in AsyncRetrying(
                 stop=stop_after_attempt(2), wait=wait_exponential(multiplier=1, min=1, max=10), reraise=True
@@ -368,6 +396,7 @@ class SandboxEnvironment(SkypilotEnvironment):
             self.logger.error(f"Error terminating sandbox {self._sandbox_name}: {exc}")
 
     # ── bounds ────────────────────────────────────────────────────────────────
+    # Harbor 0.25 passes no CPU or memory when a task names none: the sizing it documents.
 
     @property
     @override
@@ -481,6 +510,8 @@ class SandboxEnvironment(SkypilotEnvironment):
         return await self._guarded(super()._read_remote_bytes(remote_path))
 
     # ── transfers (archive capability) ────────────────────────────────────────
+    # Overridden only to take the archive path when the sandbox handle offers it; without
+    # it (SkyPilot's SDK) each of these is Harbor's own.
 
     def _archives(self) -> ArchiveTransfers | None:
         """The archive transfers of this sandbox, when its handle offers them."""
