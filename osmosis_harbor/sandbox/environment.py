@@ -272,7 +272,7 @@ class SandboxEnvironment(SkypilotEnvironment):
         return await asyncio.to_thread(registry_image_exists, ref)
 
     @override
-    async def _build_and_push_image(self) -> None:
+    async def _build_and_push_image(self) -> None:  # type: ignore[override]  # Harbor's is tenacity-wrapped
         """With a registry: Harbor's own build and push (``docker build`` / ``docker push``,
         retried), its failure raised as `ImageBuildError` (phase ``environment``, the log's
         tail). Without one, sandboxes run on the engine that builds: built there, never pushed

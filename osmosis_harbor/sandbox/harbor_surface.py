@@ -274,7 +274,7 @@ def shape_of(obj: Any) -> str:
 
 def assigned_in_init(cls: type) -> set[str]:
     """The ``self.<name>`` attributes ``cls.__init__`` itself assigns (read from its source)."""
-    tree = ast.parse(textwrap.dedent(inspect.getsource(cls.__init__)))
+    tree = ast.parse(textwrap.dedent(inspect.getsource(vars(cls)["__init__"])))
     names: set[str] = set()
     for node in ast.walk(tree):
         targets = (
