@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from osmosis_harbor.errors import ConfigError
-from osmosis_harbor.sandbox import conformance
+from osmosis_harbor.errors import ConfigError, SandboxSdkMissingError
+from osmosis_harbor.sandbox import conformance, load_sandbox_sdk
 from osmosis_harbor.sandbox.conformance.core import Check, CheckResult, CheckStatus, skip
-from osmosis_harbor.sandbox.registry import implementation
+from osmosis_harbor.sandbox.registry import SDK_NAMES, implementation
 
 from .support import run_cli
 
@@ -101,3 +101,22 @@ def test_the_command_reports_capabilities_and_fails_strict_on_a_skip(tmp_path: P
     assert data["capabilities"]["offered"]["archives"] is True
     strict = run_cli("sandbox-check", "--sdk", "docker", "--no-pools", "--strict", *selection, timeout=300)
     assert strict.returncode == 1 and "FAILED (--strict)" in strict.stdout, strict.stdout + strict.stderr
+
+
+@pytest.mark.parametrize("sdk", SDK_NAMES)
+def test_sandbox_check_passes_on_each_sdk_with_its_capabilities(sdk: str, tmp_path: Path) -> None:
+    """The whole suite through the command, on every registered SDK this machine has (the real
+    SkyPilot SDK too, where it is installed): no failure, and each archive check ran exactly
+    when the SDK's sandboxes offer archives."""
+    try:
+        load_sandbox_sdk(sdk)
+    except SandboxSdkMissingError as exc:
+        pytest.skip(f"{sdk} is not installed here: {exc}")
+    report = tmp_path / "report.json"
+    proc = run_cli("sandbox-check", "--sdk", sdk, "--json", str(report), timeout=900)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    data = json.loads(report.read_text())
+    assert data["counts"]["failed"] == 0 and data["counts"]["passed"] >= 20
+    archives = data["capabilities"]["offered"]["archives"]
+    archive_checks = {r["status"] for r in data["results"] if r["name"].startswith("archive_")}
+    assert archive_checks == ({"passed"} if archives else {"not_applicable"}), (archives, archive_checks)
