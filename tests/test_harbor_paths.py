@@ -25,8 +25,9 @@ from harbor.environments.skypilot import SkypilotEnvironment
 from harbor.models.task.task import Task
 from harbor.models.trial.paths import TrialPaths
 
-from osmosis_harbor.errors import ImageBuildError
+from osmosis_harbor.errors import BaseImageMissingError, ImageBuildError
 from osmosis_harbor.sandbox import SandboxEnvironment, environment_config
+from osmosis_harbor.sandbox import environment as sandbox_environment
 from osmosis_harbor.sandbox.environment import pool_name_for
 from osmosis_harbor.sandbox.images import BUILD_COORDINATOR
 
@@ -101,15 +102,32 @@ async def test_a_missing_generic_pool_is_named_in_the_error(tmp_path: Path) -> N
     await env.stop(delete=True)
 
 
-async def test_a_registry_build_runs_harbors_own_code_and_fails_as_image_build_error(tmp_path: Path) -> None:
+async def test_a_registry_build_runs_harbors_own_code_and_fails_as_our_errors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Harbor's build fails as ``ImageBuildError`` and is retried once; a missing base image
+    fails as ``BaseImageMissingError``, naming it, and is built only once."""
+    builds: list[str] = []
+    harbor_build = sandbox_environment.HARBOR_BUILD_ONCE
+
+    async def counting(env: SandboxEnvironment) -> None:
+        builds.append(env.environment_name)
+        await harbor_build(env)
+
+    monkeypatch.setattr(sandbox_environment, "HARBOR_BUILD_ONCE", counting)
     failing = f"FROM debian:trixie-slim\nRUN echo broken-{uuid.uuid4().hex[:6]} && exit 3\n"
     env = _environment(make_task(tmp_path, "broken", dockerfile=failing), tmp_path, registry=REGISTRY)
     with BUILD_COORDINATOR.as_new_process(), pytest.raises(ImageBuildError, match="docker build failed for") as caught:
         await env.prepare_image()
-    # Harbor's _build_and_push_image raised it (a plain RuntimeError, after its own retry).
-    cause = caught.value.__cause__
+    cause = caught.value.__cause__  # Harbor's _build_and_push_image raised it: a plain RuntimeError
     assert type(cause) is RuntimeError and str(cause).startswith(f"docker build failed for {env.image_ref}")
-    assert "exit 3" in str(caught.value) or "returned a non-zero code: 3" in str(caught.value)
+    assert builds == ["broken", "broken"]  # our retry, around one attempt of Harbor's each
+
+    absent = f"{REGISTRY}/absent-base-{uuid.uuid4().hex[:6]}:1"  # a pull attempt reaches only 127.0.0.1
+    env = _environment(make_task(tmp_path, "no-base", dockerfile=f"FROM {absent}\n"), tmp_path, registry=REGISTRY)
+    with BUILD_COORDINATOR.as_new_process(), pytest.raises(BaseImageMissingError, match=f"base image {absent}"):
+        await env.prepare_image()
+    assert builds.count("no-base") == 1  # a missing base stays missing: not built again
 
 
 def _harbor_create_keywords() -> dict[bool, set[str]]:

@@ -62,6 +62,7 @@ from tenacity import (
 from osmosis_harbor import settings
 from osmosis_harbor.errors import BaseImageMissingError, ConfigError, ImageBuildError, SandboxLostError
 from osmosis_harbor.sandbox import live
+from osmosis_harbor.sandbox.base_images import missing_base_error
 from osmosis_harbor.sandbox.bounds import cpus_or_default, memory_mb_or_default
 from osmosis_harbor.sandbox.images import (
     BUILD_COORDINATOR,
@@ -102,6 +103,8 @@ SHARED_REPOSITORY = "osmosis-harbor-env"
 IMPORT_PATH = "osmosis_harbor.sandbox.environment:SandboxEnvironment"
 # How much of a failed build's output an ImageBuildError carries.
 BUILD_LOG_LINES = 25
+# Harbor's build and push, without Harbor's retry (ours, around it, knows a missing base).
+HARBOR_BUILD_ONCE = SkypilotEnvironment._build_and_push_image.retry_with(stop=stop_after_attempt(1))
 # How long a sandbox may still look alive after a command in it was killed, before the
 # command's death counts as the workflow's own (the engine reports the two separately).
 LOSS_SETTLE_SEC = 2.0
@@ -271,31 +274,35 @@ class SandboxEnvironment(SkypilotEnvironment):
             return await asyncio.to_thread(local_image_exists, ref)
         return await asyncio.to_thread(registry_image_exists, ref)
 
-    @override
-    async def _build_and_push_image(self) -> None:  # type: ignore[override]  # Harbor's is tenacity-wrapped
-        """With a registry: Harbor's own build and push (``docker build`` / ``docker push``,
-        retried), its failure raised as `ImageBuildError` (phase ``environment``, the log's
-        tail). Without one, sandboxes run on the engine that builds: built there, never pushed
-        (Harbor's would push to Docker Hub)."""
-        if not self._local_only:
-            try:
-                await super()._build_and_push_image()
-            except RuntimeError as exc:
-                lines = str(exc).splitlines()
-                raise ImageBuildError("\n".join(lines[:1] + lines[1:][-BUILD_LOG_LINES:])) from exc
-            return
-        await self._build_local_image()
-
     @retry(
         stop=stop_after_attempt(2),
         wait=wait_exponential(multiplier=2, min=5, max=60),
         retry=retry_if_not_exception_type(BaseImageMissingError),  # a missing base stays missing
         reraise=True,
     )
-    async def _build_local_image(self) -> None:
+    @override
+    async def _build_and_push_image(self) -> None:
+        """With a registry: Harbor's own build and push (``docker build`` / ``docker push``),
+        one attempt of it per attempt here, so that Harbor's retry does not run around ours
+        and a missing base image is not built twice. Without a registry, sandboxes run on the
+        engine that builds: built there, never pushed (Harbor's would push to Docker Hub)."""
         ref = self._image_ref
-        self.logger.debug(f"Building image {ref}")
-        await asyncio.to_thread(build_image, self.environment_dir, self._dockerfile_path, ref, self._platform)
+        if self._local_only:
+            self.logger.debug(f"Building image {ref}")
+            await asyncio.to_thread(build_image, self.environment_dir, self._dockerfile_path, ref, self._platform)
+            return
+        try:
+            await HARBOR_BUILD_ONCE(self)
+        except RuntimeError as exc:
+            raise self._build_error(ref, str(exc)) from exc
+
+    def _build_error(self, ref: str, harbor_message: str) -> ImageBuildError:
+        """Harbor's build failure (a RuntimeError carrying the whole build output) as ours: a
+        missing base image named with its remedy, or the output's tail (phase ``environment``)."""
+        lines = harbor_message.splitlines()
+        last = next((line for line in reversed(lines) if line.strip()), "")
+        missing = missing_base_error(self._dockerfile_path, ref, local_image_exists, last)
+        return missing or ImageBuildError("\n".join(lines[:1] + lines[1:][-BUILD_LOG_LINES:]))
 
     async def prepare_image(self, force_build: bool = False) -> tuple[str | None, bool]:
         """Make this environment's image available; returns (reference, built-by-this-call).

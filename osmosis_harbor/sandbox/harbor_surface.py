@@ -105,7 +105,8 @@ SURFACE: tuple[HarborName, ...] = (
         "(self)",
         (OVR, C),
         ENV,
-        "Harbor's own with a registry (its RuntimeError raised as ImageBuildError); local: built, never pushed",
+        "with a registry, one attempt of Harbor's own (tenacity's retry_with; our retry knows a missing base, "
+        "its RuntimeError becomes ImageBuildError); without one: built locally, never pushed",
     ),
     HarborName(SKY, "_resolve_image", "(self, force_build)", (OVR,), ENV, "each image built once across trials"),
     HarborName(SKY, "_dockerfile_path", "property", (R,), ENV, "what is built, and the baked-bundle marker"),
