@@ -103,7 +103,9 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("sandbox-check", help="run the sky.sandbox conformance suite against an SDK")
     c.add_argument("--sdk", choices=SDK_NAMES, default="docker")
     c.add_argument("--image", default="debian:trixie-slim")
-    c.add_argument("--no-pools", action="store_true", help="skip the warm-pool checks")
+    c.add_argument("--no-pools", action="store_true", help="skip the warm-pool checks (reported as skipped)")
+    c.add_argument("--strict", action="store_true", help="fail when any check was skipped, not only on failures")
+    c.add_argument("--check", action="append", metavar="NAME", help="run only this check (repeatable)")
     c.add_argument("--json", metavar="FILE")
     c.set_defaults(func=cmd_sandbox_check)
 

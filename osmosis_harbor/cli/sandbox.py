@@ -4,29 +4,49 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 from pathlib import Path
 
 from osmosis_harbor.cli.common import result_console
 
+STATUS_STYLE = {
+    "passed": "[green]pass[/]",
+    "failed": "[red]FAIL[/]",
+    "skipped": "[yellow]skipped[/]",
+    "not_applicable": "[dim]n/a[/]",
+}
+
 
 def cmd_sandbox_check(args: argparse.Namespace) -> int:
+    """Exit 1 when a check failed, or with ``--strict`` when one was skipped; a check that is
+    not applicable (the SDK lacks its capability, shown in the capability table) never fails."""
     from rich.table import Table
 
     from osmosis_harbor.sandbox import load_sandbox_sdk
-    from osmosis_harbor.sandbox.conformance import run_conformance
+    from osmosis_harbor.sandbox.conformance import run_suite
 
     sdk = load_sandbox_sdk(args.sdk)
-    results = asyncio.run(run_conformance(sdk, args.image, include_pools=not args.no_pools))
+    report = asyncio.run(run_suite(sdk, args.image, include_pools=not args.no_pools, only=args.check))
+    console = result_console()
+    caps = Table(title=f"capabilities of {args.sdk}")
+    for col in ("capability", "offered", "note"):
+        caps.add_column(col)
+    words = {True: "yes", False: "no", None: "unknown"}
+    for name, value in report.capabilities.offered.items():
+        caps.add_row(name, words[value], report.capabilities.notes.get(name, ""))
+    console.print(caps)
     table = Table(title=f"sky.sandbox conformance ({args.sdk}, image {args.image})")
     for col in ("check", "result", "seconds", "detail"):
         table.add_column(col)
-    for r in results:
-        table.add_row(r.name, "[green]pass[/]" if r.passed else "[red]FAIL[/]", f"{r.seconds:.2f}", r.detail or "")
-    result_console().print(table)
+    for r in report.results:
+        table.add_row(r.name, STATUS_STYLE[r.status.value], f"{r.seconds:.2f}", r.detail or "")
+    console.print(table)
+    ok = report.ok(strict=args.strict)
+    console.print(
+        f"{args.sdk}: {report.summary()}" + ("" if ok else " -> FAILED" + (" (--strict)" if args.strict else ""))
+    )
     if args.json:
-        Path(args.json).write_text(json.dumps([r.model_dump() for r in results], indent=2) + "\n")
-    return 0 if all(r.passed for r in results) else 1
+        Path(args.json).write_text(report.model_dump_json(indent=2) + "\n")
+    return 0 if ok else 1
 
 
 def cmd_cleanup(args: argparse.Namespace) -> int:

@@ -10,7 +10,10 @@ environment-dir uploads). What we change:
 * image existence is answered correctly for insecure/local registries, and concurrent
   trials of one environment build and push its image once (``images.py``);
 * with the Docker SDK and no registry, images stay on the local engine (no push needed:
-  the sandbox runs on the engine that built them);
+  the sandbox runs on the engine that built them); with a registry, Harbor's own build and
+  push run;
+* ``pool`` is a base name: a task claims its environment group's pool; a task with no
+  environment definition claims the named pool itself, whose image is generic, as in Harbor;
 * the Docker SDK accepts ``host_network=True`` for sandboxes that must reach a server on
   this machine (a local chat-completions endpoint);
 * a task that names no CPU or memory gets Harbor's documented sizing (``bounds.py``);
@@ -20,6 +23,8 @@ environment-dir uploads). What we change:
 * when the sandbox handle offers the archive capability (``protocol.ArchiveSandbox``), files
   and directories move in one call each way, uploads are written behind and log-tree reads
   share one snapshot (``transfers.py``); otherwise Harbor's own transfer path runs unchanged.
+
+Every Harbor name this touches is listed, with why, in ``harbor_surface.py``.
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ from pathlib import Path
 from typing import Any, override
 
 from harbor.environments.base import BaseEnvironment, ExecResult
-from harbor.environments.definition import parse_dockerfile_workdir
+from harbor.environments.definition import has_agent_environment_definition, parse_dockerfile_workdir
 from harbor.environments.skypilot import (
     _SANDBOX_TTL_SEC,
     SkypilotEnvironment,
@@ -55,14 +60,14 @@ from tenacity import (
 )
 
 from osmosis_harbor import settings
-from osmosis_harbor.errors import BaseImageMissingError, ConfigError, SandboxLostError
+from osmosis_harbor.errors import BaseImageMissingError, ConfigError, ImageBuildError, SandboxLostError
 from osmosis_harbor.sandbox import live
+from osmosis_harbor.sandbox.base_images import missing_base_error
 from osmosis_harbor.sandbox.bounds import cpus_or_default, memory_mb_or_default
 from osmosis_harbor.sandbox.images import (
     BUILD_COORDINATOR,
     build_image,
     local_image_exists,
-    push_image,
     registry_image_exists,
 )
 from osmosis_harbor.sandbox.liveness import SandboxState, sandbox_state
@@ -96,6 +101,10 @@ REMOVE_REWARDS_COMMAND = f"rm -f -- {contract.VERIFIER_LOGS}/reward.txt {contrac
 LOCAL_IMAGE_NAMESPACE = "osmosis-harbor"
 SHARED_REPOSITORY = "osmosis-harbor-env"
 IMPORT_PATH = "osmosis_harbor.sandbox.environment:SandboxEnvironment"
+# How much of a failed build's output an ImageBuildError carries.
+BUILD_LOG_LINES = 25
+# Harbor's build and push, without Harbor's retry (ours, around it, knows a missing base).
+HARBOR_BUILD_ONCE = SkypilotEnvironment._build_and_push_image.retry_with(stop=stop_after_attempt(1))
 # How long a sandbox may still look alive after a command in it was killed, before the
 # command's death counts as the workflow's own (the engine reports the two separately).
 LOSS_SETTLE_SEC = 2.0
@@ -149,11 +158,18 @@ class SandboxEnvironment(SkypilotEnvironment):
             )
         self._host_network = host_network
         self._pool_size = pool_size  # read by prewarm, which sizes the pool; trials only claim
-        # The attributes SkypilotEnvironment.__init__ sets. Its own __init__ refuses to
-        # run unless Harbor imported sky.sandbox at import time; the SDK is ours to
-        # choose, so we set them here and go straight to BaseEnvironment.__init__.
+        # The attributes SkypilotEnvironment.__init__ sets (``harbor_surface``, use "set").
+        # Its own __init__ refuses to run unless Harbor imported sky.sandbox at import time; the
+        # SDK is ours to choose, so we set them here and go straight to BaseEnvironment.__init__.
         self._pool_base = pool or None
-        self._pool: str | None = None  # the group's pool, derived below once the environment is known
+        # A task with no environment definition (no Dockerfile, no docker_image) runs, as in
+        # Harbor, from a named pool whose image is generic (SkyPilot's built-in ``default``):
+        # claimed by its own name, set before Harbor's _validate_definition reads it. Any other
+        # task's pool is its environment group's, derived below once the environment is known.
+        self._generic_pool = bool(pool) and not has_agent_environment_definition(
+            environment_dir, docker_image=task_env_config.docker_image
+        )
+        self._pool: str | None = pool if self._generic_pool else None
         self._registry = registry or settings.current().registry or None
         self._context_name = context_name
         self._namespace = namespace
@@ -180,7 +196,7 @@ class SandboxEnvironment(SkypilotEnvironment):
             self.task_env_config.docker_image and not self._dockerfile_path.is_file()
         )
         self._sandbox_name = _sanitize_dns_name(f"hb-{session_id}")
-        if self._pool_base:
+        if self._pool_base and not self._generic_pool:
             self._pool = pool_name_for(self._pool_base, self.group_key)
 
     @property
@@ -251,6 +267,8 @@ class SandboxEnvironment(SkypilotEnvironment):
 
     @override
     async def _image_exists(self) -> bool:
+        """Harbor asks ``docker manifest inspect``, which answers "missing" for a plain-http
+        registry (127.0.0.1:5000) and knows nothing of images kept on the local engine."""
         ref = self._image_ref
         if self._local_only:
             return await asyncio.to_thread(local_image_exists, ref)
@@ -264,12 +282,27 @@ class SandboxEnvironment(SkypilotEnvironment):
     )
     @override
     async def _build_and_push_image(self) -> None:
+        """With a registry: Harbor's own build and push (``docker build`` / ``docker push``),
+        one attempt of it per attempt here, so that Harbor's retry does not run around ours
+        and a missing base image is not built twice. Without a registry, sandboxes run on the
+        engine that builds: built there, never pushed (Harbor's would push to Docker Hub)."""
         ref = self._image_ref
-        self.logger.debug(f"Building image {ref}")
-        await asyncio.to_thread(build_image, self.environment_dir, self._dockerfile_path, ref, self._platform)
-        if not self._local_only:
-            self.logger.debug(f"Pushing image {ref}")
-            await asyncio.to_thread(push_image, ref)
+        if self._local_only:
+            self.logger.debug(f"Building image {ref}")
+            await asyncio.to_thread(build_image, self.environment_dir, self._dockerfile_path, ref, self._platform)
+            return
+        try:
+            await HARBOR_BUILD_ONCE(self)
+        except RuntimeError as exc:
+            raise self._build_error(ref, str(exc)) from exc
+
+    def _build_error(self, ref: str, harbor_message: str) -> ImageBuildError:
+        """Harbor's build failure (a RuntimeError carrying the whole build output) as ours: a
+        missing base image named with its remedy, or the output's tail (phase ``environment``)."""
+        lines = harbor_message.splitlines()
+        last = next((line for line in reversed(lines) if line.strip()), "")
+        missing = missing_base_error(self._dockerfile_path, ref, local_image_exists, last)
+        return missing or ImageBuildError("\n".join(lines[:1] + lines[1:][-BUILD_LOG_LINES:]))
 
     async def prepare_image(self, force_build: bool = False) -> tuple[str | None, bool]:
         """Make this environment's image available; returns (reference, built-by-this-call).
@@ -286,6 +319,8 @@ class SandboxEnvironment(SkypilotEnvironment):
 
     @override
     async def _resolve_image(self, force_build: bool) -> str | None:
+        """Harbor's, except that concurrent trials of one environment build it once
+        (``BUILD_COORDINATOR``); Harbor has no lock against parallel builds."""
         if self._pool:
             return None  # the pool supplies the image
         return (await self.prepare_image(force_build))[0]
@@ -294,6 +329,9 @@ class SandboxEnvironment(SkypilotEnvironment):
 
     @override
     async def _create_sandbox(self, image: str | None) -> Any:
+        """Harbor's calls its module-global ``sky_sandbox``: ours is the chosen SDK's create
+        (a copy of Harbor's two calls, `_create_sandbox_via_sdk`), registered as live, and
+        never leaves a sandbox behind when cancelled mid-create."""
         live.register_pending(self._sandbox_name, self._sdk)
         creating = asyncio.ensure_future(self._create_sandbox_via_sdk(image))
         try:
@@ -313,17 +351,23 @@ class SandboxEnvironment(SkypilotEnvironment):
 
     @override
     async def _upload_environment_dir_after_start(self) -> None:
-        """Upload ``environment/`` only where a plain start would.
+        """Upload ``environment/`` only where a plain start would, or into a generic pool.
 
         Harbor ships ``environment/`` into every pool launch because SkyPilot pool images are
-        generic. Ours are not: a pool is per environment group, and the group key includes
-        this environment's content hash, so the pool's image is the very image a plain start
-        of this task uses; the upload (a ``pwd`` probe and a directory transfer per trial)
-        would only repeat what the image holds."""
-        await BaseEnvironment._upload_environment_dir_after_start(self)
+        generic. Ours are not: a group pool is per environment group, and the group key
+        includes this environment's content hash, so the pool's image is the very image a
+        plain start of this task uses; the upload (a ``pwd`` probe and a directory transfer
+        per trial) would only repeat what the image holds. A generic pool (a task with no
+        environment definition) gets Harbor's own upload."""
+        if self._generic_pool:
+            await super()._upload_environment_dir_after_start()
+        else:
+            await BaseEnvironment._upload_environment_dir_after_start(self)
 
     @override
     async def stop(self, delete: bool) -> None:
+        """Harbor's stop, after dropping uploads staged for a sandbox that is going away and
+        marking the stop as ours (a failure from here on is not a lost sandbox)."""
         self._stopping = True
         if self._archive_transfers is not None:
             dropped = self._archive_transfers.discard()
@@ -339,14 +383,16 @@ class SandboxEnvironment(SkypilotEnvironment):
 
     @override
     async def _terminate_sandbox(self) -> None:  # type: ignore[override]  # Harbor's is tenacity-wrapped
-        """Harbor's ``terminate(wait=True)``, in the background when the caller opened a
-        ``live.termination_scope`` (it settles it before reporting), inline otherwise."""
+        """In the background when the caller opened a ``live.termination_scope`` (it settles
+        it before reporting; the handle is captured, since Harbor's stop clears it), inline
+        otherwise: then Harbor's own, retried, ``terminate(wait=True)``."""
         sandbox = self._require_sandbox()
         self._deferred = live.defer_termination(self._sandbox_name, lambda: self._terminate_with_retries(sandbox))
         if not self._deferred:
-            await self._terminate_with_retries(sandbox)
+            await super()._terminate_sandbox()
 
     async def _terminate_with_retries(self, sandbox: Any) -> None:
+        """Harbor's retries for a deferred termination, which nobody awaits: errors are logged."""
         try:
             async for attempt in AsyncRetrying(
                 stop=stop_after_attempt(2), wait=wait_exponential(multiplier=1, min=1, max=10), reraise=True
@@ -357,6 +403,7 @@ class SandboxEnvironment(SkypilotEnvironment):
             self.logger.error(f"Error terminating sandbox {self._sandbox_name}: {exc}")
 
     # ── bounds ────────────────────────────────────────────────────────────────
+    # Harbor 0.25 passes no CPU or memory when a task names none: the sizing it documents.
 
     @property
     @override
@@ -470,6 +517,8 @@ class SandboxEnvironment(SkypilotEnvironment):
         return await self._guarded(super()._read_remote_bytes(remote_path))
 
     # ── transfers (archive capability) ────────────────────────────────────────
+    # Overridden only to take the archive path when the sandbox handle offers it; without
+    # it (SkyPilot's SDK) each of these is Harbor's own.
 
     def _archives(self) -> ArchiveTransfers | None:
         """The archive transfers of this sandbox, when its handle offers them."""
@@ -584,6 +633,11 @@ class SandboxEnvironment(SkypilotEnvironment):
             try:
                 return await self._sdk.create.aio(pool=self._pool, **common)
             except LookupError as exc:  # the SDK's "no such pool"
+                if self._generic_pool:
+                    raise LookupError(
+                        f"warm pool {self._pool!r} does not exist: a task with no environment definition "
+                        f"runs only from an existing pool with a generic image ({exc})"
+                    ) from None
                 raise LookupError(
                     f"warm pool {self._pool!r} (pool {self._pool_base!r} for this task's environment group) "
                     f"does not exist: create it first with `python -m osmosis_harbor prewarm <tasks> "

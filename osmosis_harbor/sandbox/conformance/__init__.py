@@ -11,7 +11,12 @@ The checks use the surface exactly the way Harbor does (``create.aio``, ``exec.a
 ``terminate.aio``), plus a blocking-API check and, optionally, warm pools. The limits checks
 read back the bounds a sandbox really gets (cgroup memory, pids and CPU, the size of /tmp) and
 prove them with a fork bomb, a memory hog and a /tmp fill; what an implementation does not
-bound is named in the ``bounds`` check's detail.
+bound is named in the ``bounds`` check's detail. The archive checks run where a sandbox handle
+offers the archive capability.
+
+A check passes, fails, is skipped (it applies but could not run here: ``skip``) or is not
+applicable (the SDK lacks a capability it ``needs``); the report (`ConformanceReport`) counts
+each apart, beside the SDK's capability set (``capabilities.py``), so a skip never reads as a pass.
 
 Traffic rule: no check sends network traffic anywhere; the network check inspects interfaces
 and routes inside the sandbox.
@@ -28,28 +33,38 @@ from typing import Any
 # isort: off
 from osmosis_harbor.sandbox.conformance import exec_checks  # noqa: F401
 from osmosis_harbor.sandbox.conformance import file_checks  # noqa: F401
+from osmosis_harbor.sandbox.conformance import archive_checks  # noqa: F401
 from osmosis_harbor.sandbox.conformance import lifecycle_checks  # noqa: F401
 from osmosis_harbor.sandbox.conformance import limit_checks  # noqa: F401
 from osmosis_harbor.sandbox.conformance import pool_checks  # noqa: F401
 from osmosis_harbor.sandbox.conformance import environment_checks  # noqa: F401
 
 # isort: on
+from osmosis_harbor.errors import ConfigError
+from osmosis_harbor.sandbox.conformance.capabilities import Capabilities
 from osmosis_harbor.sandbox.conformance.core import (
     CHECK_TIMEOUT_SEC,
     CHECKS,
     Check,
     CheckResult,
+    CheckSkipped,
+    CheckStatus,
     ConformanceContext,
 )
+from osmosis_harbor.sandbox.conformance.report import ConformanceReport
 
 __all__ = [
     "CHECKS",
+    "Capabilities",
     "Check",
     "CheckResult",
+    "CheckStatus",
     "ConformanceContext",
+    "ConformanceReport",
     "get_check",
     "run_check",
     "run_conformance",
+    "run_suite",
     "selected_checks",
 ]
 
@@ -59,7 +74,8 @@ def selected_checks(*, include_pools: bool = True, only: Sequence[str] | None = 
     if only is not None:
         unknown = set(only) - {c.name for c in CHECKS}
         if unknown:
-            raise ValueError(f"unknown checks: {sorted(unknown)}")
+            names = ", ".join(c.name for c in CHECKS)
+            raise ConfigError(f"unknown sandbox-check check(s) {', '.join(sorted(unknown))}: choose from {names}")
         chosen = [c for c in chosen if c.name in only]
     return chosen
 
@@ -71,19 +87,63 @@ def get_check(name: str) -> Check:
     raise KeyError(name)
 
 
+def _status_for(item: Check, capabilities: Capabilities) -> tuple[CheckStatus, str] | None:
+    """Not applicable when the SDK definitely lacks a capability the check is about."""
+    missing = [name for name in item.needs if capabilities.lacks(name)]
+    if missing:
+        return CheckStatus.NOT_APPLICABLE, f"this SDK does not offer {', '.join(missing)}"
+    return None
+
+
 async def run_check(item: Check, ctx: ConformanceContext, *, timeout: float = CHECK_TIMEOUT_SEC) -> CheckResult:
     """Run one check; failures and errors become a result, never an exception."""
     started = time.monotonic()
+    status, detail = CheckStatus.FAILED, ""
     try:
-        detail = await asyncio.wait_for(item.fn(ctx), timeout)
-        passed = True
+        early = _status_for(item, await ctx.capabilities()) if item.needs else None
+        if early is not None:
+            status, detail = early
+        else:
+            detail = await asyncio.wait_for(item.fn(ctx), timeout)
+            status = CheckStatus.PASSED
+    except CheckSkipped as exc:
+        status, detail = CheckStatus.SKIPPED, str(exc)
     except AssertionError as exc:
-        passed, detail = False, str(exc) or "assertion failed"
+        detail = str(exc) or "assertion failed"
     except TimeoutError:
-        passed, detail = False, f"timed out after {timeout:.0f}s"
+        detail = f"timed out after {timeout:.0f}s"
     except Exception as exc:  # noqa: BLE001 - reported, not raised
-        passed, detail = False, f"{type(exc).__name__}: {exc}"
-    return CheckResult(name=item.name, passed=passed, detail=detail, seconds=round(time.monotonic() - started, 3))
+        detail = f"{type(exc).__name__}: {exc}"
+    return CheckResult(name=item.name, status=status, detail=detail, seconds=round(time.monotonic() - started, 3))
+
+
+def _deselected(item: Check, reason: str) -> CheckResult:
+    return CheckResult(name=item.name, status=CheckStatus.SKIPPED, detail=reason, seconds=0.0)
+
+
+async def run_suite(
+    sdk: Any,
+    image: str,
+    *,
+    include_pools: bool = True,
+    only: Sequence[str] | None = None,
+) -> ConformanceReport:
+    """Run the suite against *sdk* (an object with the ``sky.sandbox`` surface) on *image*.
+
+    Pool checks left out with ``include_pools=False`` are reported as skipped, not dropped."""
+    ctx = ConformanceContext(sdk=sdk, image=image)
+    chosen = selected_checks(only=only)
+    try:
+        capabilities = await ctx.capabilities()
+        results = [
+            await run_check(item, ctx)
+            if include_pools or not item.pools
+            else _deselected(item, "pool checks deselected (--no-pools)")
+            for item in chosen
+        ]
+    finally:
+        await ctx.close()
+    return ConformanceReport(sdk=capabilities.sdk, image=image, capabilities=capabilities, results=results)
 
 
 async def run_conformance(
@@ -93,9 +153,5 @@ async def run_conformance(
     include_pools: bool = True,
     only: Sequence[str] | None = None,
 ) -> list[CheckResult]:
-    """Run the suite against *sdk* (an object with the ``sky.sandbox`` surface) on *image*."""
-    ctx = ConformanceContext(sdk=sdk, image=image)
-    try:
-        return [await run_check(item, ctx) for item in selected_checks(include_pools=include_pools, only=only)]
-    finally:
-        await ctx.close()
+    """The results of `run_suite` alone."""
+    return (await run_suite(sdk, image, include_pools=include_pools, only=only)).results

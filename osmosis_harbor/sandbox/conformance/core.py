@@ -10,9 +10,12 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from enum import StrEnum
+from typing import Any, NoReturn
 
-from pydantic import BaseModel
+from pydantic import BaseModel, computed_field
+
+from osmosis_harbor.sandbox.conformance.capabilities import Capabilities, probe
 
 log = logging.getLogger(__name__)
 
@@ -21,13 +24,42 @@ NON_ROOT_USER = "sbcheck"
 LARGE_FILE_BYTES = 20 * 1024 * 1024
 
 
+class CheckStatus(StrEnum):
+    """How a check ended. Only ``passed`` is a pass: the others are reported apart.
+
+    ``skipped``: the check applies to this SDK but did not run (deselected, or a setting it
+    needs is missing); ``--strict`` fails on it. ``not_applicable``: the SDK does not offer the
+    capability the check is about (its capability set says so), so there is nothing to prove.
+    """
+
+    PASSED = "passed"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+    NOT_APPLICABLE = "not_applicable"
+
+
 class CheckResult(BaseModel):
     """Outcome of one check: what a CLI prints and a test asserts on."""
 
     name: str
-    passed: bool
+    status: CheckStatus
     detail: str
     seconds: float
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def passed(self) -> bool:
+        """True only for a check that ran and passed (never for a skipped one)."""
+        return self.status is CheckStatus.PASSED
+
+
+class CheckSkipped(Exception):
+    """Raised by a check that applies to this SDK but cannot run here (see `skip`)."""
+
+
+def skip(reason: str) -> NoReturn:
+    """End the running check as skipped, saying what it would need to run."""
+    raise CheckSkipped(reason)
 
 
 @dataclass
@@ -67,6 +99,7 @@ class ConformanceContext:
     _shared: Any | None = None
     _shared_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     _cleanups: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    _capabilities: Capabilities | None = None
 
     def on_close(self, cleanup: Callable[[], Awaitable[None]]) -> None:
         """Run ``cleanup`` when the run ends (environment-level checks stop what they start)."""
@@ -90,6 +123,16 @@ class ConformanceContext:
             if self._shared is None:
                 self._shared = await self.new_sandbox("shared")
             return self._shared
+
+    async def capabilities(self) -> Capabilities:
+        """The SDK's capability set, probed once per run on the shared sandbox."""
+        if self._capabilities is None:
+            try:
+                handle, error = await self.shared(), None
+            except Exception as exc:  # noqa: BLE001 - reported as "unknown", and by the checks
+                handle, error = None, f"{type(exc).__name__}: {exc}"
+            self._capabilities = probe(self.sdk, handle, handle_error=error)
+        return self._capabilities
 
     def track_pool(self, name: str) -> None:
         self._pools.append(name)
@@ -143,9 +186,13 @@ CheckFn = Callable[[ConformanceContext], Awaitable[str]]
 
 @dataclass(frozen=True)
 class Check:
+    """A registered check. ``needs``: the capabilities (`Capabilities`) it is about; on an SDK
+    that definitely lacks one, the check is not applicable and does not run."""
+
     name: str
     fn: CheckFn
     pools: bool = False
+    needs: tuple[str, ...] = ()
 
     @property
     def description(self) -> str:
@@ -155,11 +202,13 @@ class Check:
 CHECKS: list[Check] = []
 
 
-def check(*, pools: bool = False) -> Callable[[CheckFn], CheckFn]:
-    """Register a check; its function name (minus ``check_``) is the check's name."""
+def check(*, pools: bool = False, needs: tuple[str, ...] = ()) -> Callable[[CheckFn], CheckFn]:
+    """Register a check; its function name (minus ``check_``) is the check's name. A pool
+    check needs the ``pools`` capability."""
 
     def register(fn: CheckFn) -> CheckFn:
-        CHECKS.append(Check(name=fn.__name__.removeprefix("check_"), fn=fn, pools=pools))
+        required = ("pools", *needs) if pools else needs
+        CHECKS.append(Check(name=fn.__name__.removeprefix("check_"), fn=fn, pools=pools, needs=required))
         return fn
 
     return register

@@ -26,6 +26,7 @@ from osmosis_harbor.sandbox.conformance.core import (
     check,
     expect,
     poll,
+    skip,
 )
 from osmosis_harbor.sandbox.conformance.limit_checks import BOUNDS_SCRIPT, parse_bounds
 from osmosis_harbor.sandbox.environment import (
@@ -50,8 +51,9 @@ def _sdk_name(ctx: ConformanceContext) -> str:
     return name
 
 
-def _task(ctx: ConformanceContext, stem: str, *, dockerfile: str | None = None) -> Path:
-    """A task directory under a temporary root removed when the run ends."""
+def _task(ctx: ConformanceContext, stem: str, *, dockerfile: str | None = None, defined: bool = True) -> Path:
+    """A task directory under a temporary root removed when the run ends; ``defined=False``
+    gives it no environment definition (no Dockerfile, no ``docker_image``)."""
     root = Path(tempfile.mkdtemp(prefix=f"{ctx.prefix}-"))
 
     async def remove() -> None:
@@ -63,7 +65,7 @@ def _task(ctx: ConformanceContext, stem: str, *, dockerfile: str | None = None) 
     (task / "tests").mkdir()
     (task / "tests" / "test.sh").write_text("#!/bin/sh\necho 1 > /logs/verifier/reward.txt\n")
     (task / "instruction.md").write_text("conformance\n")
-    image = "" if dockerfile else f'docker_image = "{ctx.image}"\n'
+    image = "" if dockerfile or not defined else f'docker_image = "{ctx.image}"\n'
     (task / "task.toml").write_text(TASK_TOML.format(image=image))
     if dockerfile:
         (task / "environment" / "Dockerfile").write_text(dockerfile)
@@ -99,7 +101,7 @@ async def check_environment_image_by_content_hash(ctx: ConformanceContext) -> st
     """Two tasks with the same environment/ share one image, named by its content hash, built once."""
     impl = implementation(_sdk_name(ctx))
     if not impl.local_images and not current_settings().registry:
-        return "skipped: this SDK pushes images, and no registry is set (OSMOSIS_HARBOR_REGISTRY)"
+        skip("this SDK pulls images from a registry, and none is set (OSMOSIS_HARBOR_REGISTRY)")
     dockerfile = f"FROM {ctx.image}\nLABEL osmosis-harbor-conformance={ctx.prefix}\n"
     first = _environment(ctx, _task(ctx, "first", dockerfile=dockerfile))
     second = _environment(ctx, _task(ctx, "second", dockerfile=dockerfile))
@@ -134,6 +136,24 @@ async def check_environment_claims_its_group_pool(ctx: ConformanceContext) -> st
     return env.pool_name
 
 
+@check(pools=True)
+async def check_environment_runs_undefined_task_from_a_generic_pool(ctx: ConformanceContext) -> str:
+    """A task with no environment definition runs from a named pool, as in Harbor: the pool is
+    claimed by its own name and the task's environment/ is uploaded into the sandbox."""
+    task = _task(ctx, "generic", defined=False)
+    marker = f"{ctx.prefix}-generic\n"
+    (task / "environment" / "marker.txt").write_text(marker)
+    pool = ctx.unique("generic")
+    env = _environment(ctx, task, pool=pool)
+    expect(env.pool_name == pool, f"claims from {env.pool_name!r}, not the named pool {pool!r}")
+    ctx.track_pool(pool)
+    await ctx.sdk.create_pool.aio(pool, ctx.image, replicas=1)
+    await env.start(force_build=False)
+    out = await env.exec("cat marker.txt")
+    expect(out.return_code == 0 and out.stdout == marker, f"environment/ not uploaded: {out}")
+    return pool
+
+
 @check()
 async def check_environment_cancelled_during_create_leaves_nothing(ctx: ConformanceContext) -> str:
     """Cancelling a trial's start while its sandbox is being created leaves no sandbox behind."""
@@ -155,11 +175,9 @@ async def check_environment_cancelled_during_create_leaves_nothing(ctx: Conforma
     return env.sandbox_name
 
 
-@check()
+@check(needs=("reaches_host",))
 async def check_environment_host_network_reaches_loopback(ctx: ConformanceContext) -> str:
     """With host networking, a sandbox reaches a server on this machine's 127.0.0.1."""
-    if not implementation(_sdk_name(ctx)).reaches_host:
-        return "not applicable: this SDK's sandboxes do not share the host's network"
 
     async def greet(_reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         writer.write(f"{ctx.prefix}\n".encode())

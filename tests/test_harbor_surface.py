@@ -1,0 +1,142 @@
+"""Harbor's names we read, override or copy (``sandbox/harbor_surface.py``) still exist in the
+installed Harbor with the shape we rely on, and the list is complete: every Harbor method our
+environment overrides, every Harbor attribute it reads, every private name we import. A Harbor
+release that changes one fails here, by name, instead of inside a trial."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import uuid
+from pathlib import Path
+
+import pytest
+from harbor.environments.factory import EnvironmentFactory
+from harbor.environments.skypilot import SkypilotEnvironment
+from harbor.models.task.task import Task
+from harbor.models.trial.paths import TrialPaths
+
+import osmosis_harbor
+from osmosis_harbor.sandbox import SandboxEnvironment, environment_config
+from osmosis_harbor.sandbox.harbor_surface import (
+    BASE,
+    SKY,
+    SURFACE,
+    HarborName,
+    Use,
+    assigned_in_init,
+    current_shape,
+    resolve,
+    shape_of,
+)
+
+from .support import make_task
+
+PACKAGE = Path(osmosis_harbor.__file__).parent
+HARBOR_ENVIRONMENT_OWNERS = {SKY, BASE}
+
+
+def _listed(name: str, owners: set[str]) -> list[HarborName]:
+    return [e for e in SURFACE if e.name == name and e.owner in owners]
+
+
+def _harbor_owner(name: str) -> str | None:
+    """The Harbor class our environment inherits ``name`` from, as ``module:Class``."""
+    for cls in SandboxEnvironment.__mro__[1:]:
+        if cls.__module__.startswith("harbor.") and name in vars(cls):
+            return f"{cls.__module__}:{cls.__qualname__}"
+    return None
+
+
+@pytest.mark.parametrize("entry", SURFACE, ids=lambda e: e.label)
+def test_each_harbor_name_still_has_the_shape_we_rely_on(entry: HarborName) -> None:
+    assert current_shape(entry) == entry.shape, f"{entry.label} ({', '.join(entry.uses)} in {entry.where}): {entry.why}"
+
+
+def test_the_check_fails_on_a_changed_shape_and_a_missing_name() -> None:
+    """Control: the comparison above can fail."""
+    reshaped = HarborName(SKY, "_create_sandbox", "(self, image, pool)", (Use.OVERRIDE,), "here", "control")
+    gone = HarborName(SKY, "_no_such_method", "(self)", (Use.CALL,), "here", "control")
+    unset = HarborName(SKY, "_no_such_attribute", "attribute", (Use.SET,), "here", "control")
+    assert current_shape(reshaped) == "(self, image)"
+    assert current_shape(gone) == current_shape(unset) == "missing"
+
+
+def test_we_set_every_attribute_skypilot_init_sets(tmp_path: Path) -> None:
+    """Its __init__ is skipped: a new attribute there would be missing on ours."""
+    harbor_sets = assigned_in_init(SkypilotEnvironment)
+    listed = {e.name for e in SURFACE if e.owner == SKY and Use.SET in e.uses}
+    assert harbor_sets == listed, f"SkypilotEnvironment.__init__ now sets {sorted(harbor_sets - listed)}"
+    task = Task(make_task(tmp_path, "surface"))
+    trial_paths = TrialPaths(tmp_path / f"trial-{uuid.uuid4().hex[:6]}")
+    trial_paths.mkdir()
+    env = EnvironmentFactory.create_environment_from_config(
+        environment_config("docker"),
+        environment_dir=task.paths.environment_dir,
+        environment_name=task.name,
+        session_id=f"surface-{uuid.uuid4().hex[:8]}",
+        trial_paths=trial_paths,
+        task_env_config=task.config.environment,
+    )
+    assert isinstance(env, SandboxEnvironment)
+    assert not [name for name in sorted(harbor_sets) if not hasattr(env, name)]
+    # Ours takes every keyword Harbor's does (an environment kwarg Harbor adds is not dropped).
+    harbor_keywords = set(inspect.signature(SkypilotEnvironment.__init__).parameters) - {"kwargs"}
+    assert harbor_keywords <= set(inspect.signature(SandboxEnvironment.__init__).parameters)
+
+
+def test_every_harbor_method_we_override_is_listed_with_harbors_shape() -> None:
+    for name, ours in vars(SandboxEnvironment).items():
+        owner = _harbor_owner(name)
+        if owner is None or name.startswith("_abc") or (name.startswith("__") and name != "__init__"):
+            continue
+        entries = _listed(name, {owner})
+        assert entries, f"{owner}.{name} is overridden in sandbox/environment.py but not listed in harbor_surface"
+        if name == "__init__":
+            continue
+        assert Use.OVERRIDE in entries[0].uses, f"{owner}.{name} is overridden, listed as {entries[0].uses}"
+        if callable(ours):
+            assert shape_of(getattr(SandboxEnvironment, name)) == entries[0].shape, f"our {name} differs from Harbor's"
+
+
+def _private_reads(source: str) -> set[str]:
+    """``_name`` read on self, super() or a Harbor environment class in ``source``."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if not (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")):
+            continue
+        base = node.value
+        if (
+            (isinstance(base, ast.Name) and base.id in {"self", "BaseEnvironment", "SkypilotEnvironment"})
+            or isinstance(base, ast.Call)
+            and isinstance(base.func, ast.Name)
+            and base.func.id == "super"
+        ):
+            names.add(node.attr)
+    return names
+
+
+def test_every_harbor_private_name_our_environment_touches_is_listed() -> None:
+    harbor_attributes = assigned_in_init(SkypilotEnvironment) | assigned_in_init(resolve(BASE))
+    reads = _private_reads((PACKAGE / "sandbox" / "environment.py").read_text())
+    harbor_names = {n for n in reads if hasattr(SkypilotEnvironment, n) or n in harbor_attributes}
+    assert {"_resolve_user", "_persistent_env", "_run_shell"} <= harbor_names  # control: the scan sees them
+    missing = sorted(n for n in harbor_names if not _listed(n, HARBOR_ENVIRONMENT_OWNERS))
+    assert not missing, f"sandbox/environment.py touches Harbor's {missing}, not listed in harbor_surface"
+
+
+def test_every_name_imported_from_harbor_exists_and_private_ones_are_listed() -> None:
+    imports: list[tuple[str, str, str]] = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "harbor":
+                imports += [(str(path.relative_to(PACKAGE)), node.module or "", alias.name) for alias in node.names]
+    assert any(name == "_selected_rules" for _, _, name in imports)  # control: lazy imports are seen
+    gone = [f"{where}: {module}.{name}" for where, module, name in imports if not hasattr(resolve(module), name)]
+    assert not gone, f"Harbor no longer has {gone}"
+    unlisted = [
+        f"{where}: {module}.{name}"
+        for where, module, name in imports
+        if name.startswith("_") and not _listed(name, {module})
+    ]
+    assert not unlisted, f"private Harbor names imported but not listed in harbor_surface: {unlisted}"
