@@ -34,13 +34,10 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
     warm pools a prewarm created (pools outlive the prewarm command by design)."""
     from rich.table import Table
 
-    from osmosis_harbor.sandbox import docker as docker_sdk
-
-    removed = [(r.name, r.reason) for r in docker_sdk.reap(expired=True, dead_owners=True)]
-    for pool in docker_sdk.list_pools():
-        if args.all_pools or any(pool.name.startswith(prefix) for prefix in args.pool or []):
-            removed += [(r.name, f"pool {pool.name} deleted") for r in docker_sdk.delete_pool(pool.name)]
-            removed.append((pool.name, "pool spec deleted"))
+    if args.env != "docker":
+        removed = _cleanup_pools(args)
+    else:
+        removed = _cleanup_docker(args)
     table = Table(title="Removed")
     table.add_column("name")
     table.add_column("why")
@@ -48,3 +45,32 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
         table.add_row(name, str(why))
     result_console().print(table if removed else "nothing to remove")
     return 0
+
+
+def _cleanup_pools(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """On a remote-style SDK the service reaps expired sandboxes itself (their TTL); what is
+    left to clean is the warm pools a prewarm created, found through the SDK's pool listing."""
+    from osmosis_harbor.errors import UserError
+    from osmosis_harbor.sandbox import load_sandbox_sdk
+
+    sdk = load_sandbox_sdk(args.env)
+    list_pools = getattr(sdk, "list_pools", None)
+    if list_pools is None:
+        raise UserError(f"cleanup --env {args.env}: this SDK cannot list pools; delete them with its own tools")
+    removed: list[tuple[str, str]] = []
+    for pool in list_pools():
+        if args.all_pools or any(pool.name.startswith(prefix) for prefix in args.pool or []):
+            sdk.delete_pool(pool.name)
+            removed.append((pool.name, "pool deleted"))
+    return removed
+
+
+def _cleanup_docker(args: argparse.Namespace) -> list[tuple[str, str]]:
+    from osmosis_harbor.sandbox import docker as docker_sdk
+
+    removed: list[tuple[str, str]] = [(r.name, r.reason) for r in docker_sdk.reap(expired=True, dead_owners=True)]
+    for pool in docker_sdk.list_pools():
+        if args.all_pools or any(pool.name.startswith(prefix) for prefix in args.pool or []):
+            removed += [(r.name, f"pool {pool.name} deleted") for r in docker_sdk.delete_pool(pool.name)]
+            removed.append((pool.name, "pool spec deleted"))
+    return removed

@@ -153,7 +153,7 @@ class SandboxEnvironment(SkypilotEnvironment):
         # choose, so we set them here and go straight to BaseEnvironment.__init__.
         self._pool_base = pool or None
         self._pool: str | None = None  # the group's pool, derived below once the environment is known
-        self._registry = registry or settings.current().registry or None
+        self._registry = registry or settings.current().registry or self._impl.default_registry
         self._context_name = context_name
         self._namespace = namespace
         self._secrets = list(secrets) if secrets else None
