@@ -18,6 +18,7 @@ import logging
 import os
 import random
 import socket
+import time
 import uuid
 from typing import Any
 
@@ -102,7 +103,13 @@ class Emulator:
         return len(self._handles)
 
     async def _records(self) -> list[docker_sdk.SandboxRecord]:
-        return [r for r in await docker_sdk.ls.aio() if r.owner_host == EMULATOR_OWNER_HOST]
+        """The emulator's sandboxes; one past its TTL is gone, whether or not it is removed yet."""
+        now = time.time()
+        return [
+            r
+            for r in await docker_sdk.ls.aio()
+            if r.owner_host == EMULATOR_OWNER_HOST and (r.expires_at is None or r.expires_at > now)
+        ]
 
     async def create(self, req: CreateRequest) -> list[SandboxInfo]:
         _check_supported(req)
@@ -151,7 +158,8 @@ class Emulator:
         """The emulator's sandbox called ``name``: cached, or found again in the engine."""
         info = await run_blocking(lambda: docker_sdk.get_engine().inspect_info(name))
         owner = info.owner if info is not None else None
-        if info is None or info.is_idle_member or owner is None or owner.host != EMULATOR_OWNER_HOST:
+        mine = owner is not None and owner.host == EMULATOR_OWNER_HOST
+        if info is None or info.is_idle_member or not mine or info.is_expired():
             self._handles.pop(name, None)
             raise SandboxNotFoundError(f"sandbox {name!r} not found (terminated, expired or evicted)")
         cached = self._handles.get(name)
