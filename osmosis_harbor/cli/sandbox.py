@@ -13,12 +13,20 @@ from osmosis_harbor.cli.common import result_console
 def cmd_sandbox_check(args: argparse.Namespace) -> int:
     from rich.table import Table
 
+    from osmosis_harbor import settings
     from osmosis_harbor.sandbox import load_sandbox_sdk
     from osmosis_harbor.sandbox.conformance import run_conformance
+    from osmosis_harbor.sandbox.images import names_registry, publish_local_image
+    from osmosis_harbor.sandbox.registry import implementation
 
+    impl = implementation(args.sdk)
     sdk = load_sandbox_sdk(args.sdk)
-    results = asyncio.run(run_conformance(sdk, args.image, include_pools=not args.no_pools))
-    table = Table(title=f"sky.sandbox conformance ({args.sdk}, image {args.image})")
+    image = args.image
+    if impl.default_registry and not names_registry(image):
+        # its sandboxes pull by reference: publish the local image to the registry first
+        image = publish_local_image(image, settings.current().registry or impl.default_registry)
+    results = asyncio.run(run_conformance(sdk, image, include_pools=not args.no_pools))
+    table = Table(title=f"sky.sandbox conformance ({args.sdk}, image {image})")
     for col in ("check", "result", "seconds", "detail"):
         table.add_column(col)
     for r in results:
