@@ -53,8 +53,18 @@ class EmulatorServer:
 
     def reset(self) -> None:
         self.admin("DELETE", "/faults")
-        self.knobs(latency_ms=0, cold_create_sec=0, pool_claim_sec=0, rate_503=0, rate_429=0, rate_reset=0,
-                   rate_hang=0, evict_rate=0, retry_after_sec=0, hang_sec=600)
+        self.knobs(
+            latency_ms=0,
+            cold_create_sec=0,
+            pool_claim_sec=0,
+            rate_503=0,
+            rate_429=0,
+            rate_reset=0,
+            rate_hang=0,
+            evict_rate=0,
+            retry_after_sec=0,
+            hang_sec=600,
+        )
 
 
 def start_server(directory: Path, *extra: str) -> EmulatorServer:
@@ -63,9 +73,23 @@ def start_server(directory: Path, *extra: str) -> EmulatorServer:
     log = directory / "server.log"
     with log.open("ab") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "osmosis_harbor", "emulator", "--port", "0", "--state-file", str(state_file),
-             "--latency-ms", "0", *extra],
-            cwd=REPO, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            [
+                sys.executable,
+                "-m",
+                "osmosis_harbor",
+                "emulator",
+                "--port",
+                "0",
+                "--state-file",
+                str(state_file),
+                "--latency-ms",
+                "0",
+                *extra,
+            ],
+            cwd=REPO,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
         )
 
     def up() -> ServerState | None:

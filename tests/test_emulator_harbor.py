@@ -38,7 +38,11 @@ def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatorServe
 def test_sandbox_check_passes_on_the_emulator(emulator: EmulatorServer, tmp_path: Path) -> None:
     report = tmp_path / "check.json"
     done = run_cli(
-        "sandbox-check", "--sdk", "skypilot-emulator", "--json", str(report),
+        "sandbox-check",
+        "--sdk",
+        "skypilot-emulator",
+        "--json",
+        str(report),
         env={"OSMOSIS_HARBOR_EMULATOR_URL": emulator.url, "COLUMNS": "200"},
     )
     results = json.loads(report.read_text())

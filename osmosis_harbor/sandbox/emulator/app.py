@@ -51,7 +51,7 @@ log = logging.getLogger(__name__)
 REAP_INTERVAL_SEC = 5.0
 
 # (class, HTTP status, kind), most specific first.
-_REFUSALS: list[tuple[type[BaseException], int, str]] = [
+_REFUSALS: list[tuple[type[Exception], int, str]] = [
     (SandboxNotFoundError, 404, "sandbox_not_found"),
     (PoolNotFoundError, 404, "pool_not_found"),
     (SandboxExistsError, 409, "sandbox_exists"),
@@ -101,7 +101,8 @@ def build_app(emulator: Emulator, injector: FaultInjector, restart: Callable[[],
         return _refusal(exc)
 
     # Handlers per class (not one for Exception, which Starlette re-raises after answering).
-    for cls in {SandboxApiError, LookupError, OSError, ValueError, NotImplementedError, *(c for c, _, _ in _REFUSALS)}:
+    handled: list[type[Exception]] = [SandboxApiError, LookupError, OSError, NotImplementedError]
+    for cls in dict.fromkeys([*handled, *(c for c, _, _ in _REFUSALS)]):
         app.add_exception_handler(cls, refused)
 
     @app.exception_handler(RequestValidationError)

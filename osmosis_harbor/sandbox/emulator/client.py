@@ -111,7 +111,9 @@ class Session:
         except httpx.TimeoutException as exc:
             raise ApiTimeoutError(f"{method} {path}: the sandbox API at {url} did not answer in {timeout:g}s") from exc
         except httpx.TransportError as exc:
-            raise ApiConnectionError(f"{method} {path}: connection to the sandbox API at {url} failed: {exc!r}") from exc
+            raise ApiConnectionError(
+                f"{method} {path}: connection to the sandbox API at {url} failed: {exc!r}"
+            ) from exc
         if response.status_code < 400:
             return response
         error = _refusal(response)

@@ -96,5 +96,7 @@ def _start(directory: Path, state_file: Path) -> str:
     )
     state = retrying(ready)
     if state is None:
-        raise EmulatorStartError(f"the skypilot-emulator server did not answer within {START_TIMEOUT_SEC:g}s; see {log_path}")
+        raise EmulatorStartError(
+            f"the skypilot-emulator server did not answer within {START_TIMEOUT_SEC:g}s; see {log_path}"
+        )
     return state.url

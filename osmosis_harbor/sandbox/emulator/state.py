@@ -63,7 +63,9 @@ def check_exec_timeout(timeout_seconds: float | None) -> float:
 
 
 def _check_supported(req: CreateRequest) -> None:
-    unsupported = [n for n, v in (("ports", req.ports), ("volumes", req.volumes), ("enable_docker", req.enable_docker)) if v]
+    unsupported = [
+        n for n, v in (("ports", req.ports), ("volumes", req.volumes), ("enable_docker", req.enable_docker)) if v
+    ]
     if unsupported:
         raise NotSupportedError(f"the skypilot-emulator does not implement {', '.join(unsupported)}= (SkyPilot does)")
 
