@@ -81,3 +81,46 @@ def test_validate_runs_a_harbor_trial_through_the_registry(emulator: EmulatorSer
     except docker.errors.ImageNotFound:
         pytest.fail(f"{ref} was not pulled back from the registry")
     assert set(registry_tags(SHARED_REPOSITORY)) - before == {ref.rsplit(":", 1)[1]}
+
+
+def test_prewarm_a_pool_claim_it_and_clean_it_up(emulator: EmulatorServer, tmp_path: Path) -> None:
+    env = {"OSMOSIS_HARBOR_EMULATOR_URL": emulator.url, "COLUMNS": "200"}
+    base = f"emu{uuid.uuid4().hex[:6]}"
+    task = str(REPO / "tasks" / "hello-reward-txt")
+    prewarm = run_cli("prewarm", task, "--env", "skypilot-emulator", "--pool", base, "--pool-size", "1", env=env)
+    try:
+        assert prewarm.returncode == 0, prewarm.stdout[-3000:] + prewarm.stderr[-3000:]
+        pools = emulator_pools(emulator)
+        assert len(pools) == 1 and pools[0]["idle"] == 1, pools
+        report = tmp_path / "v.json"
+        validate = run_cli("validate", task, "--env", "skypilot-emulator", "--pool", base, "--json", str(report), env=env)
+        assert validate.returncode == 0, validate.stdout[-3000:] + validate.stderr[-3000:]
+        assert json.loads(report.read_text())["passed"] == 1
+    finally:
+        cleanup = run_cli("cleanup", "--env", "skypilot-emulator", "--pool", base, env=env)
+    assert cleanup.returncode == 0 and "pool deleted" in cleanup.stdout, cleanup.stdout + cleanup.stderr
+    assert emulator_pools(emulator) == []
+
+
+def emulator_pools(emulator: EmulatorServer, prefix: str = "emu") -> list[dict]:
+    import httpx
+
+    pools = httpx.get(f"{emulator.url}/pools", timeout=30).json()
+    return [p for p in pools if p["name"].startswith(prefix)]
+
+
+def test_the_emulator_is_registered_with_skypilots_limits() -> None:
+    from osmosis_harbor.errors import ConfigError
+    from osmosis_harbor.sandbox import environment_config, load_sandbox_sdk
+    from osmosis_harbor.sandbox.registry import SDK_NAMES, implementation, name_of
+
+    impl = implementation("skypilot-emulator")
+    assert not impl.reaches_host and not impl.local_images and impl.default_registry == LOCAL_REGISTRY
+    assert "skypilot-emulator" in SDK_NAMES
+    sdk = load_sandbox_sdk("skypilot-emulator")
+    assert name_of(sdk) == "skypilot-emulator"
+    for call in ("create", "ls", "create_pool", "set_pool_size", "delete_pool", "get_pool", "aclose"):
+        assert callable(getattr(sdk, call)) and callable(getattr(sdk, call).aio)
+    assert environment_config("skypilot-emulator").kwargs["sdk"] == "skypilot-emulator"
+    with pytest.raises(ConfigError, match="host_network"):
+        environment_config("skypilot-emulator", host_network=True)

@@ -77,15 +77,19 @@ class Session:
                 self._client = httpx.Client(base_url=self._url, timeout=settings.current().emulator_timeout)
             return self._client, self._url
 
-    def _forget_server(self) -> None:
-        """The server could not be reached: find (or start) one again on the next attempt."""
+    def _forget_server(self, failed: httpx.Client) -> None:
+        """The server could not be reached: find (or start) one again on the next attempt.
+
+        The old client is dropped, not closed: other threads may still be mid-call on it."""
+        with self._lock:
+            if self._client is failed:
+                self._client, self._url = None, None
+
+    def close(self) -> None:
         with self._lock:
             if self._client is not None:
                 self._client.close()
             self._client, self._url = None, None
-
-    def close(self) -> None:
-        self._forget_server()
 
     def call(self, method: str, path: str, *, extra_timeout: float = 0.0, **kwargs: Any) -> httpx.Response:
         """One API call, with the SDK's own retries of transient refusals."""
@@ -106,7 +110,7 @@ class Session:
         try:
             response = client.request(method, path, timeout=timeout, **kwargs)
         except httpx.ConnectError as exc:
-            self._forget_server()
+            self._forget_server(client)
             raise _Transient(ApiConnectionError(f"cannot connect to the sandbox API at {url}: {exc}"), None) from exc
         except httpx.TimeoutException as exc:
             raise ApiTimeoutError(f"{method} {path}: the sandbox API at {url} did not answer in {timeout:g}s") from exc
