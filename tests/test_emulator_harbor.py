@@ -93,7 +93,9 @@ def test_prewarm_a_pool_claim_it_and_clean_it_up(emulator: EmulatorServer, tmp_p
         pools = emulator_pools(emulator)
         assert len(pools) == 1 and pools[0]["idle"] == 1, pools
         report = tmp_path / "v.json"
-        validate = run_cli("validate", task, "--env", "skypilot-emulator", "--pool", base, "--json", str(report), env=env)
+        validate = run_cli(
+            "validate", task, "--env", "skypilot-emulator", "--pool", base, "--json", str(report), env=env
+        )
         assert validate.returncode == 0, validate.stdout[-3000:] + validate.stderr[-3000:]
         assert json.loads(report.read_text())["passed"] == 1
     finally:
