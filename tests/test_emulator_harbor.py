@@ -77,7 +77,7 @@ def test_validate_runs_a_harbor_trial_through_the_registry(emulator: EmulatorSer
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
     assert json.loads((tmp_path / "2.json").read_text())["passed"] == 1
     try:
-        client.images.get(ref)  # back on the engine: pulled by reference, not rebuilt
+        client.images.get(ref)  # back on the engine: the server pulled it (it never uses an unpushed tag)
     except docker.errors.ImageNotFound:
         pytest.fail(f"{ref} was not pulled back from the registry")
 
