@@ -81,6 +81,7 @@ def test_connection_reset_surfaces_as_a_connection_error(emulator: EmulatorServe
     with pytest.raises(sky.ApiConnectionError) as caught:
         sky.ls()
     assert isinstance(caught.value, ConnectionError)
+    assert "Connection reset by peer" in str(caught.value)  # a TCP RST, not a clean close
     assert isinstance(sky.ls(), list)  # the next call gets through on a new connection
 
 
