@@ -125,3 +125,11 @@ def test_the_emulator_is_registered_with_skypilots_limits() -> None:
     assert environment_config("skypilot-emulator").kwargs["sdk"] == "skypilot-emulator"
     with pytest.raises(ConfigError, match="host_network"):
         environment_config("skypilot-emulator", host_network=True)
+
+
+def test_the_server_listens_on_loopback_only() -> None:
+    refused = run_cli("emulator", "--host", "0.0.0.0", "--port", "0")
+    assert refused.returncode == 2
+    assert refused.stderr.strip().splitlines() == [
+        "error: the emulator listens on loopback only (127.0.0.1 or ::1), not '0.0.0.0'"
+    ]
