@@ -54,6 +54,11 @@ class Settings(BaseSettings):
     max_json_depth: int = Field(
         100, gt=0, le=500, description="nesting bound on JSON read from a trial (deeper: a validation_error)"
     )
+    emulator_url: str | None = Field(
+        None, description="the skypilot-emulator server to use (default: start or reuse one on this machine)"
+    )
+    emulator_timeout: float = Field(120.0, gt=0, description="seconds a skypilot-emulator API call may take")
+    emulator_retries: int = Field(3, ge=0, description="retries of an API call the emulator answered 503 or 429")
 
     def pool_lock_dir(self) -> Path:
         """Lock files live in the user cache dir: machine-local, like the engine they guard."""
@@ -65,6 +70,10 @@ class Settings(BaseSettings):
     def task_root_paths(self) -> tuple[Path, ...]:
         """``OSMOSIS_HARBOR_TASK_ROOTS`` split like ``PATH`` (empty entries ignored)."""
         return tuple(Path(p) for p in (self.task_roots or "").split(os.pathsep) if p)
+    def emulator_dir(self) -> Path:
+        """Where an on-demand skypilot-emulator server keeps its state file, lock and log."""
+        base = self.xdg_cache_home or Path.home() / ".cache"
+        return base / "osmosis-harbor" / "emulator"
 
     def bundle_cache(self) -> Path:
         return self.bundles if self.bundles is not None else Path("bundles")

@@ -12,6 +12,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from osmosis_harbor.cli.common import EXIT_USAGE, add_agent_args, add_env_args
+from osmosis_harbor.cli.emulator import add_emulator_parser
 from osmosis_harbor.cli.prewarm import cmd_prewarm
 from osmosis_harbor.cli.rollout import cmd_rollout
 from osmosis_harbor.cli.sandbox import cmd_cleanup, cmd_sandbox_check
@@ -96,6 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.set_defaults(func=cmd_rollout)
 
     g = sub.add_parser("cleanup", help="remove expired/orphaned local sandboxes and prewarmed pools")
+    g.add_argument("--env", choices=SDK_NAMES, default="docker", help="whose pools: docker or skypilot-emulator")
     g.add_argument("--pool", action="append", metavar="PREFIX", help="delete pools whose name starts so")
     g.add_argument("--all-pools", action="store_true", help="delete every local warm pool")
     g.set_defaults(func=cmd_cleanup)
@@ -108,6 +110,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--check", action="append", metavar="NAME", help="run only this check (repeatable)")
     c.add_argument("--json", metavar="FILE")
     c.set_defaults(func=cmd_sandbox_check)
+
+    add_emulator_parser(sub)
 
     # Listed for --help only: main() hands "bundle ..." to the bundler's own parser.
     sub.add_parser("bundle", help="build a workflow bundle wheel", add_help=False)

@@ -36,7 +36,10 @@ def environment_for(args: argparse.Namespace, *, reach_host: bool = False) -> En
 
 def add_env_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--env", choices=SDK_NAMES, default="docker", help="sandbox SDK: local Docker engine (default) or SkyPilot"
+        "--env",
+        choices=SDK_NAMES,
+        default="docker",
+        help="sandbox SDK: local Docker engine (default), SkyPilot, or skypilot-emulator (SkyPilot's API served locally)",
     )
     parser.add_argument("--registry", help="push task images to this registry (e.g. 127.0.0.1:5000)")
     parser.add_argument("--pool", help="claim sandboxes from this warm pool")

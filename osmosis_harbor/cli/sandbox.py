@@ -21,11 +21,19 @@ def cmd_sandbox_check(args: argparse.Namespace) -> int:
     not applicable (the SDK lacks its capability, shown in the capability table) never fails."""
     from rich.table import Table
 
+    from osmosis_harbor import settings
     from osmosis_harbor.sandbox import load_sandbox_sdk
     from osmosis_harbor.sandbox.conformance import run_suite
+    from osmosis_harbor.sandbox.images import names_registry, publish_local_image
+    from osmosis_harbor.sandbox.registry import implementation
 
+    impl = implementation(args.sdk)
     sdk = load_sandbox_sdk(args.sdk)
-    report = asyncio.run(run_suite(sdk, args.image, include_pools=not args.no_pools, only=args.check))
+    image = args.image
+    if impl.default_registry and not names_registry(image):
+        # its sandboxes pull by reference: publish the local image to the registry first
+        image = publish_local_image(image, settings.current().registry or impl.default_registry)
+    report = asyncio.run(run_suite(sdk, image, include_pools=not args.no_pools, only=args.check))
     console = result_console()
     caps = Table(title=f"capabilities of {args.sdk}")
     for col in ("capability", "offered", "note"):
@@ -34,7 +42,7 @@ def cmd_sandbox_check(args: argparse.Namespace) -> int:
     for name, value in report.capabilities.offered.items():
         caps.add_row(name, words[value], report.capabilities.notes.get(name, ""))
     console.print(caps)
-    table = Table(title=f"sky.sandbox conformance ({args.sdk}, image {args.image})")
+    table = Table(title=f"sky.sandbox conformance ({args.sdk}, image {image})")
     for col in ("check", "result", "seconds", "detail"):
         table.add_column(col)
     for r in report.results:
@@ -54,13 +62,10 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
     warm pools a prewarm created (pools outlive the prewarm command by design)."""
     from rich.table import Table
 
-    from osmosis_harbor.sandbox import docker as docker_sdk
-
-    removed = [(r.name, r.reason) for r in docker_sdk.reap(expired=True, dead_owners=True)]
-    for pool in docker_sdk.list_pools():
-        if args.all_pools or any(pool.name.startswith(prefix) for prefix in args.pool or []):
-            removed += [(r.name, f"pool {pool.name} deleted") for r in docker_sdk.delete_pool(pool.name)]
-            removed.append((pool.name, "pool spec deleted"))
+    if args.env != "docker":
+        removed = _cleanup_pools(args)
+    else:
+        removed = _cleanup_docker(args)
     table = Table(title="Removed")
     table.add_column("name")
     table.add_column("why")
@@ -68,3 +73,32 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
         table.add_row(name, str(why))
     result_console().print(table if removed else "nothing to remove")
     return 0
+
+
+def _cleanup_pools(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """On a remote-style SDK the service reaps expired sandboxes itself (their TTL); what is
+    left to clean is the warm pools a prewarm created, found through the SDK's pool listing."""
+    from osmosis_harbor.errors import UserError
+    from osmosis_harbor.sandbox import load_sandbox_sdk
+
+    sdk = load_sandbox_sdk(args.env)
+    list_pools = getattr(sdk, "list_pools", None)
+    if list_pools is None:
+        raise UserError(f"cleanup --env {args.env}: this SDK cannot list pools; delete them with its own tools")
+    removed: list[tuple[str, str]] = []
+    for pool in list_pools():
+        if args.all_pools or any(pool.name.startswith(prefix) for prefix in args.pool or []):
+            sdk.delete_pool(pool.name)
+            removed.append((pool.name, "pool deleted"))
+    return removed
+
+
+def _cleanup_docker(args: argparse.Namespace) -> list[tuple[str, str]]:
+    from osmosis_harbor.sandbox import docker as docker_sdk
+
+    removed: list[tuple[str, str]] = [(r.name, r.reason) for r in docker_sdk.reap(expired=True, dead_owners=True)]
+    for pool in docker_sdk.list_pools():
+        if args.all_pools or any(pool.name.startswith(prefix) for prefix in args.pool or []):
+            removed += [(r.name, f"pool {pool.name} deleted") for r in docker_sdk.delete_pool(pool.name)]
+            removed.append((pool.name, "pool spec deleted"))
+    return removed

@@ -170,7 +170,7 @@ class SandboxEnvironment(SkypilotEnvironment):
             environment_dir, docker_image=task_env_config.docker_image
         )
         self._pool: str | None = pool if self._generic_pool else None
-        self._registry = registry or settings.current().registry or None
+        self._registry = registry or settings.current().registry or self._impl.default_registry
         self._context_name = context_name
         self._namespace = namespace
         self._secrets = list(secrets) if secrets else None

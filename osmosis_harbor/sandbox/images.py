@@ -202,3 +202,22 @@ def push_image(ref: str) -> None:
     for chunk in client.api.push(repo, tag=tag, stream=True, decode=True):
         if "error" in chunk:
             raise ImageBuildError(f"docker push failed for {ref}: {chunk['error'].strip()}")
+
+
+def names_registry(ref: str) -> bool:
+    """Whether ``ref`` starts with a registry host (``host.domain/...``, ``host:port/...``)."""
+    first, sep, _ = ref.partition("/")
+    return bool(sep) and ("." in first or ":" in first or first == "localhost")
+
+
+def publish_local_image(image: str, registry: str) -> str:
+    """``image`` from the local engine, tagged and pushed as ``{registry}/{image}``: for an SDK
+    whose sandboxes pull by reference (the skypilot-emulator, SkyPilot) and a locally made image."""
+    ref = f"{registry.rstrip('/')}/{image if ':' in image.rsplit('/', 1)[-1] else image + ':latest'}"
+    repository, _, tag = ref.rpartition(":")
+    try:
+        _docker_client().images.get(image).tag(repository, tag)
+    except docker.errors.ImageNotFound as exc:
+        raise ImageBuildError(f"image {image!r} is not on the local engine: build or load it first") from exc
+    push_image(ref)
+    return ref

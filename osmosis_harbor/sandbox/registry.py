@@ -44,13 +44,15 @@ class SandboxImplementation:
     ``reaches_host``: a sandbox can share the host's network (``host_network=True``) and so
     reach a server on this machine's loopback. ``local_images``: sandboxes run on the engine
     that builds task images, so without a registry images stay local (nothing is pushed).
-    ``missing_hint``: what to install when the module cannot be imported."""
+    ``missing_hint``: what to install when the module cannot be imported. ``default_registry``:
+    where task images are pushed when neither ``registry=`` nor ``OSMOSIS_HARBOR_REGISTRY`` says."""
 
     name: str
     module: str
     reaches_host: bool = False
     local_images: bool = False
     missing_hint: str | None = None
+    default_registry: str | None = None
 
     def load(self) -> SandboxSdk:
         try:
@@ -72,6 +74,12 @@ def register(impl: SandboxImplementation) -> SandboxImplementation:
 
 register(SandboxImplementation("docker", "osmosis_harbor.sandbox.docker", reaches_host=True, local_images=True))
 register(SandboxImplementation("skypilot", "sky.sandbox", missing_hint=SKYPILOT_SDK_MISSING))
+# SkyPilot's SDK served by a local emulator (sandbox/emulator/): SkyPilot's limits on this machine.
+register(
+    SandboxImplementation(
+        "skypilot-emulator", "osmosis_harbor.sandbox.emulator", local_images=False, default_registry="127.0.0.1:5000"
+    )
+)
 DEFAULT_SDK = "skypilot"
 SDK_NAMES: tuple[str, ...] = tuple(_REGISTRY)
 

@@ -100,7 +100,7 @@ def _environment(ctx: ConformanceContext, task_dir: Path, **kwargs: object) -> S
 async def check_environment_image_by_content_hash(ctx: ConformanceContext) -> str:
     """Two tasks with the same environment/ share one image, named by its content hash, built once."""
     impl = implementation(_sdk_name(ctx))
-    if not impl.local_images and not current_settings().registry:
+    if not impl.local_images and not (current_settings().registry or impl.default_registry):
         skip("this SDK pulls images from a registry, and none is set (OSMOSIS_HARBOR_REGISTRY)")
     dockerfile = f"FROM {ctx.image}\nLABEL osmosis-harbor-conformance={ctx.prefix}\n"
     first = _environment(ctx, _task(ctx, "first", dockerfile=dockerfile))

@@ -163,8 +163,12 @@ def _create(
     context_name: str | None = None,
     namespace: str | None = None,
     host_network: bool = False,
+    owner: Owner | None = None,
 ) -> DockerSandbox:
-    """Create a running sandbox, or claim one from *pool*; see the module docstring."""
+    """Create a running sandbox, or claim one from *pool*; see the module docstring.
+
+    ``owner``: whom the sandbox belongs to, when not this process (a service creating on a
+    caller's behalf: the skypilot-emulator server's sandboxes outlive the server)."""
     name = L.validate_name(name or f"sb-{uuid.uuid4().hex[:12]}")
     ttl = _ttl(timeout)
     network = _network(block_network, host_network)
@@ -177,7 +181,7 @@ def _create(
     engine = get_engine()
     engine.maybe_auto_reap()
     engine.ensure_name_free(name)
-    owner = Owner.current()
+    owner = owner or Owner.current()
     if pool is not None:
         container_id, spec = engine.pools.claim(
             pool, name=name, ttl_sec=ttl, owner=owner, extra=extra, network=None if network == "bridge" else network

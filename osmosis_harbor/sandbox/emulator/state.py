@@ -1,0 +1,306 @@
+"""The emulator server's sandboxes and pools, held on the local Docker engine.
+
+Everything durable lives in the engine, through our Docker SDK (labels, claim volumes, pool
+spec volumes), so the server holds only caches: a sandbox handle is found again by name after
+a restart, and a server killed mid-run loses nothing but its running execs' results. Sandboxes
+carry the emulator's own owner (`EMULATOR_OWNER_HOST`), which no process on this host can be
+judged dead by: like SkyPilot's pods, they live until terminated or until their TTL, whatever
+happens to the client or the server. What a SkyPilot pod cannot do, this refuses (see
+``check_*`` and ``images``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import collections
+import logging
+import os
+import random
+import socket
+import time
+import uuid
+from typing import Any
+
+from osmosis_harbor.sandbox import docker as docker_sdk
+from osmosis_harbor.sandbox.docker.calls import run_blocking
+from osmosis_harbor.sandbox.docker.exec import ExecRun
+from osmosis_harbor.sandbox.docker.labels import validate_name
+from osmosis_harbor.sandbox.emulator import images
+from osmosis_harbor.sandbox.emulator.errors import InvalidRequestError, NotSupportedError, SandboxNotFoundError
+from osmosis_harbor.sandbox.emulator.wire import (
+    DEFAULT_EXEC_TIMEOUT_SEC,
+    MAX_EXEC_TIMEOUT_SEC,
+    CreateRequest,
+    ExecRequest,
+    ExecResult,
+    Knobs,
+    PoolCreateRequest,
+    PoolInfo,
+    SandboxInfo,
+)
+from osmosis_harbor.sandbox.owner import Owner
+
+__all__ = ["EMULATOR_OWNER_HOST", "Emulator", "check_exec_timeout"]
+
+log = logging.getLogger(__name__)
+
+EMULATOR_OWNER_HOST = f"skypilot-emulator.{socket.gethostname()}"
+# Finished exec results kept for a client that asks again (a retried wait after a fault).
+KEPT_EXEC_RESULTS = 4096
+_STATUS = {"running": "RUNNING", "created": "PENDING", "restarting": "PENDING", "paused": "PAUSED"}
+
+
+def check_exec_timeout(timeout_seconds: float | None) -> float:
+    """SkyPilot's default (60 s) and cap (3600 s; more is refused, not clamped)."""
+    if timeout_seconds is None:
+        return float(DEFAULT_EXEC_TIMEOUT_SEC)
+    if timeout_seconds <= 0:
+        raise InvalidRequestError(f"timeout_seconds must be positive, got {timeout_seconds}")
+    if timeout_seconds > MAX_EXEC_TIMEOUT_SEC:
+        raise InvalidRequestError(f"timeout_seconds {timeout_seconds} exceeds the cap of {MAX_EXEC_TIMEOUT_SEC} s")
+    return float(timeout_seconds)
+
+
+def _check_supported(req: CreateRequest) -> None:
+    unsupported = [
+        n for n, v in (("ports", req.ports), ("volumes", req.volumes), ("enable_docker", req.enable_docker)) if v
+    ]
+    if unsupported:
+        raise NotSupportedError(f"the skypilot-emulator does not implement {', '.join(unsupported)}= (SkyPilot does)")
+
+
+def _names(req: CreateRequest) -> list[str]:
+    """One name, or ``num_sandboxes`` names from the prefix (``rollout-0001``, ...)."""
+    if req.num_sandboxes is None:
+        return [req.name or f"sandbox-{uuid.uuid4().hex[:8]}"]
+    prefix = req.name or f"sandbox-{uuid.uuid4().hex[:6]}"
+    return [f"{prefix}-{i:04d}" for i in range(1, req.num_sandboxes + 1)]
+
+
+def _valid(name: str, kind: str = "sandbox") -> str:
+    try:
+        return validate_name(name, kind=kind)
+    except ValueError as exc:
+        raise InvalidRequestError(str(exc)) from None
+
+
+class Emulator:
+    """The server's view: handles by name (a cache over the engine) and running execs."""
+
+    def __init__(self, knobs: Knobs, registry: str) -> None:
+        self.knobs = knobs
+        self.registry = registry
+        self.owner = Owner(pid=os.getpid(), host=EMULATOR_OWNER_HOST)
+        self._handles: dict[str, docker_sdk.DockerSandbox] = {}
+        self._execs: collections.OrderedDict[str, ExecRun] = collections.OrderedDict()
+        self.evicted: list[str] = []
+
+    # ── sandboxes ─────────────────────────────────────────────────────────────────────────
+
+    async def recover(self) -> int:
+        """Adopt what the engine holds for the emulator (after a restart); returns the count."""
+        for record in await self._records():
+            self._handles.setdefault(record.name, await docker_sdk.get.aio(record.name))
+        return len(self._handles)
+
+    async def _records(self) -> list[docker_sdk.SandboxRecord]:
+        """The emulator's sandboxes; one past its TTL is gone, whether or not it is removed yet."""
+        now = time.time()
+        return [
+            r
+            for r in await docker_sdk.ls.aio()
+            if r.owner_host == EMULATOR_OWNER_HOST and (r.expires_at is None or r.expires_at > now)
+        ]
+
+    async def create(self, req: CreateRequest) -> list[SandboxInfo]:
+        _check_supported(req)
+        names = [_valid(n) for n in _names(req)]
+        if req.pool is not None:
+            _valid(req.pool, "pool")
+            if req.image is not None or req.cpus is not None or req.memory_gb is not None:
+                raise InvalidRequestError("image, cpus and memory_gb come from the pool: do not pass them with pool=")
+        elif not req.image:
+            raise InvalidRequestError("image is required unless pool= is given")
+        else:
+            await asyncio.to_thread(images.pull, req.image)
+        await asyncio.sleep(self.knobs.pool_claim_sec if req.pool else self.knobs.cold_create_sec)
+        made: list[docker_sdk.DockerSandbox] = []
+        try:
+            for name in names:
+                made.append(await self._create_one(name, req))
+        except BaseException:
+            for sandbox in made:
+                await self.terminate(sandbox.name)
+            raise
+        return [await self.info(sandbox.name) for sandbox in made]
+
+    async def _create_one(self, name: str, req: CreateRequest) -> docker_sdk.DockerSandbox:
+        try:
+            sandbox = await docker_sdk.create.aio(
+                name=name,
+                image=req.image,
+                pool=req.pool,
+                cpus=req.cpus,
+                memory_gb=req.memory_gb,
+                env={**req.env, **req.secret_env} or None,
+                block_network=req.block_network,
+                timeout=req.timeout,
+                registry=req.registry,
+                context_name=req.context_name,
+                namespace=req.namespace,
+                owner=self.owner,
+            )
+        except (ValueError, TypeError) as exc:
+            raise InvalidRequestError(str(exc)) from None
+        self._handles[name] = sandbox
+        return sandbox
+
+    async def sandbox(self, name: str) -> docker_sdk.DockerSandbox:
+        """The emulator's sandbox called ``name``: cached, or found again in the engine."""
+        info = await run_blocking(lambda: docker_sdk.get_engine().inspect_info(name))
+        owner = info.owner if info is not None else None
+        mine = owner is not None and owner.host == EMULATOR_OWNER_HOST
+        if info is None or info.is_idle_member or not mine or info.is_expired():
+            self._handles.pop(name, None)
+            raise SandboxNotFoundError(f"sandbox {name!r} not found (terminated, expired or evicted)")
+        cached = self._handles.get(name)
+        if cached is None or cached.id != info.id:
+            cached = self._handles[name] = await docker_sdk.get.aio(name)
+        return cached
+
+    async def info(self, name: str) -> SandboxInfo:
+        for record in await self._records():
+            if record.name == name:
+                return _to_info(record)
+        raise SandboxNotFoundError(f"sandbox {name!r} not found (terminated, expired or evicted)")
+
+    async def ls(self) -> list[SandboxInfo]:
+        return [_to_info(r) for r in await self._records()]
+
+    async def terminate(self, name: str) -> None:
+        """Idempotent, like SkyPilot's: terminating a sandbox that is gone succeeds."""
+        self._handles.pop(name, None)
+        await docker_sdk.terminate_by_name.aio(name)
+
+    async def evict(self, name: str | None = None) -> str | None:
+        """Remove a sandbox behind its owner's back (a lost node, a preemption); a random one
+        of the live sandboxes when ``name`` is None. Returns what was evicted."""
+        if name is None:
+            live = [r.name for r in await self._records()]
+            if not live:
+                return None
+            name = random.Random(self.knobs.seed + len(self.evicted)).choice(sorted(live))
+        self._handles.pop(name, None)
+        if await docker_sdk.terminate_by_name.aio(name):
+            self.evicted.append(name)
+            return name
+        return None
+
+    # ── exec ──────────────────────────────────────────────────────────────────────────────
+
+    async def exec_start(self, name: str, req: ExecRequest) -> str:
+        timeout = check_exec_timeout(req.timeout_seconds)
+        sandbox = await self.sandbox(name)
+        try:
+            run = await run_blocking(
+                lambda: sandbox.launch(req.argv, req.workdir, timeout, req.env),
+                on_abandon=lambda r: r.kill(),
+            )
+        except ValueError as exc:
+            raise InvalidRequestError(str(exc)) from None
+        exec_id = uuid.uuid4().hex
+        self._execs[exec_id] = run
+        self._forget_old_execs()
+        return exec_id
+
+    def _forget_old_execs(self) -> None:
+        while len(self._execs) > KEPT_EXEC_RESULTS:
+            oldest = next(iter(self._execs))
+            if not self._execs[oldest].future.done():
+                break
+            self._execs.popitem(last=False)
+
+    async def exec_wait(self, exec_id: str) -> ExecResult:
+        run = self._execs.get(exec_id)
+        if run is None:
+            raise LookupError(f"exec {exec_id!r} is unknown to this server (it restarted, or the id is wrong)")
+        code = await asyncio.wrap_future(run.future)
+        return ExecResult(
+            exit_code=code,
+            stdout_b64=base64.b64encode(bytes(run.stdout)).decode(),
+            stderr_b64=base64.b64encode(bytes(run.stderr)).decode(),
+            timed_out=run.timed_out,
+        )
+
+    # ── files and snapshots ───────────────────────────────────────────────────────────────
+
+    async def write_bytes(self, name: str, path: str, data: bytes) -> None:
+        sandbox = await self.sandbox(name)
+        await sandbox.write_bytes.aio(data, path)
+
+    async def read_bytes(self, name: str, path: str) -> bytes:
+        sandbox = await self.sandbox(name)
+        return await sandbox.read_bytes.aio(path)
+
+    async def snapshot(self, name: str) -> str:
+        sandbox = await self.sandbox(name)
+        return await asyncio.to_thread(images.snapshot, sandbox.id, name, self.registry)
+
+    # ── pools ─────────────────────────────────────────────────────────────────────────────
+
+    async def create_pool(self, req: PoolCreateRequest) -> PoolInfo:
+        _valid(req.name, "pool")
+        if req.enable_docker:
+            raise NotSupportedError("the skypilot-emulator does not implement enable_docker= (SkyPilot does)")
+        await asyncio.to_thread(images.pull, req.image)
+        info = await docker_sdk.create_pool.aio(
+            req.name,
+            req.image,
+            cpus=req.cpus,
+            memory_gb=req.memory_gb,
+            replicas=req.replicas,
+            block_network=req.block_network,
+        )
+        return _pool_info(info)
+
+    async def set_pool_size(self, name: str, replicas: int) -> PoolInfo:
+        return _pool_info(await docker_sdk.set_pool_size.aio(name, replicas))
+
+    async def delete_pool(self, name: str) -> None:
+        await docker_sdk.delete_pool.aio(name)
+
+    async def get_pool(self, name: str) -> PoolInfo:
+        return _pool_info(await docker_sdk.get_pool.aio(name))
+
+    async def list_pools(self) -> list[PoolInfo]:
+        return [_pool_info(p) for p in await docker_sdk.list_pools.aio()]
+
+    async def reap_expired(self) -> int:
+        """Remove sandboxes past their TTL (the container's own sleep ends most of them)."""
+        return len(await docker_sdk.reap.aio(expired=True, dead_owners=False))
+
+
+def _to_info(record: docker_sdk.SandboxRecord) -> SandboxInfo:
+    return SandboxInfo(
+        name=record.name,
+        status=_STATUS.get(record.status, "FAILED"),
+        image=record.image,
+        pool=record.pool,
+        created_at=record.created_at,
+        expires_at=record.expires_at,
+    )
+
+
+def _pool_info(info: Any) -> PoolInfo:
+    spec = info.spec
+    return PoolInfo(
+        name=spec.name,
+        image=spec.image,
+        cpus=spec.cpus,
+        memory_gb=spec.memory_gb,
+        replicas=spec.replicas,
+        idle=info.idle,
+        claimed=info.claimed,
+        starting=info.starting,
+    )

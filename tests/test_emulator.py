@@ -1,0 +1,206 @@
+"""The skypilot-emulator's documented ``sky.sandbox`` surface, and SkyPilot's refusals.
+
+A real server process (``python -m osmosis_harbor emulator``) on an ephemeral loopback port,
+sandboxes on the real Docker engine, images pulled from the local registry."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+
+import docker
+import pytest
+
+from osmosis_harbor.sandbox import emulator as sky
+from osmosis_harbor.sandbox.emulator.state import check_exec_timeout
+from osmosis_harbor.sandbox.protocol import has_archives
+
+from .emulator_support import (
+    EmulatorServer,
+    emulator_env,
+    push_to_local_registry,
+    remove_emulator_sandboxes,
+    start_server,
+    stop_server,
+)
+
+
+@pytest.fixture(scope="module")
+def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatorServer]:
+    server = start_server(tmp_path_factory.mktemp("emulator"))
+    with emulator_env(server.url):
+        yield server
+    left = remove_emulator_sandboxes()
+    stop_server(server)
+    assert not left, f"tests left emulator sandboxes: {left}"
+
+
+@pytest.fixture(scope="module")
+def image(sandbox_image: str) -> str:
+    return push_to_local_registry(sandbox_image)
+
+
+@pytest.fixture(autouse=True)
+def _clean_knobs(emulator: EmulatorServer) -> None:
+    emulator.reset()
+
+
+def _name(stem: str) -> str:
+    return f"emu-{stem}-{uuid.uuid4().hex[:6]}"
+
+
+def test_exec_env_output_and_files(image: str) -> None:
+    with sky.create(name=_name("surface"), image=image, env={"A": "create"}, timeout=600) as sb:
+        handle = sb.exec("sh", "-c", 'echo "$A $B"; echo oops >&2; exit 3', env={"A": "exec", "B": "b"})
+        assert handle.wait() == 3
+        assert handle.stdout.read() == "exec b\n"
+        assert handle.stderr.read() == "oops\n"
+        again = sb.exec("sh", "-c", 'echo "$A ${B:-unset}"')
+        assert again.wait() == 0 and again.stdout.read() == "create unset\n"  # per-exec env not persisted
+        literal = sb.exec("echo", "$A", "a b")  # argv tokens, no implicit shell
+        assert literal.wait() == 0 and literal.stdout.read() == "$A a b\n"
+        payload = bytes(range(256)) * 1000
+        sb.write_bytes(payload, "/work/deep/dir/blob.bin")
+        assert sb.read_bytes("/work/deep/dir/blob.bin") == payload
+        with pytest.raises(FileNotFoundError):
+            sb.read_bytes("/work/missing")
+        with pytest.raises(IsADirectoryError):
+            sb.read_bytes("/work/deep")
+        listed = {r.name: r for r in sky.ls()}
+        assert listed[sb.name].status == "RUNNING" and listed[sb.name].image == image
+    assert sb.name not in {r.name for r in sky.ls()}
+    sb.terminate()  # idempotent
+    with pytest.raises(sky.SandboxNotFoundError):
+        sb.exec("true")
+
+
+async def test_aio_twins_and_num_sandboxes(image: str) -> None:
+    prefix = _name("many")
+    made = await sky.create.aio(name=prefix, image=image, num_sandboxes=2, timeout=600)
+    try:
+        assert [sb.name for sb in made] == [f"{prefix}-0001", f"{prefix}-0002"]
+        handle = await made[0].exec.aio("sh", "-c", "printf %s $((6*7))", workdir="/tmp", timeout_seconds=30)
+        assert await handle.wait() == 0 and handle.stdout.read() == "42"
+        await made[1].write_bytes.aio(b"x", "/tmp/x")
+        assert await made[1].read_bytes.aio("/tmp/x") == b"x"
+        assert {sb.name for sb in made} <= {r.name for r in await sky.ls.aio()}
+    finally:
+        for sb in made:
+            await sb.terminate.aio(wait=True)
+    await sky.aclose.aio()  # releases the session; the next call opens another
+    assert not {sb.name for sb in made} & {r.name for r in sky.ls()}
+
+
+def test_exec_timeout_is_enforced_in_the_sandbox(image: str) -> None:
+    assert check_exec_timeout(None) == 60  # SkyPilot's default when timeout_seconds is not given
+    with sky.create(name=_name("timeout"), image=image, timeout=600) as sb:
+        handle = sb.exec("sh", "-c", "sleep 300 & echo $! > /tmp/child; wait", timeout_seconds=1)
+        assert handle.wait() == 124
+        # killed in the pod, not just abandoned by the client: the background child is gone too
+        probe = sb.exec("sh", "-c", 'kill -0 "$(cat /tmp/child)" 2>/dev/null && echo alive || echo gone')
+        assert probe.wait() == 0 and probe.stdout.read() == "gone\n"
+        with pytest.raises(sky.InvalidRequestError, match="3600"):
+            sb.exec("true", timeout_seconds=3601)
+        assert sb.exec("true", timeout_seconds=3600).wait() == 0  # the cap itself is allowed
+
+
+@pytest.mark.parametrize("bad", ["Upper", "under_score", "-lead", "trail-", "x" * 54])
+def test_names_must_be_dns_1123_of_at_most_53(image: str, bad: str) -> None:
+    with pytest.raises(sky.InvalidRequestError, match="DNS-1123|53") as caught:
+        sky.create(name=bad, image=image, timeout=60)
+    assert isinstance(caught.value, ValueError)
+    assert bad not in {r.name for r in sky.ls()}
+
+
+def test_images_only_by_registry_reference(image: str, sandbox_image: str) -> None:
+    with pytest.raises(sky.ImagePullError, match="not a registry reference"):
+        sky.create(name=_name("bare"), image=sandbox_image, timeout=60)
+    # built (tagged) on this very engine but never pushed: SkyPilot's nodes could not pull it
+    never_pushed = f"127.0.0.1:5000/emu-never-pushed:{uuid.uuid4().hex[:8]}"
+    client = docker.from_env()
+    repository, tag = never_pushed.rsplit(":", 1)
+    client.images.get(sandbox_image).tag(repository, tag)
+    try:
+        with pytest.raises(sky.ImagePullError, match="ErrImagePull"):
+            sky.create(name=_name("unpushed"), image=never_pushed, timeout=60)
+        push_to_local_registry_ref(client, repository, tag)  # positive control: once pushed, it runs
+        with sky.create(name=_name("pushed"), image=never_pushed, timeout=60) as sb:
+            assert sb.exec("true").wait() == 0
+    finally:
+        client.images.remove(never_pushed, force=True)
+
+
+def push_to_local_registry_ref(client: docker.DockerClient, repository: str, tag: str) -> None:
+    for line in client.api.push(repository, tag=tag, stream=True, decode=True):
+        assert "error" not in line, line
+
+
+def test_skypilot_limits_not_docker_capabilities(image: str) -> None:
+    with pytest.raises(TypeError):
+        sky.create(name=_name("hostnet"), image=image, host_network=True)  # type: ignore[call-arg]
+    with pytest.raises(sky.NotSupportedError):
+        sky.create(name=_name("ports"), image=image, ports=[8080])
+    with sky.create(name=_name("caps"), image=image, timeout=600) as sb:
+        assert not has_archives(sb)
+        assert not hasattr(sb, "put_archive") and not hasattr(sb, "get_archive")
+
+
+def test_ttl_is_reaped_server_side(image: str) -> None:
+    sb = sky.create(name=_name("ttl"), image=image, timeout=2)
+    container = docker.from_env().containers.get(sb.name)
+    container.wait(timeout=60)  # the engine reports the end of the sandbox's lifetime
+    assert sb.name not in {r.name for r in sky.ls()}
+    with pytest.raises(sky.SandboxNotFoundError):
+        sb.exec("true")
+
+
+def test_pools_claim_resize_delete(image: str) -> None:
+    pool = _name("pool")
+    info = sky.create_pool(pool, image, replicas=1)
+    try:
+        assert info.name == pool and info.idle >= 1
+        with pytest.raises(sky.InvalidRequestError):
+            sky.create(name=_name("bad"), pool=pool, image=image)
+        with sky.create(name=_name("claim"), pool=pool, env={"P": "claimed"}, timeout=600) as sb:
+            handle = sb.exec("sh", "-c", 'printf %s "$P"')
+            assert handle.wait() == 0 and handle.stdout.read() == "claimed"
+            assert sky.get_pool(pool).claimed == 1
+        assert sky.set_pool_size(pool, 2).replicas == 2
+        assert pool in {p.name for p in sky.list_pools()}
+    finally:
+        sky.delete_pool(pool)
+    with pytest.raises(sky.PoolNotFoundError):
+        sky.get_pool(pool)
+    with pytest.raises(LookupError):
+        sky.create(name=_name("nopool"), pool=pool)
+
+
+def test_cold_create_and_pool_claim_times_are_knobs(emulator: EmulatorServer, image: str) -> None:
+    pool = _name("timed")
+    sky.create_pool(pool, image, replicas=1)
+    try:
+        emulator.knobs(cold_create_sec=1.5, pool_claim_sec=0.5)
+        started = time.monotonic()
+        with sky.create(name=_name("cold"), image=image, timeout=600):
+            cold = time.monotonic() - started
+        started = time.monotonic()
+        with sky.create(name=_name("warm"), pool=pool, timeout=600):
+            warm = time.monotonic() - started
+    finally:
+        sky.delete_pool(pool)
+    # lower bounds only: the server waits at least what the knob says
+    assert cold >= 1.5 and warm >= 0.5
+
+
+def test_snapshot_pushes_the_filesystem_to_the_registry(image: str) -> None:
+    with sky.create(name=_name("snap"), image=image, timeout=600) as sb:
+        sb.write_bytes(b"kept", "/srv/marker")
+        ref = sb.snapshot()
+    assert ref.startswith("127.0.0.1:5000/snapshots:")
+    docker.from_env().images.remove(ref, force=True)  # the next create must pull it back
+    try:
+        with sky.create(name=_name("fromsnap"), image=ref, timeout=600) as restored:
+            assert restored.read_bytes("/srv/marker") == b"kept"
+    finally:
+        docker.from_env().images.remove(ref, force=True)
