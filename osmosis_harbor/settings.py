@@ -70,6 +70,7 @@ class Settings(BaseSettings):
     def task_root_paths(self) -> tuple[Path, ...]:
         """``OSMOSIS_HARBOR_TASK_ROOTS`` split like ``PATH`` (empty entries ignored)."""
         return tuple(Path(p) for p in (self.task_roots or "").split(os.pathsep) if p)
+
     def emulator_dir(self) -> Path:
         """Where an on-demand skypilot-emulator server keeps its state file, lock and log."""
         base = self.xdg_cache_home or Path.home() / ".cache"
