@@ -1,4 +1,9 @@
-"""``python -m bench [--quick] [--only NAME ...] [--latency-ms MS] [--out FILE]``: run the benchmarks.
+"""``python -m bench [--quick] [--env docker|skypilot-emulator ...] [--only NAME ...] [--latency-ms MS]``: run the benchmarks.
+
+``--env docker`` (the default) runs the Docker benchmarks; ``--env skypilot-emulator`` runs the
+SkyPilot path on a skypilot-emulator server the run starts (``bench.emulator_path``: its floor
+beside Docker's, calls without archives, warm pool against cold create at ``--cold-create-sec`` /
+``--pool-claim-sec``); both ``--env`` flags run both in one run, with one targets table.
 
 Each benchmark prints a table (medians, p90, its same-run baseline and the ratio) and the
 whole run is written to JSON after every benchmark, so a crash keeps what was measured.
@@ -32,7 +37,12 @@ from .common import BenchResult, console, render
 from .latency import DEFAULT_LATENCY_MS
 
 BENCHMARKS: tuple[str, ...] = ("overhead", "throughput", "bundle", "prewarm", "admission", "soak")
-MODULES = {"bundle": "bench.bundle_build"}  # ``bench.bundle`` would read like the product's module
+EMULATOR_BENCHMARKS: tuple[str, ...] = ("emulator",)
+ENVS: tuple[str, ...] = ("docker", "skypilot-emulator")
+MODULES = {
+    "bundle": "bench.bundle_build",
+    "emulator": "bench.emulator_path",
+}  # ``bench.bundle`` would read like the product's module
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "latest.json"
 
 
@@ -56,6 +66,27 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="simulated round trip added to every sandbox SDK call in the latency runs of overhead and "
         f"throughput (default {DEFAULT_LATENCY_MS:g}; 0 skips them)",
     )
+    parser.add_argument(
+        "--env",
+        action="append",
+        choices=ENVS,
+        default=[],
+        help="sandbox path(s) to benchmark, repeatable (default docker); skypilot-emulator starts its own server",
+    )
+    parser.add_argument(
+        "--cold-create-sec",
+        type=float,
+        default=2.0,
+        metavar="S",
+        help="the emulator's cold-create time for the skypilot-emulator run (default 2)",
+    )
+    parser.add_argument(
+        "--pool-claim-sec",
+        type=float,
+        default=0.3,
+        metavar="S",
+        help="the emulator's pool-claim time for the skypilot-emulator run (default 0.3)",
+    )
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"JSON results (default: {DEFAULT_OUT})")
     parser.add_argument(
         "--keep-images",
@@ -65,20 +96,26 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.latency_ms < 0:
         parser.error(f"--latency-ms must be 0 or more, got {args.latency_ms:g}")
+    if args.cold_create_sec < 0 or args.pool_claim_sec < 0:
+        parser.error("--cold-create-sec and --pool-claim-sec must be 0 or more")
+    envs = args.env or ["docker"]
+    available = (BENCHMARKS if "docker" in envs else ()) + (EMULATOR_BENCHMARKS if "skypilot-emulator" in envs else ())
     selected = [n.strip() for item in args.only for n in item.split(",") if n.strip()]
-    unknown = [n for n in selected if n not in BENCHMARKS]
+    unknown = [n for n in selected if n not in available]
     if unknown:
-        parser.error(f"unknown benchmark(s) {', '.join(unknown)}; choose from {', '.join(BENCHMARKS)}")
-    args.selected = [n for n in BENCHMARKS if n in selected] if selected else list(BENCHMARKS)
+        parser.error(
+            f"unknown benchmark(s) {', '.join(unknown)} for --env {' '.join(envs)}; choose from {', '.join(available)}"
+        )
+    args.selected = [n for n in available if n in selected] if selected else list(available)
     return args
 
 
-def load(name: str, latency_ms: float) -> Callable[[bool], Awaitable[BenchResult]]:
-    """The benchmark's ``run(quick)``, given the latency when it takes one."""
+def load(name: str, args: argparse.Namespace) -> Callable[[bool], Awaitable[BenchResult]]:
+    """The benchmark's ``run(quick)``, given the knobs it takes (latency, emulator create times)."""
     run = importlib.import_module(MODULES.get(name, f"bench.{name}")).run
-    if "latency_ms" in inspect.signature(run).parameters:
-        return functools.partial(run, latency_ms=latency_ms)
-    return run
+    knobs = {k: getattr(args, k) for k in ("latency_ms", "cold_create_sec", "pool_claim_sec")}
+    taken = {k: v for k, v in knobs.items() if k in inspect.signature(run).parameters}
+    return functools.partial(run, **taken) if taken else run
 
 
 def hygiene(result: BenchResult) -> None:
@@ -117,6 +154,9 @@ async def run_all(args: argparse.Namespace) -> int:
             "platform": platform.platform(),
             "cpus": os.cpu_count(),
             "latency_ms": args.latency_ms,
+            "env": args.env or ["docker"],
+            "cold_create_sec": args.cold_create_sec,
+            "pool_claim_sec": args.pool_claim_sec,
         },
         "benchmarks": {},
     }
@@ -127,7 +167,7 @@ async def run_all(args: argparse.Namespace) -> int:
             console.rule(f"[bold]{name}[/]" + (" (quick)" if args.quick else ""))
             t0 = time.perf_counter()
             try:
-                result = await load(name, args.latency_ms)(args.quick)
+                result = await load(name, args)(args.quick)
             except Exception as exc:
                 traceback.print_exc()
                 result = BenchResult(name, "failed", error=f"{type(exc).__name__}: {exc}")

@@ -66,6 +66,32 @@ TARGETS: tuple[Target, ...] = (
         0.05,
     ),
     Target("  same, simulated latency", "throughput", "claim_to_first_exec_sec_latency", "s", None),
+    Target(
+        "skypilot-emulator: API calls per raw create + exec + terminate",
+        "emulator",
+        "emulator_floor_calls",
+        "calls",
+        None,
+    ),
+    Target("skypilot-emulator: raw floor / Docker's raw floor", "emulator", "emulator_floor_over_docker", "x", None),
+    Target(
+        "skypilot-emulator: API calls per trivial rollout, no archives",
+        "emulator",
+        "emulator_calls_trivial",
+        "calls",
+        None,
+    ),
+    Target(
+        "skypilot-emulator: API calls per graded rollout, no archives", "emulator", "emulator_calls_graded", "calls", 8
+    ),
+    Target(
+        "skypilot-emulator: warm pool / cold create throughput (at the emulator's create times)",
+        "emulator",
+        "emulator_pool_over_cold",
+        "x",
+        1.5,
+        operator.ge,
+    ),
 )
 
 
