@@ -132,6 +132,7 @@ async def run(
     emulator = await asyncio.to_thread(start_emulator, SANDBOX_IMAGE, latency_ms, cold_create_sec, pool_claim_sec)
     try:
         result.info["server"] = emulator.url
+        result.info["server pid"] = emulator.process.pid
         result.info["image (pulled by reference)"] = emulator.image
         result.info["archive capability"] = emulator.has_archives()
         await measure_floor(result, emulator, size)
