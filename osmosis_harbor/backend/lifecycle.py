@@ -33,6 +33,7 @@ from osmosis_harbor.keys import KeyCustody
 from osmosis_harbor.prewarm import Prewarmer, PrewarmReport, ProgressCallback
 from osmosis_harbor.sandbox.live import terminate_live_sandboxes
 from osmosis_harbor.sandbox.registry import DEFAULT_SDK, load_sandbox_sdk
+from osmosis_harbor.sandbox.starts import SandboxStarts, starts_scope
 from osmosis_harbor.tasks.materialize import MaterializedTask
 from osmosis_harbor.tasks.refs import ResolvedTask, TaskMode
 from osmosis_harbor.tasks.resolver import TaskResolver
@@ -111,6 +112,7 @@ class BackendLifecycle:
         self.prewarm_report: PrewarmReport | None = None
         self.task_pools: dict[str, str] = {}
         self._shutdown_run: asyncio.Future[None] | None = None  # the one shutdown, once started
+        self.starts: SandboxStarts | None = None  # the backend's start bound, which prewarm keeps too
 
     @property
     def sdk_name(self) -> str:
@@ -181,7 +183,8 @@ class BackendLifecycle:
     ) -> PrewarmReport:
         """Build/push images, prove agent setup and size warm pools before any traffic."""
         ids = self.default_prewarm_task_ids(task_ids)
-        report = await Prewarmer(self, pool_size=pool_size, on_progress=on_progress).run(ids)
+        with starts_scope(self.starts):
+            report = await Prewarmer(self, pool_size=pool_size, on_progress=on_progress).run(ids)
         self.prewarm_report = report
         self.failed_prewarm_tasks.update(report.failed_tasks)
         for group in report.groups_detail:

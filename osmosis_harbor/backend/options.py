@@ -62,6 +62,7 @@ class BackendKwargs(TypedDict, total=False):
     bundles_dir: Path | None
     grader_inputs: Sequence[str]
     infra_retries: int
+    max_concurrent_starts: int | None
 
 
 class _ConfigError(ConfigError, TypeError):
@@ -95,6 +96,8 @@ class BackendOptions(BaseModel):
     # Default 0: a retry runs the workflow again under the same rollout id, so the policy
     # endpoint sees the chat calls of both attempts; opt in where the trainer tolerates that.
     infra_retries: int = 0
+    # None: the sandbox SDK's own default (``SandboxImplementation.max_concurrent_starts``).
+    max_concurrent_starts: int | None = None
 
     @classmethod
     def parse(cls, **kwargs: Any) -> BackendOptions:
@@ -136,6 +139,9 @@ def _check(kwargs: dict[str, Any]) -> None:
     retries = kwargs.get("infra_retries", 0)
     if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
         raise ConfigError(f"infra_retries must be an integer >= 0, got {retries!r}")
+    starts = kwargs.get("max_concurrent_starts")
+    if starts is not None and (isinstance(starts, bool) or not isinstance(starts, int) or starts < 1):
+        raise ConfigError(f"max_concurrent_starts must be None (the SDK's default) or an integer >= 1, got {starts!r}")
     agent = kwargs.get("agent")
     if agent is None:
         raise _ConfigError(

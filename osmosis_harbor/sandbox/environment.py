@@ -67,6 +67,7 @@ from osmosis_harbor.sandbox.images import (
 from osmosis_harbor.sandbox.liveness import SandboxState, sandbox_state
 from osmosis_harbor.sandbox.protocol import SandboxSdk, has_archives
 from osmosis_harbor.sandbox.registry import DEFAULT_SDK, implementation
+from osmosis_harbor.sandbox.starts import current_starts
 from osmosis_harbor.sandbox.transfers import ArchiveTransfers, overlaps
 from osmosis_harbor.shim import contract
 
@@ -293,7 +294,7 @@ class SandboxEnvironment(SkypilotEnvironment):
     @override
     async def _create_sandbox(self, image: str | None) -> Any:
         live.register_pending(self._sandbox_name, self._sdk)
-        creating = asyncio.ensure_future(self._create_sandbox_via_sdk(image))
+        creating = asyncio.ensure_future(self._bounded_create(image))
         try:
             sandbox = await asyncio.shield(creating)
         except asyncio.CancelledError:
@@ -308,6 +309,14 @@ class SandboxEnvironment(SkypilotEnvironment):
         self._archive_transfers = None
         self._known_ready = set(contract.LAYOUT_DIRS) if self._baked_layout else set()
         return sandbox
+
+    async def _bounded_create(self, image: str | None) -> Any:
+        """The SDK's create (or claim) inside the start bound of whoever submitted this trial."""
+        starts = current_starts()
+        if starts is None:
+            return await self._create_sandbox_via_sdk(image)
+        async with starts.slot():
+            return await self._create_sandbox_via_sdk(image)
 
     @override
     async def _upload_environment_dir_after_start(self) -> None:

@@ -44,13 +44,16 @@ class SandboxImplementation:
     ``reaches_host``: a sandbox can share the host's network (``host_network=True``) and so
     reach a server on this machine's loopback. ``local_images``: sandboxes run on the engine
     that builds task images, so without a registry images stay local (nothing is pushed).
-    ``missing_hint``: what to install when the module cannot be imported."""
+    ``missing_hint``: what to install when the module cannot be imported.
+    ``max_concurrent_starts``: the default bound on sandboxes being created or claimed at once
+    by one backend (``sandbox.starts``): what the provider's create rate comfortably takes."""
 
     name: str
     module: str
     reaches_host: bool = False
     local_images: bool = False
     missing_hint: str | None = None
+    max_concurrent_starts: int = 8
 
     def load(self) -> SandboxSdk:
         try:
@@ -70,8 +73,13 @@ def register(impl: SandboxImplementation) -> SandboxImplementation:
     return impl
 
 
-register(SandboxImplementation("docker", "osmosis_harbor.sandbox.docker", reaches_host=True, local_images=True))
-register(SandboxImplementation("skypilot", "sky.sandbox", missing_hint=SKYPILOT_SDK_MISSING))
+# A local engine creates containers a few at a time; SkyPilot's control plane takes a burst.
+register(
+    SandboxImplementation(
+        "docker", "osmosis_harbor.sandbox.docker", reaches_host=True, local_images=True, max_concurrent_starts=8
+    )
+)
+register(SandboxImplementation("skypilot", "sky.sandbox", missing_hint=SKYPILOT_SDK_MISSING, max_concurrent_starts=128))
 DEFAULT_SDK = "skypilot"
 SDK_NAMES: tuple[str, ...] = tuple(_REGISTRY)
 
