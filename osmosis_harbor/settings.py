@@ -42,6 +42,10 @@ class Settings(BaseSettings):
     )
     xdg_cache_home: Path | None = Field(None, validation_alias="XDG_CACHE_HOME")
     columns: int | None = Field(None, validation_alias="COLUMNS", description="result tables' width off a terminal")
+    claim_batch_window_ms: float = Field(
+        30.0, ge=0, description="pool claims of one group made within this window go out in one call (0: never batch)"
+    )
+    claim_batch_max: int = Field(64, ge=1, description="at most this many pool claims in one batch call")
 
     def pool_lock_dir(self) -> Path:
         """Lock files live in the user cache dir: machine-local, like the engine they guard."""

@@ -243,3 +243,80 @@ def test_max_concurrent_starts_is_checked(tmp_path, task_dir, bundles_dir):
     for bad in (0, -1, True, 2.5):
         with pytest.raises(ConfigError, match="max_concurrent_starts"):
             make_backend(tmp_path, task_dir, TrialQueue(n_concurrent=1), bundles_dir, max_concurrent_starts=bad)
+
+
+# ── batch claims ──────────────────────────────────────────────────────────────────────────────
+
+
+class RecordingCreate:
+    """The Docker SDK's ``create``, recording the keyword arguments of every call."""
+
+    def __init__(self, real: Any) -> None:
+        self.real = real
+        self.calls: list[dict[str, Any]] = []
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.real(*args, **kwargs)
+
+    async def aio(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls.append(kwargs)
+        return await self.real.aio(*args, **kwargs)
+
+
+async def test_trials_of_one_pool_starting_together_claim_in_one_call(tmp_path, fake_chat, bundles_dir, monkeypatch):
+    # The batch closes when three claims joined (the window is only a backstop here).
+    monkeypatch.setenv("OSMOSIS_HARBOR_CLAIM_BATCH_WINDOW_MS", "120000")
+    monkeypatch.setenv("OSMOSIS_HARBOR_CLAIM_BATCH_MAX", "3")
+    base = f"batch{uuid.uuid4().hex[:6]}"
+    backend = HarborBackend(
+        orchestrator=TrialQueue(n_concurrent=3),
+        tasks_dir=TASKS / "template",
+        task_mode="template",
+        agent="rollout_fixtures.workflows:ListWorkflow",
+        code_dir=PROJECT,
+        bundles_dir=bundles_dir,
+        trials_dir=tmp_path / "trials",
+        environment_config=environment_config("docker", host_network=True, pool=base, pool_size=3),
+    )
+    await backend.prewarm()
+    (pool,) = set(backend.lifecycle.task_pools.values())
+    await asyncio.to_thread(wait_until, lambda: docker_sdk.get_pool(pool).idle == 3, timeout=120, what="pool filled")
+    recording = RecordingCreate(docker_sdk.create)
+    monkeypatch.setattr(docker_sdk, "create", recording)
+    async with serve(backend) as url, client_for(url) as client:
+        handles = [
+            await start(client, fake_chat, f"batch-{i}-{uuid.uuid4().hex[:6]}", "reply: echo osmosis > answer.txt")
+            for i in range(3)
+        ]
+        results = [await h.wait_for_completion() for h in handles]
+        assert backend.health()["batch_claims"] == 1
+    assert all(r.status is RolloutStatus.SUCCESS for r in results), [r.err_message for r in results]
+    claims = [call for call in recording.calls if call.get("pool") == pool]
+    assert len(claims) == 1 and claims[0]["num_sandboxes"] == 3, claims
+    assert claims[0]["name"].startswith("hb-batch-")
+    assert managed_containers(owner_pid=os.getpid()) == []
+
+
+def test_the_docker_sdk_claims_several_pool_members_in_one_call(docker_sandbox_sdk, sandbox_image):
+    sdk = docker_sandbox_sdk
+    pool = f"multi{uuid.uuid4().hex[:6]}"
+    sdk.create_pool(pool, sandbox_image, replicas=2)
+    try:
+        idle = {c["Id"] for c in managed_containers() if c["Labels"].get(L.POOL) == pool}
+        members = sdk.create(pool=pool, num_sandboxes=3, name=f"{pool}-m")
+        try:
+            assert [m.name for m in members] == [f"{pool}-m-0", f"{pool}-m-1", f"{pool}-m-2"]
+            assert {m.id for m in members} >= idle  # both idle members, and one cold start
+            for member in members:
+                handle = member.exec("sh", "-c", "echo $HOSTNAME")
+                assert handle.wait() == 0
+        finally:
+            for member in members:
+                member.terminate()
+        with pytest.raises(ValueError, match="pass pool="):
+            sdk.create(image=sandbox_image, num_sandboxes=2)
+        with pytest.raises(ValueError, match="num_sandboxes must be"):
+            sdk.create(pool=pool, num_sandboxes=0)
+        assert sdk.get_pool(pool).claimed == 0
+    finally:
+        sdk.delete_pool(pool)

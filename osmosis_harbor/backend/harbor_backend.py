@@ -97,8 +97,11 @@ class HarborBackend(ExecutionBackend):
         )
         # The queue's concurrency, ordered by us (retries first): see gate.py.
         self.gate = TrialGate(options.orchestrator._n_concurrent)
+        current = settings.current()
         self.starts = SandboxStarts(
-            options.max_concurrent_starts or implementation(self.lifecycle.sdk_name).max_concurrent_starts
+            options.max_concurrent_starts or implementation(self.lifecycle.sdk_name).max_concurrent_starts,
+            batch_window_sec=current.claim_batch_window_ms / 1000,
+            batch_max=current.claim_batch_max,
         )
         self.lifecycle.starts = self.starts
         self.runner = TrialRunner(

@@ -56,6 +56,7 @@ from tenacity import (
 from osmosis_harbor import settings
 from osmosis_harbor.errors import ConfigError, SandboxLostError
 from osmosis_harbor.sandbox import live
+from osmosis_harbor.sandbox.batching import ClaimBatcher
 from osmosis_harbor.sandbox.bounds import cpus_or_default, memory_mb_or_default
 from osmosis_harbor.sandbox.images import (
     BUILD_COORDINATOR,
@@ -305,6 +306,7 @@ class SandboxEnvironment(SkypilotEnvironment):
                 await made.terminate.aio(wait=True)
             live.unregister(self._sandbox_name)
             raise
+        self._adopt_name(sandbox)
         live.register_handle(self._sandbox_name, sandbox)
         self._archive_transfers = None
         self._known_ready = set(contract.LAYOUT_DIRS) if self._baked_layout else set()
@@ -315,8 +317,19 @@ class SandboxEnvironment(SkypilotEnvironment):
         starts = current_starts()
         if starts is None:
             return await self._create_sandbox_via_sdk(image)
+        if self._pool and starts.batches is not None:  # the batch call takes the slot
+            return await self._create_sandbox_via_sdk(image, batches=starts.batches)
         async with starts.slot():
             return await self._create_sandbox_via_sdk(image)
+
+    def _adopt_name(self, sandbox: Any) -> None:
+        """A batch claim names its members from a prefix of its own (``batching``): from here
+        on this trial's sandbox goes by its member's name."""
+        name = getattr(sandbox, "name", None)  # a fake SDK's handle may have none: keep ours
+        if isinstance(name, str) and name != self._sandbox_name:
+            live.unregister(self._sandbox_name)
+            self._sandbox_name = name
+            live.register_pending(name, self._sdk)
 
     @override
     async def _upload_environment_dir_after_start(self) -> None:
@@ -575,7 +588,7 @@ class SandboxEnvironment(SkypilotEnvironment):
         )
         return await retrying(sandbox_state, self._sdk, self._sandbox_name)
 
-    async def _create_sandbox_via_sdk(self, image: str | None) -> Any:
+    async def _create_sandbox_via_sdk(self, image: str | None, batches: ClaimBatcher | None = None) -> Any:
         common: dict[str, Any] = {
             "name": self._sandbox_name,
             "context_name": self._context_name,
@@ -589,6 +602,9 @@ class SandboxEnvironment(SkypilotEnvironment):
         if self._pool:
             # A pool launch inherits image/cpu/memory/network from the pool.
             try:
+                if batches is not None:
+                    unnamed = {k: v for k, v in common.items() if k != "name"}
+                    return await batches.claim(self._sdk, self._pool, self._sandbox_name, unnamed)
                 return await self._sdk.create.aio(pool=self._pool, **common)
             except LookupError as exc:  # the SDK's "no such pool"
                 raise LookupError(

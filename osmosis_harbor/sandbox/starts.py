@@ -16,19 +16,25 @@ import contextlib
 import contextvars
 from collections.abc import AsyncIterator, Iterator
 
+from osmosis_harbor.sandbox.batching import ClaimBatcher
+
 __all__ = ["SandboxStarts", "current_starts", "starts_scope"]
 
 
 class SandboxStarts:
-    """At most ``limit`` sandbox creates or claims in flight at once."""
+    """At most ``limit`` sandbox creates or claims in flight at once; with a batch window,
+    pool claims made within it go out together (``batching.ClaimBatcher``)."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, *, batch_window_sec: float = 0.0, batch_max: int = 0) -> None:
         if limit < 1:
             raise ValueError(f"max_concurrent_starts must be >= 1, got {limit}")
         self.limit = limit
         self._semaphore = asyncio.Semaphore(limit)
         self.in_flight = 0
         self.waiting = 0
+        self.batches = (
+            ClaimBatcher(batch_window_sec, batch_max, self.slot) if batch_window_sec > 0 and batch_max >= 2 else None
+        )
 
     @contextlib.asynccontextmanager
     async def slot(self) -> AsyncIterator[None]:
@@ -47,7 +53,12 @@ class SandboxStarts:
 
     def state(self) -> dict[str, int]:
         """What ``health()`` shows."""
-        return {"max_concurrent_starts": self.limit, "starting": self.in_flight, "waiting_to_start": self.waiting}
+        return {
+            "max_concurrent_starts": self.limit,
+            "starting": self.in_flight,
+            "waiting_to_start": self.waiting,
+            "batch_claims": self.batches.calls if self.batches is not None else 0,
+        }
 
 
 _CURRENT: contextvars.ContextVar[SandboxStarts | None] = contextvars.ContextVar(
