@@ -24,6 +24,7 @@ from harbor.trial.queue import TrialQueue
 from osmosis_ai.rollout.types import RolloutStatus
 
 from osmosis_harbor.backend import HarborBackend
+from osmosis_harbor.backend.autoscale import AutoscalePolicy, PoolAutoscaler
 from osmosis_harbor.errors import ConfigError
 from osmosis_harbor.sandbox import docker as docker_sdk
 from osmosis_harbor.sandbox import environment_config
@@ -267,6 +268,9 @@ async def test_trials_of_one_pool_starting_together_claim_in_one_call(tmp_path, 
     # The batch closes when three claims joined (the window is only a backstop here).
     monkeypatch.setenv("OSMOSIS_HARBOR_CLAIM_BATCH_WINDOW_MS", "120000")
     monkeypatch.setenv("OSMOSIS_HARBOR_CLAIM_BATCH_MAX", "3")
+    # pool_size="auto" within [3, 3]: prewarm makes three members and the autoscaler keeps them
+    monkeypatch.setenv("OSMOSIS_HARBOR_POOL_MIN", "3")
+    monkeypatch.setenv("OSMOSIS_HARBOR_POOL_MAX", "3")
     base = f"batch{uuid.uuid4().hex[:6]}"
     backend = HarborBackend(
         orchestrator=TrialQueue(n_concurrent=3),
@@ -276,10 +280,11 @@ async def test_trials_of_one_pool_starting_together_claim_in_one_call(tmp_path, 
         code_dir=PROJECT,
         bundles_dir=bundles_dir,
         trials_dir=tmp_path / "trials",
-        environment_config=environment_config("docker", host_network=True, pool=base, pool_size=3),
+        environment_config=environment_config("docker", host_network=True, pool=base, pool_size="auto"),
     )
     await backend.prewarm()
     (pool,) = set(backend.lifecycle.task_pools.values())
+    assert backend.health()["autoscale"][pool]["size"] == 3
     await asyncio.to_thread(wait_until, lambda: docker_sdk.get_pool(pool).idle == 3, timeout=120, what="pool filled")
     recording = RecordingCreate(docker_sdk.create)
     monkeypatch.setattr(docker_sdk, "create", recording)
@@ -290,6 +295,7 @@ async def test_trials_of_one_pool_starting_together_claim_in_one_call(tmp_path, 
         ]
         results = [await h.wait_for_completion() for h in handles]
         assert backend.health()["batch_claims"] == 1
+        assert backend.starts.claims[pool] == 3  # what the autoscaler reads
     assert all(r.status is RolloutStatus.SUCCESS for r in results), [r.err_message for r in results]
     claims = [call for call in recording.calls if call.get("pool") == pool]
     assert len(claims) == 1 and claims[0]["num_sandboxes"] == 3, claims
@@ -320,3 +326,54 @@ def test_the_docker_sdk_claims_several_pool_members_in_one_call(docker_sandbox_s
         assert sdk.get_pool(pool).claimed == 0
     finally:
         sdk.delete_pool(pool)
+
+
+# ── pool autoscaling ──────────────────────────────────────────────────────────────────────────
+
+
+async def test_an_autoscaled_pool_grows_with_the_claim_rate_and_shrinks_when_idle(docker_sandbox_sdk, sandbox_image):
+    sdk = docker_sandbox_sdk
+    pool = f"auto{uuid.uuid4().hex[:6]}"
+    await sdk.create_pool.aio(pool, sandbox_image, replicas=1)
+    try:
+        now = [0.0]
+        claims: dict[str, int] = {pool: 0}
+        policy = AutoscalePolicy(min_size=1, max_size=3, idle_sec=60, replace_sec=2.0)
+        scaler = PoolAutoscaler(sdk, [pool], lambda: claims, policy, initial_size=1, clock=lambda: now[0])
+
+        now[0] = 10.0  # ten quiet seconds: nothing to do
+        assert await scaler.tick() == {pool: 1}
+        assert sdk.get_pool(pool).replicas == 1
+
+        claims[pool] = 4  # four claims in one second: 0.5 * 4/s smoothed, x 2 s to replace x 1.5
+        now[0] = 11.0
+        assert scaler.target(pool) == 1  # not observed until the tick
+        assert await scaler.tick() == {pool: 3}  # ceil(2 * 2 * 1.5) = 6, within the max of 3
+        grown = sdk.get_pool(pool)
+        assert grown.replicas == 3 and grown.idle + grown.starting >= 3
+        assert 0 < scaler.replace_sec  # measured from the growth call
+
+        claims[pool] = 5  # claims go on, slower: still within the idle time, the pool holds
+        now[0] = 40.0
+        await scaler.tick()
+        assert sdk.get_pool(pool).replicas >= 2  # ceil(~1 claim/s x >= 1 s x 1.5), not the minimum
+
+        now[0] = 40.0 + policy.idle_sec  # a minute without a claim: back to the minimum
+        assert await scaler.tick() == {pool: 1}
+        assert sdk.get_pool(pool).replicas == 1
+        assert scaler.state()[pool]["size"] == 1
+    finally:
+        await sdk.delete_pool.aio(pool)
+
+
+def test_pool_size_auto_is_accepted_where_a_size_is():
+    config = environment_config("docker", pool="warm", pool_size="auto")
+    assert config.kwargs["pool_size"] == "auto"
+    with pytest.raises(ConfigError, match="pool_size must be"):
+        environment_config("docker", pool="warm", pool_size="big")  # type: ignore[arg-type]
+    from osmosis_harbor.cli import build_parser
+
+    args = build_parser().parse_args(["prewarm", str(TASKS / "template"), "--pool", "warm", "--pool-size", "auto"])
+    assert args.pool_size == "auto"
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["prewarm", str(TASKS / "template"), "--pool", "warm", "--pool-size", "many"])

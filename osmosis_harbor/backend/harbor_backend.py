@@ -17,7 +17,7 @@ import shutil
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Unpack
+from typing import Any, Literal, Unpack
 
 from harbor.models.trial.config import EnvironmentConfig
 from osmosis_ai.rollout.backend.base import ExecutionBackend
@@ -208,10 +208,11 @@ class HarborBackend(ExecutionBackend):
         self,
         task_ids: Sequence[str] | None = None,
         *,
-        pool_size: int | None = None,
+        pool_size: int | Literal["auto"] | None = None,
         on_progress: ProgressCallback | None = None,
     ) -> PrewarmReport:
-        """Build/push images, prove agent setup and size warm pools before any traffic."""
+        """Build/push images, prove agent setup and size warm pools before any traffic
+        (``pool_size="auto"``: sized from the observed claim rate while serving)."""
         return await self.lifecycle.prewarm(task_ids, pool_size=pool_size, on_progress=on_progress)
 
     def prewarm_lifespan(self, task_ids: Sequence[str] | None = None) -> Any:

@@ -131,7 +131,7 @@ class SandboxEnvironment(SkypilotEnvironment):
         *,
         sdk: str = DEFAULT_SDK,
         host_network: bool = False,
-        pool_size: int | None = None,
+        pool_size: int | str | None = None,
         registry: str | None = None,
         pool: str | None = None,
         context_name: str | None = None,
@@ -318,9 +318,13 @@ class SandboxEnvironment(SkypilotEnvironment):
         if starts is None:
             return await self._create_sandbox_via_sdk(image)
         if self._pool and starts.batches is not None:  # the batch call takes the slot
-            return await self._create_sandbox_via_sdk(image, batches=starts.batches)
-        async with starts.slot():
-            return await self._create_sandbox_via_sdk(image)
+            sandbox = await self._create_sandbox_via_sdk(image, batches=starts.batches)
+        else:
+            async with starts.slot():
+                sandbox = await self._create_sandbox_via_sdk(image)
+        if self._pool:
+            starts.note_claim(self._pool)
+        return sandbox
 
     def _adopt_name(self, sandbox: Any) -> None:
         """A batch claim names its members from a prefix of its own (``batching``): from here

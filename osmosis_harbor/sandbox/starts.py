@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 
 from osmosis_harbor.sandbox.batching import ClaimBatcher
@@ -32,6 +33,7 @@ class SandboxStarts:
         self._semaphore = asyncio.Semaphore(limit)
         self.in_flight = 0
         self.waiting = 0
+        self.claims: Counter[str] = Counter()  # pool claims served, per pool (autoscaling reads it)
         self.batches = (
             ClaimBatcher(batch_window_sec, batch_max, self.slot) if batch_window_sec > 0 and batch_max >= 2 else None
         )
@@ -50,6 +52,9 @@ class SandboxStarts:
         finally:
             self.in_flight -= 1
             self._semaphore.release()
+
+    def note_claim(self, pool: str) -> None:
+        self.claims[pool] += 1
 
     def state(self) -> dict[str, int]:
         """What ``health()`` shows."""
