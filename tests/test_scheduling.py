@@ -240,6 +240,22 @@ async def test_without_a_tight_cap_the_same_burst_creates_four_at_once(
     assert backend.health()["max_concurrent_starts"] == 8  # the Docker SDK's default
 
 
+async def test_a_validation_run_bounds_its_own_starts(tmp_path, monkeypatch):
+    from osmosis_harbor.tasks.discovery import load_dataset
+    from osmosis_harbor.validate import validate_tasks
+
+    for name in ("a", "b", "c"):
+        shutil.copytree(TASKS / "template", tmp_path / "ds" / name)
+    counting = CountingCreate(docker_sdk.create, crowd=1)
+    monkeypatch.setattr(docker_sdk, "create", counting)
+    report = await validate_tasks(
+        load_dataset(tmp_path / "ds"), environment=environment_config("docker"), n_concurrent=3, max_concurrent_starts=1
+    )
+    assert report.passed == 3, report.model_dump()
+    assert counting.calls == 3 and counting.peak == 1
+    assert managed_containers(owner_pid=os.getpid()) == []
+
+
 def test_max_concurrent_starts_is_checked(tmp_path, task_dir, bundles_dir):
     for bad in (0, -1, True, 2.5):
         with pytest.raises(ConfigError, match="max_concurrent_starts"):
