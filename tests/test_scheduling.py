@@ -25,6 +25,7 @@ from osmosis_ai.rollout.types import RolloutStatus
 
 from osmosis_harbor.backend import HarborBackend
 from osmosis_harbor.backend.autoscale import AutoscalePolicy, PoolAutoscaler
+from osmosis_harbor.backend.gate import Lease, Priority, TrialGate
 from osmosis_harbor.errors import ConfigError
 from osmosis_harbor.sandbox import docker as docker_sdk
 from osmosis_harbor.sandbox import environment_config
@@ -172,6 +173,33 @@ async def test_without_the_gate_harbors_queue_would_serve_the_retry_last():
     retry = asyncio.ensure_future(trial("retry"))
     await asyncio.gather(*queued, retry)
     assert order == ["first", "early", "late", "retry"]
+
+
+async def test_the_gate_serves_retries_first_then_admission_order_and_skips_cancelled_waiters():
+    gate = TrialGate(1)
+    holder, early, late, gone, retried = (gate.lease() for _ in range(5))
+    await holder.acquire()
+    order: list[str] = []
+
+    async def wait(name: str, lease: Lease, priority: Priority = Priority.FIRST_ATTEMPT) -> None:
+        await lease.acquire(priority)
+        order.append(name)
+        lease.release()
+
+    waiters = [asyncio.ensure_future(wait(n, lease)) for n, lease in (("late", late), ("gone", gone), ("early", early))]
+
+    async def queued(n: int) -> bool:
+        return gate.waiting == n
+
+    await await_until(lambda: queued(3), timeout=5, what="three waiting")
+    waiters[1].cancel()  # a rollout cancelled while it waits gives up its place
+    retried.requeue()  # a retry (it holds no slot here) queues ahead of everyone
+    retry = asyncio.ensure_future(wait("retry", retried, Priority.RETRY))
+    holder.release()
+    await asyncio.gather(waiters[0], waiters[2], retry)
+    # the retry first; then admission order (tickets), not arrival order; the cancelled one never
+    assert order == ["retry", "early", "late"]  # early drew its ticket first, though it waited last
+    assert gate.holding == 0 and gate.waiting == 0
 
 
 # ── the start cap ─────────────────────────────────────────────────────────────────────────────
