@@ -59,6 +59,16 @@ class Settings(BaseSettings):
     )
     emulator_timeout: float = Field(120.0, gt=0, description="seconds a skypilot-emulator API call may take")
     emulator_retries: int = Field(3, ge=0, description="retries of an API call the emulator answered 503 or 429")
+    claim_batch_window_ms: float = Field(
+        30.0, ge=0, description="pool claims of one group made within this window go out in one call (0: never batch)"
+    )
+    claim_batch_max: int = Field(64, ge=1, description="at most this many pool claims in one batch call")
+    pool_min: int = Field(1, ge=0, description='pool_size="auto": the fewest members a pool keeps')
+    pool_max: int = Field(32, ge=1, description='pool_size="auto": the most members a pool grows to')
+    pool_idle_sec: float = Field(
+        120.0, gt=0, description='pool_size="auto": no claim this long shrinks a pool to pool_min'
+    )
+    pool_autoscale_interval_sec: float = Field(5.0, gt=0, description='pool_size="auto": how often pools are resized')
 
     def pool_lock_dir(self) -> Path:
         """Lock files live in the user cache dir: machine-local, like the engine they guard."""

@@ -17,7 +17,7 @@ import shutil
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Unpack
+from typing import Any, Literal, Unpack
 
 from harbor.models.trial.config import EnvironmentConfig
 from osmosis_ai.rollout.backend.base import ExecutionBackend
@@ -33,6 +33,7 @@ from osmosis_harbor import keys, settings
 from osmosis_harbor.agents.native import native_agent_config, scoped_api_key
 from osmosis_harbor.backend.admission import endpoint_problem, request_problem
 from osmosis_harbor.backend.attempts import Attempt, TrialRunner
+from osmosis_harbor.backend.gate import TrialGate
 from osmosis_harbor.backend.lifecycle import BackendLifecycle, Workspace
 from osmosis_harbor.backend.options import BackendKwargs, BackendOptions, locate_project
 from osmosis_harbor.backend.outcome import refused
@@ -42,6 +43,8 @@ from osmosis_harbor.bundle import BundleInfo, build_bundle, inspect_bundle
 from osmosis_harbor.errors import BundleError, OsmosisHarborError, TaskResolutionError
 from osmosis_harbor.keys import KeyCustody, default_trials_dirs, sweep_unscrubbed
 from osmosis_harbor.prewarm import PrewarmReport, ProgressCallback
+from osmosis_harbor.sandbox.registry import implementation
+from osmosis_harbor.sandbox.starts import SandboxStarts
 from osmosis_harbor.tasks.materialize import MaterializedTask
 from osmosis_harbor.tasks.refs import ResolvedTask
 from osmosis_harbor.tasks.resolver import TaskResolver
@@ -92,7 +95,23 @@ class HarborBackend(ExecutionBackend):
         self.planner = Planner(
             options, self.bundle, self.environment_config, pooled=lambda task_id: task_id in self.lifecycle.task_pools
         )
-        self.runner = TrialRunner(options.orchestrator, self.tracker, self.custody, infra_retries=options.infra_retries)
+        # The queue's concurrency, ordered by us (retries first): see gate.py.
+        self.gate = TrialGate(options.orchestrator._n_concurrent)
+        current = settings.current()
+        self.starts = SandboxStarts(
+            options.max_concurrent_starts or implementation(self.lifecycle.sdk_name).max_concurrent_starts,
+            batch_window_sec=current.claim_batch_window_ms / 1000,
+            batch_max=current.claim_batch_max,
+        )
+        self.lifecycle.starts = self.starts
+        self.runner = TrialRunner(
+            options.orchestrator,
+            self.tracker,
+            self.custody,
+            infra_retries=options.infra_retries,
+            gate=self.gate,
+            starts=self.starts,
+        )
 
     @property
     def trials_dir(self) -> Path:
@@ -175,7 +194,11 @@ class HarborBackend(ExecutionBackend):
         return dispositions
 
     def health(self) -> dict[str, Any]:
-        return self.lifecycle.health(max_queue_depth=self.max_queue_depth)
+        return {
+            **self.lifecycle.health(max_queue_depth=self.max_queue_depth),
+            **self.starts.state(),
+            "waiting_for_slot": self.gate.waiting,  # admitted, waiting for one of the queue's slots
+        }
 
     async def shutdown(self) -> None:
         await self.lifecycle.shutdown()
@@ -185,10 +208,11 @@ class HarborBackend(ExecutionBackend):
         self,
         task_ids: Sequence[str] | None = None,
         *,
-        pool_size: int | None = None,
+        pool_size: int | Literal["auto"] | None = None,
         on_progress: ProgressCallback | None = None,
     ) -> PrewarmReport:
-        """Build/push images, prove agent setup and size warm pools before any traffic."""
+        """Build/push images, prove agent setup and size warm pools before any traffic
+        (``pool_size="auto"``: sized from the observed claim rate while serving)."""
         return await self.lifecycle.prewarm(task_ids, pool_size=pool_size, on_progress=on_progress)
 
     def prewarm_lifespan(self, task_ids: Sequence[str] | None = None) -> Any:

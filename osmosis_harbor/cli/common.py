@@ -34,6 +34,19 @@ def environment_for(args: argparse.Namespace, *, reach_host: bool = False) -> En
     )
 
 
+def pool_size_arg(value: str) -> int | str:
+    """``--pool-size``: a number of members, or ``auto`` (sized from the observed claim rate)."""
+    if value == "auto":
+        return value
+    try:
+        size = int(value)
+    except ValueError:
+        size = -1
+    if size < 0:
+        raise argparse.ArgumentTypeError(f"{value!r} is neither a number of sandboxes >= 0 nor 'auto'")
+    return size
+
+
 def add_env_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--env",

@@ -63,6 +63,7 @@ from osmosis_harbor import settings
 from osmosis_harbor.errors import BaseImageMissingError, ConfigError, ImageBuildError, SandboxLostError
 from osmosis_harbor.sandbox import live
 from osmosis_harbor.sandbox.base_images import missing_base_error
+from osmosis_harbor.sandbox.batching import ClaimBatcher
 from osmosis_harbor.sandbox.bounds import cpus_or_default, memory_mb_or_default
 from osmosis_harbor.sandbox.images import (
     BUILD_COORDINATOR,
@@ -73,6 +74,7 @@ from osmosis_harbor.sandbox.images import (
 from osmosis_harbor.sandbox.liveness import SandboxState, sandbox_state
 from osmosis_harbor.sandbox.protocol import SandboxSdk, has_archives
 from osmosis_harbor.sandbox.registry import DEFAULT_SDK, implementation
+from osmosis_harbor.sandbox.starts import current_starts
 from osmosis_harbor.sandbox.transfers import ArchiveTransfers, overlaps
 from osmosis_harbor.shim import contract
 
@@ -139,7 +141,7 @@ class SandboxEnvironment(SkypilotEnvironment):
         *,
         sdk: str = DEFAULT_SDK,
         host_network: bool = False,
-        pool_size: int | None = None,
+        pool_size: int | str | None = None,
         registry: str | None = None,
         pool: str | None = None,
         context_name: str | None = None,
@@ -333,7 +335,7 @@ class SandboxEnvironment(SkypilotEnvironment):
         (a copy of Harbor's two calls, `_create_sandbox_via_sdk`), registered as live, and
         never leaves a sandbox behind when cancelled mid-create."""
         live.register_pending(self._sandbox_name, self._sdk)
-        creating = asyncio.ensure_future(self._create_sandbox_via_sdk(image))
+        creating = asyncio.ensure_future(self._bounded_create(image))
         try:
             sandbox = await asyncio.shield(creating)
         except asyncio.CancelledError:
@@ -344,10 +346,34 @@ class SandboxEnvironment(SkypilotEnvironment):
                 await made.terminate.aio(wait=True)
             live.unregister(self._sandbox_name)
             raise
+        self._adopt_name(sandbox)
         live.register_handle(self._sandbox_name, sandbox)
         self._archive_transfers = None
         self._known_ready = set(contract.LAYOUT_DIRS) if self._baked_layout else set()
         return sandbox
+
+    async def _bounded_create(self, image: str | None) -> Any:
+        """The SDK's create (or claim) inside the start bound of whoever submitted this trial."""
+        starts = current_starts()
+        if starts is None:
+            return await self._create_sandbox_via_sdk(image)
+        if self._pool and starts.batches is not None:  # the batch call takes the slot
+            sandbox = await self._create_sandbox_via_sdk(image, batches=starts.batches)
+        else:
+            async with starts.slot():
+                sandbox = await self._create_sandbox_via_sdk(image)
+        if self._pool:
+            starts.note_claim(self._pool)
+        return sandbox
+
+    def _adopt_name(self, sandbox: Any) -> None:
+        """A batch claim names its members from a prefix of its own (``batching``): from here
+        on this trial's sandbox goes by its member's name."""
+        name = getattr(sandbox, "name", None)  # a fake SDK's handle may have none: keep ours
+        if isinstance(name, str) and name != self._sandbox_name:
+            live.unregister(self._sandbox_name)
+            self._sandbox_name = name
+            live.register_pending(name, self._sdk)
 
     @override
     async def _upload_environment_dir_after_start(self) -> None:
@@ -617,7 +643,7 @@ class SandboxEnvironment(SkypilotEnvironment):
         )
         return await retrying(sandbox_state, self._sdk, self._sandbox_name)
 
-    async def _create_sandbox_via_sdk(self, image: str | None) -> Any:
+    async def _create_sandbox_via_sdk(self, image: str | None, batches: ClaimBatcher | None = None) -> Any:
         common: dict[str, Any] = {
             "name": self._sandbox_name,
             "context_name": self._context_name,
@@ -631,6 +657,9 @@ class SandboxEnvironment(SkypilotEnvironment):
         if self._pool:
             # A pool launch inherits image/cpu/memory/network from the pool.
             try:
+                if batches is not None:
+                    unnamed = {k: v for k, v in common.items() if k != "name"}
+                    return await batches.claim(self._sdk, self._pool, self._sandbox_name, unnamed)
                 return await self._sdk.create.aio(pool=self._pool, **common)
             except LookupError as exc:  # the SDK's "no such pool"
                 if self._generic_pool:

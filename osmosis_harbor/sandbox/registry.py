@@ -45,7 +45,9 @@ class SandboxImplementation:
     reach a server on this machine's loopback. ``local_images``: sandboxes run on the engine
     that builds task images, so without a registry images stay local (nothing is pushed).
     ``missing_hint``: what to install when the module cannot be imported. ``default_registry``:
-    where task images are pushed when neither ``registry=`` nor ``OSMOSIS_HARBOR_REGISTRY`` says."""
+    where task images are pushed when neither ``registry=`` nor ``OSMOSIS_HARBOR_REGISTRY`` says.
+    ``max_concurrent_starts``: the default bound on sandboxes being created or claimed at once
+    by one backend (``sandbox.starts``): what the provider's create rate comfortably takes."""
 
     name: str
     module: str
@@ -53,6 +55,7 @@ class SandboxImplementation:
     local_images: bool = False
     missing_hint: str | None = None
     default_registry: str | None = None
+    max_concurrent_starts: int = 8
 
     def load(self) -> SandboxSdk:
         try:
@@ -72,12 +75,21 @@ def register(impl: SandboxImplementation) -> SandboxImplementation:
     return impl
 
 
-register(SandboxImplementation("docker", "osmosis_harbor.sandbox.docker", reaches_host=True, local_images=True))
-register(SandboxImplementation("skypilot", "sky.sandbox", missing_hint=SKYPILOT_SDK_MISSING))
+# A local engine creates containers a few at a time; SkyPilot's control plane takes a burst.
+register(
+    SandboxImplementation(
+        "docker", "osmosis_harbor.sandbox.docker", reaches_host=True, local_images=True, max_concurrent_starts=8
+    )
+)
+register(SandboxImplementation("skypilot", "sky.sandbox", missing_hint=SKYPILOT_SDK_MISSING, max_concurrent_starts=128))
 # SkyPilot's SDK served by a local emulator (sandbox/emulator/): SkyPilot's limits on this machine.
 register(
     SandboxImplementation(
-        "skypilot-emulator", "osmosis_harbor.sandbox.emulator", local_images=False, default_registry="127.0.0.1:5000"
+        "skypilot-emulator",
+        "osmosis_harbor.sandbox.emulator",
+        local_images=False,
+        default_registry="127.0.0.1:5000",
+        max_concurrent_starts=32,
     )
 )
 DEFAULT_SDK = "skypilot"
