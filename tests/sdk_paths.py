@@ -9,14 +9,18 @@ started (``emulator_support.start_server``), reached through ``OSMOSIS_HARBOR_EM
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
+import docker
 import pytest
 from harbor.models.trial.config import EnvironmentConfig
 
 from osmosis_harbor.sandbox import environment_config
+from osmosis_harbor.sandbox.docker.labels import IDLE_PREFIX
+from osmosis_harbor.sandbox.emulator.state import EMULATOR_OWNER_HOST
+from osmosis_harbor.sandbox.owner import OWNER_HOST, OWNER_PID
 from osmosis_harbor.sandbox.registry import implementation
 
 from .emulator_support import EmulatorServer
@@ -39,6 +43,11 @@ class SdkPath:
     def is_emulator(self) -> bool:
         return self.emulator is not None
 
+    @property
+    def owner_pid(self) -> int:
+        """The owner label of this path's sandbox containers: this process, or the emulator server."""
+        return self.emulator.process.pid if self.emulator is not None else os.getpid()
+
     def environment(self, **kwargs: Any) -> EnvironmentConfig:
         """The environment config of this path (``host_network`` is dropped on the emulator,
         which has none: a loopback endpoint reaches it through the relay or not at all)."""
@@ -59,10 +68,15 @@ class SdkPath:
         return self.stats()["calls_by_route"] if self.is_emulator else {}
 
     def sandboxes_left(self) -> list[str]:
-        """On the emulator, the session server's live sandboxes (each test leaves none)."""
+        """On the emulator, the sandboxes the session's server made that still exist (each test
+        leaves none). Read from the engine by owner: the emulator's ``ls`` lists every emulator
+        server's sandboxes on this engine, other test sessions' included."""
         if self.emulator is None:
             return []
-        return [s["name"] for s in httpx.get(f"{self.emulator.url}/sandboxes", timeout=30).json()]
+        containers = docker.from_env().api.containers(
+            all=True, filters={"label": [f"{OWNER_HOST}={EMULATOR_OWNER_HOST}", f"{OWNER_PID}={self.owner_pid}"]}
+        )
+        return [n for c in containers if not (n := c["Names"][0].lstrip("/")).startswith(IDLE_PREFIX)]
 
     def require_loopback_endpoint(self) -> None:
         """Skip, naming SkyPilot's limit, where a rollout's loopback chat endpoint cannot be reached."""
@@ -84,3 +98,6 @@ class SdkPath:
         assert delta.get("PUT /sandboxes/{name}/files", 0) > 0, f"no file was written through the emulator: {delta}"
         assert delta.get("GET /sandboxes/{name}/files", 0) > 0, f"no file was read through the emulator: {delta}"
         assert delta.get("POST /sandboxes/{name}/exec", 0) > 0, delta
+
+
+DOCKER = SdkPath("docker")  # the default path of a helper that is not parametrized

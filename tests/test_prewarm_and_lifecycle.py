@@ -23,13 +23,12 @@ from osmosis_harbor.sandbox.images import BUILD_COORDINATOR
 from osmosis_harbor.testing.scripted_policy import FakeChatServer
 
 from .rollout_server import client_for, serve
-from .sdk_paths import SdkPath
+from .sdk_paths import DOCKER, SdkPath
 from .support import FIXTURES, TASKS, make_task, managed_containers, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("osmosis_home")]
 
 PROJECT = FIXTURES / "rollout_project"
-DOCKER = SdkPath("docker")
 WF = "rollout_fixtures.workflows"
 
 

@@ -21,10 +21,10 @@ from harbor.trial.queue import TrialQueue
 from osmosis_ai.rollout.types import RolloutErrorCategory, RolloutStatus
 
 from osmosis_harbor.backend import HarborBackend
-from osmosis_harbor.sandbox import environment_config
 from osmosis_harbor.testing.scripted_policy import FakeChatServer
 
 from .rollout_server import client_for, serve
+from .sdk_paths import DOCKER, SdkPath
 from .support import FIXTURES, TASKS, managed_containers
 
 pytestmark = pytest.mark.slow
@@ -33,7 +33,7 @@ PROJECT = FIXTURES / "rollout_project"
 ATTACKS = ["rewrite-grader", "replace-grade-script", "reward-rewriter", "shadow-modules", "reward-file-up-front"]
 
 
-def _backend(tmp_path: Path, tasks_dir: Path, grader: str) -> HarborBackend:
+def _backend(tmp_path: Path, tasks_dir: Path, grader: str, sdk: SdkPath = DOCKER) -> HarborBackend:
     return HarborBackend(
         orchestrator=TrialQueue(n_concurrent=3),
         tasks_dir=tasks_dir,
@@ -44,7 +44,7 @@ def _backend(tmp_path: Path, tasks_dir: Path, grader: str) -> HarborBackend:
         grader_config="rollout_fixtures.graders:fixture_grader_config" if grader == "AnswerGrader" else None,
         code_dir=PROJECT,
         bundles_dir=tmp_path / "bundles",
-        environment_config=environment_config("docker", host_network=True),
+        environment_config=sdk.environment(host_network=True),
         trials_dir=tmp_path / "trials",
         cleanup_successful_trials=False,
     )
@@ -68,12 +68,13 @@ async def _attack(client, chat: FakeChatServer, attack: str):
 
 
 async def test_a_root_workflow_cannot_forge_its_reward(
-    tmp_path: Path, graded_template: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, graded_template: Path, monkeypatch: pytest.MonkeyPatch, sandbox_sdk: SdkPath
 ) -> None:
+    sandbox_sdk.require_loopback_endpoint()
     monkeypatch.setenv("HOME", str(tmp_path))
     chat = FakeChatServer()
     try:
-        backend = _backend(tmp_path, graded_template, "AnswerGrader")
+        backend = _backend(tmp_path, graded_template, "AnswerGrader", sandbox_sdk)
         async with serve(backend) as url, client_for(url) as client:
             results = await asyncio.gather(*(_attack(client, chat, attack) for attack in ATTACKS))
     finally:
@@ -83,6 +84,7 @@ async def test_a_root_workflow_cannot_forge_its_reward(
         assert result.sample.reward == 0.0, f"{attack}: the workflow forged reward {result.sample.reward}"
         assert result.sample.metrics.get("answer_found") == 1.0, attack  # the grader really ran on "7"
     assert not managed_containers(owner_pid=os.getpid()), "sandboxes left behind"
+    assert not sandbox_sdk.sandboxes_left(), "emulator sandboxes left behind"
 
 
 async def test_a_failing_grader_is_a_failure_whatever_the_workflow_writes(
