@@ -36,6 +36,7 @@ __all__ = [
     "SandboxError",
     "SandboxExistsError",
     "SandboxLostError",
+    "SandboxNetworkError",
     "SandboxNotFoundError",
     "SandboxSdkMissingError",
     "TaskResolutionError",
@@ -108,6 +109,10 @@ class PrewarmError(OsmosisHarborError, RuntimeError):
 
 class SandboxError(OsmosisHarborError):
     """Base of what the sandbox layer raises about sandboxes, pools and engines."""
+
+
+class SandboxNetworkError(SandboxError):
+    """The sandboxes' Docker network exists but cannot be used (no IPv4 gateway, not a bridge)."""
 
 
 class SandboxSdkMissingError(SandboxError, RuntimeError):

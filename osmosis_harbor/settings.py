@@ -42,6 +42,14 @@ class Settings(BaseSettings):
     )
     xdg_cache_home: Path | None = Field(None, validation_alias="XDG_CACHE_HOME")
     columns: int | None = Field(None, validation_alias="COLUMNS", description="result tables' width off a terminal")
+    relay_max_request_bytes: int = Field(
+        32 * 2**20, gt=0, description="the policy relay refuses a sandbox's request body over this (413)"
+    )
+    relay_max_response_bytes: int = Field(
+        64 * 2**20, gt=0, description="the policy relay cuts off a policy response over this"
+    )
+    relay_timeout_sec: float = Field(900.0, gt=0, description="the policy relay's wait for the policy endpoint")
+    relay_max_connections: int = Field(256, gt=0, description="the policy relay's concurrent connections")
 
     def pool_lock_dir(self) -> Path:
         """Lock files live in the user cache dir: machine-local, like the engine they guard."""

@@ -42,13 +42,18 @@ class SandboxImplementation:
     """One registered implementation of the ``sky.sandbox`` surface.
 
     ``reaches_host``: a sandbox can share the host's network (``host_network=True``) and so
-    reach a server on this machine's loopback. ``local_images``: sandboxes run on the engine
+    reach a server on this machine's loopback (an explicit opt-in, see the README's risks).
+    ``relays_host_endpoint``: sandboxes run on this machine's Docker engine, on the sandboxes'
+    bridge, so a rollout's chat endpoint on the host's loopback reaches them through the
+    policy relay (``relay.py``) and nothing else of the host does; on SkyPilot the endpoint
+    must be a public URL. ``local_images``: sandboxes run on the engine
     that builds task images, so without a registry images stay local (nothing is pushed).
     ``missing_hint``: what to install when the module cannot be imported."""
 
     name: str
     module: str
     reaches_host: bool = False
+    relays_host_endpoint: bool = False
     local_images: bool = False
     missing_hint: str | None = None
 
@@ -70,7 +75,11 @@ def register(impl: SandboxImplementation) -> SandboxImplementation:
     return impl
 
 
-register(SandboxImplementation("docker", "osmosis_harbor.sandbox.docker", reaches_host=True, local_images=True))
+register(
+    SandboxImplementation(
+        "docker", "osmosis_harbor.sandbox.docker", reaches_host=True, relays_host_endpoint=True, local_images=True
+    )
+)
 register(SandboxImplementation("skypilot", "sky.sandbox", missing_hint=SKYPILOT_SDK_MISSING))
 DEFAULT_SDK = "skypilot"
 SDK_NAMES: tuple[str, ...] = tuple(_REGISTRY)

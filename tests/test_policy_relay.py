@@ -1,0 +1,186 @@
+"""The sandboxes' bridge and the policy relay, with real containers on the local engine.
+
+Sandboxes join ``osmosis-harbor-sandboxes`` (inter-container traffic off) and reach the host
+only through the relay on its gateway, which forwards a registered token's requests under its
+chat URL's path to that one upstream, and refuses everything else.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import docker
+import httpx
+import pytest
+
+from osmosis_harbor.sandbox.docker.network import SANDBOX_NETWORK, sandbox_network
+from osmosis_harbor.sandbox.relay import PolicyRelay
+from osmosis_harbor.sandbox.relay_app import RelayLimits, forwardable_path
+from osmosis_harbor.testing.scripted_policy import FakeChatServer
+
+LISTENER_IMAGE = "python:3.13-slim"  # bootstrap's base images; the peer test needs a listener
+PEER_PORT = 8731
+
+
+def unique(stem: str) -> str:
+    return f"{stem}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+async def make_sandbox(docker_sandbox_sdk: Any, sandbox_image: str) -> AsyncIterator[Any]:
+    made: list[Any] = []
+
+    async def factory(stem: str = "relay", **kwargs: Any) -> Any:
+        kwargs.setdefault("image", sandbox_image)
+        sandbox = await docker_sandbox_sdk.create.aio(name=unique(stem), timeout=300, **kwargs)
+        made.append(sandbox)
+        return sandbox
+
+    yield factory
+    for sandbox in made:
+        await sandbox.terminate.aio(wait=True)
+
+
+@pytest.fixture
+def relay() -> Iterator[PolicyRelay]:
+    relay = PolicyRelay()
+    yield relay
+    relay.close()
+
+
+@pytest.fixture
+def policies() -> Iterator[tuple[FakeChatServer, FakeChatServer]]:
+    one, two = FakeChatServer(default_reply="from-one"), FakeChatServer(default_reply="from-two")
+    yield one, two
+    one.close()
+    two.close()
+
+
+async def run(sandbox: Any, *argv: str) -> tuple[int, str]:
+    handle = await sandbox.exec.aio(*argv, timeout_seconds=60)
+    code = await handle.wait()
+    return code, handle.stdout.read() + handle.stderr.read()
+
+
+def http_from_sandbox(url: str, *, authorization: str = "Bearer sk-x") -> list[str]:
+    """argv that POSTs a chat request to ``url`` with bash's /dev/tcp (the image has no curl):
+    HTTP/1.0, so the relay closes the connection after its answer."""
+    rest = url.removeprefix("http://")
+    hostport, _, path = rest.partition("/")
+    host, _, port = hostport.partition(":")
+    body = '{"model":"p","messages":[{"role":"user","content":"hi"}]}'
+    request = (
+        f"POST /{path} HTTP/1.0\\r\\nHost: {hostport}\\r\\nAuthorization: {authorization}\\r\\n"
+        f"Content-Type: application/json\\r\\nContent-Length: {len(body)}\\r\\n\\r\\n{body}"
+    )
+    script = f"exec 3<>/dev/tcp/{host}/{port} && printf '%b' '{request}' >&3 && cat <&3"
+    return ["timeout", "20", "bash", "-c", script]
+
+
+def status_of(output: str) -> int:
+    first = output.splitlines()[0] if output else ""
+    assert first.startswith("HTTP/1."), output
+    return int(first.split()[1])
+
+
+# ── the network ──────────────────────────────────────────────────────────────────────────────
+
+
+async def test_sandboxes_join_their_own_bridge_without_icc(make_sandbox: Any) -> None:
+    first, second = sandbox_network(), sandbox_network()
+    assert first == second and first.name == SANDBOX_NETWORK  # idempotent, by name
+    data = docker.from_env().api.inspect_network(SANDBOX_NETWORK)
+    assert data["Options"]["com.docker.network.bridge.enable_icc"] == "false"
+    assert data["Labels"]["osmosis-harbor.managed"] == "1"
+    sandbox = await make_sandbox()
+    attached = docker.from_env().api.inspect_container(sandbox.id)["NetworkSettings"]["Networks"]
+    assert set(attached) == {SANDBOX_NETWORK}
+    blocked = await make_sandbox(block_network=True)
+    attached = docker.from_env().api.inspect_container(blocked.id)["NetworkSettings"]["Networks"]
+    assert set(attached) == {"none"}
+
+
+async def test_two_sandboxes_cannot_reach_each_other(make_sandbox: Any) -> None:
+    listener = await make_sandbox("peer-a", image=LISTENER_IMAGE)
+    other = await make_sandbox("peer-b", image=LISTENER_IMAGE)
+    serve = f"nohup python3 -m http.server {PEER_PORT} --bind 0.0.0.0 >/dev/null 2>&1 &"
+    assert (await run(listener, "bash", "-c", serve))[0] == 0
+    wait_ready = (
+        f"for i in $(seq 200); do (exec 3<>/dev/tcp/127.0.0.1/{PEER_PORT}) 2>/dev/null && exit 0; sleep 0.05; done; exit 1"
+    )
+    assert (await run(listener, "bash", "-c", wait_ready))[0] == 0
+    address = docker.from_env().api.inspect_container(listener.id)["NetworkSettings"]["Networks"][
+        SANDBOX_NETWORK
+    ]["IPAddress"]
+    url = f"http://{address}:{PEER_PORT}/"
+    # positive control: the listener answers on its bridge address (to the host, and to itself)
+    assert httpx.get(url, timeout=10, trust_env=False).status_code == 200
+    code, _ = await run(listener, "timeout", "10", "bash", "-c", f"exec 3<>/dev/tcp/{address}/{PEER_PORT}")
+    assert code == 0
+    code, _ = await run(other, "timeout", "5", "bash", "-c", f"exec 3<>/dev/tcp/{address}/{PEER_PORT}")
+    assert code != 0, "a sandbox reached another sandbox on the sandboxes' bridge"
+
+
+# ── the relay, from a sandbox ────────────────────────────────────────────────────────────────
+
+
+async def test_the_relay_forwards_only_a_tokens_chat_path_to_its_own_upstream(
+    make_sandbox: Any, relay: PolicyRelay, policies: tuple[FakeChatServer, FakeChatServer]
+) -> None:
+    one, two = policies
+    first = await relay.register(one.base_url)
+    second = await relay.register(two.base_url)
+    assert first.token != second.token and first.token not in one.base_url
+    assert first.sandbox_url.endswith(f"/{first.token}/v1")
+    sandbox = await make_sandbox()
+
+    code, out = await run(sandbox, *http_from_sandbox(first.sandbox_url + "/chat/completions"))
+    assert code == 0 and status_of(out) == 200 and "from-one" in out
+    code, out = await run(sandbox, *http_from_sandbox(second.sandbox_url + "/chat/completions"))
+    assert code == 0 and status_of(out) == 200 and "from-two" in out
+    assert [(r.path, r.authorization) for r in one.requests] == [("/v1/chat/completions", "Bearer sk-x")]
+    assert [r.path for r in two.requests] == ["/v1/chat/completions"]  # each token reaches its own upstream
+
+    base = first.sandbox_url.rsplit("/v1", 1)[0]  # http://gateway:port/<token>
+    outside = ["/admin", "/v1/../admin", "/v1/%2e%2e/admin", "/v1%2fchat", "/v10/chat/completions", "/"]
+    for path in outside:
+        code, out = await run(sandbox, *http_from_sandbox(base + path))
+        assert status_of(out) == 404, (path, out)
+    unknown = base.rsplit("/", 1)[0] + "/" + "x" * len(first.token) + "/v1/chat/completions"
+    assert status_of((await run(sandbox, *http_from_sandbox(unknown)))[1]) == 403
+    first.close()  # the rollout ended: its URL is dead, the other rollout's is not
+    assert status_of((await run(sandbox, *http_from_sandbox(first.sandbox_url + "/chat/completions")))[1]) == 403
+    assert status_of((await run(sandbox, *http_from_sandbox(second.sandbox_url + "/chat/completions")))[1]) == 200
+    assert len(one.requests) == 1 and len(two.requests) == 2  # nothing refused reached an upstream
+
+
+# ── the relay's bounds (from the host, on the gateway) ───────────────────────────────────────
+
+
+async def test_request_and_response_sizes_are_bounded(policies: tuple[FakeChatServer, FakeChatServer]) -> None:
+    one, _ = policies
+    relay = PolicyRelay(limits=RelayLimits(max_request_bytes=16_384, max_response_bytes=4096, timeout_sec=30))
+    try:
+        registration = await relay.register(one.base_url)
+        url = registration.sandbox_url + "/chat/completions"
+        async with httpx.AsyncClient(trust_env=False, timeout=30) as client:
+            small = {"model": "p", "messages": [{"role": "user", "content": "reply: ok"}]}
+            assert (await client.post(url, json=small)).json()["choices"][0]["message"]["content"] == "ok"
+            big = {"model": "p", "messages": [{"role": "user", "content": "x" * 32_768}]}
+            assert (await client.post(url, json=big)).status_code == 413
+            flood = {"model": "p", "messages": [{"role": "user", "content": "reply: " + "y" * 8192}]}
+            with pytest.raises(httpx.RemoteProtocolError):
+                await client.post(url, json=flood)  # the upstream answered; the relay cut it off
+        assert len(one.requests) == 2  # the oversized request never reached the upstream
+    finally:
+        relay.close()
+
+
+def test_forwardable_path() -> None:
+    assert forwardable_path("/v1/chat/completions", "/v1")
+    assert forwardable_path("/v1", "/v1")
+    assert forwardable_path("/anything", "")
+    for path in ("/v1/../x", "/v1/%2E%2E/x", "/v1/./x", "/v1%2Fx", "/v1\\..\\x", "/v10", "/", "/v1/%00"):
+        assert not forwardable_path(path, "/v1"), path
