@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import docker
 import httpx
 import pytest
 
+from osmosis_harbor.backend.options import BackendOptions
 from osmosis_harbor.sandbox.docker.network import SANDBOX_NETWORK, sandbox_network
 from osmosis_harbor.sandbox.relay import PolicyRelay
 from osmosis_harbor.sandbox.relay_app import RelayLimits, forwardable_path
@@ -107,13 +109,11 @@ async def test_two_sandboxes_cannot_reach_each_other(make_sandbox: Any) -> None:
     other = await make_sandbox("peer-b", image=LISTENER_IMAGE)
     serve = f"nohup python3 -m http.server {PEER_PORT} --bind 0.0.0.0 >/dev/null 2>&1 &"
     assert (await run(listener, "bash", "-c", serve))[0] == 0
-    wait_ready = (
-        f"for i in $(seq 200); do (exec 3<>/dev/tcp/127.0.0.1/{PEER_PORT}) 2>/dev/null && exit 0; sleep 0.05; done; exit 1"
-    )
+    probe = f"(exec 3<>/dev/tcp/127.0.0.1/{PEER_PORT}) 2>/dev/null"
+    wait_ready = f"for i in $(seq 200); do {probe} && exit 0; sleep 0.05; done; exit 1"  # poll until it listens
     assert (await run(listener, "bash", "-c", wait_ready))[0] == 0
-    address = docker.from_env().api.inspect_container(listener.id)["NetworkSettings"]["Networks"][
-        SANDBOX_NETWORK
-    ]["IPAddress"]
+    networks = docker.from_env().api.inspect_container(listener.id)["NetworkSettings"]["Networks"]
+    address = networks[SANDBOX_NETWORK]["IPAddress"]
     url = f"http://{address}:{PEER_PORT}/"
     # positive control: the listener answers on its bridge address (to the host, and to itself)
     assert httpx.get(url, timeout=10, trust_env=False).status_code == 200
@@ -184,3 +184,34 @@ def test_forwardable_path() -> None:
     assert forwardable_path("/anything", "")
     for path in ("/v1/../x", "/v1/%2E%2E/x", "/v1/./x", "/v1%2Fx", "/v1\\..\\x", "/v10", "/", "/v1/%00"):
         assert not forwardable_path(path, "/v1"), path
+
+
+# ── the decision: which rollouts go through the relay ───────────────────────────────────────
+
+
+@pytest.mark.parametrize(
+    ("agent", "native", "env", "url", "relayed", "refused"),
+    [
+        ("wf:Flow", False, {"sdk": "docker"}, "http://127.0.0.1:9/v1", True, False),
+        ("wf:Flow", False, {"sdk": "docker"}, "http://localhost:9/v1", True, False),
+        ("wf:Flow", False, {"sdk": "docker", "host_network": True}, "http://127.0.0.1:9/v1", False, False),
+        ("wf:Flow", False, {"sdk": "docker"}, "https://policy.example.com/v1", False, False),
+        ("wf:Flow", False, {"sdk": "skypilot"}, "http://127.0.0.1:9/v1", False, True),
+        ("mini-swe-agent", True, {"sdk": "docker"}, "http://127.0.0.1:9/v1", True, False),
+        ("terminus-2", True, {"sdk": "docker"}, "http://127.0.0.1:9/v1", False, False),  # calls from the host
+        ("terminus-2", True, {"sdk": "skypilot"}, "http://127.0.0.1:9/v1", False, False),
+        ("oracle", True, {"sdk": "docker"}, "", False, False),
+    ],
+)
+def test_which_rollouts_the_relay_carries(
+    agent: str, native: bool, env: dict[str, Any], url: str, relayed: bool, refused: bool
+) -> None:
+    from harbor.models.trial.config import EnvironmentConfig
+
+    from osmosis_harbor.backend.admission import endpoint_problem, relays_endpoint
+    from osmosis_harbor.sandbox.environment import IMPORT_PATH
+
+    options = cast(BackendOptions, SimpleNamespace(agent=agent, is_native=native))
+    environment = EnvironmentConfig(import_path=IMPORT_PATH, kwargs=env)
+    assert relays_endpoint(options, environment, url) is relayed
+    assert (endpoint_problem(options, environment, url) is not None) is refused
