@@ -104,6 +104,20 @@ async def test_sandboxes_join_their_own_bridge_without_icc(make_sandbox: Any) ->
     assert set(attached) == {"none"}
 
 
+async def test_pool_members_join_the_bridge_too(docker_sandbox_sdk: Any, sandbox_image: str) -> None:
+    pool = unique("relaypool")
+    await docker_sandbox_sdk.create_pool.aio(pool, sandbox_image, replicas=1)
+    try:
+        claimed = await docker_sandbox_sdk.create.aio(name=unique("relayclaim"), pool=pool, timeout=300)
+        try:
+            attached = docker.from_env().api.inspect_container(claimed.id)["NetworkSettings"]["Networks"]
+            assert set(attached) == {SANDBOX_NETWORK}
+        finally:
+            await claimed.terminate.aio(wait=True)
+    finally:
+        await docker_sandbox_sdk.delete_pool.aio(pool)
+
+
 async def test_two_sandboxes_cannot_reach_each_other(make_sandbox: Any) -> None:
     listener = await make_sandbox("peer-a", image=LISTENER_IMAGE)
     other = await make_sandbox("peer-b", image=LISTENER_IMAGE)

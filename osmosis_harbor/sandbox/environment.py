@@ -11,8 +11,9 @@ environment-dir uploads). What we change:
   trials of one environment build and push its image once (``images.py``);
 * with the Docker SDK and no registry, images stay on the local engine (no push needed:
   the sandbox runs on the engine that built them);
-* the Docker SDK accepts ``host_network=True`` for sandboxes that must reach a server on
-  this machine (a local chat-completions endpoint);
+* the Docker SDK accepts ``host_network=True``, an explicit opt-in that gives a sandbox the
+  host's whole network (a local chat-completions endpoint reaches Docker sandboxes through
+  the backend's policy relay without it: ``relay.py``);
 * a task that names no CPU or memory gets Harbor's documented sizing (``bounds.py``);
 * a command or file transfer that fails in a sandbox that is gone, or stopped without this
   trial stopping it, raises `SandboxLostError` (``liveness.py``) instead of looking like the

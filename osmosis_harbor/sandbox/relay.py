@@ -151,6 +151,9 @@ class PolicyRelay:
             assert self._server is not None
             try:
                 await self._server.serve(sockets=[sock])
+            except Exception:  # in a thread of its own: say so, or the relay dies silently
+                log.exception("the policy relay on %s stopped", sock.getsockname())
+                raise
             finally:
                 sock.close()
 
