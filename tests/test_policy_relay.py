@@ -7,8 +7,10 @@ chat URL's path to that one upstream, and refuses everything else.
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import SimpleNamespace
 from typing import Any, cast
 
@@ -229,3 +231,52 @@ def test_which_rollouts_the_relay_carries(
     environment = EnvironmentConfig(import_path=IMPORT_PATH, kwargs=env)
     assert relays_endpoint(options, environment, url) is relayed
     assert (endpoint_problem(options, environment, url) is not None) is refused
+
+
+class _Streaming:
+    """An upstream that sends one event, then holds the response open until ``release`` is
+    set: a relay that buffered would deliver nothing before the hold ends."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.held_to_the_end = False
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.end_headers()
+                self.wfile.write(b"data: one\n\n")
+                self.wfile.flush()
+                outer.held_to_the_end = not outer.release.wait(60)
+                self.wfile.write(b"data: two\n\n")
+
+            def log_message(self, *args: Any) -> None:
+                return None
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.release.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+async def test_responses_are_streamed_through(relay: PolicyRelay) -> None:
+    upstream = _Streaming()
+    try:
+        registration = await relay.register(f"http://127.0.0.1:{upstream.server.server_address[1]}/v1")
+        async with httpx.AsyncClient(trust_env=False, timeout=90) as client:
+            url = registration.sandbox_url + "/chat/completions"
+            async with client.stream("POST", url, json={"stream": True}) as response:
+                chunks = response.aiter_bytes()
+                first = await anext(chunks)
+                upstream.release.set()  # only now may the upstream finish
+                rest = b"".join([chunk async for chunk in chunks])
+        assert first == b"data: one\n\n" and rest == b"data: two\n\n"
+        assert not upstream.held_to_the_end  # the first event came through while the upstream held
+    finally:
+        upstream.close()
