@@ -50,6 +50,9 @@ class Settings(BaseSettings):
     )
     relay_timeout_sec: float = Field(900.0, gt=0, description="the policy relay's wait for the policy endpoint")
     relay_max_connections: int = Field(256, gt=0, description="the policy relay's concurrent connections")
+    relay_port: int = Field(
+        0, ge=0, le=65535, description="the policy relay's port on the sandboxes' gateway (0: an ephemeral one)"
+    )
 
     def pool_lock_dir(self) -> Path:
         """Lock files live in the user cache dir: machine-local, like the engine they guard."""

@@ -7,6 +7,8 @@ chat URL's path to that one upstream, and refuses everything else.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -19,7 +21,13 @@ import httpx
 import pytest
 
 from osmosis_harbor.backend.options import BackendOptions
-from osmosis_harbor.sandbox.docker.network import SANDBOX_NETWORK, sandbox_network
+from osmosis_harbor.errors import SandboxNetworkError
+from osmosis_harbor.sandbox.docker.network import (
+    BRIDGE_INTERFACE,
+    SANDBOX_NETWORK,
+    ensure_sandbox_network,
+    sandbox_network,
+)
 from osmosis_harbor.sandbox.relay import PolicyRelay
 from osmosis_harbor.sandbox.relay_app import RelayLimits, forwardable_path
 from osmosis_harbor.testing.scripted_policy import FakeChatServer
@@ -97,6 +105,7 @@ async def test_sandboxes_join_their_own_bridge_without_icc(make_sandbox: Any) ->
     assert first == second and first.name == SANDBOX_NETWORK  # idempotent, by name
     data = docker.from_env().api.inspect_network(SANDBOX_NETWORK)
     assert data["Options"]["com.docker.network.bridge.enable_icc"] == "false"
+    assert data["Options"]["com.docker.network.bridge.name"] == BRIDGE_INTERFACE
     assert data["Labels"]["osmosis-harbor.managed"] == "1"
     sandbox = await make_sandbox()
     attached = docker.from_env().api.inspect_container(sandbox.id)["NetworkSettings"]["Networks"]
@@ -104,6 +113,17 @@ async def test_sandboxes_join_their_own_bridge_without_icc(make_sandbox: Any) ->
     blocked = await make_sandbox(block_network=True)
     attached = docker.from_env().api.inspect_container(blocked.id)["NetworkSettings"]["Networks"]
     assert set(attached) == {"none"}
+
+
+def test_a_network_of_that_name_that_lets_sandboxes_talk_is_refused(docker_sandbox_sdk: Any) -> None:
+    api = docker.from_env().api
+    name = unique("ohtest-icc")
+    api.create_network(name, driver="bridge")  # Docker's defaults: inter-container traffic allowed
+    try:
+        with pytest.raises(SandboxNetworkError, match=f"{name}.*enable_icc"):
+            ensure_sandbox_network(api, name)
+    finally:
+        api.remove_network(name)
 
 
 async def test_pool_members_join_the_bridge_too(docker_sandbox_sdk: Any, sandbox_image: str) -> None:
@@ -280,3 +300,42 @@ async def test_responses_are_streamed_through(relay: PolicyRelay) -> None:
         assert not upstream.held_to_the_end  # the first event came through while the upstream held
     finally:
         upstream.close()
+
+
+async def test_closing_ends_calls_in_flight_at_once_and_leaves_logging_alone() -> None:
+    """A rollout server stops its relay during shutdown, while a cancelled rollout's call may
+    still wait on the policy: the call gets a 503 and the relay stops without waiting for it.
+    And starting the relay must not reconfigure the process's logging (the server's drain logs
+    through uvicorn's logger)."""
+    arrived, release = threading.Event(), threading.Event()
+
+    class Holding(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+            arrived.set()
+            release.wait(120)
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            return None
+
+    upstream = ThreadingHTTPServer(("127.0.0.1", 0), Holding)
+    threading.Thread(target=upstream.serve_forever, daemon=True).start()
+    uvicorn_error = logging.getLogger("uvicorn.error")
+    uvicorn_error.setLevel(logging.INFO)
+    relay = PolicyRelay()
+    try:
+        registration = await relay.register(f"http://127.0.0.1:{upstream.server_address[1]}/v1")
+        assert uvicorn_error.level == logging.INFO and uvicorn_error.isEnabledFor(logging.INFO)
+        async with httpx.AsyncClient(trust_env=False, timeout=120) as client:
+            call = asyncio.create_task(client.post(registration.sandbox_url + "/chat/completions", json={}))
+            assert await asyncio.to_thread(arrived.wait, 60)  # the call waits on the upstream now
+            thread = relay._thread
+            await relay.aclose()
+            assert thread is not None and not thread.is_alive()
+            assert (await call).status_code == 503
+    finally:
+        release.set()
+        relay.close()
+        upstream.shutdown()
+        upstream.server_close()

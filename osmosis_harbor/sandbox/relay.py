@@ -32,7 +32,7 @@ import uvicorn
 
 from osmosis_harbor import settings
 from osmosis_harbor.errors import ConfigError
-from osmosis_harbor.sandbox.relay_app import RelayLimits, RelayRoute, relay_app
+from osmosis_harbor.sandbox.relay_app import RelayApp, RelayLimits, RelayRoute
 
 __all__ = ["PolicyRelay", "RelayRegistration", "sandbox_gateway"]
 
@@ -77,6 +77,8 @@ class PolicyRelay:
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
         self._client: httpx.AsyncClient | None = None
+        self._app: RelayApp | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     @property
     def address(self) -> tuple[str, int] | None:
@@ -118,21 +120,19 @@ class PolicyRelay:
             if self._address is not None:
                 return self._address
             host = self._bind_host()
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind((host, 0))
-            sock.listen(256)  # connections queue from here on, before the server loop runs
+            sock = _listen(host, settings.current().relay_port)
             limits = self._limits or _limits_from_settings()
-            app = relay_app(self._lookup, self._upstream_client, limits)
+            self._app = RelayApp(self._lookup, self._upstream_client, limits)
             config = uvicorn.Config(
-                app,
+                self._app,
                 lifespan="off",
-                log_level="warning",
+                log_config=None,  # uvicorn's own would reconfigure this whole process's logging
+                log_level=None,
                 access_log=False,
                 server_header=False,
                 limit_concurrency=settings.current().relay_max_connections,
                 timeout_keep_alive=5,
-                timeout_graceful_shutdown=5,
+                timeout_graceful_shutdown=2,  # a backstop: close() ends the calls in flight first
             )
             self._server = uvicorn.Server(config)
             self._thread = threading.Thread(
@@ -146,6 +146,7 @@ class PolicyRelay:
     async def _serve(self, sock: socket.socket, limits: RelayLimits) -> None:
         timeout = httpx.Timeout(limits.timeout_sec, connect=10.0)
         # trust_env=False: a proxy from the environment must not carry loopback traffic away.
+        self._loop = asyncio.get_running_loop()
         async with httpx.AsyncClient(timeout=timeout, trust_env=False, follow_redirects=False) as client:
             self._client = client
             assert self._server is not None
@@ -165,9 +166,14 @@ class PolicyRelay:
         """Stop serving and forget every route (idempotent); a later register starts anew."""
         with self._guard:
             self._routes.clear()
-            server, thread = self._server, self._thread
-            self._server = self._thread = None
+            server, thread, app, loop = self._server, self._thread, self._app, self._loop
+            self._server = self._thread = self._app = self._loop = None
             self._address = None
+        if app is not None and loop is not None:
+            try:
+                loop.call_soon_threadsafe(app.cancel_in_flight)
+            except RuntimeError:  # the loop already ended
+                pass
         if server is not None:
             server.should_exit = True
         if thread is not None:
@@ -175,6 +181,22 @@ class PolicyRelay:
 
     async def aclose(self) -> None:
         await asyncio.to_thread(self.close)
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A listening socket: connections queue from here on, before the server loop runs."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(256)
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(
+            f"the policy relay cannot listen on {host}:{port} ({exc.strerror}): free the port or change "
+            "OSMOSIS_HARBOR_RELAY_PORT (0 picks a free one)"
+        ) from exc
+    return sock
 
 
 def _limits_from_settings() -> RelayLimits:

@@ -12,6 +12,7 @@ and the response is streamed back. Request bodies and response bodies are bounde
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -21,9 +22,9 @@ import httpx
 from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response, StreamingResponse
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
-__all__ = ["RelayLimits", "RelayRoute", "forwardable_path", "relay_app"]
+__all__ = ["RelayApp", "RelayLimits", "RelayRoute", "forwardable_path"]
 
 log = logging.getLogger(__name__)
 
@@ -77,19 +78,52 @@ def forwardable_path(raw_path: str, prefix: str) -> bool:
     return decoded == prefix or decoded.startswith(prefix + "/") or (prefix == "" and decoded.startswith("/"))
 
 
-def relay_app(
-    lookup: Callable[[str], RelayRoute | None], client: Callable[[], httpx.AsyncClient], limits: RelayLimits
-) -> Callable[[Scope, Receive, Send], object]:
-    """The ASGI app: ``lookup`` maps a token to its route (None: unknown or ended);
-    ``client`` is the upstream client of the relay's own event loop."""
+class RelayApp:
+    """The ASGI app. ``lookup`` maps a token to its route (None: unknown or ended);
+    ``client`` is the upstream client of the relay's own event loop. ``cancel_in_flight``
+    (on that loop) ends the calls still waiting when the relay stops: their rollouts have
+    ended, so each gets a 503 at once rather than holding the shutdown."""
 
-    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+    def __init__(
+        self,
+        lookup: Callable[[str], RelayRoute | None],
+        client: Callable[[], httpx.AsyncClient],
+        limits: RelayLimits,
+    ) -> None:
+        self._lookup = lookup
+        self._client = client
+        self._limits = limits
+        self._stopping = False
+        self._in_flight: set[asyncio.Task[object]] = set()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return
-        response = await _handle(Request(scope, receive), lookup, client(), limits)
-        await response(scope, receive, send)
+        task = asyncio.current_task()
+        assert task is not None
+        self._in_flight.add(task)
+        started = False
 
-    return app
+        async def tracked(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            response = await _handle(Request(scope, receive), self._lookup, self._client(), self._limits)
+            await response(scope, receive, tracked)
+        except asyncio.CancelledError:
+            if not self._stopping:
+                raise
+            if not started:
+                await PlainTextResponse("the policy relay stopped\n", status_code=503)(scope, receive, send)
+        finally:
+            self._in_flight.discard(task)
+
+    def cancel_in_flight(self) -> None:
+        self._stopping = True
+        for task in list(self._in_flight):
+            task.cancel()
 
 
 async def _handle(

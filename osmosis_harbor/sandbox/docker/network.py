@@ -27,13 +27,16 @@ import docker.errors
 from osmosis_harbor.errors import SandboxNetworkError
 from osmosis_harbor.sandbox.docker import labels as L
 
-__all__ = ["SANDBOX_NETWORK", "SandboxNetwork", "ensure_sandbox_network", "sandbox_network"]
+__all__ = ["BRIDGE_INTERFACE", "SANDBOX_NETWORK", "SandboxNetwork", "ensure_sandbox_network", "sandbox_network"]
 
 log = logging.getLogger(__name__)
 
 SANDBOX_NETWORK = "osmosis-harbor-sandboxes"
+# The host-side interface, named so a firewall rule can name it (see the README's threat model).
+BRIDGE_INTERFACE = "osmosis-sbx0"
 NETWORK_ROLE = f"{L.PREFIX}.network-role"
 _OPTIONS = {
+    "com.docker.network.bridge.name": BRIDGE_INTERFACE,
     "com.docker.network.bridge.enable_icc": "false",
     "com.docker.network.bridge.enable_ip_masquerade": "true",
 }
@@ -105,6 +108,13 @@ def _describe(data: dict[str, Any]) -> SandboxNetwork:
         raise SandboxNetworkError(
             f"Docker network {name!r} uses the {data.get('Driver')!r} driver, not 'bridge': remove it "
             f"(docker network rm {name}) and osmosis-harbor recreates it"
+        )
+    options = data.get("Options") or {}
+    wrong = sorted(key for key, value in _OPTIONS.items() if options.get(key) != value)
+    if wrong:  # e.g. made by hand with sandbox-to-sandbox traffic allowed
+        raise SandboxNetworkError(
+            f"Docker network {name!r} is not the one osmosis-harbor makes ({', '.join(wrong)} differ): "
+            f"remove it (docker network rm {name}) and osmosis-harbor recreates it"
         )
     configs = ((data.get("IPAM") or {}).get("Config")) or []
     gateway = next((c.get("Gateway") for c in configs if c.get("Gateway") and ":" not in c["Gateway"]), None)
