@@ -1,10 +1,10 @@
 """The policy relay through the real osmosis server: a workflow in a local Docker sandbox
 reaches its rollout's chat endpoint on the host's loopback, and nothing else of the host.
 
-The hostile workflow (``rollout_fixtures.probes``) tries the rollout server's own health and
-status API, a canary HTTP server this test starts on 127.0.0.1 and the local registry on
-127.0.0.1:5000, on 127.0.0.1 and on the sandbox bridge's gateway. With the relay every one
-fails; the positive control runs the same workflow with the explicit ``host_network=True``
+The hostile workflow (``rollout_fixtures.probes``) tries the rollout server's own health,
+status and cancel API, a canary HTTP server this test starts on 127.0.0.1 and the local
+registry on 127.0.0.1:5000, on 127.0.0.1 and on the sandbox bridge's gateway. With the
+relay every one fails; the positive control runs the same workflow with the explicit ``host_network=True``
 opt-in, where the 127.0.0.1 targets answer.
 """
 
@@ -105,7 +105,8 @@ async def probe_from_sandbox(
     return report
 
 
-SERVER_PATHS = ["/health", "/rollout/{rollout_id}/status"]
+# The cancel API is probed with GET: an answer (405) proves it reachable without cancelling anything.
+SERVER_PATHS = ["/health", "/rollout/{rollout_id}/status", "/rollout/cancel"]
 
 
 async def test_workflow_reaches_the_policy_through_the_relay(tmp_path, bundles_dir, fake_chat):
@@ -145,6 +146,6 @@ async def test_positive_control_host_network_reaches_them(tmp_path, bundles_dir,
     backend = make_backend(tmp_path, bundles_dir, "rollout_fixtures.probes:ProbeWorkflow", host_network=True)
     report = await probe_from_sandbox(backend, fake_chat, [canary_url, REGISTRY], SERVER_PATHS)
     loopback = {url: outcome for url, outcome in report.items() if urlsplit(url).hostname == "127.0.0.1"}
-    assert len(loopback) == 4 and all(outcome.startswith("reached") for outcome in loopback.values()), loopback
+    assert len(loopback) == 5 and all(outcome.startswith("reached") for outcome in loopback.values()), loopback
     assert secret in report[canary_url]
     assert report[REGISTRY].startswith("reached 200")
