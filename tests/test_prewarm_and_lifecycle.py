@@ -56,7 +56,7 @@ def backend_for(
         agent=f"{WF}:{agent}",
         code_dir=PROJECT,
         bundles_dir=tmp_path / "bundles",
-        environment_config=environment_config("docker", host_network=True, **env_kwargs),
+        environment_config=environment_config("docker", **env_kwargs),
         trials_dir=tmp_path / "trials",
         **extra,
     )

@@ -44,7 +44,7 @@ def _backend(tmp_path: Path, tasks_dir: Path, grader: str) -> HarborBackend:
         grader_config="rollout_fixtures.graders:fixture_grader_config" if grader == "AnswerGrader" else None,
         code_dir=PROJECT,
         bundles_dir=tmp_path / "bundles",
-        environment_config=environment_config("docker", host_network=True),
+        environment_config=environment_config("docker"),
         trials_dir=tmp_path / "trials",
         cleanup_successful_trials=False,
     )
