@@ -60,11 +60,15 @@ logger = logging.getLogger(__name__)
 # ── the key in memory: per-rollout credentials ────────────────────────────────
 @dataclass(frozen=True)
 class RolloutCredentials:
+    """The rollout's endpoint and key; ``sandbox_url`` is the endpoint as the sandbox reaches
+    it when that differs (the policy relay's URL for an endpoint on the host's loopback)."""
+
     chat_completions_url: str
     api_key: str | None
+    sandbox_url: str | None = None
 
     def __repr__(self) -> str:  # never print the key, even in a debugger or a log line
-        return f"RolloutCredentials(chat_completions_url={self.chat_completions_url!r}, api_key=***)"
+        return f"RolloutCredentials(chat_completions_url={self.chat_completions_url!r}, api_key=***, sandbox_url=***)"
 
 
 _CREDENTIALS: dict[str, RolloutCredentials] = {}

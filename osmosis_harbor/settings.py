@@ -69,6 +69,17 @@ class Settings(BaseSettings):
         120.0, gt=0, description='pool_size="auto": no claim this long shrinks a pool to pool_min'
     )
     pool_autoscale_interval_sec: float = Field(5.0, gt=0, description='pool_size="auto": how often pools are resized')
+    relay_max_request_bytes: int = Field(
+        32 * 2**20, gt=0, description="the policy relay refuses a sandbox's request body over this (413)"
+    )
+    relay_max_response_bytes: int = Field(
+        64 * 2**20, gt=0, description="the policy relay cuts off a policy response over this"
+    )
+    relay_timeout_sec: float = Field(900.0, gt=0, description="the policy relay's wait for the policy endpoint")
+    relay_max_connections: int = Field(256, gt=0, description="the policy relay's concurrent connections")
+    relay_port: int = Field(
+        0, ge=0, le=65535, description="the policy relay's port on the sandboxes' gateway (0: an ephemeral one)"
+    )
 
     def pool_lock_dir(self) -> Path:
         """Lock files live in the user cache dir: machine-local, like the engine they guard."""

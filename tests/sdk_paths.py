@@ -28,7 +28,7 @@ from .emulator_support import EmulatorServer
 EMULATOR = "skypilot-emulator"
 NO_LOOPBACK = (
     "a SkyPilot sandbox cannot reach this machine's loopback (the chat endpoint must be a public URL), "
-    "and this build registers no policy relay for the skypilot-emulator (relays_host_endpoint)"
+    "and this SDK's registration has no policy relay for it (relays_host_endpoint)"
 )
 
 
@@ -49,10 +49,8 @@ class SdkPath:
         return self.emulator.process.pid if self.emulator is not None else os.getpid()
 
     def environment(self, **kwargs: Any) -> EnvironmentConfig:
-        """The environment config of this path (``host_network`` is dropped on the emulator,
-        which has none: a loopback endpoint reaches it through the relay or not at all)."""
-        if self.is_emulator:
-            kwargs.pop("host_network", None)
+        """The environment config of this path (a loopback chat endpoint reaches either through
+        the backend's policy relay)."""
         return environment_config(self.name, **kwargs)
 
     def cli_env(self) -> dict[str, str]:

@@ -67,7 +67,7 @@ def make_backend(tmp_path: Path, tasks: Path, sdk: SdkPath = DOCKER, **kwargs) -
         code_dir=PROJECT,
         bundles_dir=tmp_path / "bundles",
         trials_dir=tmp_path / "trials",
-        environment_config=sdk.environment(host_network=True),
+        environment_config=sdk.environment(),
         **kwargs,
     )
 

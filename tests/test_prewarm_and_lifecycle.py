@@ -57,7 +57,7 @@ def backend_for(
         agent=f"{WF}:{agent}",
         code_dir=PROJECT,
         bundles_dir=tmp_path / "bundles",
-        environment_config=sdk.environment(host_network=True, **env_kwargs),
+        environment_config=sdk.environment(**env_kwargs),
         trials_dir=tmp_path / "trials",
         **extra,
     )

@@ -44,7 +44,7 @@ def _backend(tmp_path: Path, tasks_dir: Path, grader: str, sdk: SdkPath = DOCKER
         grader_config="rollout_fixtures.graders:fixture_grader_config" if grader == "AnswerGrader" else None,
         code_dir=PROJECT,
         bundles_dir=tmp_path / "bundles",
-        environment_config=sdk.environment(host_network=True),
+        environment_config=sdk.environment(),
         trials_dir=tmp_path / "trials",
         cleanup_successful_trials=False,
     )

@@ -238,7 +238,7 @@ async def test_backend_shutdown_is_idempotent_and_removes_pools_and_temp_root(
         agent="rollout_fixtures.workflows:ListWorkflow",
         code_dir=FIXTURES / "rollout_project",
         bundles_dir=bundles,
-        environment_config=sandbox_sdk.environment(host_network=True, pool=pool, pool_size=1),
+        environment_config=sandbox_sdk.environment(pool=pool, pool_size=1),
     )
     work_root = backend.trials_dir.parent
     report = await backend.prewarm()

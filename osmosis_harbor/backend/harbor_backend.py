@@ -31,7 +31,7 @@ from osmosis_ai.rollout.types import (
 
 from osmosis_harbor import keys, settings
 from osmosis_harbor.agents.native import native_agent_config, scoped_api_key
-from osmosis_harbor.backend.admission import endpoint_problem, request_problem
+from osmosis_harbor.backend.admission import endpoint_problem, relays_endpoint, request_problem
 from osmosis_harbor.backend.attempts import Attempt, TrialRunner
 from osmosis_harbor.backend.gate import TrialGate
 from osmosis_harbor.backend.lifecycle import BackendLifecycle, Workspace
@@ -45,6 +45,7 @@ from osmosis_harbor.keys import KeyCustody, default_trials_dirs, sweep_unscrubbe
 from osmosis_harbor.prewarm import PrewarmReport, ProgressCallback
 from osmosis_harbor.sandbox.registry import implementation
 from osmosis_harbor.sandbox.starts import SandboxStarts
+from osmosis_harbor.sandbox.relay import PolicyRelay, RelayRegistration
 from osmosis_harbor.tasks.materialize import MaterializedTask
 from osmosis_harbor.tasks.refs import ResolvedTask
 from osmosis_harbor.tasks.resolver import TaskResolver
@@ -112,6 +113,8 @@ class HarborBackend(ExecutionBackend):
             gate=self.gate,
             starts=self.starts,
         )
+        # A loopback policy endpoint reaches local sandboxes through this, started on first use.
+        self.relay = PolicyRelay()
 
     @property
     def trials_dir(self) -> Path:
@@ -202,6 +205,7 @@ class HarborBackend(ExecutionBackend):
 
     async def shutdown(self) -> None:
         await self.lifecycle.shutdown()
+        await self.relay.aclose()
 
     # ── serving lifecycle (see lifecycle.py) ─────────────────────────────────
     async def prewarm(
@@ -253,7 +257,12 @@ class HarborBackend(ExecutionBackend):
         # Paths derive from the bounded, unique trial name, never from the raw rollout id.
         name = make_trial_name(request.id, max_slug=24, fallback="rollout")
         work = self.workspace.root / "rollouts" / name
-        keys.hold_credentials(request.id, keys.RolloutCredentials(url, key))
+        try:
+            relayed = await self._relay(url)
+        except OsmosisHarborError as exc:  # the engine or its network: the host's failure
+            return refused(str(exc), {"failed_phase": "environment"}, RolloutErrorCategory.INTERNAL_ERROR)
+        sandbox_url = relayed.sandbox_url if relayed is not None else None
+        keys.hold_credentials(request.id, keys.RolloutCredentials(url, key, sandbox_url))
         key_scope = scoped_api_key(key) if self.options.is_native else contextlib.nullcontext("")
         try:
             with key_scope as key_env:
@@ -265,7 +274,7 @@ class HarborBackend(ExecutionBackend):
                     work=work,
                     trial_name=name,
                     trials_dir=self.trials_dir,
-                    url=url,
+                    url=sandbox_url or url,  # a native agent whose client runs in the sandbox
                     key_env=key_env,
                 )
                 attempt = Attempt(
@@ -278,7 +287,15 @@ class HarborBackend(ExecutionBackend):
                 return await self.runner.run(attempt, cleanup_success=self.options.cleanup_successful_trials)
         finally:
             keys.drop_credentials(request.id)
+            if relayed is not None:
+                relayed.close()
             await asyncio.to_thread(shutil.rmtree, work, True)
+
+    async def _relay(self, url: str) -> RelayRegistration | None:
+        """The rollout's way to a loopback endpoint through the policy relay, when it needs one."""
+        if not relays_endpoint(self.options, self.environment_config, url):
+            return None
+        return await self.relay.register(url)
 
 
 def _resolver(options: BackendOptions, host_dirs: Callable[[], list[Path]]) -> TaskResolver:

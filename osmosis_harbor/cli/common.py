@@ -11,16 +11,16 @@ from rich.console import Console
 
 from osmosis_harbor import settings
 from osmosis_harbor.errors import UserError
-from osmosis_harbor.sandbox.registry import SDK_NAMES, implementation
+from osmosis_harbor.sandbox.registry import SDK_NAMES
 
 EXIT_USAGE = 2
 
 
-def environment_for(args: argparse.Namespace, *, reach_host: bool = False) -> EnvironmentConfig:
+def environment_for(args: argparse.Namespace) -> EnvironmentConfig:
     """The sandbox environment a command's --env/--registry/--pool/... options describe.
 
-    ``reach_host``: the sandbox must reach servers on this machine (a local policy
-    endpoint), which local Docker sandboxes do with host networking."""
+    A policy endpoint on this machine's loopback reaches local Docker sandboxes through the
+    backend's policy relay, never through the host's network."""
     from osmosis_harbor.sandbox import environment_config
 
     pool = getattr(args, "pool", None)
@@ -30,7 +30,6 @@ def environment_for(args: argparse.Namespace, *, reach_host: bool = False) -> En
         pool=pool,
         pool_size=(args.pool_size or 1) if pool and hasattr(args, "pool_size") else None,
         force_build=getattr(args, "force_build", False),
-        host_network=reach_host and implementation(args.env).reaches_host,
     )
 
 

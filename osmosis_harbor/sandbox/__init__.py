@@ -45,8 +45,10 @@ def environment_config(
     """Return the Harbor ``EnvironmentConfig`` that runs trials in our sandboxes.
 
     ``sdk="skypilot"`` uses SkyPilot's Platform Sandbox SDK (``sky.sandbox``);
-    ``sdk="docker"`` uses the local Docker engine. ``host_network`` is Docker-only: it
-    lets a sandbox reach a server listening on this machine's loopback. ``pool`` names
+    ``sdk="docker"`` uses the local Docker engine. ``host_network`` is Docker-only and an
+    explicit opt-in: the sandbox shares the host's whole network, every loopback service
+    included. Without it, a rollout's chat endpoint on this machine's loopback reaches local
+    sandboxes through the backend's policy relay (``relay.py``), and nothing else does. ``pool`` names
     the warm pool trials claim sandboxes from (``HarborBackend.prewarm`` creates one pool
     per environment group, named after it, with ``pool_size`` running sandboxes, or sized
     from the observed claim rate with ``pool_size="auto"``).

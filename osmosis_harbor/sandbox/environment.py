@@ -14,8 +14,9 @@ environment-dir uploads). What we change:
   push run;
 * ``pool`` is a base name: a task claims its environment group's pool; a task with no
   environment definition claims the named pool itself, whose image is generic, as in Harbor;
-* the Docker SDK accepts ``host_network=True`` for sandboxes that must reach a server on
-  this machine (a local chat-completions endpoint);
+* the Docker SDK accepts ``host_network=True``, an explicit opt-in that gives a sandbox the
+  host's whole network (a local chat-completions endpoint reaches Docker sandboxes through
+  the backend's policy relay without it: ``relay.py``);
 * a task that names no CPU or memory gets Harbor's documented sizing (``bounds.py``);
 * a command or file transfer that fails in a sandbox that is gone, or stopped without this
   trial stopping it, raises `SandboxLostError` (``liveness.py``) instead of looking like the

@@ -42,7 +42,11 @@ class SandboxImplementation:
     """One registered implementation of the ``sky.sandbox`` surface.
 
     ``reaches_host``: a sandbox can share the host's network (``host_network=True``) and so
-    reach a server on this machine's loopback. ``local_images``: sandboxes run on the engine
+    reach a server on this machine's loopback (an explicit opt-in, see the README's risks).
+    ``relays_host_endpoint``: sandboxes run on this machine's Docker engine, on the sandboxes'
+    bridge, so a rollout's chat endpoint on the host's loopback reaches them through the
+    policy relay (``relay.py``) and nothing else of the host does; on SkyPilot the endpoint
+    must be a public URL. ``local_images``: sandboxes run on the engine
     that builds task images, so without a registry images stay local (nothing is pushed).
     ``missing_hint``: what to install when the module cannot be imported. ``default_registry``:
     where task images are pushed when neither ``registry=`` nor ``OSMOSIS_HARBOR_REGISTRY`` says.
@@ -52,6 +56,7 @@ class SandboxImplementation:
     name: str
     module: str
     reaches_host: bool = False
+    relays_host_endpoint: bool = False
     local_images: bool = False
     missing_hint: str | None = None
     default_registry: str | None = None
@@ -78,7 +83,12 @@ def register(impl: SandboxImplementation) -> SandboxImplementation:
 # A local engine creates containers a few at a time; SkyPilot's control plane takes a burst.
 register(
     SandboxImplementation(
-        "docker", "osmosis_harbor.sandbox.docker", reaches_host=True, local_images=True, max_concurrent_starts=8
+        "docker",
+        "osmosis_harbor.sandbox.docker",
+        reaches_host=True,
+        relays_host_endpoint=True,
+        local_images=True,
+        max_concurrent_starts=8,
     )
 )
 register(SandboxImplementation("skypilot", "sky.sandbox", missing_hint=SKYPILOT_SDK_MISSING, max_concurrent_starts=128))
@@ -89,6 +99,7 @@ register(
         "osmosis_harbor.sandbox.emulator",
         local_images=False,
         default_registry="127.0.0.1:5000",
+        relays_host_endpoint=True,
         max_concurrent_starts=32,
     )
 )
