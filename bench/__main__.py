@@ -87,6 +87,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         metavar="S",
         help="the emulator's pool-claim time for the skypilot-emulator run (default 0.3)",
     )
+    parser.add_argument("--smallest", action="store_true", help=argparse.SUPPRESS)  # tests: one of each
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"JSON results (default: {DEFAULT_OUT})")
     parser.add_argument(
         "--keep-images",
@@ -113,7 +114,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def load(name: str, args: argparse.Namespace) -> Callable[[bool], Awaitable[BenchResult]]:
     """The benchmark's ``run(quick)``, given the knobs it takes (latency, emulator create times)."""
     run = importlib.import_module(MODULES.get(name, f"bench.{name}")).run
-    knobs = {k: getattr(args, k) for k in ("latency_ms", "cold_create_sec", "pool_claim_sec")}
+    knobs = {k: getattr(args, k) for k in ("latency_ms", "cold_create_sec", "pool_claim_sec", "smallest")}
     taken = {k: v for k, v in knobs.items() if k in inspect.signature(run).parameters}
     return functools.partial(run, **taken) if taken else run
 
@@ -180,6 +181,7 @@ async def run_all(args: argparse.Namespace) -> int:
             write(args.out, payload)
     finally:
         built = list(dict.fromkeys(images.BUILD_COORDINATOR.stats.built))
+        payload["meta"]["images_built"] = built
         if built and not args.keep_images:
             failed = remove_images(built)
             console.print(f"removed {len(built) - len(failed)} image(s) this run built for the template task")

@@ -11,9 +11,10 @@ server (an ephemeral loopback port, the given per-call latency, ``--cold-create-
   calls it takes (the server's own count, ``/admin/stats``);
 - warm pool against cold create: ``N`` cycles at concurrency ``C`` creating from the image,
   then claiming from a pool of ``C`` replicas; throughput of each and their ratio;
-- calls per trivial and graded rollout without archives, and their overhead over the floor:
-  only where a rollout's loopback chat endpoint reaches an emulator sandbox (the policy relay,
-  the registration's ``relays_host_endpoint``); otherwise reported as not measured, and why.
+- calls per trivial and graded rollout without archives, and their overhead over the floor
+  (``bench.emulator_rollouts``): a rollout's loopback chat endpoint reaches an emulator sandbox
+  through the policy relay (the registration's ``relays_host_endpoint``); without it they are
+  reported as not measured, and why.
 
 Every sandbox, pool and server it makes is removed before it returns (``EmulatorRun.close``).
 """
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 from osmosis_harbor.sandbox.registry import implementation
 
 from .common import BenchResult
+from .emulator_rollouts import measure_rollouts
 from .emulator_server import EMULATOR, EmulatorRun, start_emulator
 from .floor import raw_cycle
 
@@ -44,12 +46,15 @@ class Sizes:
     floor: int
     cycles: int
     concurrency: int
+    rollouts: int
 
 
 def sizes(quick: bool, smallest: bool = False) -> Sizes:
     if smallest:  # the hygiene test: one of each
-        return Sizes(floor=1, cycles=2, concurrency=1)
-    return Sizes(floor=2, cycles=6, concurrency=3) if quick else Sizes(floor=5, cycles=12, concurrency=4)
+        return Sizes(floor=1, cycles=2, concurrency=1, rollouts=1)
+    if quick:
+        return Sizes(floor=2, cycles=6, concurrency=3, rollouts=2)
+    return Sizes(floor=5, cycles=12, concurrency=4, rollouts=5)
 
 
 async def _cycle(run: EmulatorRun, image: str | None, pool: str | None) -> float:
@@ -137,16 +142,10 @@ async def run(
         result.info["archive capability"] = emulator.has_archives()
         await measure_floor(result, emulator, size)
         await measure_pool(result, emulator, size)
-        # Rollouts need the policy relay on the emulator (a SkyPilot sandbox reaches no loopback
-        # endpoint); until it is registered for it, the rollout figures are reported as missing.
-        relayed = getattr(implementation(EMULATOR), "relays_host_endpoint", False)
-        result.info["rollouts"] = "not measured" + ("" if relayed else " (no policy relay for the emulator)")
-        result.notes.append(
-            "calls per trivial and graded rollout: not measured on this path yet; a rollout's loopback chat "
-            "endpoint reaches an emulator sandbox only through the policy relay (relays_host_endpoint)"
-        )
-        result.headline_value("emulator_calls_trivial", None)
-        result.headline_value("emulator_calls_graded", None)
+        if getattr(implementation(EMULATOR), "relays_host_endpoint", False):
+            await measure_rollouts(result, emulator, size.rollouts)
+        else:  # a SkyPilot sandbox reaches no loopback endpoint without the policy relay
+            result.info["rollouts"] = "not measured: no policy relay registered for the emulator"
         result.info["API calls by route"] = emulator.routes()
     finally:
         problems = await asyncio.to_thread(emulator.close)
