@@ -44,8 +44,8 @@ from osmosis_harbor.errors import BundleError, OsmosisHarborError, TaskResolutio
 from osmosis_harbor.keys import KeyCustody, default_trials_dirs, sweep_unscrubbed
 from osmosis_harbor.prewarm import PrewarmReport, ProgressCallback
 from osmosis_harbor.sandbox.registry import implementation
-from osmosis_harbor.sandbox.starts import SandboxStarts
 from osmosis_harbor.sandbox.relay import PolicyRelay, RelayRegistration
+from osmosis_harbor.sandbox.starts import SandboxStarts
 from osmosis_harbor.tasks.materialize import MaterializedTask
 from osmosis_harbor.tasks.refs import ResolvedTask
 from osmosis_harbor.tasks.resolver import TaskResolver
