@@ -147,6 +147,12 @@ async def run(
         else:  # a SkyPilot sandbox reaches no loopback endpoint without the policy relay
             result.info["rollouts"] = "not measured: no policy relay registered for the emulator"
         result.info["API calls by route"] = emulator.routes()
+        for kind in ("trivial", "graded"):
+            by_route = result.info.get(f"{kind} rollout: calls by route (last one)")
+            if by_route:
+                result.notes.append(
+                    f"{kind} rollout, calls by route: " + ", ".join(f"{k} {v}" for k, v in by_route.items())
+                )
     finally:
         problems = await asyncio.to_thread(emulator.close)
         result.info["left behind by the emulator run"] = len(problems)

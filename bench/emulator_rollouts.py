@@ -35,18 +35,24 @@ async def measure_rollouts(result: BenchResult, run: EmulatorRun, n: int) -> Non
             await run_rollout(backend, chat.base_url, new_id(f"emu-warm-{kind}"), text, grade=grade, label=label)
             seconds: list[float] = []
             calls: list[int] = []
-            failed = 0
+            failures: list[str] = []
             for _ in range(n):
-                before = run.calls()
+                before, routes = run.calls(), run.routes()
                 started = time.perf_counter()
-                outcome = await run_rollout(
-                    backend, chat.base_url, new_id(f"emu-{kind}"), text, grade=grade, label=label
-                )
+                rollout_id = new_id(f"emu-{kind}")
+                outcome = await run_rollout(backend, chat.base_url, rollout_id, text, grade=grade, label=label)
                 seconds.append(time.perf_counter() - started)
                 calls.append(run.calls() - before)
-                failed += not outcome_ok(outcome)
-            if failed:
-                result.warn(f"{failed} of {n} {kind} rollouts failed on the emulator")
+                after = run.routes()
+                result.info[f"{kind} rollout: calls by route (last one)"] = {
+                    k: after[k] - routes.get(k, 0) for k in sorted(after) if after[k] != routes.get(k, 0)
+                }
+                if not outcome_ok(outcome):
+                    failures.append(str(outcome.result.err_message))
+            if failures:
+                result.warn(
+                    f"{len(failures)} of {n} {kind} rollouts failed on the emulator; first: {failures[0][:400]}"
+                )
             figure = result.add(f"{kind} rollout on the emulator: end to end", "s", seconds)
             result.add(f"{kind} rollout: API calls", "calls", calls, "no archives: Harbor's writes and execs")
             result.headline_value(f"emulator_calls_{kind}", statistics.median(calls))
