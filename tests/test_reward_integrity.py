@@ -145,10 +145,10 @@ async def runs(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Runs]:
         answered = [("isolated", a) for a in ATTACKS] + [("shared", a) for a in ATTACKS]
         chat = FakeChatServer()
         try:
-            first, second = await asyncio.gather(
-                _serve_attacks(_backend(root, task, "AnswerGrader"), chat, answered),
-                _serve_attacks(_backend(root, task, "RaisingGrader"), chat, RAISING),
-            )
+            # One backend after the other: a backend's shutdown terminates every sandbox still
+            # registered in the process (sandbox.live), another backend's included.
+            first = await _serve_attacks(_backend(root, task, "AnswerGrader"), chat, answered)
+            second = await _serve_attacks(_backend(root, task, "RaisingGrader"), chat, RAISING)
         finally:
             chat.close()
         out.isolated = dict(zip(ATTACKS, first[: len(ATTACKS)], strict=True))
