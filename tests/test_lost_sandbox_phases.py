@@ -62,7 +62,15 @@ async def test_lost_in_the_environment_and_agent_setup_phases(
     async with serve(backend) as url, client_for(url) as client:
         in_environment = await start(client, fake_chat, env_id, "reply: echo 42 > answer.txt")
         in_setup = await start(client, fake_chat, setup_id, "reply: echo 42 > answer.txt")
-        untouched = await start(client, fake_chat, f"unpatched-{uuid.uuid4().hex[:6]}", "reply: echo 42 > answer.txt")
+        # unpatched, the grader's own fresh sandbox pip-installs the bundle and its dependencies
+        # inside the verifier's timeout (the task's is 60 s): give it room on a loaded machine
+        untouched = await start(
+            client,
+            fake_chat,
+            f"unpatched-{uuid.uuid4().hex[:6]}",
+            "reply: echo 42 > answer.txt",
+            grader_timeout_sec=600,
+        )
 
         def installing() -> dict[str, Any] | None:
             container = sandbox_of(backend, setup_id)
