@@ -109,7 +109,7 @@ async def test_git_and_registry_tasks_run_through_the_backend(
         workflow_config="rollout_fixtures.workflows:fixture_config",
         code_dir=FIXTURES / "rollout_project",
         bundles_dir=bundles_dir,
-        environment_config=environment_config("docker", host_network=True),
+        environment_config=environment_config("docker"),
         trials_dir=tmp_path / "trials",
         allow_local_git=True,  # a file:// repository on this machine
     )

@@ -42,7 +42,7 @@ def _backend(tmp_path: Path, bundles_dir: Path, **kwargs: Any) -> HarborBackend:
         code_dir=PROJECT,
         workflow_config=f"{WF}:fixture_config",
         bundles_dir=bundles_dir,
-        environment_config=environment_config("docker", host_network=True),
+        environment_config=environment_config("docker"),
         trials_dir=tmp_path / "trials",
         **kwargs,
     )

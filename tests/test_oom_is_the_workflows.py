@@ -38,7 +38,7 @@ async def test_an_oom_kill_inside_the_limit_is_an_agent_error(tmp_path: Path, bu
         agent="rollout_fixtures.workflows:MemoryHogWorkflow",
         code_dir=FIXTURES / "rollout_project",
         bundles_dir=bundles_dir,
-        environment_config=environment_config("docker", host_network=True),
+        environment_config=environment_config("docker"),
         trials_dir=tmp_path / "trials",
     )
     async with serve(backend) as url, client_for(url) as client:
