@@ -63,28 +63,34 @@ def osmosis_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 @pytest.fixture(scope="session", autouse=True)
 def _no_leaked_sandboxes() -> Iterator[None]:
-    """Fail the session if it leaves sandbox containers behind, after removing them.
+    """Fail the session if it leaves sandbox containers or warm pools behind, after removing them.
 
-    Counted (``tests/leaks.py``): containers created during the session by this process, by
-    a process that has exited since (the CLI subprocesses the tests run), or by an emulator
-    server this session started. Idle members of pools that still exist are a pool's, not a
-    leak; pools themselves are removed by the tests that make them. Removing first means one
-    leaky run does not poison the next one.
+    Counted (``tests/leaks.py``): containers and pools made during the session by this process,
+    by a process that has exited since (the CLI subprocesses the tests run), or by an emulator
+    server this session started. Idle members of a pool that still exists are its own, unless the
+    session made that pool and did not delete it: then the pool is the leak (and its members go
+    with it). Removing first means one leaky run does not poison the next one.
     """
     import time
 
     import docker
 
+    from osmosis_harbor.sandbox import docker as docker_sdk
+
     from .emulator_support import SESSION_SERVERS
-    from .leaks import session_leaks
+    from .leaks import session_leaks, session_pools
 
     started = time.time() - 1
     yield
     client = docker.from_env()
-    leaked = session_leaks(started, SESSION_SERVERS)
+    leaked_pools = session_pools(started, SESSION_SERVERS)
+    for pool in leaked_pools:
+        docker_sdk.delete_pool(pool)
+    leaked = session_leaks(started, SESSION_SERVERS, leaked_pools)
     for container_id, _ in leaked:
         client.api.remove_container(container_id, force=True)
     names = [name for _, name in leaked]
+    assert not leaked_pools, "warm pools leaked by this session (now deleted): " + ", ".join(leaked_pools)
     assert not names, "sandbox containers leaked by this session (now removed): " + ", ".join(names)
 
 

@@ -174,7 +174,7 @@ async def test_dataset_mode_with_task_tests_and_bad_ids(tmp_path, bundles_dir, f
     ("workflow", "category", "needle", "timeout"),
     [
         ("RaisingWorkflow", RolloutErrorCategory.AGENT_ERROR, "broke on purpose", None),
-        ("InvalidOutputWorkflow", RolloutErrorCategory.VALIDATION_ERROR, "", None),
+        ("InvalidOutputWorkflow", RolloutErrorCategory.VALIDATION_ERROR, "metrics.bad", None),
         ("SleepyWorkflow", RolloutErrorCategory.TIMEOUT, "timed out", 4.0),
     ],
 )
@@ -194,7 +194,7 @@ async def test_workflow_failures_map_to_categories(
     ("grader", "category", "needle"),
     [
         ("RaisingGrader", RolloutErrorCategory.VALIDATION_ERROR, "broke on purpose"),
-        ("SilentGrader", None, "reward"),
+        ("SilentGrader", RolloutErrorCategory.VALIDATION_ERROR, "Sample has no reward after grading"),
     ],
 )
 async def test_grader_failures_are_verifier_failures(
@@ -204,8 +204,7 @@ async def test_grader_failures_are_verifier_failures(
     async with serve(backend) as url, client_for(url) as client:
         result = await run(client, fake_chat, api_key, "reply: echo 42 > answer.txt", label="42")
     assert result.status is RolloutStatus.FAILURE
-    if category is not None:
-        assert result.err_category is category, result.err_message
+    assert result.err_category is category, result.err_message
     assert needle in result.err_message
     assert result.sample is not None and result.sample.reward is None  # the agent's sample survives
 

@@ -63,7 +63,7 @@ def make_backend(tmp_path: Path, task_dir: Path, queue: TrialQueue, bundles_dir:
         code_dir=PROJECT,
         bundles_dir=bundles_dir,
         trials_dir=tmp_path / "trials",
-        environment_config=environment_config("docker", host_network=True),
+        environment_config=environment_config("docker"),
         **kwargs,
     )
 
@@ -324,7 +324,7 @@ async def test_trials_of_one_pool_starting_together_claim_in_one_call(tmp_path, 
         code_dir=PROJECT,
         bundles_dir=bundles_dir,
         trials_dir=tmp_path / "trials",
-        environment_config=environment_config("docker", host_network=True, pool=base, pool_size="auto"),
+        environment_config=environment_config("docker", pool=base, pool_size="auto"),
     )
     await backend.prewarm()
     (pool,) = set(backend.lifecycle.task_pools.values())
