@@ -35,6 +35,6 @@ def copy_into(chunks: Iterable[bytes], into: BinaryIO, *, limit: int, transfer: 
     for chunk in chunks:
         total += len(chunk)
         if total > limit:
-            raise TransferLimitError(transfer, "the data (bytes, at least)", total, limit, setting)
+            raise TransferLimitError(transfer, "the archive (bytes, at least)", total, limit, setting)
         into.write(chunk)
     return total
