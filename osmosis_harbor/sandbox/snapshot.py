@@ -35,10 +35,21 @@ class _Slice(io.RawIOBase):
     """``size`` bytes of a file descriptor from ``offset``, read with ``pread``."""
 
     def __init__(self, fd: int, offset: int, size: int) -> None:
-        self._fd, self._pos, self._end = fd, offset, offset + size
+        self._fd, self._start, self._pos, self._end = fd, offset, offset, offset + size
 
     def readable(self) -> bool:
         return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos - self._start
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        base = {os.SEEK_SET: self._start, os.SEEK_CUR: self._pos, os.SEEK_END: self._end}[whence]
+        self._pos = max(self._start, base + offset)
+        return self.tell()
 
     def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
         want = min(len(buffer), self._end - self._pos)
@@ -50,32 +61,43 @@ class _Slice(io.RawIOBase):
         return len(data)
 
 
-def _index(archive: IO[bytes], parent: str, transfer: str) -> dict[str, _Entry]:
+class _Index:
     """Each member's absolute sandbox path (the archive is named from ``parent``'s child)."""
-    entries: dict[str, _Entry] = {}
-    try:
-        with tarfile.open(fileobj=archive, mode="r:") as tar:
-            while (member := tar.next()) is not None:
-                tar.members.clear()  # type: ignore[attr-defined]  # keep no headers
-                try:
-                    path = posixpath.join(parent, *member_parts(member.name))
-                except Exception:
-                    continue  # a name the extractor drops: nothing to answer
-                if member.isdir():
-                    entries[path] = ("dir", 0, 0)
-                elif member.isfile() and not member.sparse:
-                    entries[path] = ("file", member.offset_data, member.size)
-                elif member.islnk():
-                    try:
-                        source = entries.get(posixpath.join(parent, *member_parts(member.linkname)))
-                    except Exception:
-                        source = None
-                    entries[path] = source if source is not None and source[0] == "file" else ("other", 0, 0)
-                else:
-                    entries[path] = ("other", 0, 0)
-    except (tarfile.TarError, EOFError) as exc:
-        raise UnreadableArchiveError(transfer, exc) from None
-    return entries
+
+    def __init__(self, parent: str) -> None:
+        self.parent = parent
+        self.entries: dict[str, _Entry] = {}
+
+    def _path(self, name: str) -> str | None:
+        try:
+            return posixpath.join(self.parent, *member_parts(name))
+        except Exception:
+            return None  # a name the extractor drops: nothing to answer
+
+    def add(self, member: tarfile.TarInfo) -> None:
+        path = self._path(member.name)
+        if path is None:
+            return
+        if member.isdir():
+            self.entries[path] = ("dir", 0, 0)
+        elif member.isfile() and not member.sparse:
+            self.entries[path] = ("file", member.offset_data, member.size)
+        elif member.islnk():
+            link = self._path(member.linkname)
+            source = self.entries.get(link) if link is not None else None
+            self.entries[path] = source if source is not None and source[0] == "file" else ("other", 0, 0)
+        else:
+            self.entries[path] = ("other", 0, 0)
+
+    def scan(self, archive: IO[bytes], transfer: str) -> None:
+        """Headers only (the content is skipped over)."""
+        try:
+            with tarfile.open(fileobj=archive, mode="r:") as tar:
+                while (member := tar.next()) is not None:
+                    tar.members.clear()  # type: ignore[attr-defined]  # keep no headers
+                    self.add(member)
+        except (tarfile.TarError, EOFError) as exc:
+            raise UnreadableArchiveError(transfer, exc) from None
 
 
 class Snapshot:
@@ -87,8 +109,19 @@ class Snapshot:
         self._size = archive.seek(0, os.SEEK_END)
         archive.seek(0)
         self._parent = posixpath.dirname(root)
-        self._entries = _index(archive, self._parent, root)
+        self._index: _Index | None = None  # built by the first extraction, or on demand
         self._overlay: dict[str, Member] = {}
+
+    @property
+    def _entries(self) -> dict[str, _Entry]:
+        if self._index is None:
+            index = _Index(self._parent)
+            index.scan(self._whole(), self.root)
+            self._index = index
+        return self._index.entries
+
+    def _whole(self) -> io.BufferedReader:
+        return io.BufferedReader(_Slice(self._archive.fileno(), 0, self._size), buffer_size=1 << 20)
 
     def close(self) -> None:
         self._archive.close()
@@ -109,6 +142,13 @@ class Snapshot:
                 self._overlay[parent] = (made, None)
                 parent = posixpath.dirname(parent)
             self._overlay[path] = (info, data)
+
+    def _check_dir(self, path: str) -> None:
+        kind = self.kind(path)
+        if kind is None:
+            raise FileNotFoundError(f"no such directory in the sandbox: {path}")
+        if kind != "dir":
+            raise NotADirectoryError(f"{path} is not a directory in the sandbox")
 
     def kind(self, path: str) -> str | None:
         """ "dir", "file", "other" (links, devices) or None when absent."""
@@ -132,15 +172,23 @@ class Snapshot:
         write_file(target, io.BufferedReader(_Slice(self._archive.fileno(), offset, size)), size)
 
     def extract_dir(self, path: str, target: Path, logger: Logger) -> ExtractResult:
-        """Extract the contents of directory ``path`` into host directory ``target``."""
-        kind = self.kind(path)
-        if kind is None:
-            raise FileNotFoundError(f"no such directory in the sandbox: {path}")
-        if kind != "dir":
-            raise NotADirectoryError(f"{path} is not a directory in the sandbox")
-        archive = io.BufferedReader(_Slice(self._archive.fileno(), 0, self._size), buffer_size=1 << 20)
+        """Extract the contents of directory ``path`` into host directory ``target``.
+
+        The first extraction indexes the archive in the same pass (a tree of many small
+        files costs its header parsing once), and so learns only afterwards whether
+        ``path`` was a directory: what it wrote then is nothing (no member lies under a
+        missing path or a file)."""
+        index = None
+        if self._index is None:
+            index = _Index(self._parent)
+        else:
+            self._check_dir(path)
         subtree = posixpath.relpath(path, self._parent)
-        result = extract_archive(archive, target, transfer=path, subtree=subtree, logger=logger)
+        visit = index.add if index is not None else None
+        result = extract_archive(self._whole(), target, transfer=path, subtree=subtree, logger=logger, visit=visit)
+        if index is not None:
+            self._index = index
+            self._check_dir(path)
         laid = [m for p, m in sorted(self._overlay.items()) if p.startswith(path.rstrip("/") + "/")]
         if laid:  # host-made content: packed and extracted the same way, on top
             extract_archive(io.BytesIO(_pack(laid)), target, transfer=path, subtree=path.strip("/"), logger=logger)

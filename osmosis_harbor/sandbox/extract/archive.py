@@ -26,7 +26,7 @@ import logging
 import posixpath
 import tarfile
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
@@ -246,18 +246,21 @@ def extract_archive(
     limits: TransferLimits | None = None,
     subtree: str | None = None,
     logger: logging.Logger | logging.LoggerAdapter[logging.Logger] | None = None,
+    visit: Callable[[tarfile.TarInfo], None] | None = None,
 ) -> ExtractResult:
     """Extract the tar stream ``source`` (plain or compressed) into ``target``, made if missing.
 
     ``transfer`` names it in errors and logs (the sandbox path); ``subtree`` (an archive
     path) extracts only that directory's contents. Dropped members are logged as one warning
-    on ``logger``."""
+    on ``logger``. ``visit`` sees every member's header first (an index built in the same pass)."""
     limits = limits or TransferLimits.current()
     with Beneath(target) as tree:
         run = _Extraction(tree, limits, member_parts(subtree) if subtree else (), transfer)
         try:
             with tarfile.open(fileobj=source, mode="r|*") as tar:
                 for index, member in _members(tar):
+                    if visit is not None:
+                        visit(member)
                     try:
                         run.member(index, member, tar)
                     except (_Drop, Conflict) as exc:
