@@ -145,3 +145,20 @@ async def test_half_a_gigabyte_of_stdout_keeps_only_its_tail(env: SandboxEnviron
     assert out.startswith(f"[osmosis-harbor: the first {512 * MIB + 9 - kept} bytes of stdout were dropped")
     assert out.endswith("xx\nthe-end\n") and len(out) < kept + 200
     assert _peak() - before < 64 * MIB
+
+
+async def test_filtered_downloads_are_extracted_by_us(env: SandboxEnvironment, tmp_path: Path) -> None:
+    """Harbor's include/exclude downloads keep their sandbox commands, and their archives
+    reach the host through our extractor: a hardlink to a FIFO arrives as nothing."""
+    await sh(
+        env,
+        "A=/logs/agent; mkdir -p $A/keep; echo k > $A/keep/a.log; echo s > $A/skip.txt; "
+        "mkfifo $A/keep/fifo && ln $A/keep/fifo $A/keep/b.log; ln $A/keep/a.log $A/keep/c.log",
+    )
+    filtered = tmp_path / "filtered"
+    await env.download_dir_filtered(source_dir="/logs/agent", target_dir=filtered, include=["keep/*"])
+    assert inventory(filtered) == {"keep": "dir 755", "keep/a.log": "file 644", "keep/c.log": "file 644"}
+    excluded = tmp_path / "excluded"
+    await env.download_dir_with_exclusions(source_dir="/logs/agent", target_dir=excluded, exclude=["*.txt"])
+    assert inventory(excluded) == {"keep": "dir 755", "keep/a.log": "file 644", "keep/c.log": "file 644"}
+    assert (excluded / "keep" / "c.log").read_text() == "k\n"
