@@ -43,7 +43,7 @@ from harbor.environments.skypilot import (
     _sanitize_dns_name,
 )
 from harbor.models.task.config import EnvironmentConfig as TaskEnvironmentConfig
-from harbor.models.task.config import NetworkMode, TaskOS
+from harbor.models.task.config import NetworkMode
 from harbor.models.trial.paths import TrialPaths
 from tenacity import (
     AsyncRetrying,
@@ -57,9 +57,10 @@ from tenacity import (
 
 from osmosis_harbor import settings
 from osmosis_harbor.errors import ConfigError, SandboxLostError
-from osmosis_harbor.sandbox import filtered, live
+from osmosis_harbor.sandbox import live
 from osmosis_harbor.sandbox.bounds import cpus_or_default, memory_mb_or_default
 from osmosis_harbor.sandbox.downloads import HarborPath, fetch_archive
+from osmosis_harbor.sandbox.filtered import FilteredDownloads
 from osmosis_harbor.sandbox.images import (
     BUILD_COORDINATOR,
     build_image,
@@ -119,7 +120,7 @@ def _last_answer(state: RetryCallState) -> SandboxState:
     return state.outcome.result()
 
 
-class SandboxEnvironment(SkypilotEnvironment):
+class SandboxEnvironment(FilteredDownloads, SkypilotEnvironment):
     """Harbor's SkyPilot sandbox environment over a selectable ``sky.sandbox`` SDK."""
 
     def __init__(
@@ -512,32 +513,6 @@ class SandboxEnvironment(SkypilotEnvironment):
         if (transfers := self._archives()) is None:
             return await self._harbor_path().download_file(source_path, Path(target_path))
         await transfers.download_file(source_path, Path(target_path))
-
-    @override
-    async def _download_dir_with_exclusions_impl(
-        self, *, source_dir: str, target_dir: Path | str, exclude: list[str], service: str | None
-    ) -> None:
-        await filtered.download_with_exclusions(
-            self, source_dir=source_dir, target_dir=target_dir, exclude=exclude, service=service
-        )
-
-    @override
-    async def download_dir_filtered(
-        self,
-        *,
-        source_dir: str,
-        target_dir: Path | str,
-        include: Sequence[str] | None = None,
-        exclude: Sequence[str] | None = None,
-        protect: Sequence[str] | None = None,
-    ) -> None:
-        if self.os == TaskOS.WINDOWS:  # Harbor's Windows branch goes through download_dir (ours)
-            return await super().download_dir_filtered(
-                source_dir=source_dir, target_dir=target_dir, include=include, exclude=exclude, protect=protect
-            )
-        await filtered.download_filtered(
-            self, source_dir=source_dir, target_dir=target_dir, include=include, exclude=exclude, protect=protect
-        )
 
     def _harbor_path(self) -> HarborPath:
         """Harbor's transfer commands with our bounded host side (no archive capability)."""
