@@ -351,3 +351,18 @@ def test_a_single_file_replaces_a_planted_link_instead_of_writing_through_it(tmp
     target.symlink_to(canary.path)
     write_file(target, b'{"message": "m"}')
     assert not target.is_symlink() and target.read_bytes() == b'{"message": "m"}'
+
+
+def test_names_in_logs_and_errors_never_carry_a_long_token(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A workflow knows its API key and can name files with it: the warning and the bound
+    error show such names masked (the result object keeps them, for the host's own use)."""
+    key = "sk-" + "a1B2c3D4e5" * 4
+    with caplog.at_level(logging.WARNING):
+        result = extract(
+            tar(member(f"{key}.fifo", tarfile.FIFOTYPE), member("x", tarfile.SYMTYPE, link=f"/{key}")), tmp_path / "t"
+        )
+    assert result.dropped_count == 2 and key in result.dropped[0].name
+    assert "entries dropped" in caplog.text and key not in caplog.text and "sk-a…" in caplog.text
+    with pytest.raises(TransferLimitError) as raised:
+        extract(tar(member(f"{key}.bin", data=b"x" * 101)), tmp_path / "u", limits=limits())
+    assert key not in str(raised.value) and "'sk-a….bin'" in str(raised.value)

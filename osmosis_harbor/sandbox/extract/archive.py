@@ -34,7 +34,7 @@ from pydantic import BaseModel, ConfigDict
 
 from osmosis_harbor.errors import TransferLimitError, UnreadableArchiveError
 from osmosis_harbor.sandbox.extract.beneath import Beneath, Conflict, Parts
-from osmosis_harbor.sandbox.extract.limits import TransferLimits
+from osmosis_harbor.sandbox.extract.limits import TransferLimits, masked
 
 __all__ = ["DroppedMember", "ExtractResult", "extract_archive", "member_parts"]
 
@@ -73,7 +73,7 @@ class ExtractResult(BaseModel):
     def log_dropped(self, logger: logging.Logger | logging.LoggerAdapter[logging.Logger], transfer: str) -> None:
         if not self.dropped_count:
             return
-        named = "; ".join(f"{d.name!r} ({d.reason})" for d in self.dropped)
+        named = masked("; ".join(f"{d.name!r} ({d.reason})" for d in self.dropped), limit=4000)
         more = self.dropped_count - len(self.dropped)
         logger.warning(
             f"sandbox output {transfer}: {self.dropped_count} entr{'y' if self.dropped_count == 1 else 'ies'} "
@@ -137,12 +137,12 @@ class _Extraction:
         shown = "/".join(parts)
         if len(parts) > limits.max_depth:
             raise TransferLimitError(
-                transfer, f"the depth of {shown[:200]!r}", len(parts), limits.max_depth, "transfer_max_depth"
+                transfer, f"the depth of {masked(shown)!r}", len(parts), limits.max_depth, "transfer_max_depth"
             )
         if (length := len(shown.encode("utf-8", "surrogateescape"))) > limits.max_path_bytes:
             raise TransferLimitError(
                 transfer,
-                f"the path length of {shown[:200]!r}",
+                f"the path length of {masked(shown)!r}",
                 length,
                 limits.max_path_bytes,
                 "transfer_max_path_bytes",

@@ -2,16 +2,30 @@
 
 from __future__ import annotations
 
+import re
+
 from pydantic import BaseModel, ConfigDict
 
 from osmosis_harbor import settings
 from osmosis_harbor.errors import TransferLimitError
 
-__all__ = ["ARCHIVE_OVERHEAD_PER_ENTRY", "TransferLimits"]
+__all__ = ["ARCHIVE_OVERHEAD_PER_ENTRY", "TransferLimits", "masked"]
 
 # What a tar may carry per entry besides file content: its header, a PAX header with long
 # names, and the padding of both. Bounds the archive bytes received for a transfer.
 ARCHIVE_OVERHEAD_PER_ENTRY = 4096
+
+
+# A run of token characters this long in a sandbox-made name could be a secret the workflow
+# was given (the rollout's API key): names go into logs and errors with such runs masked.
+_TOKEN = re.compile(r"[A-Za-z0-9_\-+=]{24,}")
+
+
+def masked(text: str, limit: int = 200) -> str:
+    """Sandbox-made text (a name, a link target) as logs and errors may show it: long token
+    runs masked, at most ``limit`` characters."""
+    text = _TOKEN.sub(lambda m: m.group()[:4] + "…", text)
+    return text if len(text) <= limit else text[:limit] + "…"
 
 
 class TransferLimits(BaseModel):
@@ -50,5 +64,5 @@ class TransferLimits(BaseModel):
     def check_file(self, transfer: str, name: str, size: int) -> None:
         if size > self.max_file_bytes:
             raise TransferLimitError(
-                transfer, f"file {name!r} (bytes)", size, self.max_file_bytes, "transfer_max_file_bytes"
+                transfer, f"file {masked(name)!r} (bytes)", size, self.max_file_bytes, "transfer_max_file_bytes"
             )
