@@ -96,7 +96,7 @@ def _host_only(work: Path, n: int, repeats: int) -> tuple[list[float], list[floa
 
 
 async def run(quick: bool) -> BenchResult:
-    n, repeats = (20_000, 2) if quick else (100_000, 3)
+    n, repeats = (20_000, 2) if quick else (100_000, 2)
     result = BenchResult(NAME, TITLE)
     result.info["files"] = n
     result.info["bytes per file"] = FILE_BYTES
