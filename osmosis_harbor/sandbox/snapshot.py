@@ -136,12 +136,19 @@ class Snapshot:
             if not self.answers(path):
                 continue
             parent = posixpath.dirname(path)
-            while self.answers(parent) and self.kind(parent) is None:  # made by the extraction
+            while self.answers(parent) and self._absent(parent):  # made by the extraction
                 made = tarfile.TarInfo(parent.lstrip("/"))
                 made.type, made.mode = tarfile.DIRTYPE, 0o755
                 self._overlay[parent] = (made, None)
                 parent = posixpath.dirname(parent)
             self._overlay[path] = (info, data)
+
+    def _absent(self, path: str) -> bool:
+        """Not in the snapshot, as far as known without scanning (staging runs on the event
+        loop): before the archive is indexed, an implicit directory is laid over anyway."""
+        if path in self._overlay:
+            return False
+        return self._index is None or path not in self._index.entries
 
     def _check_dir(self, path: str) -> None:
         kind = self.kind(path)
@@ -151,7 +158,8 @@ class Snapshot:
             raise NotADirectoryError(f"{path} is not a directory in the sandbox")
 
     def kind(self, path: str) -> str | None:
-        """ "dir", "file", "other" (links, devices) or None when absent."""
+        """ "dir", "file", "other" (links, devices) or None when absent. May scan the
+        archive's headers (the first question before any extraction): call it off the loop."""
         if (laid := self._overlay.get(path)) is not None:
             return "dir" if laid[0].isdir() else "file" if laid[0].isfile() else "other"
         entry = self._entries.get(path)

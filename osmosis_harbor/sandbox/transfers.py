@@ -218,7 +218,8 @@ class ArchiveTransfers:
 
     async def kind(self, path: str) -> str | None:
         try:
-            return (await self._snapshot_for(path)).kind(_norm(path))
+            snapshot = await self._snapshot_for(path)
+            return await asyncio.to_thread(snapshot.kind, _norm(path))
         except FileNotFoundError:
             return None
 

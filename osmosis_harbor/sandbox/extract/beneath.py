@@ -132,12 +132,7 @@ class Beneath:
             check(st.st_size)
             dst = self._create(target)
             try:
-                copied = 0
-                while copied < st.st_size:
-                    sent = os.copy_file_range(src, dst, st.st_size - copied)
-                    if sent == 0:
-                        break
-                    copied += sent
+                copied = _copy(src, dst, st.st_size)
                 _finish(dst, st.st_mode & 0o777, mtime)
             finally:
                 os.close(dst)
@@ -162,6 +157,24 @@ class Beneath:
         root = os.path.realpath(self.root)
         resolved = os.path.realpath(os.path.join(self.root, *parts))
         return os.path.commonpath([root, resolved]) != root
+
+
+def _copy(src: int, dst: int, size: int) -> int:
+    """``size`` bytes from fd ``src`` to fd ``dst`` (in the kernel where it can)."""
+    copied = 0
+    try:
+        while copied < size and (sent := os.copy_file_range(src, dst, size - copied)):
+            copied += sent
+        return copied
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSYS, errno.EXDEV, errno.EINVAL, errno.EOPNOTSUPP):
+            raise
+    while copied < size and (chunk := os.pread(src, min(_CHUNK, size - copied), copied)):
+        view = memoryview(chunk)
+        while view:
+            view = view[os.write(dst, view) :]
+        copied += len(chunk)
+    return copied
 
 
 def safe_mode(mode: int) -> int:
