@@ -31,7 +31,7 @@ from . import targets
 from .common import BenchResult, console, render
 from .latency import DEFAULT_LATENCY_MS
 
-BENCHMARKS: tuple[str, ...] = ("overhead", "throughput", "bundle", "prewarm", "admission", "soak")
+BENCHMARKS: tuple[str, ...] = ("overhead", "throughput", "bundle", "prewarm", "admission", "soak", "transfer")
 MODULES = {"bundle": "bench.bundle_build"}  # ``bench.bundle`` would read like the product's module
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "latest.json"
 

@@ -20,6 +20,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 __all__ = ["Settings", "child_environment", "current", "host_variable", "scoped_variable", "use_bundled_model_prices"]
 
 DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
+MIB = 1024 * 1024
 
 
 class Settings(BaseSettings):
@@ -79,6 +80,14 @@ class Settings(BaseSettings):
     relay_max_connections: int = Field(256, gt=0, description="the policy relay's concurrent connections")
     relay_port: int = Field(
         0, ge=0, le=65535, description="the policy relay's port on the sandboxes' gateway (0: an ephemeral one)"
+    # Bounds on what one transfer out of a sandbox may bring to the host (``sandbox/extract``).
+    transfer_max_bytes: int = Field(256 * MIB, gt=0, description="file bytes per transfer out of a sandbox")
+    transfer_max_file_bytes: int = Field(64 * MIB, gt=0, description="bytes per file in a transfer out of a sandbox")
+    transfer_max_files: int = Field(50_000, gt=0, description="entries (files, dirs, links) per transfer")
+    transfer_max_depth: int = Field(64, gt=0, description="path components per entry of a transfer")
+    transfer_max_path_bytes: int = Field(1024, gt=0, description="bytes per entry's path in a transfer")
+    exec_output_max_bytes: int = Field(
+        4 * MIB, gt=0, description="per stream, the tail of a command's stdout/stderr the Docker SDK keeps"
     )
 
     def pool_lock_dir(self) -> Path:
