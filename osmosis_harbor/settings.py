@@ -80,6 +80,7 @@ class Settings(BaseSettings):
     relay_max_connections: int = Field(256, gt=0, description="the policy relay's concurrent connections")
     relay_port: int = Field(
         0, ge=0, le=65535, description="the policy relay's port on the sandboxes' gateway (0: an ephemeral one)"
+    )
     # Bounds on what one transfer out of a sandbox may bring to the host (``sandbox/extract``).
     transfer_max_bytes: int = Field(256 * MIB, gt=0, description="file bytes per transfer out of a sandbox")
     transfer_max_file_bytes: int = Field(64 * MIB, gt=0, description="bytes per file in a transfer out of a sandbox")
