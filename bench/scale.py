@@ -72,6 +72,7 @@ class ScaleFigures:
     """What the scale phase measured; the JSON keys the issue names are the attributes."""
 
     submitted: int = 0
+    server_pid: int = 0
     in_flight: int = 0
     completed: int = 0
     failed: int = 0
@@ -127,6 +128,7 @@ async def scale_phase(work: Path, chat: FakeChatServer, size: Sizes) -> ScaleFig
     spec = ServerSpec(Path(tempfile.mkdtemp(prefix="scale-", dir=work)), n_concurrent=size.n)
     try:
         async with ServerProcess(spec) as server, controller(server.url, size.n + 2) as client:
+            figures.server_pid = server.pid
             await _submit(client, chat.base_url, "warm up\nreply: true", grade=False, timeout=None)
             await server.ask("lag")
             cpu0, rss0, t0 = server.cpu_sec(), server.rss_mib(), time.monotonic()
