@@ -45,6 +45,7 @@ from osmosis_harbor.sandbox.docker.labels import (
     Network,
 )
 from osmosis_harbor.sandbox.docker.pools import PoolManager
+from osmosis_harbor.sandbox.docker.transport import share_one_pool
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +80,7 @@ class Engine:
         except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
             raise DockerEngineUnavailable(url, exc) from exc
         self.api = self.client.api
+        share_one_pool(self.api)
         self.ncpu = float(info.get("NCPU") or os.cpu_count() or 1)
         self.key = hashlib.sha256(f"{url}|{info.get('ID', '')}".encode()).hexdigest()[:12]
         self.deadlines = Deadlines()
