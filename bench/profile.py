@@ -89,7 +89,9 @@ async def main_async(rollouts: int, out: Path) -> None:
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.profile", description=__doc__.splitlines()[0])
     parser.add_argument("--rollouts", type=int, default=12)
-    parser.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / f"osmosis-profile-{os.getpid()}.pstat")
+    parser.add_argument(
+        "--out", type=Path, default=Path(tempfile.gettempdir()) / f"osmosis-profile-{os.getpid()}.pstat"
+    )
     args = parser.parse_args(argv)
     home = tempfile.mkdtemp(prefix="osmosis-bench-home-")
     os.environ["HOME"] = home  # the osmosis server writes trajectories under ~/.osmosis

@@ -134,7 +134,9 @@ async def scale_phase(work: Path, chat: FakeChatServer, size: Sizes) -> ScaleFig
             cpu0, rss0, t0 = server.cpu_sec(), server.rss_mib(), time.monotonic()
             text = f"wait at the gate\nreply: {gate.command}"
             tasks = [
-                asyncio.create_task(_submit(client, chat.base_url, text, grade=False, timeout=3 * size.ramp_timeout_sec))
+                asyncio.create_task(
+                    _submit(client, chat.base_url, text, grade=False, timeout=3 * size.ramp_timeout_sec)
+                )
                 for _ in range(size.n)
             ]
             figures.in_flight = await asyncio.to_thread(gate.wait_arrivals, size.n, size.ramp_timeout_sec)
@@ -173,7 +175,9 @@ def report(result: BenchResult, figures: ScaleFigures, cpu_graded: float | None)
     ):
         result.headline_value(key, float(getattr(figures, key)))
     result.headline_value("graded_host_cpu_per_rollout_s", cpu_graded)
-    result.add(f"host CPU per rollout, {figures.in_flight} in flight (wait excluded)", "s", [figures.host_cpu_per_rollout_s])
+    result.add(
+        f"host CPU per rollout, {figures.in_flight} in flight (wait excluded)", "s", [figures.host_cpu_per_rollout_s]
+    )
     result.add("idle CPU per in-flight rollout per second", "ms", [figures.idle_cpu_ms_per_rollout_s])
     result.add("RSS growth per in-flight rollout", "MiB", [figures.rss_mib_per_rollout])
     result.add("event-loop lag while in flight", "ms", figures.lag_samples_ms, "probe: a 50 ms sleep's overrun")

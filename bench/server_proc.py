@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import os
-import shutil
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -173,7 +172,3 @@ class ServerProcess:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) / 1024
         return float("nan")
-
-
-def remove_tree(path: Path) -> None:
-    shutil.rmtree(path, ignore_errors=True)

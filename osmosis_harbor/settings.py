@@ -57,7 +57,9 @@ class Settings(BaseSettings):
         100, gt=0, le=500, description="nesting bound on JSON read from a trial (deeper: a validation_error)"
     )
     docker_sdk_threads: int = Field(
-        1024, gt=0, description="threads of the local Docker SDK; each running exec holds one (bounds rollouts in flight)"
+        1024,
+        gt=0,
+        description="threads of the local Docker SDK; each running exec holds one (bounds rollouts in flight)",
     )
 
     def pool_lock_dir(self) -> Path:

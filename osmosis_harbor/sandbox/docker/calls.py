@@ -23,7 +23,6 @@ from osmosis_harbor import settings
 log = logging.getLogger(__name__)
 
 
-
 def executor_workers() -> int:
     """Threads of the SDK's pool (``OSMOSIS_HARBOR_DOCKER_SDK_THREADS``): a running exec holds
     one for as long as its command runs, so this bounds the rollouts a process holds in flight;

@@ -29,6 +29,6 @@ def share_one_pool(api: Any) -> bool:
     def one_pool(url: str, proxies: Any = None) -> Any:
         return by_url(f"{_SOCKET_PREFIX}localhost", proxies)
 
-    adapter.get_connection = one_pool  # type: ignore[method-assign]
+    adapter.get_connection = one_pool
     api.trust_env = False  # proxies and .netrc mean nothing on a Unix socket
     return True
