@@ -1,4 +1,4 @@
-"""``python -m bench [--quick] [--env docker|skypilot-emulator ...] [--only NAME ...] [--latency-ms MS]``: run the benchmarks.
+"""``python -m bench [--quick] [--env docker|skypilot-emulator ...] [--only NAME ...] [--latency-ms MS] [--scale-n N]``: run the benchmarks.
 
 ``--env docker`` (the default) runs the Docker benchmarks; ``--env skypilot-emulator`` runs the
 SkyPilot path on a skypilot-emulator server the run starts (``bench.emulator_path``: its floor
@@ -36,7 +36,7 @@ from . import targets
 from .common import BenchResult, console, render
 from .latency import DEFAULT_LATENCY_MS
 
-BENCHMARKS: tuple[str, ...] = ("overhead", "throughput", "bundle", "prewarm", "admission", "soak")
+BENCHMARKS: tuple[str, ...] = ("overhead", "throughput", "bundle", "prewarm", "admission", "soak", "transfer", "scale")
 EMULATOR_BENCHMARKS: tuple[str, ...] = ("emulator",)
 ENVS: tuple[str, ...] = ("docker", "skypilot-emulator")
 MODULES = {
@@ -88,6 +88,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="the emulator's pool-claim time for the skypilot-emulator run (default 0.3)",
     )
     parser.add_argument("--smallest", action="store_true", help=argparse.SUPPRESS)  # tests: one of each
+    parser.add_argument(
+        "--scale-n",
+        type=int,
+        default=None,
+        metavar="N",
+        help="rollouts held in flight at once by the scale benchmark (default 300; 24 with --quick)",
+    )
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"JSON results (default: {DEFAULT_OUT})")
     parser.add_argument(
         "--keep-images",
@@ -95,6 +102,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="keep task images the run had to build for the template task (faster reruns)",
     )
     args = parser.parse_args(argv)
+    if args.scale_n is not None and args.scale_n < 1:
+        parser.error(f"--scale-n must be 1 or more, got {args.scale_n}")
     if args.latency_ms < 0:
         parser.error(f"--latency-ms must be 0 or more, got {args.latency_ms:g}")
     if args.cold_create_sec < 0 or args.pool_claim_sec < 0:
@@ -112,11 +121,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def load(name: str, args: argparse.Namespace) -> Callable[[bool], Awaitable[BenchResult]]:
-    """The benchmark's ``run(quick)``, given the knobs it takes (latency, emulator create times)."""
+    """The benchmark's ``run(quick)``, given the options it takes (latency, scale N, emulator create times)."""
     run = importlib.import_module(MODULES.get(name, f"bench.{name}")).run
-    knobs = {k: getattr(args, k) for k in ("latency_ms", "cold_create_sec", "pool_claim_sec", "smallest")}
-    taken = {k: v for k, v in knobs.items() if k in inspect.signature(run).parameters}
-    return functools.partial(run, **taken) if taken else run
+    parameters = inspect.signature(run).parameters
+    names = ("latency_ms", "scale_n", "cold_create_sec", "pool_claim_sec", "smallest")
+    options = {k: getattr(args, k) for k in names}
+    return functools.partial(run, **{k: v for k, v in options.items() if k in parameters})
 
 
 def hygiene(result: BenchResult) -> None:
