@@ -1,4 +1,9 @@
-"""``python -m bench [--quick] [--only NAME ...] [--latency-ms MS] [--scale-n N] [--out FILE]``: run the benchmarks.
+"""``python -m bench [--quick] [--env docker|skypilot-emulator ...] [--only NAME ...] [--latency-ms MS] [--scale-n N]``: run the benchmarks.
+
+``--env docker`` (the default) runs the Docker benchmarks; ``--env skypilot-emulator`` runs the
+SkyPilot path on a skypilot-emulator server the run starts (``bench.emulator_path``: its floor
+beside Docker's, calls without archives, warm pool against cold create at ``--cold-create-sec`` /
+``--pool-claim-sec``); both ``--env`` flags run both in one run, with one targets table.
 
 Each benchmark prints a table (medians, p90, its same-run baseline and the ratio) and the
 whole run is written to JSON after every benchmark, so a crash keeps what was measured.
@@ -32,7 +37,12 @@ from .common import BenchResult, console, render
 from .latency import DEFAULT_LATENCY_MS
 
 BENCHMARKS: tuple[str, ...] = ("overhead", "throughput", "bundle", "prewarm", "admission", "soak", "transfer", "scale")
-MODULES = {"bundle": "bench.bundle_build"}  # ``bench.bundle`` would read like the product's module
+EMULATOR_BENCHMARKS: tuple[str, ...] = ("emulator",)
+ENVS: tuple[str, ...] = ("docker", "skypilot-emulator")
+MODULES = {
+    "bundle": "bench.bundle_build",
+    "emulator": "bench.emulator_path",
+}  # ``bench.bundle`` would read like the product's module
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "latest.json"
 
 
@@ -57,6 +67,28 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         f"throughput (default {DEFAULT_LATENCY_MS:g}; 0 skips them)",
     )
     parser.add_argument(
+        "--env",
+        action="append",
+        choices=ENVS,
+        default=[],
+        help="sandbox path(s) to benchmark, repeatable (default docker); skypilot-emulator starts its own server",
+    )
+    parser.add_argument(
+        "--cold-create-sec",
+        type=float,
+        default=2.0,
+        metavar="S",
+        help="the emulator's cold-create time for the skypilot-emulator run (default 2)",
+    )
+    parser.add_argument(
+        "--pool-claim-sec",
+        type=float,
+        default=0.3,
+        metavar="S",
+        help="the emulator's pool-claim time for the skypilot-emulator run (default 0.3)",
+    )
+    parser.add_argument("--smallest", action="store_true", help=argparse.SUPPRESS)  # tests: one of each
+    parser.add_argument(
         "--scale-n",
         type=int,
         default=None,
@@ -74,19 +106,26 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         parser.error(f"--scale-n must be 1 or more, got {args.scale_n}")
     if args.latency_ms < 0:
         parser.error(f"--latency-ms must be 0 or more, got {args.latency_ms:g}")
+    if args.cold_create_sec < 0 or args.pool_claim_sec < 0:
+        parser.error("--cold-create-sec and --pool-claim-sec must be 0 or more")
+    envs = args.env or ["docker"]
+    available = (BENCHMARKS if "docker" in envs else ()) + (EMULATOR_BENCHMARKS if "skypilot-emulator" in envs else ())
     selected = [n.strip() for item in args.only for n in item.split(",") if n.strip()]
-    unknown = [n for n in selected if n not in BENCHMARKS]
+    unknown = [n for n in selected if n not in available]
     if unknown:
-        parser.error(f"unknown benchmark(s) {', '.join(unknown)}; choose from {', '.join(BENCHMARKS)}")
-    args.selected = [n for n in BENCHMARKS if n in selected] if selected else list(BENCHMARKS)
+        parser.error(
+            f"unknown benchmark(s) {', '.join(unknown)} for --env {' '.join(envs)}; choose from {', '.join(available)}"
+        )
+    args.selected = [n for n in available if n in selected] if selected else list(available)
     return args
 
 
 def load(name: str, args: argparse.Namespace) -> Callable[[bool], Awaitable[BenchResult]]:
-    """The benchmark's ``run(quick)``, given the options it takes (latency, scale N)."""
+    """The benchmark's ``run(quick)``, given the options it takes (latency, scale N, emulator create times)."""
     run = importlib.import_module(MODULES.get(name, f"bench.{name}")).run
     parameters = inspect.signature(run).parameters
-    options = {"latency_ms": args.latency_ms, "scale_n": args.scale_n}
+    names = ("latency_ms", "scale_n", "cold_create_sec", "pool_claim_sec", "smallest")
+    options = {k: getattr(args, k) for k in names}
     return functools.partial(run, **{k: v for k, v in options.items() if k in parameters})
 
 
@@ -126,6 +165,9 @@ async def run_all(args: argparse.Namespace) -> int:
             "platform": platform.platform(),
             "cpus": os.cpu_count(),
             "latency_ms": args.latency_ms,
+            "env": args.env or ["docker"],
+            "cold_create_sec": args.cold_create_sec,
+            "pool_claim_sec": args.pool_claim_sec,
         },
         "benchmarks": {},
     }
@@ -149,6 +191,7 @@ async def run_all(args: argparse.Namespace) -> int:
             write(args.out, payload)
     finally:
         built = list(dict.fromkeys(images.BUILD_COORDINATOR.stats.built))
+        payload["meta"]["images_built"] = built
         if built and not args.keep_images:
             failed = remove_images(built)
             console.print(f"removed {len(built) - len(failed)} image(s) this run built for the template task")

@@ -51,9 +51,11 @@ def make_backend(
     cleanup_successful_trials: bool = True,
     max_queue_depth: int | None = None,
     grader: str | None = None,
+    sdk: str = "docker",
     **env_kwargs: Any,
 ) -> HarborBackend:
-    """A HarborBackend on local Docker sandboxes that can reach a policy on 127.0.0.1.
+    """A HarborBackend on sandboxes of ``sdk`` (local Docker by default) that reach a policy on
+    127.0.0.1 through the backend's relay.
 
     ``grader``: a class name in the fixture project's ``rollout_fixtures.graders``.
     """
@@ -67,7 +69,7 @@ def make_backend(
         grader_config=f"{GR}:fixture_grader_config" if grader == "AnswerGrader" else None,
         code_dir=PROJECT,
         bundles_dir=work / "bundles",
-        environment_config=environment_config("docker", **env_kwargs),
+        environment_config=environment_config(sdk, **env_kwargs),
         trials_dir=work / "trials",
         cleanup_successful_trials=cleanup_successful_trials,
         max_queue_depth=max_queue_depth,

@@ -74,6 +74,32 @@ TARGETS: tuple[Target, ...] = (
     Target("scale: event-loop lag p99 with N in flight", "scale", "loop_lag_p99_ms", "ms", 50.0),
     Target("scale: ceiling, 1 / CPU per rollout", "scale", "ceiling_rollouts_per_s", "/s", None),
     Target("scale: host CPU per graded rollout, concurrency 4", "scale", "graded_host_cpu_per_rollout_s", "s", 0.03),
+    Target(
+        "skypilot-emulator: API calls per raw create + exec + terminate",
+        "emulator",
+        "emulator_floor_calls",
+        "calls",
+        None,
+    ),
+    Target("skypilot-emulator: raw floor / Docker's raw floor", "emulator", "emulator_floor_over_docker", "x", None),
+    Target(
+        "skypilot-emulator: API calls per trivial rollout, no archives",
+        "emulator",
+        "emulator_calls_trivial",
+        "calls",
+        None,
+    ),
+    Target(
+        "skypilot-emulator: API calls per graded rollout, no archives", "emulator", "emulator_calls_graded", "calls", 8
+    ),
+    Target(
+        "skypilot-emulator: warm pool / cold create throughput (at the emulator's create times)",
+        "emulator",
+        "emulator_pool_over_cold",
+        "x",
+        1.5,
+        operator.ge,
+    ),
 )
 
 

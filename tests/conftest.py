@@ -13,7 +13,8 @@ import pytest
 
 from osmosis_harbor.testing.scripted_policy import FakeChatServer
 
-from .support import process_alive
+from .emulator_support import EmulatorServer
+from .sdk_paths import SdkPath
 
 SANDBOX_IMAGE = os.environ.get("OSMOSIS_HARBOR_TEST_IMAGE", "debian:trixie-slim")
 
@@ -60,53 +61,61 @@ def osmosis_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return home
 
 
-def _ours(labels: dict[str, str], started: float) -> bool:
-    """Made during this session by this process, or by one that has exited since (the CLI
-    subprocesses the tests run)."""
-    created = float(labels.get("osmosis-harbor.created-at") or 0)
-    pid = int(labels.get("osmosis-harbor.owner-pid") or 0)
-    return created >= started and (pid == os.getpid() or not process_alive(pid))
-
-
 @pytest.fixture(scope="session", autouse=True)
 def _no_leaked_sandboxes() -> Iterator[None]:
     """Fail the session if it leaves sandbox containers or warm pools behind, after removing them.
 
-    Counted: containers and pools made during the session by this process, or by a process
-    that has exited since. Idle members of a pool that still exists are its own, unless the
-    session made that pool and did not delete it: then the pool is the leak (and its members
-    go with it). Removing first means one leaky run does not poison the next one.
+    Counted (``tests/leaks.py``): containers and pools made during the session by this process,
+    by a process that has exited since (the CLI subprocesses the tests run), or by an emulator
+    server this session started. Idle members of a pool that still exists are its own, unless the
+    session made that pool and did not delete it: then the pool is the leak (and its members go
+    with it). Removing first means one leaky run does not poison the next one.
     """
     import time
 
     import docker
 
     from osmosis_harbor.sandbox import docker as docker_sdk
-    from osmosis_harbor.sandbox.docker import labels as L
+
+    from .emulator_support import SESSION_SERVERS
+    from .leaks import session_leaks, session_pools
 
     started = time.time() - 1
     yield
     client = docker.from_env()
-    leaked_pools = sorted(
-        {
-            (volume.get("Labels") or {})[L.POOL_SPEC]
-            for volume in client.api.volumes(filters={"label": L.POOL_SPEC})["Volumes"] or []
-            if _ours(volume.get("Labels") or {}, started)
-        }
-    )
+    leaked_pools = session_pools(started, SESSION_SERVERS)
     for pool in leaked_pools:
         docker_sdk.delete_pool(pool)
-    leaked = []
-    for container in client.api.containers(all=True, filters={"label": "osmosis-harbor.managed=1"}):
-        labels = container.get("Labels") or {}
-        name = container["Names"][0].lstrip("/")
-        if name.startswith("ohpool_") and labels.get(L.POOL) not in leaked_pools:
-            continue  # an idle member of a pool this session did not make
-        if _ours(labels, started):
-            leaked.append(name)
-            client.api.remove_container(container["Id"], force=True)
+    leaked = session_leaks(started, SESSION_SERVERS, leaked_pools)
+    for container_id, _ in leaked:
+        client.api.remove_container(container_id, force=True)
+    names = [name for _, name in leaked]
     assert not leaked_pools, "warm pools leaked by this session (now deleted): " + ", ".join(leaked_pools)
-    assert not leaked, "sandbox containers leaked by this session (now removed): " + ", ".join(leaked)
+    assert not names, "sandbox containers leaked by this session (now removed): " + ", ".join(names)
+
+
+@pytest.fixture(scope="session")
+def emulator_server(tmp_path_factory: pytest.TempPathFactory, sandbox_image: str) -> Iterator[EmulatorServer]:
+    """One skypilot-emulator server for the session (ephemeral loopback port, no latency), this
+    process pointed at it (``OSMOSIS_HARBOR_EMULATOR_URL``), the test image in the local registry.
+    Stopped at the end; what its sandboxes left is the leak check's to report and remove."""
+    from .emulator_support import emulator_env, push_to_local_registry, start_server, stop_server
+
+    push_to_local_registry(sandbox_image)
+    server = start_server(tmp_path_factory.mktemp("emulator-session"))
+    try:
+        with emulator_env(server.url):
+            yield server
+    finally:
+        stop_server(server)
+
+
+@pytest.fixture(params=["docker", "skypilot-emulator"])
+def sandbox_sdk(request: pytest.FixtureRequest) -> SdkPath:
+    """Each key test on both paths: the Docker SDK and SkyPilot's SDK served by the emulator."""
+    if request.param == "docker":
+        return SdkPath("docker")
+    return SdkPath(request.param, request.getfixturevalue("emulator_server"))
 
 
 @pytest.fixture

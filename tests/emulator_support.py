@@ -16,11 +16,16 @@ from typing import Any
 import docker
 import httpx
 
+from osmosis_harbor.sandbox.docker.labels import IDLE_PREFIX
 from osmosis_harbor.sandbox.emulator.server import ServerState, read_state
+from osmosis_harbor.sandbox.owner import OWNER_HOST, OWNER_PID
 
 from .support import REPO, wait_until
 
 LOCAL_REGISTRY = "127.0.0.1:5000"
+# Pids of the emulator servers this test session started: their sandboxes are the session's
+# (an emulator sandbox's owner is its server, not a host process), which the leak check counts.
+SESSION_SERVERS: set[int] = set()
 
 
 @dataclass
@@ -102,6 +107,7 @@ def start_server(directory: Path, *extra: str) -> EmulatorServer:
         except httpx.HTTPError:
             return None
 
+    SESSION_SERVERS.add(process.pid)
     state = wait_until(up, timeout=60, what="the emulator server to answer")
     return EmulatorServer(process, state, state_file, log)
 
@@ -116,8 +122,9 @@ def stop_server(server: EmulatorServer) -> None:
         server.process.wait()
 
 
-def remove_emulator_sandboxes() -> list[str]:
-    """Remove every container the emulator owns (what a test module leaves is removed, and named)."""
+def remove_emulator_sandboxes(server: EmulatorServer) -> list[str]:
+    """Remove the sandboxes ``server`` made and left (named, for the caller's assertion); other
+    servers' sandboxes (another test session's on a shared engine) are theirs."""
     from osmosis_harbor.sandbox.emulator.state import EMULATOR_OWNER_HOST
 
     client = docker.from_env()
@@ -125,7 +132,8 @@ def remove_emulator_sandboxes() -> list[str]:
     for container in client.api.containers(all=True, filters={"label": "osmosis-harbor.managed=1"}):
         labels = container.get("Labels") or {}
         name = container["Names"][0].lstrip("/")
-        if labels.get("osmosis-harbor.owner-host") == EMULATOR_OWNER_HOST and not name.startswith("ohpool_"):
+        ours = labels.get(OWNER_HOST) == EMULATOR_OWNER_HOST and labels.get(OWNER_PID) == str(server.process.pid)
+        if ours and not name.startswith(IDLE_PREFIX):
             client.api.remove_container(container["Id"], force=True)
             removed.append(name)
     return removed

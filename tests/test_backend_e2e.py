@@ -16,11 +16,11 @@ from harbor.trial.queue import TrialQueue
 from osmosis_ai.rollout.types import RolloutErrorCategory, RolloutStatus
 
 from osmosis_harbor.backend import HarborBackend
-from osmosis_harbor.sandbox import environment_config
 from osmosis_harbor.sandbox.environment import IMPORT_PATH as SANDBOX_ENVIRONMENT
 from osmosis_harbor.testing.scripted_policy import FakeChatServer
 
 from .rollout_server import client_for, serve
+from .sdk_paths import DOCKER, SdkPath
 from .support import FIXTURES, TASKS, managed_containers
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("osmosis_home")]
@@ -51,6 +51,7 @@ def make_backend(
     grader: str | None = None,
     tasks_dir: Path = TASKS / "template",
     task_mode: str = "template",
+    sdk: SdkPath = DOCKER,
     environment: EnvironmentConfig | None = None,
     **kwargs,
 ) -> HarborBackend:
@@ -64,7 +65,7 @@ def make_backend(
         grader_config=f"{GR}:fixture_grader_config" if grader == "AnswerGrader" else None,
         code_dir=PROJECT,
         bundles_dir=bundles_dir,
-        environment_config=environment or environment_config("docker"),
+        environment_config=environment or sdk.environment(),
         trials_dir=tmp_path / "trials",
         cleanup_successful_trials=False,
         **kwargs,
@@ -93,9 +94,14 @@ async def run(client, fake_chat: FakeChatServer, api_key: str, text: str, **kwar
     )
 
 
-async def test_template_mode_with_grader(tmp_path, bundles_dir, fake_chat, api_key, grader_template, osmosis_home):
+async def test_template_mode_with_grader(
+    tmp_path, bundles_dir, fake_chat, api_key, grader_template, osmosis_home, sandbox_sdk: SdkPath
+):
+    """A graded rollout (right and wrong answers) and an ungraded one, on both sandbox paths."""
+    sandbox_sdk.require_loopback_endpoint()
+    routes = sandbox_sdk.routes()
     backend = make_backend(
-        tmp_path, bundles_dir, agent="OutputWorkflow", grader="AnswerGrader", tasks_dir=grader_template
+        tmp_path, bundles_dir, agent="OutputWorkflow", grader="AnswerGrader", tasks_dir=grader_template, sdk=sandbox_sdk
     )
     async with serve(backend) as url, client_for(url) as client:
         right, wrong, ungraded = await asyncio.gather(
@@ -118,6 +124,8 @@ async def test_template_mode_with_grader(tmp_path, bundles_dir, fake_chat, api_k
     artifacts = list((tmp_path / "trials").rglob("command.log"))
     assert artifacts and any("echo 42 > answer.txt" in p.read_text() for p in artifacts)
     assert_secret_absent(api_key, tmp_path / "trials", osmosis_home)
+    sandbox_sdk.assert_harbors_transfer_path(routes)
+    assert sandbox_sdk.sandboxes_left() == []
 
 
 async def test_task_tests_win_over_the_grader(tmp_path, bundles_dir, fake_chat, api_key):

@@ -31,7 +31,7 @@ def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatorServe
     server = start_server(tmp_path_factory.mktemp("emulator"))
     with emulator_env(server.url):
         yield server
-    left = remove_emulator_sandboxes()
+    left = remove_emulator_sandboxes(server)
     stop_server(server)
     assert not left, f"tests left emulator sandboxes: {left}"
 

@@ -31,7 +31,7 @@ SHARED_REPOSITORY = "osmosis-harbor-env"
 def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatorServer]:
     server = start_server(tmp_path_factory.mktemp("emulator"))
     yield server
-    left = remove_emulator_sandboxes()
+    left = remove_emulator_sandboxes(server)
     stop_server(server)
     assert not left, f"tests left emulator sandboxes: {left}"
 

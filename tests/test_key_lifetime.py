@@ -26,11 +26,11 @@ from osmosis_ai.rollout.types import RolloutErrorCategory, RolloutStatus
 
 from osmosis_harbor.backend import HarborBackend
 from osmosis_harbor.keys import MARKER, KeyCustody, Redactor
-from osmosis_harbor.sandbox import environment_config
 from osmosis_harbor.serving.server import draining_server
 from osmosis_harbor.testing.scripted_policy import FakeChatServer
 
 from .rollout_server import client_for, serve
+from .sdk_paths import DOCKER, SdkPath
 from .support import FIXTURES, REPO, TASKS, await_until, managed_containers
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("osmosis_home")]
@@ -45,14 +45,14 @@ def api_key() -> str:
     return f'sk-hoard/{uuid.uuid4().hex}+"q"\\ é&x=1'
 
 
-def hoarding_backend(tmp_path: Path, bundles_dir: Path, **kwargs) -> HarborBackend:
+def hoarding_backend(tmp_path: Path, bundles_dir: Path, sdk: SdkPath = DOCKER, **kwargs) -> HarborBackend:
     return HarborBackend(
         orchestrator=TrialQueue(n_concurrent=kwargs.pop("n_concurrent", 1)),
         tasks_dir=TASKS / "template",
         agent=HOARDER,
         code_dir=PROJECT,
         bundles_dir=bundles_dir,
-        environment_config=environment_config("docker"),
+        environment_config=sdk.environment(),
         trials_dir=tmp_path / "trials",
         cleanup_successful_trials=False,
         **kwargs,
@@ -107,9 +107,10 @@ async def hoarded(fake_chat: FakeChatServer, rollout_id: str) -> None:
 
 
 async def test_finished_failed_and_timed_out_trials_keep_no_key(
-    tmp_path, bundles_dir, fake_chat, api_key, osmosis_home
+    tmp_path, bundles_dir, fake_chat, api_key, osmosis_home, sandbox_sdk: SdkPath
 ):
-    backend = hoarding_backend(tmp_path, bundles_dir, n_concurrent=3)
+    sandbox_sdk.require_loopback_endpoint()
+    backend = hoarding_backend(tmp_path, bundles_dir, sandbox_sdk, n_concurrent=3)
     async with serve(backend) as url, client_for(url) as client:
 
         def run(then: str, **kwargs):

@@ -22,11 +22,11 @@ from harbor.trial.queue import TrialQueue
 from osmosis_ai.rollout.types import RolloutErrorCategory, RolloutStatus
 
 from osmosis_harbor.backend import HarborBackend
-from osmosis_harbor.sandbox import environment_config
 from osmosis_harbor.sandbox.docker import labels as L
 from osmosis_harbor.testing.scripted_policy import FakeChatServer
 
 from .rollout_server import client_for, serve
+from .sdk_paths import DOCKER, SdkPath
 from .support import FIXTURES, TASKS, managed_containers, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("osmosis_home")]
@@ -55,7 +55,7 @@ def tasks(tmp_path: Path) -> Path:
     return root
 
 
-def make_backend(tmp_path: Path, tasks: Path, **kwargs) -> HarborBackend:
+def make_backend(tmp_path: Path, tasks: Path, sdk: SdkPath = DOCKER, **kwargs) -> HarborBackend:
     return HarborBackend(
         orchestrator=TrialQueue(n_concurrent=3),
         tasks_dir=tasks / "graded",
@@ -67,7 +67,7 @@ def make_backend(tmp_path: Path, tasks: Path, **kwargs) -> HarborBackend:
         code_dir=PROJECT,
         bundles_dir=tmp_path / "bundles",
         trials_dir=tmp_path / "trials",
-        environment_config=environment_config("docker"),
+        environment_config=sdk.environment(),
         **kwargs,
     )
 
@@ -76,13 +76,14 @@ def engine():
     return docker.from_env().api
 
 
-def sandbox_of(backend: HarborBackend, rollout_id: str) -> dict | None:
-    """The running container of the rollout's current trial, found by its labels."""
+def sandbox_of(backend: HarborBackend, rollout_id: str, owner_pid: int | None = None) -> dict | None:
+    """The running container of the rollout's current trial, found by its labels (its owner:
+    this process, or on the emulator path the emulator server)."""
     status = backend.rollout_status(rollout_id)
     if not status or not status.get("trial_name"):
         return None
     name = _sanitize_dns_name(f"hb-{status['trial_name']}__env")
-    for container in managed_containers(owner_pid=os.getpid()):
+    for container in managed_containers(owner_pid=owner_pid or os.getpid()):
         if container["Labels"].get(L.SANDBOX) == name and container["State"] == "running":
             return container
     return None
@@ -98,11 +99,13 @@ def in_sandbox(container_id: str, *argv: str) -> int:
         return -1
 
 
-async def waiting_at(backend: HarborBackend, rollout_id: str, gate: str, *, not_in: set[str] = frozenset()) -> dict:
+async def waiting_at(
+    backend: HarborBackend, rollout_id: str, gate: str, *, not_in: set[str] = frozenset(), owner_pid: int | None = None
+) -> dict:
     """The rollout's sandbox once its workflow or tests wait at ``gate`` (a FIFO)."""
 
     def ready() -> dict | None:
-        container = sandbox_of(backend, rollout_id)
+        container = sandbox_of(backend, rollout_id, owner_pid)
         if container is None or container["Id"] in not_in:
             return None
         return container if in_sandbox(container["Id"], "test", "-p", gate) == 0 else None
@@ -136,9 +139,11 @@ async def start(client, fake_chat: FakeChatServer, rollout_id: str, text: str, *
 
 
 async def test_a_lost_sandbox_is_an_internal_error_and_a_self_kill_is_the_workflows(
-    tmp_path, tasks, fake_chat, osmosis_home
+    tmp_path, tasks, fake_chat, osmosis_home, sandbox_sdk: SdkPath
 ):
-    backend = make_backend(tmp_path, tasks, task_roots=[tasks])  # ../blocking-tests, beside the template
+    sandbox_sdk.require_loopback_endpoint()
+    owner = sandbox_sdk.owner_pid
+    backend = make_backend(tmp_path, tasks, sandbox_sdk, task_roots=[tasks])  # ../blocking-tests, beside the template
     ids = {k: f"{k}-{uuid.uuid4().hex[:6]}" for k in ("killed", "self", "grading")}
     async with serve(backend) as url, client_for(url) as client:
         killed = await start(client, fake_chat, ids["killed"], BLOCKING_REPLY)
@@ -146,9 +151,9 @@ async def test_a_lost_sandbox_is_an_internal_error_and_a_self_kill_is_the_workfl
         grading = await start(
             client, fake_chat, ids["grading"], "reply: echo hi", metadata={"harbor_task": "../blocking-tests"}
         )
-        victim = await waiting_at(backend, ids["killed"], AGENT_GATE)
+        victim = await waiting_at(backend, ids["killed"], AGENT_GATE, owner_pid=owner)
         engine().kill(victim["Id"])  # docker kill, as a node or an operator would
-        grader_box = await waiting_at(backend, ids["grading"], GRADING_GATE)
+        grader_box = await waiting_at(backend, ids["grading"], GRADING_GATE, owner_pid=owner)
         engine().remove_container(grader_box["Id"], force=True)  # docker rm -f while grading
         results = {
             k: await h.wait_for_completion() for k, h in (("killed", killed), ("self", self_kill), ("grading", grading))
@@ -175,6 +180,7 @@ async def test_a_lost_sandbox_is_an_internal_error_and_a_self_kill_is_the_workfl
     assert graded.err_message.endswith("during the verifier phase") and "was lost" in graded.err_message
     assert diagnostics(osmosis_home, ids["grading"])["failed_phase"] == "verifier"
     assert managed_containers(owner_pid=os.getpid()) == []
+    assert sandbox_sdk.sandboxes_left() == []
 
 
 async def test_infra_retries_run_the_rollout_again_on_a_fresh_sandbox(tmp_path, tasks, fake_chat, osmosis_home):

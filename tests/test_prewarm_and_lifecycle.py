@@ -19,11 +19,11 @@ from osmosis_ai.rollout.types import RolloutErrorCategory, RolloutStatus
 from osmosis_harbor.backend import HarborBackend
 from osmosis_harbor.prewarm import PrewarmError
 from osmosis_harbor.sandbox import docker as docker_sdk
-from osmosis_harbor.sandbox import environment_config
 from osmosis_harbor.sandbox.images import BUILD_COORDINATOR
 from osmosis_harbor.testing.scripted_policy import FakeChatServer
 
 from .rollout_server import client_for, serve
+from .sdk_paths import DOCKER, SdkPath
 from .support import FIXTURES, TASKS, make_task, managed_containers, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("osmosis_home")]
@@ -46,6 +46,7 @@ def backend_for(
     tasks_dir: Path = TASKS / "template",
     task_mode: str = "template",
     n_concurrent: int = 2,
+    sdk: SdkPath = DOCKER,
     **env_kwargs,
 ) -> HarborBackend:
     extra = {k: env_kwargs.pop(k) for k in list(env_kwargs) if k in {"max_queue_depth"}}
@@ -56,7 +57,7 @@ def backend_for(
         agent=f"{WF}:{agent}",
         code_dir=PROJECT,
         bundles_dir=tmp_path / "bundles",
-        environment_config=environment_config("docker", **env_kwargs),
+        environment_config=sdk.environment(**env_kwargs),
         trials_dir=tmp_path / "trials",
         **extra,
     )
@@ -72,12 +73,12 @@ def rollout_body(fake_chat: FakeChatServer, rollout_id: str, text: str = "answer
     }
 
 
-async def test_prewarm_groups_builds_once_and_reuses(tmp_path: Path) -> None:
+async def test_prewarm_groups_builds_once_and_reuses(tmp_path: Path, sandbox_sdk: SdkPath) -> None:
     dataset = tmp_path / "ds"
     for name in ("a", "b", "nested/c"):
         shutil.copytree(TASKS / "template", dataset / name)
     make_task(dataset, "other", dockerfile=f"FROM python:3.12-slim\nRUN echo {uuid.uuid4().hex} > /m\n")
-    backend = backend_for(tmp_path, tasks_dir=dataset, task_mode="dataset")
+    backend = backend_for(tmp_path, tasks_dir=dataset, task_mode="dataset", sdk=sandbox_sdk)
     with pytest.raises(ValueError, match="explicit task ids"):
         await backend.prewarm()
     ids = ["a", "b", "nested/c", "other"]
@@ -88,11 +89,12 @@ async def test_prewarm_groups_builds_once_and_reuses(tmp_path: Path) -> None:
     assert all(g.setup_ok and g.image for g in first.groups_detail)
     assert {s for _, s in stages} >= {"image", "setup", "done"}
     # a second backend (as a new process would) builds nothing: every image is reused
-    again = backend_for(tmp_path, tasks_dir=dataset, task_mode="dataset")
+    again = backend_for(tmp_path, tasks_dir=dataset, task_mode="dataset", sdk=sandbox_sdk)
     with BUILD_COORDINATOR.as_new_process() as stats:
         second = await again.prewarm(ids)
     assert second.built == 0 and second.reused == 2 and stats.built == []
     assert managed_containers(owner_pid=os.getpid()) == []
+    assert sandbox_sdk.sandboxes_left() == []
 
 
 async def test_baked_dependencies_are_used_by_the_next_trial(tmp_path: Path, fake_chat) -> None:
@@ -171,9 +173,12 @@ async def test_systemic_prewarm_failure_raises(tmp_path: Path) -> None:
     assert "127.0.0.1:1" in str(info.value) and "every task" not in str(info.value)
 
 
-async def test_server_with_prewarm_lifespan_serves_from_a_warm_pool(tmp_path: Path, fake_chat) -> None:
+async def test_server_with_prewarm_lifespan_serves_from_a_warm_pool(
+    tmp_path: Path, fake_chat, sandbox_sdk: SdkPath
+) -> None:
+    sandbox_sdk.require_loopback_endpoint()
     base = f"warm{uuid.uuid4().hex[:6]}"
-    backend = backend_for(tmp_path, pool=base, pool_size=2)
+    backend = backend_for(tmp_path, pool=base, pool_size=2, sdk=sandbox_sdk)
     async with serve(backend, lifespan=backend.prewarm_lifespan()) as url, client_for(url) as client:
         pools = backend.health()["pools"]
         assert len(pools) == 1

@@ -10,6 +10,7 @@ import pytest
 from osmosis_harbor.trials.reading import Phase, StepReading, TrialReading
 from osmosis_harbor.trials.verdict import judge, reward_shortfall
 
+from .sdk_paths import SdkPath
 from .support import FIXTURES, load_json, managed_containers, orphaned_containers, run_cli
 
 PUBLIC = FIXTURES / "public-formats"
@@ -24,21 +25,25 @@ IDS = [
 COMPOSE_ERROR = "multi-container tasks (environment/docker-compose.yaml) are not supported by sandbox environments"
 
 
-def _validate(tmp_path: Path, agent: str) -> tuple[dict[str, dict], str]:
+def _validate(tmp_path: Path, agent: str, sdk: SdkPath) -> tuple[dict[str, dict], str]:
     report = tmp_path / f"{agent}.json"
     selection = [arg for task_id in IDS for arg in ("--task", task_id)]
     before = {c["Id"] for c in managed_containers()}
+    routes = sdk.routes()
     proc = run_cli(
-        "validate", str(PUBLIC), "--agent", agent, "-n", "3", "--json", str(report), *selection, env={"COLUMNS": "400"}
+        *("validate", str(PUBLIC), "--env", sdk.name, "--agent", agent, "-n", "3", "--json", str(report), *selection),
+        env={"COLUMNS": "400", **sdk.cli_env()},
     )  # wide enough that no cell wraps
     assert proc.returncode == 1, proc.stdout + proc.stderr  # compose tasks always fail
     assert not orphaned_containers(before), "validate left sandboxes behind"
+    assert not sdk.sandboxes_left(), "validate left emulator sandboxes behind"
+    sdk.assert_harbors_transfer_path(routes)  # on the emulator: no archives, Harbor's writes and execs
     return {row["id"]: row for row in load_json(report)["tasks"]}, proc.stdout
 
 
 @pytest.mark.slow
-def test_oracle_verdicts_on_public_task_formats(tmp_path: Path) -> None:
-    rows, table = _validate(tmp_path, "oracle")
+def test_oracle_verdicts_on_public_task_formats(tmp_path: Path, sandbox_sdk: SdkPath) -> None:
+    rows, table = _validate(tmp_path, "oracle", sandbox_sdk)
     assert {k: v["passed"] for k, v in rows.items()} == {
         "multi-step-pass": True,
         "multi-step-failing": False,
@@ -85,8 +90,8 @@ def test_oracle_verdicts_on_public_task_formats(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_nop_verdicts_on_public_task_formats(tmp_path: Path) -> None:
-    rows, _ = _validate(tmp_path, "nop")
+def test_nop_verdicts_on_public_task_formats(tmp_path: Path, sandbox_sdk: SdkPath) -> None:
+    rows, _ = _validate(tmp_path, "nop", sandbox_sdk)
     assert {k: v["passed"] for k, v in rows.items()} == {
         "multi-step-pass": True,
         "multi-step-failing": True,

@@ -35,10 +35,11 @@ from osmosis_ai.rollout.types import RolloutErrorCategory, RolloutResultResponse
 
 from osmosis_harbor.backend import HarborBackend
 from osmosis_harbor.backend import plan as plan_module
-from osmosis_harbor.sandbox import environment_config
 from osmosis_harbor.testing.scripted_policy import FakeChatServer
 
+from .emulator_support import EmulatorServer
 from .rollout_server import client_for, serve
+from .sdk_paths import DOCKER, EMULATOR, SdkPath
 from .support import FIXTURES, TASKS, managed_containers
 
 pytestmark = pytest.mark.slow
@@ -48,7 +49,7 @@ ATTACKS = ["rewrite-grader", "replace-grade-script", "reward-rewriter", "shadow-
 SHARED = "shared-"  # rollout ids with this prefix verify in the agent's sandbox (the control)
 
 
-def _backend(root: Path, tasks_dir: Path, grader: str) -> HarborBackend:
+def _backend(root: Path, tasks_dir: Path, grader: str, sdk: SdkPath = DOCKER) -> HarborBackend:
     return HarborBackend(
         orchestrator=TrialQueue(n_concurrent=3),
         tasks_dir=tasks_dir,
@@ -59,7 +60,7 @@ def _backend(root: Path, tasks_dir: Path, grader: str) -> HarborBackend:
         grader_config="rollout_fixtures.graders:fixture_grader_config" if grader == "AnswerGrader" else None,
         code_dir=PROJECT,
         bundles_dir=root / "bundles",
-        environment_config=environment_config("docker"),
+        environment_config=sdk.environment(),
         trials_dir=root / "trials",
         cleanup_successful_trials=False,
     )
@@ -237,3 +238,27 @@ def test_the_grader_runs_in_a_sandbox_of_its_own(tmp_path: Path) -> None:
     # the image bakes the bundle in: the fresh verifier sandbox checks its marker, installs nothing
     assert "/opt/osmosis/bundle.id" in (copy / "tests" / "osmosis_grade.sh").read_text()
     assert not list((copy / "tests").glob("*.whl"))
+
+
+async def test_on_the_emulator_a_root_workflow_cannot_forge_its_reward(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, emulator_server: EmulatorServer
+) -> None:
+    """The isolated attacks again on SkyPilot's path (the skypilot-emulator: no archives, task
+    images by registry reference, Harbor's own transfers carry the grader's files): the reward
+    stays the grader's verdict. The Docker path, and the shared-mode positive controls that show
+    each attack works where it is not stopped, are the module's ``runs`` above."""
+    sdk = SdkPath(EMULATOR, emulator_server)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    routes = sdk.routes()
+    chat = FakeChatServer()
+    try:
+        backend = _backend(tmp_path, _graded_template(tmp_path), "AnswerGrader", sdk)
+        results = await _serve_attacks(backend, chat, [("isolated", attack) for attack in ATTACKS])
+    finally:
+        chat.close()
+    for attack, result in zip(ATTACKS, results, strict=True):
+        assert result.status is RolloutStatus.SUCCESS, (attack, result.err_message)
+        assert result.sample is not None and result.sample.reward == 0.0, f"{attack}: forged {result.sample}"
+        assert result.sample.metrics.get("answer_found") == 1.0, attack  # the grader really ran on "7"
+    sdk.assert_harbors_transfer_path(routes)
+    assert sdk.sandboxes_left() == [], "emulator sandboxes left behind"

@@ -41,11 +41,11 @@ from osmosis_ai.rollout.types import (
 
 from osmosis_harbor.backend import HarborBackend
 from osmosis_harbor.sandbox import docker as docker_sdk
-from osmosis_harbor.sandbox import environment_config
 from osmosis_harbor.serving.drain import DrainPolicy
 from osmosis_harbor.serving.server import draining_server
 from osmosis_harbor.testing.scripted_policy import FakeChatServer
 
+from .sdk_paths import SdkPath
 from .support import FIXTURES, REPO, TASKS, await_until, managed_containers, wait_until
 
 pytestmark = pytest.mark.slow
@@ -227,7 +227,9 @@ async def _draining_health(http: httpx.AsyncClient) -> dict[str, Any] | None:
     return payload if payload["status"] == "draining" else None
 
 
-async def test_backend_shutdown_is_idempotent_and_removes_pools_and_temp_root(bundles: Path) -> None:
+async def test_backend_shutdown_is_idempotent_and_removes_pools_and_temp_root(
+    bundles: Path, sandbox_sdk: SdkPath
+) -> None:
     pool = f"idem{uuid.uuid4().hex[:6]}"
     backend = HarborBackend(
         orchestrator=TrialQueue(n_concurrent=1),
@@ -235,7 +237,7 @@ async def test_backend_shutdown_is_idempotent_and_removes_pools_and_temp_root(bu
         agent="rollout_fixtures.workflows:ListWorkflow",
         code_dir=FIXTURES / "rollout_project",
         bundles_dir=bundles,
-        environment_config=environment_config("docker", pool=pool, pool_size=1),
+        environment_config=sandbox_sdk.environment(pool=pool, pool_size=1),
     )
     work_root = backend.trials_dir.parent
     report = await backend.prewarm()
@@ -250,6 +252,7 @@ async def test_backend_shutdown_is_idempotent_and_removes_pools_and_temp_root(bu
         docker_sdk.get_pool(pool_name)
     assert not work_root.exists()
     assert managed_containers(owner_pid=os.getpid()) == []
+    assert sandbox_sdk.sandboxes_left() == []
     assert backend.health()["status"] == "shutting_down" and not backend.has_capacity()
 
 

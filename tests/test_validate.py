@@ -15,15 +15,21 @@ from osmosis_harbor.sandbox.images import BUILD_COORDINATOR
 from osmosis_harbor.tasks.discovery import discover_tasks, load_dataset
 from osmosis_harbor.validate import validate_tasks
 
+from .sdk_paths import SdkPath
 from .support import FIXTURES, REPO, TASKS, load_json, make_task, managed_containers, run_cli, wait_until
 
 pytestmark = pytest.mark.slow
 
 
-def test_bundled_dataset_passes_oracle_validation(tmp_path: Path) -> None:
+def test_bundled_dataset_passes_oracle_validation(tmp_path: Path, sandbox_sdk: SdkPath) -> None:
     report_path = tmp_path / "report.json"
-    proc = run_cli("validate", "tasks", "-n", "3", "--json", str(report_path))
+    routes = sandbox_sdk.routes()
+    proc = run_cli(
+        "validate", "tasks", "--env", sandbox_sdk.name, "-n", "3", "--json", str(report_path), env=sandbox_sdk.cli_env()
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    sandbox_sdk.assert_harbors_transfer_path(routes)
+    assert not sandbox_sdk.sandboxes_left()
     report = load_json(report_path)
     ids = {t.id for t in discover_tasks(TASKS)}
     assert {t["id"] for t in report["tasks"]} == ids

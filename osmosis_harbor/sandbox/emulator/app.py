@@ -185,6 +185,7 @@ def build_app(emulator: Emulator, injector: FaultInjector, restart: Callable[[],
             faults=dict(injector.injected),
             evicted=emulator.evicted,
             knobs=injector.knobs,
+            calls_by_route=dict(injector.by_route),
         )
 
     @app.put("/admin/knobs")

@@ -46,6 +46,9 @@ class FaultInjector:
         self._queue: list[FaultRule] = []
         self.calls = 0
         self.injected: Counter[str] = Counter()
+        # Calls by route ("PUT /sandboxes/{name}/files"): which SDK calls a client made, so a
+        # test or bench can tell Harbor's transfer path (writes, reads, execs) from the rest.
+        self.by_route: Counter[str] = Counter()
 
     def set_knobs(self, knobs: Knobs) -> None:
         """New knobs restart the seeded sequence, so a test gets the same pattern each run."""
@@ -58,10 +61,12 @@ class FaultInjector:
     def clear(self) -> None:
         self._queue.clear()
         self.injected.clear()
+        self.by_route.clear()
         self.calls = 0
 
     def draw(self, method: str, path: str) -> str | None:
         self.calls += 1
+        self.by_route[f"{method} {route_of(path)}"] += 1
         for rule in self._queue:
             if path.startswith(rule.path) and (rule.method is None or rule.method.upper() == method):
                 rule.count -= 1
@@ -75,6 +80,17 @@ class FaultInjector:
         if k.evict_rate and self._rng.random() < k.evict_rate:
             return "evict"
         return None
+
+
+_NAMED = {"sandboxes": "{name}", "pools": "{name}", "execs": "{exec_id}"}
+
+
+def route_of(path: str) -> str:
+    """The route template of ``path``: ``/sandboxes/sb-1/files`` is ``/sandboxes/{name}/files``."""
+    parts = path.strip("/").split("/")
+    if len(parts) >= 2 and parts[0] in _NAMED:
+        parts[1] = _NAMED[parts[0]]
+    return "/" + "/".join(parts)
 
 
 def _sandbox_in(path: str) -> str | None:

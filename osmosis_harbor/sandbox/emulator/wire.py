@@ -163,3 +163,4 @@ class ServerStats(_Wire):
     faults: dict[str, int]
     evicted: list[str]
     knobs: Knobs
+    calls_by_route: dict[str, int] = Field(default_factory=dict)

@@ -1,0 +1,65 @@
+"""Which sandbox containers a test session left behind (the conftest's session check).
+
+Why its own module: the rule has two owners to tell apart, and a test proves it does not
+misfire. A Docker-SDK sandbox is owned by a host process (this one, or a CLI subprocess that
+has exited since). A skypilot-emulator sandbox is owned by its server, not by any client
+process (its owner host is ``EMULATOR_OWNER_HOST``): it is this session's when one of the
+servers this session started made it, whether that server still runs or not. Another test
+session's sandboxes on the same shared engine (a live process, or an emulator server this
+session did not start) are never counted. Idle pool members belong to their pool; a pool (its
+spec volume) is judged by the same owner rule, and a leaked pool's members go with it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Collection
+from typing import Any
+
+import docker
+
+from osmosis_harbor.sandbox.docker.labels import CREATED_AT, IDLE_PREFIX, POOL, POOL_SPEC
+from osmosis_harbor.sandbox.emulator.state import EMULATOR_OWNER_HOST
+from osmosis_harbor.sandbox.owner import OWNER_HOST, OWNER_PID
+
+from .support import process_alive
+
+
+def is_leak(labels: dict[str, str], name: str, started: float, emulator_servers: Collection[int]) -> bool:
+    """A container made since ``started`` that this session should have removed."""
+    created = float(labels.get(CREATED_AT) or 0)
+    if created < started or name.startswith(IDLE_PREFIX):
+        return False
+    pid = int(labels.get(OWNER_PID) or 0)
+    if labels.get(OWNER_HOST) == EMULATOR_OWNER_HOST:
+        return pid in emulator_servers
+    return pid == os.getpid() or not process_alive(pid)
+
+
+def session_pools(started: float, emulator_servers: Collection[int]) -> list[str]:
+    """Warm pools this session made and did not delete (their spec volume's owner, by the same rule)."""
+    client = docker.from_env()
+    volumes: list[dict[str, Any]] = client.api.volumes(filters={"label": POOL_SPEC})["Volumes"] or []
+    return sorted(
+        {
+            (v.get("Labels") or {})[POOL_SPEC]
+            for v in volumes
+            if is_leak(v.get("Labels") or {}, "", started, emulator_servers)
+        }
+    )
+
+
+def session_leaks(
+    started: float, emulator_servers: Collection[int], leaked_pools: Collection[str] = ()
+) -> list[tuple[str, str]]:
+    """(id, name) of every container :func:`is_leak` counts, on the local engine; idle members of
+    ``leaked_pools`` go with their pool."""
+    client = docker.from_env()
+    containers: list[dict[str, Any]] = client.api.containers(all=True, filters={"label": "osmosis-harbor.managed=1"})
+    found = []
+    for c in containers:
+        labels, name = c.get("Labels") or {}, c["Names"][0].lstrip("/")
+        in_leaked_pool = name.startswith(IDLE_PREFIX) and labels.get(POOL) in leaked_pools
+        if in_leaked_pool or is_leak(labels, name, started, emulator_servers):
+            found.append((c["Id"], name))
+    return found

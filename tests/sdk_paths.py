@@ -1,0 +1,101 @@
+"""The two sandbox paths a key test runs on: ``docker`` and ``skypilot-emulator``.
+
+Why: our users run trials on SkyPilot Sandboxes, whose SDK has no archive capability, no host
+networking and images only by registry reference; the Docker implementation has all three.
+A test parametrized over :class:`SdkPath` (the ``sandbox_sdk`` fixture) proves its claim on
+both, with the same body. On the emulator, the session's server is the one this session
+started (``emulator_support.start_server``), reached through ``OSMOSIS_HARBOR_EMULATOR_URL``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import docker
+import pytest
+from harbor.models.trial.config import EnvironmentConfig
+
+from osmosis_harbor.sandbox import environment_config
+from osmosis_harbor.sandbox.docker.labels import IDLE_PREFIX
+from osmosis_harbor.sandbox.emulator.state import EMULATOR_OWNER_HOST
+from osmosis_harbor.sandbox.owner import OWNER_HOST, OWNER_PID
+from osmosis_harbor.sandbox.registry import implementation
+
+from .emulator_support import EmulatorServer
+
+EMULATOR = "skypilot-emulator"
+NO_LOOPBACK = (
+    "a SkyPilot sandbox cannot reach this machine's loopback (the chat endpoint must be a public URL), "
+    "and this SDK's registration has no policy relay for it (relays_host_endpoint)"
+)
+
+
+@dataclass(frozen=True)
+class SdkPath:
+    """One sandbox SDK under test; ``emulator`` is the session's server on the emulator path."""
+
+    name: str
+    emulator: EmulatorServer | None = None
+
+    @property
+    def is_emulator(self) -> bool:
+        return self.emulator is not None
+
+    @property
+    def owner_pid(self) -> int:
+        """The owner label of this path's sandbox containers: this process, or the emulator server."""
+        return self.emulator.process.pid if self.emulator is not None else os.getpid()
+
+    def environment(self, **kwargs: Any) -> EnvironmentConfig:
+        """The environment config of this path (a loopback chat endpoint reaches either through
+        the backend's policy relay)."""
+        return environment_config(self.name, **kwargs)
+
+    def cli_env(self) -> dict[str, str]:
+        """Environment for a CLI subprocess on this path."""
+        return {"OSMOSIS_HARBOR_EMULATOR_URL": self.emulator.url} if self.emulator is not None else {}
+
+    def stats(self) -> dict[str, Any]:
+        assert self.emulator is not None
+        return self.emulator.stats()
+
+    def routes(self) -> dict[str, int]:
+        """The emulator's calls so far, by route (empty on the Docker path)."""
+        return self.stats()["calls_by_route"] if self.is_emulator else {}
+
+    def sandboxes_left(self) -> list[str]:
+        """On the emulator, the sandboxes the session's server made that still exist (each test
+        leaves none). Read from the engine by owner: the emulator's ``ls`` lists every emulator
+        server's sandboxes on this engine, other test sessions' included."""
+        if self.emulator is None:
+            return []
+        containers = docker.from_env().api.containers(
+            all=True, filters={"label": [f"{OWNER_HOST}={EMULATOR_OWNER_HOST}", f"{OWNER_PID}={self.owner_pid}"]}
+        )
+        return [n for c in containers if not (n := c["Names"][0].lstrip("/")).startswith(IDLE_PREFIX)]
+
+    def require_loopback_endpoint(self) -> None:
+        """Skip, naming SkyPilot's limit, where a rollout's loopback chat endpoint cannot be reached."""
+        if self.is_emulator and not getattr(implementation(self.name), "relays_host_endpoint", False):
+            pytest.skip(NO_LOOPBACK)
+
+    def assert_harbors_transfer_path(self, before: dict[str, int]) -> None:
+        """On the emulator, Harbor's own path (file writes and reads, unpack/rm execs) carried
+        every directory: calls to the file routes since ``before``, and the SDK offers no archives."""
+        if self.emulator is None:
+            return
+        from osmosis_harbor.sandbox.emulator import EmulatorSandbox
+        from osmosis_harbor.sandbox.protocol import has_archives
+
+        after = self.stats()["calls_by_route"]
+        delta = {k: after.get(k, 0) - before.get(k, 0) for k in after}
+        assert not has_archives(EmulatorSandbox), "the emulator's sandboxes must not offer archives"
+        assert not [k for k in after if "archive" in k], after
+        assert delta.get("PUT /sandboxes/{name}/files", 0) > 0, f"no file was written through the emulator: {delta}"
+        assert delta.get("GET /sandboxes/{name}/files", 0) > 0, f"no file was read through the emulator: {delta}"
+        assert delta.get("POST /sandboxes/{name}/exec", 0) > 0, delta
+
+
+DOCKER = SdkPath("docker")  # the default path of a helper that is not parametrized
