@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import shutil
 import tempfile
 import threading
@@ -31,11 +32,15 @@ from osmosis_harbor.bundle.info import BundleInfo
 from osmosis_harbor.errors import BundleInstallError, ConfigError
 from osmosis_harbor.keys import KeyCustody
 from osmosis_harbor.prewarm import Prewarmer, PrewarmReport, ProgressCallback
-from osmosis_harbor.sandbox.live import terminate_live_sandboxes
+from osmosis_harbor.sandbox.api_faults import retry_safe
+from osmosis_harbor.sandbox.leftovers import Leftover, reap_dead_owners
+from osmosis_harbor.sandbox.live import LiveSandboxes, sandboxes_scope
 from osmosis_harbor.sandbox.registry import DEFAULT_SDK, load_sandbox_sdk
 from osmosis_harbor.tasks.materialize import MaterializedTask
 from osmosis_harbor.tasks.refs import ResolvedTask, TaskMode
 from osmosis_harbor.tasks.resolver import TaskResolver
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["BackendLifecycle", "Workspace"]
 
@@ -108,6 +113,7 @@ class BackendLifecycle:
         self.environment_config = environment_config
         self.tracker = tracker
         self.custody = custody
+        self.sandboxes = LiveSandboxes()  # this backend's, never another's (sandboxes_scope)
         self.workspace = workspace
         self._planner = planner
         self.accepting = True
@@ -119,6 +125,15 @@ class BackendLifecycle:
     @property
     def sdk_name(self) -> str:
         return str(self.environment_config.kwargs.get("sdk", DEFAULT_SDK))
+
+    def reap_leftovers(self) -> list[Leftover]:
+        """At start: remove what dead owners left on this backend's SDK (``leftovers.py``). An
+        SDK that cannot answer now does not stop the start: the next start or ``cleanup`` retries."""
+        try:
+            return reap_dead_owners(self.sdk_name)
+        except Exception as exc:
+            logger.warning("could not reap what dead owners left on %s: %s", self.sdk_name, exc)
+            return []
 
     # ── what Prewarmer needs (PrewarmTarget) ──────────────────────────────────
     def materialize(self, task: ResolvedTask, dest: Path, *, request: ExecutionRequest | None) -> MaterializedTask:
@@ -185,7 +200,8 @@ class BackendLifecycle:
     ) -> PrewarmReport:
         """Build/push images, prove agent setup and size warm pools before any traffic."""
         ids = self.default_prewarm_task_ids(task_ids)
-        report = await Prewarmer(self, pool_size=pool_size, on_progress=on_progress).run(ids)
+        with sandboxes_scope(self.sandboxes):
+            report = await Prewarmer(self, pool_size=pool_size, on_progress=on_progress).run(ids)
         self.prewarm_report = report
         self.failed_prewarm_tasks.update(report.failed_tasks)
         for group in report.groups_detail:
@@ -227,7 +243,7 @@ class BackendLifecycle:
         # outlive: finish that here. A trial still running keeps its marker (keys.py).
         ended = [self.workspace.trials_dir / name for name, task in trials.items() if name and task.done()]
         await asyncio.to_thread(self.custody.seal_all, ended)
-        problems = await terminate_live_sandboxes()
+        problems = await self.sandboxes.terminate_all()
         problems += await self._delete_pools()
         self.workspace.remove()
         for problem in problems:
@@ -241,7 +257,8 @@ class BackendLifecycle:
         problems = []
         for pool in pools:
             try:
-                await sdk.delete_pool.aio(pool)
+                await retry_safe("delete_pool", sdk.delete_pool.aio, pool)
+                await self.sandboxes.pool_gone(pool, self.sdk_name)
             except Exception as exc:
                 problems.append(f"pool {pool}: {exc}")
         self.task_pools.clear()

@@ -28,7 +28,7 @@ from pydantic import BaseModel
 
 from osmosis_harbor import settings
 from osmosis_harbor.errors import ConfigError, DatasetError
-from osmosis_harbor.sandbox.live import terminate_live_sandboxes
+from osmosis_harbor.sandbox.live import LiveSandboxes, sandboxes_scope
 from osmosis_harbor.tasks.discovery import TaskRef, check_task
 from osmosis_harbor.trials.explain import explain
 from osmosis_harbor.trials.job import write_job_dir
@@ -182,14 +182,16 @@ async def validate_tasks(
             rows[task.id] = await asyncio.to_thread(_row_for_result, task, result, trial_dir, keep_trials, agent)
         notify(task.id, "passed" if rows[task.id].passed else "failed")
 
+    sandboxes = LiveSandboxes()  # this run's sandboxes, not another run's or a backend's
     try:
-        async with asyncio.TaskGroup() as group:
-            for task, config in runnable:
-                group.create_task(run_one(task, config))
+        with sandboxes_scope(sandboxes):
+            async with asyncio.TaskGroup() as group:
+                for task, config in runnable:
+                    group.create_task(run_one(task, config))
     finally:
         # Trials stop their own sandboxes, including on cancellation; this sweep catches
         # anything a cancelled start left behind so nothing outlives the command.
-        await asyncio.shield(terminate_live_sandboxes())
+        await asyncio.shield(sandboxes.terminate_all())
         if owns_dir and not keep_trials:
             shutil.rmtree(root.parent, ignore_errors=True)
     kept = keep_trials or not owns_dir
