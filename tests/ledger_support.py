@@ -46,6 +46,12 @@ from tests.ledger_support import environment_for
 
 SDK, ROOT, IMAGE, POOL, FAIL_TERMINATE = sys.argv[1:6]
 
+def refuse(handle_type):
+    class Refused:
+        async def aio(self, *args, **kwargs):
+            raise ConnectionError("injected: the sandbox API is unavailable")
+    handle_type.terminate = property(lambda self: Refused())
+
 async def main():
     sandboxes = LiveSandboxes()
     sdk = load_sandbox_sdk(SDK)
@@ -55,8 +61,9 @@ async def main():
         await sandboxes.pool_pending(POOL, SDK)  # mid-prewarm: a pool made
         await sdk.create_pool.aio(POOL, IMAGE, replicas=1)
         await sandboxes.pool_made(POOL, SDK)
-        if FAIL_TERMINATE == "1":
-            await env.stop(delete=True)  # the test made terminate fail: it stays in the ledger
+        if FAIL_TERMINATE == "1":  # this owner's sandbox API refuses every terminate
+            refuse(type(env._sandbox))
+            await env.stop(delete=True)  # fails (twice: two API attempts); it stays in the ledger
     print(env.sandbox_name, flush=True)
     await asyncio.Event().wait()
 
