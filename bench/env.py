@@ -3,7 +3,7 @@ scripted policy, one-rollout helpers and the hygiene checks (no sandbox, pool or
 left behind by this process).
 
 The backends are built exactly as the end-to-end tests build them
-(``environment_config("docker", host_network=True)``, the fixture project
+(``environment_config("docker")``, the fixture project
 ``tests/fixtures/rollout_project``, the template task ``tasks/template``), so the figures
 describe the code path the tests prove correct.
 """
@@ -67,7 +67,7 @@ def make_backend(
         grader_config=f"{GR}:fixture_grader_config" if grader == "AnswerGrader" else None,
         code_dir=PROJECT,
         bundles_dir=work / "bundles",
-        environment_config=environment_config("docker", host_network=True, **env_kwargs),
+        environment_config=environment_config("docker", **env_kwargs),
         trials_dir=work / "trials",
         cleanup_successful_trials=cleanup_successful_trials,
         max_queue_depth=max_queue_depth,

@@ -557,7 +557,7 @@ def make_backend(work: Path, config: SoakConfig) -> HarborBackend:
         code_dir=PROJECT,
         bundles_dir=work / "bundles",
         trials_dir=work / "trials",
-        environment_config=environment_config("docker", host_network=True),
+        environment_config=environment_config("docker"),
         cleanup_successful_trials=False,  # keep every trial: the key check reads them all
         infra_retries=config.infra_retries,
     )

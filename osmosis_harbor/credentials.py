@@ -28,11 +28,15 @@ __all__ = [
 
 @dataclass(frozen=True)
 class RolloutCredentials:
+    """The rollout's endpoint and key; ``sandbox_url`` is the endpoint as the sandbox reaches
+    it when that differs (the policy relay's URL for an endpoint on the host's loopback)."""
+
     chat_completions_url: str
     api_key: str | None
+    sandbox_url: str | None = None
 
     def __repr__(self) -> str:  # never print the key, even in a debugger or a log line
-        return f"RolloutCredentials(chat_completions_url={self.chat_completions_url!r}, api_key=***)"
+        return f"RolloutCredentials(chat_completions_url={self.chat_completions_url!r}, api_key=***, sandbox_url=***)"
 
 
 class CredentialStore:

@@ -38,6 +38,7 @@ __all__ = [
     "SandboxError",
     "SandboxExistsError",
     "SandboxLostError",
+    "SandboxNetworkError",
     "SandboxNotFoundError",
     "SandboxSdkMissingError",
     "TaskResolutionError",
@@ -111,6 +112,10 @@ class PrewarmError(OsmosisHarborError, RuntimeError):
 
 class SandboxError(OsmosisHarborError):
     """Base of what the sandbox layer raises about sandboxes, pools and engines."""
+
+
+class SandboxNetworkError(SandboxError):
+    """The sandboxes' Docker network exists but cannot be used (no IPv4 gateway, not a bridge)."""
 
 
 class SandboxSdkMissingError(SandboxError, RuntimeError):

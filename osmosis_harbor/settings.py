@@ -59,6 +59,27 @@ class Settings(BaseSettings):
     )
     emulator_timeout: float = Field(120.0, gt=0, description="seconds a skypilot-emulator API call may take")
     emulator_retries: int = Field(3, ge=0, description="retries of an API call the emulator answered 503 or 429")
+    claim_batch_window_ms: float = Field(
+        30.0, ge=0, description="pool claims of one group made within this window go out in one call (0: never batch)"
+    )
+    claim_batch_max: int = Field(64, ge=1, description="at most this many pool claims in one batch call")
+    pool_min: int = Field(1, ge=0, description='pool_size="auto": the fewest members a pool keeps')
+    pool_max: int = Field(32, ge=1, description='pool_size="auto": the most members a pool grows to')
+    pool_idle_sec: float = Field(
+        120.0, gt=0, description='pool_size="auto": no claim this long shrinks a pool to pool_min'
+    )
+    pool_autoscale_interval_sec: float = Field(5.0, gt=0, description='pool_size="auto": how often pools are resized')
+    relay_max_request_bytes: int = Field(
+        32 * 2**20, gt=0, description="the policy relay refuses a sandbox's request body over this (413)"
+    )
+    relay_max_response_bytes: int = Field(
+        64 * 2**20, gt=0, description="the policy relay cuts off a policy response over this"
+    )
+    relay_timeout_sec: float = Field(900.0, gt=0, description="the policy relay's wait for the policy endpoint")
+    relay_max_connections: int = Field(256, gt=0, description="the policy relay's concurrent connections")
+    relay_port: int = Field(
+        0, ge=0, le=65535, description="the policy relay's port on the sandboxes' gateway (0: an ephemeral one)"
+    )
     ledger: Path | None = Field(
         None, description="the sandbox ledger (default $XDG_CACHE_HOME/osmosis-harbor/ledger.sqlite3)"
     )

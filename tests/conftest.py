@@ -69,33 +69,52 @@ def osmosis_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return home
 
 
+def _ours(labels: dict[str, str], started: float) -> bool:
+    """Made during this session by this process, or by one that has exited since (the CLI
+    subprocesses the tests run)."""
+    created = float(labels.get("osmosis-harbor.created-at") or 0)
+    pid = int(labels.get("osmosis-harbor.owner-pid") or 0)
+    return created >= started and (pid == os.getpid() or not process_alive(pid))
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _no_leaked_sandboxes() -> Iterator[None]:
-    """Fail the session if it leaves sandbox containers behind, after removing them.
+    """Fail the session if it leaves sandbox containers or warm pools behind, after removing them.
 
-    Counted: containers created during the session by this process, or by a process that
-    has exited since (the CLI subprocesses the tests run). Idle members of pools that still
-    exist are a pool's, not a leak; pools themselves are removed by the tests that make
-    them. Removing first means one leaky run does not poison the next one.
+    Counted: containers and pools made during the session by this process, or by a process
+    that has exited since. Idle members of a pool that still exists are its own, unless the
+    session made that pool and did not delete it: then the pool is the leak (and its members
+    go with it). Removing first means one leaky run does not poison the next one.
     """
     import time
 
     import docker
 
+    from osmosis_harbor.sandbox import docker as docker_sdk
+    from osmosis_harbor.sandbox.docker import labels as L
+
     started = time.time() - 1
     yield
     client = docker.from_env()
+    leaked_pools = sorted(
+        {
+            (volume.get("Labels") or {})[L.POOL_SPEC]
+            for volume in client.api.volumes(filters={"label": L.POOL_SPEC})["Volumes"] or []
+            if _ours(volume.get("Labels") or {}, started)
+        }
+    )
+    for pool in leaked_pools:
+        docker_sdk.delete_pool(pool)
     leaked = []
     for container in client.api.containers(all=True, filters={"label": "osmosis-harbor.managed=1"}):
         labels = container.get("Labels") or {}
-        created = float(labels.get("osmosis-harbor.created-at") or 0)
-        pid = int(labels.get("osmosis-harbor.owner-pid") or 0)
         name = container["Names"][0].lstrip("/")
-        if created < started or name.startswith("ohpool_"):
-            continue
-        if pid == os.getpid() or not process_alive(pid):
+        if name.startswith("ohpool_") and labels.get(L.POOL) not in leaked_pools:
+            continue  # an idle member of a pool this session did not make
+        if _ours(labels, started):
             leaked.append(name)
             client.api.remove_container(container["Id"], force=True)
+    assert not leaked_pools, "warm pools leaked by this session (now deleted): " + ", ".join(leaked_pools)
     assert not leaked, "sandbox containers leaked by this session (now removed): " + ", ".join(leaked)
 
 

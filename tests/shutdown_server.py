@@ -36,7 +36,7 @@ def main() -> None:
         code_dir=FIXTURES / "rollout_project",
         bundles_dir=args.bundles,
         trials_dir=args.work / "trials",
-        environment_config=environment_config("docker", host_network=True, pool=args.pool, pool_size=1),
+        environment_config=environment_config("docker", pool=args.pool, pool_size=1),
     )
     app = create_rollout_server(backend=backend, lifespan=backend.prewarm_lifespan(), configure_logging=False)
     serve(

@@ -10,6 +10,7 @@ from harbor.trial.queue import TrialQueue
 
 from osmosis_harbor.backend import HarborBackend
 from osmosis_harbor.bundle import BundleError
+from osmosis_harbor.errors import TaskResolutionError
 from osmosis_harbor.sandbox import SandboxSdkMissingError, environment_config
 
 from .support import FIXTURES, TASKS
@@ -62,9 +63,9 @@ def test_bundle_errors_surface_at_construction(tmp_path: Path) -> None:
 
 
 def test_tasks_dir_is_checked_for_the_mode(tmp_path: Path) -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(TaskResolutionError, match="has no task.toml: template mode needs one task directory"):
         HarborBackend(**kwargs(tasks_dir=TASKS, task_mode="template", bundles_dir=tmp_path))
-    with pytest.raises(ValueError):
+    with pytest.raises(TaskResolutionError, match="missing' is not a directory"):
         HarborBackend(**kwargs(tasks_dir=tmp_path / "missing", task_mode="dataset", bundles_dir=tmp_path))
 
 

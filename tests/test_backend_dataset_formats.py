@@ -34,7 +34,7 @@ def _backend(tmp_path: Path, *, tasks_dir: Path = DATASET, mode: str = "dataset"
         workflow_config="rollout_fixtures.workflows:fixture_config",
         code_dir=FIXTURES / "rollout_project",
         bundles_dir=tmp_path / "bundles",
-        environment_config=environment_config("docker", host_network=True),
+        environment_config=environment_config("docker"),
         trials_dir=tmp_path / "trials",
     )
 

@@ -11,11 +11,13 @@ import uuid
 from pathlib import Path
 
 import pytest
+from harbor.models.trial.config import EnvironmentConfig
 from harbor.trial.queue import TrialQueue
 from osmosis_ai.rollout.types import RolloutErrorCategory, RolloutStatus
 
 from osmosis_harbor.backend import HarborBackend
 from osmosis_harbor.sandbox import environment_config
+from osmosis_harbor.sandbox.environment import IMPORT_PATH as SANDBOX_ENVIRONMENT
 from osmosis_harbor.testing.scripted_policy import FakeChatServer
 
 from .rollout_server import client_for, serve
@@ -49,7 +51,7 @@ def make_backend(
     grader: str | None = None,
     tasks_dir: Path = TASKS / "template",
     task_mode: str = "template",
-    host_network: bool = True,
+    environment: EnvironmentConfig | None = None,
     **kwargs,
 ) -> HarborBackend:
     return HarborBackend(
@@ -62,7 +64,7 @@ def make_backend(
         grader_config=f"{GR}:fixture_grader_config" if grader == "AnswerGrader" else None,
         code_dir=PROJECT,
         bundles_dir=bundles_dir,
-        environment_config=environment_config("docker", host_network=host_network),
+        environment_config=environment or environment_config("docker"),
         trials_dir=tmp_path / "trials",
         cleanup_successful_trials=False,
         **kwargs,
@@ -164,7 +166,7 @@ async def test_dataset_mode_with_task_tests_and_bad_ids(tmp_path, bundles_dir, f
     ("workflow", "category", "needle", "timeout"),
     [
         ("RaisingWorkflow", RolloutErrorCategory.AGENT_ERROR, "broke on purpose", None),
-        ("InvalidOutputWorkflow", RolloutErrorCategory.VALIDATION_ERROR, "", None),
+        ("InvalidOutputWorkflow", RolloutErrorCategory.VALIDATION_ERROR, "metrics.bad", None),
         ("SleepyWorkflow", RolloutErrorCategory.TIMEOUT, "timed out", 4.0),
     ],
 )
@@ -184,7 +186,7 @@ async def test_workflow_failures_map_to_categories(
     ("grader", "category", "needle"),
     [
         ("RaisingGrader", RolloutErrorCategory.VALIDATION_ERROR, "broke on purpose"),
-        ("SilentGrader", None, "reward"),
+        ("SilentGrader", RolloutErrorCategory.VALIDATION_ERROR, "Sample has no reward after grading"),
     ],
 )
 async def test_grader_failures_are_verifier_failures(
@@ -194,8 +196,7 @@ async def test_grader_failures_are_verifier_failures(
     async with serve(backend) as url, client_for(url) as client:
         result = await run(client, fake_chat, api_key, "reply: echo 42 > answer.txt", label="42")
     assert result.status is RolloutStatus.FAILURE
-    if category is not None:
-        assert result.err_category is category, result.err_message
+    assert result.err_category is category, result.err_message
     assert needle in result.err_message
     assert result.sample is not None and result.sample.reward is None  # the agent's sample survives
 
@@ -210,14 +211,16 @@ async def test_key_printed_by_a_workflow_is_not_retained(tmp_path, bundles_dir, 
     assert_secret_absent(api_key, tmp_path / "trials", osmosis_home)
 
 
-async def test_loopback_endpoint_without_host_network_is_refused(tmp_path, bundles_dir, fake_chat, api_key):
-    backend = make_backend(tmp_path, bundles_dir, agent="OutputWorkflow", host_network=False)
+async def test_loopback_endpoint_is_refused_where_sandboxes_cannot_reach_it(tmp_path, bundles_dir, fake_chat, api_key):
+    """SkyPilot sandboxes cannot reach this machine (no relay): the endpoint must be public."""
+    skypilot = EnvironmentConfig(import_path=SANDBOX_ENVIRONMENT, kwargs={"sdk": "skypilot"})
+    backend = make_backend(tmp_path, bundles_dir, agent="OutputWorkflow", environment=skypilot)
     before = len(managed_containers(owner_pid=os.getpid()))
     async with serve(backend) as url, client_for(url) as client:
         result = await run(client, fake_chat, api_key, "hello", grade=False)
     assert result.status is RolloutStatus.FAILURE
     assert result.err_category is RolloutErrorCategory.VALIDATION_ERROR
-    assert "loopback" in result.err_message and "host_network=True" in result.err_message
+    assert "loopback" in result.err_message and "'skypilot' sandboxes cannot reach" in result.err_message
     assert len(managed_containers(owner_pid=os.getpid())) == before
     assert not (tmp_path / "trials").exists() or not any((tmp_path / "trials").iterdir())
 

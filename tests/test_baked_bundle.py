@@ -107,7 +107,7 @@ def backend(tmp_path: Path, bundles_dir: Path, tasks_dir: Path) -> HarborBackend
         grader_config="rollout_fixtures.graders:fixture_grader_config",
         code_dir=FIXTURES / "rollout_project",
         bundles_dir=bundles_dir,
-        environment_config=environment_config("docker", host_network=True),
+        environment_config=environment_config("docker"),
         trials_dir=tmp_path / "trials",
     )
 

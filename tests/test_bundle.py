@@ -189,7 +189,10 @@ def test_grader_only_bundle(project: Path, tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- the cache
 
 
-def test_cache_hit_is_fast_and_builds_nothing(built: BundleInfo, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cache_hit_builds_nothing(built: BundleInfo, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What makes a hit fast (it only hashes files) is what is asserted: no build, no import.
+    How fast it is belongs to ``bench`` (``--only bundle``)."""
+
     def boom(*_a, **_k):
         raise AssertionError("a cache hit must not build or import anything")
 
@@ -198,7 +201,6 @@ def test_cache_hit_is_fast_and_builds_nothing(built: BundleInfo, monkeypatch: py
     code_dir = built.wheel.parents[2] / "calc_agent"
     result = build(code_dir, **FULL, cache_dir=built.wheel.parents[1])
     assert result.cached and result.info == built
-    assert result.seconds < 0.5
 
 
 def test_cache_miss_on_every_input(project: Path) -> None:

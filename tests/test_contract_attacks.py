@@ -45,7 +45,7 @@ def attack_backend(tmp_path: Path, bundles_dir: Path, n_concurrent: int = 3) -> 
         agent=ATTACKER,
         code_dir=PROJECT,
         bundles_dir=bundles_dir,
-        environment_config=environment_config("docker", host_network=True),
+        environment_config=environment_config("docker"),
         trials_dir=tmp_path / "trials",
         cleanup_successful_trials=False,
     )

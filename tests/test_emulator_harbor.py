@@ -46,8 +46,8 @@ def test_sandbox_check_passes_on_the_emulator(emulator: EmulatorServer, tmp_path
         str(report),
         env={"OSMOSIS_HARBOR_EMULATOR_URL": emulator.url, "COLUMNS": "200"},
     )
-    results = json.loads(report.read_text())
-    failed = [r for r in results if not r["passed"]]
+    results = json.loads(report.read_text())["results"]
+    failed = [r for r in results if r["status"] not in ("passed", "not_applicable")]
     assert done.returncode == 0 and not failed, failed or done.stdout[-3000:]
     by_name = {r["name"]: r for r in results}
     # the default image (a local one) was published to the registry and pulled by reference

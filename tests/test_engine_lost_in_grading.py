@@ -41,7 +41,7 @@ backend = HarborBackend(orchestrator=TrialQueue(n_concurrent=1), tasks_dir=task,
                         agent="rollout_fixtures.workflows:OutputWorkflow",
                         workflow_config="rollout_fixtures.workflows:fixture_config",
                         code_dir=project, bundles_dir=bundles, trials_dir=trials,
-                        environment_config=environment_config("docker", host_network=True))
+                        environment_config=environment_config("docker"))
 policy = FakeChatServer()
 result = asyncio.run(run_one_rollout(backend=backend, prompt="reply: echo 42 > answer.txt",
                                      chat_completions_url=policy.base_url, api_key="sk-engine-lost-test",

@@ -153,8 +153,8 @@ async def test_a_sandbox_this_trial_stopped_is_not_lost(tmp_path: Path) -> None:
     env = _environment(make_task(tmp_path / "ds", "stopped"), tmp_path)
     await env.start(force_build=False)
     await env.stop(delete=True)
-    with pytest.raises(RuntimeError) as info:
-        await env.exec("true")
+    with pytest.raises(RuntimeError, match="Sandbox not found. Please start the environment first") as info:
+        await env.exec("true")  # Harbor's own refusal of a stopped environment
     assert not isinstance(info.value, SandboxLostError)
 
 

@@ -52,7 +52,7 @@ def hoarding_backend(tmp_path: Path, bundles_dir: Path, **kwargs) -> HarborBacke
         agent=HOARDER,
         code_dir=PROJECT,
         bundles_dir=bundles_dir,
-        environment_config=environment_config("docker", host_network=True),
+        environment_config=environment_config("docker"),
         trials_dir=tmp_path / "trials",
         cleanup_successful_trials=False,
         **kwargs,
@@ -195,7 +195,7 @@ project, tasks, bundles = map(Path, sys.argv[1:4])
 secrets.scrub_tree = lambda *_: os.kill(os.getpid(), signal.SIGKILL)
 backend = HarborBackend(orchestrator=TrialQueue(n_concurrent=1), tasks_dir=tasks, agent=sys.argv[4],
                         code_dir=project, bundles_dir=bundles, cleanup_successful_trials=False,
-                        environment_config=environment_config("docker", host_network=True))
+                        environment_config=environment_config("docker"))
 print(backend.trials_dir, flush=True)  # the default: a work root in the temporary directory
 policy = FakeChatServer()
 asyncio.run(run_one_rollout(backend=backend, prompt="hoard, then finish", chat_completions_url=policy.base_url,

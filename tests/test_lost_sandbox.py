@@ -67,7 +67,7 @@ def make_backend(tmp_path: Path, tasks: Path, **kwargs) -> HarborBackend:
         code_dir=PROJECT,
         bundles_dir=tmp_path / "bundles",
         trials_dir=tmp_path / "trials",
-        environment_config=environment_config("docker", host_network=True),
+        environment_config=environment_config("docker"),
         **kwargs,
     )
 

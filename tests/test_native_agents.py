@@ -9,23 +9,17 @@ the test proves that failure is reported clearly.
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
+import time
+import uuid
+import warnings
+from pathlib import Path
 
-# LiteLLM (imported by Harbor's agents) otherwise fetches its model cost map from GitHub
-# at import, with retries: tests talk to 127.0.0.1 only.
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-
-import asyncio  # noqa: E402
-import json  # noqa: E402
-import time  # noqa: E402
-import uuid  # noqa: E402
-import warnings  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-import pytest  # noqa: E402
-from harbor.agents.factory import AgentFactory  # noqa: E402
-from harbor.agents.installed.mini_swe_agent import convert_mini_swe_agent_to_atif  # noqa: E402
-from harbor.models.trajectories import (  # noqa: E402
+import pytest
+from harbor.agents.factory import AgentFactory
+from harbor.models.trajectories import (
     Agent,
     ContentPart,
     FinalMetrics,
@@ -36,11 +30,11 @@ from harbor.models.trajectories import (  # noqa: E402
     SubagentTrajectoryRef,
     Trajectory,
 )
-from harbor.models.trial.config import TaskConfig, TrialConfig  # noqa: E402
-from harbor.trial.queue import TrialQueue  # noqa: E402
+from harbor.models.trial.config import TaskConfig, TrialConfig
+from harbor.trial.queue import TrialQueue
 
-from osmosis_harbor.agents import native  # noqa: E402
-from osmosis_harbor.agents.native import (  # noqa: E402
+from osmosis_harbor.agents import native
+from osmosis_harbor.agents.native import (
     NATIVE_AGENTS,
     NO_KEY_PLACEHOLDER,
     NativeAgentWiringWarning,
@@ -50,12 +44,12 @@ from osmosis_harbor.agents.native import (  # noqa: E402
     sample_from_trajectory,
     scoped_api_key,
 )
-from osmosis_harbor.sandbox import environment_config  # noqa: E402
-from osmosis_harbor.sandbox.live import terminate_live_sandboxes  # noqa: E402
-from osmosis_harbor.testing.scripted_policy import FakeChatServer  # noqa: E402
-from osmosis_harbor.trials.reading import Phase, read_trial  # noqa: E402
+from osmosis_harbor.sandbox import environment_config
+from osmosis_harbor.sandbox.live import terminate_live_sandboxes
+from osmosis_harbor.testing.scripted_policy import FakeChatServer
+from osmosis_harbor.trials.reading import Phase, read_trial
 
-from .support import make_task  # noqa: E402
+from .support import make_task
 
 URL = "http://127.0.0.1:8/v1"
 
@@ -323,7 +317,15 @@ def _mini_swe_agent_native_trajectory() -> dict:
     }
 
 
-def test_mini_swe_agent_trajectory_becomes_an_openai_chat_sample(tmp_path: Path) -> None:
+def test_mini_swe_agent_trajectory_becomes_an_openai_chat_sample(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Harbor's mini-swe-agent module imports litellm; imported directly (not through one of our
+    # entry points, which set this themselves: tests/test_model_prices.py) it would download
+    # litellm's price map. Tests talk to 127.0.0.1 only.
+    monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", os.environ.get("LITELLM_LOCAL_MODEL_COST_MAP", "True"))
+    from harbor.agents.installed.mini_swe_agent import convert_mini_swe_agent_to_atif
+
     document = convert_mini_swe_agent_to_atif(_mini_swe_agent_native_trajectory(), "trial__agent")
     _write_trajectory(tmp_path, document.to_json_dict())
     sample = sample_from_trajectory(tmp_path)

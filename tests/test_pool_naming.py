@@ -9,10 +9,18 @@ import uuid
 import pytest
 
 from osmosis_harbor.sandbox import docker as docker_sdk
+from osmosis_harbor.sandbox.docker import labels as L
 
 from .support import TASKS, load_json, run_cli
 
 pytestmark = pytest.mark.slow
+
+
+def _network_modes(pool: str) -> set[str]:
+    """The Docker network mode of every container of ``pool`` (``none``: no network at all)."""
+    api = docker_sdk.get_engine().api
+    members = api.containers(all=True, filters={"label": [L.MANAGED_FILTER, f"{L.POOL}={pool}"]})
+    return {api.inspect_container(c["Id"])["HostConfig"]["NetworkMode"] for c in members}
 
 
 def test_validate_claims_the_pools_prewarm_made(tmp_path) -> None:
@@ -35,8 +43,11 @@ def test_validate_claims_the_pools_prewarm_made(tmp_path) -> None:
         pools = {g["task_ids"][0]: g["pool"] for g in load_json(prewarm_json)["groups_detail"]}
         assert set(pools) == {"files/offline-task", "hello-reward-txt"}
         assert all(p.startswith(f"{base}-") for p in pools.values()) and len(set(pools.values())) == 2
-        # The no-network task's pool holds sandboxes without a network, like its trials.
+        # The no-network task's pool holds sandboxes without a network, like its trials; the
+        # other task's pool (the control) has one.
         assert docker_sdk.get_pool(pools["files/offline-task"]).replicas == 1
+        assert _network_modes(pools["files/offline-task"]) == {"none"}
+        assert _network_modes(pools["hello-reward-txt"]) and "none" not in _network_modes(pools["hello-reward-txt"])
 
         report = tmp_path / "validate.json"
         proc = run_cli(

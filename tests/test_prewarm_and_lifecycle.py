@@ -56,7 +56,7 @@ def backend_for(
         agent=f"{WF}:{agent}",
         code_dir=PROJECT,
         bundles_dir=tmp_path / "bundles",
-        environment_config=environment_config("docker", host_network=True, **env_kwargs),
+        environment_config=environment_config("docker", **env_kwargs),
         trials_dir=tmp_path / "trials",
         **extra,
     )
@@ -163,9 +163,12 @@ async def test_a_failed_prewarm_lifespan_leaves_no_temporary_directory(
 
 
 async def test_systemic_prewarm_failure_raises(tmp_path: Path) -> None:
+    """A registry nobody listens on is systemic: said as such (not as "every task failed",
+    which a broken task gives: see above), naming the registry."""
     backend = backend_for(tmp_path, registry="127.0.0.1:1")  # nothing listens there
-    with pytest.raises(PrewarmError):
+    with pytest.raises(PrewarmError, match="prewarm failed for a systemic reason") as info:
         await backend.prewarm()
+    assert "127.0.0.1:1" in str(info.value) and "every task" not in str(info.value)
 
 
 async def test_server_with_prewarm_lifespan_serves_from_a_warm_pool(tmp_path: Path, fake_chat) -> None:

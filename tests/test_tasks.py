@@ -19,7 +19,6 @@ import socket
 import stat
 import subprocess
 import tarfile
-import time
 import warnings
 from pathlib import Path
 
@@ -347,24 +346,37 @@ def test_materialize_result_and_dest_rules(tmp_path: Path) -> None:
         materialize_task(task, task / "copy")
 
 
-def test_materialize_is_fast(tmp_path: Path) -> None:
+def test_materialize_copies_are_complete_and_independent(tmp_path: Path) -> None:
+    """Many copies of one task: each holds the whole task plus its own staged files, and none
+    shares a file with the source or another copy (a rollout may change its copy freely)."""
     task = make_task(tmp_path / "t", tests=False)
     for i in range(20):
         (task / "environment" / f"file{i}.txt").write_text("x" * 1000)
     patch = EnvironmentPatch(requirements=["osmosis-ai>=0.3.8", "pydantic>=2"])
-    start = time.perf_counter()
-    runs = 30
-    for i in range(runs):
+    copies = [
         materialize_task(
             task,
             tmp_path / "runs" / str(i),
-            instruction="hi",
-            grading_input={"label": "x"},
+            instruction=f"hi {i}",
+            grading_input={"label": str(i)},
             grade_command="/opt/osmosis/venv/bin/g-grade",
             environment_patch=patch,
         )
-    per_copy = (time.perf_counter() - start) / runs
-    assert per_copy < 0.05, f"materialize_task took {per_copy * 1000:.1f} ms per copy"
+        for i in range(5)
+    ]
+    source_files = {p.relative_to(task) for p in task.rglob("*") if p.is_file()}
+    for i, copy in enumerate(copies):
+        files = {p.relative_to(copy.path) for p in copy.path.rglob("*") if p.is_file()}
+        assert source_files <= files
+        assert copy.generated_tests and copy.environment_patched and copy.instruction_replaced
+        assert (copy.path / "instruction.md").read_text().strip() == f"hi {i}"
+        assert json.loads((copy.path / "tests" / GRADING_INPUT_FILENAME).read_text()) == {"label": str(i)}
+        assert "osmosis-harbor: bundle dependencies" in (copy.path / "environment" / "Dockerfile").read_text()
+        assert "osmosis-ai>=0.3.8" in (copy.path / "environment" / "osmosis-requirements.txt").read_text()
+    (copies[0].path / "environment" / "file0.txt").write_text("changed")
+    assert (task / "environment" / "file0.txt").read_text() == "x" * 1000
+    assert (copies[1].path / "environment" / "file0.txt").read_text() == "x" * 1000
+    assert "osmosis-harbor" not in (task / "environment" / "Dockerfile").read_text()
 
 
 # -- Dockerfile patching ----------------------------------------------------------------

@@ -205,7 +205,8 @@ class WorkflowAgent(BaseAgent):
         if self._shim_timeout_sec is not None:
             env[contract.AGENT_TIMEOUT_ENV] = str(self._shim_timeout_sec)
         if creds is not None:
-            env[contract.CHAT_URL_ENV] = creds.chat_completions_url
+            # The relay's URL when the endpoint is on the host's loopback (the backend decided).
+            env[contract.CHAT_URL_ENV] = creds.sandbox_url or creds.chat_completions_url
             if creds.api_key:
                 env[contract.KEY_ENV] = creds.api_key
         command = shlex.quote(str(VENV / "bin" / self._script))

@@ -9,9 +9,10 @@ from harbor.models.trial.config import EnvironmentConfig
 from osmosis_ai.rollout.types import ExecutionRequest
 
 from osmosis_harbor.backend.options import BackendOptions
+from osmosis_harbor.sandbox.registry import DEFAULT_SDK, implementation
 from osmosis_harbor.shim import contract
 
-__all__ = ["MAX_ROLLOUT_ID_BYTES", "endpoint_problem", "request_problem"]
+__all__ = ["MAX_ROLLOUT_ID_BYTES", "endpoint_problem", "relays_endpoint", "request_problem"]
 
 # The rollout id reaches the sandbox as ``OSMOSIS_ROLLOUT_ID=<id>`` in the workflow's exec
 # environment; Linux caps one environment string at 128 KiB (MAX_ARG_STRLEN), NUL included.
@@ -48,16 +49,43 @@ def endpoint_problem(options: BackendOptions, environment: EnvironmentConfig, ur
         return None
     if not url:
         return "the rollout has no chat-completions URL (no active RolloutContext)"
-    host = urlparse(url).hostname or ""
-    in_sandbox = not options.is_native or options.agent in IN_SANDBOX_CLIENTS
     if (
-        in_sandbox
-        and (host in LOOPBACK_HOSTS or host.startswith("127."))
+        _client_in_sandbox(options)
+        and _on_loopback(url)
         and not environment.kwargs.get("host_network")
+        and not _relays(environment)
     ):
         return (
-            f"the chat-completions endpoint {url} is on this machine's loopback, which the "
-            "sandbox cannot reach; serve it on a routable address, or for local Docker "
-            "sandboxes use environment_config('docker', host_network=True)"
+            f"the chat-completions endpoint {url} is on this machine's loopback, which "
+            f"{environment.kwargs.get('sdk', DEFAULT_SDK)!r} sandboxes cannot reach; serve it on a "
+            "routable address, or use local Docker sandboxes (environment_config('docker')), "
+            "which reach it through the policy relay"
         )
     return None
+
+
+def relays_endpoint(options: BackendOptions, environment: EnvironmentConfig, url: str) -> bool:
+    """Whether the rollout's endpoint reaches its sandbox through the policy relay: a model
+    client in the sandbox, an endpoint on the host's loopback, sandboxes whose implementation
+    relays, and no explicit ``host_network=True`` (which reaches the loopback directly)."""
+    return (
+        bool(url)
+        and not (options.is_native and options.agent == "oracle")
+        and _client_in_sandbox(options)
+        and _on_loopback(url)
+        and not environment.kwargs.get("host_network")
+        and _relays(environment)
+    )
+
+
+def _client_in_sandbox(options: BackendOptions) -> bool:
+    return not options.is_native or options.agent in IN_SANDBOX_CLIENTS
+
+
+def _on_loopback(url: str) -> bool:
+    host = urlparse(url).hostname or ""
+    return host in LOOPBACK_HOSTS or host.startswith("127.")
+
+
+def _relays(environment: EnvironmentConfig) -> bool:
+    return implementation(str(environment.kwargs.get("sdk", DEFAULT_SDK))).relays_host_endpoint

@@ -4,6 +4,8 @@
 until it is scrubbed (``osmosis_harbor.keys``), submits the trial, runs it again on a fresh
 sandbox when the infrastructure lost the first one (at most ``infra_retries`` times, never
 after a workflow failure), and reads the last trial into the rollout's ``ExecutionOutcome``.
+A trial reaches the queue only while its rollout holds a slot of the backend's ``TrialGate``
+(retries first), and its sandbox starts inside the backend's start bound (``sandbox.starts``).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from osmosis_ai.rollout.types import (
 
 from osmosis_harbor.agents.native import sample_from_trajectory
 from osmosis_harbor.agents.workflow import agent_timeout_budget
+from osmosis_harbor.backend.gate import Lease, Priority, TrialGate
 from osmosis_harbor.backend.outcome import (
     build_outcome,
     cancelled,
@@ -37,6 +40,7 @@ from osmosis_harbor.backend.plan import RolloutPlan
 from osmosis_harbor.backend.tracker import RolloutState, RolloutTracker
 from osmosis_harbor.keys import KeyCustody
 from osmosis_harbor.sandbox import live
+from osmosis_harbor.sandbox.starts import SandboxStarts, starts_scope
 from osmosis_harbor.trials.naming import trial_name as make_trial_name
 
 __all__ = ["Attempt", "TrialRunner"]
@@ -57,16 +61,34 @@ class Attempt:
         return self.config.trials_dir / self.config.trial_name
 
 
+@dataclass(frozen=True)
+class _Turn:
+    """One attempt's place in the backend's ``TrialGate``."""
+
+    lease: Lease
+    priority: Priority
+    retry_left: bool  # a lost sandbox would be retried
+
+
 class TrialRunner:
     """Submits rollouts' trials and turns them into outcomes."""
 
     def __init__(
-        self, orchestrator: TrialQueue, tracker: RolloutTracker, custody: KeyCustody, *, infra_retries: int
+        self,
+        orchestrator: TrialQueue,
+        tracker: RolloutTracker,
+        custody: KeyCustody,
+        *,
+        infra_retries: int,
+        gate: TrialGate,
+        starts: SandboxStarts,
     ) -> None:
         self.orchestrator = orchestrator
         self.tracker = tracker
         self.custody = custody
         self.infra_retries = infra_retries
+        self.gate = gate
+        self.starts = starts
 
     async def run(self, attempt: Attempt, *, cleanup_success: bool) -> ExecutionOutcome:
         request, trial_dir = attempt.request, attempt.trial_dir
@@ -104,29 +126,38 @@ class TrialRunner:
         trial directory, and the extra fields recording the attempts."""
         lost: list[dict[str, str]] = []
         config = attempt.config
-        while True:
-            result = await self._submit(config, state, extra)
-            reason = None if isinstance(result, ExecutionOutcome) else lost_sandbox_message(result)
-            if reason is None or len(lost) >= self.infra_retries:
-                break
-            lost.append({"trial_name": config.trial_name, "error": reason})
-            if state is not None and state.cancel_requested:  # cancelled between attempts
-                await asyncio.to_thread(shutil.rmtree, trial_dir, True)
-                return cancelled({**extra, "lost_sandboxes": lost}), trial_dir, extra
-            config, trial_dir = await self._fresh_attempt(attempt, config, trial_dir)
-            extra = {**extra, "trial_name": config.trial_name}
+        lease = self.gate.lease()  # the rollout's place in line, kept by its retries
+        priority = Priority.FIRST_ATTEMPT
+        try:
+            while True:
+                retry_left = len(lost) < self.infra_retries
+                result = await self._submit(config, state, extra, _Turn(lease, priority, retry_left))
+                reason = None if isinstance(result, ExecutionOutcome) else lost_sandbox_message(result)
+                if reason is None or len(lost) >= self.infra_retries:
+                    break
+                lost.append({"trial_name": config.trial_name, "error": reason})
+                if state is not None and state.cancel_requested:  # cancelled between attempts
+                    await asyncio.to_thread(shutil.rmtree, trial_dir, True)
+                    return cancelled({**extra, "lost_sandboxes": lost}), trial_dir, extra
+                config, trial_dir = await self._fresh_attempt(attempt, config, trial_dir)
+                extra = {**extra, "trial_name": config.trial_name}
+                priority = Priority.RETRY  # the lease was requeued as the lost trial ended
+        finally:
+            lease.release()
         extra = {**extra, "attempts": len(lost) + 1}
         if lost:
             extra["lost_sandboxes"] = lost
         return result, trial_dir, extra
 
     async def _submit(
-        self, config: TrialConfig, state: RolloutState | None, extra: dict[str, Any]
+        self, config: TrialConfig, state: RolloutState | None, extra: dict[str, Any], turn: _Turn
     ) -> TrialResult | ExecutionOutcome:
         """One trial through the user's queue: its result, or the outcome that ends the rollout
-        (cancelled, or a trial Harbor could not create)."""
-        with live.termination_scope() as terminations:  # the trial's task inherits the scope
-            trial = asyncio.ensure_future(self.orchestrator.submit(config))
+        (cancelled, or a trial Harbor could not create). Waiting for a gate slot is part of the
+        trial's task, so cancelling a rollout that waits there cancels its wait."""
+        # The trial's task inherits both scopes (the environment Harbor makes reads them).
+        with live.termination_scope() as terminations, starts_scope(self.starts):
+            trial = asyncio.ensure_future(self._gated(config, turn))
         if state is not None:
             state.task = trial
         try:
@@ -147,6 +178,23 @@ class TrialRunner:
                 {**extra, "failed_phase": "environment"},
                 RolloutErrorCategory.INTERNAL_ERROR,
             )
+
+    async def _gated(self, config: TrialConfig, turn: _Turn) -> TrialResult:
+        """The trial, submitted once its rollout holds a gate slot. The slot goes back as the
+        trial ends (its sandbox may still be terminating): to the next in line, or, when the
+        infrastructure lost the sandbox and a retry follows, with the retry first in line."""
+        lease = turn.lease
+        await lease.acquire(turn.priority)
+        try:
+            result = await self.orchestrator.submit(config)
+        except BaseException:
+            lease.release()
+            raise
+        if turn.retry_left and lost_sandbox_message(result) is not None:
+            lease.requeue()
+        else:
+            lease.release()
+        return result
 
     @staticmethod
     async def _finish(trial: asyncio.Future[TrialResult], terminations: list[asyncio.Task[None]]) -> TrialResult:

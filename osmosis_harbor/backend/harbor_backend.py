@@ -17,7 +17,7 @@ import shutil
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Unpack
+from typing import Any, Literal, Unpack
 
 from harbor.models.trial.config import EnvironmentConfig
 from osmosis_ai.rollout.backend.base import ExecutionBackend
@@ -31,8 +31,9 @@ from osmosis_ai.rollout.types import (
 
 from osmosis_harbor import keys, settings
 from osmosis_harbor.agents.native import native_agent_config, scoped_api_key
-from osmosis_harbor.backend.admission import endpoint_problem, request_problem
+from osmosis_harbor.backend.admission import endpoint_problem, relays_endpoint, request_problem
 from osmosis_harbor.backend.attempts import Attempt, TrialRunner
+from osmosis_harbor.backend.gate import TrialGate
 from osmosis_harbor.backend.lifecycle import BackendLifecycle, Workspace
 from osmosis_harbor.backend.options import BackendKwargs, BackendOptions, locate_project
 from osmosis_harbor.backend.outcome import refused
@@ -44,6 +45,9 @@ from osmosis_harbor.errors import BundleError, OsmosisHarborError, TaskResolutio
 from osmosis_harbor.keys import KeyCustody, default_trials_dirs, sweep_unscrubbed
 from osmosis_harbor.prewarm import PrewarmReport, ProgressCallback
 from osmosis_harbor.sandbox.live import sandboxes_scope
+from osmosis_harbor.sandbox.registry import implementation
+from osmosis_harbor.sandbox.relay import PolicyRelay, RelayRegistration
+from osmosis_harbor.sandbox.starts import SandboxStarts
 from osmosis_harbor.tasks.materialize import MaterializedTask
 from osmosis_harbor.tasks.refs import ResolvedTask
 from osmosis_harbor.tasks.resolver import TaskResolver
@@ -96,7 +100,25 @@ class HarborBackend(ExecutionBackend):
         self.planner = Planner(
             options, self.bundle, self.environment_config, pooled=lambda task_id: task_id in self.lifecycle.task_pools
         )
-        self.runner = TrialRunner(options.orchestrator, self.tracker, self.custody, infra_retries=options.infra_retries)
+        # The queue's concurrency, ordered by us (retries first): see gate.py.
+        self.gate = TrialGate(options.orchestrator._n_concurrent)
+        current = settings.current()
+        self.starts = SandboxStarts(
+            options.max_concurrent_starts or implementation(self.lifecycle.sdk_name).max_concurrent_starts,
+            batch_window_sec=current.claim_batch_window_ms / 1000,
+            batch_max=current.claim_batch_max,
+        )
+        self.lifecycle.starts = self.starts
+        self.runner = TrialRunner(
+            options.orchestrator,
+            self.tracker,
+            self.custody,
+            infra_retries=options.infra_retries,
+            gate=self.gate,
+            starts=self.starts,
+        )
+        # A loopback policy endpoint reaches local sandboxes through this, started on first use.
+        self.relay = PolicyRelay()
 
     @property
     def trials_dir(self) -> Path:
@@ -181,20 +203,26 @@ class HarborBackend(ExecutionBackend):
         return dispositions
 
     def health(self) -> dict[str, Any]:
-        return self.lifecycle.health(max_queue_depth=self.max_queue_depth)
+        return {
+            **self.lifecycle.health(max_queue_depth=self.max_queue_depth),
+            **self.starts.state(),
+            "waiting_for_slot": self.gate.waiting,  # admitted, waiting for one of the queue's slots
+        }
 
     async def shutdown(self) -> None:
         await self.lifecycle.shutdown()
+        await self.relay.aclose()
 
     # ── serving lifecycle (see lifecycle.py) ─────────────────────────────────
     async def prewarm(
         self,
         task_ids: Sequence[str] | None = None,
         *,
-        pool_size: int | None = None,
+        pool_size: int | Literal["auto"] | None = None,
         on_progress: ProgressCallback | None = None,
     ) -> PrewarmReport:
-        """Build/push images, prove agent setup and size warm pools before any traffic."""
+        """Build/push images, prove agent setup and size warm pools before any traffic
+        (``pool_size="auto"``: sized from the observed claim rate while serving)."""
         return await self.lifecycle.prewarm(task_ids, pool_size=pool_size, on_progress=on_progress)
 
     def prewarm_lifespan(self, task_ids: Sequence[str] | None = None) -> Any:
@@ -235,7 +263,12 @@ class HarborBackend(ExecutionBackend):
         # Paths derive from the bounded, unique trial name, never from the raw rollout id.
         name = make_trial_name(request.id, max_slug=24, fallback="rollout")
         work = self.workspace.root / "rollouts" / name
-        keys.hold_credentials(request.id, keys.RolloutCredentials(url, key))
+        try:
+            relayed = await self._relay(url)
+        except OsmosisHarborError as exc:  # the engine or its network: the host's failure
+            return refused(str(exc), {"failed_phase": "environment"}, RolloutErrorCategory.INTERNAL_ERROR)
+        sandbox_url = relayed.sandbox_url if relayed is not None else None
+        keys.hold_credentials(request.id, keys.RolloutCredentials(url, key, sandbox_url))
         key_scope = scoped_api_key(key) if self.options.is_native else contextlib.nullcontext("")
         try:
             with key_scope as key_env:
@@ -247,7 +280,7 @@ class HarborBackend(ExecutionBackend):
                     work=work,
                     trial_name=name,
                     trials_dir=self.trials_dir,
-                    url=url,
+                    url=sandbox_url or url,  # a native agent whose client runs in the sandbox
                     key_env=key_env,
                 )
                 attempt = Attempt(
@@ -260,7 +293,15 @@ class HarborBackend(ExecutionBackend):
                 return await self.runner.run(attempt, cleanup_success=self.options.cleanup_successful_trials)
         finally:
             keys.drop_credentials(request.id)
+            if relayed is not None:
+                relayed.close()
             await asyncio.to_thread(shutil.rmtree, work, True)
+
+    async def _relay(self, url: str) -> RelayRegistration | None:
+        """The rollout's way to a loopback endpoint through the policy relay, when it needs one."""
+        if not relays_endpoint(self.options, self.environment_config, url):
+            return None
+        return await self.relay.register(url)
 
 
 def _resolver(options: BackendOptions, host_dirs: Callable[[], list[Path]]) -> TaskResolver:

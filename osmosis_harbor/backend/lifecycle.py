@@ -17,7 +17,7 @@ import tempfile
 import threading
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from harbor.environments.base import BaseEnvironment
 from harbor.models.trial.config import EnvironmentConfig
@@ -25,6 +25,7 @@ from osmosis_ai.rollout.types import ExecutionRequest
 
 from osmosis_harbor.agents.native import native_agent_config, scoped_api_key
 from osmosis_harbor.agents.workflow import VENV, bundle_check_command, install_bundle, wrong_bundle_line
+from osmosis_harbor.backend.autoscale import AutoscalePolicy, PoolAutoscaler
 from osmosis_harbor.backend.options import BackendOptions
 from osmosis_harbor.backend.plan import Planner, Refusal
 from osmosis_harbor.backend.tracker import RolloutTracker
@@ -36,6 +37,7 @@ from osmosis_harbor.sandbox.api_faults import retry_safe
 from osmosis_harbor.sandbox.leftovers import Leftover, reap_dead_owners
 from osmosis_harbor.sandbox.live import LiveSandboxes, sandboxes_scope
 from osmosis_harbor.sandbox.registry import DEFAULT_SDK, load_sandbox_sdk
+from osmosis_harbor.sandbox.starts import SandboxStarts, starts_scope
 from osmosis_harbor.tasks.materialize import MaterializedTask
 from osmosis_harbor.tasks.refs import ResolvedTask, TaskMode
 from osmosis_harbor.tasks.resolver import TaskResolver
@@ -121,6 +123,8 @@ class BackendLifecycle:
         self.prewarm_report: PrewarmReport | None = None
         self.task_pools: dict[str, str] = {}
         self._shutdown_run: asyncio.Future[None] | None = None  # the one shutdown, once started
+        self.starts: SandboxStarts | None = None  # the backend's start bound, which prewarm keeps too
+        self.autoscaler: PoolAutoscaler | None = None  # pool_size="auto": started after prewarm
 
     @property
     def sdk_name(self) -> str:
@@ -195,13 +199,18 @@ class BackendLifecycle:
         self,
         task_ids: Sequence[str] | None = None,
         *,
-        pool_size: int | None = None,
+        pool_size: int | Literal["auto"] | None = None,
         on_progress: ProgressCallback | None = None,
     ) -> PrewarmReport:
-        """Build/push images, prove agent setup and size warm pools before any traffic."""
+        """Build/push images, prove agent setup and size warm pools before any traffic
+        (``pool_size="auto"``: at the autoscaler's minimum, then resized from the claims)."""
         ids = self.default_prewarm_task_ids(task_ids)
-        with sandboxes_scope(self.sandboxes):
-            report = await Prewarmer(self, pool_size=pool_size, on_progress=on_progress).run(ids)
+        auto = pool_size == "auto" or (pool_size is None and self.environment_config.kwargs.get("pool_size") == "auto")
+        policy = AutoscalePolicy.from_settings()
+        size = max(policy.min_size, 1) if auto else pool_size
+        assert size != "auto"
+        with starts_scope(self.starts), sandboxes_scope(self.sandboxes):
+            report = await Prewarmer(self, pool_size=size, on_progress=on_progress).run(ids)
         self.prewarm_report = report
         self.failed_prewarm_tasks.update(report.failed_tasks)
         for group in report.groups_detail:
@@ -209,7 +218,22 @@ class BackendLifecycle:
                 if group.pool and not group.error:
                     self.task_pools[task_id] = group.pool
                     self.failed_prewarm_tasks.pop(task_id, None)
+        if auto:
+            await self._autoscale(policy, initial_size=size or 1)
         return report
+
+    async def _autoscale(self, policy: AutoscalePolicy, *, initial_size: int) -> None:
+        if self.autoscaler is not None:
+            await self.autoscaler.stop()
+            self.autoscaler = None
+        pools = sorted(set(self.task_pools.values()))
+        if not pools or self.starts is None:
+            return
+        claims = self.starts.claims
+        self.autoscaler = PoolAutoscaler(
+            load_sandbox_sdk(self.sdk_name), pools, lambda: claims, policy, initial_size=initial_size
+        )
+        self.autoscaler.start()
 
     def prewarm_lifespan(self, task_ids: Sequence[str] | None = None) -> Callable[[Any], Any]:
         """An ASGI lifespan for ``create_rollout_server(lifespan=...)``: prewarm, then serve."""
@@ -243,6 +267,8 @@ class BackendLifecycle:
         # outlive: finish that here. A trial still running keeps its marker (keys.py).
         ended = [self.workspace.trials_dir / name for name, task in trials.items() if name and task.done()]
         await asyncio.to_thread(self.custody.seal_all, ended)
+        if self.autoscaler is not None:  # before the pools go: no resize races their deletion
+            await self.autoscaler.stop()
         problems = await self.sandboxes.terminate_all()
         problems += await self._delete_pools()
         self.workspace.remove()
@@ -283,6 +309,7 @@ class BackendLifecycle:
             else {k: getattr(self.prewarm_report, k) for k in ("groups", "tasks", "built", "reused", "failed")},
             "failed_prewarm_tasks": dict(self.failed_prewarm_tasks),
             "pools": self._pool_state(),
+            "autoscale": None if self.autoscaler is None else self.autoscaler.state(),
         }
 
     def _pool_state(self) -> dict[str, Any]:

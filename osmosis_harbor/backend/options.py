@@ -64,6 +64,7 @@ class BackendKwargs(TypedDict, total=False):
     infra_retries: int
     task_roots: Sequence[Path] | None
     allow_local_git: bool | None
+    max_concurrent_starts: int | None
 
 
 class _ConfigError(ConfigError, TypeError):
@@ -101,6 +102,8 @@ class BackendOptions(BaseModel):
     # may name this machine's repositories; None: the settings decide (see settings.py).
     task_roots: tuple[Path, ...] | None = None
     allow_local_git: bool | None = None
+    # None: the sandbox SDK's own default (``SandboxImplementation.max_concurrent_starts``).
+    max_concurrent_starts: int | None = None
 
     @classmethod
     def parse(cls, **kwargs: Any) -> BackendOptions:
@@ -144,6 +147,9 @@ def _check(kwargs: dict[str, Any]) -> None:
     retries = kwargs.get("infra_retries", 0)
     if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
         raise ConfigError(f"infra_retries must be an integer >= 0, got {retries!r}")
+    starts = kwargs.get("max_concurrent_starts")
+    if starts is not None and (isinstance(starts, bool) or not isinstance(starts, int) or starts < 1):
+        raise ConfigError(f"max_concurrent_starts must be None (the SDK's default) or an integer >= 1, got {starts!r}")
     agent = kwargs.get("agent")
     if agent is None:
         raise _ConfigError(

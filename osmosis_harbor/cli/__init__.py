@@ -11,7 +11,7 @@ import logging
 import sys
 from collections.abc import Callable, Sequence
 
-from osmosis_harbor.cli.common import EXIT_USAGE, add_agent_args, add_env_args
+from osmosis_harbor.cli.common import EXIT_USAGE, add_agent_args, add_env_args, pool_size_arg
 from osmosis_harbor.cli.emulator import add_emulator_parser
 from osmosis_harbor.cli.prewarm import cmd_prewarm
 from osmosis_harbor.cli.rollout import cmd_rollout
@@ -77,7 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--env", choices=SDK_NAMES, default="docker")
     p.add_argument("--registry", help="push images to this registry (e.g. 127.0.0.1:5000)")
     p.add_argument("--pool", metavar="NAME", help="create/resize a warm pool per environment group")
-    p.add_argument("--pool-size", type=int, metavar="N", help="running sandboxes per pool (default 1)")
+    p.add_argument(
+        "--pool-size", type=pool_size_arg, metavar="N|auto", help="running sandboxes per pool (default 1), or auto"
+    )
     p.add_argument("--task", action="append", metavar="ID", help="only these task ids (dataset mode)")
     p.add_argument("--json", metavar="FILE", help="also write the summary as JSON")
     p.set_defaults(func=cmd_prewarm)

@@ -11,16 +11,16 @@ from rich.console import Console
 
 from osmosis_harbor import settings
 from osmosis_harbor.errors import UserError
-from osmosis_harbor.sandbox.registry import SDK_NAMES, implementation
+from osmosis_harbor.sandbox.registry import SDK_NAMES
 
 EXIT_USAGE = 2
 
 
-def environment_for(args: argparse.Namespace, *, reach_host: bool = False) -> EnvironmentConfig:
+def environment_for(args: argparse.Namespace) -> EnvironmentConfig:
     """The sandbox environment a command's --env/--registry/--pool/... options describe.
 
-    ``reach_host``: the sandbox must reach servers on this machine (a local policy
-    endpoint), which local Docker sandboxes do with host networking."""
+    A policy endpoint on this machine's loopback reaches local Docker sandboxes through the
+    backend's policy relay, never through the host's network."""
     from osmosis_harbor.sandbox import environment_config
 
     pool = getattr(args, "pool", None)
@@ -30,8 +30,20 @@ def environment_for(args: argparse.Namespace, *, reach_host: bool = False) -> En
         pool=pool,
         pool_size=(args.pool_size or 1) if pool and hasattr(args, "pool_size") else None,
         force_build=getattr(args, "force_build", False),
-        host_network=reach_host and implementation(args.env).reaches_host,
     )
+
+
+def pool_size_arg(value: str) -> int | str:
+    """``--pool-size``: a number of members, or ``auto`` (sized from the observed claim rate)."""
+    if value == "auto":
+        return value
+    try:
+        size = int(value)
+    except ValueError:
+        size = -1
+    if size < 0:
+        raise argparse.ArgumentTypeError(f"{value!r} is neither a number of sandboxes >= 0 nor 'auto'")
+    return size
 
 
 def add_env_args(parser: argparse.ArgumentParser) -> None:

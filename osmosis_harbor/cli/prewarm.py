@@ -36,7 +36,7 @@ def cmd_prewarm(args: argparse.Namespace) -> int:
             orchestrator=TrialQueue(n_concurrent=1),
             tasks_dir=path,
             task_mode=mode,
-            environment_config=environment_for(args, reach_host=True),
+            environment_config=environment_for(args),
             **agent_args(args),
         )
     task_ids = args.task or backend.resolver.task_ids()

@@ -32,7 +32,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     scripted = FakeChatServer(default_reply=args.scripted_reply) if args.scripted_reply else None
     try:
         with local_trajectories():
-            env = environment_for(args, reach_host=True)
+            env = environment_for(args)
             backend = HarborBackend(
                 orchestrator=TrialQueue(n_concurrent=1),
                 tasks_dir=path,

@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from harbor.models.trial.config import EnvironmentConfig
 
@@ -37,7 +37,7 @@ def environment_config(
     namespace: str | None = None,
     secrets: list[str] | None = None,
     host_network: bool = False,
-    pool_size: int | None = None,
+    pool_size: int | Literal["auto"] | None = None,
     force_build: bool = False,
     delete: bool = True,
     **extra_kwargs: Any,
@@ -45,10 +45,13 @@ def environment_config(
     """Return the Harbor ``EnvironmentConfig`` that runs trials in our sandboxes.
 
     ``sdk="skypilot"`` uses SkyPilot's Platform Sandbox SDK (``sky.sandbox``);
-    ``sdk="docker"`` uses the local Docker engine. ``host_network`` is Docker-only: it
-    lets a sandbox reach a server listening on this machine's loopback. ``pool`` names
+    ``sdk="docker"`` uses the local Docker engine. ``host_network`` is Docker-only and an
+    explicit opt-in: the sandbox shares the host's whole network, every loopback service
+    included. Without it, a rollout's chat endpoint on this machine's loopback reaches local
+    sandboxes through the backend's policy relay (``relay.py``), and nothing else does. ``pool`` names
     the warm pool trials claim sandboxes from (``HarborBackend.prewarm`` creates one pool
-    per environment group, named after it, with ``pool_size`` running sandboxes).
+    per environment group, named after it, with ``pool_size`` running sandboxes, or sized
+    from the observed claim rate with ``pool_size="auto"``).
     """
     impl = implementation(sdk)
     if host_network and not impl.reaches_host:
@@ -70,7 +73,7 @@ def environment_config(
     if pool_size is not None:
         if pool is None:
             raise ConfigError("pool_size needs pool= (the warm pool's base name)")
-        if pool_size < 0:
-            raise ConfigError(f"pool_size must be >= 0, got {pool_size}")
+        if pool_size != "auto" and (isinstance(pool_size, bool) or not isinstance(pool_size, int) or pool_size < 0):
+            raise ConfigError(f"pool_size must be an integer >= 0 or 'auto', got {pool_size!r}")
         kwargs["pool_size"] = pool_size
     return EnvironmentConfig(import_path=IMPORT_PATH, kwargs=kwargs, force_build=force_build, delete=delete)

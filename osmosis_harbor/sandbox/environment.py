@@ -14,8 +14,9 @@ environment-dir uploads). What we change:
   push run;
 * ``pool`` is a base name: a task claims its environment group's pool; a task with no
   environment definition claims the named pool itself, whose image is generic, as in Harbor;
-* the Docker SDK accepts ``host_network=True`` for sandboxes that must reach a server on
-  this machine (a local chat-completions endpoint);
+* the Docker SDK accepts ``host_network=True``, an explicit opt-in that gives a sandbox the
+  host's whole network (a local chat-completions endpoint reaches Docker sandboxes through
+  the backend's policy relay without it: ``relay.py``);
 * a task that names no CPU or memory gets Harbor's documented sizing (``bounds.py``);
 * a command or file transfer that fails in a sandbox that is gone, or stopped without this
   trial stopping it, raises `SandboxLostError` (``liveness.py``) instead of looking like the
@@ -64,6 +65,7 @@ from osmosis_harbor.errors import BaseImageMissingError, ConfigError, ImageBuild
 from osmosis_harbor.sandbox import live
 from osmosis_harbor.sandbox.api_faults import create_checked, is_api_fault, retry_safe
 from osmosis_harbor.sandbox.base_images import missing_base_error
+from osmosis_harbor.sandbox.batching import ClaimBatcher
 from osmosis_harbor.sandbox.bounds import cpus_or_default, memory_mb_or_default
 from osmosis_harbor.sandbox.images import (
     BUILD_COORDINATOR,
@@ -74,6 +76,7 @@ from osmosis_harbor.sandbox.images import (
 from osmosis_harbor.sandbox.liveness import SandboxState, sandbox_state
 from osmosis_harbor.sandbox.protocol import SandboxSdk, has_archives
 from osmosis_harbor.sandbox.registry import DEFAULT_SDK, implementation
+from osmosis_harbor.sandbox.starts import current_starts
 from osmosis_harbor.sandbox.transfers import ArchiveTransfers, overlaps
 from osmosis_harbor.shim import contract
 
@@ -140,7 +143,7 @@ class SandboxEnvironment(SkypilotEnvironment):
         *,
         sdk: str = DEFAULT_SDK,
         host_network: bool = False,
-        pool_size: int | None = None,
+        pool_size: int | str | None = None,
         registry: str | None = None,
         pool: str | None = None,
         context_name: str | None = None,
@@ -337,7 +340,7 @@ class SandboxEnvironment(SkypilotEnvironment):
         sandboxes = self._sandboxes
         await sandboxes.pending(self._sandbox_name, self._sdk, self._sdk_name)  # ledger first
         creating = asyncio.ensure_future(
-            create_checked(self._sdk, self._sandbox_name, lambda: self._create_sandbox_via_sdk(image))
+            create_checked(self._sdk, self._sandbox_name, lambda: self._bounded_create(image))
         )
         try:
             sandbox = await asyncio.shield(creating)
@@ -351,10 +354,33 @@ class SandboxEnvironment(SkypilotEnvironment):
         except Exception:  # it may have been made all the same: ls decides, the ledger keeps it until then
             await sandboxes.settle_failed_create(self._sandbox_name)
             raise
+        await self._adopt_name(sandbox)
         await sandboxes.attach(self._sandbox_name, sandbox)
         self._archive_transfers = None
         self._known_ready = set(contract.LAYOUT_DIRS) if self._baked_layout else set()
         return sandbox
+
+    async def _bounded_create(self, image: str | None) -> Any:
+        """The SDK's create (or claim) inside the start bound of whoever submitted this trial."""
+        starts = current_starts()
+        if starts is None:
+            return await self._create_sandbox_via_sdk(image)
+        if self._pool and starts.batches is not None:  # the batch call takes the slot
+            sandbox = await self._create_sandbox_via_sdk(image, batches=starts.batches)
+        else:
+            async with starts.slot():
+                sandbox = await self._create_sandbox_via_sdk(image)
+        if self._pool:
+            starts.note_claim(self._pool)
+        return sandbox
+
+    async def _adopt_name(self, sandbox: Any) -> None:
+        """A batch claim names its members from a prefix of its own (``batching``): from here
+        on this trial's sandbox goes by its member's name (in the registry and the ledger too)."""
+        name = getattr(sandbox, "name", None)  # a fake SDK's handle may have none: keep ours
+        if isinstance(name, str) and name != self._sandbox_name:
+            await self._sandboxes.rename(self._sandbox_name, name)
+            self._sandbox_name = name
 
     @override
     async def _upload_environment_dir_after_start(self) -> None:
@@ -614,7 +640,7 @@ class SandboxEnvironment(SkypilotEnvironment):
         )
         return await retrying(retry_safe, "ls", sandbox_state, self._sdk, self._sandbox_name)
 
-    async def _create_sandbox_via_sdk(self, image: str | None) -> Any:
+    async def _create_sandbox_via_sdk(self, image: str | None, batches: ClaimBatcher | None = None) -> Any:
         common: dict[str, Any] = {
             "name": self._sandbox_name,
             "context_name": self._context_name,
@@ -628,6 +654,9 @@ class SandboxEnvironment(SkypilotEnvironment):
         if self._pool:
             # A pool launch inherits image/cpu/memory/network from the pool.
             try:
+                if batches is not None:
+                    unnamed = {k: v for k, v in common.items() if k != "name"}
+                    return await batches.claim(self._sdk, self._pool, self._sandbox_name, unnamed)
                 return await self._sdk.create.aio(pool=self._pool, **common)
             except LookupError as exc:  # the SDK's "no such pool"
                 if self._generic_pool:

@@ -100,6 +100,17 @@ class LiveSandboxes:
         with self._guard:
             self._live[name] = _Live(sdk=sdk, sdk_name=sdk_name, endpoint=endpoint)
 
+    async def rename(self, old: str, new: str) -> None:
+        """The sandbox created as ``old`` goes by ``new`` (a batch claim's member name)."""
+        with self._guard:
+            live = self._live.pop(old, None)
+        if live is None:
+            return
+        await asyncio.to_thread(self.ledger.record, Kind.SANDBOX, live.sdk_name, live.endpoint, new, self.owner)
+        await asyncio.to_thread(self.ledger.forget, Kind.SANDBOX, live.sdk_name, live.endpoint, old)
+        with self._guard:
+            self._live[new] = live
+
     async def attach(self, name: str, handle: Any) -> None:
         with self._guard:
             live = self._live.get(name)

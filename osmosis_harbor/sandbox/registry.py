@@ -42,17 +42,25 @@ class SandboxImplementation:
     """One registered implementation of the ``sky.sandbox`` surface.
 
     ``reaches_host``: a sandbox can share the host's network (``host_network=True``) and so
-    reach a server on this machine's loopback. ``local_images``: sandboxes run on the engine
+    reach a server on this machine's loopback (an explicit opt-in, see the README's risks).
+    ``relays_host_endpoint``: sandboxes run on this machine's Docker engine, on the sandboxes'
+    bridge, so a rollout's chat endpoint on the host's loopback reaches them through the
+    policy relay (``relay.py``) and nothing else of the host does; on SkyPilot the endpoint
+    must be a public URL. ``local_images``: sandboxes run on the engine
     that builds task images, so without a registry images stay local (nothing is pushed).
     ``missing_hint``: what to install when the module cannot be imported. ``default_registry``:
-    where task images are pushed when neither ``registry=`` nor ``OSMOSIS_HARBOR_REGISTRY`` says."""
+    where task images are pushed when neither ``registry=`` nor ``OSMOSIS_HARBOR_REGISTRY`` says.
+    ``max_concurrent_starts``: the default bound on sandboxes being created or claimed at once
+    by one backend (``sandbox.starts``): what the provider's create rate comfortably takes."""
 
     name: str
     module: str
     reaches_host: bool = False
+    relays_host_endpoint: bool = False
     local_images: bool = False
     missing_hint: str | None = None
     default_registry: str | None = None
+    max_concurrent_starts: int = 8
 
     def load(self) -> SandboxSdk:
         try:
@@ -72,12 +80,27 @@ def register(impl: SandboxImplementation) -> SandboxImplementation:
     return impl
 
 
-register(SandboxImplementation("docker", "osmosis_harbor.sandbox.docker", reaches_host=True, local_images=True))
-register(SandboxImplementation("skypilot", "sky.sandbox", missing_hint=SKYPILOT_SDK_MISSING))
+# A local engine creates containers a few at a time; SkyPilot's control plane takes a burst.
+register(
+    SandboxImplementation(
+        "docker",
+        "osmosis_harbor.sandbox.docker",
+        reaches_host=True,
+        relays_host_endpoint=True,
+        local_images=True,
+        max_concurrent_starts=8,
+    )
+)
+register(SandboxImplementation("skypilot", "sky.sandbox", missing_hint=SKYPILOT_SDK_MISSING, max_concurrent_starts=128))
 # SkyPilot's SDK served by a local emulator (sandbox/emulator/): SkyPilot's limits on this machine.
 register(
     SandboxImplementation(
-        "skypilot-emulator", "osmosis_harbor.sandbox.emulator", local_images=False, default_registry="127.0.0.1:5000"
+        "skypilot-emulator",
+        "osmosis_harbor.sandbox.emulator",
+        local_images=False,
+        default_registry="127.0.0.1:5000",
+        relays_host_endpoint=True,
+        max_concurrent_starts=32,
     )
 )
 DEFAULT_SDK = "skypilot"

@@ -29,6 +29,8 @@ from pydantic import BaseModel
 from osmosis_harbor import settings
 from osmosis_harbor.errors import ConfigError, DatasetError
 from osmosis_harbor.sandbox.live import LiveSandboxes, sandboxes_scope
+from osmosis_harbor.sandbox.registry import DEFAULT_SDK, implementation
+from osmosis_harbor.sandbox.starts import SandboxStarts, starts_scope
 from osmosis_harbor.tasks.discovery import TaskRef, check_task
 from osmosis_harbor.trials.explain import explain
 from osmosis_harbor.trials.job import write_job_dir
@@ -103,6 +105,7 @@ async def validate_tasks(
     keep_trials: bool = False,
     on_progress: ProgressCallback | None = None,
     lint: LintMode = LintMode.OFF,
+    max_concurrent_starts: int | None = None,
 ) -> ValidationReport:
     """Run every task through Harbor's ``TrialQueue`` and judge it by its rewards.
 
@@ -114,6 +117,7 @@ async def validate_tasks(
     with Harbor lint errors under ``lint=strict``. A kept ``trials_dir`` is a Harbor job
     directory (``trials_dir`` itself, or a job inside a temp dir). Whatever
     happens, including cancellation, no sandbox this run created outlives the call.
+    At most ``max_concurrent_starts`` sandboxes start at once (default: the SDK's own bound).
     """
     if agent not in EXPECTED_REWARD:
         raise ConfigError(
@@ -182,9 +186,12 @@ async def validate_tasks(
             rows[task.id] = await asyncio.to_thread(_row_for_result, task, result, trial_dir, keep_trials, agent)
         notify(task.id, "passed" if rows[task.id].passed else "failed")
 
+    sdk = str(environment.kwargs.get("sdk", DEFAULT_SDK))
+    starts = SandboxStarts(max_concurrent_starts or implementation(sdk).max_concurrent_starts)
     sandboxes = LiveSandboxes()  # this run's sandboxes, not another run's or a backend's
     try:
-        with sandboxes_scope(sandboxes):
+        # The run's own start bound and registry: its trials' tasks inherit both.
+        with starts_scope(starts), sandboxes_scope(sandboxes):
             async with asyncio.TaskGroup() as group:
                 for task, config in runnable:
                     group.create_task(run_one(task, config))

@@ -3,7 +3,8 @@
 The other checks exercise the raw SDK; these run through our overrides of Harbor's
 ``SkypilotEnvironment`` on top of the SDK under test: one image per environment *content*,
 warm-pool claims through the pool name derived from the environment group, no sandbox left by a
-cancellation during create, host networking to a server on 127.0.0.1, and the default bounds.
+cancellation during create, host networking to a server on 127.0.0.1, the policy relay to one
+(for SDKs whose sandboxes run on this machine), and the default bounds.
 Tasks use the run's image directly (``docker_image``), so only the image check builds anything.
 """
 
@@ -37,6 +38,7 @@ from osmosis_harbor.sandbox.environment import (
 from osmosis_harbor.sandbox.images import BUILD_COORDINATOR, remove_local_image
 from osmosis_harbor.sandbox.liveness import sandbox_state
 from osmosis_harbor.sandbox.registry import implementation, name_of
+from osmosis_harbor.sandbox.relay import PolicyRelay
 from osmosis_harbor.settings import current as current_settings
 
 __all__: list[str] = []
@@ -197,6 +199,43 @@ async def check_environment_host_network_reaches_loopback(ctx: ConformanceContex
         server.close()
         await server.wait_closed()
     return f"127.0.0.1:{port}"
+
+
+@check()
+async def check_environment_relay_reaches_loopback_endpoint(ctx: ConformanceContext) -> str:
+    """Through the policy relay, a sandbox reaches an endpoint on this machine's 127.0.0.1
+    (under its path, with its token), and does not reach it directly."""
+    if not implementation(_sdk_name(ctx)).relays_host_endpoint:
+        return "not applicable: this SDK's sandboxes reach public endpoints only"
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        body = ctx.prefix.encode()
+        writer.write(b"HTTP/1.0 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    relay = PolicyRelay()
+    try:
+        route = await relay.register(f"http://127.0.0.1:{port}/v1")
+        assert relay.address is not None
+        host, relay_port = relay.address
+        env = _environment(ctx, _task(ctx, "relay"))
+        await env.start(force_build=False)
+        request = f"GET /{route.token}/v1/models HTTP/1.0\\r\\n\\r\\n"
+        out = await env.exec(
+            f"exec 3<>/dev/tcp/{host}/{relay_port} && printf '{request}' >&3 && cat <&3", timeout_sec=30
+        )
+        expect(ctx.prefix in (out.stdout or ""), f"read {out.stdout!r} (exit {out.return_code}, {out.stderr!r})")
+        direct = await env.exec(f"timeout 5 bash -c 'exec 3<>/dev/tcp/127.0.0.1/{port}'", timeout_sec=30)
+        expect(direct.return_code != 0, "the sandbox reached the endpoint on 127.0.0.1 without the relay")
+    finally:
+        await relay.aclose()
+        server.close()
+        await server.wait_closed()
+    return f"127.0.0.1:{port} via {host}:{relay_port}"
 
 
 @check()

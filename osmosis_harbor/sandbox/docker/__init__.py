@@ -164,11 +164,34 @@ def _create(
     namespace: str | None = None,
     host_network: bool = False,
     owner: Owner | None = None,
-) -> DockerSandbox:
+    num_sandboxes: int | None = None,
+) -> DockerSandbox | list[DockerSandbox]:
     """Create a running sandbox, or claim one from *pool*; see the module docstring.
 
+    ``num_sandboxes=k`` (pools only, as in SkyPilot's SDK) claims k members in one call and
+    returns them as a list, named ``<name>-<i>`` for i in 0..k-1 (``name`` is the prefix).
     ``owner``: whom the sandbox belongs to, when not this process (a service creating on a
     caller's behalf: the skypilot-emulator server's sandboxes outlive the server)."""
+    if num_sandboxes is not None:
+        if pool is None:
+            raise ValueError("num_sandboxes claims several members of a pool: pass pool= with it")
+        if isinstance(num_sandboxes, bool) or not isinstance(num_sandboxes, int) or num_sandboxes < 1:
+            raise ValueError(f"num_sandboxes must be an integer >= 1, got {num_sandboxes!r}")
+        prefix = name or f"sb-{uuid.uuid4().hex[:12]}"
+        members: list[DockerSandbox] = []
+        try:
+            for i in range(num_sandboxes):
+                one = _create(
+                    f"{prefix}-{i}", None, pool, None, None, env, secrets, block_network, timeout,
+                    registry, context_name, namespace, host_network, owner,
+                )  # fmt: skip
+                assert isinstance(one, DockerSandbox)
+                members.append(one)
+        except BaseException:
+            for member in members:  # all or nothing, like one call
+                member.terminate()
+            raise
+        return members
     name = L.validate_name(name or f"sb-{uuid.uuid4().hex[:12]}")
     ttl = _ttl(timeout)
     network = _network(block_network, host_network)
@@ -209,7 +232,12 @@ def _create(
     return DockerSandbox(engine, name=name, container_id=container_id, image=image, pool=None, env=persistent)
 
 
-create: Dual[..., DockerSandbox] = Dual(_create, on_abandon=lambda sb: sb.terminate())
+def _terminate_made(made: DockerSandbox | list[DockerSandbox]) -> None:
+    for sandbox in made if isinstance(made, list) else [made]:
+        sandbox.terminate()
+
+
+create: Dual[..., DockerSandbox | list[DockerSandbox]] = Dual(_create, on_abandon=_terminate_made)
 
 
 @dual

@@ -44,6 +44,7 @@ from osmosis_harbor.sandbox.docker.labels import (
     ContainerInfo,
     Network,
 )
+from osmosis_harbor.sandbox.docker.network import ensure_sandbox_network
 from osmosis_harbor.sandbox.docker.pools import PoolManager
 
 log = logging.getLogger(__name__)
@@ -127,7 +128,8 @@ class Engine:
             memswap_limit=bounds.memory_bytes,
             pids_limit=bounds.pids_limit,
             mounts=[_tmp_mount(bounds)],
-            network_mode=None if network == "bridge" else network,
+            # "bridge": the sandboxes' own bridge (network.py), never Docker's default one.
+            network_mode=ensure_sandbox_network(self.api).name if network == "bridge" else network,
         )
         kwargs: dict[str, Any] = {
             "command": ["sleep", str(int(ttl_sec))],

@@ -153,6 +153,7 @@ class Emulator:
             )
         except (ValueError, TypeError) as exc:
             raise InvalidRequestError(str(exc)) from None
+        assert isinstance(sandbox, docker_sdk.DockerSandbox)  # one at a time: no num_sandboxes here
         self._handles[name] = sandbox
         return sandbox
 

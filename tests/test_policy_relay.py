@@ -1,0 +1,341 @@
+"""The sandboxes' bridge and the policy relay, with real containers on the local engine.
+
+Sandboxes join ``osmosis-harbor-sandboxes`` (inter-container traffic off) and reach the host
+only through the relay on its gateway, which forwards a registered token's requests under its
+chat URL's path to that one upstream, and refuses everything else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import SimpleNamespace
+from typing import Any, cast
+
+import docker
+import httpx
+import pytest
+
+from osmosis_harbor.backend.options import BackendOptions
+from osmosis_harbor.errors import SandboxNetworkError
+from osmosis_harbor.sandbox.docker.network import (
+    BRIDGE_INTERFACE,
+    SANDBOX_NETWORK,
+    ensure_sandbox_network,
+    sandbox_network,
+)
+from osmosis_harbor.sandbox.relay import PolicyRelay
+from osmosis_harbor.sandbox.relay_app import RelayLimits, forwardable_path
+from osmosis_harbor.testing.scripted_policy import FakeChatServer
+
+LISTENER_IMAGE = "python:3.13-slim"  # bootstrap's base images; the peer test needs a listener
+PEER_PORT = 8731
+
+
+def unique(stem: str) -> str:
+    return f"{stem}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+async def make_sandbox(docker_sandbox_sdk: Any, sandbox_image: str) -> AsyncIterator[Any]:
+    made: list[Any] = []
+
+    async def factory(stem: str = "relay", **kwargs: Any) -> Any:
+        kwargs.setdefault("image", sandbox_image)
+        sandbox = await docker_sandbox_sdk.create.aio(name=unique(stem), timeout=300, **kwargs)
+        made.append(sandbox)
+        return sandbox
+
+    yield factory
+    for sandbox in made:
+        await sandbox.terminate.aio(wait=True)
+
+
+@pytest.fixture
+def relay() -> Iterator[PolicyRelay]:
+    relay = PolicyRelay()
+    yield relay
+    relay.close()
+
+
+@pytest.fixture
+def policies() -> Iterator[tuple[FakeChatServer, FakeChatServer]]:
+    one, two = FakeChatServer(default_reply="from-one"), FakeChatServer(default_reply="from-two")
+    yield one, two
+    one.close()
+    two.close()
+
+
+async def run(sandbox: Any, *argv: str) -> tuple[int, str]:
+    handle = await sandbox.exec.aio(*argv, timeout_seconds=60)
+    code = await handle.wait()
+    return code, handle.stdout.read() + handle.stderr.read()
+
+
+def http_from_sandbox(url: str, *, authorization: str = "Bearer sk-x") -> list[str]:
+    """argv that POSTs a chat request to ``url`` with bash's /dev/tcp (the image has no curl):
+    HTTP/1.0, so the relay closes the connection after its answer."""
+    rest = url.removeprefix("http://")
+    hostport, _, path = rest.partition("/")
+    host, _, port = hostport.partition(":")
+    body = '{"model":"p","messages":[{"role":"user","content":"hi"}]}'
+    request = (
+        f"POST /{path} HTTP/1.0\\r\\nHost: {hostport}\\r\\nAuthorization: {authorization}\\r\\n"
+        f"Content-Type: application/json\\r\\nContent-Length: {len(body)}\\r\\n\\r\\n{body}"
+    )
+    script = f"exec 3<>/dev/tcp/{host}/{port} && printf '%b' '{request}' >&3 && cat <&3"
+    return ["timeout", "20", "bash", "-c", script]
+
+
+def status_of(output: str) -> int:
+    first = output.splitlines()[0] if output else ""
+    assert first.startswith("HTTP/1."), output
+    return int(first.split()[1])
+
+
+# ── the network ──────────────────────────────────────────────────────────────────────────────
+
+
+async def test_sandboxes_join_their_own_bridge_without_icc(make_sandbox: Any) -> None:
+    first, second = sandbox_network(), sandbox_network()
+    assert first == second and first.name == SANDBOX_NETWORK  # idempotent, by name
+    data = docker.from_env().api.inspect_network(SANDBOX_NETWORK)
+    assert data["Options"]["com.docker.network.bridge.enable_icc"] == "false"
+    assert data["Options"]["com.docker.network.bridge.name"] == BRIDGE_INTERFACE
+    assert data["Labels"]["osmosis-harbor.managed"] == "1"
+    sandbox = await make_sandbox()
+    attached = docker.from_env().api.inspect_container(sandbox.id)["NetworkSettings"]["Networks"]
+    assert set(attached) == {SANDBOX_NETWORK}
+    blocked = await make_sandbox(block_network=True)
+    attached = docker.from_env().api.inspect_container(blocked.id)["NetworkSettings"]["Networks"]
+    assert set(attached) == {"none"}
+
+
+def test_a_network_of_that_name_that_lets_sandboxes_talk_is_refused(docker_sandbox_sdk: Any) -> None:
+    api = docker.from_env().api
+    name = unique("ohtest-icc")
+    api.create_network(name, driver="bridge")  # Docker's defaults: inter-container traffic allowed
+    try:
+        with pytest.raises(SandboxNetworkError, match=f"{name}.*enable_icc"):
+            ensure_sandbox_network(api, name)
+    finally:
+        api.remove_network(name)
+
+
+async def test_pool_members_join_the_bridge_too(docker_sandbox_sdk: Any, sandbox_image: str) -> None:
+    pool = unique("relaypool")
+    await docker_sandbox_sdk.create_pool.aio(pool, sandbox_image, replicas=1)
+    try:
+        claimed = await docker_sandbox_sdk.create.aio(name=unique("relayclaim"), pool=pool, timeout=300)
+        try:
+            attached = docker.from_env().api.inspect_container(claimed.id)["NetworkSettings"]["Networks"]
+            assert set(attached) == {SANDBOX_NETWORK}
+        finally:
+            await claimed.terminate.aio(wait=True)
+    finally:
+        await docker_sandbox_sdk.delete_pool.aio(pool)
+
+
+async def test_two_sandboxes_cannot_reach_each_other(make_sandbox: Any) -> None:
+    listener = await make_sandbox("peer-a", image=LISTENER_IMAGE)
+    other = await make_sandbox("peer-b", image=LISTENER_IMAGE)
+    serve = f"nohup python3 -m http.server {PEER_PORT} --bind 0.0.0.0 >/dev/null 2>&1 &"
+    assert (await run(listener, "bash", "-c", serve))[0] == 0
+    probe = f"(exec 3<>/dev/tcp/127.0.0.1/{PEER_PORT}) 2>/dev/null"
+    wait_ready = f"for i in $(seq 200); do {probe} && exit 0; sleep 0.05; done; exit 1"  # poll until it listens
+    assert (await run(listener, "bash", "-c", wait_ready))[0] == 0
+    networks = docker.from_env().api.inspect_container(listener.id)["NetworkSettings"]["Networks"]
+    address = networks[SANDBOX_NETWORK]["IPAddress"]
+    url = f"http://{address}:{PEER_PORT}/"
+    # positive control: the listener answers on its bridge address (to the host, and to itself)
+    assert httpx.get(url, timeout=10, trust_env=False).status_code == 200
+    code, _ = await run(listener, "timeout", "10", "bash", "-c", f"exec 3<>/dev/tcp/{address}/{PEER_PORT}")
+    assert code == 0
+    code, _ = await run(other, "timeout", "5", "bash", "-c", f"exec 3<>/dev/tcp/{address}/{PEER_PORT}")
+    assert code != 0, "a sandbox reached another sandbox on the sandboxes' bridge"
+
+
+# ── the relay, from a sandbox ────────────────────────────────────────────────────────────────
+
+
+async def test_the_relay_forwards_only_a_tokens_chat_path_to_its_own_upstream(
+    make_sandbox: Any, relay: PolicyRelay, policies: tuple[FakeChatServer, FakeChatServer]
+) -> None:
+    one, two = policies
+    first = await relay.register(one.base_url)
+    second = await relay.register(two.base_url)
+    assert first.token != second.token and first.token not in one.base_url
+    assert first.sandbox_url.endswith(f"/{first.token}/v1")
+    sandbox = await make_sandbox()
+
+    code, out = await run(sandbox, *http_from_sandbox(first.sandbox_url + "/chat/completions"))
+    assert code == 0 and status_of(out) == 200 and "from-one" in out
+    code, out = await run(sandbox, *http_from_sandbox(second.sandbox_url + "/chat/completions"))
+    assert code == 0 and status_of(out) == 200 and "from-two" in out
+    assert [(r.path, r.authorization) for r in one.requests] == [("/v1/chat/completions", "Bearer sk-x")]
+    assert [r.path for r in two.requests] == ["/v1/chat/completions"]  # each token reaches its own upstream
+
+    base = first.sandbox_url.rsplit("/v1", 1)[0]  # http://gateway:port/<token>
+    outside = ["/admin", "/v1/../admin", "/v1/%2e%2e/admin", "/v1%2fchat", "/v10/chat/completions", "/"]
+    for path in outside:
+        code, out = await run(sandbox, *http_from_sandbox(base + path))
+        assert status_of(out) == 404, (path, out)
+    unknown = base.rsplit("/", 1)[0] + "/" + "x" * len(first.token) + "/v1/chat/completions"
+    assert status_of((await run(sandbox, *http_from_sandbox(unknown)))[1]) == 403
+    first.close()  # the rollout ended: its URL is dead, the other rollout's is not
+    assert status_of((await run(sandbox, *http_from_sandbox(first.sandbox_url + "/chat/completions")))[1]) == 403
+    assert status_of((await run(sandbox, *http_from_sandbox(second.sandbox_url + "/chat/completions")))[1]) == 200
+    assert len(one.requests) == 1 and len(two.requests) == 2  # nothing refused reached an upstream
+
+
+# ── the relay's bounds (from the host, on the gateway) ───────────────────────────────────────
+
+
+async def test_request_and_response_sizes_are_bounded(policies: tuple[FakeChatServer, FakeChatServer]) -> None:
+    one, _ = policies
+    relay = PolicyRelay(limits=RelayLimits(max_request_bytes=16_384, max_response_bytes=4096, timeout_sec=30))
+    try:
+        registration = await relay.register(one.base_url)
+        url = registration.sandbox_url + "/chat/completions"
+        async with httpx.AsyncClient(trust_env=False, timeout=30) as client:
+            small = {"model": "p", "messages": [{"role": "user", "content": "reply: ok"}]}
+            assert (await client.post(url, json=small)).json()["choices"][0]["message"]["content"] == "ok"
+            big = {"model": "p", "messages": [{"role": "user", "content": "x" * 32_768}]}
+            assert (await client.post(url, json=big)).status_code == 413
+            flood = {"model": "p", "messages": [{"role": "user", "content": "reply: " + "y" * 8192}]}
+            with pytest.raises(httpx.RemoteProtocolError):
+                await client.post(url, json=flood)  # the upstream answered; the relay cut it off
+        assert len(one.requests) == 2  # the oversized request never reached the upstream
+    finally:
+        relay.close()
+
+
+def test_forwardable_path() -> None:
+    assert forwardable_path("/v1/chat/completions", "/v1")
+    assert forwardable_path("/v1", "/v1")
+    assert forwardable_path("/anything", "")
+    for path in ("/v1/../x", "/v1/%2E%2E/x", "/v1/./x", "/v1%2Fx", "/v1\\..\\x", "/v10", "/", "/v1/%00"):
+        assert not forwardable_path(path, "/v1"), path
+
+
+# ── the decision: which rollouts go through the relay ───────────────────────────────────────
+
+
+@pytest.mark.parametrize(
+    ("agent", "native", "env", "url", "relayed", "refused"),
+    [
+        ("wf:Flow", False, {"sdk": "docker"}, "http://127.0.0.1:9/v1", True, False),
+        ("wf:Flow", False, {"sdk": "docker"}, "http://localhost:9/v1", True, False),
+        ("wf:Flow", False, {"sdk": "docker", "host_network": True}, "http://127.0.0.1:9/v1", False, False),
+        ("wf:Flow", False, {"sdk": "docker"}, "https://policy.example.com/v1", False, False),
+        ("wf:Flow", False, {"sdk": "skypilot"}, "http://127.0.0.1:9/v1", False, True),
+        ("mini-swe-agent", True, {"sdk": "docker"}, "http://127.0.0.1:9/v1", True, False),
+        ("terminus-2", True, {"sdk": "docker"}, "http://127.0.0.1:9/v1", False, False),  # calls from the host
+        ("terminus-2", True, {"sdk": "skypilot"}, "http://127.0.0.1:9/v1", False, False),
+        ("oracle", True, {"sdk": "docker"}, "", False, False),
+    ],
+)
+def test_which_rollouts_the_relay_carries(
+    agent: str, native: bool, env: dict[str, Any], url: str, relayed: bool, refused: bool
+) -> None:
+    from harbor.models.trial.config import EnvironmentConfig
+
+    from osmosis_harbor.backend.admission import endpoint_problem, relays_endpoint
+    from osmosis_harbor.sandbox.environment import IMPORT_PATH
+
+    options = cast(BackendOptions, SimpleNamespace(agent=agent, is_native=native))
+    environment = EnvironmentConfig(import_path=IMPORT_PATH, kwargs=env)
+    assert relays_endpoint(options, environment, url) is relayed
+    assert (endpoint_problem(options, environment, url) is not None) is refused
+
+
+class _Streaming:
+    """An upstream that sends one event, then holds the response open until ``release`` is
+    set: a relay that buffered would deliver nothing before the hold ends."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.held_to_the_end = False
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.end_headers()
+                self.wfile.write(b"data: one\n\n")
+                self.wfile.flush()
+                outer.held_to_the_end = not outer.release.wait(60)
+                self.wfile.write(b"data: two\n\n")
+
+            def log_message(self, *args: Any) -> None:
+                return None
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.release.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+async def test_responses_are_streamed_through(relay: PolicyRelay) -> None:
+    upstream = _Streaming()
+    try:
+        registration = await relay.register(f"http://127.0.0.1:{upstream.server.server_address[1]}/v1")
+        async with httpx.AsyncClient(trust_env=False, timeout=90) as client:
+            url = registration.sandbox_url + "/chat/completions"
+            async with client.stream("POST", url, json={"stream": True}) as response:
+                chunks = response.aiter_bytes()
+                first = await anext(chunks)
+                upstream.release.set()  # only now may the upstream finish
+                rest = b"".join([chunk async for chunk in chunks])
+        assert first == b"data: one\n\n" and rest == b"data: two\n\n"
+        assert not upstream.held_to_the_end  # the first event came through while the upstream held
+    finally:
+        upstream.close()
+
+
+async def test_closing_ends_calls_in_flight_at_once_and_leaves_logging_alone() -> None:
+    """A rollout server stops its relay during shutdown, while a cancelled rollout's call may
+    still wait on the policy: the call gets a 503 and the relay stops without waiting for it.
+    And starting the relay must not reconfigure the process's logging (the server's drain logs
+    through uvicorn's logger)."""
+    arrived, release = threading.Event(), threading.Event()
+
+    class Holding(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+            arrived.set()
+            release.wait(120)
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            return None
+
+    upstream = ThreadingHTTPServer(("127.0.0.1", 0), Holding)
+    threading.Thread(target=upstream.serve_forever, daemon=True).start()
+    uvicorn_error = logging.getLogger("uvicorn.error")
+    uvicorn_error.setLevel(logging.INFO)
+    relay = PolicyRelay()
+    try:
+        registration = await relay.register(f"http://127.0.0.1:{upstream.server_address[1]}/v1")
+        assert uvicorn_error.level == logging.INFO and uvicorn_error.isEnabledFor(logging.INFO)
+        async with httpx.AsyncClient(trust_env=False, timeout=120) as client:
+            call = asyncio.create_task(client.post(registration.sandbox_url + "/chat/completions", json={}))
+            assert await asyncio.to_thread(arrived.wait, 60)  # the call waits on the upstream now
+            thread = relay._thread
+            await relay.aclose()
+            assert thread is not None and not thread.is_alive()
+            assert (await call).status_code == 503
+    finally:
+        release.set()
+        relay.close()
+        upstream.shutdown()
+        upstream.server_close()
