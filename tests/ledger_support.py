@@ -94,3 +94,24 @@ def cleanup(sdk: str, *extra: str) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=300,
     )
+
+
+OWN_PREFIXES = ("hb-ledger-", "fault-", "ledger-pool-")
+
+
+def remove_own_emulator_sandboxes() -> list[str]:
+    """Remove the emulator sandboxes these tests made (by name), never another run's: the engine
+    is shared, and an emulator server lists every emulator sandbox on it."""
+    import docker
+
+    from osmosis_harbor.sandbox.emulator.state import EMULATOR_OWNER_HOST
+
+    client = docker.from_env()
+    removed = []
+    for container in client.api.containers(all=True, filters={"label": "osmosis-harbor.managed=1"}):
+        labels = container.get("Labels") or {}
+        name = container["Names"][0].lstrip("/")
+        if labels.get("osmosis-harbor.owner-host") == EMULATOR_OWNER_HOST and name.startswith(OWN_PREFIXES):
+            client.api.remove_container(container["Id"], force=True)
+            removed.append(name)
+    return removed

@@ -23,10 +23,10 @@ from .emulator_support import (
     EmulatorServer,
     emulator_env,
     push_to_local_registry,
-    remove_emulator_sandboxes,
     start_server,
     stop_server,
 )
+from .ledger_support import environment_for, remove_own_emulator_sandboxes
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +34,7 @@ def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatorServe
     server = start_server(tmp_path_factory.mktemp("emulator"))
     with emulator_env(server.url):
         yield server
-    left = remove_emulator_sandboxes()
+    left = remove_own_emulator_sandboxes()
     stop_server(server)
     assert not left, f"tests left emulator sandboxes: {left}"
 
@@ -147,8 +147,6 @@ async def test_a_create_that_made_its_sandbox_is_not_doubled(emulator: EmulatorS
 async def test_an_exec_is_never_retried_and_its_fault_is_a_lost_sandbox(
     emulator: EmulatorServer, image: str, tmp_path
 ) -> None:
-    from .ledger_support import environment_for
-
     env = environment_for("skypilot-emulator", tmp_path, image)
     await env.start(force_build=False)
     try:
@@ -168,8 +166,6 @@ async def test_an_exec_is_never_retried_and_its_fault_is_a_lost_sandbox(
 
 
 async def test_an_eviction_is_a_lost_sandbox(emulator: EmulatorServer, image: str, tmp_path) -> None:
-    from .ledger_support import environment_for
-
     env = environment_for("skypilot-emulator", tmp_path, image)
     await env.start(force_build=False)
     try:

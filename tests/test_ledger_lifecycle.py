@@ -17,8 +17,11 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+from harbor.trial.queue import TrialQueue
 
-from osmosis_harbor.sandbox import load_sandbox_sdk
+from osmosis_harbor.agents.native import NotTrainableWarning
+from osmosis_harbor.backend import HarborBackend
+from osmosis_harbor.sandbox import environment_config, load_sandbox_sdk
 from osmosis_harbor.sandbox.ledger import Kind, Ledger, State, default_ledger
 from osmosis_harbor.sandbox.leftovers import Action, reap_dead_owners
 from osmosis_harbor.sandbox.live import LiveSandboxes, sandboxes_scope
@@ -28,11 +31,11 @@ from .emulator_support import (
     EmulatorServer,
     emulator_env,
     push_to_local_registry,
-    remove_emulator_sandboxes,
     start_server,
     stop_server,
 )
-from .ledger_support import cleanup, environment_for, start_owner
+from .ledger_support import cleanup, environment_for, remove_own_emulator_sandboxes, start_owner
+from .support import TASKS
 
 SDKS = ["skypilot-emulator", "docker"]
 
@@ -42,7 +45,7 @@ def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatorServe
     server = start_server(tmp_path_factory.mktemp("emulator"))
     with emulator_env(server.url):
         yield server
-    left = remove_emulator_sandboxes()
+    left = remove_own_emulator_sandboxes()
     stop_server(server)
     assert not left, f"tests left emulator sandboxes: {left}"
 
@@ -222,3 +225,24 @@ async def test_a_live_owners_sandbox_is_left_alone(ledger: Ledger, images: dict[
     finally:
         await env.stop(delete=True)
     assert ledger.entries() == []
+
+
+def test_the_next_backend_start_reaps_what_a_dead_owner_left(
+    tmp_path: Path, ledger: Ledger, images: dict[str, str]
+) -> None:
+    sdk = load_sandbox_sdk("skypilot-emulator")
+    pool = _pool()
+    owner, name = start_owner("skypilot-emulator", tmp_path, images["skypilot-emulator"], pool)
+    owner.send_signal(signal.SIGKILL)
+    owner.wait()
+    assert _listed(sdk, name) and _pool_listed(sdk, pool) and len(ledger.entries()) == 2  # positive control
+    with pytest.warns(NotTrainableWarning):
+        HarborBackend(
+            orchestrator=TrialQueue(n_concurrent=1),
+            tasks_dir=TASKS,
+            task_mode="dataset",
+            agent="oracle",
+            environment_config=environment_config("skypilot-emulator"),
+            trials_dir=tmp_path / "trials",
+        )
+    assert not _listed(sdk, name) and not _pool_listed(sdk, pool) and ledger.entries() == []
