@@ -1,4 +1,4 @@
-"""``python -m bench [--quick] [--only NAME ...] [--latency-ms MS] [--out FILE]``: run the benchmarks.
+"""``python -m bench [--quick] [--only NAME ...] [--latency-ms MS] [--scale-n N] [--out FILE]``: run the benchmarks.
 
 Each benchmark prints a table (medians, p90, its same-run baseline and the ratio) and the
 whole run is written to JSON after every benchmark, so a crash keeps what was measured.
@@ -31,7 +31,7 @@ from . import targets
 from .common import BenchResult, console, render
 from .latency import DEFAULT_LATENCY_MS
 
-BENCHMARKS: tuple[str, ...] = ("overhead", "throughput", "bundle", "prewarm", "admission", "soak")
+BENCHMARKS: tuple[str, ...] = ("overhead", "throughput", "bundle", "prewarm", "admission", "soak", "transfer", "scale")
 MODULES = {"bundle": "bench.bundle_build"}  # ``bench.bundle`` would read like the product's module
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "latest.json"
 
@@ -56,6 +56,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="simulated round trip added to every sandbox SDK call in the latency runs of overhead and "
         f"throughput (default {DEFAULT_LATENCY_MS:g}; 0 skips them)",
     )
+    parser.add_argument(
+        "--scale-n",
+        type=int,
+        default=None,
+        metavar="N",
+        help="rollouts held in flight at once by the scale benchmark (default 300; 24 with --quick)",
+    )
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"JSON results (default: {DEFAULT_OUT})")
     parser.add_argument(
         "--keep-images",
@@ -63,6 +70,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="keep task images the run had to build for the template task (faster reruns)",
     )
     args = parser.parse_args(argv)
+    if args.scale_n is not None and args.scale_n < 1:
+        parser.error(f"--scale-n must be 1 or more, got {args.scale_n}")
     if args.latency_ms < 0:
         parser.error(f"--latency-ms must be 0 or more, got {args.latency_ms:g}")
     selected = [n.strip() for item in args.only for n in item.split(",") if n.strip()]
@@ -73,12 +82,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
-def load(name: str, latency_ms: float) -> Callable[[bool], Awaitable[BenchResult]]:
-    """The benchmark's ``run(quick)``, given the latency when it takes one."""
+def load(name: str, args: argparse.Namespace) -> Callable[[bool], Awaitable[BenchResult]]:
+    """The benchmark's ``run(quick)``, given the options it takes (latency, scale N)."""
     run = importlib.import_module(MODULES.get(name, f"bench.{name}")).run
-    if "latency_ms" in inspect.signature(run).parameters:
-        return functools.partial(run, latency_ms=latency_ms)
-    return run
+    parameters = inspect.signature(run).parameters
+    options = {"latency_ms": args.latency_ms, "scale_n": args.scale_n}
+    return functools.partial(run, **{k: v for k, v in options.items() if k in parameters})
 
 
 def hygiene(result: BenchResult) -> None:
@@ -127,7 +136,7 @@ async def run_all(args: argparse.Namespace) -> int:
             console.rule(f"[bold]{name}[/]" + (" (quick)" if args.quick else ""))
             t0 = time.perf_counter()
             try:
-                result = await load(name, args.latency_ms)(args.quick)
+                result = await load(name, args)(args.quick)
             except Exception as exc:
                 traceback.print_exc()
                 result = BenchResult(name, "failed", error=f"{type(exc).__name__}: {exc}")

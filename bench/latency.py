@@ -27,7 +27,14 @@ from osmosis_harbor.sandbox import docker as docker_sdk
 
 DEFAULT_LATENCY_MS = 80.0
 # DockerSandbox methods wrapped with Dual; the archive pair only exists once the SDK offers it.
-SANDBOX_METHODS: tuple[str, ...] = ("write_bytes", "read_bytes", "terminate", "put_archive", "get_archive")
+SANDBOX_METHODS: tuple[str, ...] = (
+    "write_bytes",
+    "read_bytes",
+    "terminate",
+    "put_archive",
+    "get_archive",
+    "stream_archive",  # get_archive written to a host file as it streams: the same round trip
+)
 MODULE_CALLS: tuple[str, ...] = ("create", "ls")
 
 

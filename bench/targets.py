@@ -26,7 +26,7 @@ class Target:
     figure: str
     benchmark: str
     key: str
-    unit: str  # "x", "s" or "calls"
+    unit: str  # "x", "s", "calls", "ms", "MiB" or "/s"
     bound: float | None  # None: reported, no target
     compare: Callable[[float, float], bool] = operator.le
 
@@ -66,6 +66,14 @@ TARGETS: tuple[Target, ...] = (
         0.05,
     ),
     Target("  same, simulated latency", "throughput", "claim_to_first_exec_sec_latency", "s", None),
+    # issue 17: one process with N rollouts in flight (``bench.scale``)
+    Target("scale: rollouts in flight at once", "scale", "in_flight", "calls", None),
+    Target("scale: host CPU per completed rollout (wait excluded)", "scale", "host_cpu_per_rollout_s", "s", 0.03),
+    Target("scale: idle CPU per in-flight rollout per second", "scale", "idle_cpu_ms_per_rollout_s", "ms", 1.0),
+    Target("scale: RSS growth per in-flight rollout", "scale", "rss_mib_per_rollout", "MiB", 2.0),
+    Target("scale: event-loop lag p99 with N in flight", "scale", "loop_lag_p99_ms", "ms", 50.0),
+    Target("scale: ceiling, 1 / CPU per rollout", "scale", "ceiling_rollouts_per_s", "/s", None),
+    Target("scale: host CPU per graded rollout, concurrency 4", "scale", "graded_host_cpu_per_rollout_s", "s", 0.03),
 )
 
 
@@ -76,6 +84,8 @@ def _fmt(value: float | None, unit: str) -> str:
         return f"{value:.2f}×"
     if unit == "s":
         return f"{value:.3f} s"
+    if unit in {"ms", "MiB", "/s"}:
+        return f"{value:.2f} {unit}"
     return f"{value:g}"
 
 

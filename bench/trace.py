@@ -25,7 +25,14 @@ from osmosis_harbor.sandbox import docker as docker_sdk
 from osmosis_harbor.sandbox.environment import SandboxEnvironment
 
 # DockerSandbox methods wrapped with Dual; the archive pair only exists once the SDK offers it.
-SANDBOX_METHODS: tuple[str, ...] = ("write_bytes", "read_bytes", "terminate", "put_archive", "get_archive")
+SANDBOX_METHODS: tuple[str, ...] = (
+    "write_bytes",
+    "read_bytes",
+    "terminate",
+    "put_archive",
+    "get_archive",
+    "stream_archive",  # get_archive written to a host file as it streams: the same round trip
+)
 CLAIM = "create (pool claim)"
 CREATE = "create (container create+start)"
 

@@ -42,8 +42,10 @@ __all__ = [
     "SandboxNotFoundError",
     "SandboxSdkMissingError",
     "TaskResolutionError",
+    "TransferLimitError",
     "TrialPhaseError",
     "UnexpectedArgumentError",
+    "UnreadableArchiveError",
     "UserError",
     "WorkflowFailedError",
     "WrongBundleError",
@@ -223,6 +225,30 @@ class SandboxLostError(TrialPhaseError, SandboxError, RuntimeError):
         super().__init__(f"sandbox {name} was lost ({reason})")
         self.sandbox_name = name
         self.reason = reason
+
+
+class TransferLimitError(TrialPhaseError, SandboxError, ValueError):
+    """What a sandbox sent back exceeds a transfer bound (``Settings.transfer_*``): the
+    workflow's output, so the workflow's failure. Carries what, how much and the bound."""
+
+    category = RolloutErrorCategory.AGENT_ERROR
+
+    def __init__(self, transfer: str, what: str, amount: int, limit: int, setting: str) -> None:
+        super().__init__(
+            f"sandbox output {transfer}: {what} is {amount}, over the bound of {limit} "
+            f"(raise OSMOSIS_HARBOR_{setting.upper()} if it is legitimate)"
+        )
+        self.transfer, self.what, self.amount, self.limit, self.setting = transfer, what, amount, limit, setting
+
+
+class UnreadableArchiveError(TrialPhaseError, SandboxError, ValueError):
+    """An archive made in a sandbox is not a readable tar stream (corrupt or truncated)."""
+
+    category = RolloutErrorCategory.AGENT_ERROR
+
+    def __init__(self, transfer: str, cause: BaseException) -> None:
+        super().__init__(f"sandbox output {transfer}: not a readable tar archive ({type(cause).__name__}: {cause})")
+        self.transfer = transfer
 
 
 def _trial_errors(base: type[TrialPhaseError] = TrialPhaseError) -> dict[str, type[TrialPhaseError]]:

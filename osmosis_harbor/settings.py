@@ -1,14 +1,16 @@
 """Every knob osmosis-harbor reads from the host environment, in one model read in one place.
 
-``current()`` reads the environment afresh on every call (cheap, and a test or a caller that
-changes a variable sees it at once); nothing here is read, and nothing is written, at import
-time. The README's "Settings" table documents each field. Names are prefixed
+``current()`` reflects the environment as it is at each call (a test or a caller that changes
+a variable sees it at once); it builds the model only when the variables it reads changed,
+because pydantic-settings' parse costs milliseconds and the host asks several times per
+rollout. Nothing here is read, and nothing is written, at import time. The README's "Settings" table documents each field. Names are prefixed
 ``OSMOSIS_HARBOR_``; the few that belong to other tools keep those tools' names
 (``HARBOR_SKYPILOT_REGISTRY``, ``DOCKER_HOST``, ``XDG_CACHE_HOME``).
 """
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,6 +22,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 __all__ = ["Settings", "child_environment", "current", "host_variable", "scoped_variable", "use_bundled_model_prices"]
 
 DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
+MIB = 1024 * 1024
 
 
 class Settings(BaseSettings):
@@ -80,6 +83,20 @@ class Settings(BaseSettings):
     relay_port: int = Field(
         0, ge=0, le=65535, description="the policy relay's port on the sandboxes' gateway (0: an ephemeral one)"
     )
+    # Bounds on what one transfer out of a sandbox may bring to the host (``sandbox/extract``).
+    transfer_max_bytes: int = Field(256 * MIB, gt=0, description="file bytes per transfer out of a sandbox")
+    transfer_max_file_bytes: int = Field(64 * MIB, gt=0, description="bytes per file in a transfer out of a sandbox")
+    transfer_max_files: int = Field(50_000, gt=0, description="entries (files, dirs, links) per transfer")
+    transfer_max_depth: int = Field(64, gt=0, description="path components per entry of a transfer")
+    transfer_max_path_bytes: int = Field(1024, gt=0, description="bytes per entry's path in a transfer")
+    exec_output_max_bytes: int = Field(
+        4 * MIB, gt=0, description="per stream, the tail of a command's stdout/stderr the Docker SDK keeps"
+    )
+    docker_sdk_threads: int = Field(
+        1024,
+        gt=0,
+        description="threads of the local Docker SDK; each running exec holds one (bounds rollouts in flight)",
+    )
     ledger: Path | None = Field(
         None, description="the sandbox ledger (default $XDG_CACHE_HOME/osmosis-harbor/ledger.sqlite3)"
     )
@@ -115,8 +132,24 @@ class Settings(BaseSettings):
         return self.bundles if self.bundles is not None else Path("bundles")
 
 
+_FOREIGN_NAMES = frozenset({"HARBOR_SKYPILOT_REGISTRY", "DOCKER_HOST", "XDG_CACHE_HOME", "COLUMNS"})
+
+
 def current() -> Settings:
-    """The settings as the environment says now."""
+    """The settings as the environment says now (one parse per distinct set of values)."""
+    relevant = tuple(
+        sorted(
+            (name, value)
+            for name, value in os.environ.items()
+            if name.upper().startswith("OSMOSIS_HARBOR_") or name.upper() in _FOREIGN_NAMES
+        )
+    )
+    return _parsed(relevant)
+
+
+@functools.lru_cache(maxsize=16)
+def _parsed(relevant: tuple[tuple[str, str], ...]) -> Settings:
+    """``Settings()`` for this set of variables: the key is the part of the environment read."""
     return Settings()
 
 

@@ -27,21 +27,34 @@ apt_install() {
 }
 
 # ── 1. Python >= 3.12 and the virtualenv ─────────────────────────────────────
-find_python() {
-  local candidates=(python3.13 python3.12 python3)
+# A Python whose tarfile has the 2025 fixes (CVE-2024-12718, CVE-2025-4330, CVE-2025-4517:
+# 3.12.11+ or 3.13.4+) is preferred. Our extractor does not rely on them (it never calls
+# tarfile's extraction on what a sandbox made), so an unpatched one is used with a warning.
+TARFILE_FIXED='import sys; v = sys.version_info[:3]; sys.exit(not (v >= (3, 13, 4) or (3, 12, 11) <= v < (3, 13)))'
+
+python_candidates() {
   local c
-  for c in "${candidates[@]}"; do
-    if have "$c" && "$c" -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null; then
-      command -v "$c"; return 0
-    fi
+  for c in python3.13 python3.12 python3; do
+    if have "$c"; then command -v "$c"; fi
   done
   # pyenv installs versions that its shims only expose when selected: look directly.
   for c in "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.1[2-9]*/bin/python3; do
-    if [ -x "$c" ] && "$c" -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null; then
+    if [ -x "$c" ]; then echo "$c"; fi
+  done
+}
+
+find_python() {
+  local c fallback=""
+  while read -r c; do
+    "$c" -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null || continue
+    if "$c" -c "$TARFILE_FIXED" 2>/dev/null; then
       echo "$c"; return 0
     fi
-  done
-  return 1
+    [ -n "$fallback" ] || fallback="$c"
+  done < <(python_candidates)
+  [ -n "$fallback" ] || return 1
+  log "warning: $("$fallback" -V 2>&1) ($fallback) lacks the 2025 tarfile fixes (CVE-2024-12718, CVE-2025-4330, CVE-2025-4517); install Python 3.12.11+ or 3.13.4+ and re-create .venv. osmosis-harbor's own extraction does not depend on them."
+  echo "$fallback"
 }
 
 ensure_venv() {

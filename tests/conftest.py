@@ -140,6 +140,8 @@ def sdk_calls(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
     cls = docker_sdk.DockerSandbox
     for name in ("put_archive", "get_archive", "write_bytes", "read_bytes", "terminate"):
         monkeypatch.setattr(cls, name, Dual(counting(name, cls.__dict__[name]._fn)))
+    # the streaming form of get_archive: the same round trip
+    monkeypatch.setattr(cls, "stream_archive", Dual(counting("get_archive", cls.__dict__["stream_archive"]._fn)))
     launch = exec_module.ExecMethod.aio
 
     async def counted_exec(self: Any, *argv: str, **kwargs: Any) -> Any:

@@ -23,7 +23,7 @@ from harbor.agents.base import BaseAgent
 from harbor.environments.base import BaseEnvironment
 from harbor.models.agent.context import AgentContext
 
-from osmosis_harbor import keys
+from osmosis_harbor import keys, settings
 from osmosis_harbor.errors import (
     BundleInstallError,
     IncompatibleTaskImageError,
@@ -214,7 +214,7 @@ class WorkflowAgent(BaseAgent):
             command = f"{bundle_check_command(self._bundle_baked)}; exec {command}"
         result = await environment.exec(command, env=env)
         redactor = Redactor.for_key(creds.api_key if creds else None)
-        log = redactor.text((result.stdout or "") + (result.stderr or ""))
+        log = output_tail(redactor.text((result.stdout or "") + (result.stderr or "")))
         (self.logs_dir / "workflow.log").write_text(log)
         if self._bundle_baked is not None and (wrong := wrong_bundle_line(result.return_code, result.stderr)):
             raise WrongBundleError(wrong)
@@ -236,6 +236,19 @@ class WorkflowAgent(BaseAgent):
     @override
     def populate_context_post_run(self, context: AgentContext) -> None:
         return None
+
+
+def output_tail(text: str) -> str:
+    """The end of a workflow's output, as much as ``Settings.exec_output_max_bytes`` (in
+    characters), with a note of what was cut: an SDK may hand over all of it, and the log
+    file and failure summary need only its end. Cut after redaction, so no partial key."""
+    limit = settings.current().exec_output_max_bytes
+    if len(text) <= limit:
+        return text
+    return (
+        f"[osmosis-harbor: the first {len(text) - limit} characters of the workflow output were dropped]\n"
+        + text[-limit:]
+    )
 
 
 def inline_input(path: Path) -> str | None:

@@ -23,7 +23,9 @@ environment-dir uploads). What we change:
   workflow's failure;
 * when the sandbox handle offers the archive capability (``protocol.ArchiveSandbox``), files
   and directories move in one call each way, uploads are written behind and log-tree reads
-  share one snapshot (``transfers.py``); otherwise Harbor's own transfer path runs unchanged.
+  share one snapshot (``transfers.py``); otherwise Harbor's own sandbox-side commands run;
+* either way, what comes back is bounded and extracted by our own code (``downloads.py``,
+  ``extract/``), never by ``tarfile``.
 
 Every Harbor name this touches is listed, with why, in ``harbor_surface.py``.
 """
@@ -37,7 +39,7 @@ import logging
 import shlex
 from collections.abc import AsyncIterator, Awaitable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, override
+from typing import Any, BinaryIO, override
 
 from harbor.environments.base import BaseEnvironment, ExecResult
 from harbor.environments.definition import has_agent_environment_definition, parse_dockerfile_workdir
@@ -67,6 +69,8 @@ from osmosis_harbor.sandbox.api_faults import create_checked, is_api_fault, retr
 from osmosis_harbor.sandbox.base_images import missing_base_error
 from osmosis_harbor.sandbox.batching import ClaimBatcher
 from osmosis_harbor.sandbox.bounds import cpus_or_default, memory_mb_or_default
+from osmosis_harbor.sandbox.downloads import HarborPath, fetch_archive
+from osmosis_harbor.sandbox.filtered import FilteredDownloads
 from osmosis_harbor.sandbox.images import (
     BUILD_COORDINATOR,
     build_image,
@@ -130,7 +134,7 @@ def _last_answer(state: RetryCallState) -> SandboxState:
     return state.outcome.result()
 
 
-class SandboxEnvironment(SkypilotEnvironment):
+class SandboxEnvironment(FilteredDownloads, SkypilotEnvironment):
     """Harbor's SkyPilot sandbox environment over a selectable ``sky.sandbox`` SDK."""
 
     def __init__(
@@ -546,10 +550,10 @@ class SandboxEnvironment(SkypilotEnvironment):
             async def put(data: bytes, path: str) -> None:
                 await self._guarded(sandbox.put_archive.aio(data, path))
 
-            async def get(path: str) -> bytes:
-                return bytes(await self._guarded(sandbox.get_archive.aio(path)))
+            async def get(path: str, into: BinaryIO) -> None:
+                await self._guarded(fetch_archive(sandbox, path, into))
 
-            self._archive_transfers = ArchiveTransfers(put, get)
+            self._archive_transfers = ArchiveTransfers(put, get, self.logger)
         return self._archive_transfers
 
     @override
@@ -569,14 +573,19 @@ class SandboxEnvironment(SkypilotEnvironment):
     @override
     async def download_dir(self, source_dir: str, target_dir: Path | str) -> None:
         if (transfers := self._archives()) is None:
-            return await super().download_dir(source_dir, target_dir)
+            await self._harbor_path().download_dir(source_dir, Path(target_dir))
+            return
         await transfers.download_dir(source_dir, Path(target_dir))
 
     @override
     async def download_file(self, source_path: str, target_path: Path | str) -> None:
         if (transfers := self._archives()) is None:
-            return await super().download_file(source_path, target_path)
+            return await self._harbor_path().download_file(source_path, Path(target_path))
         await transfers.download_file(source_path, Path(target_path))
+
+    def _harbor_path(self) -> HarborPath:
+        """Harbor's transfer commands with our bounded host side (no archive capability)."""
+        return HarborPath(self._run_shell, self._read_remote_bytes, self.logger)
 
     @override
     async def is_dir(self, path: str, user: str | int | None = None) -> bool:

@@ -17,31 +17,37 @@ makes that:
   that snapshot, with the uploads staged or sent since laid over it (their content is known),
   until a command runs.
 
-Host-side extraction is Harbor's own (``tar_transfer.extract_dir``: the ``data`` filter, so
-absolute paths, traversal and escaping links from a hostile sandbox are refused). A symlink
-where a directory was asked for is not followed. Uploaded entries arrive owned by root with
+Fetched trees are streamed to a host temp file, bounded (``Settings.transfer_*``), and
+extracted by our own extractor (``sandbox/extract``: never ``tarfile.extract*``; what a
+hostile sandbox can put in an archive is dropped and named in the trial's log), off the
+event loop (``snapshot.py``). A symlink where a directory was asked for is not followed. Uploaded entries arrive owned by root with
 the modes they have on the host; a target directory that already exists keeps its own mode
 and owner (Harbor's ``tar -x`` of ``.`` would reset them).
 """
 
 from __future__ import annotations
 
+import asyncio
 import io
+import logging
 import os
 import posixpath
 import tarfile
+import tempfile
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import BinaryIO
 
-from harbor.environments.tar_transfer import extract_dir
+from osmosis_harbor.sandbox.snapshot import Logger, Member, Snapshot
 
 __all__ = ["LOG_ROOT", "ArchiveTransfers", "overlaps"]
 
 LOG_ROOT = "/logs"  # Harbor's in-sandbox log tree: agent/, verifier/, artifacts/
 
-Member = tuple[tarfile.TarInfo, bytes | None]  # a tar entry and its content (files only)
 Put = Callable[[bytes, str], Awaitable[None]]
-Get = Callable[[str], Awaitable[bytes]]
+# Write the tar of a sandbox path into a host file (bounded: ``TransferLimits.max_archive_bytes``).
+Get = Callable[[str, BinaryIO], Awaitable[None]]
+log = logging.getLogger(__name__)
 
 
 def _norm(path: str) -> str:
@@ -125,80 +131,15 @@ class _Staged:
         return dropped
 
 
-class _Snapshot:
-    """One fetched tree (``root``), by absolute path, with the uploads made since laid over it.
-
-    An upload is known content: laying it over the snapshot (later entries win, as they do
-    when the sandbox extracts it) answers reads of what it changed without sending it first
-    or fetching again. Only a command makes the snapshot unknowable (``command_ran``)."""
-
-    def __init__(self, root: str, data: bytes) -> None:
-        self.root = root
-        self._entries: dict[str, Member] = {}
-        parent = posixpath.dirname(root)
-        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-            for member in tar:
-                extracted = tar.extractfile(member) if member.isfile() else None
-                path = posixpath.normpath(posixpath.join(parent, member.name))
-                self._entries[path] = (member, extracted.read() if extracted is not None else None)
-
-    def answers(self, path: str) -> bool:
-        return path == self.root or path.startswith(self.root.rstrip("/") + "/")
-
-    def lay_over(self, members: list[Member]) -> None:
-        """Apply staged members (named relative to ``/``) as the sandbox will."""
-        for info, data in members:
-            path = "/" + info.name.strip("/")
-            if not self.answers(path):
-                continue
-            parent = posixpath.dirname(path)
-            while self.answers(parent) and parent not in self._entries:  # made by the extraction
-                made = tarfile.TarInfo(parent.lstrip("/"))
-                made.type, made.mode = tarfile.DIRTYPE, 0o755
-                self._entries[parent] = (made, None)
-                parent = posixpath.dirname(parent)
-            self._entries[path] = (info, data)
-
-    def kind(self, path: str) -> str | None:
-        """ "dir", "file", "other" (links, devices) or None when absent."""
-        entry = self._entries.get(path)
-        if entry is None:
-            return None
-        return "dir" if entry[0].isdir() else "file" if entry[0].isfile() else "other"
-
-    def read_file(self, path: str) -> bytes:
-        kind = self.kind(path)
-        if kind is None:
-            raise FileNotFoundError(f"no such file in the sandbox: {path}")
-        if kind != "file":
-            raise IsADirectoryError(f"{path} is not a regular file in the sandbox")
-        return self._entries[path][1] or b""
-
-    def subtree(self, path: str) -> bytes:
-        """A tar of the contents of directory ``path``, rooted at ``.`` (Harbor's layout)."""
-        kind = self.kind(path)
-        if kind is None:
-            raise FileNotFoundError(f"no such directory in the sandbox: {path}")
-        if kind != "dir":
-            raise NotADirectoryError(f"{path} is not a directory in the sandbox")
-        prefix = path.rstrip("/") + "/"
-        out = io.BytesIO()
-        with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as sub:
-            for name in sorted(n for n in self._entries if n.startswith(prefix)):
-                info, data = self._entries[name]
-                copy = info.replace(name="./" + name[len(prefix) :], deep=False)
-                sub.addfile(copy, io.BytesIO(data) if data is not None else None)
-        return out.getvalue()
-
-
 class ArchiveTransfers:
     """The transfers of one sandbox over its archive calls (see the module docstring)."""
 
-    def __init__(self, put: Put, get: Get) -> None:
+    def __init__(self, put: Put, get: Get, logger: Logger | None = None) -> None:
         self._put = put
         self._get = get
+        self._logger = logger or log
         self._staged = _Staged()
-        self._snapshots: list[_Snapshot] = []
+        self._snapshots: list[Snapshot] = []
 
     # ── uploads ──────────────────────────────────────────────────────────────
     def stage_dir(self, source: Path, target: str) -> None:
@@ -234,19 +175,30 @@ class ArchiveTransfers:
     def command_ran(self, paths: list[str] | None = None) -> None:
         """A command may have changed anything (or, given ``paths``, what lies there): the
         snapshots it may have changed answer no more."""
-        if paths is None:
-            self._snapshots.clear()
-            return
-        norm = [_norm(p) for p in paths]
-        self._snapshots = [s for s in self._snapshots if not any(overlaps(s.root, p) for p in norm)]
+        norm = None if paths is None else [_norm(p) for p in paths]
+        self._forget(lambda s: norm is None or any(overlaps(s.root, p) for p in norm))
+
+    def _forget(self, which: Callable[[Snapshot], bool]) -> None:
+        for snapshot in [s for s in self._snapshots if which(s)]:
+            self._snapshots.remove(snapshot)
+            snapshot.close()
 
     def discard(self) -> int:
         """The sandbox is going away: drop what is staged (nothing could observe it)."""
-        self._snapshots.clear()
+        self._forget(lambda s: True)
         return self._staged.clear()
 
     # ── reads ────────────────────────────────────────────────────────────────
-    async def _snapshot_for(self, path: str) -> _Snapshot:
+    async def _fetch(self, root: str) -> Snapshot:
+        archive = tempfile.TemporaryFile()
+        try:
+            await self._get(root, archive)
+            return await asyncio.to_thread(Snapshot, root, archive)
+        except BaseException:
+            archive.close()
+            raise
+
+    async def _snapshot_for(self, path: str) -> Snapshot:
         path = _norm(path)
         for snapshot in self._snapshots:
             if snapshot.answers(path):
@@ -255,27 +207,26 @@ class ArchiveTransfers:
         if self._staged.overlaps(root):  # what is fetched must include what was uploaded there
             await self.flush()
         try:
-            data = await self._get(root)
+            snapshot = await self._fetch(root)
         except FileNotFoundError:
             if root == path:
                 raise
-            root = path  # no /logs at all: ask for the path itself
-            data = await self._get(root)
-        snapshot = _Snapshot(root, data)
-        self._snapshots = [s for s in self._snapshots if not overlaps(s.root, root)] + [snapshot]
+            snapshot = await self._fetch(path)  # no /logs at all: ask for the path itself
+        self._forget(lambda s: overlaps(s.root, snapshot.root))
+        self._snapshots.append(snapshot)
         return snapshot
 
     async def kind(self, path: str) -> str | None:
         try:
-            return (await self._snapshot_for(path)).kind(_norm(path))
+            snapshot = await self._snapshot_for(path)
+            return await asyncio.to_thread(snapshot.kind, _norm(path))
         except FileNotFoundError:
             return None
 
     async def download_dir(self, source: str, target: Path) -> None:
         snapshot = await self._snapshot_for(source)
-        extract_dir(io.BytesIO(snapshot.subtree(_norm(source))), target)
+        await asyncio.to_thread(snapshot.extract_dir, _norm(source), target, self._logger)
 
     async def download_file(self, source: str, target: Path) -> None:
-        data = (await self._snapshot_for(source)).read_file(_norm(source))
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)
+        snapshot = await self._snapshot_for(source)
+        await asyncio.to_thread(snapshot.copy_file, _norm(source), target)

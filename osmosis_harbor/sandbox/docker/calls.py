@@ -18,9 +18,17 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from osmosis_harbor import settings
+
 log = logging.getLogger(__name__)
 
-EXECUTOR_WORKERS = 128
+
+def executor_workers() -> int:
+    """Threads of the SDK's pool (``OSMOSIS_HARBOR_DOCKER_SDK_THREADS``): a running exec holds
+    one for as long as its command runs, so this bounds the rollouts a process holds in flight;
+    threads start only when needed, so a high bound costs nothing until it is used."""
+    return settings.current().docker_sdk_threads
+
 
 _executor_lock = threading.Lock()
 _executor_instance: concurrent.futures.ThreadPoolExecutor | None = None
@@ -32,7 +40,7 @@ def executor() -> concurrent.futures.ThreadPoolExecutor:
     with _executor_lock:
         if _executor_instance is None:
             _executor_instance = concurrent.futures.ThreadPoolExecutor(
-                max_workers=EXECUTOR_WORKERS, thread_name_prefix="osmosis-docker-sdk"
+                max_workers=executor_workers(), thread_name_prefix="osmosis-docker-sdk"
             )
         return _executor_instance
 

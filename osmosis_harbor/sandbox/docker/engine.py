@@ -38,7 +38,7 @@ from osmosis_harbor.sandbox.bounds import TMP_PATH, SandboxBounds
 from osmosis_harbor.sandbox.docker import inventory
 from osmosis_harbor.sandbox.docker import labels as L
 from osmosis_harbor.sandbox.docker import reap as docker_reap
-from osmosis_harbor.sandbox.docker.calls import EXECUTOR_WORKERS, executor
+from osmosis_harbor.sandbox.docker.calls import executor, executor_workers
 from osmosis_harbor.sandbox.docker.exec import Deadlines
 from osmosis_harbor.sandbox.docker.labels import (
     ContainerInfo,
@@ -46,6 +46,7 @@ from osmosis_harbor.sandbox.docker.labels import (
 )
 from osmosis_harbor.sandbox.docker.network import ensure_sandbox_network
 from osmosis_harbor.sandbox.docker.pools import PoolManager
+from osmosis_harbor.sandbox.docker.transport import share_one_pool
 
 log = logging.getLogger(__name__)
 
@@ -75,11 +76,12 @@ class Engine:
     def __init__(self) -> None:
         url = _engine_url()
         try:
-            self.client = docker.from_env(version="auto", timeout=API_TIMEOUT_SEC, max_pool_size=EXECUTOR_WORKERS)
+            self.client = docker.from_env(version="auto", timeout=API_TIMEOUT_SEC, max_pool_size=executor_workers())
             info = self.client.info()
         except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
             raise DockerEngineUnavailable(url, exc) from exc
         self.api = self.client.api
+        share_one_pool(self.api)
         self.ncpu = float(info.get("NCPU") or os.cpu_count() or 1)
         self.key = hashlib.sha256(f"{url}|{info.get('ID', '')}".encode()).hexdigest()[:12]
         self.deadlines = Deadlines()

@@ -27,7 +27,9 @@ from typing import Any, Protocol
 import docker.errors
 from docker import APIClient
 
+from osmosis_harbor import settings
 from osmosis_harbor.sandbox.docker.calls import executor, run_blocking
+from osmosis_harbor.sandbox.docker.output import OutputTail
 
 log = logging.getLogger(__name__)
 
@@ -166,8 +168,9 @@ class ExecRun:
         self._container_id = container_id
         self._exec_id = exec_id
         self._stream = stream
-        self.stdout = bytearray()
-        self.stderr = bytearray()
+        limit = settings.current().exec_output_max_bytes
+        self.stdout = OutputTail("stdout", limit)
+        self.stderr = OutputTail("stderr", limit)
         self.timed_out = False
         self._deadline: list[Any] | None = None
         self._grace: list[Any] | None = None
@@ -178,9 +181,9 @@ class ExecRun:
         try:
             for out, err in self._stream:
                 if out:
-                    self.stdout += out
+                    self.stdout.append(out)
                 if err:
-                    self.stderr += err
+                    self.stderr.append(err)
         except (OSError, ValueError) as exc:  # stream closed under us after a timeout
             if not self.timed_out:
                 raise
@@ -228,7 +231,8 @@ class ExecRun:
 
 
 class OutputStream:
-    """``handle.stdout`` / ``handle.stderr``: ``read()`` returns the whole output as text."""
+    """``handle.stdout`` / ``handle.stderr``: ``read()`` returns the output as text (its
+    last ``Settings.exec_output_max_bytes``, see ``output.py``)."""
 
     def __init__(self, run: ExecRun, which: str) -> None:
         self._run = run
@@ -236,7 +240,8 @@ class OutputStream:
 
     def read_bytes(self) -> bytes:
         self._run.future.result()
-        return bytes(getattr(self._run, self._which))
+        tail: OutputTail = getattr(self._run, self._which)
+        return tail.value()
 
     def read(self) -> str:
         """Blocks until the command ends (immediate after ``wait()``)."""

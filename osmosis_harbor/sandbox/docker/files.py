@@ -19,15 +19,18 @@ import posixpath
 import tarfile
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, BinaryIO
 
 import docker.errors
 
 from osmosis_harbor.errors import SandboxNotFoundError
+from osmosis_harbor.sandbox.extract import TransferLimits, copy_into
 
 _MODE_DIR = 1 << 31
 _MODE_SYMLINK = 1 << 27
 _MAX_SYMLINK_HOPS = 8
+_CHUNK = 1 << 20
+_TAR_OVERHEAD = 64 * 1024  # a single file's tar: headers, long names, padding
 
 
 def _abs_path(path: str) -> str:
@@ -51,8 +54,9 @@ def _file_tar(base: str, new_dirs: list[str], path: str, data: bytes) -> bytes:
     return buf.getvalue()
 
 
-def _single_file(archive: bytes, path: str) -> bytes:
-    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+def _single_file(archive: io.BytesIO, path: str) -> bytes:
+    archive.seek(0)
+    with tarfile.open(fileobj=archive, mode="r|") as tar:
         member = tar.next()
         if member is None or not member.isfile():
             raise IsADirectoryError(errno.EISDIR, "not a regular file in the sandbox", path)
@@ -132,8 +136,12 @@ class SandboxFiles:
             raise self._gone(exc) from exc
 
     def read_bytes(self, path: str) -> bytes:
-        """Read a regular file (symlinks followed); directories raise IsADirectoryError."""
+        """Read a regular file (symlinks followed); directories raise IsADirectoryError.
+
+        Bounded by ``Settings.transfer_max_file_bytes``: a larger file is refused on its
+        size before any of it is fetched, and a file that grows meanwhile as it streams."""
         path = _abs_path(path)
+        limits = TransferLimits.current()
         for _ in range(_MAX_SYMLINK_HOPS):
             st = self._stat(path)
             if st is None:
@@ -144,11 +152,13 @@ class SandboxFiles:
             if st["mode"] & _MODE_SYMLINK:
                 path = posixpath.normpath(posixpath.join(posixpath.dirname(path), st["linkTarget"]))
                 continue
+            limits.check_file(path, posixpath.basename(path), int(st.get("size") or 0))
+            archive = io.BytesIO()
             try:
-                stream, _ = self._api.get_archive(self._id, path)
-            except docker.errors.NotFound as exc:
-                raise FileNotFoundError(errno.ENOENT, "no such file in the sandbox", path) from exc
-            return _single_file(b"".join(stream), path)
+                self._stream(path, archive, limits.max_file_bytes + _TAR_OVERHEAD, "transfer_max_file_bytes")
+            except FileNotFoundError:
+                raise FileNotFoundError(errno.ENOENT, "no such file in the sandbox", path) from None
+            return _single_file(archive, path)
         raise OSError(errno.ELOOP, "too many symlinks in the sandbox", path)
 
     def put_archive(self, data: bytes | bytearray | memoryview, path: str) -> None:
@@ -166,11 +176,26 @@ class SandboxFiles:
 
     def get_archive(self, path: str) -> bytes:
         """A tar of *path* (a file, a directory tree, or a symlink itself, not followed), its
-        entries named from ``basename(path)`` as ``docker cp`` does. One engine call."""
-        path = _abs_path(path)
+        entries named from ``basename(path)`` as ``docker cp`` does. One engine call.
+        Bounded (``TransferLimits.max_archive_bytes``); `stream_archive` holds none of it."""
+        archive = io.BytesIO()
+        self.stream_archive(path, archive, TransferLimits.current().max_archive_bytes)
+        return archive.getvalue()
+
+    def stream_archive(self, path: str, into: BinaryIO, limit: int) -> int:
+        """`get_archive` written to *into* as it streams, refused past *limit* bytes
+        (`TransferLimitError`); returns the bytes written."""
+        return self._stream(_abs_path(path), into, limit, "transfer_max_bytes")
+
+    def _stream(self, path: str, into: BinaryIO, limit: int, setting: str) -> int:
+        api = self._api
         try:
-            stream, _ = self._api.get_archive(self._id, path)
-            return b"".join(stream)
+            resp = api._get(api._url("/containers/{0}/archive", self._id), params={"path": path}, stream=True)
+            api._raise_for_status(resp)
         except docker.errors.NotFound as exc:
             self._require_alive()
             raise FileNotFoundError(errno.ENOENT, "no such file or directory in the sandbox", path) from exc
+        try:
+            return copy_into(resp.iter_content(_CHUNK), into, limit=limit, transfer=path, setting=setting)
+        finally:
+            resp.close()

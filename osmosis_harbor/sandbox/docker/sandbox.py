@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import BinaryIO
 
 import docker.errors
 
@@ -124,6 +125,11 @@ class DockerSandbox:
     def get_archive(self, path: str) -> bytes:
         """A tar of *path* (entries named from its basename): a whole tree in one call."""
         return self._files().get_archive(path)
+
+    @dual
+    def stream_archive(self, path: str, into: BinaryIO, limit: int) -> int:
+        """``get_archive`` written to *into* as it streams, refused past *limit* bytes."""
+        return self._files().stream_archive(path, into, limit)
 
     # lifecycle ---------------------------------------------------------------------------------
 

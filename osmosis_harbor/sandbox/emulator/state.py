@@ -229,8 +229,8 @@ class Emulator:
         code = await asyncio.wrap_future(run.future)
         return ExecResult(
             exit_code=code,
-            stdout_b64=base64.b64encode(bytes(run.stdout)).decode(),
-            stderr_b64=base64.b64encode(bytes(run.stderr)).decode(),
+            stdout_b64=base64.b64encode(run.stdout.value()).decode(),
+            stderr_b64=base64.b64encode(run.stderr.value()).decode(),
             timed_out=run.timed_out,
         )
 

@@ -1,0 +1,105 @@
+"""``python -m bench.profile [--rollouts N] [--out FILE]``: where one rollout's host CPU goes.
+
+Runs the scale benchmark's ``cpu`` phase (a chat call plus the Osmosis grader at
+concurrency 4, the server in a process of its own) with yappi profiling every thread of the
+server on the CPU clock (cProfile would see only the event loop's thread, not the SDK's
+executor or ``to_thread`` work), then prints the CPU per rollout, the top functions by own
+time and the own time summed per area (osmosis server, Harbor, our backend, SDK, ...).
+Needs ``pip install yappi`` (a profiling aid, not a dependency).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import pstats
+import shutil
+import tempfile
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+
+from osmosis_harbor.testing.scripted_policy import FakeChatServer
+
+from .env import workdir
+from .scale import cpu_phase
+
+AREAS: tuple[tuple[str, str], ...] = (
+    ("osmosis_harbor/sandbox/docker", "our Docker SDK"),
+    ("osmosis_harbor/sandbox", "sandbox environment (ours)"),
+    ("osmosis_harbor/backend", "backend: plan, attempts, outcome"),
+    ("osmosis_harbor/tasks", "tasks: resolve, materialize"),
+    ("osmosis_harbor/keys", "key custody and scrub"),
+    ("osmosis_harbor/agents", "workflow agent"),
+    ("osmosis_harbor/trials", "reading trials"),
+    ("osmosis_harbor", "osmosis_harbor, other"),
+    ("harbor/", "Harbor: trial, verifier, models"),
+    ("osmosis_ai", "osmosis server"),
+    ("docker/", "docker-py"),
+    ("requests", "requests/urllib3"),
+    ("urllib3", "requests/urllib3"),
+    ("pydantic", "pydantic"),
+    ("uvicorn", "uvicorn/starlette/fastapi"),
+    ("starlette", "uvicorn/starlette/fastapi"),
+    ("fastapi", "uvicorn/starlette/fastapi"),
+    ("httpx", "httpx/httpcore"),
+    ("httpcore", "httpx/httpcore"),
+    ("logging", "logging"),
+    ("tarfile", "tar"),
+    ("json", "json"),
+    ("asyncio", "asyncio"),
+    ("threading", "threads"),
+    ("concurrent", "threads"),
+)
+
+
+def area(filename: str) -> str:
+    for needle, name in AREAS:
+        if needle in filename:
+            return name
+    return "other (stdlib, libs)"
+
+
+def summarize(stats: pstats.Stats, rollouts: int, top: int) -> None:
+    own: dict[str, float] = defaultdict(float)
+    table = stats.stats  # type: ignore[attr-defined]
+    for (filename, _, _), (_, _, tottime, _, _) in table.items():
+        own[area(filename)] += tottime
+    total = sum(own.values())
+    print(f"profiled CPU {total:.3f} s over {rollouts} rollouts: {total / rollouts * 1000:.1f} ms per rollout")
+    for name, seconds in sorted(own.items(), key=lambda kv: -kv[1]):
+        print(f"  {seconds / rollouts * 1000:7.1f} ms/rollout  {100 * seconds / total:5.1f} %  {name}")
+    stats.sort_stats("tottime").print_stats(top)
+    stats.sort_stats("cumulative").print_stats(top)
+
+
+async def main_async(rollouts: int, out: Path) -> None:
+    work = workdir("profile")
+    chat = FakeChatServer(default_reply="true")
+    try:
+        per_rollout = await cpu_phase(work, chat, rollouts, profile_to=out)
+    finally:
+        chat.close()
+        shutil.rmtree(work, ignore_errors=True)
+    print(f"server CPU per graded rollout (utime + stime, unprofiled reading): {per_rollout:.3f} s")
+    summarize(pstats.Stats(str(out)), rollouts, 40)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.profile", description=__doc__.splitlines()[0])
+    parser.add_argument("--rollouts", type=int, default=12)
+    parser.add_argument(
+        "--out", type=Path, default=Path(tempfile.gettempdir()) / f"osmosis-profile-{os.getpid()}.pstat"
+    )
+    args = parser.parse_args(argv)
+    home = tempfile.mkdtemp(prefix="osmosis-bench-home-")
+    os.environ["HOME"] = home  # the osmosis server writes trajectories under ~/.osmosis
+    try:
+        asyncio.run(main_async(args.rollouts, args.out))
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

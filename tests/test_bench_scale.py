@@ -1,0 +1,36 @@
+"""The scale benchmark's measuring function at a tiny N: every rollout really waits in a
+sandbox at the gate at once (the positive control for ``in_flight``), the figures come out
+finite, and the server process it started leaves no sandbox behind."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from bench.env import managed_containers
+from bench.scale import Sizes, scale_phase
+from osmosis_harbor.testing.scripted_policy import FakeChatServer
+
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("osmosis_home")]
+
+
+async def test_scale_phase_holds_n_in_flight_and_leaves_nothing(tmp_path: Path, fake_chat: FakeChatServer) -> None:
+    size = Sizes(n=3, cpu_rollouts=0, idle_window_sec=1.0, ramp_timeout_sec=240.0)
+
+    figures = await scale_phase(tmp_path, fake_chat, size)
+
+    assert figures.server_pid > 0
+    assert figures.in_flight == 3  # all three workflows were waiting at the gate at once
+    assert figures.completed == 3 and figures.failed == 0
+    for value in (
+        figures.host_cpu_per_rollout_s,
+        figures.idle_cpu_ms_per_rollout_s,
+        figures.rss_mib_per_rollout,
+        figures.loop_lag_p99_ms,
+    ):
+        assert math.isfinite(value)
+    assert figures.host_cpu_per_rollout_s > 0
+    assert figures.lag_samples_ms  # the probe ran on the server's loop during the window
+    assert managed_containers(figures.server_pid) == []
