@@ -32,16 +32,28 @@ from typing import BinaryIO
 
 from pydantic import ValidationError
 
+from osmosis_harbor.credentials import (
+    CredentialStore,
+    RolloutCredentials,
+    credentials_for,
+    credentials_scope,
+    current_store,
+    drop_credentials,
+    hold_credentials,
+)
 from osmosis_harbor.sandbox.owner import Owner
 from osmosis_harbor.shim.errors import REDACTED, Redactor
 
 __all__ = [
     "MARKER",
+    "CredentialStore",
     "KeyCustody",
     "Redactor",
     "RolloutCredentials",
     "ScrubReport",
     "credentials_for",
+    "credentials_scope",
+    "current_store",
     "default_trials_dirs",
     "drop_credentials",
     "hold_credentials",
@@ -55,41 +67,6 @@ MARKER = ".osmosis-unscrubbed"
 DEFAULT_TRIALS_GLOB = "osmosis-harbor-*/trials"
 SCRUB_CHUNK = 1 << 20  # a scrub reads files in chunks of this size (plus the longest key spelling)
 logger = logging.getLogger(__name__)
-
-
-# ── the key in memory: per-rollout credentials ────────────────────────────────
-@dataclass(frozen=True)
-class RolloutCredentials:
-    """The rollout's endpoint and key; ``sandbox_url`` is the endpoint as the sandbox reaches
-    it when that differs (the policy relay's URL for an endpoint on the host's loopback)."""
-
-    chat_completions_url: str
-    api_key: str | None
-    sandbox_url: str | None = None
-
-    def __repr__(self) -> str:  # never print the key, even in a debugger or a log line
-        return f"RolloutCredentials(chat_completions_url={self.chat_completions_url!r}, api_key=***, sandbox_url=***)"
-
-
-_CREDENTIALS: dict[str, RolloutCredentials] = {}
-_GUARD = threading.Lock()
-
-
-def hold_credentials(rollout_id: str, credentials: RolloutCredentials) -> None:
-    """Keep the rollout's endpoint and key in memory while its trial runs (the workflow agent
-    reads them at run time; trials carry only the rollout id)."""
-    with _GUARD:
-        _CREDENTIALS[rollout_id] = credentials
-
-
-def credentials_for(rollout_id: str) -> RolloutCredentials | None:
-    with _GUARD:
-        return _CREDENTIALS.get(rollout_id)
-
-
-def drop_credentials(rollout_id: str) -> None:
-    with _GUARD:
-        _CREDENTIALS.pop(rollout_id, None)
 
 
 # ── the key on disk: custody of trial directories ─────────────────────────────

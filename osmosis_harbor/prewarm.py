@@ -35,6 +35,7 @@ from osmosis_harbor.errors import (
     PrewarmError,
     SandboxSdkMissingError,
 )
+from osmosis_harbor.sandbox import live
 from osmosis_harbor.sandbox.environment import SandboxEnvironment, pool_name_for
 from osmosis_harbor.sandbox.registry import DEFAULT_SDK, load_sandbox_sdk
 from osmosis_harbor.tasks.materialize import MaterializedTask
@@ -281,7 +282,10 @@ class Prewarmer:
 
     async def _ensure_pool(self, name: str, image: str, env: SandboxEnvironment) -> None:
         sdk = load_sandbox_sdk(self.sdk_name)
+        sandboxes = live.current()  # the owner's: its pools are in the ledger before they exist
+        await sandboxes.pool_pending(name, self.sdk_name)
         await sdk.create_pool.aio(name, image, replicas=self.pool_size, **env.pool_shape())
+        await sandboxes.pool_made(name, self.sdk_name)
         await sdk.set_pool_size.aio(name, self.pool_size)
 
 

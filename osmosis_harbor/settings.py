@@ -97,6 +97,13 @@ class Settings(BaseSettings):
         gt=0,
         description="threads of the local Docker SDK; each running exec holds one (bounds rollouts in flight)",
     )
+    ledger: Path | None = Field(
+        None, description="the sandbox ledger (default $XDG_CACHE_HOME/osmosis-harbor/ledger.sqlite3)"
+    )
+    api_attempts: int = Field(
+        5, ge=1, description="attempts of a sandbox API call that is safe to retry (api_faults.CALL_SAFETY)"
+    )
+    api_retry_max_wait: float = Field(5.0, gt=0, description="longest wait, in seconds, between two such attempts")
 
     def pool_lock_dir(self) -> Path:
         """Lock files live in the user cache dir: machine-local, like the engine they guard."""
@@ -113,6 +120,13 @@ class Settings(BaseSettings):
         """Where an on-demand skypilot-emulator server keeps its state file, lock and log."""
         base = self.xdg_cache_home or Path.home() / ".cache"
         return base / "osmosis-harbor" / "emulator"
+
+    def ledger_path(self) -> Path:
+        """The sandbox ledger: machine-local, shared by every process of this user."""
+        if self.ledger is not None:
+            return self.ledger
+        base = self.xdg_cache_home or Path.home() / ".cache"
+        return base / "osmosis-harbor" / "ledger.sqlite3"
 
     def bundle_cache(self) -> Path:
         return self.bundles if self.bundles is not None else Path("bundles")

@@ -19,6 +19,15 @@ from .sdk_paths import SdkPath
 SANDBOX_IMAGE = os.environ.get("OSMOSIS_HARBOR_TEST_IMAGE", "debian:trixie-slim")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _session_ledger(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The run's own sandbox ledger (inherited by the processes it starts), never the user's:
+    a backend's start reaps dead owners' leftovers, and another run's are not this run's."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("OSMOSIS_HARBOR_LEDGER", str(tmp_path_factory.mktemp("ledger") / "ledger.sqlite3"))
+        yield
+
+
 @pytest.fixture(scope="session")
 def sandbox_image() -> str:
     """A locally present image (no registry is reachable, nothing is ever pulled)."""

@@ -40,9 +40,11 @@ from osmosis_harbor.backend.outcome import refused
 from osmosis_harbor.backend.plan import Planner, Refusal, RolloutPlan
 from osmosis_harbor.backend.tracker import TERMINAL, RolloutTracker
 from osmosis_harbor.bundle import BundleInfo, build_bundle, inspect_bundle
+from osmosis_harbor.credentials import CredentialStore, credentials_scope
 from osmosis_harbor.errors import BundleError, OsmosisHarborError, TaskResolutionError
 from osmosis_harbor.keys import KeyCustody, default_trials_dirs, sweep_unscrubbed
 from osmosis_harbor.prewarm import PrewarmReport, ProgressCallback
+from osmosis_harbor.sandbox.live import sandboxes_scope
 from osmosis_harbor.sandbox.registry import implementation
 from osmosis_harbor.sandbox.relay import PolicyRelay, RelayRegistration
 from osmosis_harbor.sandbox.starts import SandboxStarts
@@ -71,6 +73,7 @@ class HarborBackend(ExecutionBackend):
         given = self.workspace.given_trials_dir()
         sweep_unscrubbed([d for d in (given,) if d is not None] + default_trials_dirs())
         self.custody = KeyCustody()
+        self.credentials = CredentialStore()  # this backend's rollouts' keys, by rollout id
         self.bundle: BundleInfo | None = _prepare_bundle(options)
         if options.is_native:
             # Validates native_agent_kwargs now (and warns once that oracle is not trainable).
@@ -93,6 +96,7 @@ class HarborBackend(ExecutionBackend):
             workspace=self.workspace,
             planner=lambda: self.planner,
         )
+        self.lifecycle.reap_leftovers()  # what dead owners left on this SDK (the ledger x ls)
         self.planner = Planner(
             options, self.bundle, self.environment_config, pooled=lambda task_id: task_id in self.lifecycle.task_pools
         )
@@ -151,7 +155,9 @@ class HarborBackend(ExecutionBackend):
         self.tracker.admit(request.id, listener)
         started = time.monotonic()
         try:
-            outcome = await self._execute(request, ctx)
+            # This backend's sandboxes and credentials, found by the trial's environment and agent.
+            with sandboxes_scope(self.lifecycle.sandboxes), credentials_scope(self.credentials):
+                outcome = await self._execute(request, ctx)
         except asyncio.CancelledError:
             self.tracker.finish(request.id, RolloutStatus.CANCELLED, error="cancelled")
             raise

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import shutil
 import tempfile
 import threading
@@ -32,12 +33,16 @@ from osmosis_harbor.bundle.info import BundleInfo
 from osmosis_harbor.errors import BundleInstallError, ConfigError
 from osmosis_harbor.keys import KeyCustody
 from osmosis_harbor.prewarm import Prewarmer, PrewarmReport, ProgressCallback
-from osmosis_harbor.sandbox.live import terminate_live_sandboxes
+from osmosis_harbor.sandbox.api_faults import retry_safe
+from osmosis_harbor.sandbox.leftovers import Leftover, reap_dead_owners
+from osmosis_harbor.sandbox.live import LiveSandboxes, sandboxes_scope
 from osmosis_harbor.sandbox.registry import DEFAULT_SDK, load_sandbox_sdk
 from osmosis_harbor.sandbox.starts import SandboxStarts, starts_scope
 from osmosis_harbor.tasks.materialize import MaterializedTask
 from osmosis_harbor.tasks.refs import ResolvedTask, TaskMode
 from osmosis_harbor.tasks.resolver import TaskResolver
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["BackendLifecycle", "Workspace"]
 
@@ -110,6 +115,7 @@ class BackendLifecycle:
         self.environment_config = environment_config
         self.tracker = tracker
         self.custody = custody
+        self.sandboxes = LiveSandboxes()  # this backend's, never another's (sandboxes_scope)
         self.workspace = workspace
         self._planner = planner
         self.accepting = True
@@ -123,6 +129,15 @@ class BackendLifecycle:
     @property
     def sdk_name(self) -> str:
         return str(self.environment_config.kwargs.get("sdk", DEFAULT_SDK))
+
+    def reap_leftovers(self) -> list[Leftover]:
+        """At start: remove what dead owners left on this backend's SDK (``leftovers.py``). An
+        SDK that cannot answer now does not stop the start: the next start or ``cleanup`` retries."""
+        try:
+            return reap_dead_owners(self.sdk_name)
+        except Exception as exc:
+            logger.warning("could not reap what dead owners left on %s: %s", self.sdk_name, exc)
+            return []
 
     # ── what Prewarmer needs (PrewarmTarget) ──────────────────────────────────
     def materialize(self, task: ResolvedTask, dest: Path, *, request: ExecutionRequest | None) -> MaterializedTask:
@@ -194,7 +209,7 @@ class BackendLifecycle:
         policy = AutoscalePolicy.from_settings()
         size = max(policy.min_size, 1) if auto else pool_size
         assert size != "auto"
-        with starts_scope(self.starts):
+        with starts_scope(self.starts), sandboxes_scope(self.sandboxes):
             report = await Prewarmer(self, pool_size=size, on_progress=on_progress).run(ids)
         self.prewarm_report = report
         self.failed_prewarm_tasks.update(report.failed_tasks)
@@ -254,7 +269,7 @@ class BackendLifecycle:
         await asyncio.to_thread(self.custody.seal_all, ended)
         if self.autoscaler is not None:  # before the pools go: no resize races their deletion
             await self.autoscaler.stop()
-        problems = await terminate_live_sandboxes()
+        problems = await self.sandboxes.terminate_all()
         problems += await self._delete_pools()
         self.workspace.remove()
         for problem in problems:
@@ -268,7 +283,8 @@ class BackendLifecycle:
         problems = []
         for pool in pools:
             try:
-                await sdk.delete_pool.aio(pool)
+                await retry_safe("delete_pool", sdk.delete_pool.aio, pool)
+                await self.sandboxes.pool_gone(pool, self.sdk_name)
             except Exception as exc:
                 problems.append(f"pool {pool}: {exc}")
         self.task_pools.clear()

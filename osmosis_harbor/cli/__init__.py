@@ -98,8 +98,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--json", action="store_true", help="print the result as JSON")
     r.set_defaults(func=cmd_rollout)
 
-    g = sub.add_parser("cleanup", help="remove expired/orphaned local sandboxes and prewarmed pools")
-    g.add_argument("--env", choices=SDK_NAMES, default="docker", help="whose pools: docker or skypilot-emulator")
+    g = sub.add_parser("cleanup", help="remove what dead owners left (ledger and SDK listing), and prewarmed pools")
+    g.add_argument("--env", choices=SDK_NAMES, default="docker", help="the sandbox SDK to clean up")
+    g.add_argument("--dry-run", action="store_true", help="list what would be removed, remove nothing")
+    g.add_argument("--json", metavar="FILE", help="also write the report as JSON")
     g.add_argument("--pool", action="append", metavar="PREFIX", help="delete pools whose name starts so")
     g.add_argument("--all-pools", action="store_true", help="delete every local warm pool")
     g.set_defaults(func=cmd_cleanup)

@@ -1,9 +1,10 @@
-"""``sandbox-check`` (the SDK conformance suite) and ``cleanup`` (what local sandboxes left)."""
+"""``sandbox-check`` (the SDK conformance suite) and ``cleanup`` (what dead owners and prewarm left)."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 from pathlib import Path
 
 from osmosis_harbor.cli.common import result_console
@@ -58,21 +59,32 @@ def cmd_sandbox_check(args: argparse.Namespace) -> int:
 
 
 def cmd_cleanup(args: argparse.Namespace) -> int:
-    """Remove what the local Docker sandboxes left: expired or orphaned sandboxes, and the
-    warm pools a prewarm created (pools outlive the prewarm command by design)."""
+    """Remove what dead owners left on ``--env`` (the ledger cross-checked with the SDK's
+    listing, on any SDK), then, on Docker, what its labels say is expired or orphaned, and the
+    warm pools named by ``--pool`` / ``--all-pools`` (pools outlive the prewarm command by design)."""
     from rich.table import Table
 
-    if args.env != "docker":
-        removed = _cleanup_pools(args)
-    else:
-        removed = _cleanup_docker(args)
-    table = Table(title="Removed")
+    from osmosis_harbor.sandbox.leftovers import reap_dead_owners
+
+    leftovers = reap_dead_owners(args.env, dry_run=args.dry_run)
+    rows = [(item.name, f"{item.kind} of dead owner {item.owner}: {item.action}") for item in leftovers]
+    if not args.dry_run:
+        rows += _cleanup_pools(args) if args.env != "docker" else _cleanup_docker(args)
+    table = Table(title="Would remove" if args.dry_run else "Removed")
     table.add_column("name")
     table.add_column("why")
-    for name, why in removed:
+    for name, why in rows:
         table.add_row(name, str(why))
-    result_console().print(table if removed else "nothing to remove")
-    return 0
+    result_console().print(table if rows else "nothing to remove")
+    if args.json:
+        report = {
+            "env": args.env,
+            "dry_run": args.dry_run,
+            "ledger": [item.model_dump(mode="json") for item in leftovers],
+        }
+        report["other"] = [{"name": name, "why": str(why)} for name, why in rows[len(leftovers) :]]
+        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
+    return 1 if any(item.action == "could not be removed (stays in the ledger)" for item in leftovers) else 0
 
 
 def _cleanup_pools(args: argparse.Namespace) -> list[tuple[str, str]]:

@@ -65,6 +65,7 @@ from tenacity import (
 from osmosis_harbor import settings
 from osmosis_harbor.errors import BaseImageMissingError, ConfigError, ImageBuildError, SandboxLostError
 from osmosis_harbor.sandbox import live
+from osmosis_harbor.sandbox.api_faults import create_checked, is_api_fault, retry_safe
 from osmosis_harbor.sandbox.base_images import missing_base_error
 from osmosis_harbor.sandbox.batching import ClaimBatcher
 from osmosis_harbor.sandbox.bounds import cpus_or_default, memory_mb_or_default
@@ -188,7 +189,8 @@ class SandboxEnvironment(FilteredDownloads, SkypilotEnvironment):
         self._archive_transfers: ArchiveTransfers | None = None
         self._known_ready: set[str] = set()  # dirs known to exist, empty and 0777 (see _skippable)
         self._scope: list[str] | None = None  # the paths the running preparation command touches
-        self._deferred = False  # this stop's termination runs in the background (live.termination_scope)
+        # The registry of whoever submitted this trial (a backend's, a validation run's).
+        self._sandboxes = live.current()
         BaseEnvironment.__init__(
             self,
             environment_dir=environment_dir,
@@ -339,20 +341,25 @@ class SandboxEnvironment(FilteredDownloads, SkypilotEnvironment):
         """Harbor's calls its module-global ``sky_sandbox``: ours is the chosen SDK's create
         (a copy of Harbor's two calls, `_create_sandbox_via_sdk`), registered as live, and
         never leaves a sandbox behind when cancelled mid-create."""
-        live.register_pending(self._sandbox_name, self._sdk)
-        creating = asyncio.ensure_future(self._bounded_create(image))
+        sandboxes = self._sandboxes
+        await sandboxes.pending(self._sandbox_name, self._sdk, self._sdk_name)  # ledger first
+        creating = asyncio.ensure_future(
+            create_checked(self._sdk, self._sandbox_name, lambda: self._bounded_create(image))
+        )
         try:
             sandbox = await asyncio.shield(creating)
         except asyncio.CancelledError:
             # Cancelled mid-create (a cancelled rollout, Ctrl-C, shutdown): let the create
             # finish and terminate what it made, so no sandbox outlives the cancellation.
             with contextlib.suppress(Exception):
-                made = await creating
-                await made.terminate.aio(wait=True)
-            live.unregister(self._sandbox_name)
+                await sandboxes.attach(self._sandbox_name, await creating)
+            await asyncio.shield(sandboxes.settle_failed_create(self._sandbox_name))
             raise
-        self._adopt_name(sandbox)
-        live.register_handle(self._sandbox_name, sandbox)
+        except Exception:  # it may have been made all the same: ls decides, the ledger keeps it until then
+            await sandboxes.settle_failed_create(self._sandbox_name)
+            raise
+        await self._adopt_name(sandbox)
+        await sandboxes.attach(self._sandbox_name, sandbox)
         self._archive_transfers = None
         self._known_ready = set(contract.LAYOUT_DIRS) if self._baked_layout else set()
         return sandbox
@@ -371,14 +378,13 @@ class SandboxEnvironment(FilteredDownloads, SkypilotEnvironment):
             starts.note_claim(self._pool)
         return sandbox
 
-    def _adopt_name(self, sandbox: Any) -> None:
+    async def _adopt_name(self, sandbox: Any) -> None:
         """A batch claim names its members from a prefix of its own (``batching``): from here
-        on this trial's sandbox goes by its member's name."""
+        on this trial's sandbox goes by its member's name (in the registry and the ledger too)."""
         name = getattr(sandbox, "name", None)  # a fake SDK's handle may have none: keep ours
         if isinstance(name, str) and name != self._sandbox_name:
-            live.unregister(self._sandbox_name)
+            await self._sandboxes.rename(self._sandbox_name, name)
             self._sandbox_name = name
-            live.register_pending(name, self._sdk)
 
     @override
     async def _upload_environment_dir_after_start(self) -> None:
@@ -405,33 +411,18 @@ class SandboxEnvironment(FilteredDownloads, SkypilotEnvironment):
             if dropped:
                 self.logger.debug(f"{dropped} staged upload(s) not sent: the sandbox is stopping")
             self._archive_transfers = None
-        self._deferred = False
-        try:
-            await super().stop(delete)
-        finally:
-            if not self._deferred:
-                live.unregister(self._sandbox_name)
+        await super().stop(delete)
 
     @override
     async def _terminate_sandbox(self) -> None:  # type: ignore[override]  # Harbor's is tenacity-wrapped
-        """In the background when the caller opened a ``live.termination_scope`` (it settles
-        it before reporting; the handle is captured, since Harbor's stop clears it), inline
-        otherwise: then Harbor's own, retried, ``terminate(wait=True)``."""
-        sandbox = self._require_sandbox()
-        self._deferred = live.defer_termination(self._sandbox_name, lambda: self._terminate_with_retries(sandbox))
-        if not self._deferred:
-            await super()._terminate_sandbox()
-
-    async def _terminate_with_retries(self, sandbox: Any) -> None:
-        """Harbor's retries for a deferred termination, which nobody awaits: errors are logged."""
-        try:
-            async for attempt in AsyncRetrying(
-                stop=stop_after_attempt(2), wait=wait_exponential(multiplier=1, min=1, max=10), reraise=True
-            ):
-                with attempt:
-                    await sandbox.terminate.aio(wait=True)
-        except Exception as exc:
-            self.logger.error(f"Error terminating sandbox {self._sandbox_name}: {exc}")
+        """Through the owner's registry (``live.LiveSandboxes.end``): retried on API faults, and
+        a failure is never forgotten (retried in the background, by the shutdown sweep, and
+        kept in the ledger). In the background when the caller opened a
+        ``live.termination_scope`` (it settles it before reporting), inline otherwise."""
+        self._require_sandbox()
+        sandboxes, name = self._sandboxes, self._sandbox_name
+        if not live.defer_termination(lambda: sandboxes.end(name)):
+            await sandboxes.end(name)
 
     # ── bounds ────────────────────────────────────────────────────────────────
     # Harbor 0.25 passes no CPU or memory when a task names none: the sizing it documents.
@@ -541,11 +532,11 @@ class SandboxEnvironment(FilteredDownloads, SkypilotEnvironment):
 
     @override
     async def _write_remote_bytes(self, data: bytes, remote_path: str) -> None:
-        await self._guarded(super()._write_remote_bytes(data, remote_path))
+        await self._guarded(retry_safe("write_bytes", super()._write_remote_bytes, data, remote_path))
 
     @override
     async def _read_remote_bytes(self, remote_path: str) -> bytes:
-        return await self._guarded(super()._read_remote_bytes(remote_path))
+        return await self._guarded(retry_safe("read_bytes", super()._read_remote_bytes, remote_path))
 
     # ── transfers (archive capability) ────────────────────────────────────────
     # Overridden only to take the archive path when the sandbox handle offers it; without
@@ -620,6 +611,11 @@ class SandboxEnvironment(FilteredDownloads, SkypilotEnvironment):
             raise
         except Exception as exc:
             await self._raise_if_lost(exc, killed=True)
+            if is_api_fault(exc) and not self._stopping:
+                # The call may have run (an exec is never retried): its effects are unknown, so
+                # this sandbox is lost to the trial; a retry gets a fresh one (api_faults.py).
+                self._lost = SandboxLostError(self._sandbox_name, f"the sandbox API failed mid-call: {exc}")
+                raise SandboxLostError(self._sandbox_name, self._lost.reason) from exc
             raise
         if isinstance(result, ExecResult) and result.return_code != 0:
             await self._raise_if_lost(None, killed=not 0 < result.return_code < 128)
@@ -651,7 +647,7 @@ class SandboxEnvironment(FilteredDownloads, SkypilotEnvironment):
             wait=wait_exponential(multiplier=0.05, max=0.5),
             retry_error_callback=_last_answer,
         )
-        return await retrying(sandbox_state, self._sdk, self._sandbox_name)
+        return await retrying(retry_safe, "ls", sandbox_state, self._sdk, self._sandbox_name)
 
     async def _create_sandbox_via_sdk(self, image: str | None, batches: ClaimBatcher | None = None) -> Any:
         common: dict[str, Any] = {

@@ -1,16 +1,21 @@
-"""Every sandbox this process creates, so that none outlives the work that made it.
+"""The sandboxes a backend (or a validation run) has created and not yet seen terminated.
 
-Harbor's trials stop their environments, including on cancellation, but a cancellation
-that lands while ``create`` is in flight can leave a sandbox nobody holds a handle to.
-Environments register a sandbox name before creating it and the handle once they have
-it; ``terminate_live_sandboxes`` ends whatever is still registered (by handle, or by name
-through the SDK when the handle never arrived).
+Harbor's trials stop their environments, including on cancellation, but a cancellation that
+lands while ``create`` is in flight can leave a sandbox nobody holds a handle to, and a
+terminate can fail. So every sandbox is registered, and written to the crash-safe ``ledger``,
+before its create call; it leaves both only once its terminate succeeded (or ``ls`` showed a
+failed create made nothing). A terminate that fails is retried in the background with backoff,
+and again by ``terminate_all`` (the owner's shutdown sweep); what even that cannot remove stays
+in the ledger, for the next start or ``cleanup`` to reap once this process is gone.
 
-Terminations can also leave a trial's critical path (``termination_scope``): inside a scope
-an environment's stop hands its ``terminate(wait=True)`` to a task and returns, so the
-queue slot frees and a separate verifier starts while the agent's sandbox goes away; whoever
-opened the scope awaits the tasks (``settle``) before reporting the result, so no rollout
-ends with its sandbox still there. A sandbox stays registered until its termination ends.
+A registry belongs to its owner, never to the process: the owner opens ``sandboxes_scope``
+around the trials it submits, and the environments Harbor constructs inside them find it
+through a ``ContextVar``; one backend's shutdown never touches another's sandboxes. Outside
+any scope (a test driving an environment directly) a process default registry is used.
+
+Terminations can also leave a trial's critical path (``termination_scope``): inside a scope an
+environment's stop hands its termination to a task and returns, so the queue slot frees while
+the sandbox goes away; whoever opened the scope awaits the tasks (``settle``) before reporting.
 """
 
 from __future__ import annotations
@@ -24,19 +29,243 @@ from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
+
+from osmosis_harbor.sandbox.api_faults import retry_safe, terminate_by_name
+from osmosis_harbor.sandbox.ledger import Kind, Ledger, State, default_ledger, endpoint_for
+from osmosis_harbor.sandbox.liveness import sandbox_state
+from osmosis_harbor.sandbox.owner import Owner
 from osmosis_harbor.sandbox.protocol import SandboxSdk
 
+__all__ = [
+    "LiveSandboxes",
+    "current",
+    "defer_termination",
+    "registered",
+    "sandboxes_scope",
+    "settle",
+    "terminate_live_sandboxes",
+    "termination_scope",
+]
+
 logger = logging.getLogger(__name__)
+
+# Background retries of a failed terminate (each one itself retried on API faults).
+BACKGROUND_ATTEMPTS = 6
+BACKGROUND_MAX_WAIT_SEC = 60.0
 
 
 @dataclass
 class _Live:
     sdk: SandboxSdk
+    sdk_name: str
+    endpoint: str
     handle: Any | None = None
+    retrying: asyncio.Task[None] | None = None
 
 
-_LIVE: dict[str, _Live] = {}
-_GUARD = threading.Lock()
+class _StillThere(Exception):
+    """A background terminate attempt failed (tenacity retries on this)."""
+
+
+class LiveSandboxes:
+    """One owner's sandboxes, mirrored in the ledger until the SDK said they are gone."""
+
+    def __init__(self, ledger: Ledger | None = None) -> None:
+        self._ledger = ledger
+        self._live: dict[str, _Live] = {}
+        self._pools: dict[str, str] = {}  # pool name -> SDK name, while this owner holds it
+        self._guard = threading.Lock()
+        self.owner = Owner.current()
+
+    @property
+    def ledger(self) -> Ledger:
+        if self._ledger is None:
+            self._ledger = default_ledger()
+        return self._ledger
+
+    def names(self) -> list[str]:
+        with self._guard:
+            return sorted(self._live)
+
+    def registered(self, name: str) -> bool:
+        """Whether a sandbox of that name is being created, runs, or failed to terminate."""
+        with self._guard:
+            return name in self._live
+
+    async def pending(self, name: str, sdk: SandboxSdk, sdk_name: str) -> None:
+        """Before the create call: in the ledger first, then in memory."""
+        endpoint = endpoint_for(sdk_name)
+        await asyncio.to_thread(self.ledger.record, Kind.SANDBOX, sdk_name, endpoint, name, self.owner)
+        with self._guard:
+            self._live[name] = _Live(sdk=sdk, sdk_name=sdk_name, endpoint=endpoint)
+
+    async def rename(self, old: str, new: str) -> None:
+        """The sandbox created as ``old`` goes by ``new`` (a batch claim's member name)."""
+        with self._guard:
+            live = self._live.pop(old, None)
+        if live is None:
+            return
+        await asyncio.to_thread(self.ledger.record, Kind.SANDBOX, live.sdk_name, live.endpoint, new, self.owner)
+        await asyncio.to_thread(self.ledger.forget, Kind.SANDBOX, live.sdk_name, live.endpoint, old)
+        with self._guard:
+            self._live[new] = live
+
+    async def attach(self, name: str, handle: Any) -> None:
+        with self._guard:
+            live = self._live.get(name)
+            if live is not None:
+                live.handle = handle
+        if live is not None:
+            await asyncio.to_thread(self.ledger.mark, Kind.SANDBOX, live.sdk_name, live.endpoint, name, State.RUNNING)
+
+    async def _forget(self, name: str, live: _Live) -> None:
+        await asyncio.to_thread(self.ledger.forget, Kind.SANDBOX, live.sdk_name, live.endpoint, name)
+        with self._guard:
+            if self._live.get(name) is live:
+                del self._live[name]
+
+    async def _terminate_once(self, name: str, live: _Live) -> str | None:
+        """One terminate (retried on API faults); the error, or None once it is gone."""
+        try:
+            if live.handle is not None:
+                await retry_safe("terminate", live.handle.terminate.aio, wait=True)
+            else:
+                await terminate_by_name(live.sdk, name)
+        except Exception as exc:
+            message = f"{type(exc).__name__}: {exc}"
+            await asyncio.to_thread(
+                self.ledger.mark, Kind.SANDBOX, live.sdk_name, live.endpoint, name, State.TERMINATE_FAILED, message
+            )
+            return message
+        await self._forget(name, live)
+        return None
+
+    async def end(self, name: str) -> bool:
+        """Terminate ``name``; on failure it stays registered and in the ledger, and a background
+        task keeps trying. Returns whether it is gone."""
+        with self._guard:
+            live = self._live.get(name)
+        if live is None:
+            return True
+        error = await self._terminate_once(name, live)
+        if error is None:
+            return True
+        logger.warning("could not terminate sandbox %s (%s): retrying in the background", name, error)
+        if live.retrying is None or live.retrying.done():
+            live.retrying = asyncio.get_running_loop().create_task(self._keep_trying(name, live))
+        return False
+
+    async def _keep_trying(self, name: str, live: _Live) -> None:
+        async def attempt() -> None:
+            if await self._terminate_once(name, live) is not None:
+                raise _StillThere(name)
+
+        try:
+            await AsyncRetrying(
+                retry=retry_if_exception_type(_StillThere),
+                stop=stop_after_attempt(BACKGROUND_ATTEMPTS),
+                wait=wait_random_exponential(multiplier=1, max=BACKGROUND_MAX_WAIT_SEC),
+                reraise=True,
+            )(attempt)
+        except _StillThere:
+            logger.error("sandbox %s still not terminated: left to the shutdown sweep and the ledger", name)
+
+    async def settle_failed_create(self, name: str) -> None:
+        """A create that failed may still have made the sandbox (an API fault, a cancellation):
+        ``ls`` decides whether there is something to terminate."""
+        with self._guard:
+            live = self._live.get(name)
+        if live is None or live.handle is not None:
+            if live is not None:
+                await self.end(name)
+            return
+        try:
+            state = await retry_safe("ls", sandbox_state, live.sdk, name)
+        except Exception as exc:  # cannot tell: try to terminate it, keep it if that fails
+            logger.warning("cannot list sandboxes after a failed create of %s: %s", name, exc)
+            await self.end(name)
+            return
+        if state.status is None:
+            await self._forget(name, live)
+        else:
+            await self.end(name)
+
+    # ── warm pools: recorded like sandboxes, deleted at the owner's shutdown ──────────────
+    async def pool_pending(self, name: str, sdk_name: str) -> None:
+        """Before ``create_pool``: a pool this owner makes (and deletes, or hands over)."""
+        await asyncio.to_thread(self.ledger.record, Kind.POOL, sdk_name, endpoint_for(sdk_name), name, self.owner)
+        with self._guard:
+            self._pools[name] = sdk_name
+
+    async def pool_made(self, name: str, sdk_name: str) -> None:
+        await asyncio.to_thread(self.ledger.mark, Kind.POOL, sdk_name, endpoint_for(sdk_name), name, State.RUNNING)
+
+    async def pool_gone(self, name: str, sdk_name: str) -> None:
+        await asyncio.to_thread(self.ledger.forget, Kind.POOL, sdk_name, endpoint_for(sdk_name), name)
+        with self._guard:
+            self._pools.pop(name, None)
+
+    def release_pools(self) -> list[str]:
+        """Hand this owner's pools over to the user (``prewarm``'s pools outlive the command by
+        design): out of the ledger, so no reaper deletes them when this process is gone."""
+        with self._guard:
+            pools, self._pools = dict(self._pools), {}
+        for name, sdk_name in pools.items():
+            self.ledger.forget(Kind.POOL, sdk_name, endpoint_for(sdk_name), name)
+        return sorted(pools)
+
+    async def terminate_all(self) -> list[str]:
+        """The shutdown sweep: every registered sandbox, failed terminations included. Returns
+        what could not be removed (it stays in the ledger, for the next start or ``cleanup``)."""
+        with self._guard:
+            items = list(self._live.items())
+        for _, live in items:
+            if live.retrying is not None:
+                live.retrying.cancel()
+        errors = await asyncio.gather(*(self._terminate_once(name, live) for name, live in items))
+        failures = [f"{name}: {error}" for (name, _), error in zip(items, errors, strict=True) if error]
+        for failure in failures:
+            logger.warning("could not terminate sandbox %s (it stays in the ledger)", failure)
+        return failures
+
+
+_PROCESS_DEFAULT: LiveSandboxes | None = None
+_PROCESS_GUARD = threading.Lock()
+_CURRENT: contextvars.ContextVar[LiveSandboxes | None] = contextvars.ContextVar(
+    "osmosis_harbor_live_sandboxes", default=None
+)
+
+
+@contextlib.contextmanager
+def sandboxes_scope(sandboxes: LiveSandboxes) -> Iterator[LiveSandboxes]:
+    """Register the sandboxes of environments created in this context with ``sandboxes``."""
+    token = _CURRENT.set(sandboxes)
+    try:
+        yield sandboxes
+    finally:
+        _CURRENT.reset(token)
+
+
+def current() -> LiveSandboxes:
+    """The registry of whoever submitted the trial running here (else the process default)."""
+    scoped = _CURRENT.get()
+    if scoped is not None:
+        return scoped
+    global _PROCESS_DEFAULT
+    with _PROCESS_GUARD:
+        if _PROCESS_DEFAULT is None:
+            _PROCESS_DEFAULT = LiveSandboxes()
+        return _PROCESS_DEFAULT
+
+
+def registered(name: str) -> bool:
+    return current().registered(name)
+
+
+async def terminate_live_sandboxes() -> list[str]:
+    """The current registry's shutdown sweep (``LiveSandboxes.terminate_all``)."""
+    return await current().terminate_all()
 
 
 _SCOPE: contextvars.ContextVar[list[asyncio.Task[None]] | None] = contextvars.ContextVar(
@@ -56,18 +285,14 @@ def termination_scope() -> Iterator[list[asyncio.Task[None]]]:
         _SCOPE.reset(token)
 
 
-def defer_termination(name: str, termination: Callable[[], Coroutine[Any, Any, None]]) -> bool:
-    """Run ``termination()`` in the background when a scope is open (False: run it yourself).
-    The sandbox stays registered until it ends."""
+def defer_termination(termination: Callable[[], Coroutine[Any, Any, Any]]) -> bool:
+    """Run ``termination()`` in the background when a scope is open (False: run it yourself)."""
     pending = _SCOPE.get()
     if pending is None:
         return False
 
     async def run() -> None:
-        try:
-            await termination()
-        finally:
-            unregister(name)
+        await termination()
 
     pending.append(asyncio.ensure_future(run()))
     return True
@@ -84,52 +309,3 @@ async def settle(pending: list[asyncio.Task[None]]) -> None:
         except asyncio.CancelledError:
             await gathered
             raise
-
-
-def register_pending(name: str, sdk: SandboxSdk) -> None:
-    with _GUARD:
-        _LIVE[name] = _Live(sdk=sdk)
-
-
-def registered(name: str) -> bool:
-    """Whether a sandbox of that name is being created or runs (and is not yet stopped)."""
-    with _GUARD:
-        return name in _LIVE
-
-
-def register_handle(name: str, handle: Any) -> None:
-    with _GUARD:
-        if name in _LIVE:
-            _LIVE[name].handle = handle
-
-
-def unregister(name: str) -> None:
-    with _GUARD:
-        _LIVE.pop(name, None)
-
-
-async def _terminate(name: str, live: _Live) -> str | None:
-    try:
-        if live.handle is not None:
-            await live.handle.terminate.aio(wait=True)
-        else:
-            by_name = getattr(live.sdk, "terminate_by_name", None)
-            if by_name is not None:
-                await by_name.aio(name)
-        return None
-    except Exception as exc:  # report, keep going: one failure must not leak the rest
-        return f"{name}: {exc}"
-
-
-async def terminate_live_sandboxes() -> list[str]:
-    """Terminate every registered sandbox; returns the ones that could not be removed."""
-    with _GUARD:
-        items = list(_LIVE.items())
-        _LIVE.clear()
-    if not items:
-        return []
-    errors = await asyncio.gather(*(_terminate(name, live) for name, live in items))
-    failures = [e for e in errors if e]
-    for failure in failures:
-        logger.warning("could not terminate sandbox %s", failure)
-    return failures

@@ -28,7 +28,7 @@ from pydantic import BaseModel
 
 from osmosis_harbor import settings
 from osmosis_harbor.errors import ConfigError, DatasetError
-from osmosis_harbor.sandbox.live import terminate_live_sandboxes
+from osmosis_harbor.sandbox.live import LiveSandboxes, sandboxes_scope
 from osmosis_harbor.sandbox.registry import DEFAULT_SDK, implementation
 from osmosis_harbor.sandbox.starts import SandboxStarts, starts_scope
 from osmosis_harbor.tasks.discovery import TaskRef, check_task
@@ -188,15 +188,17 @@ async def validate_tasks(
 
     sdk = str(environment.kwargs.get("sdk", DEFAULT_SDK))
     starts = SandboxStarts(max_concurrent_starts or implementation(sdk).max_concurrent_starts)
+    sandboxes = LiveSandboxes()  # this run's sandboxes, not another run's or a backend's
     try:
-        with starts_scope(starts):  # the run's own bound: its trials' tasks inherit it
+        # The run's own start bound and registry: its trials' tasks inherit both.
+        with starts_scope(starts), sandboxes_scope(sandboxes):
             async with asyncio.TaskGroup() as group:
                 for task, config in runnable:
                     group.create_task(run_one(task, config))
     finally:
         # Trials stop their own sandboxes, including on cancellation; this sweep catches
         # anything a cancelled start left behind so nothing outlives the command.
-        await asyncio.shield(terminate_live_sandboxes())
+        await asyncio.shield(sandboxes.terminate_all())
         if owns_dir and not keep_trials:
             shutil.rmtree(root.parent, ignore_errors=True)
     kept = keep_trials or not owns_dir

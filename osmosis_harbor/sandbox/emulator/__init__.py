@@ -17,6 +17,7 @@ Module layout: this facade (the public calls), ``handles`` (sandbox and exec han
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from urllib.parse import quote
 
 from osmosis_harbor import settings
 from osmosis_harbor.sandbox.docker.calls import Dual, dual
@@ -66,6 +67,7 @@ __all__ = [
     "list_pools",
     "ls",
     "set_pool_size",
+    "terminate_by_name",
 ]
 
 
@@ -135,6 +137,13 @@ create: Dual[..., EmulatorSandbox | list[EmulatorSandbox]] = Dual(_create, on_ab
 def ls() -> list[SandboxInfo]:
     """Every live sandbox: name, status (``RUNNING``, ...), image, pool, created/expires."""
     return [SandboxInfo.model_validate(item) for item in session().call("GET", "/sandboxes").json()]
+
+
+@dual
+def terminate_by_name(name: str) -> None:
+    """Terminate the sandbox called ``name`` (idempotent): for a caller that never got a handle,
+    such as the ledger's reaper after its owner died."""
+    session().call("DELETE", f"/sandboxes/{quote(name, safe='')}")
 
 
 @dual

@@ -1,0 +1,159 @@
+"""A crash-safe record of every sandbox and pool this host creates, shared by its processes.
+
+On SkyPilot a sandbox nobody remembers is a pod that bills until its TTL: a host killed with
+SIGKILL remembers nothing, and a terminate that failed used to be forgotten. So a row is
+written *before* each create call (the SDK and its endpoint, the name, the owner process, when,
+the state) and removed only once the SDK said the thing is gone. Whatever a dead owner left is
+then known to the next start and to ``cleanup``, which cross-check it with the SDK's ``ls``
+(``sandbox/leftovers.py``). SQLite from the standard library, in WAL mode, so several processes
+(servers, ``validate``, ``cleanup``) read and write one file safely; each call opens its own
+connection, so a ``Ledger`` may be used from any thread.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
+from enum import StrEnum
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+from osmosis_harbor import settings
+from osmosis_harbor.sandbox.owner import Owner
+
+__all__ = ["Kind", "Ledger", "LedgerEntry", "State", "default_ledger", "endpoint_for"]
+
+BUSY_TIMEOUT_SEC = 30.0
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS things (
+    kind TEXT NOT NULL,
+    sdk TEXT NOT NULL,
+    endpoint TEXT NOT NULL,
+    name TEXT NOT NULL,
+    owner_host TEXT NOT NULL,
+    owner_pid INTEGER NOT NULL,
+    owner_start TEXT,
+    created_at REAL NOT NULL,
+    state TEXT NOT NULL,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    last_error TEXT,
+    PRIMARY KEY (kind, sdk, endpoint, name)
+)
+"""
+
+
+class Kind(StrEnum):
+    SANDBOX = "sandbox"
+    POOL = "pool"
+
+
+class State(StrEnum):
+    CREATING = "creating"  # written before the create call: it may or may not have happened
+    RUNNING = "running"
+    TERMINATE_FAILED = "terminate_failed"  # retried in the background and by the shutdown sweep
+
+
+class LedgerEntry(BaseModel):
+    """One sandbox or pool the ledger says may still exist."""
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: Kind
+    sdk: str
+    endpoint: str
+    name: str
+    owner: Owner
+    created_at: float
+    state: State
+    attempts: int = 0
+    last_error: str | None = None
+
+
+class Ledger:
+    """The ledger file at ``path`` (created on first use, with its directory)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with self._connect() as db:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute(_SCHEMA)
+
+    @contextmanager
+    def _connect(self) -> Iterator[sqlite3.Connection]:
+        """One connection per call, committed on success (isolation: a short write each)."""
+        with closing(sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_SEC)) as db, db:
+            yield db
+
+    def record(self, kind: Kind, sdk: str, endpoint: str, name: str, owner: Owner) -> None:
+        """Before the create call: this owner is about to make ``name`` (replaces an old row)."""
+        with self._connect() as db:
+            db.execute(
+                "INSERT OR REPLACE INTO things VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 0, NULL)",
+                (kind, sdk, endpoint, name, owner.host, owner.pid, owner.start, time.time(), State.CREATING),
+            )
+
+    def mark(self, kind: Kind, sdk: str, endpoint: str, name: str, state: State, error: str | None = None) -> None:
+        """A new state; a failed terminate also counts an attempt and keeps its error."""
+        bump = 1 if state is State.TERMINATE_FAILED else 0
+        with self._connect() as db:
+            db.execute(
+                "UPDATE things SET state = ?, attempts = attempts + ?, last_error = COALESCE(?, last_error) "
+                "WHERE kind = ? AND sdk = ? AND endpoint = ? AND name = ?",
+                (state, bump, error, kind, sdk, endpoint, name),
+            )
+
+    def forget(self, kind: Kind, sdk: str, endpoint: str, name: str) -> None:
+        """The SDK said it is gone (or it never came to be)."""
+        with self._connect() as db:
+            db.execute(
+                "DELETE FROM things WHERE kind = ? AND sdk = ? AND endpoint = ? AND name = ?",
+                (kind, sdk, endpoint, name),
+            )
+
+    def entries(self, sdk: str | None = None, endpoint: str | None = None) -> list[LedgerEntry]:
+        """Every row, or those of one SDK (and endpoint), oldest first."""
+        query, args = "SELECT * FROM things", []
+        clauses = [(c, v) for c, v in (("sdk", sdk), ("endpoint", endpoint)) if v is not None]
+        if clauses:
+            query += " WHERE " + " AND ".join(f"{c} = ?" for c, _ in clauses)
+            args = [v for _, v in clauses]
+        with self._connect() as db:
+            rows = db.execute(query + " ORDER BY created_at", args).fetchall()
+        return [_entry(row) for row in rows]
+
+
+def _entry(row: tuple[object, ...]) -> LedgerEntry:
+    kind, sdk, endpoint, name, host, pid, start, created_at, state, attempts, last_error = row
+    return LedgerEntry.model_validate(
+        {
+            "kind": kind,
+            "sdk": sdk,
+            "endpoint": endpoint,
+            "name": name,
+            "owner": {"host": host, "pid": pid, "start": start},
+            "created_at": created_at,
+            "state": state,
+            "attempts": attempts,
+            "last_error": last_error,
+        }
+    )
+
+
+def default_ledger() -> Ledger:
+    """The ledger at ``Settings.ledger`` (``OSMOSIS_HARBOR_LEDGER``), else under the cache dir."""
+    return Ledger(settings.current().ledger_path())
+
+
+def endpoint_for(sdk: str) -> str:
+    """Which service of ``sdk`` a name belongs to (the same name on two services is two things)."""
+    current = settings.current()
+    if sdk == "docker":
+        return current.docker_host
+    if sdk == "skypilot-emulator":
+        return current.emulator_url or "on-demand"
+    return settings.host_variable("SKYPILOT_API_SERVER_ENDPOINT") or "default"

@@ -1,0 +1,248 @@
+"""The ledger (``sandbox/ledger.py``) and reaping on any SDK (``sandbox/leftovers.py``): kill -9
+of an owner mid-rollout and mid-prewarm, and a terminate that fails twice, leave 0 sandboxes and
+0 pools of the dead owner, in the ledger and in ``ls``, after ``cleanup`` or the next start; a
+live owner's are left alone. On the skypilot-emulator and on Docker. Each test's ledger is its
+own file (``OSMOSIS_HARBOR_LEDGER``), shared with the processes it starts."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import multiprocessing
+import signal
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+from harbor.trial.queue import TrialQueue
+
+from osmosis_harbor.agents.native import NotTrainableWarning
+from osmosis_harbor.backend import HarborBackend
+from osmosis_harbor.sandbox import environment_config, load_sandbox_sdk
+from osmosis_harbor.sandbox.ledger import Kind, Ledger, State, default_ledger
+from osmosis_harbor.sandbox.leftovers import Action, reap_dead_owners
+from osmosis_harbor.sandbox.live import LiveSandboxes, sandboxes_scope
+from osmosis_harbor.sandbox.owner import Owner
+
+from .emulator_support import (
+    EmulatorServer,
+    emulator_env,
+    push_to_local_registry,
+    start_server,
+    stop_server,
+)
+from .ledger_support import cleanup, environment_for, remove_own_emulator_sandboxes, start_owner
+from .support import TASKS
+
+SDKS = ["skypilot-emulator", "docker"]
+
+
+@pytest.fixture(scope="module")
+def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatorServer]:
+    server = start_server(tmp_path_factory.mktemp("emulator"))
+    with emulator_env(server.url):
+        yield server
+    left = remove_own_emulator_sandboxes()
+    stop_server(server)
+    assert not left, f"tests left emulator sandboxes: {left}"
+
+
+@pytest.fixture(autouse=True)
+def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, emulator: EmulatorServer) -> Ledger:
+    emulator.reset()
+    monkeypatch.setenv("OSMOSIS_HARBOR_LEDGER", str(tmp_path / "ledger.sqlite3"))
+    monkeypatch.setenv("OSMOSIS_HARBOR_API_RETRY_MAX_WAIT", "0.2")
+    return default_ledger()
+
+
+@pytest.fixture(scope="module")
+def images(sandbox_image: str, emulator: EmulatorServer) -> dict[str, str]:
+    return {"skypilot-emulator": push_to_local_registry(sandbox_image), "docker": sandbox_image}
+
+
+def _pool() -> str:
+    return f"ledger-pool-{uuid.uuid4().hex[:6]}"
+
+
+def _listed(sdk: ModuleType, name: str) -> bool:
+    return name in {r.name for r in sdk.ls()}
+
+
+def _pool_listed(sdk: ModuleType, name: str) -> bool:
+    return name in {p.name for p in sdk.list_pools()}
+
+
+def _write_rows(path: str, start: int) -> None:
+    ledger = Ledger(Path(path))
+    for i in range(start, start + 50):
+        ledger.record(Kind.SANDBOX, "docker", "e", f"sb-{i}", Owner.current())
+
+
+def test_the_ledger_is_shared_by_processes_writing_at_once(tmp_path: Path) -> None:
+    path = tmp_path / "shared.sqlite3"
+    Ledger(path)
+    ctx = multiprocessing.get_context("spawn")
+    writers = [ctx.Process(target=_write_rows, args=(str(path), n * 50)) for n in range(3)]
+    for writer in writers:
+        writer.start()
+    for writer in writers:
+        writer.join(timeout=120)
+        assert writer.exitcode == 0
+    entries = Ledger(path).entries(sdk="docker")
+    assert len(entries) == 150 and len({e.owner.pid for e in entries}) == 3
+    assert all(e.state is State.CREATING and e.owner.is_dead() for e in entries)
+
+
+@pytest.mark.parametrize("sdk_name", SDKS)
+def test_kill_9_mid_rollout_and_mid_prewarm_leaves_nothing_after_cleanup(
+    sdk_name: str, tmp_path: Path, ledger: Ledger, images: dict[str, str]
+) -> None:
+    sdk = load_sandbox_sdk(sdk_name)
+    pool = _pool()
+    owner, name = start_owner(sdk_name, tmp_path, images[sdk_name], pool)
+    owner.send_signal(signal.SIGKILL)
+    owner.wait()
+    # Positive control: the dead owner's sandbox and pool are there, and the ledger names them.
+    assert _listed(sdk, name) and _pool_listed(sdk, pool)
+    assert {(e.kind, e.name) for e in ledger.entries()} == {(Kind.SANDBOX, name), (Kind.POOL, pool)}
+    dry = cleanup(sdk_name, "--dry-run", "--json", str(tmp_path / "dry.json"))
+    assert dry.returncode == 0, dry.stderr
+    assert {r["action"] for r in json.loads((tmp_path / "dry.json").read_text())["ledger"]} == {Action.WOULD_REMOVE}
+    assert _listed(sdk, name) and len(ledger.entries()) == 2  # a dry run removes nothing
+    done = cleanup(sdk_name, "--json", str(tmp_path / "report.json"))
+    assert done.returncode == 0, done.stderr
+    report = json.loads((tmp_path / "report.json").read_text())["ledger"]
+    assert {(r["name"], r["action"]) for r in report} == {(name, Action.TERMINATED), (pool, Action.DELETED)}
+    assert not _listed(sdk, name) and not _pool_listed(sdk, pool)
+    assert ledger.entries() == []
+
+
+@pytest.mark.parametrize("sdk_name", SDKS)
+def test_a_terminate_that_failed_twice_is_reaped_after_its_owner_died(
+    sdk_name: str, tmp_path: Path, ledger: Ledger, images: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The owner's terminate fails twice (two API attempts, both refused by its SDK), then the
+    owner is killed: the ledger still says the sandbox runs, and the next start reaps it."""
+    sdk = load_sandbox_sdk(sdk_name)
+    pool = _pool()
+    monkeypatch.setenv("OSMOSIS_HARBOR_API_ATTEMPTS", "2")
+    owner, name = start_owner(sdk_name, tmp_path, images[sdk_name], pool, fail_terminate=True)
+    owner.send_signal(signal.SIGKILL)
+    owner.wait()
+    [entry] = [e for e in ledger.entries() if e.kind is Kind.SANDBOX]
+    assert entry.state is State.TERMINATE_FAILED and "unavailable" in (entry.last_error or "")
+    assert _listed(sdk, name)  # positive control: the failed terminate left it running
+    monkeypatch.setenv("OSMOSIS_HARBOR_API_ATTEMPTS", "5")
+    reaped = reap_dead_owners(sdk_name)  # what HarborBackend's start runs
+    assert {(r.name, r.action) for r in reaped} == {(name, Action.TERMINATED), (pool, Action.DELETED)}
+    assert not _listed(sdk, name) and not _pool_listed(sdk, pool) and ledger.entries() == []
+
+
+async def _eventually(predicate: Callable[[], bool], what: str, timeout: float = 120.0) -> None:
+    """Poll ``predicate`` while the event loop runs (the background retry runs on it)."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not predicate():
+        assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.05)
+
+
+def _refuse_terminate(handle: Any, monkeypatch: pytest.MonkeyPatch, refusals: dict[str, int]) -> None:
+    """The handle's terminate refused ``refusals["left"]`` times as an unavailable API would."""
+    real = handle.terminate
+
+    class Refusing:
+        async def aio(self, *args: Any, **kwargs: Any) -> Any:
+            if refusals["left"]:
+                refusals["left"] -= 1
+                raise ConnectionError("injected: the sandbox API is unavailable")
+            return await real.aio(*args, **kwargs)
+
+    monkeypatch.setattr(type(handle), "terminate", property(lambda self: Refusing()))
+
+
+@pytest.mark.parametrize("sdk_name", SDKS)
+async def test_a_failed_terminate_is_never_forgotten_and_retried_in_the_background(
+    sdk_name: str, tmp_path: Path, ledger: Ledger, images: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sdk = load_sandbox_sdk(sdk_name)
+    sandboxes = LiveSandboxes()
+    with sandboxes_scope(sandboxes):
+        env = environment_for(sdk_name, tmp_path, images[sdk_name])
+    await env.start(force_build=False)
+    name, refusals = env.sandbox_name, {"left": 2}
+    monkeypatch.setenv("OSMOSIS_HARBOR_API_ATTEMPTS", "1")
+    try:
+        _refuse_terminate(env._sandbox, monkeypatch, refusals)
+        await env.stop(delete=True)
+        # Still registered, still in the ledger, still running: not forgotten.
+        assert sandboxes.registered(name) and _listed(sdk, name)
+        [entry] = ledger.entries()
+        assert (entry.name, entry.state) == (name, State.TERMINATE_FAILED)
+        await _eventually(lambda: not sandboxes.registered(name), "the background retry")
+        assert refusals["left"] == 0  # it was refused once more, then got through
+    finally:
+        await sandboxes.terminate_all()
+    assert not _listed(sdk, name) and ledger.entries() == []
+
+
+@pytest.mark.parametrize("sdk_name", SDKS)
+async def test_the_shutdown_sweep_removes_a_sandbox_whose_terminate_kept_failing(
+    sdk_name: str, tmp_path: Path, ledger: Ledger, images: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sdk = load_sandbox_sdk(sdk_name)
+    sandboxes = LiveSandboxes()
+    with sandboxes_scope(sandboxes):
+        env = environment_for(sdk_name, tmp_path, images[sdk_name])
+    await env.start(force_build=False)
+    name, refusals = env.sandbox_name, {"left": 10**6}
+    monkeypatch.setenv("OSMOSIS_HARBOR_API_ATTEMPTS", "1")
+    try:
+        _refuse_terminate(env._sandbox, monkeypatch, refusals)
+        await env.stop(delete=True)
+        failures = await sandboxes.terminate_all()  # the API still refuses: reported, kept
+        assert [f.split(":")[0] for f in failures] == [name]
+        assert sandboxes.registered(name) and [e.name for e in ledger.entries()] == [name]
+        refusals["left"] = 0  # the API is back
+        assert await sandboxes.terminate_all() == []
+    finally:
+        refusals["left"] = 0
+        await sandboxes.terminate_all()
+    assert not sandboxes.registered(name) and not _listed(sdk, name) and ledger.entries() == []
+
+
+async def test_a_live_owners_sandbox_is_left_alone(ledger: Ledger, images: dict[str, str], tmp_path: Path) -> None:
+    sandboxes = LiveSandboxes()
+    with sandboxes_scope(sandboxes):
+        env = environment_for("skypilot-emulator", tmp_path, images["skypilot-emulator"])
+    await env.start(force_build=False)
+    try:
+        assert reap_dead_owners("skypilot-emulator") == []
+        assert [e.name for e in ledger.entries()] == [env.sandbox_name]
+        assert _listed(load_sandbox_sdk("skypilot-emulator"), env.sandbox_name)
+    finally:
+        await env.stop(delete=True)
+    assert ledger.entries() == []
+
+
+def test_the_next_backend_start_reaps_what_a_dead_owner_left(
+    tmp_path: Path, ledger: Ledger, images: dict[str, str]
+) -> None:
+    sdk = load_sandbox_sdk("skypilot-emulator")
+    pool = _pool()
+    owner, name = start_owner("skypilot-emulator", tmp_path, images["skypilot-emulator"], pool)
+    owner.send_signal(signal.SIGKILL)
+    owner.wait()
+    assert _listed(sdk, name) and _pool_listed(sdk, pool) and len(ledger.entries()) == 2  # positive control
+    with pytest.warns(NotTrainableWarning):
+        HarborBackend(
+            orchestrator=TrialQueue(n_concurrent=1),
+            tasks_dir=TASKS,
+            task_mode="dataset",
+            agent="oracle",
+            environment_config=environment_config("skypilot-emulator"),
+            trials_dir=tmp_path / "trials",
+        )
+    assert not _listed(sdk, name) and not _pool_listed(sdk, pool) and ledger.entries() == []
