@@ -85,8 +85,18 @@ def test_we_set_every_attribute_skypilot_init_sets(tmp_path: Path) -> None:
     assert harbor_keywords <= set(inspect.signature(SandboxEnvironment.__init__).parameters)
 
 
+def _our_overrides() -> dict[str, object]:
+    """Every name our environment class or one of our mixins (``FilteredDownloads``) defines."""
+    ours: dict[str, object] = {}
+    for cls in reversed(SandboxEnvironment.__mro__):
+        if cls.__module__.startswith("osmosis_harbor."):
+            ours.update(vars(cls))
+    return ours
+
+
 def test_every_harbor_method_we_override_is_listed_with_harbors_shape() -> None:
-    for name, ours in vars(SandboxEnvironment).items():
+    assert "download_dir_filtered" in _our_overrides()  # control: a mixin's overrides are seen
+    for name, ours in _our_overrides().items():
         owner = _harbor_owner(name)
         if owner is None or name.startswith("_abc") or (name.startswith("__") and name != "__init__"):
             continue
@@ -118,7 +128,11 @@ def _private_reads(source: str) -> set[str]:
 
 def test_every_harbor_private_name_our_environment_touches_is_listed() -> None:
     harbor_attributes = assigned_in_init(SkypilotEnvironment) | assigned_in_init(resolve(BASE))
-    reads = _private_reads((PACKAGE / "sandbox" / "environment.py").read_text())
+    ours = {inspect.getsourcefile(c) for c in SandboxEnvironment.__mro__ if c.__module__.startswith("osmosis_harbor.")}
+    assert str(PACKAGE / "sandbox" / "filtered.py") in ours  # control: the mixins' modules are scanned too
+    reads: set[str] = set()
+    for source in ours:
+        reads |= _private_reads(Path(str(source)).read_text())
     harbor_names = {n for n in reads if hasattr(SkypilotEnvironment, n) or n in harbor_attributes}
     assert {"_resolve_user", "_persistent_env", "_run_shell"} <= harbor_names  # control: the scan sees them
     missing = sorted(n for n in harbor_names if not _listed(n, HARBOR_ENVIRONMENT_OWNERS))
