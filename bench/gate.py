@@ -16,6 +16,8 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from osmosis_harbor.sandbox.docker.network import sandbox_network
+
 HOLD_LIMIT_SEC = 1800.0
 
 
@@ -43,7 +45,10 @@ class Gate:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        # Sandboxes reach nothing on the host's loopback (the policy relay aside): the gate listens
+        # on their bridge's gateway, which they reach like the relay.
+        self._host = sandbox_network().gateway
+        self._httpd = ThreadingHTTPServer((self._host, 0), Handler)
         self._httpd.daemon_threads = True
         self._httpd.request_queue_size = 1024
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
@@ -52,7 +57,7 @@ class Gate:
     @property
     def command(self) -> str:
         """The workflow's shell command (one line: the scripted policy replies with it)."""
-        url = f"http://127.0.0.1:{self._httpd.server_address[1]}/gate"
+        url = f"http://{self._host}:{self._httpd.server_address[1]}/gate"
         return f"python3 -c \"import urllib.request as u; u.urlopen('{url}', timeout={HOLD_LIMIT_SEC:.0f}).read()\""
 
     def wait_arrivals(self, n: int, timeout: float) -> int:
