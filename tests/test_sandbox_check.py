@@ -58,9 +58,10 @@ async def test_a_check_about_a_missing_capability_is_not_applicable_and_does_not
         calls.append("ran")
         return "ok"
 
-    missing = await conformance.run_check(Check(name="batch", fn=body, needs=("num_sandboxes",)), ctx)
+    # The Docker SDK's handles offer no snapshot() (SkyPilot's and the emulator's do).
+    missing = await conformance.run_check(Check(name="snap", fn=body, needs=("snapshot",)), ctx)
     assert missing.status is CheckStatus.NOT_APPLICABLE and not missing.passed
-    assert "num_sandboxes" in missing.detail and calls == []
+    assert "snapshot" in missing.detail and calls == []
     # Control: a capability the Docker SDK offers lets the same body run and pass.
     offered = await conformance.run_check(Check(name="tree", fn=body, needs=("archives",)), ctx)
     assert offered.status is CheckStatus.PASSED and calls == ["ran"]
@@ -75,7 +76,8 @@ async def test_the_capability_set_is_read_from_the_sandbox_and_the_registration(
     assert caps.sdk == "docker" and flags and {name: caps.offered[name] for name in flags} == flags
     # Probed, not declared: the shared sandbox's handle offers put_archive/get_archive.
     assert caps.offered["archives"] is True and hasattr(await ctx.shared(), "put_archive")
-    assert (caps.offered["pools"], caps.offered["num_sandboxes"]) == (True, False)
+    # create(pool=, num_sandboxes=k) is offered (batch claims); snapshot() is not
+    assert (caps.offered["pools"], caps.offered["num_sandboxes"], caps.offered["snapshot"]) == (True, True, False)
 
 
 def test_unknown_check_names_are_refused_by_name() -> None:
