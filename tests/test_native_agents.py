@@ -642,7 +642,7 @@ async def test_mini_swe_agent_install_failure_offline_is_reported_clearly(
     assert "uv python install 3.12" in exc.exception_message
     assert (
         "github.com/astral-sh/python-build-standalone" in exc.exception_message
-        or "python-downloads = \"never\"" in exc.exception_message
+        or 'python-downloads = "never"' in exc.exception_message
     ), exc.exception_message
     assert server.requests == [] and reading.reward is None
     assert sample_from_trajectory(trial_dir) is None
