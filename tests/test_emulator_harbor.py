@@ -17,10 +17,8 @@ from harbor.environments.base import environment_content_hash
 from .emulator_support import (
     LOCAL_REGISTRY,
     EmulatorServer,
+    private_emulator,
     registry_tags,
-    remove_emulator_sandboxes,
-    start_server,
-    stop_server,
 )
 from .support import REPO, copy_task, run_cli
 
@@ -29,11 +27,8 @@ SHARED_REPOSITORY = "osmosis-harbor-env"
 
 @pytest.fixture(scope="module")
 def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatorServer]:
-    server = start_server(tmp_path_factory.mktemp("emulator"))
-    yield server
-    left = remove_emulator_sandboxes(server)
-    stop_server(server)
-    assert not left, f"tests left emulator sandboxes: {left}"
+    with private_emulator(tmp_path_factory.mktemp("emulator"), set_env=False) as server:
+        yield server
 
 
 def test_sandbox_check_passes_on_the_emulator(emulator: EmulatorServer, tmp_path: Path) -> None:

@@ -76,6 +76,7 @@ from osmosis_harbor.sandbox.images import (
     build_image,
     local_image_exists,
     registry_image_exists,
+    remove_failed_build_containers,
 )
 from osmosis_harbor.sandbox.liveness import SandboxState, sandbox_state
 from osmosis_harbor.sandbox.protocol import SandboxSdk, has_archives
@@ -303,6 +304,7 @@ class SandboxEnvironment(FilteredDownloads, SkypilotEnvironment):
         try:
             await HARBOR_BUILD_ONCE(self)
         except RuntimeError as exc:
+            await asyncio.to_thread(remove_failed_build_containers, str(exc))
             raise self._build_error(ref, str(exc)) from exc
 
     def _build_error(self, ref: str, harbor_message: str) -> ImageBuildError:
