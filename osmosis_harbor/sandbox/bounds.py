@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, override
 
 from pydantic import BaseModel, ConfigDict
 
-if TYPE_CHECKING:  # the Docker implementation imports this module, and never Harbor
+if TYPE_CHECKING:  # the Docker implementation reads SandboxBounds here: no Harbor class at run time
     from harbor.environments.base import BaseEnvironment as _HarborEnvironment
 else:
     _HarborEnvironment = object

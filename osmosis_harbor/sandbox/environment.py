@@ -64,7 +64,7 @@ from osmosis_harbor.sandbox.downloads import HarborPath, fetch_archive
 from osmosis_harbor.sandbox.filtered import FilteredDownloads
 from osmosis_harbor.sandbox.image_resolution import ImageResolution, declares_baked_layout
 from osmosis_harbor.sandbox.loss_detection import LossDetection
-from osmosis_harbor.sandbox.options import IMPORT_PATH, SandboxOptions
+from osmosis_harbor.sandbox.options import DEFAULT_PLATFORM, IMPORT_PATH, SandboxOptions
 from osmosis_harbor.sandbox.pools import environment_group_key, pool_name_for
 from osmosis_harbor.sandbox.preparation import REMOVE_REWARDS_COMMAND, PreparationElisions
 from osmosis_harbor.sandbox.protocol import SandboxSdk, has_archives
@@ -109,7 +109,7 @@ class SandboxEnvironment(
         context_name: str | None = None,
         namespace: str | None = None,
         secrets: list[str] | None = None,
-        platform: str = "linux/amd64",
+        platform: str = DEFAULT_PLATFORM,
         **kwargs: Any,
     ) -> None:
         # Harbor passes our config's kwargs and its own keywords in one call: ours are named
