@@ -12,9 +12,9 @@ serialises builds per image reference.
 from __future__ import annotations
 
 import asyncio
-import re
 import contextlib
 import logging
+import re
 import threading
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
