@@ -1,4 +1,4 @@
-"""``python -m bench.profile [--rollouts N] [--out FILE]``: where one rollout's host CPU goes.
+"""``python -m bench.profile [--rollouts N] [--sdk docker|skypilot-emulator] [--out FILE]``: where one rollout's host CPU goes.
 
 Runs the scale benchmark's ``cpu`` phase (a chat call plus the Osmosis grader at
 concurrency 4, the server in a process of its own) with yappi profiling every thread of the
@@ -27,6 +27,7 @@ from .scale import cpu_phase
 
 AREAS: tuple[tuple[str, str], ...] = (
     ("osmosis_harbor/sandbox/docker", "our Docker SDK"),
+    ("osmosis_harbor/sandbox/emulator", "skypilot-emulator client"),
     ("osmosis_harbor/sandbox", "sandbox environment (ours)"),
     ("osmosis_harbor/backend", "backend: plan, attempts, outcome"),
     ("osmosis_harbor/tasks", "tasks: resolve, materialize"),
@@ -74,11 +75,11 @@ def summarize(stats: pstats.Stats, rollouts: int, top: int) -> None:
     stats.sort_stats("cumulative").print_stats(top)
 
 
-async def main_async(rollouts: int, out: Path) -> None:
+async def main_async(rollouts: int, out: Path, sdk: str = "docker") -> None:
     work = workdir("profile")
     chat = FakeChatServer(default_reply="true")
     try:
-        per_rollout = await cpu_phase(work, chat, rollouts, profile_to=out)
+        per_rollout = await cpu_phase(work, chat, rollouts, profile_to=out, sdk=sdk)
     finally:
         chat.close()
         shutil.rmtree(work, ignore_errors=True)
@@ -89,6 +90,7 @@ async def main_async(rollouts: int, out: Path) -> None:
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.profile", description=__doc__.splitlines()[0])
     parser.add_argument("--rollouts", type=int, default=12)
+    parser.add_argument("--sdk", default="docker", choices=("docker", "skypilot-emulator"))
     parser.add_argument(
         "--out", type=Path, default=Path(tempfile.gettempdir()) / f"osmosis-profile-{os.getpid()}.pstat"
     )
@@ -96,7 +98,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     home = tempfile.mkdtemp(prefix="osmosis-bench-home-")
     os.environ["HOME"] = home  # the osmosis server writes trajectories under ~/.osmosis
     try:
-        asyncio.run(main_async(args.rollouts, args.out))
+        asyncio.run(main_async(args.rollouts, args.out, args.sdk))
     finally:
         shutil.rmtree(home, ignore_errors=True)
 
