@@ -35,10 +35,10 @@ stale containers) and ``pools`` (warm pools).
 
 from __future__ import annotations
 
+import functools
 import time
 import uuid
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from osmosis_harbor import settings
 from osmosis_harbor.errors import (
@@ -215,12 +215,22 @@ def _create(
     labels = L.container_labels(
         sandbox=name, role=Role.SANDBOX, owner=owner, created_at=time.time(), ttl_sec=ttl, network=network, extra=extra
     )
-    spec: dict[str, Any] = {"image": image, "cpus": cpus, "memory_gb": memory_gb, "network": network}
+    make = functools.partial(
+        engine.create_container,
+        name=name,
+        image=image,
+        cpus=cpus,
+        memory_gb=memory_gb,
+        network=network,
+        ttl_sec=ttl,
+        labels=labels,
+        env=persistent,
+    )
     try:
-        container_id = engine.create_container(name=name, ttl_sec=ttl, labels=labels, env=persistent, **spec)
+        container_id = make()
     except SandboxExistsError:  # a stale holder of the name (expired, dead owner) is cleared once
         engine.ensure_name_free(name)
-        container_id = engine.create_container(name=name, ttl_sec=ttl, labels=labels, env=persistent, **spec)
+        container_id = make()
     try:
         engine.start_container(container_id)
     except BaseException:
