@@ -103,9 +103,13 @@ async def _submit(client: RolloutClient, chat_url: str, text: str, *, grade: boo
     return result.status.value == "success"
 
 
-async def cpu_phase(work: Path, chat: FakeChatServer, rollouts: int, profile_to: Path | None = None) -> float:
+async def cpu_phase(
+    work: Path, chat: FakeChatServer, rollouts: int, profile_to: Path | None = None, sdk: str = "docker"
+) -> float:
     """The server's CPU seconds per graded rollout at concurrency 4 (after two warm-ups)."""
-    spec = ServerSpec(Path(tempfile.mkdtemp(prefix="cpu-", dir=work)), n_concurrent=CPU_CONCURRENCY, graded=True)
+    spec = ServerSpec(
+        Path(tempfile.mkdtemp(prefix="cpu-", dir=work)), n_concurrent=CPU_CONCURRENCY, graded=True, sdk=sdk
+    )
     async with ServerProcess(spec) as server, controller(server.url, rollouts + 2) as client:
         for _ in range(2):
             await _submit(client, chat.base_url, GRADED_PROMPT, grade=True, timeout=None)

@@ -32,6 +32,8 @@ class ServerSpec:
     work: Path
     n_concurrent: int
     graded: bool = False
+    backend: str = "ours"  # or "incumbent": osmosis-ai 0.3.8's own Harbor backend (bench.incumbent)
+    sdk: str = "docker"  # ours: the sandbox SDK (docker or skypilot-emulator)
 
 
 class LagProbe:
@@ -76,13 +78,19 @@ async def _serve(spec: ServerSpec, conn: Connection) -> None:
 
     from .env import dispose, grader_task, make_backend
 
-    tasks_dir = grader_task(spec.work) if spec.graded else None
-    backend = make_backend(
-        spec.work,
-        n_concurrent=spec.n_concurrent,
-        grader="AnswerGrader" if spec.graded else None,
-        **({"tasks_dir": tasks_dir} if tasks_dir else {}),
-    )
+    if spec.backend == "incumbent":
+        from .incumbent import make_incumbent
+
+        backend = make_incumbent(spec.work, spec.n_concurrent)
+    else:
+        tasks_dir = grader_task(spec.work) if spec.graded else None
+        backend = make_backend(
+            spec.work,
+            n_concurrent=spec.n_concurrent,
+            grader="AnswerGrader" if spec.graded else None,
+            sdk=spec.sdk,
+            **({"tasks_dir": tasks_dir} if tasks_dir else {}),
+        )
     probe = LagProbe()
     probe_task = asyncio.create_task(probe.run())
     profiler: _Profiler | None = None
@@ -104,7 +112,10 @@ async def _serve(spec: ServerSpec, conn: Connection) -> None:
                     conn.send(profiler.stop(arg) if profiler else None)
     finally:
         probe_task.cancel()
-        await dispose(backend)
+        if spec.backend == "incumbent":
+            await backend.shutdown()
+        else:
+            await dispose(backend)
 
 
 def _child(spec: ServerSpec, conn: Connection) -> None:

@@ -74,6 +74,10 @@ TARGETS: tuple[Target, ...] = (
     Target("scale: event-loop lag p99 with N in flight", "scale", "loop_lag_p99_ms", "ms", 50.0),
     Target("scale: ceiling, 1 / CPU per rollout", "scale", "ceiling_rollouts_per_s", "/s", None),
     Target("scale: host CPU per graded rollout, concurrency 4", "scale", "graded_host_cpu_per_rollout_s", "s", 0.03),
+    # issue 17: the side-by-side with osmosis-ai 0.3.8's own Harbor backend (``bench.incumbent``)
+    Target("ours / incumbent: host CPU per graded rollout", "incumbent", "cpu_ratio", "x", 0.15),
+    Target("ours / incumbent: sequential latency", "incumbent", "latency_ratio", "x", 0.20),
+    Target("ours / incumbent: throughput at concurrency 4", "incumbent", "throughput_ratio", "x", 5.0, operator.ge),
     Target(
         "skypilot-emulator: API calls per raw create + exec + terminate",
         "emulator",
@@ -134,7 +138,7 @@ def evaluate(benchmarks: Mapping[str, Mapping[str, Any]], latency_ms: float) -> 
 
 
 def render(rows: list[dict[str, Any]]) -> None:
-    table = Table(title="issue 10 targets (this run, same-run baselines)", title_justify="left")
+    table = Table(title="targets (issues 10 and 17; this run, same-run baselines)", title_justify="left")
     table.add_column("figure", overflow="fold")
     table.add_column("measured", justify="right")
     table.add_column("target", justify="right")

@@ -137,11 +137,12 @@ _FOREIGN_NAMES = frozenset({"HARBOR_SKYPILOT_REGISTRY", "DOCKER_HOST", "XDG_CACH
 
 def current() -> Settings:
     """The settings as the environment says now (one parse per distinct set of values)."""
+    env = os.environ  # values are looked up (decoded) only for the names read: a third of the cost
     relevant = tuple(
         sorted(
-            (name, value)
-            for name, value in os.environ.items()
-            if name.upper().startswith("OSMOSIS_HARBOR_") or name.upper() in _FOREIGN_NAMES
+            (name, env[name])
+            for name in env
+            if (upper := name.upper()).startswith("OSMOSIS_HARBOR_") or upper in _FOREIGN_NAMES
         )
     )
     return _parsed(relevant)

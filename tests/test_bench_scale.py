@@ -34,3 +34,31 @@ async def test_scale_phase_holds_n_in_flight_and_leaves_nothing(tmp_path: Path, 
     assert figures.host_cpu_per_rollout_s > 0
     assert figures.lag_samples_ms  # the probe ran on the server's loop during the window
     assert managed_containers(figures.server_pid) == []
+
+
+def test_the_scale_figures_land_under_a_top_level_scale_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``python -m bench --only scale`` writes the issue's keys under ``"scale"`` at the top level of
+    its JSON (as well as in the benchmark's own entry), and prints the targets table from them. The
+    benchmark itself is stood in for: what is checked is where its figures land."""
+    import json
+
+    import bench.__main__ as bench_main
+    from bench.common import BenchResult
+
+    figures = {"in_flight": 3.0, "host_cpu_per_rollout_s": 0.1, "loop_lag_p99_ms": 4.0}
+
+    async def fake_run(quick: bool) -> BenchResult:
+        result = BenchResult("scale", "stand-in")
+        for key, value in figures.items():
+            result.headline_value(key, value)
+        return result
+
+    monkeypatch.setattr(bench_main, "load", lambda name, args: fake_run)
+    monkeypatch.setattr(bench_main, "hygiene", lambda result: None)
+    out = tmp_path / "out.json"
+    assert bench_main.main(["--only", "scale", "--out", str(out)]) == 0
+    payload = json.loads(out.read_text())
+    assert payload["scale"] == figures
+    assert payload["benchmarks"]["scale"]["headline"] == figures
+    assert {row["key"] for row in payload["targets"]} >= set(figures)
+    assert "incumbent" not in payload  # only what ran is lifted

@@ -346,6 +346,23 @@ def test_materialize_result_and_dest_rules(tmp_path: Path) -> None:
         materialize_task(task, task / "copy")
 
 
+def test_materialize_can_leave_the_solution_out(tmp_path: Path) -> None:
+    """A workflow rollout's copy carries no solution/ (only Harbor's oracle agent reads it, and
+    Harbor walks and hashes every file of the copy in each trial); a nested solution/ that is not
+    the task's own is still copied, and by default (oracle validation) the solution is kept."""
+    task = make_task(tmp_path / "t")
+    (task / "solution").mkdir()
+    (task / "solution" / "solve.sh").write_text("echo hello > /workspace/out.txt\n")
+    (task / "environment" / "solution").mkdir()
+    (task / "environment" / "solution" / "data.txt").write_text("data")
+    kept = materialize_task(task, tmp_path / "kept")
+    assert (kept.path / "solution" / "solve.sh").is_file()  # positive control: the default keeps it
+    left = materialize_task(task, tmp_path / "left", keep_solution=False)
+    assert not (left.path / "solution").exists()
+    assert (left.path / "environment" / "solution" / "data.txt").read_text() == "data"
+    assert (left.path / "tests" / "test.sh").is_file() and (left.path / "task.toml").is_file()
+
+
 def test_materialize_copies_are_complete_and_independent(tmp_path: Path) -> None:
     """Many copies of one task: each holds the whole task plus its own staged files, and none
     shares a file with the source or another copy (a rollout may change its copy freely)."""

@@ -148,6 +148,7 @@ class Planner:
             environment_patch=patch,
             isolate_grader=True,
             grader_inputs=self.options.grader_inputs,
+            keep_solution=self.options.is_native,  # Harbor's oracle agent is a native agent
         )
         if materialized.generated_tests:
             self._stage_grader_install(materialized.path / "tests", materialized)

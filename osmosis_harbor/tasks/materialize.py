@@ -38,6 +38,8 @@ from osmosis_harbor.tasks.verifier import (
 
 __all__ = ["MaterializedTask", "materialize_task"]
 
+SOLUTION = "solution"
+
 
 @dataclass(frozen=True)
 class MaterializedTask:
@@ -89,8 +91,13 @@ def materialize_task(
     environment_patch: EnvironmentPatch | None = None,
     isolate_grader: bool = False,
     grader_inputs: list[str] | tuple[str, ...] = (),
+    keep_solution: bool = True,
 ) -> MaterializedTask:
     """Copy a task to ``dest`` (which must not exist, or be empty) and stage rollout files.
+
+    ``keep_solution=False`` leaves the task's ``solution/`` out of the copy: only Harbor's oracle
+    agent reads it, and every file in the copy is walked, filtered and hashed again by Harbor in
+    each trial (its task load, trial lock and checksum), so the copy carries only what is used.
 
     ``isolate_grader``: when ``tests/test.sh`` is generated (the grader is the verifier),
     the grader runs in a fresh sandbox of the same image (``isolate_verifier``).
@@ -116,7 +123,15 @@ def materialize_task(
     dest.parent.mkdir(parents=True, exist_ok=True)
     staged: dict[str, Any] = {}
     try:
-        shutil.copytree(src, dest, symlinks=True, dirs_exist_ok=dest.exists())
+        top = os.path.abspath(src)
+        left_out = [] if keep_solution else [SOLUTION]
+        shutil.copytree(
+            src,
+            dest,
+            symlinks=True,
+            dirs_exist_ok=dest.exists(),
+            ignore=lambda directory, _names: left_out if os.path.abspath(directory) == top else [],
+        )
         _relink_absolute(src.resolve(), dest)
         if instruction is not None:
             write_file(dest / INSTRUCTION, instruction)

@@ -3,7 +3,9 @@ running the Osmosis grader, and a verifier isolated from the agent's sandbox."""
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from osmosis_harbor.shim import contract
 from osmosis_harbor.tasks.files import write_file
@@ -15,21 +17,31 @@ GRADING_INPUT_FILENAME = contract.GRADING_INPUT_FILENAME
 AGENT_LOGS_ARTIFACT = contract.AGENT_LOGS
 
 
-def task_step_names(task_dir: Path) -> list[str]:
-    """The ``[[steps]]`` of a multi-step task, in order (empty for a single-step task)."""
+@functools.lru_cache(maxsize=256)
+def _parsed(text: str) -> Any:
+    """Harbor's ``TaskConfig`` of a ``task.toml`` text, parsed once per distinct text: every
+    rollout of a task reads the same text several times (plan, materialize, trial reading), and
+    a parse costs milliseconds. Shared, so never handed out: callers return what they read."""
     from harbor.models.task.config import TaskConfig
 
-    config = TaskConfig.model_validate_toml((Path(task_dir) / "task.toml").read_text(encoding="utf-8"))
-    return [step.name for step in config.steps or []]
+    return TaskConfig.model_validate_toml(text)
+
+
+def _config_of(task_dir: Path) -> Any:
+    return _parsed((Path(task_dir) / "task.toml").read_text(encoding="utf-8"))
+
+
+def task_step_names(task_dir: Path) -> list[str]:
+    """The ``[[steps]]`` of a multi-step task, in order (empty for a single-step task)."""
+    return [step.name for step in _config_of(task_dir).steps or []]
 
 
 def agent_workdir(task_dir: Path) -> str | None:
     """Where the agent works: ``[environment].workdir``, else the Dockerfile's WORKDIR."""
     from harbor.environments.definition import parse_dockerfile_workdir
-    from harbor.models.task.config import TaskConfig
 
-    config = TaskConfig.model_validate_toml((Path(task_dir) / "task.toml").read_text(encoding="utf-8"))
-    return config.environment.workdir or parse_dockerfile_workdir(Path(task_dir) / "environment" / "Dockerfile")
+    workdir: str | None = _config_of(task_dir).environment.workdir
+    return workdir or parse_dockerfile_workdir(Path(task_dir) / "environment" / "Dockerfile")
 
 
 def isolate_verifier(task_dir: Path, grader_inputs: list[str] | tuple[str, ...] = ()) -> list[str]:
@@ -46,21 +58,29 @@ def isolate_verifier(task_dir: Path, grader_inputs: list[str] | tuple[str, ...] 
     ``grader_inputs``. The grader is installed there from ``tests/`` and the reward is
     read from that sandbox alone. Returns the paths carried over. The task config is
     rewritten through Harbor's own model, never by text edits."""
-    from harbor.models.task.config import TaskConfig, VerifierEnvironmentMode
-
     path = Path(task_dir) / "task.toml"
-    config = TaskConfig.model_validate_toml(path.read_text(encoding="utf-8"))
-    config.verifier.environment_mode = VerifierEnvironmentMode.SEPARATE
     carried = [AGENT_LOGS_ARTIFACT]
     workdir = agent_workdir(task_dir)
     if workdir and PurePosixPath(workdir) != PurePosixPath("/"):
         carried.append(str(PurePosixPath(workdir)))
     carried += [str(PurePosixPath(p)) for p in grader_inputs]
-    for entry in dict.fromkeys(carried):
+    entries = tuple(dict.fromkeys(carried))
+    write_file(path, _isolated_text(path.read_text(encoding="utf-8"), entries))
+    return list(entries)
+
+
+@functools.lru_cache(maxsize=256)
+def _isolated_text(text: str, entries: tuple[str, ...]) -> str:
+    """``text`` with the verifier in ``separate`` mode and ``entries`` among its artifacts, through
+    Harbor's model (a fresh parse: this one is changed); the same for every rollout of a task."""
+    from harbor.models.task.config import TaskConfig, VerifierEnvironmentMode
+
+    config = TaskConfig.model_validate_toml(text)
+    config.verifier.environment_mode = VerifierEnvironmentMode.SEPARATE
+    for entry in entries:
         if entry not in config.artifacts:
             config.artifacts.append(entry)
-    write_file(path, config.model_dump_toml())
-    return list(dict.fromkeys(carried))
+    return config.model_dump_toml()
 
 
 def generated_test_sh(grade_command: str) -> str:

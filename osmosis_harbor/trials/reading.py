@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from enum import StrEnum
 from pathlib import Path, PurePosixPath
-from typing import Any
 
 from harbor.models.trial.result import StepResult, TimingInfo, TrialResult
 from harbor.models.verifier.result import VerifierResult
@@ -19,6 +18,7 @@ from pydantic import BaseModel
 
 from osmosis_harbor.errors import ContractFileError, recorded_error
 from osmosis_harbor.sandbox.contract_files import FileKind, read_text
+from osmosis_harbor.tasks.verifier import task_step_names
 
 
 class Phase(StrEnum):
@@ -207,7 +207,7 @@ def read_steps(result: TrialResult, trial_dir: Path) -> list[StepReading] | None
 
     Steps Harbor did not start are listed with ``ran=False``, so that a report can never
     mistake "two of three steps passed, the third never ran" for a pass."""
-    declared = [step.name for step in (result.config.task and _declared_steps(result)) or []]
+    declared = (result.config.task and _declared_steps(result)) or []
     if not declared and not result.step_results:
         return None
     ran = {step.step_name: read_step(step, trial_dir) for step in result.step_results or []}
@@ -215,15 +215,14 @@ def read_steps(result: TrialResult, trial_dir: Path) -> list[StepReading] | None
     return [ran.get(name) or StepReading(name=name, ran=False) for name in names]
 
 
-def _declared_steps(result: TrialResult) -> list[Any]:
-    """The task's ``[[steps]]`` as Harbor loaded them for this trial (the task copy on disk)."""
-    from harbor.models.task.config import TaskConfig
-
+def _declared_steps(result: TrialResult) -> list[str]:
+    """The names of the task's ``[[steps]]`` as Harbor loaded them for this trial (the task copy
+    on disk; its parse is shared with the plan's, ``task_step_names``)."""
     path = result.config.task.path
     if path is None or not (Path(path) / "task.toml").is_file():
         return []
     try:
-        return TaskConfig.model_validate_toml((Path(path) / "task.toml").read_text()).steps or []
+        return task_step_names(Path(path))
     except Exception:  # the trial ran from it; if it is gone or changed, fall back to what ran
         return []
 

@@ -35,6 +35,7 @@ stale containers) and ``pools`` (warm pools).
 
 from __future__ import annotations
 
+import functools
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -203,9 +204,9 @@ def _create(
         raise ValueError("image is required unless pool= is given")
     engine = get_engine()
     engine.maybe_auto_reap()
-    engine.ensure_name_free(name)
     owner = owner or Owner.current()
     if pool is not None:
+        engine.ensure_name_free(name)
         container_id, spec = engine.pools.claim(
             pool, name=name, ttl_sec=ttl, owner=owner, extra=extra, network=None if network == "bridge" else network
         )
@@ -214,7 +215,8 @@ def _create(
     labels = L.container_labels(
         sandbox=name, role=Role.SANDBOX, owner=owner, created_at=time.time(), ttl_sec=ttl, network=network, extra=extra
     )
-    container_id = engine.create_container(
+    make = functools.partial(
+        engine.create_container,
         name=name,
         image=image,
         cpus=cpus,
@@ -225,9 +227,14 @@ def _create(
         env=persistent,
     )
     try:
+        container_id = make()
+    except SandboxExistsError:  # a stale holder of the name (expired, dead owner) is cleared once
+        engine.ensure_name_free(name)
+        container_id = make()
+    try:
         engine.start_container(container_id)
     except BaseException:
-        engine.remove_container(container_id)
+        engine.remove_container(container_id, claimed=False)
         raise
     return DockerSandbox(engine, name=name, container_id=container_id, image=image, pool=None, env=persistent)
 

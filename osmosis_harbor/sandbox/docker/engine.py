@@ -90,6 +90,7 @@ class Engine:
         self._tmp_seeds: dict[str, bytes | None] = {}  # image id -> the image's own /tmp (tar)
         self._pending_seeds: dict[str, bytes] = {}  # created container id -> seed to apply at start
         self._seed_lock = threading.Lock()
+        self._bridge: str | None = None  # the sandboxes' bridge, once found (sandbox_bridge)
 
     # Launcher protocol -------------------------------------------------------------------------
 
@@ -122,31 +123,40 @@ class Engine:
         """Create (not start) a container whose main process is the TTL itself, within its
         bounds (``bounds.py``): CPU, memory without swap, pids, and a size-limited /tmp."""
         bounds = SandboxBounds.resolve(cpus, memory_gb)
-        host_config = self.api.create_host_config(
-            init=True,
-            auto_remove=True,
-            nano_cpus=self._nano_cpus(bounds.cpus),
-            mem_limit=bounds.memory_bytes,
-            memswap_limit=bounds.memory_bytes,
-            pids_limit=bounds.pids_limit,
-            mounts=[_tmp_mount(bounds)],
-            # "bridge": the sandboxes' own bridge (network.py), never Docker's default one.
-            network_mode=ensure_sandbox_network(self.api).name if network == "bridge" else network,
-        )
-        kwargs: dict[str, Any] = {
-            "command": ["sleep", str(int(ttl_sec))],
-            "name": name,
-            "labels": labels,
-            "environment": env or None,
-            "host_config": host_config,
-            "detach": True,
-        }
-        try:
+
+        def create(network_mode: str) -> str:
+            host_config = self.api.create_host_config(
+                init=True,
+                auto_remove=True,
+                nano_cpus=self._nano_cpus(bounds.cpus),
+                mem_limit=bounds.memory_bytes,
+                memswap_limit=bounds.memory_bytes,
+                pids_limit=bounds.pids_limit,
+                mounts=[_tmp_mount(bounds)],
+                network_mode=network_mode,
+            )
+            kwargs: dict[str, Any] = {
+                "command": ["sleep", str(int(ttl_sec))],
+                "name": name,
+                "labels": labels,
+                "environment": env or None,
+                "host_config": host_config,
+                "detach": True,
+            }
             try:
-                container_id = str(self.api.create_container(image, **kwargs)["Id"])
+                return str(self.api.create_container(image, **kwargs)["Id"])
             except docker.errors.ImageNotFound:
                 self.ensure_image(image)
-                container_id = str(self.api.create_container(image, **kwargs)["Id"])
+                return str(self.api.create_container(image, **kwargs)["Id"])
+
+        try:
+            if network != "bridge":
+                container_id = create(network)
+            else:  # the sandboxes' own bridge (network.py), never Docker's default one
+                try:
+                    container_id = create(self.sandbox_bridge())
+                except docker.errors.NotFound:  # pruned under a long-running server: made again
+                    container_id = create(self.sandbox_bridge(refresh=True))
         except docker.errors.APIError as exc:
             if exc.status_code == 409:
                 raise SandboxExistsError(f"a sandbox named {name!r} already exists") from exc
@@ -160,6 +170,17 @@ class Engine:
             with self._seed_lock:
                 self._pending_seeds[container_id] = seed
         return container_id
+
+    def sandbox_bridge(self, *, refresh: bool = False) -> str:
+        """The sandboxes' bridge network's name: found (or made) once per engine, two engine
+        requests that every create used to repeat; a create that finds it gone asks again."""
+        with self._seed_lock:
+            known = None if refresh else self._bridge
+        if known is None:
+            known = ensure_sandbox_network(self.api).name
+            with self._seed_lock:
+                self._bridge = known
+        return known
 
     def start_container(self, container_id: str) -> None:
         self.api.start(container_id)
@@ -196,9 +217,12 @@ class Engine:
             self._tmp_seeds[image_id] = seed
         return seed
 
-    def remove_container(self, container_id: str, *, wait: bool = False) -> bool:
-        """Force-remove; tolerant of "already gone" and of auto-remove racing us."""
+    def remove_container(self, container_id: str, *, wait: bool = False, claimed: bool = True) -> bool:
+        """Force-remove; tolerant of "already gone" and of auto-remove racing us. ``claimed=False``
+        (a sandbox created, not claimed from a pool) skips removing a claim volume it never had.
+        ``wait``: a removal the engine confirmed needs no polling; one already in progress does."""
         removed = True
+        in_progress = False
         with self._seed_lock:
             self._pending_seeds.pop(container_id, None)
         try:
@@ -209,8 +233,10 @@ class Engine:
         except docker.errors.APIError as exc:
             if exc.status_code != 409:  # 409: removal already in progress (auto_remove)
                 raise
-        inventory.remove_volume(self.api, inventory.claim_volume_name(container_id))
-        if wait:
+            in_progress = True
+        if claimed:
+            inventory.remove_volume(self.api, inventory.claim_volume_name(container_id))
+        if wait and in_progress:
             self._wait_gone(container_id)
         return removed
 

@@ -136,10 +136,11 @@ class DockerSandbox:
     @dual
     def terminate(self, wait: bool = True) -> None:
         """Remove the container (idempotent). ``wait=False`` returns before removal completes."""
+        claimed = self._pool is not None
         if wait:
-            self._engine.remove_container(self._id, wait=True)
+            self._engine.remove_container(self._id, wait=True, claimed=claimed)
         else:
-            executor().submit(self._engine.remove_container, self._id)
+            executor().submit(self._engine.remove_container, self._id, claimed=claimed)
 
     @dual
     def status(self) -> str:

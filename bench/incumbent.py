@@ -1,0 +1,246 @@
+"""``python -m bench --only incumbent``: ours beside osmosis-ai 0.3.8's own Harbor backend, one run.
+
+Why: issue 17 asks how far ours is from the incumbent (``osmosis_ai.rollout.backend.harbor``)
+on the same engine and workload: host CPU per rollout (at most 0.15x), sequential latency
+(at most 0.20x) and throughput at concurrency 4 (at least 5x). Ratios only mean something
+from one run on one machine, so both backends run here, one after the other, each served by
+the real osmosis server in a process of its own (``bench.server_proc``).
+
+The workload: the scale benchmark's graded rollout (a chat call plus the fixture project's
+Osmosis grader, ``AnswerGrader``) on the template task without tests, built from the same
+fixture project, on the same Docker engine. Per backend: two warm-up rollouts (image build,
+bundle), ``SEQUENTIAL`` rollouts one after the other (submit to result, the latency), then
+``BATCH`` rollouts at concurrency 4 (rollouts per second of wall time, and the server's
+utime + stime over the batch per rollout).
+
+What "the same engine" takes for the incumbent, exactly:
+
+* osmosis-ai 0.3.8 pins ``harbor<0.25``; this environment has Harbor 0.25, which dropped the
+  one name the incumbent imports and 0.25 lacks, ``harbor.trial.network_policy.
+  resolve_agent_phase_policy``. ``_harbor_024_compat`` re-creates it from Harbor 0.25's own
+  pieces, exactly as 0.24 defines it (the incumbent calls it with no extra hosts, where it is
+  the task's explicit agent policy or the baseline). Nothing else of the incumbent is touched.
+* Its Dockerfile patch copies uv from ``ghcr.io/astral-sh/uv:latest`` (unreachable here):
+  ``ensure_uv_image`` makes a local image of that name from the uv binary of its own pin. The
+  patch then asks uv for Python 3.12, which no local image has (the ``python:3.12-slim``
+  stand-in is Debian trixie's 3.13, uv downloads are off): ``_preinstall_sdk`` writes the same
+  patch into the task with the image's own Python, and the incumbent runs with its
+  ``patch_dockerfile_with_sdk=False``, so each trial installs only the wheel, as patched.
+* Its own environments cannot run here: Harbor's ``docker`` needs the docker compose v2
+  plugin (absent), Harbor's ``skypilot`` needs ``sky.sandbox`` (absent). So its trials run in
+  our sandbox environment on the local Docker engine (``environment_config("docker")``), the
+  same engine ours uses, with ``host_network=True``: the incumbent has no policy relay, and
+  the scripted policy listens on the host's loopback. Ours runs as it ships (bridge network,
+  the chat call through our relay, whose CPU is in our server's figure).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from osmosis_harbor.testing.scripted_policy import FakeChatServer
+
+from .common import BenchResult
+from .env import GR, PROJECT, WF, grader_task, workdir
+from .scale import GRADED_PROMPT, _submit
+from .server_proc import ServerProcess, ServerSpec
+from .soak import controller
+
+NAME = "incumbent"
+TITLE = "ours beside osmosis-ai 0.3.8's Harbor backend: CPU per rollout, sequential latency, throughput at 4"
+CONCURRENCY = 4
+BACKENDS = ("incumbent", "ours")
+UV_IMAGE = "ghcr.io/astral-sh/uv:latest"
+
+
+@dataclass(frozen=True)
+class Sizes:
+    sequential: int
+    batch: int
+
+
+def sizes(quick: bool) -> Sizes:
+    return Sizes(sequential=3, batch=8) if quick else Sizes(sequential=5, batch=16)
+
+
+@dataclass
+class Figures:
+    """One backend's figures from this run."""
+
+    latency_sec: list[float] = field(default_factory=list)
+    cpu_per_rollout_s: float = float("nan")
+    throughput_per_s: float = float("nan")
+    failed: int = 0
+
+
+def _harbor_024_compat() -> None:
+    """Harbor 0.24's ``resolve_agent_phase_policy``, which osmosis-ai 0.3.8 imports (see the
+    module docstring), from Harbor 0.25's own helpers; a no-op where Harbor still has it."""
+    from harbor.trial import network_policy as np
+
+    if hasattr(np, "resolve_agent_phase_policy"):
+        return
+
+    def resolve_agent_phase_policy(task_cfg: Any, trial_agent_cfg: Any, agent_env_baseline: Any, step_cfg: Any = None):  # type: ignore[no-untyped-def]
+        explicit = np._explicit_phase_policy(task_cfg, step_cfg, "agent")
+        extra_hosts = np.normalize_allowed_hosts(list(trial_agent_cfg.extra_allowed_hosts))
+        policy = explicit or agent_env_baseline
+        return np.merge_extra_allowlists(policy, extra_hosts) if extra_hosts else policy
+
+    np.resolve_agent_phase_policy = resolve_agent_phase_policy  # type: ignore[attr-defined]
+
+
+def ensure_uv_image() -> None:
+    """The incumbent's Dockerfile patch copies ``/uv`` from ``ghcr.io/astral-sh/uv:latest``, a
+    registry this machine cannot reach; a locally present image of that name satisfies it (as
+    locally made base images satisfy ``FROM``). Made once from the uv binary the incumbent's own
+    ``harbor`` extra installs beside this interpreter (``uv>=0.13.4,<0.14``)."""
+    import io
+    import shutil as sh
+    import sys
+    import tarfile
+
+    import docker
+    import docker.errors
+
+    api = docker.from_env().api
+    try:
+        api.inspect_image(UV_IMAGE)
+        return
+    except docker.errors.ImageNotFound:
+        pass
+    uv = Path(sys.executable).parent / "uv"
+    if not uv.is_file():
+        found = sh.which("uv")
+        if found is None:
+            raise RuntimeError("the incumbent needs uv: pip install 'uv>=0.13.4,<0.14' (osmosis-ai[harbor] pins it)")
+        uv = Path(found)
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        tar.add(uv, arcname="uv")
+    repository, tag = UV_IMAGE.rsplit(":", 1)
+    api.import_image_from_data(buf.getvalue(), repository=repository, tag=tag)
+
+
+def make_incumbent(work: Path, n_concurrent: int) -> Any:
+    """osmosis-ai 0.3.8's ``HarborBackend`` on the graded template task, the fixture project's
+    workflow and grader, our Docker sandboxes with host networking."""
+    import sys
+
+    from harbor.trial.queue import TrialQueue
+
+    from osmosis_harbor.sandbox import environment_config
+
+    _harbor_024_compat()
+    ensure_uv_image()
+    from osmosis_ai.rollout.backend.harbor import HarborBackend as IncumbentBackend
+
+    if str(PROJECT) not in sys.path:  # the incumbent imports the workflow and grader classes
+        sys.path.insert(0, str(PROJECT))
+    task = grader_task(work)
+    backend = IncumbentBackend(
+        orchestrator=TrialQueue(n_concurrent=n_concurrent),
+        tasks_dir=task,
+        patch_dockerfile_with_sdk=False,  # done below, as its patch does, with the image's Python
+        agent=f"{WF}:ListWorkflow",
+        workflow_config=f"{WF}:fixture_config",
+        grader=f"{GR}:AnswerGrader",
+        grader_config=f"{GR}:fixture_grader_config",
+        code_dir=PROJECT,
+        environment_config=environment_config("docker", host_network=True),
+        trials_dir=work / "trials",
+        cleanup_successful_trials=True,
+    )
+    _preinstall_sdk(task / "environment", list(backend.bundle.requirements))
+    return backend
+
+
+def _preinstall_sdk(env_dir: Path, requirements: list[str]) -> None:
+    """The incumbent's own Dockerfile patch (``tasks.patch_dockerfile_with_sdk``: uv, then the
+    bundle's requirements in a venv at /opt/osmosis/venv, so each trial installs only the wheel,
+    ``--no-deps``), except for the venv's Python: its patch asks uv for 3.12, and the local
+    stand-in for ``python:3.12-slim`` is Debian trixie's 3.13 (uv downloads are off here)."""
+    from osmosis_ai.rollout.backend.harbor.tasks import SDK_REQUIREMENTS_FILENAME, SDK_UV, SDK_VENV
+
+    (env_dir / SDK_REQUIREMENTS_FILENAME).write_text("\n".join(requirements) + "\n")
+    block = [
+        "USER root",
+        f"COPY --from={UV_IMAGE} /uv {SDK_UV}",
+        f"COPY {SDK_REQUIREMENTS_FILENAME} /opt/osmosis/requirements.txt",
+        f"RUN {SDK_UV} venv {SDK_VENV} --python python3 && "
+        f"{SDK_UV} pip install --python {SDK_VENV}/bin/python -r /opt/osmosis/requirements.txt",
+    ]
+    dockerfile = env_dir / "Dockerfile"
+    dockerfile.write_text(dockerfile.read_text().rstrip("\n") + "\n" + "\n".join(block) + "\n")
+
+
+async def measure(backend: str, work: Path, chat: FakeChatServer, size: Sizes) -> Figures:
+    figures = Figures()
+    spec = ServerSpec(
+        Path(tempfile.mkdtemp(prefix=f"{backend}-", dir=work)), n_concurrent=CONCURRENCY, graded=True, backend=backend
+    )
+    total = 2 + size.sequential + size.batch
+    async with ServerProcess(spec) as server, controller(server.url, total) as client:
+
+        async def one() -> bool:
+            return await _submit(client, chat.base_url, GRADED_PROMPT, grade=True, timeout=None)
+
+        oks = [await one() for _ in range(2)]  # warm-ups: image build, bundle, first imports
+        for _ in range(size.sequential):
+            t0 = time.monotonic()
+            oks.append(await one())
+            figures.latency_sec.append(time.monotonic() - t0)
+        cpu0, t0 = server.cpu_sec(), time.monotonic()
+        oks += await asyncio.gather(*(one() for _ in range(size.batch)))
+        wall, spent = time.monotonic() - t0, server.cpu_sec() - cpu0
+    figures.cpu_per_rollout_s = spent / size.batch
+    figures.throughput_per_s = size.batch / wall
+    figures.failed = oks.count(False)
+    return figures
+
+
+def report(result: BenchResult, by: dict[str, Figures]) -> None:
+    inc, ours = by["incumbent"], by["ours"]
+    for name, f in by.items():
+        result.add(f"{name}: host CPU per graded rollout, concurrency {CONCURRENCY}", "s", [f.cpu_per_rollout_s])
+        result.add(f"{name}: sequential latency, submit to result", "s", f.latency_sec)
+        result.add(f"{name}: throughput at concurrency {CONCURRENCY}", "rollouts/s", [f.throughput_per_s])
+        if f.failed:
+            result.warn(f"{name}: {f.failed} rollout(s) did not succeed")
+    ratios = {
+        "cpu_ratio": ours.cpu_per_rollout_s / inc.cpu_per_rollout_s,
+        "latency_ratio": statistics.median(ours.latency_sec) / statistics.median(inc.latency_sec),
+        "throughput_ratio": ours.throughput_per_s / inc.throughput_per_s,
+    }
+    for key, value in ratios.items():
+        result.headline_value(key, value)
+    result.headline_value("ours_cpu_per_rollout_s", ours.cpu_per_rollout_s)
+    result.headline_value("incumbent_cpu_per_rollout_s", inc.cpu_per_rollout_s)
+    result.info.update(
+        {
+            "ours/incumbent host CPU per rollout (target <= 0.15)": round(ratios["cpu_ratio"], 3),
+            "ours/incumbent sequential latency (target <= 0.20)": round(ratios["latency_ratio"], 3),
+            "ours/incumbent throughput at 4 (target >= 5)": round(ratios["throughput_ratio"], 2),
+        }
+    )
+
+
+async def run(quick: bool) -> BenchResult:
+    size = sizes(quick)
+    result = BenchResult(NAME, TITLE)
+    work = workdir(NAME)
+    chat = FakeChatServer(default_reply="true")
+    try:
+        by = {backend: await measure(backend, work, chat, size) for backend in BACKENDS}
+        report(result, by)
+    finally:
+        chat.close()
+        shutil.rmtree(work, ignore_errors=True)
+    return result
