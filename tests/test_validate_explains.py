@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from osmosis_harbor.sandbox import environment as sandbox_environment
+from osmosis_harbor.sandbox import image_resolution as sandbox_environment
 from osmosis_harbor.sandbox import environment_config
 from osmosis_harbor.sandbox.base_images import base_images
 from osmosis_harbor.tasks.discovery import load_dataset
