@@ -227,11 +227,16 @@ def check_faults(report: SoakReport, home: Path, run: EmulatorRun, findings: Fau
         )
 
 
-def check_leftovers(report: SoakReport, run: EmulatorRun, tmp: Path, trials: Path) -> None:
-    """Nothing in the emulator's ``ls`` or pools, the ledger, the engine, ``TMPDIR``."""
+def pool_names(run: EmulatorRun) -> set[str]:
+    return {p.name for p in run.sdk.list_pools()}
+
+
+def check_leftovers(report: SoakReport, run: EmulatorRun, tmp: Path, trials: Path, pools_before: set[str]) -> None:
+    """Nothing in the emulator's ``ls``, no new pool (the emulator's pools are the engine's,
+    other sessions' included), nothing in the ledger, the engine or ``TMPDIR``."""
     quiet_faults(run)
     report.leftovers += [f"sandbox {s.name} in the emulator's ls" for s in run.sdk.ls()]
-    report.leftovers += [f"pool {p.name} on the emulator" for p in run.sdk.list_pools()]
+    report.leftovers += [f"pool {name} on the emulator" for name in sorted(pool_names(run) - pools_before)]
     entries = default_ledger().entries(sdk=EMULATOR, endpoint=endpoint_for(EMULATOR))
     report.leftovers += [f"ledger: {e.kind} {e.name} ({e.state})" for e in entries]
     labels = [L.MANAGED_FILTER, f"{L.OWNER_PID}={run.process.pid}"]
@@ -300,6 +305,7 @@ async def run_soak(config: EmulatorSoakConfig, work: Path, run: EmulatorRun) -> 
     tmp = work / "tmp"
     tmp.mkdir(parents=True)
     chat = FakeChatServer()
+    pools_before = await asyncio.to_thread(pool_names, run)
     try:
         with soak.private_tempdir(tmp):
             backend = make_backend(work, config)
@@ -320,7 +326,7 @@ async def run_soak(config: EmulatorSoakConfig, work: Path, run: EmulatorRun) -> 
     soak.read_attempts(report, home)
     findings = FaultFindings()
     await asyncio.to_thread(check_faults, report, home, run, findings)
-    await asyncio.to_thread(check_leftovers, report, run, tmp, trials)
+    await asyncio.to_thread(check_leftovers, report, run, tmp, trials, pools_before)
     report.key_hits = soak.key_hits(report.plans, [trials, home / ".osmosis"])
     report.hoards_scrubbed = soak.hoards_scrubbed(trials)
     report.unproven = soak.unscrubbed_successes(report, trials)

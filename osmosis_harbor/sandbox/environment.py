@@ -77,7 +77,7 @@ from osmosis_harbor.sandbox.images import (
     local_image_exists,
     registry_image_exists,
 )
-from osmosis_harbor.sandbox.liveness import SandboxState, sandbox_state
+from osmosis_harbor.sandbox.liveness import SandboxState, record_loss, sandbox_state
 from osmosis_harbor.sandbox.protocol import SandboxSdk, has_archives
 from osmosis_harbor.sandbox.registry import DEFAULT_SDK, implementation
 from osmosis_harbor.sandbox.starts import current_starts
@@ -615,6 +615,7 @@ class SandboxEnvironment(FilteredDownloads, SkypilotEnvironment):
                 # The call may have run (an exec is never retried): its effects are unknown, so
                 # this sandbox is lost to the trial; a retry gets a fresh one (api_faults.py).
                 self._lost = SandboxLostError(self._sandbox_name, f"the sandbox API failed mid-call: {exc}")
+                record_loss(self._lost)  # soak16: Harbor may wrap or swallow the raise (liveness.py)
                 raise SandboxLostError(self._sandbox_name, self._lost.reason) from exc
             raise
         if isinstance(result, ExecResult) and result.return_code != 0:
@@ -638,6 +639,7 @@ class SandboxEnvironment(FilteredDownloads, SkypilotEnvironment):
         if state.live or self._stopping:
             return
         self._lost = SandboxLostError(self._sandbox_name, state.loss_reason())
+        record_loss(self._lost)  # soak16: Harbor may wrap or swallow the raise (liveness.py)
         raise SandboxLostError(self._sandbox_name, self._lost.reason) from cause
 
     async def _settled_state(self, settle_sec: float) -> SandboxState:
