@@ -31,6 +31,7 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
 import docker
 import httpx
 from harbor.environments.skypilot import _sanitize_dns_name

@@ -206,7 +206,9 @@ def test_snapshot_pushes_the_filesystem_to_the_registry(image: str) -> None:
         docker.from_env().images.remove(ref, force=True)
 
 
-def test_one_server_is_one_account(emulator: EmulatorServer, image: str, tmp_path_factory: pytest.TempPathFactory) -> None:
+def test_one_server_is_one_account(
+    emulator: EmulatorServer, image: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
     """SkyPilot's ``ls`` lists one account's sandboxes: another emulator server on the same
     engine (another test session's, another bench run's) neither lists, reaches, terminates
     nor evicts this server's sandboxes, and this server does not see its."""

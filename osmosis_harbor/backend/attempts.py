@@ -39,8 +39,8 @@ from osmosis_harbor.backend.outcome import (
 )
 from osmosis_harbor.backend.plan import RolloutPlan
 from osmosis_harbor.backend.tracker import RolloutState, RolloutTracker
-from osmosis_harbor.keys import KeyCustody
 from osmosis_harbor.errors import SandboxLostError
+from osmosis_harbor.keys import KeyCustody
 from osmosis_harbor.sandbox import live
 from osmosis_harbor.sandbox.liveness import loss_scope
 from osmosis_harbor.sandbox.starts import SandboxStarts, starts_scope
