@@ -167,6 +167,7 @@ class FaultFindings:
     calls: int = 0
     injected: dict[str, int] = field(default_factory=dict)
     by_sandbox: dict[str, dict[str, int]] = field(default_factory=dict)
+    evicted: int = 0  # sandboxes the emulator evicted (the soak's evictions)
     api_losses: int = 0  # losses our code put down to an API fault
     faulted_rollouts: int = 0  # rollouts one of whose sandboxes met a fault
     unexplained: list[str] = field(default_factory=list)
@@ -200,9 +201,8 @@ def expected_mismatches(plan: Plan, seen: Observed, lost: list[dict[str, str]], 
     got = seen.result
     if got is None:
         return problems
-    ended_lost = got.err_category is not None and got.err_category.value == "internal_error"
-    if ended_lost:
-        return [] if reasons else problems
+    if got.err_category is not None and got.err_category.value == "internal_error":
+        return [] if "was lost" in (got.err_message or "") else problems  # lost, not any internal error
     return [p for p in problems if "attempt(s)" not in p and "fault not injected" not in p]
 
 
@@ -211,6 +211,7 @@ def check_faults(report: SoakReport, home: Path, run: EmulatorRun, findings: Fau
     findings.calls = int(stats["calls"])
     findings.injected = dict(stats["faults"])
     findings.by_sandbox = dict(stats.get("faults_by_sandbox") or {})
+    findings.evicted = len(stats.get("evicted") or [])
     extras = {rid: soak.json.loads(p.read_text()) for rid, p in soak.diagnostics(home).items()}
     faulted_names = set(findings.by_sandbox)
     for plan in report.plans:
@@ -345,6 +346,7 @@ def to_bench(result: EmulatorSoak, config: EmulatorSoakConfig) -> BenchResult:
     bench.info["API calls during the soak"] = f.calls
     bench.info["API faults injected (by kind)"] = dict(sorted(f.injected.items()))
     bench.info["API fault rate (per call)"] = round(sum(f.injected.values()) / f.calls, 4) if f.calls else 0.0
+    bench.info["sandboxes evicted"] = f.evicted
     bench.info["rollouts with a faulted sandbox"] = f.faulted_rollouts
     bench.info["losses put down to an API fault (an exec's)"] = f.api_losses
     for line in f.unexplained:
