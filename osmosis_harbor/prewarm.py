@@ -35,9 +35,10 @@ from osmosis_harbor.errors import (
     PrewarmError,
     SandboxSdkMissingError,
 )
-from osmosis_harbor.sandbox import live
-from osmosis_harbor.sandbox.environment import SandboxEnvironment, pool_name_for
-from osmosis_harbor.sandbox.registry import DEFAULT_SDK, load_sandbox_sdk
+from osmosis_harbor.sandbox import live, pools
+from osmosis_harbor.sandbox.environment import SandboxEnvironment
+from osmosis_harbor.sandbox.options import SandboxOptions
+from osmosis_harbor.sandbox.pools import pool_name_for
 from osmosis_harbor.tasks.materialize import MaterializedTask
 from osmosis_harbor.tasks.refs import ResolvedTask
 from osmosis_harbor.tasks.resolver import TaskResolver
@@ -144,10 +145,10 @@ class Prewarmer:
     ) -> None:
         self.backend = backend
         self.notify: ProgressCallback = on_progress or (lambda _key, _stage: None)
-        env_kwargs = backend.environment_config.kwargs
-        self.sdk_name: str = env_kwargs.get("sdk", DEFAULT_SDK)
-        self.pool_base: str | None = env_kwargs.get("pool")
-        self.pool_size = pool_size if pool_size is not None else int(env_kwargs.get("pool_size") or 1)
+        self.options = SandboxOptions.of(backend.environment_config)
+        self.sdk_name = self.options.sdk
+        self.pool_base = self.options.pool
+        self.pool_size, _ = pools.prewarm_size(pool_size, self.options.pool_size, 1)
         self._work = Path(tempfile.mkdtemp(prefix="osmosis-harbor-prewarm-"))
 
     async def run(self, task_ids: Sequence[str]) -> PrewarmReport:
@@ -236,9 +237,7 @@ class Prewarmer:
         task = Task(path)
         trial_paths = TrialPaths(self._work / f"trial-{uuid.uuid4().hex[:8]}")
         trial_paths.mkdir()
-        config = self.backend.environment_config
-        kwargs = {k: v for k, v in config.kwargs.items() if k not in {"pool", "pool_size"}}
-        config = config.model_copy(update={"kwargs": kwargs})
+        config = self.options.for_trial(claims_pool=False).applied_to(self.backend.environment_config)
         env = EnvironmentFactory.create_environment_from_config(
             config,
             environment_dir=task.paths.environment_dir,
@@ -281,12 +280,8 @@ class Prewarmer:
             await env.stop(delete=True)
 
     async def _ensure_pool(self, name: str, image: str, env: SandboxEnvironment) -> None:
-        sdk = load_sandbox_sdk(self.sdk_name)
-        sandboxes = live.current()  # the owner's: its pools are in the ledger before they exist
-        await sandboxes.pool_pending(name, self.sdk_name)
-        await sdk.create_pool.aio(name, image, replicas=self.pool_size, **env.pool_shape())
-        await sandboxes.pool_made(name, self.sdk_name)
-        await sdk.set_pool_size.aio(name, self.pool_size)
+        # the owner's registry: its pools are in the ledger before they exist
+        await pools.create(live.current(), self.sdk_name, name, image, self.pool_size, env.pool_shape())
 
 
 __all__ = [

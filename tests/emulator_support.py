@@ -8,7 +8,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -171,3 +171,21 @@ def push_to_local_registry(image: str) -> str:
 def registry_tags(repository: str) -> list[str]:
     response = httpx.get(f"http://{LOCAL_REGISTRY}/v2/{repository}/tags/list", timeout=10)
     return list(response.json().get("tags") or []) if response.status_code == 200 else []
+
+
+@contextlib.contextmanager
+def private_emulator(
+    directory: Path,
+    *,
+    set_env: bool = True,
+    leftovers: Callable[[EmulatorServer], list[str]] = remove_emulator_sandboxes,
+) -> Iterator[EmulatorServer]:
+    """A module's own emulator server (its fault knobs would disturb the session's), selected
+    through the environment when ``set_env``; on exit the sandboxes the module left are removed,
+    the server stopped, and any leftover fails the module."""
+    server = start_server(directory)
+    with emulator_env(server.url) if set_env else contextlib.nullcontext():
+        yield server
+    left = leftovers(server)
+    stop_server(server)
+    assert not left, f"tests left emulator sandboxes: {left}"

@@ -21,22 +21,18 @@ from osmosis_harbor.sandbox.liveness import sandbox_state
 
 from .emulator_support import (
     EmulatorServer,
-    emulator_env,
+    private_emulator,
     push_to_local_registry,
-    start_server,
-    stop_server,
 )
 from .ledger_support import environment_for, remove_own_emulator_sandboxes
 
 
 @pytest.fixture(scope="module")
 def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatorServer]:
-    server = start_server(tmp_path_factory.mktemp("emulator"))
-    with emulator_env(server.url):
+    with private_emulator(
+        tmp_path_factory.mktemp("emulator"), leftovers=lambda _server: remove_own_emulator_sandboxes()
+    ) as server:
         yield server
-    left = remove_own_emulator_sandboxes()
-    stop_server(server)
-    assert not left, f"tests left emulator sandboxes: {left}"
 
 
 @pytest.fixture(scope="module")

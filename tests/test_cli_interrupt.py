@@ -62,7 +62,12 @@ def _sigint_when_sandboxes_run(argv: list[str], tmp_path: Path, count: int = 1) 
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env={**__import__("os").environ, "HOME": str(tmp_path), "OSMOSIS_HARBOR_BUNDLES": str(tmp_path / "b")},
+        env={  # TMPDIR: an interrupted rollout's trial is retained for inspection, under the test's dir
+            **__import__("os").environ,
+            "HOME": str(tmp_path),
+            "OSMOSIS_HARBOR_BUNDLES": str(tmp_path / "b"),
+            "TMPDIR": str(tmp_path),
+        },
     )
     try:
         wait_until(

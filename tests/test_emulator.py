@@ -19,21 +19,15 @@ from osmosis_harbor.sandbox.protocol import has_archives
 from .emulator_support import (
     EmulatorServer,
     emulator_env,
+    private_emulator,
     push_to_local_registry,
-    remove_emulator_sandboxes,
-    start_server,
-    stop_server,
 )
 
 
 @pytest.fixture(scope="module")
 def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatorServer]:
-    server = start_server(tmp_path_factory.mktemp("emulator"))
-    with emulator_env(server.url):
+    with private_emulator(tmp_path_factory.mktemp("emulator")) as server:
         yield server
-    left = remove_emulator_sandboxes(server)
-    stop_server(server)
-    assert not left, f"tests left emulator sandboxes: {left}"
 
 
 @pytest.fixture(scope="module")
@@ -206,14 +200,11 @@ def test_snapshot_pushes_the_filesystem_to_the_registry(image: str) -> None:
         docker.from_env().images.remove(ref, force=True)
 
 
-def test_one_server_is_one_account(
-    emulator: EmulatorServer, image: str, tmp_path_factory: pytest.TempPathFactory
-) -> None:
+def test_one_server_is_one_account(image: str, tmp_path_factory: pytest.TempPathFactory) -> None:
     """SkyPilot's ``ls`` lists one account's sandboxes: another emulator server on the same
     engine (another test session's, another bench run's) neither lists, reaches, terminates
     nor evicts this server's sandboxes, and this server does not see its."""
-    other = start_server(tmp_path_factory.mktemp("emulator-other"))
-    try:
+    with private_emulator(tmp_path_factory.mktemp("emulator-other"), set_env=False) as other:
         mine = sky.create(name=_name("account"), image=image, timeout=600)
         mine_info = sky.SandboxInfo(name=mine.name, status="RUNNING", image=image, created_at=time.time())
         try:
@@ -233,6 +224,3 @@ def test_one_server_is_one_account(
                 theirs.terminate()
         finally:
             mine.terminate()
-    finally:
-        remove_emulator_sandboxes(other)
-        stop_server(other)

@@ -22,8 +22,8 @@ from osmosis_harbor.sandbox.liveness import sandbox_state
 from .emulator_support import (
     EmulatorServer,
     emulator_env,
+    private_emulator,
     push_to_local_registry,
-    remove_emulator_sandboxes,
     start_server,
     stop_server,
 )
@@ -32,12 +32,8 @@ from .support import REPO, wait_until
 
 @pytest.fixture(scope="module")
 def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatorServer]:
-    server = start_server(tmp_path_factory.mktemp("emulator"))
-    with emulator_env(server.url):
+    with private_emulator(tmp_path_factory.mktemp("emulator")) as server:
         yield server
-    left = remove_emulator_sandboxes(server)
-    stop_server(server)
-    assert not left, f"tests left emulator sandboxes: {left}"
 
 
 @pytest.fixture(scope="module")

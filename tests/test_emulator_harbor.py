@@ -17,10 +17,8 @@ from harbor.environments.base import environment_content_hash
 from .emulator_support import (
     LOCAL_REGISTRY,
     EmulatorServer,
+    private_emulator,
     registry_tags,
-    remove_emulator_sandboxes,
-    start_server,
-    stop_server,
 )
 from .support import REPO, copy_task, run_cli
 
@@ -29,32 +27,8 @@ SHARED_REPOSITORY = "osmosis-harbor-env"
 
 @pytest.fixture(scope="module")
 def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatorServer]:
-    server = start_server(tmp_path_factory.mktemp("emulator"))
-    yield server
-    left = remove_emulator_sandboxes(server)
-    stop_server(server)
-    assert not left, f"tests left emulator sandboxes: {left}"
-
-
-def test_sandbox_check_passes_on_the_emulator(emulator: EmulatorServer, tmp_path: Path) -> None:
-    report = tmp_path / "check.json"
-    done = run_cli(
-        "sandbox-check",
-        "--sdk",
-        "skypilot-emulator",
-        "--json",
-        str(report),
-        env={"OSMOSIS_HARBOR_EMULATOR_URL": emulator.url, "COLUMNS": "200"},
-    )
-    results = json.loads(report.read_text())["results"]
-    failed = [r for r in results if r["status"] not in ("passed", "not_applicable")]
-    assert done.returncode == 0 and not failed, failed or done.stdout[-3000:]
-    by_name = {r["name"]: r for r in results}
-    # the default image (a local one) was published to the registry and pulled by reference
-    assert f"{LOCAL_REGISTRY}/debian" in done.stdout
-    assert by_name["ls_lists_sandbox"]["detail"] == "status RUNNING"
-    assert by_name["environment_image_by_content_hash"]["detail"].startswith(f"{LOCAL_REGISTRY}/{SHARED_REPOSITORY}:")
-    assert emulator.stats()["calls"] > 0  # every check went through the server
+    with private_emulator(tmp_path_factory.mktemp("emulator"), set_env=False) as server:
+        yield server
 
 
 def test_validate_runs_a_harbor_trial_through_the_registry(emulator: EmulatorServer, tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import re
 import textwrap
 import uuid
 from collections.abc import Iterator
@@ -19,6 +20,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import docker
+import docker.errors
 import pytest
 from harbor.environments.factory import EnvironmentFactory
 from harbor.environments.skypilot import SkypilotEnvironment
@@ -26,10 +29,9 @@ from harbor.models.task.task import Task
 from harbor.models.trial.paths import TrialPaths
 
 from osmosis_harbor.errors import BaseImageMissingError, ImageBuildError
-from osmosis_harbor.sandbox import SandboxEnvironment, environment_config
-from osmosis_harbor.sandbox import environment as sandbox_environment
-from osmosis_harbor.sandbox.environment import pool_name_for
+from osmosis_harbor.sandbox import SandboxEnvironment, environment_config, image_resolution
 from osmosis_harbor.sandbox.images import BUILD_COORDINATOR
+from osmosis_harbor.sandbox.pools import pool_name_for
 
 from .support import make_task
 
@@ -108,13 +110,13 @@ async def test_a_registry_build_runs_harbors_own_code_and_fails_as_our_errors(
     """Harbor's build fails as ``ImageBuildError`` and is retried once; a missing base image
     fails as ``BaseImageMissingError``, naming it, and is built only once."""
     builds: list[str] = []
-    harbor_build = sandbox_environment.HARBOR_BUILD_ONCE
+    harbor_build = image_resolution.HARBOR_BUILD_ONCE
 
     async def counting(env: SandboxEnvironment) -> None:
         builds.append(env.environment_name)
         await harbor_build(env)
 
-    monkeypatch.setattr(sandbox_environment, "HARBOR_BUILD_ONCE", counting)
+    monkeypatch.setattr(image_resolution, "HARBOR_BUILD_ONCE", counting)
     failing = f"FROM debian:trixie-slim\nRUN echo broken-{uuid.uuid4().hex[:6]} && exit 3\n"
     env = _environment(make_task(tmp_path, "broken", dockerfile=failing), tmp_path, registry=REGISTRY)
     with BUILD_COORDINATOR.as_new_process(), pytest.raises(ImageBuildError, match="docker build failed for") as caught:
@@ -122,6 +124,17 @@ async def test_a_registry_build_runs_harbors_own_code_and_fails_as_our_errors(
     cause = caught.value.__cause__  # Harbor's _build_and_push_image raised it: a plain RuntimeError
     assert type(cause) is RuntimeError and str(cause).startswith(f"docker build failed for {env.image_ref}")
     assert builds == ["broken", "broken"]  # our retry, around one attempt of Harbor's each
+    # The legacy builder keeps a failed step's container (Harbor passes no --force-rm): the
+    # build printed it, and it is gone afterwards.
+    leftovers = re.findall(r"Running in ([0-9a-f]{12,64})", str(cause))
+    assert leftovers, "the failing RUN step ran in an intermediate container"
+    engine = docker.from_env()
+    try:
+        for container_id in leftovers:
+            with pytest.raises(docker.errors.NotFound):
+                engine.containers.get(container_id)
+    finally:
+        engine.close()
 
     absent = f"{REGISTRY}/absent-base-{uuid.uuid4().hex[:6]}:1"  # a pull attempt reaches only 127.0.0.1
     env = _environment(make_task(tmp_path, "no-base", dockerfile=f"FROM {absent}\n"), tmp_path, registry=REGISTRY)

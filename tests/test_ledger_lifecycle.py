@@ -30,10 +30,8 @@ from osmosis_harbor.sandbox.owner import Owner
 
 from .emulator_support import (
     EmulatorServer,
-    emulator_env,
+    private_emulator,
     push_to_local_registry,
-    start_server,
-    stop_server,
 )
 from .ledger_support import cleanup, environment_for, remove_own_emulator_sandboxes, start_owner
 from .support import TASKS
@@ -43,12 +41,10 @@ SDKS = ["skypilot-emulator", "docker"]
 
 @pytest.fixture(scope="module")
 def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatorServer]:
-    server = start_server(tmp_path_factory.mktemp("emulator"))
-    with emulator_env(server.url):
+    with private_emulator(
+        tmp_path_factory.mktemp("emulator"), leftovers=lambda _server: remove_own_emulator_sandboxes()
+    ) as server:
         yield server
-    left = remove_own_emulator_sandboxes()
-    stop_server(server)
-    assert not left, f"tests left emulator sandboxes: {left}"
 
 
 @pytest.fixture(autouse=True)

@@ -18,6 +18,7 @@ from osmosis_harbor.sandbox import conformance, load_sandbox_sdk
 from osmosis_harbor.sandbox.conformance.core import Check, CheckResult, CheckStatus, skip
 from osmosis_harbor.sandbox.registry import SDK_NAMES, implementation
 
+from .emulator_support import LOCAL_REGISTRY
 from .support import run_cli
 
 
@@ -122,3 +123,10 @@ def test_sandbox_check_passes_on_each_sdk_with_its_capabilities(sdk: str, tmp_pa
     archives = data["capabilities"]["offered"]["archives"]
     archive_checks = {r["status"] for r in data["results"] if r["name"].startswith("archive_")}
     assert archive_checks == ({"passed"} if archives else {"not_applicable"}), (archives, archive_checks)
+    if sdk == "skypilot-emulator":  # sandboxes pull by reference: the local default image went through the registry
+        by_name = {r["name"]: r for r in data["results"]}
+        assert f"{LOCAL_REGISTRY}/debian" in proc.stdout
+        assert by_name["ls_lists_sandbox"]["detail"] == "status RUNNING"
+        assert by_name["environment_image_by_content_hash"]["detail"].startswith(
+            f"{LOCAL_REGISTRY}/osmosis-harbor-env:"
+        )

@@ -9,7 +9,7 @@ from harbor.models.trial.config import EnvironmentConfig
 from osmosis_ai.rollout.types import ExecutionRequest
 
 from osmosis_harbor.backend.options import BackendOptions
-from osmosis_harbor.sandbox.registry import DEFAULT_SDK, implementation
+from osmosis_harbor.sandbox.options import SandboxOptions
 from osmosis_harbor.shim import contract
 
 __all__ = ["MAX_ROLLOUT_ID_BYTES", "endpoint_problem", "relays_endpoint", "request_problem"]
@@ -49,15 +49,11 @@ def endpoint_problem(options: BackendOptions, environment: EnvironmentConfig, ur
         return None
     if not url:
         return "the rollout has no chat-completions URL (no active RolloutContext)"
-    if (
-        _client_in_sandbox(options)
-        and _on_loopback(url)
-        and not environment.kwargs.get("host_network")
-        and not _relays(environment)
-    ):
+    sandbox = SandboxOptions.of(environment)
+    if _client_in_sandbox(options) and _on_loopback(url) and not sandbox.host_network and not _relays(sandbox):
         return (
             f"the chat-completions endpoint {url} is on this machine's loopback, which "
-            f"{environment.kwargs.get('sdk', DEFAULT_SDK)!r} sandboxes cannot reach; serve it on a "
+            f"{sandbox.sdk!r} sandboxes cannot reach; serve it on a "
             "routable address, or use local Docker sandboxes (environment_config('docker')), "
             "which reach it through the policy relay"
         )
@@ -68,13 +64,14 @@ def relays_endpoint(options: BackendOptions, environment: EnvironmentConfig, url
     """Whether the rollout's endpoint reaches its sandbox through the policy relay: a model
     client in the sandbox, an endpoint on the host's loopback, sandboxes whose implementation
     relays, and no explicit ``host_network=True`` (which reaches the loopback directly)."""
+    sandbox = SandboxOptions.of(environment)
     return (
         bool(url)
         and not (options.is_native and options.agent == "oracle")
         and _client_in_sandbox(options)
         and _on_loopback(url)
-        and not environment.kwargs.get("host_network")
-        and _relays(environment)
+        and not sandbox.host_network
+        and _relays(sandbox)
     )
 
 
@@ -87,5 +84,5 @@ def _on_loopback(url: str) -> bool:
     return host in LOOPBACK_HOSTS or host.startswith("127.")
 
 
-def _relays(environment: EnvironmentConfig) -> bool:
-    return implementation(str(environment.kwargs.get("sdk", DEFAULT_SDK))).relays_host_endpoint
+def _relays(sandbox: SandboxOptions) -> bool:
+    return sandbox.impl.relays_host_endpoint

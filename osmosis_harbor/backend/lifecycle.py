@@ -33,10 +33,11 @@ from osmosis_harbor.bundle.info import BundleInfo
 from osmosis_harbor.errors import BundleInstallError, ConfigError
 from osmosis_harbor.keys import KeyCustody
 from osmosis_harbor.prewarm import Prewarmer, PrewarmReport, ProgressCallback
-from osmosis_harbor.sandbox.api_faults import retry_safe
+from osmosis_harbor.sandbox import pools
 from osmosis_harbor.sandbox.leftovers import Leftover, reap_dead_owners
 from osmosis_harbor.sandbox.live import LiveSandboxes, sandboxes_scope
-from osmosis_harbor.sandbox.registry import DEFAULT_SDK, load_sandbox_sdk
+from osmosis_harbor.sandbox.options import SandboxOptions, environment_label
+from osmosis_harbor.sandbox.registry import load_sandbox_sdk
 from osmosis_harbor.sandbox.starts import SandboxStarts, starts_scope
 from osmosis_harbor.tasks.materialize import MaterializedTask
 from osmosis_harbor.tasks.refs import ResolvedTask, TaskMode
@@ -113,6 +114,7 @@ class BackendLifecycle:
         self.bundle = bundle
         self.resolver = resolver
         self.environment_config = environment_config
+        self.sandbox_options = SandboxOptions.of(environment_config)
         self.tracker = tracker
         self.custody = custody
         self.sandboxes = LiveSandboxes()  # this backend's, never another's (sandboxes_scope)
@@ -128,7 +130,7 @@ class BackendLifecycle:
 
     @property
     def sdk_name(self) -> str:
-        return str(self.environment_config.kwargs.get("sdk", DEFAULT_SDK))
+        return self.sandbox_options.sdk
 
     def reap_leftovers(self) -> list[Leftover]:
         """At start: remove what dead owners left on this backend's SDK (``leftovers.py``). An
@@ -205,10 +207,8 @@ class BackendLifecycle:
         """Build/push images, prove agent setup and size warm pools before any traffic
         (``pool_size="auto"``: at the autoscaler's minimum, then resized from the claims)."""
         ids = self.default_prewarm_task_ids(task_ids)
-        auto = pool_size == "auto" or (pool_size is None and self.environment_config.kwargs.get("pool_size") == "auto")
         policy = AutoscalePolicy.from_settings()
-        size = max(policy.min_size, 1) if auto else pool_size
-        assert size != "auto"
+        size, auto = pools.prewarm_size(pool_size, self.sandbox_options.pool_size, policy.min_size)
         with starts_scope(self.starts), sandboxes_scope(self.sandboxes):
             report = await Prewarmer(self, pool_size=size, on_progress=on_progress).run(ids)
         self.prewarm_report = report
@@ -219,19 +219,19 @@ class BackendLifecycle:
                     self.task_pools[task_id] = group.pool
                     self.failed_prewarm_tasks.pop(task_id, None)
         if auto:
-            await self._autoscale(policy, initial_size=size or 1)
+            await self._autoscale(policy, initial_size=size)
         return report
 
     async def _autoscale(self, policy: AutoscalePolicy, *, initial_size: int) -> None:
         if self.autoscaler is not None:
             await self.autoscaler.stop()
             self.autoscaler = None
-        pools = sorted(set(self.task_pools.values()))
-        if not pools or self.starts is None:
+        names = sorted(set(self.task_pools.values()))
+        if not names or self.starts is None:
             return
         claims = self.starts.claims
         self.autoscaler = PoolAutoscaler(
-            load_sandbox_sdk(self.sdk_name), pools, lambda: claims, policy, initial_size=initial_size
+            load_sandbox_sdk(self.sdk_name), names, lambda: claims, policy, initial_size=initial_size
         )
         self.autoscaler.start()
 
@@ -270,25 +270,11 @@ class BackendLifecycle:
         if self.autoscaler is not None:  # before the pools go: no resize races their deletion
             await self.autoscaler.stop()
         problems = await self.sandboxes.terminate_all()
-        problems += await self._delete_pools()
+        problems += await pools.delete(self.sandboxes, self.sdk_name, self.task_pools.values())
+        self.task_pools.clear()
         self.workspace.remove()
         for problem in problems:
             print(f"HarborBackend shutdown: could not remove {problem}", flush=True)
-
-    async def _delete_pools(self) -> list[str]:
-        pools = sorted(set(self.task_pools.values()))
-        if not pools:
-            return []
-        sdk = load_sandbox_sdk(self.sdk_name)
-        problems = []
-        for pool in pools:
-            try:
-                await retry_safe("delete_pool", sdk.delete_pool.aio, pool)
-                await self.sandboxes.pool_gone(pool, self.sdk_name)
-            except Exception as exc:
-                problems.append(f"pool {pool}: {exc}")
-        self.task_pools.clear()
-        return problems
 
     # ── health ────────────────────────────────────────────────────────────────
     def health(self, *, max_queue_depth: int | None) -> dict[str, Any]:
@@ -296,7 +282,7 @@ class BackendLifecycle:
         return {
             "status": "ok" if self.accepting else "shutting_down",
             "backend": "harbor",
-            "environment": self.environment_config.kwargs.get("sdk", str(self.environment_config.type)),
+            "environment": environment_label(self.environment_config),
             "agent": self.options.agent_label(),
             "task_mode": self.options.task_mode.value,
             "in_flight": counts["in_flight"],
@@ -308,20 +294,6 @@ class BackendLifecycle:
             if self.prewarm_report is None
             else {k: getattr(self.prewarm_report, k) for k in ("groups", "tasks", "built", "reused", "failed")},
             "failed_prewarm_tasks": dict(self.failed_prewarm_tasks),
-            "pools": self._pool_state(),
+            "pools": pools.health(self.sdk_name, self.task_pools.values()),
             "autoscale": None if self.autoscaler is None else self.autoscaler.state(),
         }
-
-    def _pool_state(self) -> dict[str, Any]:
-        pools = sorted(set(self.task_pools.values()))
-        if not pools:
-            return {}
-        state: dict[str, Any] = {}
-        try:
-            sdk = load_sandbox_sdk(self.sdk_name)
-            for pool in pools:
-                info = sdk.get_pool(pool)
-                state[pool] = {"replicas": info.replicas, "idle": info.idle, "claimed": info.claimed}
-        except Exception as exc:  # health must answer even when the pool API does not
-            state["error"] = str(exc)
-        return state

@@ -33,6 +33,7 @@ from osmosis_harbor.agents.workflow import VENV, agent_timeout_budget, bundle_ch
 from osmosis_harbor.backend.options import BackendOptions
 from osmosis_harbor.backend.outcome import RewardSource
 from osmosis_harbor.bundle.info import BundleInfo
+from osmosis_harbor.sandbox.options import SandboxOptions
 from osmosis_harbor.tasks.dockerfile import EnvironmentPatch
 from osmosis_harbor.tasks.materialize import MaterializedTask, materialize_task
 from osmosis_harbor.tasks.prompt import render_prompt
@@ -181,9 +182,7 @@ class Planner:
         key_env: str,
     ) -> TrialConfig:
         materialized = self.materialize(plan, work / "task", request)
-        kwargs = {k: v for k, v in self.environment.kwargs.items() if k not in {"pool", "pool_size"}}
-        if plan.claims_pool:
-            kwargs["pool"] = self.environment.kwargs.get("pool")
+        sandbox = SandboxOptions.of(self.environment).for_trial(claims_pool=plan.claims_pool)
         return TrialConfig(
             task=TaskConfig(path=materialized.path),
             trial_name=trial_name,
@@ -193,7 +192,7 @@ class Planner:
                 if self.options.is_native
                 else self._workflow_config(request, work, materialized, plan)
             ),
-            environment=self.environment.model_copy(update={"kwargs": kwargs}),
+            environment=sandbox.applied_to(self.environment),
             verifier=VerifierConfig(
                 disable=plan.reward_source is RewardSource.NONE,
                 override_timeout_sec=request.grader_timeout_sec,

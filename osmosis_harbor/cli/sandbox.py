@@ -91,26 +91,25 @@ def _cleanup_pools(args: argparse.Namespace) -> list[tuple[str, str]]:
     """On a remote-style SDK the service reaps expired sandboxes itself (their TTL); what is
     left to clean is the warm pools a prewarm created, found through the SDK's pool listing."""
     from osmosis_harbor.errors import UserError
-    from osmosis_harbor.sandbox import load_sandbox_sdk
+    from osmosis_harbor.sandbox import load_sandbox_sdk, pools
 
     sdk = load_sandbox_sdk(args.env)
     list_pools = getattr(sdk, "list_pools", None)
     if list_pools is None:
         raise UserError(f"cleanup --env {args.env}: this SDK cannot list pools; delete them with its own tools")
     removed: list[tuple[str, str]] = []
-    for pool in list_pools():
-        if args.all_pools or any(pool.name.startswith(prefix) for prefix in args.pool or []):
-            sdk.delete_pool(pool.name)
-            removed.append((pool.name, "pool deleted"))
+    for name in pools.selected([pool.name for pool in list_pools()], args.pool, everything=args.all_pools):
+        sdk.delete_pool(name)
+        removed.append((name, "pool deleted"))
     return removed
 
 
 def _cleanup_docker(args: argparse.Namespace) -> list[tuple[str, str]]:
     from osmosis_harbor.sandbox import docker as docker_sdk
+    from osmosis_harbor.sandbox import pools
 
     removed: list[tuple[str, str]] = [(r.name, r.reason) for r in docker_sdk.reap(expired=True, dead_owners=True)]
-    for pool in docker_sdk.list_pools():
-        if args.all_pools or any(pool.name.startswith(prefix) for prefix in args.pool or []):
-            removed += [(r.name, f"pool {pool.name} deleted") for r in docker_sdk.delete_pool(pool.name)]
-            removed.append((pool.name, "pool spec deleted"))
+    for name in pools.selected([pool.name for pool in docker_sdk.list_pools()], args.pool, everything=args.all_pools):
+        removed += [(r.name, f"pool {name} deleted") for r in docker_sdk.delete_pool(name)]
+        removed.append((name, "pool spec deleted"))
     return removed

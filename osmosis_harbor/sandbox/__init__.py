@@ -10,17 +10,14 @@ from typing import Any, Literal
 
 from harbor.models.trial.config import EnvironmentConfig
 
-from osmosis_harbor.errors import ConfigError, SandboxSdkMissingError
-from osmosis_harbor.sandbox.environment import IMPORT_PATH, SandboxEnvironment
-from osmosis_harbor.sandbox.registry import (
-    DEFAULT_SDK,
-    SDK_NAMES,
-    implementation,
-    load_sandbox_sdk,
-)
+from osmosis_harbor.errors import SandboxSdkMissingError
+from osmosis_harbor.sandbox.environment import SandboxEnvironment
+from osmosis_harbor.sandbox.options import IMPORT_PATH, SandboxOptions
+from osmosis_harbor.sandbox.registry import DEFAULT_SDK, SDK_NAMES, load_sandbox_sdk
 
 __all__ = [
     "SandboxEnvironment",
+    "SandboxOptions",
     "SDK_NAMES",
     "SandboxSdkMissingError",
     "environment_config",
@@ -51,29 +48,21 @@ def environment_config(
     sandboxes through the backend's policy relay (``relay.py``), and nothing else does. ``pool`` names
     the warm pool trials claim sandboxes from (``HarborBackend.prewarm`` creates one pool
     per environment group, named after it, with ``pool_size`` running sandboxes, or sized
-    from the observed claim rate with ``pool_size="auto"``).
+    from the observed claim rate with ``pool_size="auto"``). ``extra_kwargs``: Harbor's own
+    environment keywords; any other name is a `ConfigError` naming it (``options.py``).
     """
-    impl = implementation(sdk)
-    if host_network and not impl.reaches_host:
-        reachers = [name for name in SDK_NAMES if implementation(name).reaches_host]
-        raise ConfigError(f"host_network=True is only available with sdk={' or '.join(map(repr, reachers))}")
-    impl.load()  # fail now, with the install hint, not mid-trial
-    kwargs: dict[str, Any] = {"sdk": sdk, **extra_kwargs}
-    for key, value in {
-        "registry": registry,
-        "pool": pool,
-        "context_name": context_name,
-        "namespace": namespace,
-        "secrets": list(secrets) if secrets else None,
-    }.items():
-        if value is not None:
-            kwargs[key] = value
-    if host_network:
-        kwargs["host_network"] = True
-    if pool_size is not None:
-        if pool is None:
-            raise ConfigError("pool_size needs pool= (the warm pool's base name)")
-        if pool_size != "auto" and (isinstance(pool_size, bool) or not isinstance(pool_size, int) or pool_size < 0):
-            raise ConfigError(f"pool_size must be an integer >= 0 or 'auto', got {pool_size!r}")
-        kwargs["pool_size"] = pool_size
-    return EnvironmentConfig(import_path=IMPORT_PATH, kwargs=kwargs, force_build=force_build, delete=delete)
+    options = SandboxOptions.build(
+        sdk=sdk,
+        registry=registry,
+        pool=pool,
+        context_name=context_name,
+        namespace=namespace,
+        secrets=secrets,
+        host_network=host_network,
+        pool_size=pool_size,
+        **extra_kwargs,
+    )
+    options.impl.load()  # fail now, with the install hint, not mid-trial
+    return EnvironmentConfig(
+        import_path=IMPORT_PATH, kwargs=options.to_kwargs(), force_build=force_build, delete=delete
+    )

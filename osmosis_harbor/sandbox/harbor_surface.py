@@ -54,6 +54,10 @@ class HarborName:
 SKY = "harbor.environments.skypilot:SkypilotEnvironment"
 BASE = "harbor.environments.base:BaseEnvironment"
 ENV = "sandbox/environment.py"
+IMAGES = "sandbox/image_resolution.py"
+LIFECYCLE = "sandbox/sandbox_lifecycle.py"
+BOUNDS = "sandbox/bounds.py"
+PREPARATION = "sandbox/preparation.py"
 OVR, C, R, S, K = Use.OVERRIDE, Use.CALL, Use.READ, Use.SET, Use.COPY
 
 
@@ -97,19 +101,21 @@ SURFACE: tuple[HarborName, ...] = (
     HarborName(BASE, "_persistent_env", "attribute", (R,), ENV, "the trial's env, passed to create as Harbor does"),
     HarborName(BASE, "environment_id", "cached_property", (R,), ENV, "content hash: image tags and pool groups"),
     # ── images ──────────────────────────────────────────────────────────────────────────────
-    HarborName(SKY, "_image_ref", "property", (OVR, C), ENV, "one image per environment content; local names"),
-    HarborName(SKY, "_image_exists", "(self)", (OVR,), ENV, "`docker manifest inspect` fails on plain-http registries"),
+    HarborName(SKY, "_image_ref", "property", (OVR, C), IMAGES, "one image per environment content; local names"),
+    HarborName(
+        SKY, "_image_exists", "(self)", (OVR,), IMAGES, "`docker manifest inspect` fails on plain-http registries"
+    ),
     HarborName(
         SKY,
         "_build_and_push_image",
         "(self)",
         (OVR, C),
-        ENV,
+        IMAGES,
         "with a registry, one attempt of Harbor's own (tenacity's retry_with; our retry knows a missing base, "
         "its RuntimeError becomes ImageBuildError); without one: built locally, never pushed",
     ),
-    HarborName(SKY, "_resolve_image", "(self, force_build)", (OVR,), ENV, "each image built once across trials"),
-    HarborName(SKY, "_dockerfile_path", "property", (R,), ENV, "what is built, and the baked-bundle marker"),
+    HarborName(SKY, "_resolve_image", "(self, force_build)", (OVR,), IMAGES, "each image built once across trials"),
+    HarborName(SKY, "_dockerfile_path", "property", (R,), IMAGES, "what is built, and the baked-bundle marker"),
     HarborName(SKY, "_validate_definition", "(self)", (C,), ENV, "Harbor's check, run by init, reads _pool"),
     # ── sandbox lifecycle ────────────────────────────────────────────────────────────────────
     HarborName(
@@ -117,7 +123,7 @@ SURFACE: tuple[HarborName, ...] = (
         "_create_sandbox",
         "(self, image)",
         (OVR, K),
-        ENV,
+        LIFECYCLE,
         "Harbor's calls the module-global sky_sandbox: ours is a copy of its two create calls over the "
         "chosen SDK, plus host networking and no sandbox left by a cancellation",
     ),
@@ -126,15 +132,17 @@ SURFACE: tuple[HarborName, ...] = (
         "_upload_environment_dir_after_start",
         "(self)",
         (OVR, C),
-        ENV,
+        LIFECYCLE,
         "a group pool's image holds environment/ already; a generic pool gets Harbor's upload",
     ),
     HarborName(BASE, "_upload_environment_dir_after_start", "(self)", (C,), ENV, "what a plain start uploads"),
-    HarborName(SKY, "_terminate_sandbox", "(self)", (OVR, C), ENV, "deferred off the trial's path; else Harbor's"),
-    HarborName(SKY, "_require_sandbox", "(self)", (C,), ENV, "the live handle, or Harbor's error"),
-    HarborName(SKY, "stop", "(self, delete)", (OVR, C), ENV, "drops staged uploads; the live-sandbox registry"),
-    HarborName(BASE, "_effective_cpus", "property", (OVR, R), ENV, "Harbor's documented default sizing (bounds.py)"),
-    HarborName(BASE, "_effective_memory_mb", "property", (OVR, R), ENV, "Harbor's documented default sizing"),
+    HarborName(
+        SKY, "_terminate_sandbox", "(self)", (OVR, C), LIFECYCLE, "deferred off the trial's path; else Harbor's"
+    ),
+    HarborName(SKY, "_require_sandbox", "(self)", (C,), LIFECYCLE, "the live handle, or Harbor's error"),
+    HarborName(SKY, "stop", "(self, delete)", (OVR, C), LIFECYCLE, "drops staged uploads; the live-sandbox registry"),
+    HarborName(BASE, "_effective_cpus", "property", (OVR, R), BOUNDS, "Harbor's documented default sizing (bounds.py)"),
+    HarborName(BASE, "_effective_memory_mb", "property", (OVR, R), BOUNDS, "Harbor's documented default sizing"),
     HarborName(BASE, "_network_disabled", "property", (R,), ENV, "block_network, pool shape, host networking"),
     # ── commands and transfers ───────────────────────────────────────────────────────────────
     HarborName(SKY, "exec", "(self, command, cwd, env, timeout_sec, user)", (OVR, C), ENV, "lost sandboxes; flushes"),
@@ -147,8 +155,12 @@ SURFACE: tuple[HarborName, ...] = (
     HarborName(SKY, "download_file", "(self, source_path, target_path)", (OVR, C), ENV, "archive capability"),
     HarborName(BASE, "is_dir", "(self, path, user)", (OVR, C), ENV, "answered from an archive snapshot"),
     HarborName(BASE, "is_file", "(self, path, user)", (OVR, C), ENV, "answered from an archive snapshot"),
-    HarborName(BASE, "ensure_dirs", "(self, dirs, *, chmod)", (OVR, C), ENV, "no-op on a known-fresh baked sandbox"),
-    HarborName(BASE, "empty_dirs", "(self, dirs, *, chmod)", (OVR, C), ENV, "no-op on a known-fresh baked sandbox"),
+    HarborName(
+        BASE, "ensure_dirs", "(self, dirs, *, chmod)", (OVR, C), PREPARATION, "no-op on a known-fresh baked sandbox"
+    ),
+    HarborName(
+        BASE, "empty_dirs", "(self, dirs, *, chmod)", (OVR, C), PREPARATION, "no-op on a known-fresh baked sandbox"
+    ),
     HarborName(BASE, "_resolve_user", "(self, user)", (C,), ENV, "which preparation commands run as root"),
     HarborName(
         SKY,
@@ -163,11 +175,13 @@ SURFACE: tuple[HarborName, ...] = (
         "_remove_reward_files",
         "(self)",
         (K,),
-        ENV,
+        PREPARATION,
         "REMOVE_REWARDS_COMMAND, skipped on a fresh dir (tests/test_transfers.py compares the two)",
     ),
     # ── module-level helpers ─────────────────────────────────────────────────────────────────
-    HarborName("harbor.environments.skypilot", "_SANDBOX_TTL_SEC", "constant", (R,), ENV, "the TTL Harbor asks for"),
+    HarborName(
+        "harbor.environments.skypilot", "_SANDBOX_TTL_SEC", "constant", (R,), LIFECYCLE, "the TTL Harbor asks for"
+    ),
     HarborName(
         "harbor.environments.skypilot",
         "_REMOTE_TRANSFER_DIR",

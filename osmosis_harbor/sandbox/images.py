@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import threading
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
@@ -202,6 +203,29 @@ def push_image(ref: str) -> None:
     for chunk in client.api.push(repo, tag=tag, stream=True, decode=True):
         if "error" in chunk:
             raise ImageBuildError(f"docker push failed for {ref}: {chunk['error'].strip()}")
+
+
+_RUNNING_IN = re.compile(r"^ ---> Running in ([0-9a-f]{12,64})\s*$", re.MULTILINE)
+
+
+def remove_failed_build_containers(build_output: str) -> list[str]:
+    """Remove the containers a failed ``docker build`` left behind, named in its own output.
+
+    Why: Harbor builds with the Docker CLI's legacy builder and without ``--force-rm``, so a
+    failing ``RUN`` step leaves its stopped intermediate container on the engine, one per failed
+    attempt, forever. Only the ids the build itself printed (`` ---> Running in <id>``) are
+    touched, so nobody else's containers are. Returns the ids removed."""
+    client = _docker_client()
+    removed: list[str] = []
+    for container_id in dict.fromkeys(_RUNNING_IN.findall(build_output)):
+        try:
+            client.api.remove_container(container_id, force=True)
+        except docker.errors.NotFound:
+            continue  # the step succeeded and the builder removed it already
+        except docker.errors.APIError:
+            continue  # best effort: a leftover is not worth failing the build report over
+        removed.append(container_id)
+    return removed
 
 
 def names_registry(ref: str) -> bool:

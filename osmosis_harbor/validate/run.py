@@ -29,7 +29,7 @@ from pydantic import BaseModel
 from osmosis_harbor import settings
 from osmosis_harbor.errors import ConfigError, DatasetError
 from osmosis_harbor.sandbox.live import LiveSandboxes, sandboxes_scope
-from osmosis_harbor.sandbox.registry import DEFAULT_SDK, implementation
+from osmosis_harbor.sandbox.options import SandboxOptions, environment_label
 from osmosis_harbor.sandbox.starts import SandboxStarts, starts_scope
 from osmosis_harbor.tasks.discovery import TaskRef, check_task
 from osmosis_harbor.trials.explain import explain
@@ -186,8 +186,8 @@ async def validate_tasks(
             rows[task.id] = await asyncio.to_thread(_row_for_result, task, result, trial_dir, keep_trials, agent)
         notify(task.id, "passed" if rows[task.id].passed else "failed")
 
-    sdk = str(environment.kwargs.get("sdk", DEFAULT_SDK))
-    starts = SandboxStarts(max_concurrent_starts or implementation(sdk).max_concurrent_starts)
+    impl = SandboxOptions.of(environment).impl
+    starts = SandboxStarts(max_concurrent_starts or impl.max_concurrent_starts)
     sandboxes = LiveSandboxes()  # this run's sandboxes, not another run's or a backend's
     try:
         # The run's own start bound and registry: its trials' tasks inherit both.
@@ -216,7 +216,7 @@ async def validate_tasks(
     for row in ordered:
         row.lint = findings.get(row.id)
     passed = sum(1 for r in ordered if r.passed)
-    env_name = str(environment.kwargs.get("sdk", environment.type or environment.import_path))
+    env_name = environment_label(environment)
     return ValidationReport(
         passed=passed,
         failed=len(ordered) - passed,

@@ -30,13 +30,11 @@ from osmosis_harbor.sandbox.conformance.core import (
     skip,
 )
 from osmosis_harbor.sandbox.conformance.limit_checks import BOUNDS_SCRIPT, parse_bounds
-from osmosis_harbor.sandbox.environment import (
-    IMPORT_PATH,
-    SandboxEnvironment,
-    pool_name_for,
-)
+from osmosis_harbor.sandbox.environment import SandboxEnvironment
 from osmosis_harbor.sandbox.images import BUILD_COORDINATOR, remove_local_image
 from osmosis_harbor.sandbox.liveness import sandbox_state
+from osmosis_harbor.sandbox.options import IMPORT_PATH
+from osmosis_harbor.sandbox.pools import pool_name_for
 from osmosis_harbor.sandbox.registry import implementation, name_of
 from osmosis_harbor.sandbox.relay import PolicyRelay
 from osmosis_harbor.settings import current as current_settings

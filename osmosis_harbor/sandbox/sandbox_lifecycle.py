@@ -1,0 +1,178 @@
+"""The environment's sandbox: created or claimed, and terminated, through the owner's ledger.
+
+A mixin of ``SandboxEnvironment`` (``environment.py``), overriding Harbor's lifecycle methods:
+
+* Harbor's ``_create_sandbox`` calls its module-global ``sky_sandbox``; ours calls the chosen
+  SDK (a copy of Harbor's two create calls, plus host networking), inside the submitter's
+  start bound (``starts.py``), with the sandbox in the owner's registry and ledger
+  (``live.LiveSandboxes``) *before* the create call;
+* a create that fails or is cancelled never leaves a sandbox behind: ``ls`` decides whether it
+  was made, and the ledger keeps it until then;
+* a pool claim goes through ``pools.claim`` (batched when the submitter batches claims);
+* a terminate is retried on API faults and never forgotten (``live.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any, override
+
+from harbor.environments.base import BaseEnvironment
+from harbor.environments.skypilot import _SANDBOX_TTL_SEC, SkypilotEnvironment
+
+from osmosis_harbor.sandbox import live, pools
+from osmosis_harbor.sandbox.api_faults import create_checked
+from osmosis_harbor.sandbox.batching import ClaimBatcher
+from osmosis_harbor.sandbox.live import LiveSandboxes
+from osmosis_harbor.sandbox.protocol import SandboxSdk
+from osmosis_harbor.sandbox.registry import SandboxImplementation
+from osmosis_harbor.sandbox.starts import current_starts
+from osmosis_harbor.sandbox.transfers import ArchiveTransfers
+from osmosis_harbor.shim import contract
+
+__all__ = ["SandboxLifecycle"]
+
+
+class SandboxLifecycle(SkypilotEnvironment):
+    """Harbor's create, claim, stop and terminate over the chosen SDK (see the module docstring)."""
+
+    _sdk: SandboxSdk
+    _sdk_name: str
+    _sandboxes: LiveSandboxes
+    _pool: str | None
+    _pool_base: str | None
+    _generic_pool: bool
+    _stopping: bool
+    _baked_layout: bool
+    _archive_transfers: ArchiveTransfers | None
+    _known_ready: set[str]
+
+    _impl: SandboxImplementation
+    _host_network: bool
+
+    @property
+    def uses_host_network(self) -> bool:
+        """Host networking lets a local sandbox reach a server on this machine; a task that
+        declares no network gets none, host networking included."""
+        return self._impl.reaches_host and self._host_network and not self._network_disabled
+
+    @override
+    async def _create_sandbox(self, image: str | None) -> Any:
+        """Harbor's calls its module-global ``sky_sandbox``: ours is the chosen SDK's create
+        (a copy of Harbor's two calls, `_create_sandbox_via_sdk`), registered as live, and
+        never leaves a sandbox behind when cancelled mid-create."""
+        sandboxes = self._sandboxes
+        await sandboxes.pending(self._sandbox_name, self._sdk, self._sdk_name)  # ledger first
+        creating = asyncio.ensure_future(
+            create_checked(self._sdk, self._sandbox_name, lambda: self._bounded_create(image))
+        )
+        try:
+            sandbox = await asyncio.shield(creating)
+        except asyncio.CancelledError:
+            # Cancelled mid-create (a cancelled rollout, Ctrl-C, shutdown): let the create
+            # finish and terminate what it made, so no sandbox outlives the cancellation.
+            with contextlib.suppress(Exception):
+                await sandboxes.attach(self._sandbox_name, await creating)
+            await asyncio.shield(sandboxes.settle_failed_create(self._sandbox_name))
+            raise
+        except Exception:  # it may have been made all the same: ls decides, the ledger keeps it until then
+            await sandboxes.settle_failed_create(self._sandbox_name)
+            raise
+        await self._adopt_name(sandbox)
+        await sandboxes.attach(self._sandbox_name, sandbox)
+        self._archive_transfers = None
+        self._known_ready = set(contract.LAYOUT_DIRS) if self._baked_layout else set()
+        return sandbox
+
+    async def _bounded_create(self, image: str | None) -> Any:
+        """The SDK's create (or claim) inside the start bound of whoever submitted this trial."""
+        starts = current_starts()
+        if starts is None:
+            return await self._create_sandbox_via_sdk(image)
+        if self._pool and starts.batches is not None:  # the batch call takes the slot
+            sandbox = await self._create_sandbox_via_sdk(image, batches=starts.batches)
+        else:
+            async with starts.slot():
+                sandbox = await self._create_sandbox_via_sdk(image)
+        if self._pool:
+            starts.note_claim(self._pool)
+        return sandbox
+
+    async def _adopt_name(self, sandbox: Any) -> None:
+        """A batch claim names its members from a prefix of its own (``batching``): from here
+        on this trial's sandbox goes by its member's name (in the registry and the ledger too)."""
+        name = getattr(sandbox, "name", None)  # a fake SDK's handle may have none: keep ours
+        if isinstance(name, str) and name != self._sandbox_name:
+            await self._sandboxes.rename(self._sandbox_name, name)
+            self._sandbox_name = name
+
+    async def _create_sandbox_via_sdk(self, image: str | None, batches: ClaimBatcher | None = None) -> Any:
+        common: dict[str, Any] = {
+            "name": self._sandbox_name,
+            "context_name": self._context_name,
+            "namespace": self._namespace,
+            "env": self._persistent_env or None,
+            "secrets": self._secrets,
+            "timeout": _SANDBOX_TTL_SEC,
+        }
+        if self.uses_host_network:
+            common["host_network"] = True
+        if self._pool:
+            # A pool launch inherits image/cpu/memory/network from the pool.
+            return await pools.claim(
+                self._sdk,
+                self._pool,
+                self._sandbox_name,
+                common,
+                batches,
+                base=self._pool_base,
+                generic=self._generic_pool,
+            )
+        memory_gb = self._effective_memory_mb / 1024 if self._effective_memory_mb is not None else None
+        return await self._sdk.create.aio(
+            image=image,
+            cpus=self._effective_cpus,
+            memory_gb=memory_gb,
+            registry=self._registry,
+            block_network=self._network_disabled,
+            **common,
+        )
+
+    @override
+    async def _upload_environment_dir_after_start(self) -> None:
+        """Upload ``environment/`` only where a plain start would, or into a generic pool.
+
+        Harbor ships ``environment/`` into every pool launch because SkyPilot pool images are
+        generic. Ours are not: a group pool is per environment group, and the group key
+        includes this environment's content hash, so the pool's image is the very image a
+        plain start of this task uses; the upload (a ``pwd`` probe and a directory transfer
+        per trial) would only repeat what the image holds. A generic pool (a task with no
+        environment definition) gets Harbor's own upload."""
+        if self._generic_pool:
+            await super()._upload_environment_dir_after_start()
+        else:
+            await BaseEnvironment._upload_environment_dir_after_start(self)
+
+    @override
+    async def stop(self, delete: bool) -> None:
+        """Harbor's stop, after dropping uploads staged for a sandbox that is going away and
+        marking the stop as ours (a failure from here on is not a lost sandbox)."""
+        self._stopping = True
+        if self._archive_transfers is not None:
+            dropped = self._archive_transfers.discard()
+            if dropped:
+                self.logger.debug(f"{dropped} staged upload(s) not sent: the sandbox is stopping")
+            self._archive_transfers = None
+        await super().stop(delete)
+
+    @override
+    async def _terminate_sandbox(self) -> None:  # type: ignore[override]  # Harbor's is tenacity-wrapped
+        """Through the owner's registry (``live.LiveSandboxes.end``): retried on API faults, and
+        a failure is never forgotten (retried in the background, by the shutdown sweep, and
+        kept in the ledger). In the background when the caller opened a
+        ``live.termination_scope`` (it settles it before reporting), inline otherwise."""
+        self._require_sandbox()
+        sandboxes, name = self._sandboxes, self._sandbox_name
+        if not live.defer_termination(lambda: sandboxes.end(name)):
+            await sandboxes.end(name)
