@@ -1,9 +1,11 @@
-"""``python -m bench [--quick] [--env docker|skypilot-emulator ...] [--only NAME ...] [--latency-ms MS] [--scale-n N]``: run the benchmarks.
+"""``python -m bench [--quick] [--env docker|skypilot-emulator ...] [--only NAME ...] [--latency-ms MS] [--scale-n N] [--soak-n N]``: run the benchmarks.
 
 ``--env docker`` (the default) runs the Docker benchmarks; ``--env skypilot-emulator`` runs the
 SkyPilot path on a skypilot-emulator server the run starts (``bench.emulator_path``: its floor
 beside Docker's, calls without archives, warm pool against cold create at ``--cold-create-sec`` /
-``--pool-claim-sec``); both ``--env`` flags run both in one run, with one targets table.
+``--pool-claim-sec``); both ``--env`` flags run both in one run, with one targets table. ``soak`` exists on both
+paths: on the emulator it is ``soak-emulator`` (``bench.soak_emulator``: API faults and
+evictions), selected by ``--only soak`` (or its own name) with ``--env skypilot-emulator``.
 
 Each benchmark prints a table (medians, p90, its same-run baseline and the ratio) and the
 whole run is written to JSON after every benchmark, so a crash keeps what was measured.
@@ -52,11 +54,15 @@ BENCHMARKS: tuple[str, ...] = (
 # Run only when named with --only: the incumbent needs uv (its harbor extra's pin) beside this
 # interpreter and builds an image of its own.
 OPT_IN_BENCHMARKS: tuple[str, ...] = ("incumbent",)
-EMULATOR_BENCHMARKS: tuple[str, ...] = ("emulator",)
+EMULATOR_BENCHMARKS: tuple[str, ...] = ("emulator", "soak-emulator")
+# Benchmarks a name selects on the emulator path besides itself: ``--only soak`` runs both soaks.
+EMULATOR_TWINS = {"soak": "soak-emulator"}
+ON_REQUEST: tuple[str, ...] = ("soak-emulator",)  # long: run only when named in --only
 ENVS: tuple[str, ...] = ("docker", "skypilot-emulator")
 MODULES = {
     "bundle": "bench.bundle_build",
     "emulator": "bench.emulator_path",
+    "soak-emulator": "bench.soak_emulator",
 }  # ``bench.bundle`` would read like the product's module
 TOP_LEVEL: frozenset[str] = frozenset({"scale", "incumbent"})  # headline also written as payload[name]
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "latest.json"
@@ -111,6 +117,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         metavar="N",
         help="rollouts held in flight at once by the scale benchmark (default 300; 24 with --quick)",
     )
+    parser.add_argument(
+        "--soak-n",
+        type=int,
+        default=None,
+        metavar="N",
+        help="rollouts of the soak (default 200 on docker, 500 on skypilot-emulator; 50 with --quick)",
+    )
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"JSON results (default: {DEFAULT_OUT})")
     parser.add_argument(
         "--keep-images",
@@ -120,6 +133,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.scale_n is not None and args.scale_n < 1:
         parser.error(f"--scale-n must be 1 or more, got {args.scale_n}")
+    if args.soak_n is not None and args.soak_n < 2:
+        parser.error(f"--soak-n must be 2 or more, got {args.soak_n}")
     if args.latency_ms < 0:
         parser.error(f"--latency-ms must be 0 or more, got {args.latency_ms:g}")
     if args.cold_create_sec < 0 or args.pool_claim_sec < 0:
@@ -128,12 +143,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     default = (BENCHMARKS if "docker" in envs else ()) + (EMULATOR_BENCHMARKS if "skypilot-emulator" in envs else ())
     available = default + (OPT_IN_BENCHMARKS if "docker" in envs else ())
     selected = [n.strip() for item in args.only for n in item.split(",") if n.strip()]
-    unknown = [n for n in selected if n not in available]
+    if "skypilot-emulator" in envs:
+        selected += [EMULATOR_TWINS[n] for n in selected if n in EMULATOR_TWINS]
+    unknown = [n for n in selected if n not in available and not (n in EMULATOR_TWINS and "docker" not in envs)]
     if unknown:
         parser.error(
             f"unknown benchmark(s) {', '.join(unknown)} for --env {' '.join(envs)}; choose from {', '.join(available)}"
         )
-    args.selected = [n for n in available if n in selected] if selected else list(default)
+    args.selected = [n for n in available if n in selected] if selected else [n for n in default if n not in ON_REQUEST]
     return args
 
 
@@ -141,7 +158,7 @@ def load(name: str, args: argparse.Namespace) -> Callable[[bool], Awaitable[Benc
     """The benchmark's ``run(quick)``, given the options it takes (latency, scale N, emulator create times)."""
     run = importlib.import_module(MODULES.get(name, f"bench.{name}")).run
     parameters = inspect.signature(run).parameters
-    names = ("latency_ms", "scale_n", "cold_create_sec", "pool_claim_sec", "smallest")
+    names = ("latency_ms", "scale_n", "soak_n", "cold_create_sec", "pool_claim_sec", "smallest")
     options = {k: getattr(args, k) for k in names}
     return functools.partial(run, **{k: v for k, v in options.items() if k in parameters})
 

@@ -596,7 +596,9 @@ async def run_soak(config: SoakConfig, work: Path) -> SoakReport:
 # ── the benchmark ─────────────────────────────────────────────────────────────────────────────
 
 
-def sizes(quick: bool) -> SoakConfig:
+def sizes(quick: bool, soak_n: int | None = None) -> SoakConfig:
+    if soak_n is not None:
+        return SoakConfig(rollouts=soak_n)
     return SoakConfig(rollouts=50) if quick else SoakConfig()
 
 
@@ -635,9 +637,9 @@ def to_bench(report: SoakReport) -> BenchResult:
     return result
 
 
-async def run(quick: bool) -> BenchResult:
+async def run(quick: bool, *, soak_n: int | None = None) -> BenchResult:
     work = workdir(NAME)
     try:
-        return to_bench(await run_soak(sizes(quick), work))
+        return to_bench(await run_soak(sizes(quick, soak_n), work))
     finally:
         shutil.rmtree(work, ignore_errors=True)

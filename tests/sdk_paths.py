@@ -67,8 +67,8 @@ class SdkPath:
 
     def sandboxes_left(self) -> list[str]:
         """On the emulator, the sandboxes the session's server made that still exist (each test
-        leaves none). Read from the engine by owner: the emulator's ``ls`` lists every emulator
-        server's sandboxes on this engine, other test sessions' included."""
+        leaves none). Read from the engine by owner, not through the API: ``ls`` would be faulted
+        by the knobs a test set, and the engine is what the server cannot hide."""
         if self.emulator is None:
             return []
         containers = docker.from_env().api.containers(

@@ -183,3 +183,28 @@ def test_a_wrong_bundle_line_is_at_most_a_validation_error(trial: Path) -> None:
     # control: an install the host ran and saw fail stays the infrastructure's
     installed = outcome(trial, trial_result(trial, "BundleInstallError"))
     assert installed.err_category is RolloutErrorCategory.INTERNAL_ERROR, installed.err_message
+
+
+@pytest.mark.parametrize("recorded", ["AddTestsDirError", "DownloadVerifierDirError", "RewardFileNotFoundError", None])
+def test_a_loss_the_host_saw_is_lost_whatever_harbor_recorded(trial: Path, recorded: str | None) -> None:
+    """Harbor wraps a failed verifier transfer (or swallows a failed agent-log download, so the
+    grader then finds no sample): the loss the environment recorded still makes the trial a
+    lost one (``backend.losses``), so ``infra_retries`` retries it and the category is ours."""
+    from osmosis_harbor.backend.losses import recognise_loss
+    from osmosis_harbor.backend.outcome import lost_sandbox_message
+    from osmosis_harbor.errors import SandboxLostError
+
+    write(trial / "verifier" / "error.json", {**FORGED, "type": "AgentSampleError", "category": "validation_error"})
+    harbors = trial_result(trial, recorded, verifier_started=True)
+    assert lost_sandbox_message(harbors) is None  # positive control: as Harbor recorded it, not a loss
+    loss = SandboxLostError("hb-x-env", "container gone: killed or removed by the infrastructure")
+
+    lost = recognise_loss(harbors, [loss])
+
+    assert lost_sandbox_message(lost) == str(loss)
+    result = outcome(trial, lost)
+    assert result.status is RolloutStatus.FAILURE
+    assert result.err_category is RolloutErrorCategory.INTERNAL_ERROR, result.err_message
+    assert recognise_loss(harbors, []) is harbors  # nothing lost: Harbor's word stands
+    already = trial_result(trial, "SandboxLostError")
+    assert recognise_loss(already, [loss]) is already

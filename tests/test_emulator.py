@@ -18,6 +18,7 @@ from osmosis_harbor.sandbox.protocol import has_archives
 
 from .emulator_support import (
     EmulatorServer,
+    emulator_env,
     private_emulator,
     push_to_local_registry,
 )
@@ -197,3 +198,29 @@ def test_snapshot_pushes_the_filesystem_to_the_registry(image: str) -> None:
             assert restored.read_bytes("/srv/marker") == b"kept"
     finally:
         docker.from_env().images.remove(ref, force=True)
+
+
+def test_one_server_is_one_account(image: str, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """SkyPilot's ``ls`` lists one account's sandboxes: another emulator server on the same
+    engine (another test session's, another bench run's) neither lists, reaches, terminates
+    nor evicts this server's sandboxes, and this server does not see its."""
+    with private_emulator(tmp_path_factory.mktemp("emulator-other"), set_env=False) as other:
+        mine = sky.create(name=_name("account"), image=image, timeout=600)
+        mine_info = sky.SandboxInfo(name=mine.name, status="RUNNING", image=image, created_at=time.time())
+        try:
+            with emulator_env(other.url):
+                theirs = sky.create(name=_name("other-account"), image=image, timeout=600)
+                assert [s.name for s in sky.ls()] == [theirs.name]  # positive control: ls works there
+                sky.terminate_by_name(mine.name)  # idempotent: "gone", as far as that account can tell
+                assert other.admin("POST", f"/evict/{mine.name}") == {"evicted": None}
+                with pytest.raises(sky.SandboxNotFoundError):
+                    sky.EmulatorSandbox(mine_info).exec("true")
+            names = [s.name for s in sky.ls()]
+            assert mine.name in names and theirs.name not in names
+            assert mine.exec("true").wait() == 0  # untouched by the other account's terminate
+            sky.terminate_by_name(theirs.name)
+            with emulator_env(other.url):
+                assert [s.name for s in sky.ls()] == [theirs.name]
+                theirs.terminate()
+        finally:
+            mine.terminate()

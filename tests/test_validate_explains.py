@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from osmosis_harbor.sandbox import image_resolution as sandbox_environment
 from osmosis_harbor.sandbox import environment_config
+from osmosis_harbor.sandbox import image_resolution as sandbox_environment
 from osmosis_harbor.sandbox.base_images import base_images
 from osmosis_harbor.tasks.discovery import load_dataset
 from osmosis_harbor.trials.evidence import TAIL_BYTES, output_tail, runner_never_started

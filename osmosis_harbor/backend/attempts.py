@@ -30,6 +30,7 @@ from osmosis_ai.rollout.types import (
 from osmosis_harbor.agents.native import sample_from_trajectory
 from osmosis_harbor.agents.workflow import agent_timeout_budget
 from osmosis_harbor.backend.gate import Lease, Priority, TrialGate
+from osmosis_harbor.backend.losses import recognise_loss
 from osmosis_harbor.backend.outcome import (
     build_outcome,
     cancelled,
@@ -38,8 +39,10 @@ from osmosis_harbor.backend.outcome import (
 )
 from osmosis_harbor.backend.plan import RolloutPlan
 from osmosis_harbor.backend.tracker import RolloutState, RolloutTracker
+from osmosis_harbor.errors import SandboxLostError
 from osmosis_harbor.keys import KeyCustody
 from osmosis_harbor.sandbox import live
+from osmosis_harbor.sandbox.liveness import loss_scope
 from osmosis_harbor.sandbox.starts import SandboxStarts, starts_scope
 from osmosis_harbor.trials.naming import trial_name as make_trial_name
 
@@ -155,9 +158,9 @@ class TrialRunner:
         """One trial through the user's queue: its result, or the outcome that ends the rollout
         (cancelled, or a trial Harbor could not create). Waiting for a gate slot is part of the
         trial's task, so cancelling a rollout that waits there cancels its wait."""
-        # The trial's task inherits both scopes (the environment Harbor makes reads them).
-        with live.termination_scope() as terminations, starts_scope(self.starts):
-            trial = asyncio.ensure_future(self._gated(config, turn))
+        # The trial's task inherits these scopes (the environments Harbor makes read them).
+        with live.termination_scope() as terminations, starts_scope(self.starts), loss_scope() as losses:
+            trial = asyncio.ensure_future(self._gated(config, turn, losses))
         if state is not None:
             state.task = trial
         try:
@@ -179,14 +182,16 @@ class TrialRunner:
                 RolloutErrorCategory.INTERNAL_ERROR,
             )
 
-    async def _gated(self, config: TrialConfig, turn: _Turn) -> TrialResult:
-        """The trial, submitted once its rollout holds a gate slot. The slot goes back as the
-        trial ends (its sandbox may still be terminating): to the next in line, or, when the
-        infrastructure lost the sandbox and a retry follows, with the retry first in line."""
+    async def _gated(self, config: TrialConfig, turn: _Turn, losses: list[SandboxLostError]) -> TrialResult:
+        """The trial, submitted once its rollout holds a gate slot, read as lost when one of
+        its sandboxes was (``losses``, whatever Harbor recorded: ``backend.losses``). The slot
+        goes back as the trial ends (its sandbox may still be terminating): to the next in
+        line, or, when the infrastructure lost the sandbox and a retry follows, with the retry
+        first in line."""
         lease = turn.lease
         await lease.acquire(turn.priority)
         try:
-            result = await self.orchestrator.submit(config)
+            result = recognise_loss(await self.orchestrator.submit(config), losses)
         except BaseException:
             lease.release()
             raise

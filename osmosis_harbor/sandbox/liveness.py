@@ -8,10 +8,20 @@ the SDK which of the two happened, through ``ls()``: the one status call both th
 Sandbox SDK and the Docker emulation offer (``sandbox-check`` proves they agree on it), and
 raises `SandboxLostError` for the second. Trials read it as an ``internal_error``, and
 ``HarborBackend(infra_retries=N)`` may run the rollout again on a fresh sandbox.
+
+Harbor does not always let that error reach the trial's result: it wraps a failed test upload
+or verifier download (``AddTestsDirError``, ``DownloadVerifierDirError``, the loss as their
+``__cause__``) and swallows a failed agent-log download as best-effort (then the verifier
+finds no sample, which would read as the workflow's failure). So the environment also hands
+every loss it raises to the trial's `loss_scope`, and the backend reads the trial through it
+(``backend.losses``): what the host saw, whatever Harbor recorded.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+from collections.abc import Iterator
 from typing import Any
 
 from pydantic import BaseModel
@@ -19,7 +29,7 @@ from pydantic import BaseModel
 from osmosis_harbor.errors import SandboxLostError
 from osmosis_harbor.sandbox.protocol import SandboxSdk
 
-__all__ = ["SandboxLostError", "SandboxState", "sandbox_state"]
+__all__ = ["SandboxLostError", "SandboxState", "loss_scope", "record_loss", "sandbox_state"]
 
 # Statuses of a sandbox that can still run commands ("running" for Docker, "RUNNING" / "READY"
 # style names for SkyPilot pods; compared case-insensitively).
@@ -53,3 +63,26 @@ async def sandbox_state(sdk: SandboxSdk, name: str) -> SandboxState:
             status = _field(record, "status")
             return SandboxState(name=name, status=str(getattr(status, "value", status)))
     return SandboxState(name=name, status=None)
+
+
+_LOSSES: contextvars.ContextVar[list[SandboxLostError] | None] = contextvars.ContextVar(
+    "osmosis_harbor_sandbox_losses", default=None
+)
+
+
+@contextlib.contextmanager
+def loss_scope() -> Iterator[list[SandboxLostError]]:
+    """The losses of sandboxes made under this scope (a trial's task inherits it)."""
+    losses: list[SandboxLostError] = []
+    token = _LOSSES.set(losses)
+    try:
+        yield losses
+    finally:
+        _LOSSES.reset(token)
+
+
+def record_loss(loss: SandboxLostError) -> None:
+    """Tell the current trial's scope (if any) that its sandbox was lost."""
+    losses = _LOSSES.get()
+    if losses is not None:
+        losses.append(loss)

@@ -5,8 +5,10 @@ A mixin of ``SandboxEnvironment`` (``environment.py``). After a call fails (an e
 non-zero exit), the SDK's ``ls`` says whether the sandbox is gone or stopped without this
 trial stopping it: then `SandboxLostError`, which trials read as an ``internal_error`` and
 ``infra_retries`` may retry on a fresh sandbox. An API fault mid-call also loses the sandbox
-to the trial, as the call may have run (``api_faults.py``). Kept apart from ``liveness.py``,
-which the SDK-side modules (``api_faults``, ``live``) import without Harbor.
+to the trial, as the call may have run (``api_faults.py``). Every loss raised is also handed
+to the trial's ``liveness.loss_scope``: Harbor may wrap the raise or swallow it. Kept apart
+from ``liveness.py``, which the SDK-side modules (``api_faults``, ``live``) import without
+Harbor.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_result, stop_after_
 
 from osmosis_harbor.errors import SandboxLostError
 from osmosis_harbor.sandbox.api_faults import is_api_fault, retry_safe
-from osmosis_harbor.sandbox.liveness import SandboxState, sandbox_state
+from osmosis_harbor.sandbox.liveness import SandboxState, record_loss, sandbox_state
 from osmosis_harbor.sandbox.protocol import SandboxSdk
 
 __all__ = ["LOSS_SETTLE_SEC", "LossDetection"]
@@ -64,6 +66,7 @@ class LossDetection(SkypilotEnvironment):
                 # The call may have run (an exec is never retried): its effects are unknown, so
                 # this sandbox is lost to the trial; a retry gets a fresh one (api_faults.py).
                 self._lost = SandboxLostError(self._sandbox_name, f"the sandbox API failed mid-call: {exc}")
+                record_loss(self._lost)  # Harbor may wrap or swallow the raise (liveness.loss_scope)
                 raise SandboxLostError(self._sandbox_name, self._lost.reason) from exc
             raise
         if isinstance(result, ExecResult) and result.return_code != 0:
@@ -87,6 +90,7 @@ class LossDetection(SkypilotEnvironment):
         if state.live or self._stopping:
             return
         self._lost = SandboxLostError(self._sandbox_name, state.loss_reason())
+        record_loss(self._lost)  # Harbor may wrap or swallow the raise (liveness.loss_scope)
         raise SandboxLostError(self._sandbox_name, self._lost.reason) from cause
 
     async def _settled_state(self, settle_sec: float) -> SandboxState:

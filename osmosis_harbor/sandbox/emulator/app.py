@@ -186,6 +186,7 @@ def build_app(emulator: Emulator, injector: FaultInjector, restart: Callable[[],
             evicted=emulator.evicted,
             knobs=injector.knobs,
             calls_by_route=dict(injector.by_route),
+            faults_by_sandbox={name: dict(faults) for name, faults in injector.by_sandbox.items()},
         )
 
     @app.put("/admin/knobs")
@@ -214,6 +215,7 @@ def build_app(emulator: Emulator, injector: FaultInjector, restart: Callable[[],
         """Answer, then re-execute this process: same pid and port, nothing kept in memory."""
         return JSONResponse({"pid": os.getpid()}, background=BackgroundTask(restart))
 
+    injector.exec_sandbox = emulator.exec_sandbox
     return FaultMiddleware(app, injector, emulator.evict)
 
 

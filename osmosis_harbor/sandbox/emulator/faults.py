@@ -49,6 +49,11 @@ class FaultInjector:
         # Calls by route ("PUT /sandboxes/{name}/files"): which SDK calls a client made, so a
         # test or bench can tell Harbor's transfer path (writes, reads, execs) from the rest.
         self.by_route: Counter[str] = Counter()
+        # Faults by the sandbox whose route they hit: which rollouts met one (a soak checks
+        # that every loss our code reports is explained by a fault the server really injected).
+        self.by_sandbox: dict[str, Counter[str]] = {}
+        # The sandbox of an exec id (``GET /execs/{id}`` names none); set by the app.
+        self.exec_sandbox: Callable[[str], str | None] = lambda _: None
 
     def set_knobs(self, knobs: Knobs) -> None:
         """New knobs restart the seeded sequence, so a test gets the same pattern each run."""
@@ -62,7 +67,18 @@ class FaultInjector:
         self._queue.clear()
         self.injected.clear()
         self.by_route.clear()
+        self.by_sandbox.clear()
         self.calls = 0
+
+    def count(self, fault: str, path: str) -> None:
+        self.injected[fault] += 1
+        sandbox = _sandbox_in(path) or self._exec_sandbox_in(path)
+        if sandbox is not None:
+            self.by_sandbox.setdefault(sandbox, Counter())[fault] += 1
+
+    def _exec_sandbox_in(self, path: str) -> str | None:
+        parts = path.strip("/").split("/")
+        return self.exec_sandbox(parts[1]) if len(parts) == 2 and parts[0] == "execs" else None
 
     def draw(self, method: str, path: str) -> str | None:
         self.calls += 1
@@ -116,7 +132,7 @@ class FaultMiddleware:
             await asyncio.sleep(knobs.latency_ms / 1000)
         fault = self._injector.draw(scope["method"], path)
         if fault is not None:
-            self._injector.injected[fault] += 1
+            self._injector.count(fault, path)
             log.info("injecting %s into %s %s", fault, scope["method"], path)
         if fault == "evict":
             await self._evict(_sandbox_in(path))

@@ -7,6 +7,10 @@ carry the emulator's own owner (`EMULATOR_OWNER_HOST`), which no process on this
 judged dead by: like SkyPilot's pods, they live until terminated or until their TTL, whatever
 happens to the client or the server. What a SkyPilot pod cannot do, this refuses (see
 ``check_*`` and ``images``).
+
+One server is one SkyPilot account: its ``ls``, lookups, terminations and evictions see only
+the sandboxes it made (owner pid = this server's, which a restart in place keeps), never those
+of another emulator server on the same engine (another test session's, another bench run's).
 """
 
 from __future__ import annotations
@@ -94,6 +98,7 @@ class Emulator:
         self.owner = Owner(pid=os.getpid(), host=EMULATOR_OWNER_HOST)
         self._handles: dict[str, docker_sdk.DockerSandbox] = {}
         self._execs: collections.OrderedDict[str, ExecRun] = collections.OrderedDict()
+        self._exec_sandboxes: dict[str, str] = {}  # exec id -> sandbox name, while its result is kept
         self.evicted: list[str] = []
 
     # ── sandboxes ─────────────────────────────────────────────────────────────────────────
@@ -110,8 +115,17 @@ class Emulator:
         return [
             r
             for r in await docker_sdk.ls.aio()
-            if r.owner_host == EMULATOR_OWNER_HOST and (r.expires_at is None or r.expires_at > now)
+            if self._mine(r.owner_host, r.owner_pid) and (r.expires_at is None or r.expires_at > now)
         ]
+
+    def _mine(self, host: str | None, pid: int | None) -> bool:
+        """Made by this server (its account), not by another emulator server on the engine."""
+        return host == EMULATOR_OWNER_HOST and pid == self.owner.pid
+
+    async def _is_mine(self, name: str) -> bool:
+        info = await run_blocking(lambda: docker_sdk.get_engine().inspect_info(name))
+        owner = info.owner if info is not None else None
+        return owner is not None and self._mine(owner.host, owner.pid)
 
     async def create(self, req: CreateRequest) -> list[SandboxInfo]:
         _check_supported(req)
@@ -161,7 +175,7 @@ class Emulator:
         """The emulator's sandbox called ``name``: cached, or found again in the engine."""
         info = await run_blocking(lambda: docker_sdk.get_engine().inspect_info(name))
         owner = info.owner if info is not None else None
-        mine = owner is not None and owner.host == EMULATOR_OWNER_HOST
+        mine = owner is not None and self._mine(owner.host, owner.pid)
         if info is None or info.is_idle_member or not mine or info.is_expired():
             self._handles.pop(name, None)
             raise SandboxNotFoundError(f"sandbox {name!r} not found (terminated, expired or evicted)")
@@ -180,9 +194,11 @@ class Emulator:
         return [_to_info(r) for r in await self._records()]
 
     async def terminate(self, name: str) -> None:
-        """Idempotent, like SkyPilot's: terminating a sandbox that is gone succeeds."""
+        """Idempotent, like SkyPilot's: terminating a sandbox that is gone succeeds (and one
+        of another account is gone, as far as this one can tell)."""
         self._handles.pop(name, None)
-        await docker_sdk.terminate_by_name.aio(name)
+        if await self._is_mine(name):
+            await docker_sdk.terminate_by_name.aio(name)
 
     async def evict(self, name: str | None = None) -> str | None:
         """Remove a sandbox behind its owner's back (a lost node, a preemption); a random one
@@ -193,7 +209,7 @@ class Emulator:
                 return None
             name = random.Random(self.knobs.seed + len(self.evicted)).choice(sorted(live))
         self._handles.pop(name, None)
-        if await docker_sdk.terminate_by_name.aio(name):
+        if await self._is_mine(name) and await docker_sdk.terminate_by_name.aio(name):
             self.evicted.append(name)
             return name
         return None
@@ -212,6 +228,7 @@ class Emulator:
             raise InvalidRequestError(str(exc)) from None
         exec_id = uuid.uuid4().hex
         self._execs[exec_id] = run
+        self._exec_sandboxes[exec_id] = name
         self._forget_old_execs()
         return exec_id
 
@@ -221,6 +238,11 @@ class Emulator:
             if not self._execs[oldest].future.done():
                 break
             self._execs.popitem(last=False)
+            self._exec_sandboxes.pop(oldest, None)
+
+    def exec_sandbox(self, exec_id: str) -> str | None:
+        """The sandbox an exec ran in (for the fault counts by sandbox)."""
+        return self._exec_sandboxes.get(exec_id)
 
     async def exec_wait(self, exec_id: str) -> ExecResult:
         run = self._execs.get(exec_id)

@@ -164,3 +164,4 @@ class ServerStats(_Wire):
     evicted: list[str]
     knobs: Knobs
     calls_by_route: dict[str, int] = Field(default_factory=dict)
+    faults_by_sandbox: dict[str, dict[str, int]] = Field(default_factory=dict)

@@ -1,0 +1,118 @@
+"""A sandbox lost while Harbor's verifier adds the tests directory or downloads the verifier
+directory is a lost sandbox, on both SDKs, through the real server (README, "Lost sandboxes").
+
+Harbor wraps a failure of either transfer in its own ``AddTestsDirError`` /
+``DownloadVerifierDirError`` (the loss being their cause), which alone would read as an
+``internal_error`` that ``infra_retries`` does not retry. The test plays the infrastructure at
+the very step: when Harbor calls the environment's ``upload_dir`` to the tests directory (or
+its ``download_dir`` of ``/logs/verifier``), the sandbox is removed from the engine (Docker) or
+evicted by the emulator on its next call (a targeted fault); then the transfer runs. With
+``infra_retries=1`` the rollout must succeed on a fresh sandbox, its first attempt recorded as
+lost. On the emulator, a spy on the trial results shows Harbor really recorded its wrapper: the
+loss was recognised through what the environment saw, not because Harbor named it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import os
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from harbor.models.trial.result import TrialResult
+from osmosis_ai.rollout.types import RolloutStatus
+
+from osmosis_harbor.backend import attempts
+from osmosis_harbor.sandbox import SandboxEnvironment
+from osmosis_harbor.sandbox.docker import labels as L
+
+from .rollout_server import client_for, serve
+from .sdk_paths import SdkPath
+from .support import managed_containers
+from .test_lost_sandbox import diagnostics, engine, make_backend, start, tasks  # noqa: F401 (fixture)
+
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("osmosis_home")]
+
+# (the environment method Harbor's verifier calls, its argument naming the directory, the directory, Harbor's wrapper)
+PHASES = {
+    "add tests dir": ("upload_dir", "target_dir", "/tests", "AddTestsDirError"),
+    "download verifier dir": ("download_dir", "source_dir", "/logs/verifier", "DownloadVerifierDirError"),
+}
+
+
+def lose(sdk: SdkPath, name: str) -> None:
+    """The infrastructure takes the sandbox ``name``: evicted by the emulator on its next call,
+    or removed from the engine (``docker rm -f``)."""
+    if sdk.emulator is not None:
+        sdk.emulator.fault("evict", path=f"/sandboxes/{name}/", count=1)
+        return
+    api = engine()
+    for container in api.containers(filters={"label": [L.MANAGED_FILTER, f"{L.SANDBOX}={name}"]}):
+        api.remove_container(container["Id"], force=True)
+
+
+def lose_at(monkeypatch: pytest.MonkeyPatch, sdk: SdkPath, phase: str) -> list[str]:
+    """Lose the first sandbox that reaches ``phase``; returns its name once it happened."""
+    method, argument, directory, _ = PHASES[phase]
+    real: Callable[..., Any] = getattr(SandboxEnvironment, method)
+    signature = inspect.signature(real)
+    lost: list[str] = []
+
+    async def losing(self: SandboxEnvironment, *args: Any, **kwargs: Any) -> Any:
+        where = signature.bind(self, *args, **kwargs).arguments[argument]
+        if not lost and str(where).rstrip("/") == directory:
+            lost.append(self.sandbox_name)
+            await asyncio.to_thread(lose, sdk, self.sandbox_name)
+        return await real(self, *args, **kwargs)
+
+    monkeypatch.setattr(SandboxEnvironment, method, losing)
+    return lost
+
+
+def recorded_exceptions(monkeypatch: pytest.MonkeyPatch) -> list[str | None]:
+    """What Harbor recorded on each trial, before the host read it (``backend.losses``)."""
+    real = attempts.recognise_loss
+    seen: list[str | None] = []
+
+    def spy(result: TrialResult, losses: Any) -> TrialResult:
+        seen.append(result.exception_info.exception_type if result.exception_info else None)
+        return real(result, losses)
+
+    monkeypatch.setattr(attempts, "recognise_loss", spy)
+    return seen
+
+
+@pytest.mark.parametrize("phase", list(PHASES))
+async def test_a_sandbox_lost_in_harbors_verifier_transfers_is_retried(
+    tmp_path: Path,
+    tasks: Path,  # noqa: F811 (the fixture imported above)
+    fake_chat,
+    osmosis_home: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    sandbox_sdk: SdkPath,
+    phase: str,
+) -> None:
+    sandbox_sdk.require_loopback_endpoint()
+    lost = lose_at(monkeypatch, sandbox_sdk, phase)
+    recorded = recorded_exceptions(monkeypatch)
+    backend = make_backend(tmp_path, tasks, sandbox_sdk, infra_retries=1)
+    rollout_id = f"harbor-wrapped-{uuid.uuid4().hex[:6]}"
+    async with serve(backend) as url, client_for(url) as client:
+        handle = await start(client, fake_chat, rollout_id, "reply: echo 42 > answer.txt")
+        result = await handle.wait_for_completion()
+
+    assert len(lost) == 1, f"the rollout never reached {phase}"
+    assert result.status is RolloutStatus.SUCCESS, result.err_message
+    assert result.sample.reward == 1.0
+    extra = diagnostics(osmosis_home, rollout_id)
+    assert extra["attempts"] == 2, extra
+    (first,) = extra["lost_sandboxes"]
+    assert first["error"].startswith(f"sandbox {lost[0]} was lost"), first
+    if sandbox_sdk.is_emulator:  # no archives: Harbor's own transfer failed, and Harbor wrapped it
+        assert recorded[0] == PHASES[phase][3], recorded
+    assert sandbox_sdk.sandboxes_left() == []
+    assert managed_containers(owner_pid=os.getpid()) == []
