@@ -5,15 +5,21 @@ sandboxes on the real Docker engine, images pulled from the local registry."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
 from collections.abc import Iterator
 
 import docker
+import docker.errors
 import pytest
 
+from osmosis_harbor.sandbox import docker as docker_sdk
 from osmosis_harbor.sandbox import emulator as sky
+from osmosis_harbor.sandbox.docker import labels as L
+from osmosis_harbor.sandbox.docker.labels import Role
 from osmosis_harbor.sandbox.emulator.state import check_exec_timeout
+from osmosis_harbor.sandbox.owner import Owner
 from osmosis_harbor.sandbox.protocol import has_archives
 
 from .emulator_support import (
@@ -147,6 +153,35 @@ def test_ttl_is_reaped_server_side(image: str) -> None:
     assert sb.name not in {r.name for r in sky.ls()}
     with pytest.raises(sky.SandboxNotFoundError):
         sb.exec("true")
+
+
+def test_the_ttl_reaper_removes_only_its_own_accounts_sandboxes(emulator: EmulatorServer, image: str) -> None:
+    """A Docker SDK sandbox past its TTL on the same engine is not the emulator's to remove (it
+    once reaped every expired container on the engine, another user's included)."""
+    name = _name("foreign-expired")
+    labels = L.container_labels(
+        sandbox=name,
+        role=Role.SANDBOX,
+        owner=Owner.current(),
+        created_at=time.time() - 100,
+        ttl_sec=10,
+        network="bridge",
+    )
+    engine = docker_sdk.get_engine()
+    with docker_sdk.pause_auto_reap():
+        container_id = engine.create_container(
+            name=name, image=image, cpus=None, memory_gb=None, network="bridge", ttl_sec=300, labels=labels
+        )
+        engine.start_container(container_id)
+        try:
+            assert emulator.admin("POST", "/reap") == {"reaped": 0}
+            assert docker.from_env().containers.get(container_id).status == "running"
+            # Control: it really is expired, and the Docker SDK's own reap removes it.
+            removed = {(r.container_id, r.reason) for r in docker_sdk.reap()}
+            assert (container_id, "expired") in removed
+        finally:
+            with contextlib.suppress(docker.errors.NotFound):
+                docker.from_env().containers.get(container_id).remove(force=True)
 
 
 def test_pools_claim_resize_delete(image: str) -> None:

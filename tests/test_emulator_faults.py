@@ -182,16 +182,26 @@ def test_sandboxes_outlive_a_killed_client(emulator: EmulatorServer, image: str)
 
 
 def test_a_new_server_recovers_a_dead_servers_sandboxes(tmp_path: Path, image: str) -> None:
-    """The first server is frozen (SIGSTOP: it answers nothing, as if dead) rather than killed
-    while the second runs: its pid stays alive, so no other process on this shared machine takes
-    its sandboxes for a dead owner's leftovers in the meantime. It is killed at the end."""
-    first = start_server(tmp_path / "first")
+    """A server started on the same state file (what the on-demand launcher does when the
+    recorded server stops answering) is the same account: it lists and reaches what its
+    predecessor made; a server on another state file is another account and does not. The first
+    server is frozen (SIGSTOP: it answers nothing, as if dead) rather than killed while the second
+    runs: its pid stays alive, so no other process on this shared machine takes its sandboxes for
+    a dead owner's leftovers in the meantime. It is killed at the end."""
+    first = start_server(tmp_path / "account")
     name = _name("survivor")
     try:
         with emulator_env(first.url):
             sky.create(name=name, image=image, env={"FROM": "first"}, timeout=600)
         first.process.send_signal(signal.SIGSTOP)
-        second = start_server(tmp_path / "second")
+        stranger = start_server(tmp_path / "another-account")
+        try:
+            with emulator_env(stranger.url):
+                assert name not in {r.name for r in sky.ls()}  # control: not another account's
+        finally:
+            stop_server(stranger)
+        second = start_server(tmp_path / "account")
+        assert second.state.predecessors == [first.process.pid]
         try:
             with emulator_env(second.url):
                 listed = {r.name: r for r in sky.ls()}

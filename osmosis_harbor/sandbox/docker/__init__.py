@@ -74,7 +74,7 @@ from osmosis_harbor.sandbox.docker.labels import (
     Role,
     SandboxRecord,
 )
-from osmosis_harbor.sandbox.docker.reap import pause_auto_reap
+from osmosis_harbor.sandbox.docker.reap import disable_auto_reap, pause_auto_reap
 from osmosis_harbor.sandbox.docker.sandbox import DockerSandbox
 
 __all__ = [
@@ -103,6 +103,7 @@ __all__ = [
     "get_pool",
     "list_pools",
     "ls",
+    "disable_auto_reap",
     "pause_auto_reap",
     "reap",
     "remove_all",

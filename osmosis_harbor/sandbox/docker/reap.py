@@ -79,6 +79,14 @@ def pause_auto_reap() -> Iterator[None]:
         _auto_reap_enabled = previous
 
 
+def disable_auto_reap() -> None:
+    """Stop this process's background reap for good: for a process serving one account on a
+    shared engine (the skypilot-emulator's server), which removes only its own sandboxes and
+    must not reap the engine's other users' expired or orphaned containers."""
+    global _auto_reap_enabled
+    _auto_reap_enabled = False
+
+
 def auto_reap_enabled() -> bool:
     """False inside `pause_auto_reap`."""
     return _auto_reap_enabled

@@ -210,6 +210,11 @@ def build_app(emulator: Emulator, injector: FaultInjector, restart: Callable[[],
     async def evict(name: str) -> dict[str, str | None]:
         return {"evicted": await emulator.evict(name)}
 
+    @app.post("/admin/reap")
+    async def reap_now() -> dict[str, int]:
+        """One pass of the TTL reaper now, instead of at its next tick (for tests)."""
+        return {"reaped": await emulator.reap_expired()}
+
     @app.post("/admin/restart")
     async def restart_server() -> JSONResponse:
         """Answer, then re-execute this process: same pid and port, nothing kept in memory."""

@@ -27,11 +27,23 @@ __all__ = ["ServerState", "read_state", "serve"]
 log = logging.getLogger(__name__)
 
 
+MAX_PREDECESSORS = 32
+
+
 class ServerState(BaseModel):
     """What an on-demand server writes once it listens: where it is and which process it is."""
 
     url: str
     pid: int
+    # Earlier servers of this account (the same state file), newest first: a server started
+    # after one died owns what that one made, as a SkyPilot account outlives its API server.
+    predecessors: list[int] = []
+
+    def successor_predecessors(self, pid: int) -> list[int]:
+        """The predecessors of the server ``pid`` that replaces this one (a restart in place
+        keeps the pid, and so the list)."""
+        chain = self.predecessors if pid == self.pid else [self.pid, *self.predecessors]
+        return chain[:MAX_PREDECESSORS]
 
 
 def read_state(path: Path) -> ServerState | None:
@@ -75,13 +87,17 @@ def serve(host: str, port: int, knobs: Knobs, registry: str, state_file: Path | 
     """Serve until interrupted (or re-executed by a restart)."""
     import uvicorn
 
+    from osmosis_harbor.sandbox.docker import disable_auto_reap
     from osmosis_harbor.sandbox.emulator.app import build_app
     from osmosis_harbor.sandbox.emulator.faults import FaultInjector
     from osmosis_harbor.sandbox.emulator.state import Emulator
 
     sock = _listen(host, port)
     bound_port = int(sock.getsockname()[1])
-    emulator = Emulator(knobs, registry)
+    disable_auto_reap()  # one account on a shared engine: it reaps its own sandboxes only (reap_expired)
+    previous = read_state(state_file) if state_file is not None else None
+    predecessors = previous.successor_predecessors(os.getpid()) if previous is not None else []
+    emulator = Emulator(knobs, registry, predecessors=predecessors)
     injector = FaultInjector(knobs)
 
     def restart() -> None:
@@ -95,7 +111,7 @@ def serve(host: str, port: int, knobs: Knobs, registry: str, state_file: Path | 
     app = build_app(emulator, injector, restart)
     url = f"http://{host if ':' not in host else f'[{host}]'}:{bound_port}"
     if state_file is not None:
-        _write_state(state_file, ServerState(url=url, pid=os.getpid()))
+        _write_state(state_file, ServerState(url=url, pid=os.getpid(), predecessors=predecessors))
     print(json.dumps({"url": url, "pid": os.getpid()}), flush=True)
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on", timeout_graceful_shutdown=5)
     uvicorn.Server(config).run(sockets=[sock])

@@ -9,8 +9,9 @@ happens to the client or the server. What a SkyPilot pod cannot do, this refuses
 ``check_*`` and ``images``).
 
 One server is one SkyPilot account: its ``ls``, lookups, terminations and evictions see only
-the sandboxes it made (owner pid = this server's, which a restart in place keeps), never those
-of another emulator server on the same engine (another test session's, another bench run's).
+the sandboxes it made (owner pid = this server's, which a restart in place keeps, or one of its
+predecessors': servers earlier started on the same state file), never those of another emulator
+server on the same engine (another test session's, another bench run's).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import random
 import socket
 import time
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from osmosis_harbor.sandbox import docker as docker_sdk
@@ -92,10 +94,11 @@ def _valid(name: str, kind: str = "sandbox") -> str:
 class Emulator:
     """The server's view: handles by name (a cache over the engine) and running execs."""
 
-    def __init__(self, knobs: Knobs, registry: str) -> None:
+    def __init__(self, knobs: Knobs, registry: str, *, predecessors: Sequence[int] = ()) -> None:
         self.knobs = knobs
         self.registry = registry
         self.owner = Owner(pid=os.getpid(), host=EMULATOR_OWNER_HOST)
+        self._account_pids = frozenset({self.owner.pid, *predecessors})
         self._handles: dict[str, docker_sdk.DockerSandbox] = {}
         self._execs: collections.OrderedDict[str, ExecRun] = collections.OrderedDict()
         self._exec_sandboxes: dict[str, str] = {}  # exec id -> sandbox name, while its result is kept
@@ -120,7 +123,7 @@ class Emulator:
 
     def _mine(self, host: str | None, pid: int | None) -> bool:
         """Made by this server (its account), not by another emulator server on the engine."""
-        return host == EMULATOR_OWNER_HOST and pid == self.owner.pid
+        return host == EMULATOR_OWNER_HOST and pid in self._account_pids
 
     async def _is_mine(self, name: str) -> bool:
         info = await run_blocking(lambda: docker_sdk.get_engine().inspect_info(name))
@@ -300,8 +303,19 @@ class Emulator:
         return [_pool_info(p) for p in await docker_sdk.list_pools.aio()]
 
     async def reap_expired(self) -> int:
-        """Remove sandboxes past their TTL (the container's own sleep ends most of them)."""
-        return len(await docker_sdk.reap.aio(expired=True, dead_owners=False))
+        """Remove this account's sandboxes past their TTL (the container's own sleep ends most
+        of them). Only its own: the engine's other sandboxes (another emulator server's, the
+        Docker SDK's) are not this account's to remove, whatever their TTL says."""
+        now = time.time()
+        expired = [
+            r.name
+            for r in await docker_sdk.ls.aio()
+            if self._mine(r.owner_host, r.owner_pid) and r.expires_at is not None and r.expires_at <= now
+        ]
+        for name in expired:
+            self._handles.pop(name, None)
+            await docker_sdk.terminate_by_name.aio(name)
+        return len(expired)
 
 
 def _to_info(record: docker_sdk.SandboxRecord) -> SandboxInfo:
