@@ -31,13 +31,11 @@ through the real server.
 
 from __future__ import annotations
 
-import math
 import shutil
-import statistics
 import sys
 from collections import defaultdict
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from osmosis_ai.rollout.client import RolloutClient
@@ -61,13 +59,13 @@ from .env import (
 )
 from .floor import raw_cycle
 from .latency import DEFAULT_LATENCY_MS, injected_latency
+from .overhead_series import PHASES, Series, add_floor, median_or_nan, over_floor, report_series
 from .trace import Call, Trace, summarize, tracing
 
 NAME = "overhead"
 TITLE = "per-rollout orchestration overhead vs the raw sandbox floor"
 ANSWER = "osmosis"
 GRADED_PROMPT = f"Write {ANSWER} to answer.txt\nreply: echo {ANSWER} > answer.txt"
-PHASES = ("environment", "agent_setup", "agent", "verifier", "total")
 TEST_SH = "exec: verifier tests/test.sh"
 
 
@@ -124,33 +122,6 @@ GRADED = Kind("graded", GRADED_PROMPT, grade=True, label=ANSWER, work=_grader_wo
 TASK_TESTS = Kind("task tests", GRADED_PROMPT, grade=True, work=_task_tests_work, reward=1.0)
 
 
-@dataclass
-class Series:
-    """The samples of one kind of rollout under one latency."""
-
-    e2e: list[float] = field(default_factory=list)
-    work: list[float] = field(default_factory=list)
-    phases: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
-    by_label: list[dict[str, tuple[int, float]]] = field(default_factory=list)  # per rollout: (count, seconds)
-    calls: list[int] = field(default_factory=list)
-    sdk_total: list[float] = field(default_factory=list)
-    grader_log_missing: int = 0
-
-    @property
-    def overhead(self) -> list[float]:
-        return [a - b for a, b in zip(self.e2e, self.work, strict=True)]
-
-    def labels(self) -> set[str]:
-        return {label for rollout in self.by_label for label in rollout}
-
-    def sdk_seconds(self, label: str) -> list[float]:
-        """Seconds in ``label`` calls per rollout (0 for a rollout without any)."""
-        return [rollout.get(label, (0, 0.0))[1] for rollout in self.by_label]
-
-    def sdk_count(self, label: str) -> list[int]:
-        return [rollout.get(label, (0, 0.0))[0] for rollout in self.by_label]
-
-
 async def floor_cycle(image: str, floor: dict[str, list[float]]) -> None:
     for step, seconds in (await raw_cycle(image)).items():
         floor[step].append(seconds)
@@ -200,56 +171,6 @@ async def measure(
         series.sdk_total.append(sum(c.seconds for c in calls))
         shutil.rmtree(trials / trial, ignore_errors=True)
     return series
-
-
-def median_int(values: list[int]) -> int:
-    return sorted(values)[len(values) // 2] if values else 0
-
-
-def report_series(
-    result: BenchResult, title: str, s: Series, floor: Figure, *, work_note: str, breakdown: bool
-) -> tuple[Figure, Figure]:
-    """Add one series' figures (and its overhead / floor ratio); returns (end-to-end, overhead)."""
-    f_e2e = result.add(f"{title}: end-to-end (execute)", "s", s.e2e)
-    result.add(f"  {title}: work in the sandbox", "s", s.work, work_note)
-    f_over = result.add(f"{title}: overhead = e2e - work", "s", s.overhead)
-    result.ratio(f"{title}: overhead / raw floor", f_over, floor)
-    result.add(f"  {title}: sandbox SDK calls per rollout", "calls", s.calls, _exec_note(s))
-    result.add(f"  {title}: in SDK calls (sum per rollout)", "s", s.sdk_total)
-    for phase in PHASES if breakdown else ("agent_setup",):
-        if s.phases.get(phase):
-            note = "Harbor's TrialResult timings" if phase == "total" else ""
-            result.add(f"  {title}: trial phase {phase}", "s", s.phases[phase], note)
-    if breakdown:
-        if s.phases.get("total"):
-            result.add(
-                f"  {title}: host time outside the trial = e2e - trial total",
-                "s",
-                [a - b for a, b in zip(s.e2e, s.phases["total"], strict=False)],
-                "task copy, config, outcome reading",
-            )
-        result.add(
-            f"  {title}: host Python outside SDK calls = e2e - SDK",
-            "s",
-            [a - b for a, b in zip(s.e2e, s.sdk_total, strict=False)],
-            "Harbor trial + backend bookkeeping",
-        )
-        for label in sorted(s.labels(), key=lambda k: -statistics.median(s.sdk_seconds(k))):
-            note = f"{median_int(s.sdk_count(label))} call(s) per rollout"
-            result.add(f"    sdk {label}", "s", s.sdk_seconds(label), note)
-    return f_e2e, f_over
-
-
-def _exec_note(s: Series) -> str:
-    execs = sum(median_int(s.sdk_count(label)) for label in s.labels() if label.startswith("exec"))
-    return f"of which exec: {execs} (median per label)"
-
-
-def add_floor(result: BenchResult, floor: dict[str, list[float]], suffix: str) -> Figure:
-    f_floor = result.add(f"raw floor: create + exec + terminate{suffix}", "s", floor["total"], baseline=True)
-    for step in ("create", "exec", "terminate"):
-        result.add(f"  floor step: {step}{suffix}", "s", floor[step])
-    return f_floor
 
 
 async def first_rollout(result: BenchResult, backend: HarborBackend, chat_url: str) -> float:
@@ -425,11 +346,3 @@ async def run(quick: bool, *, latency_ms: float = DEFAULT_LATENCY_MS) -> BenchRe
         chat.close()
         shutil.rmtree(work, ignore_errors=True)
     return result
-
-
-def median_or_nan(values: Sequence[float]) -> float:
-    return statistics.median(values) if values else math.nan
-
-
-def over_floor(figure: Figure, floor: Figure) -> float:
-    return figure.median / floor.median if floor.n and figure.n else math.nan

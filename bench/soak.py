@@ -31,19 +31,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
-import random
-import re
-import secrets
 import shutil
 import tempfile
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from dataclasses import dataclass, field
-from enum import StrEnum
+from dataclasses import dataclass
 from pathlib import Path
 
 import docker
@@ -53,13 +48,10 @@ from harbor.environments.skypilot import _sanitize_dns_name
 from harbor.trial.queue import TrialQueue
 from osmosis_ai.rollout.client import RolloutClient, RolloutHandle
 from osmosis_ai.rollout.types import (
-    RolloutErrorCategory,
-    RolloutResultResponse,
     RolloutStatus,
 )
 
 from osmosis_harbor.backend import HarborBackend
-from osmosis_harbor.keys import MARKER, Redactor
 from osmosis_harbor.sandbox import environment_config
 from osmosis_harbor.sandbox.docker import labels as L
 from osmosis_harbor.serving.local import serve_locally
@@ -67,175 +59,22 @@ from osmosis_harbor.testing.scripted_policy import FakeChatServer
 
 from .common import BenchResult
 from .env import PROJECT, TEMPLATE, managed_containers, workdir
+from .soak_checks import check
+from .soak_plan import (  # the plan model: its own module, shared with bench.soak_emulator and the tests
+    GATE,
+    GRADER,
+    RETRIED,
+    WORKFLOW,
+    Kind,
+    Observed,
+    Plan,
+    SoakConfig,
+    SoakReport,
+    make_plans,
+)
 
 NAME = "soak"
 TITLE = "graded rollouts with ~10 % injected faults: states, categories, leftovers, the key"
-
-WORKFLOW = "rollout_fixtures.workflows:SoakWorkflow"
-GRADER = "rollout_fixtures.graders:SoakGrader"
-GRADER_ERROR_LABEL = "grader-error"  # rollout_fixtures.graders.GRADER_ERROR_LABEL (not importable here)
-ANSWER = "42"
-GATE = "/tmp/soak-gate"
-# The workflow runs the command the policy replies with; this one blocks on the FIFO.
-BLOCKING = f"mkfifo {GATE} && read x < {GATE} && echo {ANSWER} > answer.txt"
-
-
-class Kind(StrEnum):
-    """What a rollout's plan does to it (the values name it in the tables)."""
-
-    RIGHT = "right answer"
-    WRONG = "wrong answer"
-    KILLED = "sandbox killed twice"  # the attempt and its retry: internal_error
-    RECOVERED = "sandbox killed once"  # the retry is released: success
-    CANCELLED = "cancelled"
-    TIMEOUT = "agent timeout"
-    GRADER_ERROR = "grader error"
-
-
-FAULTS = (Kind.KILLED, Kind.RECOVERED, Kind.CANCELLED, Kind.TIMEOUT, Kind.GRADER_ERROR)
-GATED = {Kind.KILLED, Kind.RECOVERED, Kind.CANCELLED, Kind.TIMEOUT}
-RETRIED = {Kind.KILLED, Kind.RECOVERED}  # HarborBackend(infra_retries=1) runs them twice
-
-
-@dataclass(frozen=True)
-class Expected:
-    """What the controller must receive for a plan."""
-
-    status: RolloutStatus
-    category: RolloutErrorCategory | None = None
-    reward: float | None = None  # checked for successes
-    attempts: int | None = None  # checked where the soak killed sandboxes
-    disposition: str | None = None  # what POST /rollout/cancel must answer
-
-
-_S, _F = RolloutStatus.SUCCESS, RolloutStatus.FAILURE
-EXPECTED: dict[Kind, Expected] = {
-    Kind.RIGHT: Expected(_S, reward=1.0),
-    Kind.WRONG: Expected(_S, reward=0.0),
-    Kind.KILLED: Expected(_F, RolloutErrorCategory.INTERNAL_ERROR, attempts=2),
-    Kind.RECOVERED: Expected(_S, reward=1.0, attempts=2),
-    Kind.CANCELLED: Expected(RolloutStatus.CANCELLED, disposition="cancelled_running"),
-    Kind.TIMEOUT: Expected(_F, RolloutErrorCategory.TIMEOUT),
-    Kind.GRADER_ERROR: Expected(_F, RolloutErrorCategory.VALIDATION_ERROR),
-}
-
-
-@dataclass(frozen=True)
-class SoakConfig:
-    """One soak's size and knobs; the seed fixes which rollout gets which plan."""
-
-    rollouts: int = 200
-    seed: int = 8
-    fault_rate: float = 0.10  # at least one of each fault kind whatever the size
-    concurrency: int = 4
-    timeout_sec: float = 5.0  # agent_timeout_sec of the TIMEOUT plans
-    infra_retries: int = 1
-    deadline_sec: float | None = None  # for the whole batch; default 30 s per rollout
-
-    @property
-    def deadline(self) -> float:
-        return self.deadline_sec if self.deadline_sec is not None else max(300.0, 30.0 * self.rollouts)
-
-
-@dataclass(frozen=True)
-class Plan:
-    """One rollout: what it does and what must come of it."""
-
-    rollout_id: str
-    kind: Kind
-    key: str
-
-    @property
-    def command(self) -> str:
-        if self.kind is Kind.WRONG:
-            return "echo 7 > answer.txt"
-        return BLOCKING if self.kind in GATED else f"echo {ANSWER} > answer.txt"
-
-    @property
-    def label(self) -> str:
-        return GRADER_ERROR_LABEL if self.kind is Kind.GRADER_ERROR else ANSWER
-
-    @property
-    def expected(self) -> Expected:
-        return EXPECTED[self.kind]
-
-
-def make_plans(config: SoakConfig) -> list[Plan]:
-    """The run's plans, the kinds in an order fixed by the seed; every key is fresh and
-    spelled so that its JSON-escaped and URL-encoded forms differ from it."""
-    faults = max(len(FAULTS), round(config.rollouts * config.fault_rate))
-    if faults > config.rollouts:
-        raise ValueError(f"a soak needs at least {len(FAULTS)} rollouts (one per fault kind), got {config.rollouts}")
-    kinds = [FAULTS[i % len(FAULTS)] for i in range(faults)]
-    kinds += [Kind.RIGHT if i % 2 == 0 else Kind.WRONG for i in range(config.rollouts - faults)]
-    random.Random(config.seed).shuffle(kinds)
-    return [
-        Plan(
-            f"soak-{i:03d}-{kind.name.lower().replace('_', '-')}", kind, f'sk-soak/{secrets.token_hex(12)}+"q"\\ é&x=1'
-        )
-        for i, kind in enumerate(kinds)
-    ]
-
-
-@dataclass
-class Observed:
-    """What the controller and the infrastructure saw of one rollout."""
-
-    accepted: bool = False
-    result: RolloutResultResponse | None = None
-    error: str | None = None  # admission or result polling failed
-    injection_error: str | None = None
-    disposition: str | None = None
-    submit_to_result_sec: float | None = None
-    first_start: float | None = None  # the first attempt's start, where a retry followed
-    run_sec: float | None = None  # first trial start to terminal, from the backend's tracker
-    attempts: int | None = None
-    trial_name: str | None = None
-
-
-@dataclass
-class SoakReport:
-    """Everything one soak saw and found; the checks fill the lists that must stay empty."""
-
-    config: SoakConfig
-    plans: list[Plan]
-    observed: dict[str, Observed]
-    wall_sec: float
-    prewarm_sec: float
-    read_retries: int = 0
-    leftovers: list[str] = field(default_factory=list)
-    key_hits: list[str] = field(default_factory=list)
-    hoards_scrubbed: int = 0
-    unproven: list[str] = field(default_factory=list)  # successes whose trial lacks the scrubbed hoard
-    mismatches: list[str] = field(default_factory=list)
-
-    @property
-    def accepted(self) -> int:
-        return sum(o.accepted for o in self.observed.values())
-
-    @property
-    def terminal(self) -> int:
-        return sum(o.result is not None for o in self.observed.values())
-
-    def outcomes(self) -> Counter[str]:
-        """Results by status, failures by category."""
-        counts: Counter[str] = Counter()
-        for o in self.observed.values():
-            if o.result is None:
-                counts["lost"] += 1
-            elif o.result.status is RolloutStatus.FAILURE:
-                counts[str(o.result.err_category.value if o.result.err_category else "failure")] += 1
-            else:
-                counts[o.result.status.value] += 1
-        return counts
-
-    def by_kind(self, attr: str) -> dict[Kind, list[float]]:
-        samples: dict[Kind, list[float]] = {}
-        for plan in self.plans:
-            value = getattr(self.observed[plan.rollout_id], attr)
-            if value is not None:
-                samples.setdefault(plan.kind, []).append(value)
-        return samples
 
 
 # ── the infrastructure's side: find a blocked workflow, kill, release ─────────────────────────
@@ -428,99 +267,6 @@ async def drive_all(plans: list[Plan], backend: HarborBackend, chat_url: str, co
             return Batch(observed, await asyncio.to_thread(own_sandboxes), retries.count)
     finally:
         client_log.removeHandler(retries)
-
-
-# ── the checks ────────────────────────────────────────────────────────────────────────────────
-
-
-def diagnostics(home: Path) -> dict[str, Path]:
-    """The outcome extra fields the osmosis server saved, by rollout id."""
-    root = home / ".osmosis"
-    return {p.parent.name: p for p in root.rglob("diagnostics.json")} if root.exists() else {}
-
-
-def read_attempts(report: SoakReport, home: Path) -> None:
-    for rollout_id, path in diagnostics(home).items():
-        seen = report.observed.get(rollout_id)
-        if seen is not None:
-            extra = json.loads(path.read_text())
-            seen.attempts, seen.trial_name = extra.get("attempts"), extra.get("trial_name")
-
-
-def mismatches(plan: Plan, seen: Observed) -> list[str]:
-    """How what the controller got differs from the plan (empty when it does not)."""
-    want, got = plan.expected, seen.result
-    if got is None:
-        return [f"{plan.rollout_id} ({plan.kind}): lost: {seen.error}"]
-    problems = []
-    if got.status is not want.status or got.err_category != want.category:
-        problems.append(
-            f"{got.status.value}/{got.err_category and got.err_category.value}, expected "
-            f"{want.status.value}/{want.category and want.category.value}: {got.err_message}"
-        )
-    reward = got.sample.reward if got.sample is not None else None
-    if want.status is RolloutStatus.SUCCESS and reward != want.reward:
-        problems.append(f"reward {reward}, expected {want.reward}")
-    if want.attempts is not None and seen.attempts != want.attempts:
-        problems.append(f"{seen.attempts} attempt(s), expected {want.attempts}")
-    if want.disposition is not None and seen.disposition != want.disposition:
-        problems.append(f"cancel answered {seen.disposition}, expected {want.disposition}")
-    if seen.injection_error:
-        problems.append(f"fault not injected: {seen.injection_error}")
-    return [f"{plan.rollout_id} ({plan.kind}): {p}" for p in problems]
-
-
-def key_pattern(plans: list[Plan]) -> tuple[re.Pattern[bytes], dict[bytes, str]]:
-    """One pattern for every spelling of every rollout's key (the Redactor's rules)."""
-    owner = {s.encode(): p.rollout_id for p in plans for s in Redactor.for_key(p.key).secrets}
-    assert len(owner) == 3 * len(plans), "each key must have three distinct spellings"
-    return re.compile(b"|".join(re.escape(s) for s in sorted(owner, key=len, reverse=True))), owner
-
-
-def key_hits(plans: list[Plan], roots: list[Path]) -> list[str]:
-    pattern, owner = key_pattern(plans)
-    hits = []
-    for root in roots:
-        for path in root.rglob("*"):
-            found = pattern.search(os.fsencode(path.name))
-            if found is None and path.is_file() and not path.is_symlink():
-                found = pattern.search(path.read_bytes())
-            if found is not None:
-                hits.append(f"{owner[found.group()]}'s key is in {path}")
-    return hits
-
-
-def hoards_scrubbed(trials: Path) -> int:
-    """Files the workflows wrote their keys into that the trials kept, scrubbed: proof that
-    the key check looked at files that had held keys."""
-    return sum(1 for p in trials.rglob("hoard*") if p.is_file() and b"***" in p.read_bytes())
-
-
-def unscrubbed_successes(report: SoakReport, trials: Path) -> list[str]:
-    """Successful rollouts whose retained trial lacks the scrubbed hoard (it must be there)."""
-    missing = []
-    for plan in report.plans:
-        seen = report.observed[plan.rollout_id]
-        if seen.result is not None and seen.result.status is RolloutStatus.SUCCESS:
-            hoard = trials / (seen.trial_name or "?") / "agent" / "hoard.txt"
-            if not (hoard.is_file() and b"***" in hoard.read_bytes()):
-                missing.append(f"{plan.rollout_id}: no scrubbed {hoard}")
-    return missing
-
-
-def check(report: SoakReport, trials: Path, home: Path, tmp: Path, sandboxes_at_end: list[str]) -> None:
-    read_attempts(report, home)
-    for plan in report.plans:
-        report.mismatches += mismatches(plan, report.observed[plan.rollout_id])
-    report.leftovers += [f"sandbox {name} still there after every rollout ended" for name in sandboxes_at_end]
-    report.leftovers += [
-        f"container {c['Names'][0].lstrip('/')} after shutdown" for c in managed_containers(os.getpid())
-    ]
-    report.leftovers += [f"temporary {p}" for p in tmp.iterdir()]
-    report.leftovers += [f"unscrubbed marker {p}" for p in trials.rglob(MARKER)]
-    report.key_hits = key_hits(report.plans, [trials, home / ".osmosis"])
-    report.hoards_scrubbed = hoards_scrubbed(trials)
-    report.unproven = unscrubbed_successes(report, trials)
 
 
 # ── the run ───────────────────────────────────────────────────────────────────────────────────

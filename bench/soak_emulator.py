@@ -24,6 +24,7 @@ as ``internal_error`` only after losses explained so.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import random
 import secrets
@@ -38,17 +39,19 @@ from harbor.environments.skypilot import _sanitize_dns_name
 from harbor.trial.queue import TrialQueue
 
 from osmosis_harbor.backend import HarborBackend
+from osmosis_harbor.keys import MARKER
 from osmosis_harbor.sandbox import environment_config
 from osmosis_harbor.sandbox.docker import labels as L
 from osmosis_harbor.sandbox.ledger import default_ledger, endpoint_for
 from osmosis_harbor.serving.local import serve_locally
 from osmosis_harbor.testing.scripted_policy import FakeChatServer
 
-from . import soak
+from . import soak, soak_checks
 from .common import BenchResult
 from .emulator_server import EMULATOR, EmulatorRun, start_emulator
 from .env import PROJECT, workdir
-from .soak import GATE, GRADER, MARKER, WORKFLOW, Infrastructure, Kind, Observed, Plan, SoakConfig, SoakReport
+from .soak import Infrastructure
+from .soak_plan import GATE, GRADER, WORKFLOW, Kind, Observed, Plan, SoakConfig, SoakReport
 
 NAME = "soak-emulator"
 TITLE = "graded rollouts on the skypilot-emulator with ~5 % API faults and ~5 % evictions"
@@ -193,7 +196,7 @@ def expected_mismatches(plan: Plan, seen: Observed, lost: list[dict[str, str]], 
     api = sum(API_LOSS in r for r in reasons)
     if api and not faulted:
         return [f"{plan.rollout_id} ({plan.kind}): lost to an API fault on a sandbox the emulator never faulted"]
-    problems = soak.mismatches(plan, seen)
+    problems = soak_checks.mismatches(plan, seen)
     if not api:
         return problems
     # An API-fault loss changes the attempts count, may end the rollout lost, and may end it
@@ -212,7 +215,7 @@ def check_faults(report: SoakReport, home: Path, run: EmulatorRun, findings: Fau
     findings.injected = dict(stats["faults"])
     findings.by_sandbox = dict(stats.get("faults_by_sandbox") or {})
     findings.evicted = len(stats.get("evicted") or [])
-    extras = {rid: soak.json.loads(p.read_text()) for rid, p in soak.diagnostics(home).items()}
+    extras = {rid: json.loads(p.read_text()) for rid, p in soak_checks.diagnostics(home).items()}
     faulted_names = set(findings.by_sandbox)
     for plan in report.plans:
         seen = report.observed[plan.rollout_id]
@@ -325,13 +328,13 @@ async def run_soak(config: EmulatorSoakConfig, work: Path, run: EmulatorRun) -> 
         chat.close()
     report = SoakReport(config.base, plans, observed, wall, prewarm_sec, read_retries=read_retries)
     trials, home = work / "trials", Path.home()
-    soak.read_attempts(report, home)
+    soak_checks.read_attempts(report, home)
     findings = FaultFindings()
     await asyncio.to_thread(check_faults, report, home, run, findings)
     await asyncio.to_thread(check_leftovers, report, run, tmp, trials, pools_before)
-    report.key_hits = soak.key_hits(report.plans, [trials, home / ".osmosis"])
-    report.hoards_scrubbed = soak.hoards_scrubbed(trials)
-    report.unproven = soak.unscrubbed_successes(report, trials)
+    report.key_hits = soak_checks.key_hits(report.plans, [trials, home / ".osmosis"])
+    report.hoards_scrubbed = soak_checks.hoards_scrubbed(trials)
+    report.unproven = soak_checks.unscrubbed_successes(report, trials)
     return EmulatorSoak(report, findings)
 
 

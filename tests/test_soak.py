@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.soak import EXPECTED, FAULTS, Kind, SoakConfig, make_plans, run_soak
+from bench.soak import run_soak
+from bench.soak_plan import EXPECTED, FAULTS, Kind, SoakConfig, make_plans
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("osmosis_home")]
 

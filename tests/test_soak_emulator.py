@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from bench.emulator_server import start_emulator
-from bench.soak import Kind
 from bench.soak_emulator import SANDBOX_IMAGE, EmulatorSoakConfig, make_plans, run_soak
+from bench.soak_plan import Kind
 
 from .emulator_support import SESSION_SERVERS
 
