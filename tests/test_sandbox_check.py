@@ -107,10 +107,14 @@ def test_the_command_reports_capabilities_and_fails_strict_on_a_skip(tmp_path: P
 
 
 @pytest.mark.parametrize("sdk", SDK_NAMES)
-def test_sandbox_check_passes_on_each_sdk_with_its_capabilities(sdk: str, tmp_path: Path) -> None:
+def test_sandbox_check_passes_on_each_sdk_with_its_capabilities(
+    sdk: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
     """The whole suite through the command, on every registered SDK this machine has (the real
     SkyPilot SDK too, where it is installed): no failure, and each archive check ran exactly
     when the SDK's sandboxes offer archives."""
+    if sdk == "skypilot-emulator":  # the session's server, not an on-demand one that outlives the run
+        request.getfixturevalue("emulator_server")
     try:
         load_sandbox_sdk(sdk)
     except SandboxSdkMissingError as exc:
