@@ -225,6 +225,21 @@ async def controller(url: str, rollouts: int) -> AsyncIterator[RolloutClient]:
             await client.aclose()
 
 
+async def collect(tasks: dict[str, asyncio.Task[Observed]], deadline: float) -> dict[str, Observed]:
+    """Each rollout's observation once the batch's deadline passes; one still running is
+    cancelled and recorded as having no result (the soak counts it, never waits forever)."""
+    await asyncio.wait(tasks.values(), timeout=deadline)
+    observed = {}
+    for rollout_id, task in tasks.items():
+        if task.done():
+            observed[rollout_id] = task.result()
+        else:
+            task.cancel()
+            observed[rollout_id] = Observed(accepted=True, error=f"no result within {deadline:.0f} s")
+    await asyncio.gather(*tasks.values(), return_exceptions=True)
+    return observed
+
+
 class RetryCounter(logging.Handler):
     """Counts the result reads the osmosis client retried after a transport error (it logs
     each one): retried reads are not lost results, but they are worth seeing."""
@@ -255,15 +270,7 @@ async def drive_all(plans: list[Plan], backend: HarborBackend, chat_url: str, co
     try:
         async with serve_locally(backend) as url, controller(url, len(plans)) as client:
             tasks = {p.rollout_id: asyncio.create_task(drive(p, client, chat_url, config, infra)) for p in plans}
-            await asyncio.wait(tasks.values(), timeout=config.deadline)
-            observed = {}
-            for rollout_id, task in tasks.items():
-                if task.done():
-                    observed[rollout_id] = task.result()
-                else:
-                    task.cancel()
-                    observed[rollout_id] = Observed(accepted=True, error=f"no result within {config.deadline:.0f} s")
-            await asyncio.gather(*tasks.values(), return_exceptions=True)
+            observed = await collect(tasks, config.deadline)
             return Batch(observed, await asyncio.to_thread(own_sandboxes), retries.count)
     finally:
         client_log.removeHandler(retries)

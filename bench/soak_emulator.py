@@ -284,16 +284,7 @@ async def drive_all(
     try:
         async with serve_locally(backend) as url, soak.controller(url, len(plans)) as client:
             tasks = {p.rollout_id: asyncio.create_task(soak.drive(p, client, chat_url, base, infra)) for p in plans}
-            await asyncio.wait(tasks.values(), timeout=base.deadline)
-            observed = {}
-            for rollout_id, task in tasks.items():
-                if task.done():
-                    observed[rollout_id] = task.result()
-                else:
-                    task.cancel()
-                    observed[rollout_id] = Observed(accepted=True, error=f"no result within {base.deadline:.0f} s")
-            await asyncio.gather(*tasks.values(), return_exceptions=True)
-            return observed, retries.count
+            return await soak.collect(tasks, base.deadline), retries.count
     finally:
         client_log.removeHandler(retries)
 
