@@ -72,6 +72,10 @@ class Settings(BaseSettings):
         120.0, gt=0, description='pool_size="auto": no claim this long shrinks a pool to pool_min'
     )
     pool_autoscale_interval_sec: float = Field(5.0, gt=0, description='pool_size="auto": how often pools are resized')
+    harbor_fastpaths: bool = Field(
+        True,
+        description="Harbor's per-trial task checks run in their faster, equivalent form (tasks/harbor_fastpaths.py)",
+    )
     relay_max_request_bytes: int = Field(
         32 * 2**20, gt=0, description="the policy relay refuses a sandbox's request body over this (413)"
     )

@@ -48,6 +48,7 @@ from osmosis_harbor.sandbox.live import sandboxes_scope
 from osmosis_harbor.sandbox.registry import implementation
 from osmosis_harbor.sandbox.relay import PolicyRelay, RelayRegistration
 from osmosis_harbor.sandbox.starts import SandboxStarts
+from osmosis_harbor.tasks import harbor_fastpaths
 from osmosis_harbor.tasks.materialize import MaterializedTask
 from osmosis_harbor.tasks.refs import ResolvedTask
 from osmosis_harbor.tasks.resolver import TaskResolver
@@ -62,6 +63,7 @@ class HarborBackend(ExecutionBackend):
     def __init__(self, **kwargs: Unpack[BackendKwargs]) -> None:
         options = BackendOptions.parse(**kwargs)
         self.options = options
+        harbor_fastpaths.install()  # Harbor's per-trial task checks, same answers, less host CPU
         self.orchestrator = options.orchestrator
         self.task_mode = options.task_mode
         self.agent = options.agent
