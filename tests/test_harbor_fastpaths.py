@@ -37,6 +37,8 @@ def build_tree(rng: random.Random, top: Path) -> Path:
         (task / d).mkdir(parents=True, exist_ok=True)
     (task / "task.toml").write_text(TASK_TOML if rng.random() < 0.3 else TASK_TOML.split("[[steps]]")[0])
     (task / "instruction.md").write_text("do it")
+    if rng.random() < 0.3:  # the trial lock's hash honours a task's .gitignore
+        (task / ".gitignore").write_text("\n".join(rng.sample(("*.json", "tests/sub/", "!keep.txt", "*.sh", "x"), 2)))
     made: list[Path] = []
     for d in dirs:
         for name in rng.sample(FILES, rng.randint(0, 3)):
@@ -112,6 +114,7 @@ def outcomes(task: Path) -> dict[str, tuple[Any, ...]]:
             partial(file_filter_module.select_files, d, exclude=TaskFileFilter(task).is_excluded)
         )
     results["content hash"] = _outcome(lambda: Packager.compute_content_hash(task))
+    results["collected"] = _outcome(lambda: Packager.collect_files(task))
     results["task"] = _outcome(lambda: (lambda t: (t.name, t.instruction, t.checksum))(Task(task)))
     results["task unverified"] = _outcome(lambda: Task(task, disable_verification=True).name)
     return results

@@ -207,6 +207,47 @@ def is_excluded(self: Any, path: Path | str) -> bool:
     return resolved != absolute and _within(resolved, root) and bool(self._matches(Path(resolved)))
 
 
+# ── harbor.publisher.packager.Packager.collect_files ──────────────────────────────────────────
+@functools.lru_cache(maxsize=64)
+def _gitignore_spec(lines: tuple[str, ...]) -> Any:
+    """A compiled ``gitignore`` spec per set of lines (matching does not change it)."""
+    import pathspec
+
+    return pathspec.PathSpec.from_lines("gitignore", list(lines))
+
+
+def collect_files(task_dir: Path) -> list[Path]:
+    """``Packager.collect_files``: the task's publishable files (what the trial lock hashes),
+    filtered by its ``.gitignore`` (or Harbor's default ignores) and sorted by relative path."""
+    from harbor.models.task.paths import TaskPaths
+    from harbor.publisher import packager
+
+    task_dir = task_dir.resolve()
+    paths = TaskPaths(task_dir)
+    file_filter = packager.TaskFileFilter(task_dir)
+    files = [
+        single
+        for single in (paths.config_path, paths.instruction_path, paths.readme_path, paths.trajectory_path)
+        if single.exists()
+    ]
+    for directory in (paths.environment_dir, paths.tests_dir, paths.solution_dir, paths.steps_dir):
+        if directory.exists():
+            selection = packager.select_files(directory, exclude=file_filter.is_excluded)
+            for relative_path in selection.relative_paths:
+                candidate = directory / relative_path
+                if candidate.is_file():
+                    files.append(candidate)
+    if paths.gitignore_path.exists():
+        spec = _gitignore_spec(tuple(paths.gitignore_path.read_text().splitlines()))
+    else:
+        spec = _gitignore_spec(tuple(packager.DEFAULT_IGNORES))
+    root = str(task_dir)
+    relative = [(_relative(str(f), root), f) for f in files]
+    kept = [(rel, f) for rel, f in relative if not spec.match_file(rel)]
+    kept.sort(key=lambda pair: pair[0])
+    return [f for _, f in kept]
+
+
 # ── installing ────────────────────────────────────────────────────────────────────────────────
 @dataclass(frozen=True)
 class FastPath:
@@ -249,6 +290,13 @@ FASTPATHS: tuple[FastPath, ...] = (
     FastPath(_FILTER, None, "validate_input_tree", _VALIDATE, validate_input_tree),
     FastPath(_FILTER, None, "select_files", _SELECT, select_files),
     FastPath("harbor.publisher.packager", None, "select_files", _SELECT, select_files),
+    FastPath(
+        "harbor.publisher.packager",
+        "Packager",
+        "collect_files",
+        "e3ee34c22bd0630fdc30b7ae6b4eaee7d32983a2b9d372eb3c274199a641b5b4",
+        collect_files,
+    ),
 )
 
 _lock = threading.Lock()
@@ -288,11 +336,12 @@ def install() -> tuple[str, ...]:
                 continue
             holder = _holder(fast)
             current = holder.__dict__[fast.name] if fast.owner else getattr(holder, fast.name)
-            if source_sha256(current) != fast.source_sha256:
+            function = current.__func__ if isinstance(current, staticmethod) else current
+            if source_sha256(function) != fast.source_sha256:
                 log.debug("Harbor's %s is not the verified version: kept", fast.label)
                 continue
             _installed[fast.label] = current
-            setattr(holder, fast.name, fast.replacement)
+            setattr(holder, fast.name, staticmethod(fast.replacement) if function is not current else fast.replacement)
     return installed()
 
 
