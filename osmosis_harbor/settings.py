@@ -137,11 +137,28 @@ class Settings(BaseSettings):
 
 
 _FOREIGN_NAMES = frozenset({"HARBOR_SKYPILOT_REGISTRY", "DOCKER_HOST", "XDG_CACHE_HOME", "COLUMNS"})
+_PREFIX_BYTES = b"OSMOSIS_HARBOR_"
+_FOREIGN_BYTES = frozenset(name.encode() for name in _FOREIGN_NAMES)
 
 
 def current() -> Settings:
-    """The settings as the environment says now (one parse per distinct set of values)."""
-    env = os.environ  # values are looked up (decoded) only for the names read: a third of the cost
+    """The settings as the environment says now (one parse per distinct set of values).
+
+    Called dozens of times per rollout (every emulator API call reads its timeout), so the key
+    is built from the environment's raw bytes where the platform keeps them (POSIX's
+    ``os.environ._data``): no name is decoded, and only the part of the environment pydantic-
+    settings reads (names matched case-insensitively) goes into the key."""
+    raw = getattr(os.environ, "_data", None)
+    if os.name == "posix" and isinstance(raw, dict):
+        relevant_raw = tuple(
+            sorted(
+                (name, value)
+                for name, value in raw.items()
+                if (upper := name.upper()).startswith(_PREFIX_BYTES) or upper in _FOREIGN_BYTES
+            )
+        )
+        return _parsed(relevant_raw)
+    env = os.environ
     relevant = tuple(
         sorted(
             (name, env[name])
@@ -153,7 +170,7 @@ def current() -> Settings:
 
 
 @functools.lru_cache(maxsize=16)
-def _parsed(relevant: tuple[tuple[str, str], ...]) -> Settings:
+def _parsed(relevant: tuple[tuple[str, str], ...] | tuple[tuple[bytes, bytes], ...]) -> Settings:
     """``Settings()`` for this set of variables: the key is the part of the environment read."""
     return Settings()
 
