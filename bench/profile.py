@@ -122,7 +122,9 @@ async def main_async(rollouts: int, out: Path, sdk: str = "docker") -> None:
     finally:
         chat.close()
         shutil.rmtree(work, ignore_errors=True)
-    print(f"server CPU per graded rollout (utime + stime, unprofiled reading): {per_rollout:.3f} s")
+    print(
+        f"server CPU per graded rollout while profiled (utime + stime; the profiler inflates it): {per_rollout:.3f} s"
+    )
     summarize(pstats.Stats(str(out)), rollouts, 40)
 
 
