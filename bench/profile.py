@@ -22,6 +22,8 @@ from pathlib import Path
 
 from osmosis_harbor.testing.scripted_policy import FakeChatServer
 
+from .emulator_path import SANDBOX_IMAGE
+from .emulator_server import EMULATOR, start_emulator
 from .env import workdir
 from .scale import cpu_phase
 
@@ -117,11 +119,19 @@ def summarize(stats: pstats.Stats, rollouts: int, top: int) -> None:
 async def main_async(rollouts: int, out: Path, sdk: str = "docker") -> None:
     work = workdir("profile")
     chat = FakeChatServer(default_reply="true")
+    # On the emulator, a server of the run's own, removed with everything it made afterwards
+    # (an on-demand one would outlive the run under the temporary HOME nobody reuses).
+    emulator = None
+    if sdk == EMULATOR:
+        emulator = await asyncio.to_thread(start_emulator, SANDBOX_IMAGE, 0.0, 0.0, 0.0)
     try:
         per_rollout = await cpu_phase(work, chat, rollouts, profile_to=out, sdk=sdk)
     finally:
         chat.close()
         shutil.rmtree(work, ignore_errors=True)
+        if emulator is not None:
+            for problem in await asyncio.to_thread(emulator.close):
+                print(f"left behind by the emulator run: {problem}")
     print(
         f"server CPU per graded rollout while profiled (utime + stime; the profiler inflates it): {per_rollout:.3f} s"
     )
