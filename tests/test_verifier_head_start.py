@@ -21,6 +21,7 @@ from osmosis_ai.rollout.types import RolloutErrorCategory, RolloutStatus
 
 from osmosis_harbor.agents.workflow import WorkflowAgent
 from osmosis_harbor.sandbox import head_start as head_start_module
+from osmosis_harbor.sandbox.environment import SandboxEnvironment
 
 from .rollout_server import client_for, serve
 from .sdk_paths import DOCKER, SdkPath
@@ -28,6 +29,8 @@ from .support import TASKS, managed_containers
 from .test_backend_e2e import make_backend, run
 
 pytestmark = pytest.mark.slow
+
+WORKDIR = "/workspace"  # the template task's, carried to the verifier as an artifact
 
 
 @pytest.fixture
@@ -62,6 +65,12 @@ def events(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, Any]]:
         return created
 
     run_agent = WorkflowAgent.run
+    exec_command = SandboxEnvironment.exec
+
+    async def noted_exec(self: Any, command: str, *args: Any, **kwargs: Any) -> Any:
+        if "__verifier__" in self.session_id and WORKDIR in command:  # a command that reached the sandbox
+            seen.append(("verifier command on the workdir", command))
+        return await exec_command(self, command, *args, **kwargs)
 
     async def noted_run(self: Any, *args: Any, **kwargs: Any) -> Any:
         seen.append(("workflow starts", None))
@@ -70,6 +79,7 @@ def events(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, Any]]:
     monkeypatch.setattr(cls, "begin", noted_begin)
     monkeypatch.setattr(cls, "take", noted_take)
     monkeypatch.setattr(WorkflowAgent, "run", noted_run)
+    monkeypatch.setattr(SandboxEnvironment, "exec", noted_exec)
     return seen
 
 
@@ -93,6 +103,7 @@ async def test_the_verifier_runs_in_the_sandbox_started_while_the_agent_ran(
     assert right.status is RolloutStatus.SUCCESS, right.err_message
     assert right.sample.reward == 1.0 and wrong.sample.reward == 0.0  # the grader's verdicts
     kinds = [kind for kind, _ in events]
+    # the head start emptied the workdir early: the verifier's own emptying never reached its sandbox
     assert kinds == ["begin", "workflow starts", "take"] * 2, events
     taken = [value for kind, value in events if kind == "take"]
     assert all(name and "verifier" in name and name.endswith("head") for name in taken), taken
@@ -124,5 +135,6 @@ async def test_the_setting_turns_the_head_start_off(
     async with serve(backend) as url, client_for(url) as client:
         right = await run(client, fake_chat, api_key, "Write 42 to answer.txt\nreply: echo 42 > answer.txt", label="42")
     assert right.status is RolloutStatus.SUCCESS and right.sample.reward == 1.0, right.err_message
-    assert [kind for kind, _ in events] == ["workflow starts"], events
+    # positive control: without a head start the verifier empties the workdir with a command
+    assert [kind for kind, _ in events] == ["workflow starts", "verifier command on the workdir"], events
     assert _left(DOCKER) == []

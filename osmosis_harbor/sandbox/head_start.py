@@ -14,7 +14,11 @@ before the workflow has produced anything; the workflow gets no handle, name or 
 it, and sandboxes cannot reach each other (SkyPilot's isolation; the Docker bridge's
 inter-container traffic is off), so being alive earlier gives the workflow no channel to it.
 Nothing is written into it until Harbor's verifier phase, after the agent's sandbox was stopped,
-uploads the agent's products as data, exactly as into a sandbox created at that moment. The
+uploads the agent's products as data, exactly as into a sandbox created at that moment. One
+preparation runs early: the agent's working directory, where the verifier will upload the
+agent's copy, is emptied with Harbor's own command as soon as the sandbox is up (the verifier
+would run that command first thing), and the verifier knows it ready, so it skips the call;
+anything that may have changed it since (a command, an upload there) makes it unknown again. The
 verifier takes it only if it asks for exactly the create options it was made with (image,
 resources, network, environment); otherwise it is terminated and the verifier creates its own.
 
@@ -40,7 +44,9 @@ log = logging.getLogger(__name__)
 # ``Trial._separate_verifier_session_id``: ``{trial}__verifier__{key}``).
 VERIFIER_SESSION_MARK = "__verifier__"
 
-Created = tuple[str, Any]  # (the sandbox's name, its handle)
+# (the sandbox's name, its handle, the dirs made ready in it: existing, empty and 0777, as
+# Harbor's ``empty_dirs`` leaves them, so the verifier's own emptying of them is elided)
+Created = tuple[str, Any, frozenset[str]]
 
 
 class HeadStart:
@@ -105,7 +111,7 @@ class HeadStart:
         done, _ = await asyncio.wait({task})  # a create is finished, never abandoned half-way
         if task.cancelled() or task.exception() is not None or self._end is None:
             return
-        name, _handle = task.result()
+        name = task.result()[0]
         await self._end(name)
 
 

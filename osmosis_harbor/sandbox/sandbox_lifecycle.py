@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Hashable
+from pathlib import PurePosixPath
 from typing import Any, override
 
 from harbor.environments.base import BaseEnvironment
@@ -69,20 +70,35 @@ class SandboxLifecycle(SkypilotEnvironment):
         head = current_head_start()
         created = await head.take(self.session_id, self._create_shape(image)) if head is not None else None
         if created is None:
-            created = await self._create_named(self._sandbox_name, image)
-        self._sandbox_name, sandbox = created
+            name, sandbox = await self._create_named(self._sandbox_name, image)
+            ready: frozenset[str] = frozenset()
+        else:
+            name, sandbox, ready = created
+        self._sandbox_name = name
         self._archive_transfers = None
-        self._known_ready = set(contract.LAYOUT_DIRS) if self._baked_layout else set()
+        self._known_ready = (set(contract.LAYOUT_DIRS) if self._baked_layout else set()) | ready
         if head is not None and not head.begun and VERIFIER_SESSION_MARK not in self.session_id and not self._pool:
             # A pool claim is sub-second already; a head start would hold a warm member idle.
-            verifier = _sanitize_dns_name(f"hb-{self.session_id}{VERIFIER_SESSION_MARK}head")
-            head.begin(
-                self.session_id,
-                self._create_shape(image),
-                lambda: self._create_named(verifier, image),
-                self._sandboxes.end,
-            )
+            head.begin(self.session_id, self._create_shape(image), lambda: self._head_start(image), self._sandboxes.end)
         return sandbox
+
+    async def _head_start(self, image: str | None) -> tuple[str, Any, frozenset[str]]:
+        """The verifier's sandbox for this trial (``head_start.py``), its agent workdir emptied."""
+        name, sandbox = await self._create_named(
+            _sanitize_dns_name(f"hb-{self.session_id}{VERIFIER_SESSION_MARK}head"), image
+        )
+        workdir = self.task_env_config.workdir or self._workdir
+        if not workdir or PurePosixPath(workdir) == PurePosixPath("/"):
+            return name, sandbox, frozenset()
+        dirs = [str(PurePosixPath(workdir))]
+        try:
+            argv = self._exec_argv(self._empty_dirs_command(dirs, chmod=True), self._reset_dirs_user())
+            handle = await sandbox.exec.aio(*argv, timeout_seconds=120, env=self._merge_env(None) or None)
+            emptied = await handle.wait() == 0
+        except Exception as exc:  # the verifier empties it itself, as without a head start
+            self.logger.debug(f"head start: emptying {dirs} failed early ({exc}); the verifier will")
+            emptied = False
+        return name, sandbox, frozenset(dirs) if emptied else frozenset()
 
     async def _create_named(self, name: str, image: str | None) -> tuple[str, Any]:
         """Create (or claim) sandbox ``name`` through the owner's registry and ledger; returns
