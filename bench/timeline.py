@@ -234,7 +234,12 @@ async def run(sdk: str, n: int, pool: bool) -> str:
     chat = FakeChatServer(default_reply="true")
     pool_kwargs: dict[str, Any] = {"pool": f"tl{int(time.time())}", "pool_size": 2} if pool else {}
     backend = make_backend(
-        work, grader="AnswerGrader", sdk=sdk, tasks_dir=grader_task(work), cleanup_successful_trials=False, **pool_kwargs
+        work,
+        grader="AnswerGrader",
+        sdk=sdk,
+        tasks_dir=grader_task(work),
+        cleanup_successful_trials=False,
+        **pool_kwargs,
     )
     out: list[str] = []
     try:
