@@ -34,6 +34,7 @@ class ServerSpec:
     graded: bool = False
     backend: str = "ours"  # or "incumbent": osmosis-ai 0.3.8's own Harbor backend (bench.incumbent)
     sdk: str = "docker"  # ours: the sandbox SDK (docker or skypilot-emulator)
+    pool_size: int = 0  # ours: > 0 claims from a warm pool of this size, made by the prewarm at start
 
 
 class LagProbe:
@@ -84,12 +85,14 @@ async def _serve(spec: ServerSpec, conn: Connection) -> None:
         backend = make_incumbent(spec.work, spec.n_concurrent)
     else:
         tasks_dir = grader_task(spec.work) if spec.graded else None
+        pool = {"pool": f"bench{os.getpid()}", "pool_size": spec.pool_size} if spec.pool_size else {}
         backend = make_backend(
             spec.work,
             n_concurrent=spec.n_concurrent,
             grader="AnswerGrader" if spec.graded else None,
             sdk=spec.sdk,
             **({"tasks_dir": tasks_dir} if tasks_dir else {}),
+            **pool,
         )
     probe = LagProbe()
     probe_task = asyncio.create_task(probe.run())

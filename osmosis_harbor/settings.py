@@ -108,6 +108,10 @@ class Settings(BaseSettings):
         5, ge=1, description="attempts of a sandbox API call that is safe to retry (api_faults.CALL_SAFETY)"
     )
     api_retry_max_wait: float = Field(5.0, gt=0, description="longest wait, in seconds, between two such attempts")
+    verifier_head_start: bool = Field(
+        True,
+        description="a graded rollout's separate verifier sandbox is created while the agent runs (not from a pool)",
+    )
 
     def pool_lock_dir(self) -> Path:
         """Lock files live in the user cache dir: machine-local, like the engine they guard."""

@@ -27,6 +27,7 @@ from osmosis_ai.rollout.types import (
     RolloutStatus,
 )
 
+from osmosis_harbor import settings
 from osmosis_harbor.agents.native import sample_from_trajectory
 from osmosis_harbor.agents.workflow import agent_timeout_budget
 from osmosis_harbor.backend.gate import Lease, Priority, TrialGate
@@ -42,6 +43,7 @@ from osmosis_harbor.backend.tracker import RolloutState, RolloutTracker
 from osmosis_harbor.errors import SandboxLostError
 from osmosis_harbor.keys import KeyCustody
 from osmosis_harbor.sandbox import live
+from osmosis_harbor.sandbox.head_start import head_start_scope
 from osmosis_harbor.sandbox.liveness import loss_scope
 from osmosis_harbor.sandbox.starts import SandboxStarts, starts_scope
 from osmosis_harbor.trials.naming import trial_name as make_trial_name
@@ -71,6 +73,13 @@ class _Turn:
     lease: Lease
     priority: Priority
     retry_left: bool  # a lost sandbox would be retried
+
+
+def _head_start(attempt: Attempt) -> bool:
+    """A graded single-step trial's verifier runs in a sandbox of its own: start it early
+    (``sandbox.head_start``) unless ``OSMOSIS_HARBOR_VERIFIER_HEAD_START=0``."""
+    plan = attempt.plan
+    return plan.grader_verifies and len(plan.steps) <= 1 and settings.current().verifier_head_start
 
 
 class TrialRunner:
@@ -134,7 +143,9 @@ class TrialRunner:
         try:
             while True:
                 retry_left = len(lost) < self.infra_retries
-                result = await self._submit(config, state, extra, _Turn(lease, priority, retry_left))
+                result = await self._submit(
+                    config, state, extra, _Turn(lease, priority, retry_left), head_start=_head_start(attempt)
+                )
                 reason = None if isinstance(result, ExecutionOutcome) else lost_sandbox_message(result)
                 if reason is None or len(lost) >= self.infra_retries:
                     break
@@ -153,18 +164,35 @@ class TrialRunner:
         return result, trial_dir, extra
 
     async def _submit(
-        self, config: TrialConfig, state: RolloutState | None, extra: dict[str, Any], turn: _Turn
+        self,
+        config: TrialConfig,
+        state: RolloutState | None,
+        extra: dict[str, Any],
+        turn: _Turn,
+        *,
+        head_start: bool = False,
     ) -> TrialResult | ExecutionOutcome:
         """One trial through the user's queue: its result, or the outcome that ends the rollout
         (cancelled, or a trial Harbor could not create). Waiting for a gate slot is part of the
-        trial's task, so cancelling a rollout that waits there cancels its wait."""
+        trial's task, so cancelling a rollout that waits there cancels its wait. ``head_start``:
+        the trial's separate verifier gets its sandbox created while the agent runs
+        (``sandbox.head_start``); one nobody took is terminated before the trial counts as done."""
         # The trial's task inherits these scopes (the environments Harbor makes read them).
-        with live.termination_scope() as terminations, starts_scope(self.starts), loss_scope() as losses:
+        with (
+            live.termination_scope() as terminations,
+            starts_scope(self.starts),
+            loss_scope() as losses,
+            head_start_scope(head_start) as head,
+        ):
             trial = asyncio.ensure_future(self._gated(config, turn, losses))
         if state is not None:
             state.task = trial
         try:
-            return await self._finish(trial, terminations)
+            try:
+                return await self._finish(trial, terminations)
+            finally:
+                if head is not None:
+                    await asyncio.shield(head.close())
         except asyncio.CancelledError:
             if not trial.done():  # our own task was cancelled: take the trial down with us
                 trial.cancel()

@@ -50,7 +50,7 @@ from typing import Any, BinaryIO, override
 
 from harbor.environments.base import BaseEnvironment, ExecResult
 from harbor.environments.definition import has_agent_environment_definition, parse_dockerfile_workdir
-from harbor.environments.skypilot import SkypilotEnvironment, _sanitize_dns_name
+from harbor.environments.skypilot import _REMOTE_TRANSFER_DIR, SkypilotEnvironment, _sanitize_dns_name
 from harbor.models.task.config import EnvironmentConfig as TaskEnvironmentConfig
 from harbor.models.task.config import NetworkMode
 from harbor.models.trial.paths import TrialPaths
@@ -275,11 +275,16 @@ class SandboxEnvironment(
             self._archive_transfers = ArchiveTransfers(put, get, self.logger)
         return self._archive_transfers
 
+    # On Harbor's path a transfer is commands in the sandbox; each touches only the transfer's
+    # target and its temp archive under Harbor's transfer dir, so it makes only those unknown
+    # (``preparation.py``), not every dir known ready: a later preparation there stays elided.
+
     @override
     async def upload_dir(self, source_dir: Path | str, target_dir: str) -> None:
         self._forget_ready([target_dir])
         if (transfers := self._archives()) is None:
-            return await super().upload_dir(source_dir, target_dir)
+            with self._prepare([target_dir, _REMOTE_TRANSFER_DIR]):
+                return await super().upload_dir(source_dir, target_dir)
         transfers.stage_dir(Path(source_dir), target_dir)
 
     @override
@@ -292,14 +297,16 @@ class SandboxEnvironment(
     @override
     async def download_dir(self, source_dir: str, target_dir: Path | str) -> None:
         if (transfers := self._archives()) is None:
-            await self._harbor_path().download_dir(source_dir, Path(target_dir))
+            with self._prepare([_REMOTE_TRANSFER_DIR]):
+                await self._harbor_path().download_dir(source_dir, Path(target_dir))
             return
         await transfers.download_dir(source_dir, Path(target_dir))
 
     @override
     async def download_file(self, source_path: str, target_path: Path | str) -> None:
         if (transfers := self._archives()) is None:
-            return await self._harbor_path().download_file(source_path, Path(target_path))
+            with self._prepare([]):  # a size probe: it changes nothing
+                return await self._harbor_path().download_file(source_path, Path(target_path))
         await transfers.download_file(source_path, Path(target_path))
 
     def _harbor_path(self) -> HarborPath:

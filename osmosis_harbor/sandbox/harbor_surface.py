@@ -162,6 +162,16 @@ SURFACE: tuple[HarborName, ...] = (
         BASE, "empty_dirs", "(self, dirs, *, chmod)", (OVR, C), PREPARATION, "no-op on a known-fresh baked sandbox"
     ),
     HarborName(BASE, "_resolve_user", "(self, user)", (C,), ENV, "which preparation commands run as root"),
+    HarborName(BASE, "_merge_env", "(self, env)", (C,), LIFECYCLE, "a head start's early command gets Harbor's env"),
+    HarborName(
+        BASE,
+        "_empty_dirs_command",
+        "(self, dirs, *, chmod)",
+        (C,),
+        LIFECYCLE,
+        "a head start empties the agent's workdir with Harbor's own command, early",
+    ),
+    HarborName(BASE, "_reset_dirs_user", "(self)", (C,), LIFECYCLE, "the user Harbor's empty_dirs runs as"),
     HarborName(
         SKY,
         "_exec_argv",

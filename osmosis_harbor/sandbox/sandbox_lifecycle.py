@@ -16,14 +16,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Hashable
+from pathlib import PurePosixPath
 from typing import Any, override
 
 from harbor.environments.base import BaseEnvironment
-from harbor.environments.skypilot import _SANDBOX_TTL_SEC, SkypilotEnvironment
+from harbor.environments.skypilot import _SANDBOX_TTL_SEC, SkypilotEnvironment, _sanitize_dns_name
 
 from osmosis_harbor.sandbox import live, pools
 from osmosis_harbor.sandbox.api_faults import create_checked
 from osmosis_harbor.sandbox.batching import ClaimBatcher
+from osmosis_harbor.sandbox.head_start import VERIFIER_SESSION_MARK, current_head_start
 from osmosis_harbor.sandbox.live import LiveSandboxes
 from osmosis_harbor.sandbox.protocol import SandboxSdk
 from osmosis_harbor.sandbox.registry import SandboxImplementation
@@ -61,55 +64,114 @@ class SandboxLifecycle(SkypilotEnvironment):
     async def _create_sandbox(self, image: str | None) -> Any:
         """Harbor's calls its module-global ``sky_sandbox``: ours is the chosen SDK's create
         (a copy of Harbor's two calls, `_create_sandbox_via_sdk`), registered as live, and
-        never leaves a sandbox behind when cancelled mid-create."""
-        sandboxes = self._sandboxes
-        await sandboxes.pending(self._sandbox_name, self._sdk, self._sdk_name)  # ledger first
-        creating = asyncio.ensure_future(
-            create_checked(self._sdk, self._sandbox_name, lambda: self._bounded_create(image))
+        never leaves a sandbox behind when cancelled mid-create. A separate verifier takes its
+        trial's head-started sandbox when there is one (``head_start.py``); an agent's sandbox,
+        once up, gives its trial's verifier that head start."""
+        head = current_head_start()
+        created = await head.take(self.session_id, self._create_shape(image)) if head is not None else None
+        if created is None:
+            name, sandbox = await self._create_named(self._sandbox_name, image)
+            ready: frozenset[str] = frozenset()
+        else:
+            name, sandbox, ready = created
+        self._sandbox_name = name
+        self._archive_transfers = None
+        self._known_ready = (set(contract.LAYOUT_DIRS) if self._baked_layout else set()) | ready
+        if head is not None and not head.begun and VERIFIER_SESSION_MARK not in self.session_id and not self._pool:
+            # A pool claim is sub-second already; a head start would hold a warm member idle.
+            head.begin(self.session_id, self._create_shape(image), lambda: self._head_start(image), self._sandboxes.end)
+        return sandbox
+
+    async def _head_start(self, image: str | None) -> tuple[str, Any, frozenset[str]]:
+        """The verifier's sandbox for this trial (``head_start.py``), its agent workdir emptied."""
+        name, sandbox = await self._create_named(
+            _sanitize_dns_name(f"hb-{self.session_id}{VERIFIER_SESSION_MARK}head"), image
         )
+        workdir = self.task_env_config.workdir or self._workdir
+        if not workdir or PurePosixPath(workdir) == PurePosixPath("/"):
+            return name, sandbox, frozenset()
+        dirs = [str(PurePosixPath(workdir))]
+        try:
+            argv = self._exec_argv(self._empty_dirs_command(dirs, chmod=True), self._reset_dirs_user())
+            handle = await sandbox.exec.aio(*argv, timeout_seconds=120, env=self._merge_env(None) or None)
+            emptied = await handle.wait() == 0
+        except Exception as exc:  # the verifier empties it itself, as without a head start
+            self.logger.debug(f"head start: emptying {dirs} failed early ({exc}); the verifier will")
+            emptied = False
+        return name, sandbox, frozenset(dirs) if emptied else frozenset()
+
+    async def _create_named(self, name: str, image: str | None) -> tuple[str, Any]:
+        """Create (or claim) sandbox ``name`` through the owner's registry and ledger; returns
+        the name it goes by (a batch claim's member name) and its handle."""
+        sandboxes = self._sandboxes
+        await sandboxes.pending(name, self._sdk, self._sdk_name)  # ledger first
+        creating = asyncio.ensure_future(create_checked(self._sdk, name, lambda: self._bounded_create(image, name)))
         try:
             sandbox = await asyncio.shield(creating)
         except asyncio.CancelledError:
             # Cancelled mid-create (a cancelled rollout, Ctrl-C, shutdown): let the create
             # finish and terminate what it made, so no sandbox outlives the cancellation.
             with contextlib.suppress(Exception):
-                await sandboxes.attach(self._sandbox_name, await creating)
-            await asyncio.shield(sandboxes.settle_failed_create(self._sandbox_name))
+                await sandboxes.attach(name, await creating)
+            await asyncio.shield(sandboxes.settle_failed_create(name))
             raise
         except Exception:  # it may have been made all the same: ls decides, the ledger keeps it until then
-            await sandboxes.settle_failed_create(self._sandbox_name)
+            await sandboxes.settle_failed_create(name)
             raise
-        await self._adopt_name(sandbox)
-        await sandboxes.attach(self._sandbox_name, sandbox)
-        self._archive_transfers = None
-        self._known_ready = set(contract.LAYOUT_DIRS) if self._baked_layout else set()
-        return sandbox
+        name = await self._adopt_name(name, sandbox)
+        await sandboxes.attach(name, sandbox)
+        return name, sandbox
 
-    async def _bounded_create(self, image: str | None) -> Any:
+    def _create_shape(self, image: str | None) -> Hashable:
+        """Everything a create is made with but its name: a head start serves only a verifier
+        that would have created exactly this."""
+        env = tuple(sorted((self._persistent_env or {}).items()))
+        memory = self._effective_memory_mb
+        return (
+            image,
+            self._pool,
+            self._pool_base,
+            self._generic_pool,
+            self._context_name,
+            self._namespace,
+            env,
+            tuple(self._secrets or ()),
+            self._effective_cpus,
+            memory,
+            self._registry,
+            self._network_disabled,
+            self.uses_host_network,
+        )
+
+    async def _bounded_create(self, image: str | None, name: str) -> Any:
         """The SDK's create (or claim) inside the start bound of whoever submitted this trial."""
         starts = current_starts()
         if starts is None:
-            return await self._create_sandbox_via_sdk(image)
+            return await self._create_sandbox_via_sdk(image, name=name)
         if self._pool and starts.batches is not None:  # the batch call takes the slot
-            sandbox = await self._create_sandbox_via_sdk(image, batches=starts.batches)
+            sandbox = await self._create_sandbox_via_sdk(image, batches=starts.batches, name=name)
         else:
             async with starts.slot():
-                sandbox = await self._create_sandbox_via_sdk(image)
+                sandbox = await self._create_sandbox_via_sdk(image, name=name)
         if self._pool:
             starts.note_claim(self._pool)
         return sandbox
 
-    async def _adopt_name(self, sandbox: Any) -> None:
+    async def _adopt_name(self, name: str, sandbox: Any) -> str:
         """A batch claim names its members from a prefix of its own (``batching``): from here
-        on this trial's sandbox goes by its member's name (in the registry and the ledger too)."""
-        name = getattr(sandbox, "name", None)  # a fake SDK's handle may have none: keep ours
-        if isinstance(name, str) and name != self._sandbox_name:
-            await self._sandboxes.rename(self._sandbox_name, name)
-            self._sandbox_name = name
+        on this sandbox goes by its member's name (in the registry and the ledger too)."""
+        actual = getattr(sandbox, "name", None)  # a fake SDK's handle may have none: keep ours
+        if isinstance(actual, str) and actual != name:
+            await self._sandboxes.rename(name, actual)
+            return actual
+        return name
 
-    async def _create_sandbox_via_sdk(self, image: str | None, batches: ClaimBatcher | None = None) -> Any:
+    async def _create_sandbox_via_sdk(
+        self, image: str | None, batches: ClaimBatcher | None = None, *, name: str | None = None
+    ) -> Any:
+        name = name or self._sandbox_name
         common: dict[str, Any] = {
-            "name": self._sandbox_name,
+            "name": name,
             "context_name": self._context_name,
             "namespace": self._namespace,
             "env": self._persistent_env or None,
@@ -123,7 +185,7 @@ class SandboxLifecycle(SkypilotEnvironment):
             return await pools.claim(
                 self._sdk,
                 self._pool,
-                self._sandbox_name,
+                name,
                 common,
                 batches,
                 base=self._pool_base,

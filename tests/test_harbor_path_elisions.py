@@ -1,0 +1,94 @@
+"""On Harbor's own transfer path (an SDK without archives, as SkyPilot's), a transfer's commands
+touch only its target and its temp archive: a dir known ready elsewhere stays known ready, so
+Harbor's preparation there is still answered without a round trip; what a transfer or a command
+may have changed is prepared for real.
+
+A real Docker sandbox with the archive capability switched off (``has_archives``), so every
+transfer runs Harbor's write + unpack / pack + read commands; SDK calls are counted.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from harbor.environments.factory import EnvironmentFactory
+from harbor.models.task.task import Task
+from harbor.models.trial.paths import TrialPaths
+
+from osmosis_harbor.sandbox import SandboxEnvironment, environment_config
+from osmosis_harbor.sandbox import environment as environment_module
+
+from .support import make_task
+
+pytestmark = pytest.mark.slow
+
+READY = "/work/ready"
+
+
+@pytest.fixture
+async def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[SandboxEnvironment]:
+    monkeypatch.setattr(environment_module, "has_archives", lambda _sandbox: False)
+    task = Task(make_task(tmp_path / "ds", "xfer", dockerfile="FROM debian:trixie-slim\nWORKDIR /work\n"))
+    trial_paths = TrialPaths(tmp_path / "trial")
+    trial_paths.mkdir()
+    environment = EnvironmentFactory.create_environment_from_config(
+        environment_config("docker"),
+        environment_dir=task.paths.environment_dir,
+        environment_name=task.name,
+        session_id=f"elide-{uuid.uuid4().hex[:8]}",
+        trial_paths=trial_paths,
+        task_env_config=task.config.environment,
+    )
+    assert isinstance(environment, SandboxEnvironment)
+    await environment.start(force_build=False)
+    try:
+        yield environment
+    finally:
+        await environment.stop(delete=True)
+
+
+def _payload(root: Path) -> Path:
+    (root / "sub").mkdir(parents=True)
+    (root / "sub" / "data.txt").write_text("payload\n")
+    return root
+
+
+async def _entries(env: SandboxEnvironment, path: str) -> str:
+    result = await env.exec(f"ls -A {path}", user="root")
+    assert result.return_code == 0, result.stderr
+    return (result.stdout or "").strip()
+
+
+async def test_transfers_elsewhere_keep_a_ready_dir_ready(
+    env: SandboxEnvironment, tmp_path: Path, sdk_calls: Counter[str]
+) -> None:
+    await env.empty_dirs([READY], chmod=True)  # a real command: now known ready
+    await env.upload_dir(_payload(tmp_path / "up"), "/work/payload")
+    await env.download_dir("/work/payload", tmp_path / "back")
+    assert (tmp_path / "back" / "sub" / "data.txt").read_text() == "payload\n"
+    assert sdk_calls["write_bytes"] == 1 and sdk_calls["read_bytes"] == 1  # Harbor's path really ran
+    execs = sdk_calls["exec"]
+    await env.empty_dirs([READY], chmod=True)
+    assert sdk_calls["exec"] == execs  # answered here: nothing that ran could have touched it
+    assert await _entries(env, READY) == ""
+
+    await env.exec("true", user="root")  # positive control: a command may change anything
+    execs = sdk_calls["exec"]
+    await env.empty_dirs([READY], chmod=True)
+    assert sdk_calls["exec"] == execs + 1
+
+
+async def test_an_upload_into_a_ready_dir_is_emptied_for_real(
+    env: SandboxEnvironment, tmp_path: Path, sdk_calls: Counter[str]
+) -> None:
+    await env.empty_dirs([READY], chmod=True)
+    await env.upload_dir(_payload(tmp_path / "up"), f"{READY}/inside")
+    assert await _entries(env, READY) == "inside"
+    execs = sdk_calls["exec"]
+    await env.empty_dirs([READY], chmod=True)
+    assert sdk_calls["exec"] == execs + 1  # the upload made it unknown: the command ran
+    assert await _entries(env, READY) == ""
