@@ -54,9 +54,11 @@ def fake_chat() -> Iterator[FakeChatServer]:
     server.close()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def bundles_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A bundle cache shared by one module's backends (a bundle is built once per module)."""
+    """The session's bundle cache, shared by every backend a test makes: a bundle is built once
+    per run, not once per module. Sharing it changes no claim: the cache is content-addressed
+    (project files, targets and shim), and nothing the session runs edits a bundled project."""
     return tmp_path_factory.mktemp("bundles")
 
 
