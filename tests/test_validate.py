@@ -133,13 +133,8 @@ async def test_tasks_sharing_an_environment_build_its_image_once(tmp_path: Path)
     assert len(new_builds) == 1, new_builds
 
 
-async def test_force_build_ignores_an_unpullable_docker_image(tmp_path: Path) -> None:
-    task = make_task(tmp_path / "ds", "prebuilt", toml_extra='docker_image = "registry.invalid/osmosis/none:1"\n')
-    tasks = load_dataset(task)
-    plain = await validate_tasks(tasks, environment=environment_config("docker"))
-    assert plain.tasks[0].failed_phase == "environment", plain.model_dump()
-    forced = await validate_tasks(tasks, environment=environment_config("docker", force_build=True))
-    assert forced.tasks[0].passed, forced.model_dump()
+# --force-build over an unpullable docker_image, with its control (the same task failing without
+# it): tests/test_cli_flags.py, through the command a user runs.
 
 
 def test_ctrl_c_leaves_no_sandbox(tmp_path: Path) -> None:
