@@ -3,6 +3,7 @@ sandboxes, judged by reward, reported per phase; bad input as one-line errors.""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -140,12 +141,15 @@ async def test_tasks_sharing_an_environment_build_its_image_once(tmp_path: Path)
 def test_ctrl_c_leaves_no_sandbox(tmp_path: Path) -> None:
     make_task(tmp_path / "ds", "slow-1", solve="sleep 120")
     make_task(tmp_path / "ds", "slow-2", solve="sleep 120")
+    tmpdir = tmp_path / "tmpdir"  # where the run's own trials dir is made: this test's, not /tmp
+    tmpdir.mkdir()
     proc = subprocess.Popen(
         [sys.executable, "-m", "osmosis_harbor", "validate", str(tmp_path / "ds"), "-n", "2"],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        env={**os.environ, "TMPDIR": str(tmpdir)},
     )
     try:
         wait_until(
@@ -159,6 +163,7 @@ def test_ctrl_c_leaves_no_sandbox(tmp_path: Path) -> None:
     assert proc.returncode == 130, err
     assert "interrupted" in err and "Traceback" not in err
     assert managed_containers(owner_pid=proc.pid) == []
+    assert list(tmpdir.iterdir()) == [], "the interrupted run left its trials dir behind"
 
 
 def test_nop_agent_checks_that_tests_reject_an_untouched_sandbox(tmp_path: Path) -> None:
