@@ -54,10 +54,22 @@ def fake_chat() -> Iterator[FakeChatServer]:
     server.close()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def bundles_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A bundle cache shared by one module's backends (a bundle is built once per module)."""
+    """The session's bundle cache, shared by every backend a test makes: a bundle is built once
+    per run, not once per module or test. Sharing it changes no claim: the cache is
+    content-addressed (project files, targets and shim), and nothing the session runs edits a
+    bundled project. Tests of the cache itself give their own directory."""
     return tmp_path_factory.mktemp("bundles")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _session_bundle_cache(bundles_dir: Path) -> Iterator[None]:
+    """The default bundle cache (``$OSMOSIS_HARBOR_BUNDLES``) of this process and the commands
+    it runs is the session's, never ``./bundles`` in the checkout."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("OSMOSIS_HARBOR_BUNDLES", str(bundles_dir))
+        yield
 
 
 @pytest.fixture

@@ -155,7 +155,7 @@ def test_the_shim_deadline_is_set_from_the_request_before_harbors(tmp_path: Path
         tasks_dir=TASKS / "template",
         agent="rollout_fixtures.workflows:OutputWorkflow",
         code_dir=FIXTURES / "rollout_project",
-        bundles_dir=tmp_path / "bundles",
+        bundles_dir=None,  # the session's cache ($OSMOSIS_HARBOR_BUNDLES, tests/conftest.py)
         environment_config=environment_config("docker"),
         trials_dir=tmp_path / "trials",
     )

@@ -33,7 +33,7 @@ def _backend(tmp_path: Path, *, tasks_dir: Path = DATASET, mode: str = "dataset"
         agent="rollout_fixtures.workflows:OutputWorkflow",
         workflow_config="rollout_fixtures.workflows:fixture_config",
         code_dir=FIXTURES / "rollout_project",
-        bundles_dir=tmp_path / "bundles",
+        bundles_dir=None,  # the session's cache ($OSMOSIS_HARBOR_BUNDLES, tests/conftest.py)
         environment_config=environment_config("docker"),
         trials_dir=tmp_path / "trials",
     )

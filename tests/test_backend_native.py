@@ -73,7 +73,7 @@ async def test_terminus_2_rollout_through_the_backend(tmp_path: Path, graded_by:
         grader=grader,
         grader_config="rollout_fixtures.graders:fixture_grader_config" if grader else None,
         code_dir=FIXTURES / "rollout_project" if grader else None,
-        bundles_dir=tmp_path / "bundles",
+        bundles_dir=None,  # the session's cache ($OSMOSIS_HARBOR_BUNDLES, tests/conftest.py)
         native_agent_kwargs={"max_turns": 5, "api_base": "http://elsewhere.invalid"},  # wiring must win
         # terminus-2 calls the model from the host: a loopback endpoint needs no host network
         environment_config=environment_config("docker"),

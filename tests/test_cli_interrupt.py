@@ -55,7 +55,7 @@ def test_every_command_maps_ctrl_c_to_130(
     assert err.startswith("interrupted") and "Traceback" not in err
 
 
-def _sigint_when_sandboxes_run(argv: list[str], tmp_path: Path, count: int = 1) -> tuple[int, str]:
+def _sigint_when_sandboxes_run(argv: list[str], tmp_path: Path, bundles: Path, count: int = 1) -> tuple[int, str]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "osmosis_harbor", *argv],
         cwd=REPO,
@@ -65,7 +65,7 @@ def _sigint_when_sandboxes_run(argv: list[str], tmp_path: Path, count: int = 1) 
         env={  # TMPDIR: an interrupted rollout's trial is retained for inspection, under the test's dir
             **__import__("os").environ,
             "HOME": str(tmp_path),
-            "OSMOSIS_HARBOR_BUNDLES": str(tmp_path / "b"),
+            "OSMOSIS_HARBOR_BUNDLES": str(bundles),  # the session's cache: a bundle is not what is tested
             "TMPDIR": str(tmp_path),
         },
     )
@@ -84,7 +84,7 @@ def _sigint_when_sandboxes_run(argv: list[str], tmp_path: Path, count: int = 1) 
 
 
 @pytest.mark.slow
-def test_ctrl_c_stops_a_rollout_with_its_sandbox(tmp_path: Path) -> None:
+def test_ctrl_c_stops_a_rollout_with_its_sandbox(tmp_path: Path, bundles_dir: Path) -> None:
     code, err = _sigint_when_sandboxes_run(
         [
             "rollout",
@@ -100,13 +100,14 @@ def test_ctrl_c_stops_a_rollout_with_its_sandbox(tmp_path: Path) -> None:
             "--no-grade",
         ],
         tmp_path,
+        bundles_dir,
     )
     assert code == 130, err
     assert "interrupted" in err and "Traceback" not in err
 
 
 @pytest.mark.slow
-def test_ctrl_c_stops_sandbox_check_with_its_sandboxes(tmp_path: Path) -> None:
-    code, err = _sigint_when_sandboxes_run(["sandbox-check", "--no-pools"], tmp_path)
+def test_ctrl_c_stops_sandbox_check_with_its_sandboxes(tmp_path: Path, bundles_dir: Path) -> None:
+    code, err = _sigint_when_sandboxes_run(["sandbox-check", "--no-pools"], tmp_path, bundles_dir)
     assert code == 130, err
     assert "interrupted" in err and "Traceback" not in err

@@ -34,7 +34,7 @@ def left_in(tmpdir: Path) -> list[str]:
     return sorted(p.name for p in tmpdir.glob("osmosis-harbor-*"))
 
 
-def test_prewarm_builds_once_reuses_after_and_sizes_pools(tmp_path: Path) -> None:
+def test_prewarm_builds_once_reuses_after_and_sizes_pools(tmp_path: Path, bundles_dir: Path) -> None:
     tmpdir = tmp_path / "tmpdir"
     tmpdir.mkdir()
     dataset = tmp_path / "ds"
@@ -58,7 +58,7 @@ def test_prewarm_builds_once_reuses_after_and_sizes_pools(tmp_path: Path) -> Non
             "--json",
             str(first_json),
             "--bundles-dir",
-            str(tmp_path / "bundles"),
+            str(bundles_dir),  # the session's: images and pools are what is counted
             env={"TMPDIR": str(tmpdir)},
         )
         assert first.returncode == 0, first.stdout + first.stderr
@@ -87,7 +87,7 @@ def test_prewarm_builds_once_reuses_after_and_sizes_pools(tmp_path: Path) -> Non
             "--json",
             str(second_json),
             "--bundles-dir",
-            str(tmp_path / "bundles"),
+            str(bundles_dir),  # the session's: images and pools are what is counted
         )
         assert second.returncode == 0, second.stdout + second.stderr
         again = load_json(second_json)

@@ -32,12 +32,12 @@ def policy() -> Iterator[GatedPolicy]:
 
 
 def test_kill_9_of_a_serving_process_mid_rollout_leaves_nothing_after_cleanup(
-    tmp_path: Path, policy: GatedPolicy, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, policy: GatedPolicy, monkeypatch: pytest.MonkeyPatch, bundles_dir: Path
 ) -> None:
     monkeypatch.setenv("OSMOSIS_HARBOR_LEDGER", str(tmp_path / "ledger.sqlite3"))
     ledger = default_ledger()
     pool_base = f"kill{uuid.uuid4().hex[:6]}"
-    with server_process(tmp_path, pool_base, tmp_path / "bundles") as (proc, url):
+    with server_process(tmp_path, pool_base, bundles_dir) as (proc, url):
         body = {
             "initial_messages": [{"role": "user", "content": "Write the answer.\ngate: never"}],
             "chat_completions_url": policy.base_url,

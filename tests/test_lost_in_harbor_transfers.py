@@ -1,15 +1,19 @@
 """A sandbox lost while Harbor's verifier adds the tests directory or downloads the verifier
-directory is a lost sandbox, on both SDKs, through the real server (README, "Lost sandboxes").
+directory is a lost sandbox, through the real server (README, "Lost sandboxes").
 
 Harbor wraps a failure of either transfer in its own ``AddTestsDirError`` /
 ``DownloadVerifierDirError`` (the loss being their cause), which alone would read as an
 ``internal_error`` that ``infra_retries`` does not retry. The test plays the infrastructure at
 the very step: when Harbor calls the environment's ``upload_dir`` to the tests directory (or
-its ``download_dir`` of ``/logs/verifier``), the sandbox is removed from the engine (Docker) or
-evicted by the emulator on its next call (a targeted fault); then the transfer runs. With
-``infra_retries=1`` the rollout must succeed on a fresh sandbox, its first attempt recorded as
-lost. On the emulator, a spy on the trial results shows Harbor really recorded its wrapper: the
-loss was recognised through what the environment saw, not because Harbor named it.
+its ``download_dir`` of ``/logs/verifier``), the emulator is told to evict the sandbox on its
+next call (a targeted fault); then the transfer runs. With ``infra_retries=1`` the rollout must
+succeed on a fresh sandbox, its first attempt recorded as lost, and a spy on the trial results
+shows Harbor really recorded its wrapper: the loss was recognised through what the environment
+saw, not because Harbor named it.
+
+It runs on the emulator only, where these transfers are Harbor's own (SkyPilot's SDK has no
+archives). The Docker path sends them as archives, and a sandbox it loses in the verifier is
+``tests/test_lost_sandbox.py``'s key test, which runs on both SDKs.
 """
 
 from __future__ import annotations
@@ -28,12 +32,12 @@ from osmosis_ai.rollout.types import RolloutStatus
 
 from osmosis_harbor.backend import attempts
 from osmosis_harbor.sandbox import SandboxEnvironment
-from osmosis_harbor.sandbox.docker import labels as L
 
+from .emulator_support import EmulatorServer
 from .rollout_server import client_for, serve
-from .sdk_paths import SdkPath
+from .sdk_paths import EMULATOR, SdkPath
 from .support import managed_containers
-from .test_lost_sandbox import diagnostics, engine, make_backend, start, tasks  # noqa: F401 (fixture)
+from .test_lost_sandbox import diagnostics, make_backend, start, tasks  # noqa: F401 (fixture)
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("osmosis_home")]
 
@@ -45,14 +49,9 @@ PHASES = {
 
 
 def lose(sdk: SdkPath, name: str) -> None:
-    """The infrastructure takes the sandbox ``name``: evicted by the emulator on its next call,
-    or removed from the engine (``docker rm -f``)."""
-    if sdk.emulator is not None:
-        sdk.emulator.fault("evict", path=f"/sandboxes/{name}/", count=1)
-        return
-    api = engine()
-    for container in api.containers(filters={"label": [L.MANAGED_FILTER, f"{L.SANDBOX}={name}"]}):
-        api.remove_container(container["Id"], force=True)
+    """The infrastructure takes the sandbox ``name``: evicted by the emulator on its next call."""
+    assert sdk.emulator is not None
+    sdk.emulator.fault("evict", path=f"/sandboxes/{name}/", count=1)
 
 
 def lose_at(monkeypatch: pytest.MonkeyPatch, sdk: SdkPath, phase: str) -> list[str]:
@@ -93,9 +92,10 @@ async def test_a_sandbox_lost_in_harbors_verifier_transfers_is_retried(
     fake_chat,
     osmosis_home: Path,
     monkeypatch: pytest.MonkeyPatch,
-    sandbox_sdk: SdkPath,
+    emulator_server: EmulatorServer,
     phase: str,
 ) -> None:
+    sandbox_sdk = SdkPath(EMULATOR, emulator_server)
     sandbox_sdk.require_loopback_endpoint()
     lost = lose_at(monkeypatch, sandbox_sdk, phase)
     recorded = recorded_exceptions(monkeypatch)
@@ -112,7 +112,6 @@ async def test_a_sandbox_lost_in_harbors_verifier_transfers_is_retried(
     assert extra["attempts"] == 2, extra
     (first,) = extra["lost_sandboxes"]
     assert first["error"].startswith(f"sandbox {lost[0]} was lost"), first
-    if sandbox_sdk.is_emulator:  # no archives: Harbor's own transfer failed, and Harbor wrapped it
-        assert recorded[0] == PHASES[phase][3], recorded
+    assert recorded[0] == PHASES[phase][3], recorded  # no archives: Harbor's own transfer failed, and wrapped it
     assert sandbox_sdk.sandboxes_left() == []
     assert managed_containers(owner_pid=os.getpid()) == []

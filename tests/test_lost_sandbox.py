@@ -65,7 +65,7 @@ def make_backend(tmp_path: Path, tasks: Path, sdk: SdkPath = DOCKER, **kwargs) -
         grader="rollout_fixtures.graders:AnswerGrader",
         grader_config="rollout_fixtures.graders:fixture_grader_config",
         code_dir=PROJECT,
-        bundles_dir=tmp_path / "bundles",
+        bundles_dir=None,  # the session's cache ($OSMOSIS_HARBOR_BUNDLES, tests/conftest.py)
         trials_dir=tmp_path / "trials",
         environment_config=sdk.environment(),
         **kwargs,

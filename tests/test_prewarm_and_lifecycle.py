@@ -56,7 +56,7 @@ def backend_for(
         task_mode=task_mode,
         agent=f"{WF}:{agent}",
         code_dir=PROJECT,
-        bundles_dir=tmp_path / "bundles",
+        bundles_dir=None,  # the session's cache ($OSMOSIS_HARBOR_BUNDLES, tests/conftest.py)
         environment_config=sdk.environment(**env_kwargs),
         trials_dir=tmp_path / "trials",
         **extra,

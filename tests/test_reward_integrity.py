@@ -59,7 +59,7 @@ def _backend(root: Path, tasks_dir: Path, grader: str, sdk: SdkPath = DOCKER) ->
         grader=f"rollout_fixtures.graders:{grader}",
         grader_config="rollout_fixtures.graders:fixture_grader_config" if grader == "AnswerGrader" else None,
         code_dir=PROJECT,
-        bundles_dir=root / "bundles",
+        bundles_dir=None,  # the session's cache ($OSMOSIS_HARBOR_BUNDLES, tests/conftest.py)
         environment_config=sdk.environment(),
         trials_dir=root / "trials",
         cleanup_successful_trials=False,

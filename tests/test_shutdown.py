@@ -84,9 +84,9 @@ class GatedPolicy(FakeChatServer):
 
 
 @pytest.fixture(scope="module")
-def bundles(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One bundle cache for the module: the workflow wheel is built once."""
-    return tmp_path_factory.mktemp("bundles")
+def bundles(bundles_dir: Path) -> Path:
+    """The session's bundle cache: the workflow wheel is built once per run."""
+    return bundles_dir
 
 
 @pytest.fixture

@@ -17,16 +17,15 @@ from bench.soak_emulator import SANDBOX_IMAGE, EmulatorSoakConfig, make_plans, r
 from bench.soak_plan import Kind
 
 from .emulator_support import SESSION_SERVERS
+from .soak_support import PYTESTMARK, assert_every_rollout_ended_as_planned, plan_kinds
 
-pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("osmosis_home")]
+pytestmark = PYTESTMARK
 
 CONFIG = EmulatorSoakConfig(rollouts=6, seed=16, deadline_sec=600)
 
 
 def test_plans_follow_the_seed_and_evict_once_and_twice() -> None:
-    plans = make_plans(CONFIG)
-    assert [p.kind for p in plans] == [p.kind for p in make_plans(CONFIG)]
-    kinds = Counter(p.kind for p in plans)
+    kinds = plan_kinds(make_plans, CONFIG)
     assert kinds[Kind.KILLED] == kinds[Kind.RECOVERED] == 1 and kinds[Kind.RIGHT] + kinds[Kind.WRONG] == 4
     big = Counter(p.kind for p in make_plans(EmulatorSoakConfig()))
     assert big[Kind.KILLED] + big[Kind.RECOVERED] == 25  # 5 % of 500
@@ -43,16 +42,12 @@ async def test_every_rollout_ends_as_planned_through_api_faults_and_evictions(tm
         problems = await asyncio.to_thread(run.close)
     report, found = soak.report, soak.findings
 
-    assert report.accepted == report.terminal == CONFIG.rollouts
-    assert report.mismatches == []
-    assert report.leftovers == [] and problems == []
-    assert report.key_hits == []
-    assert report.unproven == []
+    outcomes = assert_every_rollout_ended_as_planned(report, CONFIG.rollouts)
+    assert problems == []
     assert found.unexplained == []
     # The faults were really there: every kind, on the rollouts' own sandboxes, and evictions
     # (the planned ones: twice for the rollout that ends lost, once for the one that recovers).
     assert {"503", "429", "reset"} <= set(found.injected), found.injected
     assert found.faulted_rollouts >= 1
     assert found.evicted >= 1  # 3 unless an API fault lost a planned rollout's sandbox first
-    outcomes = report.outcomes()
     assert outcomes["internal_error"] >= 1 and outcomes["success"] >= 1, outcomes

@@ -3,6 +3,7 @@ sandboxes, judged by reward, reported per phase; bad input as one-line errors.""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -133,24 +134,22 @@ async def test_tasks_sharing_an_environment_build_its_image_once(tmp_path: Path)
     assert len(new_builds) == 1, new_builds
 
 
-async def test_force_build_ignores_an_unpullable_docker_image(tmp_path: Path) -> None:
-    task = make_task(tmp_path / "ds", "prebuilt", toml_extra='docker_image = "registry.invalid/osmosis/none:1"\n')
-    tasks = load_dataset(task)
-    plain = await validate_tasks(tasks, environment=environment_config("docker"))
-    assert plain.tasks[0].failed_phase == "environment", plain.model_dump()
-    forced = await validate_tasks(tasks, environment=environment_config("docker", force_build=True))
-    assert forced.tasks[0].passed, forced.model_dump()
+# --force-build over an unpullable docker_image, with its control (the same task failing without
+# it): tests/test_cli_flags.py, through the command a user runs.
 
 
 def test_ctrl_c_leaves_no_sandbox(tmp_path: Path) -> None:
     make_task(tmp_path / "ds", "slow-1", solve="sleep 120")
     make_task(tmp_path / "ds", "slow-2", solve="sleep 120")
+    tmpdir = tmp_path / "tmpdir"  # where the run's own trials dir is made: this test's, not /tmp
+    tmpdir.mkdir()
     proc = subprocess.Popen(
         [sys.executable, "-m", "osmosis_harbor", "validate", str(tmp_path / "ds"), "-n", "2"],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        env={**os.environ, "TMPDIR": str(tmpdir)},
     )
     try:
         wait_until(
@@ -164,6 +163,7 @@ def test_ctrl_c_leaves_no_sandbox(tmp_path: Path) -> None:
     assert proc.returncode == 130, err
     assert "interrupted" in err and "Traceback" not in err
     assert managed_containers(owner_pid=proc.pid) == []
+    assert list(tmpdir.iterdir()) == [], "the interrupted run left its trials dir behind"
 
 
 def test_nop_agent_checks_that_tests_reject_an_untouched_sandbox(tmp_path: Path) -> None:

@@ -14,10 +14,12 @@ import contextlib
 import socket
 import tempfile
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
+import uvicorn
 from osmosis_ai.rollout.types import RolloutResultResponse
 
 from osmosis_harbor import settings
@@ -29,22 +31,44 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+class _SignalledServer(uvicorn.Server):
+    """uvicorn's server that also tells its caller about the signal it holds back."""
+
+    def __init__(
+        self, config: uvicorn.Config, loop: asyncio.AbstractEventLoop, on_signal: Callable[[], None] | None
+    ) -> None:
+        super().__init__(config)
+        self._loop = loop
+        self._on_signal = on_signal
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        super().handle_exit(sig, frame)
+        if self._on_signal is not None:  # a signal handler runs between bytecodes: hand over to the loop
+            self._loop.call_soon_threadsafe(self._on_signal)
+
+
 @contextlib.asynccontextmanager
-async def serve_locally(backend: Any, *, lifespan: Any = None) -> AsyncIterator[str]:
+async def serve_locally(
+    backend: Any, *, lifespan: Any = None, on_signal: Callable[[], None] | None = None
+) -> AsyncIterator[str]:
     """``create_rollout_server(backend=...)`` on 127.0.0.1 in this event loop; yields its URL.
 
     Leaving the block stops the server at once, as bare uvicorn would: osmosis waits briefly
     for in-flight rollouts, cancels the rest and calls ``backend.shutdown()``. No drain is
     needed: the caller has collected its results before leaving (``osmosis_harbor.serving.server.serve``
-    is the way to serve a backend to controllers)."""
-    import uvicorn
+    is the way to serve a backend to controllers).
+
+    uvicorn holds SIGINT and SIGTERM while it serves (it raises them again once it has shut
+    down), so the block itself never sees Ctrl-C: ``on_signal`` is called, on the event loop,
+    when one arrives."""
     from osmosis_ai.rollout.server import create_rollout_server
 
     from osmosis_harbor.serving.server import add_status_route
 
     app = add_status_route(create_rollout_server(backend=backend, lifespan=lifespan, configure_logging=False), backend)
     port = _free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    server = _SignalledServer(config, asyncio.get_running_loop(), on_signal)
     task = asyncio.create_task(server.serve())
     try:
         while not server.started:
@@ -68,21 +92,42 @@ async def run_one_rollout(
     metadata: dict[str, Any] | None,
     grade: bool,
 ) -> RolloutResultResponse:
+    """Post one rollout to a local server and wait for its result. On Ctrl-C the rollout is
+    cancelled through the server at once (its trial stops, its sandbox goes) and the
+    interrupt propagates; otherwise osmosis' shutdown would first wait out its drain."""
     from osmosis_ai.rollout.client import RolloutClient
 
-    async with serve_locally(backend) as url:
+    rollout_id = f"local-{uuid.uuid4().hex[:10]}"
+    interrupted = asyncio.Event()
+    async with serve_locally(backend, on_signal=interrupted.set) as url:
         client = RolloutClient(url=url)
-        try:
-            return await client.run_rollout(
+        run = asyncio.ensure_future(
+            client.run_rollout(
                 initial_messages=[{"role": "user", "content": prompt}],
                 chat_completions_url=chat_completions_url,
-                rollout_id=f"local-{uuid.uuid4().hex[:10]}",
+                rollout_id=rollout_id,
                 llm_api_key=api_key,
                 label=label,
                 metadata=metadata,
                 grade=grade,
             )
+        )
+        stop = asyncio.ensure_future(interrupted.wait())
+        try:
+            await asyncio.wait({run, stop}, return_when=asyncio.FIRST_COMPLETED)
+            if not run.done():
+                run.cancel()
+                await asyncio.gather(run, return_exceptions=True)
+                with contextlib.suppress(Exception):  # else the server's own shutdown cancels it
+                    await client.cancel_rollout(rollout_id)
+                # Leaving the server block re-raises the signal, which ends asyncio.run with
+                # KeyboardInterrupt for a main task that ends cancelled.
+                raise asyncio.CancelledError
+            return run.result()
         finally:
+            for pending in (run, stop):
+                pending.cancel()
+            await asyncio.gather(run, stop, return_exceptions=True)
             await client.aclose()
 
 

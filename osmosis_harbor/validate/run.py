@@ -198,11 +198,13 @@ async def validate_tasks(
                 for task, config in runnable:
                     group.create_task(run_one(task, config))
     finally:
-        # Trials stop their own sandboxes, including on cancellation; this sweep catches
-        # anything a cancelled start left behind so nothing outlives the command.
-        await asyncio.shield(sandboxes.terminate_all())
-        if owns_dir and not keep_trials:
-            shutil.rmtree(root.parent, ignore_errors=True)
+        try:
+            # Trials stop their own sandboxes, including on cancellation; this sweep catches
+            # anything a cancelled start left behind so nothing outlives the command.
+            await asyncio.shield(sandboxes.terminate_all())
+        finally:  # a second cancellation (Ctrl-C twice) ends the wait, not the temp dir's removal
+            if owns_dir and not keep_trials:
+                shutil.rmtree(root.parent, ignore_errors=True)
     kept = keep_trials or not owns_dir
     if kept:
         await asyncio.to_thread(
