@@ -167,6 +167,14 @@ def make_incumbent(work: Path, n_concurrent: int) -> Any:
     return backend
 
 
+async def dispose_incumbent(backend: Any) -> None:
+    """Shut the incumbent down and remove the work root it made for itself: it keeps its
+    per-rollout copies in ``$TMPDIR/osmosis-harbor-<tasks dir name>`` (its trials are in the
+    bench's work dir) and leaves that directory behind after ``shutdown``."""
+    await backend.shutdown()
+    shutil.rmtree(backend.rollouts_dir.parent, ignore_errors=True)
+
+
 def _preinstall_sdk(env_dir: Path, requirements: list[str]) -> None:
     """The incumbent's own Dockerfile patch (``tasks.patch_dockerfile_with_sdk``: uv, then the
     bundle's requirements in a venv at /opt/osmosis/venv, so each trial installs only the wheel,

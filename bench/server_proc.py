@@ -116,7 +116,9 @@ async def _serve(spec: ServerSpec, conn: Connection) -> None:
     finally:
         probe_task.cancel()
         if spec.backend == "incumbent":
-            await backend.shutdown()
+            from .incumbent import dispose_incumbent
+
+            await dispose_incumbent(backend)
         else:
             await dispose(backend)
 
