@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -10,10 +11,14 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import docker
+
+if TYPE_CHECKING:
+    from osmosis_harbor.sandbox import SandboxEnvironment
 
 REPO = Path(__file__).resolve().parent.parent
 TASKS = REPO / "tasks"
@@ -129,6 +134,35 @@ def make_task(
     script.chmod(0o755)
     test_sh.chmod(0o755)
     return task
+
+
+@contextlib.asynccontextmanager
+async def started_environment(root: Path, task_id: str) -> AsyncIterator[SandboxEnvironment]:
+    """A started Docker sandbox environment for a small task with ``WORKDIR /work``, made the
+    way Harbor makes a trial's (its factory, a trial's paths), stopped and deleted afterwards."""
+    from harbor.environments.factory import EnvironmentFactory
+    from harbor.models.task.task import Task
+    from harbor.models.trial.paths import TrialPaths
+
+    from osmosis_harbor.sandbox import SandboxEnvironment, environment_config
+
+    task = Task(make_task(root / "ds", task_id, dockerfile="FROM debian:trixie-slim\nWORKDIR /work\n"))
+    trial_paths = TrialPaths(root / "trial")
+    trial_paths.mkdir()
+    environment = EnvironmentFactory.create_environment_from_config(
+        environment_config("docker"),
+        environment_dir=task.paths.environment_dir,
+        environment_name=task.name,
+        session_id=f"{task_id}-{uuid.uuid4().hex[:8]}",
+        trial_paths=trial_paths,
+        task_env_config=task.config.environment,
+    )
+    assert isinstance(environment, SandboxEnvironment)
+    await environment.start(force_build=False)
+    try:
+        yield environment
+    finally:
+        await environment.stop(delete=True)
 
 
 def copy_task(src: Path, dest: Path) -> Path:

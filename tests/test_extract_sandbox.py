@@ -6,20 +6,16 @@ arrives sanitized, ordinary hardlinks and unicode names arrive intact, and 1 GB 
 from __future__ import annotations
 
 import resource
-import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from harbor.environments.factory import EnvironmentFactory
-from harbor.models.task.task import Task
-from harbor.models.trial.paths import TrialPaths
 
 from osmosis_harbor.errors import TransferLimitError
-from osmosis_harbor.sandbox import SandboxEnvironment, environment_config
+from osmosis_harbor.sandbox import SandboxEnvironment
 from osmosis_harbor.sandbox import environment as environment_module
 
-from .support import make_task
+from .support import started_environment
 from .test_extract import inventory, make_canary
 
 MIB = 1024 * 1024
@@ -33,23 +29,8 @@ async def env(
     Harbor's own sandbox-side commands (SkyPilot's path) run."""
     if request.param == "harbor":
         monkeypatch.setattr(environment_module, "has_archives", lambda _sandbox: False)
-    task = Task(make_task(tmp_path / "ds", "hostile", dockerfile="FROM debian:trixie-slim\nWORKDIR /work\n"))
-    trial_paths = TrialPaths(tmp_path / "trial")
-    trial_paths.mkdir()
-    environment = EnvironmentFactory.create_environment_from_config(
-        environment_config("docker"),
-        environment_dir=task.paths.environment_dir,
-        environment_name=task.name,
-        session_id=f"hostile-{uuid.uuid4().hex[:8]}",
-        trial_paths=trial_paths,
-        task_env_config=task.config.environment,
-    )
-    assert isinstance(environment, SandboxEnvironment)
-    await environment.start(force_build=False)
-    try:
+    async with started_environment(tmp_path, "hostile") as environment:
         yield environment
-    finally:
-        await environment.stop(delete=True)
 
 
 async def sh(env: SandboxEnvironment, command: str) -> str:

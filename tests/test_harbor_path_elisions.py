@@ -9,20 +9,16 @@ transfer runs Harbor's write + unpack / pack + read commands; SDK calls are coun
 
 from __future__ import annotations
 
-import uuid
 from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from harbor.environments.factory import EnvironmentFactory
-from harbor.models.task.task import Task
-from harbor.models.trial.paths import TrialPaths
 
-from osmosis_harbor.sandbox import SandboxEnvironment, environment_config
+from osmosis_harbor.sandbox import SandboxEnvironment
 from osmosis_harbor.sandbox import environment as environment_module
 
-from .support import make_task
+from .support import started_environment
 
 pytestmark = pytest.mark.slow
 
@@ -32,23 +28,8 @@ READY = "/work/ready"
 @pytest.fixture
 async def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[SandboxEnvironment]:
     monkeypatch.setattr(environment_module, "has_archives", lambda _sandbox: False)
-    task = Task(make_task(tmp_path / "ds", "xfer", dockerfile="FROM debian:trixie-slim\nWORKDIR /work\n"))
-    trial_paths = TrialPaths(tmp_path / "trial")
-    trial_paths.mkdir()
-    environment = EnvironmentFactory.create_environment_from_config(
-        environment_config("docker"),
-        environment_dir=task.paths.environment_dir,
-        environment_name=task.name,
-        session_id=f"elide-{uuid.uuid4().hex[:8]}",
-        trial_paths=trial_paths,
-        task_env_config=task.config.environment,
-    )
-    assert isinstance(environment, SandboxEnvironment)
-    await environment.start(force_build=False)
-    try:
+    async with started_environment(tmp_path, "elide") as environment:
         yield environment
-    finally:
-        await environment.stop(delete=True)
 
 
 def _payload(root: Path) -> Path:

@@ -5,24 +5,21 @@ archives refused on the host, and Harbor's own path when a handle lacks the capa
 from __future__ import annotations
 
 import os
-import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-from harbor.environments.factory import EnvironmentFactory
 from harbor.models.task.config import TaskOS
-from harbor.models.task.task import Task
-from harbor.models.trial.paths import EnvironmentPaths, TrialPaths
+from harbor.models.trial.paths import EnvironmentPaths
 from harbor.utils.scripts import quote_shell_arg
 
-from osmosis_harbor.sandbox import SandboxEnvironment, environment_config
+from osmosis_harbor.sandbox import SandboxEnvironment
 from osmosis_harbor.sandbox import environment as environment_module
 from osmosis_harbor.sandbox.environment import REMOVE_REWARDS_COMMAND
 from osmosis_harbor.shim import contract
 
-from .support import make_task
+from .support import started_environment
 
 
 @pytest.fixture
@@ -32,23 +29,8 @@ def calls(sdk_calls: Counter[str]) -> Counter[str]:
 
 @pytest.fixture
 async def env(tmp_path: Path) -> AsyncIterator[SandboxEnvironment]:
-    task = Task(make_task(tmp_path / "ds", "xfer", dockerfile="FROM debian:trixie-slim\nWORKDIR /work\n"))
-    trial_paths = TrialPaths(tmp_path / "trial")
-    trial_paths.mkdir()
-    environment = EnvironmentFactory.create_environment_from_config(
-        environment_config("docker"),
-        environment_dir=task.paths.environment_dir,
-        environment_name=task.name,
-        session_id=f"xfer-{uuid.uuid4().hex[:8]}",
-        trial_paths=trial_paths,
-        task_env_config=task.config.environment,
-    )
-    assert isinstance(environment, SandboxEnvironment)
-    await environment.start(force_build=False)
-    try:
+    async with started_environment(tmp_path, "xfer") as environment:
         yield environment
-    finally:
-        await environment.stop(delete=True)
 
 
 def _tree(root: Path) -> Path:
