@@ -165,6 +165,14 @@ async def started_environment(root: Path, task_id: str) -> AsyncIterator[Sandbox
         await environment.stop(delete=True)
 
 
+def graded_template(root: Path, name: str = "template-graded") -> Path:
+    """The bundled template task without ``tests/``, copied under ``root``: the Osmosis grader
+    (generated ``test.sh``) is its verifier, in a sandbox of its own."""
+    task = shutil.copytree(TASKS / "template", root / name)
+    shutil.rmtree(task / "tests")
+    return task
+
+
 def copy_task(src: Path, dest: Path) -> Path:
     shutil.copytree(src, dest, symlinks=True)
     return dest

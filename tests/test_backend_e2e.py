@@ -6,28 +6,22 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import uuid
 from pathlib import Path
 
 import pytest
 from harbor.models.trial.config import EnvironmentConfig
-from harbor.trial.queue import TrialQueue
 from osmosis_ai.rollout.types import RolloutErrorCategory, RolloutStatus
 
-from osmosis_harbor.backend import HarborBackend
 from osmosis_harbor.sandbox.environment import IMPORT_PATH as SANDBOX_ENVIRONMENT
 from osmosis_harbor.testing.scripted_policy import FakeChatServer
 
+from .backends import make_backend
 from .rollout_server import client_for, serve
-from .sdk_paths import DOCKER, SdkPath
-from .support import FIXTURES, TASKS, managed_containers
+from .sdk_paths import SdkPath
+from .support import TASKS, graded_template, managed_containers
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("osmosis_home")]
-
-PROJECT = FIXTURES / "rollout_project"
-WF = "rollout_fixtures.workflows"
-GR = "rollout_fixtures.graders"
 
 
 @pytest.fixture
@@ -38,38 +32,7 @@ def api_key() -> str:
 @pytest.fixture
 def grader_template(tmp_path: Path) -> Path:
     """The bundled template without tests/, so the Osmosis grader is the verifier."""
-    task = shutil.copytree(TASKS / "template", tmp_path / "template-graded")
-    shutil.rmtree(task / "tests")
-    return task
-
-
-def make_backend(
-    tmp_path: Path,
-    bundles_dir: Path,
-    *,
-    agent: str,
-    grader: str | None = None,
-    tasks_dir: Path = TASKS / "template",
-    task_mode: str = "template",
-    sdk: SdkPath = DOCKER,
-    environment: EnvironmentConfig | None = None,
-    **kwargs,
-) -> HarborBackend:
-    return HarborBackend(
-        orchestrator=TrialQueue(n_concurrent=3),
-        tasks_dir=tasks_dir,
-        task_mode=task_mode,
-        agent=f"{WF}:{agent}",
-        workflow_config=f"{WF}:fixture_config" if agent in {"OutputWorkflow", "ListWorkflow", "NoneWorkflow"} else None,
-        grader=f"{GR}:{grader}" if grader else None,
-        grader_config=f"{GR}:fixture_grader_config" if grader == "AnswerGrader" else None,
-        code_dir=PROJECT,
-        bundles_dir=bundles_dir,
-        environment_config=environment or sdk.environment(),
-        trials_dir=tmp_path / "trials",
-        cleanup_successful_trials=False,
-        **kwargs,
-    )
+    return graded_template(tmp_path)
 
 
 def prompt(text: str) -> list[dict]:

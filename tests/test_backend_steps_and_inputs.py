@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 import uuid
 from pathlib import Path
 from typing import Any
@@ -26,7 +25,8 @@ from osmosis_harbor.sandbox import environment_config
 from osmosis_harbor.testing.scripted_policy import FakeChatServer
 
 from .rollout_server import client_for, serve
-from .support import FIXTURES, TASKS, managed_containers
+from .support import FIXTURES, managed_containers
+from .support import graded_template as support_graded_template
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("osmosis_home")]
 
@@ -96,9 +96,7 @@ async def test_multi_step_rollouts_through_the_backend(tmp_path: Path, bundles_d
 
 @pytest.fixture
 def graded_template(tmp_path: Path) -> Path:
-    task = shutil.copytree(TASKS / "template", tmp_path / "template-graded")
-    shutil.rmtree(task / "tests")
-    return task
+    return support_graded_template(tmp_path)
 
 
 async def test_grader_inputs_reach_the_isolated_grader(

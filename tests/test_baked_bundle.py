@@ -9,7 +9,6 @@ recorded by wrapping ``SandboxEnvironment`` in place, the phase by wrapping the 
 from __future__ import annotations
 
 import contextvars
-import shutil
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
@@ -28,7 +27,7 @@ from osmosis_harbor.sandbox.environment import SandboxEnvironment
 from osmosis_harbor.shim import contract
 
 from .rollout_server import client_for, serve
-from .support import FIXTURES, TASKS
+from .support import FIXTURES, graded_template
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("osmosis_home")]
 
@@ -89,13 +88,6 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> Calls:
     return recorded
 
 
-def graded_copy(tmp_path: Path, name: str = "template-graded") -> Path:
-    """The bundled template without tests/, so the bundled grader is the verifier."""
-    task = shutil.copytree(TASKS / "template", tmp_path / name)
-    shutil.rmtree(task / "tests")
-    return task
-
-
 def backend(tmp_path: Path, bundles_dir: Path, tasks_dir: Path) -> HarborBackend:
     return HarborBackend(
         orchestrator=TrialQueue(n_concurrent=2),
@@ -135,7 +127,7 @@ async def test_sandbox_call_budget_of_trivial_and_graded_rollouts(
     workflow's exec (the input rides it), one archive of /logs, terminate. A graded one adds a
     fresh verifier sandbox: create, Harbor's emptying of the workdir, one upload of the
     artifacts and tests, test.sh, one archive of /logs, terminate; and the agent's workdir."""
-    async with serve(backend(tmp_path, bundles_dir, graded_copy(tmp_path))) as url, client_for(url) as client:
+    async with serve(backend(tmp_path, bundles_dir, graded_template(tmp_path))) as url, client_for(url) as client:
         result = await rollout_via(client, fake_chat, grade=False)
         assert result.status is RolloutStatus.SUCCESS, result.err_message
         assert dict(sdk_calls) == {"create": 1, "exec": 1, "get_archive": 1, "terminate": 1}
@@ -149,7 +141,7 @@ async def test_an_input_too_large_to_ride_the_exec_goes_as_a_file(
     tmp_path: Path, bundles_dir: Path, fake_chat, calls: Calls
 ) -> None:
     padding = "x" * (contract.INLINE_INPUT_MAX_BYTES + 1)
-    result = await rollout(backend(tmp_path, bundles_dir, graded_copy(tmp_path)), fake_chat, f"{padding}\n{ANSWER}")
+    result = await rollout(backend(tmp_path, bundles_dir, graded_template(tmp_path)), fake_chat, f"{padding}\n{ANSWER}")
     assert result.status is RolloutStatus.SUCCESS, result.err_message
     assert result.sample.reward == 1.0
     assert calls.during_setup() == [("upload_file", contract.ROLLOUT_INPUT)]
@@ -159,7 +151,7 @@ async def test_an_input_too_large_to_ride_the_exec_goes_as_a_file(
 async def test_a_baked_rollout_sets_up_without_exec_and_grades_without_pip(
     tmp_path: Path, bundles_dir: Path, fake_chat, calls: Calls
 ) -> None:
-    result = await rollout(backend(tmp_path, bundles_dir, graded_copy(tmp_path)), fake_chat)
+    result = await rollout(backend(tmp_path, bundles_dir, graded_template(tmp_path)), fake_chat)
     assert result.status is RolloutStatus.SUCCESS, result.err_message
     assert result.sample.reward == 1.0 and result.sample.metrics.get("answer_found") == 1.0
     # agent setup: nothing at all (the input rides the workflow's exec), nothing executed
@@ -186,7 +178,7 @@ async def test_an_image_baking_another_bundle_fails_with_one_clear_line(
         return config.model_copy(update={"kwargs": {**config.kwargs, "bundle_baked": "another-bundle"}})
 
     monkeypatch.setattr(Planner, "_workflow_config", expecting_another)
-    target = backend(tmp_path, bundles_dir, graded_copy(tmp_path))
+    target = backend(tmp_path, bundles_dir, graded_template(tmp_path))
     result = await rollout(target, fake_chat)
     assert result.status is RolloutStatus.FAILURE
     message = result.err_message or ""
@@ -199,10 +191,10 @@ async def test_an_image_only_task_still_installs_the_bundle_with_pip(
 ) -> None:
     # an image built elsewhere: here, the one prewarm builds for the template (python, and the
     # bundle's dependencies in the venv, so pip needs no index), named by docker_image
-    report = await backend(tmp_path / "prewarm", bundles_dir, graded_copy(tmp_path)).prewarm()
+    report = await backend(tmp_path / "prewarm", bundles_dir, graded_template(tmp_path)).prewarm()
     image = report.groups_detail[0].image
     assert image and report.failed == 0
-    task = graded_copy(tmp_path, "image-only")
+    task = graded_template(tmp_path, "image-only")
     (task / "environment" / "Dockerfile").unlink()
     toml = (task / "task.toml").read_text().replace("[environment]\n", f'[environment]\ndocker_image = "{image}"\n')
     (task / "task.toml").write_text(toml)
@@ -226,7 +218,7 @@ async def test_an_sdk_without_archives_runs_harbors_transfer_path(
     from osmosis_harbor.sandbox import environment as environment_module
 
     monkeypatch.setattr(environment_module, "has_archives", lambda _sandbox: False)
-    async with serve(backend(tmp_path, bundles_dir, graded_copy(tmp_path))) as url, client_for(url) as client:
+    async with serve(backend(tmp_path, bundles_dir, graded_template(tmp_path))) as url, client_for(url) as client:
         result = await rollout_via(client, fake_chat)
     assert result.status is RolloutStatus.SUCCESS and result.sample.reward == 1.0, result.err_message
     assert sdk_calls["put_archive"] == sdk_calls["get_archive"] == 0

@@ -40,7 +40,7 @@ from osmosis_harbor.testing.scripted_policy import FakeChatServer
 from .emulator_support import EmulatorServer
 from .rollout_server import client_for, serve
 from .sdk_paths import DOCKER, EMULATOR, SdkPath
-from .support import FIXTURES, TASKS, managed_containers
+from .support import FIXTURES, graded_template, managed_containers
 
 pytestmark = pytest.mark.slow
 
@@ -80,12 +80,6 @@ def _isolation_switch(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, bool]]
 
     monkeypatch.setattr(plan_module, "materialize_task", materialize)
     return decisions
-
-
-def _graded_template(root: Path) -> Path:
-    task = shutil.copytree(TASKS / "template", root / "template-graded")
-    shutil.rmtree(task / "tests")
-    return task
 
 
 async def _attack(client: Any, chat: FakeChatServer, attack: str, prefix: str = "") -> RolloutResultResponse:
@@ -142,7 +136,7 @@ async def runs(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Runs]:
         monkeypatch.setenv("HOME", str(root / "home"))
         out = Runs(root)
         out.decisions = _isolation_switch(monkeypatch)
-        task = _graded_template(root)
+        task = graded_template(root)
         answered = [("isolated", a) for a in ATTACKS] + [("shared", a) for a in ATTACKS]
         chat = FakeChatServer()
         try:
@@ -227,10 +221,10 @@ def test_the_grader_runs_in_a_sandbox_of_its_own(tmp_path: Path) -> None:
 
     from osmosis_harbor.tasks.refs import ResolvedTask
 
-    graded_template = _graded_template(tmp_path)
-    backend = _backend(tmp_path, graded_template, "AnswerGrader")
+    template = graded_template(tmp_path)
+    backend = _backend(tmp_path, template, "AnswerGrader")
     copy = backend.materialize(
-        ResolvedTask(task_id="t", path=graded_template, source="template"), tmp_path / "copy", request=None
+        ResolvedTask(task_id="t", path=template, source="template"), tmp_path / "copy", request=None
     ).path
     config = TaskConfig.model_validate_toml((copy / "task.toml").read_text())
     assert config.verifier.environment_mode is VerifierEnvironmentMode.SEPARATE
@@ -252,7 +246,7 @@ async def test_on_the_emulator_a_root_workflow_cannot_forge_its_reward(
     routes = sdk.routes()
     chat = FakeChatServer()
     try:
-        backend = _backend(tmp_path, _graded_template(tmp_path), "AnswerGrader", sdk)
+        backend = _backend(tmp_path, graded_template(tmp_path), "AnswerGrader", sdk)
         results = await _serve_attacks(backend, chat, [("isolated", attack) for attack in ATTACKS])
     finally:
         chat.close()

@@ -11,46 +11,25 @@ integrity attacks (``test_reward_integrity.py``) run with the head start on, its
 from __future__ import annotations
 
 import os
-import shutil
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
-from harbor.trial.queue import TrialQueue
 from osmosis_ai.rollout.types import RolloutErrorCategory, RolloutStatus
 
 from osmosis_harbor.agents.workflow import WorkflowAgent
-from osmosis_harbor.backend import HarborBackend
 from osmosis_harbor.sandbox import head_start as head_start_module
 from osmosis_harbor.sandbox.environment import SandboxEnvironment
 
+from .backends import make_backend
 from .rollout_server import client_for, serve
 from .sdk_paths import DOCKER, SdkPath
-from .support import FIXTURES, TASKS, managed_containers
+from .support import graded_template, managed_containers
 
 pytestmark = pytest.mark.slow
 
 WORKDIR = "/workspace"  # the template task's, carried to the verifier as an artifact
-
-
-def make_backend(
-    tmp_path: Path, bundles_dir: Path, *, agent: str, grader: str, tasks_dir: Path, sdk: SdkPath
-) -> HarborBackend:
-    return HarborBackend(
-        orchestrator=TrialQueue(n_concurrent=3),
-        tasks_dir=tasks_dir,
-        task_mode="template",
-        agent=f"rollout_fixtures.workflows:{agent}",
-        workflow_config="rollout_fixtures.workflows:fixture_config" if agent == "OutputWorkflow" else None,
-        grader=f"rollout_fixtures.graders:{grader}",
-        grader_config="rollout_fixtures.graders:fixture_grader_config",
-        code_dir=FIXTURES / "rollout_project",
-        bundles_dir=bundles_dir,
-        environment_config=sdk.environment(),
-        trials_dir=tmp_path / "trials",
-        cleanup_successful_trials=False,
-    )
 
 
 async def run(client: Any, fake_chat: Any, api_key: str, text: str, **kwargs: Any) -> Any:
@@ -71,9 +50,7 @@ def api_key() -> str:
 @pytest.fixture
 def graded_task(tmp_path: Path) -> Path:
     """The bundled template without tests/, so the Osmosis grader verifies in its own sandbox."""
-    task = shutil.copytree(TASKS / "template", tmp_path / "template-graded")
-    shutil.rmtree(task / "tests")
-    return task
+    return graded_template(tmp_path)
 
 
 @pytest.fixture
