@@ -26,8 +26,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import random
-import secrets
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -51,7 +49,7 @@ from .common import BenchResult
 from .emulator_server import EMULATOR, EmulatorRun, start_emulator
 from .env import PROJECT, workdir
 from .soak import Infrastructure
-from .soak_plan import GATE, GRADER, WORKFLOW, Kind, Observed, Plan, SoakConfig, SoakReport
+from .soak_plan import GATE, GRADER, WORKFLOW, Kind, Observed, Plan, SoakConfig, SoakReport, seeded_plans
 
 NAME = "soak-emulator"
 TITLE = "graded rollouts on the skypilot-emulator with ~5 % API faults and ~5 % evictions"
@@ -104,16 +102,7 @@ class EmulatorSoakConfig:
 
 def make_plans(config: EmulatorSoakConfig) -> list[Plan]:
     """Right and wrong answers, and ``eviction_rate`` of evictions (once, twice, alternately)."""
-    evictions = max(len(EVICTIONS), round(config.rollouts * config.eviction_rate))
-    if evictions > config.rollouts:
-        raise ValueError(f"an emulator soak needs at least {len(EVICTIONS)} rollouts, got {config.rollouts}")
-    kinds = [EVICTIONS[i % len(EVICTIONS)] for i in range(evictions)]
-    kinds += [Kind.RIGHT if i % 2 == 0 else Kind.WRONG for i in range(config.rollouts - evictions)]
-    random.Random(config.seed).shuffle(kinds)
-    return [
-        Plan(f"esoak-{i:03d}-{k.name.lower()}", k, f'sk-soak/{secrets.token_hex(12)}+"q"\\ é&x=1')
-        for i, k in enumerate(kinds)
-    ]
+    return seeded_plans(EVICTIONS, config.rollouts, config.eviction_rate, config.seed, "esoak", "an emulator soak")
 
 
 class EmulatorInfrastructure(Infrastructure):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import random
 import secrets
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -105,21 +106,34 @@ class Plan:
         return EXPECTED[self.kind]
 
 
-def make_plans(config: SoakConfig) -> list[Plan]:
-    """The run's plans, the kinds in an order fixed by the seed; every key is fresh and
-    spelled so that its JSON-escaped and URL-encoded forms differ from it."""
-    faults = max(len(FAULTS), round(config.rollouts * config.fault_rate))
-    if faults > config.rollouts:
-        raise ValueError(f"a soak needs at least {len(FAULTS)} rollouts (one per fault kind), got {config.rollouts}")
-    kinds = [FAULTS[i % len(FAULTS)] for i in range(faults)]
-    kinds += [Kind.RIGHT if i % 2 == 0 else Kind.WRONG for i in range(config.rollouts - faults)]
-    random.Random(config.seed).shuffle(kinds)
+def seeded_plans(
+    special: Sequence[Kind], rollouts: int, rate: float, seed: int, prefix: str, what: str, why: str = ""
+) -> list[Plan]:
+    """``rollouts`` plans: ``rate`` of them (at least one of each) of the ``special`` kinds in
+    turn, the rest right and wrong answers alternately, in an order fixed by ``seed``; every key
+    is fresh and spelled so that its JSON-escaped and URL-encoded forms differ from it. ``what``
+    (and ``why``) name the soak in the error when ``rollouts`` cannot hold one of each special kind."""
+    count = max(len(special), round(rollouts * rate))
+    if count > rollouts:
+        raise ValueError(f"{what} needs at least {len(special)} rollouts{why}, got {rollouts}")
+    kinds = [special[i % len(special)] for i in range(count)]
+    kinds += [Kind.RIGHT if i % 2 == 0 else Kind.WRONG for i in range(rollouts - count)]
+    random.Random(seed).shuffle(kinds)
     return [
         Plan(
-            f"soak-{i:03d}-{kind.name.lower().replace('_', '-')}", kind, f'sk-soak/{secrets.token_hex(12)}+"q"\\ é&x=1'
+            f"{prefix}-{i:03d}-{kind.name.lower().replace('_', '-')}",
+            kind,
+            f'sk-soak/{secrets.token_hex(12)}+"q"\\ é&x=1',
         )
         for i, kind in enumerate(kinds)
     ]
+
+
+def make_plans(config: SoakConfig) -> list[Plan]:
+    """The run's plans: one of each fault kind at least, the fault rate of them in all."""
+    return seeded_plans(
+        FAULTS, config.rollouts, config.fault_rate, config.seed, "soak", "a soak", " (one per fault kind)"
+    )
 
 
 @dataclass
