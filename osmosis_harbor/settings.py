@@ -112,6 +112,12 @@ class Settings(BaseSettings):
         True,
         description="a graded rollout's separate verifier sandbox is created while the agent runs (not from a pool)",
     )
+    exec_archives: bool = Field(
+        True,
+        description="on an SDK without archive calls (SkyPilot's), directories move as one tar through a file "
+        "write or read plus one command, with write-behind uploads and one /logs snapshot (sandbox/exec_archives.py); "
+        "off: Harbor's own transfer commands",
+    )
 
     def pool_lock_dir(self) -> Path:
         """Lock files live in the user cache dir: machine-local, like the engine they guard."""

@@ -210,16 +210,27 @@ async def test_an_image_only_task_still_installs_the_bundle_with_pip(
     assert any(name.endswith(".whl") for name in tests) and b"pip install" in tests["osmosis_grade.sh"]
 
 
-async def test_an_sdk_without_archives_runs_harbors_transfer_path(
+async def test_an_sdk_without_archives_moves_trees_over_its_own_calls(
     tmp_path: Path, bundles_dir: Path, fake_chat, sdk_calls: Counter[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """SkyPilot's SDK offers no archive calls: the same graded rollout takes Harbor's own
-    write/read + tar path, and still skips what a fresh baked sandbox makes redundant."""
+    """SkyPilot's SDK offers no archive calls. By default a tree still moves as one archive,
+    made of its own calls (``exec_archives.py``): an upload is a file write plus the unpack
+    command, a fetch the pack command plus a file read, so the graded rollout of the budget test
+    above costs one command more per archive and nothing else. With ``OSMOSIS_HARBOR_EXEC_ARCHIVES=0``
+    the same rollout takes Harbor's own write/read + tar path, at more calls, and still skips
+    what a fresh baked sandbox makes redundant."""
     from osmosis_harbor.sandbox import environment as environment_module
 
     monkeypatch.setattr(environment_module, "has_archives", lambda _sandbox: False)
     async with serve(backend(tmp_path, bundles_dir, graded_template(tmp_path))) as url, client_for(url) as client:
         result = await rollout_via(client, fake_chat)
+        assert result.status is RolloutStatus.SUCCESS and result.sample.reward == 1.0, result.err_message
+        over_commands = dict(sdk_calls)
+        assert over_commands == {"create": 2, "exec": 3 + 1 + 3, "write_bytes": 1, "read_bytes": 3, "terminate": 2}
+        sdk_calls.clear()
+        monkeypatch.setenv("OSMOSIS_HARBOR_EXEC_ARCHIVES", "0")
+        result = await rollout_via(client, fake_chat)
     assert result.status is RolloutStatus.SUCCESS and result.sample.reward == 1.0, result.err_message
     assert sdk_calls["put_archive"] == sdk_calls["get_archive"] == 0
     assert sdk_calls["write_bytes"] > 0 and sdk_calls["read_bytes"] > 0
+    assert sum(sdk_calls.values()) > sum(over_commands.values()), (dict(sdk_calls), over_commands)

@@ -3,8 +3,9 @@ touch only its target and its temp archive: a dir known ready elsewhere stays kn
 Harbor's preparation there is still answered without a round trip; what a transfer or a command
 may have changed is prepared for real.
 
-A real Docker sandbox with the archive capability switched off (``has_archives``), so every
-transfer runs Harbor's write + unpack / pack + read commands; SDK calls are counted.
+A real Docker sandbox with the archive capability switched off (``has_archives``) and archives
+over commands off (``OSMOSIS_HARBOR_EXEC_ARCHIVES=0``), so every transfer runs Harbor's write +
+unpack / pack + read commands; SDK calls are counted.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ READY = "/work/ready"
 @pytest.fixture
 async def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[SandboxEnvironment]:
     monkeypatch.setattr(environment_module, "has_archives", lambda _sandbox: False)
+    monkeypatch.setenv("OSMOSIS_HARBOR_EXEC_ARCHIVES", "0")
     async with started_environment(tmp_path, "elide") as environment:
         yield environment
 

@@ -11,9 +11,10 @@ succeed on a fresh sandbox, its first attempt recorded as lost, and a spy on the
 shows Harbor really recorded its wrapper: the loss was recognised through what the environment
 saw, not because Harbor named it.
 
-It runs on the emulator only, where these transfers are Harbor's own (SkyPilot's SDK has no
-archives). The Docker path sends them as archives, and a sandbox it loses in the verifier is
-``tests/test_lost_sandbox.py``'s key test, which runs on both SDKs.
+It runs on the emulator only, with archives over commands off (``OSMOSIS_HARBOR_EXEC_ARCHIVES=0``),
+where these transfers are Harbor's own (SkyPilot's SDK has no archives). By default both paths
+send them as archives, and a sandbox lost in the verifier is ``tests/test_lost_sandbox.py``'s key
+test, which runs on both SDKs.
 """
 
 from __future__ import annotations
@@ -97,6 +98,7 @@ async def test_a_sandbox_lost_in_harbors_verifier_transfers_is_retried(
 ) -> None:
     sandbox_sdk = SdkPath(EMULATOR, emulator_server)
     sandbox_sdk.require_loopback_endpoint()
+    monkeypatch.setenv("OSMOSIS_HARBOR_EXEC_ARCHIVES", "0")
     lost = lose_at(monkeypatch, sandbox_sdk, phase)
     recorded = recorded_exceptions(monkeypatch)
     backend = make_backend(tmp_path, tasks, sandbox_sdk, infra_retries=1)

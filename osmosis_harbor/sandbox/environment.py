@@ -21,9 +21,11 @@ environment-dir uploads). What we change:
 * a command or file transfer that fails in a sandbox that is gone, or stopped without this
   trial stopping it, raises `SandboxLostError` (``liveness.py``) instead of looking like the
   workflow's failure;
-* when the sandbox handle offers the archive capability (``protocol.ArchiveSandbox``), files
-  and directories move in one call each way, uploads are written behind and log-tree reads
-  share one snapshot (``transfers.py``); otherwise Harbor's own sandbox-side commands run;
+* files and directories move as archives: uploads are written behind and log-tree reads
+  share one snapshot (``transfers.py``), over the handle's archive calls when it offers them
+  (``protocol.ArchiveSandbox``: one call each way), else over a file write or read plus one
+  command (``exec_archives.py``: SkyPilot's SDK has no archive calls); with
+  ``exec_archives`` off, such an SDK runs Harbor's own sandbox-side commands;
 * either way, what comes back is bounded and extracted by our own code (``downloads.py``,
   ``extract/``), never by ``tarfile``.
 
@@ -61,6 +63,7 @@ from osmosis_harbor.sandbox import live
 from osmosis_harbor.sandbox.api_faults import retry_safe
 from osmosis_harbor.sandbox.bounds import DefaultBounds
 from osmosis_harbor.sandbox.downloads import HarborPath, fetch_archive
+from osmosis_harbor.sandbox.exec_archives import ExecArchives
 from osmosis_harbor.sandbox.filtered import FilteredDownloads
 from osmosis_harbor.sandbox.image_resolution import ImageResolution, declares_baked_layout
 from osmosis_harbor.sandbox.loss_detection import LossDetection
@@ -258,12 +261,17 @@ class SandboxEnvironment(
         return await self._guarded(retry_safe("read_bytes", super()._read_remote_bytes, remote_path))
 
     # ── transfers (archive capability) ────────────────────────────────────────
-    # Overridden only to take the archive path when the sandbox handle offers it; without
-    # it (SkyPilot's SDK) each of these is Harbor's own.
+    # Overridden to take the archive path: the handle's own archive calls (the Docker SDK), or
+    # archives made of SkyPilot's calls (``exec_archives.py``); with ``exec_archives`` off, an
+    # SDK without archive calls runs Harbor's own transfer commands.
 
     def _archives(self) -> ArchiveTransfers | None:
-        """The archive transfers of this sandbox, when its handle offers them."""
-        if self._archive_transfers is None and self._sandbox is not None and has_archives(self._sandbox):
+        """The archive transfers of this sandbox: over its handle's archive calls when it offers
+        them, else built from a file write or read plus one command (``exec_archives.py``)
+        unless ``exec_archives`` is off (then None: Harbor's own transfer commands run)."""
+        if self._archive_transfers is not None or self._sandbox is None:
+            return self._archive_transfers
+        if has_archives(self._sandbox):
             sandbox = self._sandbox
 
             async def put(data: bytes, path: str) -> None:
@@ -273,7 +281,15 @@ class SandboxEnvironment(
                 await self._guarded(fetch_archive(sandbox, path, into))
 
             self._archive_transfers = ArchiveTransfers(put, get, self.logger)
+        elif settings.current().exec_archives:
+            archives = ExecArchives(self._raw_shell, self._write_remote_bytes, self._read_remote_bytes)
+            self._archive_transfers = ArchiveTransfers(archives.put, archives.get, self.logger)
         return self._archive_transfers
+
+    async def _raw_shell(self, command: str, timeout_seconds: int) -> ExecResult:
+        """A command of the transfers themselves: guarded, but neither flushing the staged
+        uploads nor invalidating snapshots, as every other command does (``_command``)."""
+        return await self._guarded(SkypilotEnvironment._run_shell(self, command, timeout_seconds=timeout_seconds))
 
     # On Harbor's path a transfer is commands in the sandbox; each touches only the transfer's
     # target and its temp archive under Harbor's transfer dir, so it makes only those unknown
