@@ -165,6 +165,7 @@ async def test_without_the_capability_harbors_own_path_runs(
     env: SandboxEnvironment, tmp_path: Path, calls: Counter[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(environment_module, "has_archives", lambda _sandbox: False)
+    monkeypatch.setenv("OSMOSIS_HARBOR_EXEC_ARCHIVES", "0")  # not archives made of commands either
     src = _tree(tmp_path / "src")
     await env.upload_dir(src, "/work/payload")
     assert calls["write_bytes"] == 1  # sent at once, through Harbor's write + unpack
