@@ -54,7 +54,7 @@ async def measure_rollouts(result: BenchResult, run: EmulatorRun, n: int) -> Non
                     f"{len(failures)} of {n} {kind} rollouts failed on the emulator; first: {failures[0][:400]}"
                 )
             figure = result.add(f"{kind} rollout on the emulator: end to end", "s", seconds)
-            result.add(f"{kind} rollout: API calls", "calls", calls, "no archives: Harbor's writes and execs")
+            result.add(f"{kind} rollout: API calls", "calls", calls, "no archive calls: file writes, reads and execs")
             result.headline_value(f"emulator_calls_{kind}", statistics.median(calls))
             if run.floor is not None:
                 ratio = result.ratio(f"{kind} rollout / emulator floor", figure, run.floor, "overhead over the floor")

@@ -37,7 +37,7 @@ def _validate(tmp_path: Path, agent: str, sdk: SdkPath) -> tuple[dict[str, dict]
     assert proc.returncode == 1, proc.stdout + proc.stderr  # compose tasks always fail
     assert not orphaned_containers(before), "validate left sandboxes behind"
     assert not sdk.sandboxes_left(), "validate left emulator sandboxes behind"
-    sdk.assert_harbors_transfer_path(routes)  # on the emulator: no archives, Harbor's writes and execs
+    sdk.assert_harbors_transfer_path(routes)  # on the emulator: no archive calls; file writes, reads and execs
     return {row["id"]: row for row in load_json(report)["tasks"]}, proc.stdout
 
 
