@@ -8,13 +8,19 @@ uploads, its logs down. Every call is a round trip to the SkyPilot API server. G
 ``transfers.ArchiveTransfers`` (write-behind uploads, one shared snapshot of ``/logs``) two
 primitives made of the calls SkyPilot has brings that to a handful of calls:
 
-* **put**: the staged tar written to a temp file in the sandbox, then one command, as root,
-  unpacks it at ``/`` and removes it (2 calls, for every upload staged since the last command);
-* **get**: one command packs the path into a temp file and prints the archive's size, which is
+* **put**: the staged tar, gzipped, written to a temp file in the sandbox, then one command, as
+  root, unpacks it at ``/`` and removes it (2 calls, for every upload staged since the last
+  command);
+* **get**: one command packs the path into a gzipped temp file and prints its size, which is
   checked against ``max_archive_bytes`` *before* the read (SkyPilot's read hands the whole file
   over); the read is checked again on arrival (a process left running in the sandbox could grow
-  the file in between). The archive is removed by the next command this module runs, or goes
-  with the sandbox: no third call.
+  the file in between), and unzipped on the host into the snapshot's temp file within the same
+  bound, so a small archive cannot unzip into a flood. The archive is removed by the next
+  command this module runs, or goes with the sandbox: no third call.
+
+Both ways are gzipped, as Harbor's own transfers are: log trees shrink several-fold, which is
+what crosses the API and what sits in the sandbox's ``/tmp`` (a bounded tmpfs on some SDKs)
+meanwhile.
 
 The archive has the shape the Docker SDK's ``get_archive`` gives (members named from the
 path's own name, a top symlink not followed), so the same snapshot and our own extractor read
@@ -26,14 +32,18 @@ hostile input: the size it prints only bounds, and the tar goes through ``sandbo
 from __future__ import annotations
 
 import asyncio
+import gzip
+import io
 import posixpath
 import shlex
 import uuid
+import zlib
 from collections.abc import Awaitable, Callable
 from typing import BinaryIO
 
 from harbor.environments.base import ExecResult
 
+from osmosis_harbor.errors import UnreadableArchiveError
 from osmosis_harbor.sandbox.extract import TransferLimits
 
 __all__ = ["MISSING_EXIT_CODE", "ExecArchives"]
@@ -42,10 +52,25 @@ TRANSFER_DIR = "/tmp"  # where Harbor's SkyPilot path stages its archives too
 MISSING_EXIT_CODE = 44  # the pack command's answer for a path that is not there
 PACK_TIMEOUT_SEC = 120
 UNPACK_TIMEOUT_SEC = 120
+GZIP_LEVEL = 1  # the host's CPU matters more than the last bytes of a log tree
+CHUNK = 1 << 20
 
 RunShell = Callable[[str, int], Awaitable[ExecResult]]
 WriteBytes = Callable[[bytes, str], Awaitable[None]]
 ReadBytes = Callable[[str], Awaitable[bytes]]
+
+
+def _gunzip_bounded(data: bytes, into: BinaryIO, path: str, limits: TransferLimits) -> None:
+    """Unzip ``data`` into ``into``, refusing it once the tar passes ``max_archive_bytes``."""
+    written = 0
+    try:
+        with gzip.GzipFile(fileobj=io.BytesIO(data)) as unzipped:
+            while chunk := unzipped.read(CHUNK):
+                written += len(chunk)
+                limits.check_archive(path, written)
+                into.write(chunk)
+    except (OSError, EOFError, zlib.error) as exc:  # gzip.BadGzipFile is an OSError
+        raise UnreadableArchiveError(path, exc) from None
 
 
 def _reported_size(result: ExecResult) -> int | None:
@@ -69,7 +94,7 @@ class ExecArchives:
         self._stale: list[str] = []  # fetched archives still in the sandbox, removed by the next command
 
     def _remote(self, kind: str) -> str:
-        return f"{TRANSFER_DIR}/osmosis-{kind}-{uuid.uuid4().hex}.tar"
+        return f"{TRANSFER_DIR}/osmosis-{kind}-{uuid.uuid4().hex}.tar.gz"
 
     def _clear_stale(self) -> str:
         """The prefix that removes archives fetched earlier (forgotten once it is sent)."""
@@ -82,9 +107,9 @@ class ExecArchives:
     async def put(self, data: bytes, path: str) -> None:
         """Unpack the tar ``data`` at sandbox ``path`` (an existing directory), as root."""
         remote = self._remote("put")
-        await self._write_bytes(data, remote)
+        await self._write_bytes(await asyncio.to_thread(gzip.compress, data, GZIP_LEVEL), remote)
         target, archive = shlex.quote(path), shlex.quote(remote)
-        command = f"{self._clear_stale()}tar -xf {archive} -C {target}; code=$?; rm -f {archive}; exit $code"
+        command = f"{self._clear_stale()}tar -xzf {archive} -C {target}; code=$?; rm -f {archive}; exit $code"
         result = await self._run_shell(command, UNPACK_TIMEOUT_SEC)
         if result.return_code != 0:
             raise RuntimeError(
@@ -106,7 +131,7 @@ class ExecArchives:
             f"if [ ! -e {quoted} ] && [ ! -L {quoted} ]; then exit {MISSING_EXIT_CODE}; fi; "
             # GNU tar exits 1 for a file that changed while it was read (a process still writing a
             # log): the archive is whole, as the Docker SDK's would be; anything worse fails.
-            f"tar -cf {archive} -C {shlex.quote(parent)} {member}; [ $? -le 1 ] && [ -f {archive} ] && wc -c < {archive}"
+            f"tar -czf {archive} -C {shlex.quote(parent)} {member}; [ $? -le 1 ] && [ -f {archive} ] && wc -c < {archive}"
         )
         result = await self._run_shell(command, PACK_TIMEOUT_SEC)
         self._stale.append(remote)
@@ -120,4 +145,4 @@ class ExecArchives:
         limits.check_archive(path, _reported_size(result) or 0)
         data = await self._read_bytes(remote)
         limits.check_archive(path, len(data))
-        await asyncio.to_thread(into.write, data)
+        await asyncio.to_thread(_gunzip_bounded, data, into, path, limits)
