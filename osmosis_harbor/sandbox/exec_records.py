@@ -49,7 +49,8 @@ __all__ = ["RECORDS_DIR", "ExecRecords", "RecordedExec", "parse_status"]
 
 log = logging.getLogger(__name__)
 
-RECORDS_DIR = "/tmp/.osmosis-harbor-execs"
+# Not /tmp: a sandbox's /tmp may be a bounded tmpfs (the Docker SDK's is), the task's own space.
+RECORDS_DIR = "/var/tmp/.osmosis-harbor-execs"
 # How long past its own timeout a command's record may take to appear (the wrapper's last writes).
 RECORD_GRACE_SEC = 30.0
 
