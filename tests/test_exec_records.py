@@ -73,6 +73,11 @@ async def test_a_fault_on_an_execs_result_read_is_survived_and_the_command_ran_o
             listing = await env.exec(f"ls {RECORDS_DIR} | grep -c {hit[0]} || true")
             assert listing.stdout == "0\n"
 
+        # where no record can be made, the command still runs as it would unrecorded
+        await env.exec(f"rm -rf {RECORDS_DIR} && touch {RECORDS_DIR}")
+        unrecorded = await env.exec("echo plain; exit 5")
+        assert (unrecorded.return_code, unrecorded.stdout) == (5, "plain\n")
+
         hit = fault_on_result_read(monkeypatch, emulator_server, "reset", lambda arg: MARK in arg)
         env._records_exec_results = False  # positive control: the same fault, without records
         with pytest.raises(SandboxLostError, match="API failed mid-call"):

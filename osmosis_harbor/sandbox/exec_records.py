@@ -58,7 +58,7 @@ RECORD_GRACE_SEC = 30.0
 # that cannot be made runs the command unrecorded (a read fault then loses the sandbox, as before).
 _WRAPPER = (
     'd=$1; old=$2; shift 2; for o in $old; do rm -rf "' + RECORDS_DIR + '/$o"; done; '
-    'mkdir -p "$d" 2>/dev/null || exec "$@"; '
+    '{ mkdir -p "$d" && : >"$d/out" && : >"$d/err"; } 2>/dev/null || exec "$@"; '
     '"$@" >"$d/out" 2>"$d/err"; rc=$?; '
     'echo "$rc" >"$d/rc.part" && mv -f "$d/rc.part" "$d/rc"; '
     'cat "$d/out"; cat "$d/err" >&2; exit "$rc"'
