@@ -14,11 +14,13 @@ matched by name in ``osmosis_harbor.trials.reading`` (they are Harbor's types).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import ClassVar
 
 from osmosis_ai.rollout.types import RolloutErrorCategory
 
 __all__ = [
+    "AgentSandboxLostError",
     "BaseImageMissingError",
     "BundleError",
     "BundleInstallError",
@@ -47,6 +49,7 @@ __all__ = [
     "UnexpectedArgumentError",
     "UnreadableArchiveError",
     "UserError",
+    "VerifierSandboxLostError",
     "WorkflowFailedError",
     "WrongBundleError",
     "recorded_error",
@@ -219,12 +222,44 @@ class WorkflowFailedError(TrialPhaseError, RuntimeError):
 
 class SandboxLostError(TrialPhaseError, SandboxError, RuntimeError):
     """The sandbox is gone, or stopped without this trial stopping it: the infrastructure's
-    doing, not the workflow's (see ``osmosis_harbor.sandbox.liveness``)."""
+    doing, not the workflow's (see ``osmosis_harbor.sandbox.liveness``).
 
-    def __init__(self, name: str, reason: str) -> None:
+    Harbor records only the class name, so whose sandbox it was travels in it: the environment
+    raises `AgentSandboxLostError` or `VerifierSandboxLostError` (``role``), never this base.
+    ``observed_at``: when the host saw the loss, which says what the trial was doing then
+    (Harbor's phase timings alone cannot: its agent timing ends before the agent's outputs are
+    downloaded)."""
+
+    role: ClassVar[str | None] = None
+
+    def __init__(self, name: str, reason: str, *, observed_at: datetime | None = None) -> None:
         super().__init__(f"sandbox {name} was lost ({reason})")
         self.sandbox_name = name
         self.reason = reason
+        self.observed_at = observed_at or datetime.now(UTC)
+
+    @staticmethod
+    def of_role(role: str, name: str, reason: str) -> SandboxLostError:
+        """The loss of the sandbox ``name`` playing ``role`` (``"agent"`` or ``"verifier"``)."""
+        kinds = {kind.role: kind for kind in (AgentSandboxLostError, VerifierSandboxLostError)}
+        return kinds[role](name, reason)
+
+
+class AgentSandboxLostError(SandboxLostError):
+    """The agent's sandbox (Harbor's ``{trial}__env``) was lost. Until the host has the
+    workflow's outputs (Harbor downloads ``/logs/agent`` and the artifacts after the agent's
+    timing ends) this is the workflow's ``internal_error``, whatever phase had started; only in
+    a verification run in that same sandbox (Harbor's ``shared`` mode) is it the grading's."""
+
+    role = "agent"
+
+
+class VerifierSandboxLostError(SandboxLostError):
+    """A separate verifier's own sandbox (``{trial}__verifier__{key}``) was lost: the grading
+    failed; the workflow's outputs were already on the host."""
+
+    role = "verifier"
+    phase = "verifier"
 
 
 class TransferLimitError(TrialPhaseError, SandboxError, ValueError):

@@ -7,7 +7,8 @@ process (its owner host is ``EMULATOR_OWNER_HOST``): it is this session's when o
 servers this session started made it, whether that server still runs or not. Another test
 session's sandboxes on the same shared engine (a live process, or an emulator server this
 session did not start) are never counted. Idle pool members belong to their pool; a pool (its
-spec volume) is judged by the same owner rule, and a leaked pool's members go with it.
+spec volume) is judged by its owner too, more strictly (``session_pools``), and a leaked pool's
+members go with it.
 """
 
 from __future__ import annotations
@@ -37,16 +38,25 @@ def is_leak(labels: dict[str, str], name: str, started: float, emulator_servers:
 
 
 def session_pools(started: float, emulator_servers: Collection[int]) -> list[str]:
-    """Warm pools this session made and did not delete (their spec volume's owner, by the same rule)."""
+    """Warm pools this session made and did not delete, judged by their spec volume's owner (the
+    process that wrote it: an emulator server writes its account's). Stricter than a container's
+    rule: an owner that has exited counts only when this session's ledger still names the pool
+    (a CLI run of this session made it and neither deleted nor handed it over); another
+    session's exited owner (its stopped emulator server, its CLI) is not this session's to delete."""
+    from osmosis_harbor.sandbox.ledger import Kind, default_ledger
+
+    ledgered = {entry.name for entry in default_ledger().entries() if entry.kind is Kind.POOL}
     client = docker.from_env()
     volumes: list[dict[str, Any]] = client.api.volumes(filters={"label": POOL_SPEC})["Volumes"] or []
-    return sorted(
-        {
-            (v.get("Labels") or {})[POOL_SPEC]
-            for v in volumes
-            if is_leak(v.get("Labels") or {}, "", started, emulator_servers)
-        }
-    )
+    found = set()
+    for volume in volumes:
+        labels = volume.get("Labels") or {}
+        name, pid = labels[POOL_SPEC], int(labels.get(OWNER_PID) or 0)
+        if float(labels.get(CREATED_AT) or 0) < started:
+            continue
+        if pid == os.getpid() or pid in emulator_servers or (name in ledgered and not process_alive(pid)):
+            found.add(name)
+    return sorted(found)
 
 
 def session_leaks(

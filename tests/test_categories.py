@@ -187,17 +187,20 @@ def test_a_wrong_bundle_line_is_at_most_a_validation_error(trial: Path) -> None:
 
 @pytest.mark.parametrize("recorded", ["AddTestsDirError", "DownloadVerifierDirError", "RewardFileNotFoundError", None])
 def test_a_loss_the_host_saw_is_lost_whatever_harbor_recorded(trial: Path, recorded: str | None) -> None:
-    """Harbor wraps a failed verifier transfer (or swallows a failed agent-log download, so the
-    grader then finds no sample): the loss the environment recorded still makes the trial a
-    lost one (``backend.losses``), so ``infra_retries`` retries it and the category is ours."""
+    """Harbor wraps a failed transfer, or swallows a failed agent-log download (so the grader then
+    finds no sample): the loss the environment recorded still makes the trial a lost one
+    (``backend.losses``), so ``infra_retries`` retries it and the category is ours. Here the
+    agent's sandbox went while the agent ran (its attribution by role and moment:
+    ``tests/test_lost_attribution.py``)."""
     from osmosis_harbor.backend.losses import recognise_loss
     from osmosis_harbor.backend.outcome import lost_sandbox_message
-    from osmosis_harbor.errors import SandboxLostError
+    from osmosis_harbor.errors import AgentSandboxLostError
 
     write(trial / "verifier" / "error.json", {**FORGED, "type": "AgentSampleError", "category": "validation_error"})
     harbors = trial_result(trial, recorded, verifier_started=True)
     assert lost_sandbox_message(harbors) is None  # positive control: as Harbor recorded it, not a loss
-    loss = SandboxLostError("hb-x-env", "container gone: killed or removed by the infrastructure")
+    reason = "container gone: killed or removed by the infrastructure"
+    loss = AgentSandboxLostError("hb-x-env", reason, observed_at=T0 + timedelta(seconds=2))
 
     lost = recognise_loss(harbors, [loss])
 
@@ -205,6 +208,8 @@ def test_a_loss_the_host_saw_is_lost_whatever_harbor_recorded(trial: Path, recor
     result = outcome(trial, lost)
     assert result.status is RolloutStatus.FAILURE
     assert result.err_category is RolloutErrorCategory.INTERNAL_ERROR, result.err_message
+    assert result.err_message.endswith("during the agent phase"), result.err_message
     assert recognise_loss(harbors, []) is harbors  # nothing lost: Harbor's word stands
-    already = trial_result(trial, "SandboxLostError")
-    assert recognise_loss(already, [loss]) is already
+    # Harbor recorded a later raise (a call failing fast after the loss): the host's first one stands
+    later = trial_result(trial, "AgentSandboxLostError", verifier_started=True)
+    assert recognise_loss(later, [loss]).exception_info.occurred_at == loss.observed_at

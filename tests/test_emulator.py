@@ -238,10 +238,14 @@ def test_snapshot_pushes_the_filesystem_to_the_registry(image: str) -> None:
 def test_one_server_is_one_account(image: str, tmp_path_factory: pytest.TempPathFactory) -> None:
     """SkyPilot's ``ls`` lists one account's sandboxes: another emulator server on the same
     engine (another test session's, another bench run's) neither lists, reaches, terminates
-    nor evicts this server's sandboxes, and this server does not see its."""
+    nor evicts this server's sandboxes, and this server does not see its. Warm pools likewise:
+    the other account neither lists, reads, resizes, claims from nor deletes this one's pool, nor
+    takes its name."""
     with private_emulator(tmp_path_factory.mktemp("emulator-other"), set_env=False) as other:
         mine = sky.create(name=_name("account"), image=image, timeout=600)
         mine_info = sky.SandboxInfo(name=mine.name, status="RUNNING", image=image, created_at=time.time())
+        my_pool, their_pool = _name("account-pool"), _name("other-pool")
+        sky.create_pool(my_pool, image, replicas=0)
         try:
             with emulator_env(other.url):
                 theirs = sky.create(name=_name("other-account"), image=image, timeout=600)
@@ -250,12 +254,27 @@ def test_one_server_is_one_account(image: str, tmp_path_factory: pytest.TempPath
                 assert other.admin("POST", f"/evict/{mine.name}") == {"evicted": None}
                 with pytest.raises(sky.SandboxNotFoundError):
                     sky.EmulatorSandbox(mine_info).exec("true")
+                sky.create_pool(their_pool, image, replicas=0)
+                assert [p.name for p in sky.list_pools()] == [their_pool]  # positive control
+                for call in (sky.get_pool, sky.delete_pool, lambda name: sky.set_pool_size(name, 1)):
+                    with pytest.raises(sky.PoolNotFoundError):
+                        call(my_pool)
+                with pytest.raises(sky.PoolNotFoundError):
+                    sky.create(name=_name("claim"), pool=my_pool, timeout=600)
+                with pytest.raises(sky.PoolExistsError, match="another emulator account"):
+                    sky.create_pool(my_pool, image, replicas=0)
             names = [s.name for s in sky.ls()]
             assert mine.name in names and theirs.name not in names
             assert mine.exec("true").wait() == 0  # untouched by the other account's terminate
+            assert sky.get_pool(my_pool).replicas == 0  # untouched by the other account's calls
+            assert their_pool not in {p.name for p in sky.list_pools()} and my_pool in {
+                p.name for p in sky.list_pools()
+            }
             sky.terminate_by_name(theirs.name)
             with emulator_env(other.url):
                 assert [s.name for s in sky.ls()] == [theirs.name]
                 theirs.terminate()
+                sky.delete_pool(their_pool)
         finally:
             mine.terminate()
+            sky.delete_pool(my_pool)

@@ -9,7 +9,9 @@ its ``download_dir`` of ``/logs/verifier``), the emulator is told to evict the s
 next call (a targeted fault); then the transfer runs. With ``infra_retries=1`` the rollout must
 succeed on a fresh sandbox, its first attempt recorded as lost, and a spy on the trial results
 shows Harbor really recorded its wrapper: the loss was recognised through what the environment
-saw, not because Harbor named it.
+saw, not because Harbor named it. In the same rollout the result read of the workflow's own exec
+is reset once (``sandbox/exec_records.py``): survived from the exec's record, it costs no attempt
+and re-runs nothing (one chat call per attempt).
 
 It runs on the emulator only, with archives over commands off (``OSMOSIS_HARBOR_EXEC_ARCHIVES=0``),
 where these transfers are Harbor's own (SkyPilot's SDK has no archives). By default both paths
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 import os
 import uuid
 from collections.abc import Callable
@@ -33,11 +36,13 @@ from osmosis_ai.rollout.types import RolloutStatus
 
 from osmosis_harbor.backend import attempts
 from osmosis_harbor.sandbox import SandboxEnvironment
+from osmosis_harbor.shim import contract
 
 from .emulator_support import EmulatorServer
 from .rollout_server import client_for, serve
 from .sdk_paths import EMULATOR, SdkPath
 from .support import managed_containers
+from .test_exec_records import fault_on_result_read
 from .test_lost_sandbox import diagnostics, make_backend, start, tasks  # noqa: F401 (fixture)
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("osmosis_home")]
@@ -101,13 +106,17 @@ async def test_a_sandbox_lost_in_harbors_verifier_transfers_is_retried(
     monkeypatch.setenv("OSMOSIS_HARBOR_EXEC_ARCHIVES", "0")
     lost = lose_at(monkeypatch, sandbox_sdk, phase)
     recorded = recorded_exceptions(monkeypatch)
+    workflow = f"{contract.VENV}/bin/"  # the workflow's exec: its result read is reset, once
+    reset = fault_on_result_read(monkeypatch, emulator_server, "reset", lambda arg: workflow in arg and not reset)
+    resets = emulator_server.stats()["faults"].get("reset", 0)
     backend = make_backend(tmp_path, tasks, sandbox_sdk, infra_retries=1)
     rollout_id = f"harbor-wrapped-{uuid.uuid4().hex[:6]}"
     async with serve(backend) as url, client_for(url) as client:
-        handle = await start(client, fake_chat, rollout_id, "reply: echo 42 > answer.txt")
+        handle = await start(client, fake_chat, rollout_id, f"reply: echo 42 > answer.txt # {rollout_id}")
         result = await handle.wait_for_completion()
 
     assert len(lost) == 1, f"the rollout never reached {phase}"
+    assert len(reset) == 1 and emulator_server.stats()["faults"]["reset"] == resets + 1
     assert result.status is RolloutStatus.SUCCESS, result.err_message
     assert result.sample.reward == 1.0
     extra = diagnostics(osmosis_home, rollout_id)
@@ -115,5 +124,8 @@ async def test_a_sandbox_lost_in_harbors_verifier_transfers_is_retried(
     (first,) = extra["lost_sandboxes"]
     assert first["error"].startswith(f"sandbox {lost[0]} was lost"), first
     assert recorded[0] == PHASES[phase][3], recorded  # no archives: Harbor's own transfer failed, and wrapped it
+    # the reset read cost no attempt (with infra_retries=1 it would have ended the rollout), and
+    # re-ran nothing: one chat call per attempt (exec_records.py)
+    assert len([r for r in fake_chat.requests if rollout_id in json.dumps(r.body)]) == 2
     assert sandbox_sdk.sandboxes_left() == []
     assert managed_containers(owner_pid=os.getpid()) == []

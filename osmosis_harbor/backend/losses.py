@@ -13,11 +13,10 @@ own observation counts: the sandbox can neither cause nor hide a loss this way.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import UTC, datetime
 
 from harbor.models.trial.result import ExceptionInfo, TrialResult
 
-from osmosis_harbor.errors import SandboxLostError, recorded_error
+from osmosis_harbor.errors import SandboxLostError
 
 __all__ = ["HARBOR_WRAPPERS", "recognise_loss"]
 
@@ -26,23 +25,25 @@ HARBOR_WRAPPERS = frozenset({"AddTestsDirError", "DownloadVerifierDirError"})
 
 
 def recognise_loss(result: TrialResult, losses: Sequence[SandboxLostError]) -> TrialResult:
-    """``result``, with the first loss the host saw as its exception when Harbor recorded
-    another one (or none); unchanged when nothing was lost or Harbor recorded the loss."""
-    info = result.exception_info
-    if not losses or (info is not None and recorded_error(info.exception_type) is SandboxLostError):
+    """``result``, with the first loss the host saw as its exception (its class, so whose sandbox
+    it was, and when the host saw it); unchanged when nothing was lost. Harbor may have recorded
+    another exception, none, or a later loss (a call failing fast after the first), whose time
+    would say the trial was further on than it was when the sandbox went."""
+    if not losses:
         return result
     loss = losses[0]
+    info = result.exception_info
     if info is None:
-        recorded, traceback, at = "no exception", "", datetime.now(UTC)
+        recorded, traceback = "no exception", ""
     else:
         first_line = (info.exception_message or "").strip().splitlines()[:1]
         recorded = f"{info.exception_type}: {first_line[0] if first_line else ''}".rstrip(": ")
-        traceback, at = info.exception_traceback, info.occurred_at
+        traceback = info.exception_traceback
     lost = ExceptionInfo(
-        exception_type=SandboxLostError.__name__,
+        exception_type=type(loss).__name__,
         exception_message=str(loss),
-        exception_traceback=f"{traceback}\nread as {SandboxLostError.__name__} (the host saw the loss; "
-        f"Harbor recorded {recorded})\n",
-        occurred_at=at,
+        exception_traceback=f"{traceback}\nread as {type(loss).__name__} (the host saw the loss at "
+        f"{loss.observed_at.isoformat()}; Harbor recorded {recorded})\n",
+        occurred_at=loss.observed_at,
     )
     return result.model_copy(update={"exception_info": lost})

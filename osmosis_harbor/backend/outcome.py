@@ -43,6 +43,7 @@ from osmosis_harbor.trials.reading import (
     TIMEOUT_EXCEPTIONS,
     Phase,
     TrialReading,
+    agent_had_ended,
     read_trial,
 )
 
@@ -117,26 +118,37 @@ def _failure(
     )
 
 
+def _is_loss(ours: type[TrialPhaseError] | None) -> bool:
+    return ours is not None and issubclass(ours, SandboxLostError)
+
+
 def lost_sandbox_message(result: TrialResult) -> str | None:
-    """The one-line reason when the trial's sandbox was lost to the infrastructure, else None."""
+    """The one-line reason when a sandbox of the trial was lost to the infrastructure, else None."""
     info = result.exception_info
-    if info is None or recorded_error(info.exception_type) is not SandboxLostError:
+    if info is None or not _is_loss(recorded_error(info.exception_type)):
         return None
     return (info.exception_message or SandboxLostError.__name__).strip().splitlines()[0]
+
+
+def _lost_message(result: TrialResult, phase: str | None) -> str:
+    """Which sandbox was lost, and when: the agent's may go after its run ended, while Harbor
+    downloads its outputs (its timing has ended, the verifier's has not begun)."""
+    info = result.exception_info
+    if phase == Phase.AGENT.value and info is not None and agent_had_ended(result, info.occurred_at):
+        return f"{lost_sandbox_message(result)} after the agent phase, before the agent's outputs reached the host"
+    return f"{lost_sandbox_message(result)} during the {phase} phase"
 
 
 def _lost_sandbox(
     result: TrialResult, phase: str | None, agent_sample: RolloutSample | None, extra: dict[str, Any]
 ) -> ExecutionOutcome:
-    """Not the workflow's failure: an ``internal_error`` naming the sandbox and the phase. A loss
-    while grading keeps the workflow's success and fails the grading, like other verifier errors."""
+    """A sandbox lost before the workflow's outputs were on the host (the agent's, in any phase
+    but a verification run in it): not the workflow's failure, and not its success either; an
+    ``internal_error`` naming the sandbox and when, which ``infra_retries`` may retry."""
     extra["failed_phase"] = phase
-    message = f"{lost_sandbox_message(result)} during the {phase} phase"
-    failure = _failure(message, RolloutErrorCategory.INTERNAL_ERROR, agent_sample, extra)
-    if phase == Phase.VERIFIER.value:
-        workflow = ExecutionResult(status=RolloutStatus.SUCCESS, sample=agent_sample, extra_fields=extra)
-        return ExecutionOutcome(workflow=workflow, grader=failure)
-    return ExecutionOutcome(workflow=failure)
+    return ExecutionOutcome(
+        workflow=_failure(_lost_message(result, phase), RolloutErrorCategory.INTERNAL_ERROR, agent_sample, extra)
+    )
 
 
 def _setup_or_agent_failure(
@@ -202,7 +214,11 @@ def build_outcome(
     ours = recorded_error(exc_type)
     phase = reading.failed_phase.value if reading.failed_phase else None
 
-    if ours is SandboxLostError:
+    # A lost sandbox's phase is the one the trial was in when the host saw the loss (``reading``):
+    # only a loss while verifying (the verifier's own sandbox, or the agent's in Harbor's shared
+    # mode, after its outputs were downloaded) leaves the workflow to be judged on its outputs.
+    lost_in_grading = _is_loss(ours) and phase == Phase.VERIFIER.value
+    if _is_loss(ours) and not lost_in_grading:
         return _lost_sandbox(result, phase, agent_sample, extra)
     if exc_type is not None and phase in {
         Phase.ENVIRONMENT.value,
@@ -228,6 +244,10 @@ def build_outcome(
             )
         )
     workflow = ExecutionResult(status=RolloutStatus.SUCCESS, sample=agent_sample, extra_fields=extra)
+    if lost_in_grading:  # the grading failed; the workflow's outputs were judged above, as always
+        extra["failed_phase"] = phase
+        lost = _failure(_lost_message(result, phase), RolloutErrorCategory.INTERNAL_ERROR, agent_sample, extra)
+        return ExecutionOutcome(workflow=workflow, grader=lost)
     if reward_source == RewardSource.NONE:
         return ExecutionOutcome(workflow=workflow)
     return ExecutionOutcome(

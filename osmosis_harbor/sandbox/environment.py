@@ -37,7 +37,8 @@ group key and the command and archive routing:
 * ``bounds.py``: Harbor's documented default sizing (``DefaultBounds``);
 * ``loss_detection.py``: lost sandboxes told apart from failed commands (``liveness.py``);
 * ``preparation.py``: Harbor's preparation commands elided on known-fresh dirs;
-* ``transfers.py`` / ``downloads.py`` / ``filtered.py``: what moves files;
+* ``exec_records.py``: an exec's result re-read from the sandbox after an API fault on its read;
+* ``transfers.py`` / ``exec_archives.py`` / ``downloads.py`` / ``filtered.py``: what moves files;
 * ``options.py`` (the typed options) and ``pools.py`` (warm pools) serve the host side too.
 
 Every Harbor name this touches is listed, with why, in ``harbor_surface.py``.
@@ -64,6 +65,7 @@ from osmosis_harbor.sandbox.api_faults import retry_safe
 from osmosis_harbor.sandbox.bounds import DefaultBounds
 from osmosis_harbor.sandbox.downloads import HarborPath, fetch_archive
 from osmosis_harbor.sandbox.exec_archives import ExecArchives
+from osmosis_harbor.sandbox.exec_records import ExecRecords
 from osmosis_harbor.sandbox.filtered import FilteredDownloads
 from osmosis_harbor.sandbox.image_resolution import ImageResolution, declares_baked_layout
 from osmosis_harbor.sandbox.loss_detection import LossDetection
@@ -92,6 +94,7 @@ class SandboxEnvironment(
     SandboxLifecycle,
     ImageResolution,
     DefaultBounds,
+    ExecRecords,
     SkypilotEnvironment,
 ):
     """Harbor's SkyPilot sandbox environment over a selectable ``sky.sandbox`` SDK."""
@@ -153,6 +156,8 @@ class SandboxEnvironment(
         self._sandbox: Any | None = None
         self._stopping = False  # set once this trial stops the sandbox itself
         self._lost: SandboxLostError | None = None
+        self._records_exec_results = options.impl.records_exec_results  # exec_records.py
+        self._records_read: list[str] = []
         self._archive_transfers: ArchiveTransfers | None = None
         self._known_ready: set[str] = set()  # dirs known to exist, empty and 0777 (see _skippable)
         self._scope: list[str] | None = None  # the paths the running preparation command touches

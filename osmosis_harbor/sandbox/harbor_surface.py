@@ -58,6 +58,7 @@ IMAGES = "sandbox/image_resolution.py"
 LIFECYCLE = "sandbox/sandbox_lifecycle.py"
 BOUNDS = "sandbox/bounds.py"
 PREPARATION = "sandbox/preparation.py"
+EXEC_RECORDS = "sandbox/exec_records.py"
 OVR, C, R, S, K = Use.OVERRIDE, Use.CALL, Use.READ, Use.SET, Use.COPY
 
 
@@ -147,6 +148,15 @@ SURFACE: tuple[HarborName, ...] = (
     # ── commands and transfers ───────────────────────────────────────────────────────────────
     HarborName(SKY, "exec", "(self, command, cwd, env, timeout_sec, user)", (OVR, C), ENV, "lost sandboxes; flushes"),
     HarborName(SKY, "_run_shell", "(self, command, *, timeout_seconds)", (OVR, C), ENV, "lost sandboxes; flushes"),
+    HarborName(
+        SKY,
+        "_dispatch_exec",
+        "(self, argv, *, workdir, timeout_seconds, env)",
+        (OVR, C),
+        EXEC_RECORDS,
+        "each exec under a record in the sandbox, re-read after an API fault on its result",
+    ),
+    HarborName(SKY, "_drain_stream", "(stream)", (C,), EXEC_RECORDS, "a handle's stream as Harbor reads it"),
     HarborName(SKY, "_write_remote_bytes", "(self, data, remote_path)", (OVR, C), ENV, "lost sandboxes"),
     HarborName(SKY, "_read_remote_bytes", "(self, remote_path)", (OVR, C), ENV, "lost sandboxes"),
     HarborName(SKY, "upload_dir", "(self, source_dir, target_dir)", (OVR, C), ENV, "archive capability, when offered"),

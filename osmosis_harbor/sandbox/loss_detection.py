@@ -14,6 +14,7 @@ Harbor.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Awaitable
 from typing import Any
@@ -24,6 +25,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_result, stop_after_
 
 from osmosis_harbor.errors import SandboxLostError
 from osmosis_harbor.sandbox.api_faults import is_api_fault, retry_safe
+from osmosis_harbor.sandbox.head_start import VERIFIER_SESSION_MARK
 from osmosis_harbor.sandbox.liveness import SandboxState, record_loss, sandbox_state
 from osmosis_harbor.sandbox.protocol import SandboxSdk
 
@@ -50,12 +52,20 @@ class LossDetection(SkypilotEnvironment):
     _stopping: bool  # set once this trial stops the sandbox itself
     _lost: SandboxLostError | None
 
+    @functools.cached_property
+    def loss_role(self) -> str:
+        """Whose sandbox this is, carried by every loss it raises (``errors.AgentSandboxLostError``,
+        ``VerifierSandboxLostError``): decided once, from the session id Harbor gave this
+        environment (a separate verifier's is ``{trial}__verifier__{key}``, the mark the head start
+        reads too), never from a lost sandbox's name."""
+        return "verifier" if VERIFIER_SESSION_MARK in self.session_id else "agent"
+
     async def _guarded[T](self, call: Awaitable[T]) -> T:
         """Await *call*; if it fails (an error, or a non-zero exit), tell a lost sandbox apart."""
         if self._lost is not None:  # known gone: fail fast instead of one more round trip
             if asyncio.iscoroutine(call):
                 call.close()
-            raise SandboxLostError(self._lost.sandbox_name, self._lost.reason)
+            raise SandboxLostError.of_role(self.loss_role, self._lost.sandbox_name, self._lost.reason)
         try:
             result = await call
         except (FileNotFoundError, IsADirectoryError):  # a definite answer from a live sandbox
@@ -65,9 +75,10 @@ class LossDetection(SkypilotEnvironment):
             if is_api_fault(exc) and not self._stopping:
                 # The call may have run (an exec is never retried): its effects are unknown, so
                 # this sandbox is lost to the trial; a retry gets a fresh one (api_faults.py).
-                self._lost = SandboxLostError(self._sandbox_name, f"the sandbox API failed mid-call: {exc}")
+                reason = f"the sandbox API failed mid-call: {exc}"
+                self._lost = SandboxLostError.of_role(self.loss_role, self._sandbox_name, reason)
                 record_loss(self._lost)  # Harbor may wrap or swallow the raise (liveness.loss_scope)
-                raise SandboxLostError(self._sandbox_name, self._lost.reason) from exc
+                raise SandboxLostError.of_role(self.loss_role, self._sandbox_name, reason) from exc
             raise
         if isinstance(result, ExecResult) and result.return_code != 0:
             await self._raise_if_lost(None, killed=not 0 < result.return_code < 128)
@@ -89,9 +100,9 @@ class LossDetection(SkypilotEnvironment):
             return
         if state.live or self._stopping:
             return
-        self._lost = SandboxLostError(self._sandbox_name, state.loss_reason())
+        self._lost = SandboxLostError.of_role(self.loss_role, self._sandbox_name, state.loss_reason())
         record_loss(self._lost)  # Harbor may wrap or swallow the raise (liveness.loss_scope)
-        raise SandboxLostError(self._sandbox_name, self._lost.reason) from cause
+        raise SandboxLostError.of_role(self.loss_role, self._sandbox_name, self._lost.reason) from cause
 
     async def _settled_state(self, settle_sec: float) -> SandboxState:
         retrying = AsyncRetrying(

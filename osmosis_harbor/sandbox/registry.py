@@ -51,7 +51,10 @@ class SandboxImplementation:
     ``missing_hint``: what to install when the module cannot be imported. ``default_registry``:
     where task images are pushed when neither ``registry=`` nor ``OSMOSIS_HARBOR_REGISTRY`` says.
     ``max_concurrent_starts``: the default bound on sandboxes being created or claimed at once
-    by one backend (``sandbox.starts``): what the provider's create rate comfortably takes."""
+    by one backend (``sandbox.starts``): what the provider's create rate comfortably takes.
+    ``records_exec_results``: an exec's result is read over an API that may fault after the
+    command started, so each exec keeps its result in the sandbox for a re-read
+    (``exec_records.py``)."""
 
     name: str
     module: str
@@ -61,6 +64,7 @@ class SandboxImplementation:
     missing_hint: str | None = None
     default_registry: str | None = None
     max_concurrent_starts: int = 8
+    records_exec_results: bool = False
 
     def load(self) -> SandboxSdk:
         try:
@@ -91,7 +95,15 @@ register(
         max_concurrent_starts=8,
     )
 )
-register(SandboxImplementation("skypilot", "sky.sandbox", missing_hint=SKYPILOT_SDK_MISSING, max_concurrent_starts=128))
+register(
+    SandboxImplementation(
+        "skypilot",
+        "sky.sandbox",
+        missing_hint=SKYPILOT_SDK_MISSING,
+        max_concurrent_starts=128,
+        records_exec_results=True,
+    )
+)
 # SkyPilot's SDK served by a local emulator (sandbox/emulator/): SkyPilot's limits on this machine.
 register(
     SandboxImplementation(
@@ -101,6 +113,7 @@ register(
         default_registry="127.0.0.1:5000",
         relays_host_endpoint=True,
         max_concurrent_starts=32,
+        records_exec_results=True,
     )
 )
 DEFAULT_SDK = "skypilot"

@@ -9,14 +9,15 @@ one honest reading of all of them.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path, PurePosixPath
 
-from harbor.models.trial.result import StepResult, TimingInfo, TrialResult
+from harbor.models.trial.result import ExceptionInfo, StepResult, TimingInfo, TrialResult
 from harbor.models.verifier.result import VerifierResult
 from pydantic import BaseModel
 
-from osmosis_harbor.errors import ContractFileError, recorded_error
+from osmosis_harbor.errors import ContractFileError, SandboxLostError, recorded_error
 from osmosis_harbor.sandbox.contract_files import FileKind, read_text
 from osmosis_harbor.tasks.verifier import task_step_names
 
@@ -137,6 +138,42 @@ def _last_started_phase(result: TrialResult) -> Phase:
     return last
 
 
+def _utc(moment: datetime) -> datetime:
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def phase_at(result: TrialResult, moment: datetime) -> Phase:
+    """The phase the trial was in at ``moment``: the last one (of the trial's, or of any step's)
+    that had started by then. Harbor's agent timing ends before it downloads the agent's outputs,
+    so a moment between the agent's end and the verifier's start is still the agent's."""
+    timings = [(getattr(result, field), phase) for field, phase in _PHASE_FIELDS]
+    for step in result.step_results or []:
+        timings += [(step.agent_execution, Phase.AGENT), (step.verifier, Phase.VERIFIER)]
+    started = [(_utc(t.started_at), phase) for t, phase in timings if t is not None and t.started_at is not None]
+    moment = _utc(moment)
+    before = [(at, phase) for at, phase in started if at <= moment]
+    return max(before, key=lambda item: item[0])[1] if before else Phase.ENVIRONMENT
+
+
+def agent_had_ended(result: TrialResult, moment: datetime) -> bool:
+    """Whether the last agent run that had started by ``moment`` (the trial's, or a step's) had
+    also ended by then: Harbor was collecting the agent's outputs, not running it."""
+    runs = [result.agent_execution, *(step.agent_execution for step in result.step_results or [])]
+    moment = _utc(moment)
+    started = [t for t in runs if t is not None and t.started_at is not None and _utc(t.started_at) <= moment]
+    last = max(started, key=lambda t: _utc(t.started_at), default=None)  # type: ignore[arg-type]
+    return last is not None and last.finished_at is not None and _utc(last.finished_at) <= moment
+
+
+def _phase_of_unnamed(result: TrialResult, exc: ExceptionInfo) -> Phase:
+    """The phase of an exception whose type names none: for a lost sandbox, the phase when the
+    host saw the loss (``backend.losses`` records that moment); else the last that started."""
+    ours = recorded_error(exc.exception_type)
+    if ours is not None and issubclass(ours, SandboxLostError):
+        return phase_at(result, exc.occurred_at)
+    return _last_started_phase(result)
+
+
 def primary_reward(rewards: dict[str, float] | None) -> float | None:
     """The trial's scalar reward: ``reward`` if present, else the only value."""
     if not rewards:
@@ -236,7 +273,7 @@ def read_trial(result: TrialResult, trial_dir: Path | None = None) -> TrialReadi
     steps = read_steps(result, trial_dir)
     exc = result.exception_info
     if exc is not None:
-        phase = phase_of_exception(exc.exception_type) or _last_started_phase(result)
+        phase = phase_of_exception(exc.exception_type) or _phase_of_unnamed(result, exc)
         message = _one_line(exc.exception_message) or exc.exception_type
         return TrialReading(
             reward=reward,

@@ -11,7 +11,10 @@ happens to the client or the server. What a SkyPilot pod cannot do, this refuses
 One server is one SkyPilot account: its ``ls``, lookups, terminations and evictions see only
 the sandboxes it made (owner pid = this server's, which a restart in place keeps, or one of its
 predecessors': servers earlier started on the same state file), never those of another emulator
-server on the same engine (another test session's, another bench run's).
+server on the same engine (another test session's, another bench run's). Its warm pools likewise:
+a pool is the account's whose spec this server (or a predecessor) wrote; others' are not found,
+and their names are refused to it (SkyPilot scopes pools to a workspace; the engine has one
+namespace).
 """
 
 from __future__ import annotations
@@ -31,9 +34,15 @@ from typing import Any
 from osmosis_harbor.sandbox import docker as docker_sdk
 from osmosis_harbor.sandbox.docker.calls import run_blocking
 from osmosis_harbor.sandbox.docker.exec import ExecRun
-from osmosis_harbor.sandbox.docker.labels import validate_name
+from osmosis_harbor.sandbox.docker.labels import POOL_SPEC, validate_name
 from osmosis_harbor.sandbox.emulator import images
-from osmosis_harbor.sandbox.emulator.errors import InvalidRequestError, NotSupportedError, SandboxNotFoundError
+from osmosis_harbor.sandbox.emulator.errors import (
+    InvalidRequestError,
+    NotSupportedError,
+    PoolExistsError,
+    PoolNotFoundError,
+    SandboxNotFoundError,
+)
 from osmosis_harbor.sandbox.emulator.wire import (
     DEFAULT_EXEC_TIMEOUT_SEC,
     MAX_EXEC_TIMEOUT_SEC,
@@ -99,6 +108,8 @@ class Emulator:
         self.registry = registry
         self.owner = Owner(pid=os.getpid(), host=EMULATOR_OWNER_HOST)
         self._account_pids = frozenset({self.owner.pid, *predecessors})
+        # A pool's spec records the process that wrote it (this server), under the machine's name.
+        self._pool_host = Owner.current().host
         self._handles: dict[str, docker_sdk.DockerSandbox] = {}
         self._execs: collections.OrderedDict[str, ExecRun] = collections.OrderedDict()
         self._exec_sandboxes: dict[str, str] = {}  # exec id -> sandbox name, while its result is kept
@@ -135,6 +146,7 @@ class Emulator:
         names = [_valid(n) for n in _names(req)]
         if req.pool is not None:
             _valid(req.pool, "pool")
+            await self._own_pool(req.pool)
             if req.image is not None or req.cpus is not None or req.memory_gb is not None:
                 raise InvalidRequestError("image, cpus and memory_gb come from the pool: do not pass them with pool=")
         elif not req.image:
@@ -279,6 +291,11 @@ class Emulator:
         _valid(req.name, "pool")
         if req.enable_docker:
             raise NotSupportedError("the skypilot-emulator does not implement enable_docker= (SkyPilot does)")
+        owners = (await run_blocking(self._pool_owners)).get(req.name)
+        if owners is not None and not self._owns(owners):
+            raise PoolExistsError(
+                f"pool {req.name!r} belongs to another emulator account on this Docker engine: choose another name"
+            )
         await asyncio.to_thread(images.pull, req.image)
         info = await docker_sdk.create_pool.aio(
             req.name,
@@ -291,16 +308,41 @@ class Emulator:
         return _pool_info(info)
 
     async def set_pool_size(self, name: str, replicas: int) -> PoolInfo:
+        await self._own_pool(name)
         return _pool_info(await docker_sdk.set_pool_size.aio(name, replicas))
 
     async def delete_pool(self, name: str) -> None:
+        await self._own_pool(name)
         await docker_sdk.delete_pool.aio(name)
 
     async def get_pool(self, name: str) -> PoolInfo:
+        await self._own_pool(name)
         return _pool_info(await docker_sdk.get_pool.aio(name))
 
     async def list_pools(self) -> list[PoolInfo]:
-        return [_pool_info(p) for p in await docker_sdk.list_pools.aio()]
+        owners = await run_blocking(self._pool_owners)
+        return [_pool_info(p) for p in await docker_sdk.list_pools.aio() if self._owns(owners.get(p.spec.name, set()))]
+
+    def _pool_owners(self) -> dict[str, set[tuple[str | None, int | None]]]:
+        """Each pool on the engine, with the processes that wrote its spec (its generations): this
+        server when the pool is this account's (the Docker SDK records the creating process)."""
+        volumes = docker_sdk.get_engine().api.volumes(filters={"label": POOL_SPEC})["Volumes"] or []
+        owners: dict[str, set[tuple[str | None, int | None]]] = {}
+        for volume in volumes:
+            labels = volume.get("Labels") or {}
+            owner = Owner.from_labels(labels)
+            owners.setdefault(labels[POOL_SPEC], set()).add((owner.host, owner.pid) if owner else (None, None))
+        return owners
+
+    def _owns(self, owners: set[tuple[str | None, int | None]]) -> bool:
+        """A pool is this account's when this server (or a predecessor) wrote every spec of it."""
+        return bool(owners) and all(host == self._pool_host and pid in self._account_pids for host, pid in owners)
+
+    async def _own_pool(self, name: str) -> None:
+        """Refuse a pool this account did not make as SkyPilot refuses an unknown one: another
+        account's pools (another emulator server's, the Docker SDK's) are not visible to it."""
+        if not self._owns((await run_blocking(self._pool_owners)).get(name, set())):
+            raise PoolNotFoundError(f"no pool named {name!r}")
 
     async def reap_expired(self) -> int:
         """Remove this account's sandboxes past their TTL (the container's own sleep ends most
