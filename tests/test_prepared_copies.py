@@ -8,11 +8,15 @@ shows that a rollout left the prepared copy's bytes and modes as a fresh prepara
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from osmosis_harbor.tasks import prepared as prepared_module
 from osmosis_harbor.tasks.files import write_file
 from osmosis_harbor.tasks.materialize import prepare_task, stage_rollout
 from osmosis_harbor.tasks.prepared import PreparedCopies
@@ -111,3 +115,16 @@ def assert_prepared_unchanged(backend: Any, tmp_path: Path) -> int:
         assert _tree(entry.copy.path) == _tree(fresh.path), f"the prepared copy of {task_path} changed"
         shutil.rmtree(fresh.path)
     return len(entries)
+
+
+def test_a_file_that_cannot_be_linked_is_copied(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another file system (EXDEV): the copy gets the same bytes and modes, its own inodes."""
+    template = graded_template(tmp_path)
+
+    def cross_device(*_args: Any, **_kwargs: Any) -> None:
+        raise OSError(errno.EXDEV, "Invalid cross-device link")
+
+    monkeypatch.setattr(prepared_module.os, "link", cross_device)
+    prepared_module.link_tree(template, tmp_path / "copy")
+    assert _tree(tmp_path / "copy") == _tree(template)
+    assert os.stat(tmp_path / "copy" / "task.toml").st_ino != os.stat(template / "task.toml").st_ino

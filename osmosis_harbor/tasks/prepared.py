@@ -22,6 +22,7 @@ targets) is read per rollout: a task edited in place is prepared again before it
 from __future__ import annotations
 
 import dataclasses
+import errno
 import os
 import shutil
 import threading
@@ -35,6 +36,7 @@ from osmosis_harbor.tasks.materialize import MaterializedTask
 __all__ = ["PreparedCopies", "link_tree", "tree_signature"]
 
 CAPACITY = 64
+_CANNOT_LINK = frozenset({errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP})
 
 Signature = tuple[tuple[str, int, int, int, int, int, str | None], ...]
 
@@ -60,10 +62,20 @@ def tree_signature(root: Path) -> Signature:
 
 def link_tree(prepared: Path, dest: Path) -> None:
     """``dest`` (absent or empty) becomes ``prepared``'s tree: directories made with their
-    modes, symlinks made again, files hard-linked."""
+    modes, symlinks made again, files hard-linked (copied where the file system cannot link
+    them: another device, no hard links, the link count at its limit)."""
     if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
         raise FileExistsError(f"link_tree: {dest} already exists and is not an empty directory")
-    shutil.copytree(prepared, dest, symlinks=True, copy_function=os.link, dirs_exist_ok=dest.exists())
+    shutil.copytree(prepared, dest, symlinks=True, copy_function=_link_or_copy, dirs_exist_ok=dest.exists())
+
+
+def _link_or_copy(source: str, dest: str) -> None:
+    try:
+        os.link(source, dest, follow_symlinks=False)
+    except OSError as exc:
+        if exc.errno not in _CANNOT_LINK:
+            raise
+        shutil.copy2(source, dest, follow_symlinks=False)
 
 
 @dataclasses.dataclass(frozen=True)
