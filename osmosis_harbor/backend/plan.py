@@ -141,7 +141,7 @@ class Planner:
             instruction = render_prompt(request.prompt)
         dest.parent.mkdir(parents=True, exist_ok=True)
         prepare = functools.partial(self._prepare, plan.task, grade_command)
-        if self._prepared is None:
+        if self._prepared is None or request is None:  # prewarm: one copy per task, nothing kept
             copy = prepare(dest)
         else:
             if dest.resolve().is_relative_to(plan.task.path.resolve()):
