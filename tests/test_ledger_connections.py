@@ -79,7 +79,7 @@ def test_a_commit_survives_a_kill_9_of_its_writer(tmp_path: Path) -> None:
     path = tmp_path / "ledger.sqlite3"
     Ledger(path)
     reader, writer = multiprocessing.Pipe(duplex=False)
-    child = multiprocessing.get_context("spawn").Process(target=_write_then_hang, args=(str(path), writer))
+    child = multiprocessing.get_context("fork").Process(target=_write_then_hang, args=(str(path), writer))
     child.start()
     try:
         assert reader.poll(60)

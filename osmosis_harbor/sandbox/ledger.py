@@ -18,7 +18,8 @@ so they survive the process and the next reader sees them, exactly as with ``FUL
 OS crash or power loss can lose the last commits (never corrupt the file), and the sandboxes
 of such a host are lost to it anyway: the SDK's ``ls`` and the owner labels remain the
 cross-check. So a row is still written before each create call, and still there after a
-kill -9 of its owner (``tests/test_ledger_lifecycle.py``, ``tests/test_ledger_serving.py``).
+kill -9 of its owner (``tests/test_ledger_lifecycle.py``, ``tests/test_ledger_serving.py``,
+``tests/test_ledger_connections.py``).
 """
 
 from __future__ import annotations
