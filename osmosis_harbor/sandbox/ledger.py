@@ -14,11 +14,11 @@ than the write), and commits with ``synchronous=NORMAL``: in WAL mode a commit t
 its frames to the WAL without an fsync, and the WAL is synced at each checkpoint. What the
 ledger protects against is a host *process* killed outright (SIGKILL, OOM, a crash): the
 frames a committed transaction wrote are in the OS page cache the moment ``commit`` returns,
-so they survive the process and the next reader sees them, exactly as with ``FULL``. Only an
-OS crash or power loss can lose the last commits (never corrupt the file), and the sandboxes
-of such a host are lost to it anyway: the SDK's ``ls`` and the owner labels remain the
-cross-check. So a row is still written before each create call, and still there after a
-kill -9 of its owner (``tests/test_ledger_lifecycle.py``, ``tests/test_ledger_serving.py``,
+so they survive the process and the next reader sees them, exactly as with ``FULL``. What
+``NORMAL`` gives up is the OS crash or power loss: the commits since the last checkpoint may
+then be lost (the file is never corrupted), and a sandbox created in that window is unknown to
+the ledger, so on SkyPilot it bills until its TTL (on Docker its owner labels still find it).
+So a row is still written before each create call, and still there after a kill -9 of its owner (``tests/test_ledger_lifecycle.py``, ``tests/test_ledger_serving.py``,
 ``tests/test_ledger_connections.py``).
 """
 
