@@ -20,6 +20,7 @@ from .backends import make_backend
 from .rollout_server import client_for, serve
 from .sdk_paths import SdkPath
 from .support import TASKS, graded_template, managed_containers
+from .test_prepared_copies import assert_prepared_unchanged
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("osmosis_home")]
 
@@ -72,6 +73,9 @@ async def test_template_mode_with_grader(
             run(client, fake_chat, api_key, "Write 7 to answer.txt\nreply: echo 7 > answer.txt", label="42"),
             run(client, fake_chat, api_key, "Write 42\nreply: echo 42 > answer.txt", label="42", grade=False),
         )
+        # each rollout's copy was linked from one prepared per plan shape, and rewritten with the
+        # rollout's prompt and grading input: the prepared copies are as a fresh preparation
+        assert assert_prepared_unchanged(backend, tmp_path) == 2
     assert right.status is RolloutStatus.SUCCESS, right.err_message
     assert right.sample.reward == 1.0
     assert right.sample.metrics == {"commands": 1.0, "answer_found": 1.0}

@@ -1,14 +1,18 @@
 """The per-rollout host-cost cuts keep behaviour: settings still follow the environment at
 once while parsing it once per distinct value set, and the Docker client reuses one
 connection pool on the engine's socket (docker-py alone makes one per request URL: the
-positive control)."""
+positive control), and looks an image reference's id up once, not at every create (with the
+recheck interval at 0 it asks each time: the control)."""
 
 from __future__ import annotations
+
+from types import ModuleType
 
 import docker
 import pytest
 
 from osmosis_harbor import settings
+from osmosis_harbor.sandbox.docker import engine as engine_module
 from osmosis_harbor.sandbox.docker.transport import share_one_pool
 
 
@@ -48,3 +52,20 @@ def test_one_connection_pool_for_every_url_on_the_socket() -> None:
     finally:
         plain.close()
         shared.close()
+
+
+def test_an_image_reference_is_looked_up_once_per_interval(
+    docker_sandbox_sdk: ModuleType, sandbox_image: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every create reads the image's /tmp seed (``Engine._tmp_seed``), which needs its id."""
+    engine = docker_sandbox_sdk.get_engine()
+    engine._image_ids.clear()
+    asked: list[str] = []
+    real = engine.api.inspect_image
+    monkeypatch.setattr(engine.api, "inspect_image", lambda ref: asked.append(ref) or real(ref))
+    seeds = {engine._tmp_seed(sandbox_image) for _ in range(3)}
+    assert len(asked) == 1 and len(seeds) == 1
+    monkeypatch.setattr(engine_module, "IMAGE_ID_RECHECK_SEC", 0.0)
+    engine._tmp_seed(sandbox_image)
+    engine._tmp_seed(sandbox_image)
+    assert len(asked) == 3  # the control: asked again each time

@@ -10,7 +10,7 @@ Docker sandboxes, the reward must stay the grader's verdict on the wrong answer:
 Positive control: every attack also runs with the verifier *not* isolated (the grader in
 the agent's own sandbox, Harbor's ``shared`` mode). The backend has no option for that (a
 grader always verifies in a sandbox of its own), so the control switches the one internal
-decision, ``materialize_task(isolate_grader=...)`` as the rollout plan calls it, for the
+decision, ``prepare_task(isolate_grader=...)`` as the rollout plan calls it, for the
 rollouts whose id starts with ``shared-``. An attack that forges 1.0 there and not under
 isolation is stopped by the isolation; an attack that forges nothing even there is shown
 to have been really attempted by what it left in the agent's sandbox.
@@ -19,6 +19,7 @@ to have been really attempted by what it left in the agent's sandbox.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import os
 import shutil
@@ -66,19 +67,38 @@ def _backend(root: Path, tasks_dir: Path, grader: str, sdk: SdkPath = DOCKER) ->
     )
 
 
+_ISOLATE: contextvars.ContextVar[bool] = contextvars.ContextVar("isolate_grader", default=True)
+
+
 def _isolation_switch(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, bool]]:
-    """Turn the verifier's isolation off for ``shared-`` rollouts; record every decision."""
-    real = plan_module.materialize_task
+    """Turn the verifier's isolation off for ``shared-`` rollouts; record every decision. Their
+    copies are made afresh, never linked from the copy the isolated rollouts share
+    (``tasks/prepared.py``), which is left as the rollout plan makes it."""
+    real_materialize = plan_module.Planner.materialize
+    real_prepare = plan_module.prepare_task
+    real_link = plan_module.PreparedCopies.link
     decisions: list[tuple[str, bool]] = []
 
-    def materialize(*args: Any, grading_input: dict[str, Any] | None = None, **kwargs: Any) -> Any:
-        rollout_id = str((grading_input or {}).get("rollout_id", ""))
-        if rollout_id.startswith(SHARED):
-            kwargs["isolate_grader"] = False
-        decisions.append((rollout_id, kwargs.get("isolate_grader", False)))
-        return real(*args, grading_input=grading_input, **kwargs)
+    def materialize(self: Any, plan: Any, dest: Path, request: Any) -> Any:
+        rollout_id = request.id if request is not None else ""
+        isolate = not rollout_id.startswith(SHARED)
+        decisions.append((rollout_id, isolate))
+        token = _ISOLATE.set(isolate)
+        try:
+            return real_materialize(self, plan, dest, request)
+        finally:
+            _ISOLATE.reset(token)
 
-    monkeypatch.setattr(plan_module, "materialize_task", materialize)
+    def prepare(*args: Any, **kwargs: Any) -> Any:
+        kwargs["isolate_grader"] = kwargs.get("isolate_grader", False) and _ISOLATE.get()
+        return real_prepare(*args, **kwargs)
+
+    def link(self: Any, key: Any, source: Path, prepare: Any, dest: Path) -> Any:
+        return real_link(self, key, source, prepare, dest) if _ISOLATE.get() else prepare(dest)
+
+    monkeypatch.setattr(plan_module.Planner, "materialize", materialize)
+    monkeypatch.setattr(plan_module, "prepare_task", prepare)
+    monkeypatch.setattr(plan_module.PreparedCopies, "link", link)
     return decisions
 
 

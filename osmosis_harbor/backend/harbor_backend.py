@@ -50,6 +50,7 @@ from osmosis_harbor.sandbox.relay import PolicyRelay, RelayRegistration
 from osmosis_harbor.sandbox.starts import SandboxStarts
 from osmosis_harbor.tasks import harbor_fastpaths
 from osmosis_harbor.tasks.materialize import MaterializedTask
+from osmosis_harbor.tasks.prepared import PreparedCopies
 from osmosis_harbor.tasks.refs import ResolvedTask
 from osmosis_harbor.tasks.resolver import TaskResolver
 from osmosis_harbor.trials.naming import trial_name as make_trial_name
@@ -100,7 +101,12 @@ class HarborBackend(ExecutionBackend):
         )
         self.lifecycle.reap_leftovers()  # what dead owners left on this SDK (the ledger x ls)
         self.planner = Planner(
-            options, self.bundle, self.environment_config, pooled=lambda task_id: task_id in self.lifecycle.task_pools
+            options,
+            self.bundle,
+            self.environment_config,
+            pooled=lambda task_id: task_id in self.lifecycle.task_pools,
+            # beside the rollouts' copies, removed with them at shutdown (no rollout is named ".*")
+            prepared=PreparedCopies(lambda: self.workspace.root / "rollouts" / ".prepared"),
         )
         # The queue's concurrency, ordered by us (retries first): see gate.py.
         self.gate = TrialGate(options.orchestrator._n_concurrent)

@@ -11,6 +11,7 @@ its image hash and setup proof are the rollout's.
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 from collections.abc import Callable
@@ -33,9 +34,11 @@ from osmosis_harbor.agents.workflow import VENV, agent_timeout_budget, bundle_ch
 from osmosis_harbor.backend.options import BackendOptions
 from osmosis_harbor.backend.outcome import RewardSource
 from osmosis_harbor.bundle.info import BundleInfo
+from osmosis_harbor.errors import ConfigError
 from osmosis_harbor.sandbox.options import SandboxOptions
 from osmosis_harbor.tasks.dockerfile import EnvironmentPatch
-from osmosis_harbor.tasks.materialize import MaterializedTask, materialize_task
+from osmosis_harbor.tasks.materialize import MaterializedTask, prepare_task, stage_rollout
+from osmosis_harbor.tasks.prepared import PreparedCopies
 from osmosis_harbor.tasks.prompt import render_prompt
 from osmosis_harbor.tasks.refs import ResolvedTask, TaskMode
 from osmosis_harbor.tasks.verifier import task_step_names
@@ -77,11 +80,13 @@ class Planner:
         bundle: BundleInfo | None,
         environment: EnvironmentConfig,
         pooled: Callable[[str], bool],
+        prepared: PreparedCopies | None = None,
     ) -> None:
         self.options = options
         self.bundle = bundle
         self.environment = environment
         self._pooled = pooled
+        self._prepared = prepared  # None: every copy is made from the task afresh
 
     # ── decisions ────────────────────────────────────────────────────────────
     def plan(self, task: ResolvedTask, request: ExecutionRequest | None) -> RolloutPlan | Refusal:
@@ -119,40 +124,55 @@ class Planner:
     def materialize(self, plan: RolloutPlan, dest: Path, request: ExecutionRequest | None) -> MaterializedTask:
         """The per-rollout task copy. With the grader as verifier, the grader wheel and its
         installer travel in ``tests/`` and the verifier runs in a fresh sandbox
-        (``isolate_verifier``): nothing the workflow did to its own sandbox can reach the reward."""
-        grading_input = grade_command = None
-        if plan.grader_verifies:
-            if request is not None:
-                grading_input = {
-                    "rollout_id": request.id,
-                    "label": request.label,
-                    "metadata": request.metadata,
-                    "prompt": request.prompt,
-                }
-            grade_command = f"/bin/sh /tests/{GRADE_SCRIPT}"
+        (``isolate_verifier``): nothing the workflow did to its own sandbox can reach the reward.
+        What every rollout of the task shares is prepared once (``tasks/prepared.py``) when the
+        planner has a place for prepared copies; the rollout's own files are staged after."""
+        grading_input = None
+        grade_command = f"/bin/sh /tests/{GRADE_SCRIPT}" if plan.grader_verifies else None
+        if plan.grader_verifies and request is not None:
+            grading_input = {
+                "rollout_id": request.id,
+                "label": request.label,
+                "metadata": request.metadata,
+                "prompt": request.prompt,
+            }
+        instruction = None
+        if request is not None and self.options.task_mode is TaskMode.TEMPLATE:
+            instruction = render_prompt(request.prompt)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        prepare = functools.partial(self._prepare, plan.task, grade_command)
+        if self._prepared is None or request is None:  # prewarm: one copy per task, nothing kept
+            copy = prepare(dest)
+        else:
+            if dest.resolve().is_relative_to(plan.task.path.resolve()):
+                raise ConfigError(f"materialize_task: destination {dest} is inside the task {plan.task.path}")
+            copy = self._prepared.link((str(plan.task.path), grade_command), plan.task.path, prepare, dest)
+        return stage_rollout(copy, plan.task.task_id, instruction=instruction, grading_input=grading_input)
+
+    def _prepare(self, task: ResolvedTask, grade_command: str | None, dest: Path) -> MaterializedTask:
+        """The copy every rollout of ``task`` shares: the task, its patched environment and,
+        with the grader as verifier, the generated tests and the grader's installer."""
         patch = None
         if self.bundle is not None and self.options.patch_dockerfile_with_sdk:
             patch = EnvironmentPatch(
                 requirements=list(self.bundle.dependencies), wheel=self.bundle.wheel, bundle_key=self.bundle.key
             )
-        instruction = None
-        if request is not None and self.options.task_mode is TaskMode.TEMPLATE:
-            instruction = render_prompt(request.prompt)
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        materialized = materialize_task(
-            plan.task,
+        copy = prepare_task(
+            task,
             dest,
-            instruction=instruction,
-            grading_input=grading_input,
             grade_command=grade_command,
             environment_patch=patch,
             isolate_grader=True,
             grader_inputs=self.options.grader_inputs,
             keep_solution=self.options.is_native,  # Harbor's oracle agent is a native agent
         )
-        if materialized.generated_tests:
-            self._stage_grader_install(materialized.path / "tests", materialized)
-        return materialized
+        if copy.generated_tests:
+            try:
+                self._stage_grader_install(copy.path / "tests", copy)
+            except BaseException:
+                shutil.rmtree(dest, ignore_errors=True)
+                raise
+        return copy
 
     def _stage_grader_install(self, tests_dir: Path, materialized: MaterializedTask) -> None:
         """Put the grader's launcher (and, unless the image bakes the bundle in, the wheel and

@@ -6,16 +6,31 @@ written *before* each create call (the SDK and its endpoint, the name, the owner
 the state) and removed only once the SDK said the thing is gone. Whatever a dead owner left is
 then known to the next start and to ``cleanup``, which cross-check it with the SDK's ``ls``
 (``sandbox/leftovers.py``). SQLite from the standard library, in WAL mode, so several processes
-(servers, ``validate``, ``cleanup``) read and write one file safely; each call opens its own
-connection, so a ``Ledger`` may be used from any thread.
+(servers, ``validate``, ``cleanup``) read and write one file safely.
+
+Cost: the ledger is written three times per sandbox (record, mark, forget), so a graded
+rollout makes six writes. Each thread keeps one connection (opening one per call cost more
+than the write), and commits with ``synchronous=NORMAL``: in WAL mode a commit then appends
+its frames to the WAL without an fsync, and the WAL is synced at each checkpoint. What the
+ledger protects against is a host *process* killed outright (SIGKILL, OOM, a crash): the
+frames a committed transaction wrote are in the OS page cache the moment ``commit`` returns,
+so they survive the process and the next reader sees them, exactly as with ``FULL``. What
+``NORMAL`` gives up is the OS crash or power loss: the commits since the last checkpoint may
+then be lost (the file is never corrupted), and a sandbox created in that window is unknown to
+the ledger, so on SkyPilot it bills until its TTL (on Docker its owner labels still find it).
+So a row is still written before each create call, and still there after a kill -9 of its
+owner (``tests/test_ledger_lifecycle.py``, ``tests/test_ledger_serving.py``,
+``tests/test_ledger_connections.py``).
 """
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import threading
 import time
 from collections.abc import Iterator
-from contextlib import closing, contextmanager
+from contextlib import contextmanager
 from enum import StrEnum
 from pathlib import Path
 
@@ -27,6 +42,10 @@ from osmosis_harbor.sandbox.owner import Owner
 __all__ = ["Kind", "Ledger", "LedgerEntry", "State", "default_ledger", "endpoint_for"]
 
 BUSY_TIMEOUT_SEC = 30.0
+
+# A connection must not cross a fork (SQLite's rule). One a child inherits is kept here, never
+# used nor closed: closing it could act on the parent's locks and WAL.
+_INHERITED: list[sqlite3.Connection] = []
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS things (
@@ -78,15 +97,31 @@ class Ledger:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self._local = threading.local()
         path.parent.mkdir(parents=True, exist_ok=True)
         with self._connect() as db:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute(_SCHEMA)
 
+    def _connection(self) -> sqlite3.Connection:
+        """This thread's connection (made on first use, and again in a forked child)."""
+        local = self._local
+        db: sqlite3.Connection | None = getattr(local, "db", None)
+        if db is not None and local.pid == os.getpid():
+            return db
+        if db is not None:
+            _INHERITED.append(db)
+        db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_SEC)
+        db.execute("PRAGMA synchronous=NORMAL")  # per connection; see the module docstring
+        local.db, local.pid = db, os.getpid()
+        return db
+
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
-        """One connection per call, committed on success (isolation: a short write each)."""
-        with closing(sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_SEC)) as db, db:
+        """This thread's connection, in one transaction committed on success (a short write
+        each), rolled back on an error."""
+        db = self._connection()
+        with db:
             yield db
 
     def record(self, kind: Kind, sdk: str, endpoint: str, name: str, owner: Owner) -> None:

@@ -32,6 +32,8 @@ from errno import EBADF, ELOOP, ENOENT, ENOTDIR
 from pathlib import Path
 from typing import Any
 
+from osmosis_harbor.tasks.harbor_lock_facts import task_package_version, task_verifier_environment_mode
+
 log = logging.getLogger(__name__)
 
 _IGNORED_ERRNOS = (ENOENT, ENOTDIR, EBADF, ELOOP)
@@ -271,6 +273,7 @@ class FastPath:
 _VALIDATE = "2536a39f61d6f200cd57cf0799b132878d2a5f4e4e5549440306bcc74c85ed4a"
 _SELECT = "205aaa64e806f6602b8a943ccf93832a5641e7515c2f892c0e30b0289e84bae0"
 _FILTER = "harbor.models.task.file_filter"
+_LOCK = "harbor.models.job.lock"
 FASTPATHS: tuple[FastPath, ...] = (
     FastPath(
         _FILTER,
@@ -296,6 +299,21 @@ FASTPATHS: tuple[FastPath, ...] = (
         "collect_files",
         "e3ee34c22bd0630fdc30b7ae6b4eaee7d32983a2b9d372eb3c274199a641b5b4",
         collect_files,
+    ),
+    # the trial lock's two task.toml facts, once per distinct text (``harbor_lock_facts``)
+    FastPath(
+        _LOCK,
+        None,
+        "_task_package_version",
+        "179f9f3bf6267c64fa935b499c5af529e705f82b8122e45426724b1fac187e07",
+        task_package_version,
+    ),
+    FastPath(
+        _LOCK,
+        None,
+        "_task_verifier_environment_mode",
+        "f50844bd53086a5ee3124652eaab108435cf077538c0939a51e69843fa529fb6",
+        task_verifier_environment_mode,
     ),
 )
 

@@ -17,6 +17,7 @@ after checking that none leads outside the task).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -36,7 +37,7 @@ from osmosis_harbor.tasks.verifier import (
     task_step_names,
 )
 
-__all__ = ["MaterializedTask", "materialize_task"]
+__all__ = ["MaterializedTask", "materialize_task", "prepare_task", "stage_rollout"]
 
 SOLUTION = "solution"
 
@@ -105,9 +106,40 @@ def materialize_task(
     Returns a ``MaterializedTask``: the copy's path and what was staged in it.
     Symlinks are kept as symlinks; one leading outside the task is refused, and absolute
     ones inside it are rewritten to point into the copy.
+
+    It is ``prepare_task`` (what every rollout of the task shares) then ``stage_rollout`` (the
+    rollout's own instruction and grading input); ``tasks/prepared.py`` runs the first once.
     """
+    copy = prepare_task(
+        source,
+        dest,
+        grade_command=grade_command,
+        environment_patch=environment_patch,
+        isolate_grader=isolate_grader,
+        grader_inputs=grader_inputs,
+        keep_solution=keep_solution,
+    )
+    return stage_rollout(copy, _label(source), instruction=instruction, grading_input=grading_input)
+
+
+def _label(source: ResolvedTask | Path) -> str:
+    return source.task_id if isinstance(source, ResolvedTask) else str(source)
+
+
+def prepare_task(
+    source: ResolvedTask | Path,
+    dest: Path,
+    *,
+    grade_command: str | None = None,
+    environment_patch: EnvironmentPatch | None = None,
+    isolate_grader: bool = False,
+    grader_inputs: list[str] | tuple[str, ...] = (),
+    keep_solution: bool = True,
+) -> MaterializedTask:
+    """The copy as every rollout of the task has it (see ``materialize_task``): everything but
+    the rollout's instruction and grading input. ``dest`` is removed again on failure."""
     src = Path(source.path if isinstance(source, ResolvedTask) else source)
-    label = source.task_id if isinstance(source, ResolvedTask) else str(src)
+    label = _label(source)
     if not is_task_dir(src):
         raise TaskResolutionError(f"task {label}: {src} has no task.toml, so it is not a Harbor task")
     if grade_command is not None and ("\n" in grade_command or "\r" in grade_command or not grade_command.strip()):
@@ -133,15 +165,7 @@ def materialize_task(
             ignore=lambda directory, _names: left_out if os.path.abspath(directory) == top else [],
         )
         _relink_absolute(src.resolve(), dest)
-        if instruction is not None:
-            write_file(dest / INSTRUCTION, instruction)
-            staged["instruction_replaced"] = True
-        elif not (dest / INSTRUCTION).is_file() and not task_step_names(dest):  # steps carry their own
-            raise TaskResolutionError(f"task {label}: no {INSTRUCTION} and no instruction was given")
         tests = dest / "tests"
-        if grading_input is not None:
-            write_file(tests / GRADING_INPUT_FILENAME, json.dumps(grading_input, ensure_ascii=False, default=str))
-            staged["grading_input_written"] = True
         if grade_command is not None and not any(
             (tests / name).exists() or (tests / name).is_symlink() for name in ("test.sh", "test.bat")
         ):
@@ -158,3 +182,32 @@ def materialize_task(
         shutil.rmtree(dest, ignore_errors=True)
         raise
     return MaterializedTask(path=dest, **staged)
+
+
+def stage_rollout(
+    copy: MaterializedTask,
+    label: str,
+    *,
+    instruction: str | None = None,
+    grading_input: dict[str, Any] | None = None,
+) -> MaterializedTask:
+    """The rollout's own files in its copy: ``instruction.md`` (the rendered prompt) and the
+    grader's input. Written by replacing the name (``write_file``): the copy's files may be
+    links to a prepared template. The copy is removed again on failure."""
+    dest = copy.path
+    staged: dict[str, Any] = {}
+    try:
+        if instruction is not None:
+            write_file(dest / INSTRUCTION, instruction)
+            staged["instruction_replaced"] = True
+        elif not (dest / INSTRUCTION).is_file() and not task_step_names(dest):  # steps carry their own
+            raise TaskResolutionError(f"task {label}: no {INSTRUCTION} and no instruction was given")
+        if grading_input is not None:
+            write_file(
+                dest / "tests" / GRADING_INPUT_FILENAME, json.dumps(grading_input, ensure_ascii=False, default=str)
+            )
+            staged["grading_input_written"] = True
+    except BaseException:
+        shutil.rmtree(dest, ignore_errors=True)
+        raise
+    return dataclasses.replace(copy, **staged)

@@ -52,6 +52,8 @@ log = logging.getLogger(__name__)
 
 API_TIMEOUT_SEC = 120
 AUTO_REAP_INTERVAL_SEC = 60.0
+# How long a reference's image id is trusted before it is looked up again (``_image_id``).
+IMAGE_ID_RECHECK_SEC = 60.0
 
 
 def _engine_url() -> str:
@@ -88,6 +90,7 @@ class Engine:
         self.pools = PoolManager(self.api, self, executor().submit, engine_key=self.key)
         self._last_auto_reap = 0.0
         self._tmp_seeds: dict[str, bytes | None] = {}  # image id -> the image's own /tmp (tar)
+        self._image_ids: dict[str, tuple[str, float]] = {}  # reference -> (image id, when looked up)
         self._pending_seeds: dict[str, bytes] = {}  # created container id -> seed to apply at start
         self._seed_lock = threading.Lock()
         self._bridge: str | None = None  # the sandboxes' bridge, once found (sandbox_bridge)
@@ -146,6 +149,8 @@ class Engine:
             try:
                 return str(self.api.create_container(image, **kwargs)["Id"])
             except docker.errors.ImageNotFound:
+                with self._seed_lock:
+                    self._image_ids.pop(image, None)
                 self.ensure_image(image)
                 return str(self.api.create_container(image, **kwargs)["Id"])
 
@@ -195,7 +200,7 @@ class Engine:
         Read once per image from a never-started probe container: before start, the archive
         API sees the image's files; afterwards only the empty tmpfs.
         """
-        image_id = self.api.inspect_image(image)["Id"]
+        image_id = self._image_id(image)
         with self._seed_lock:
             if image_id in self._tmp_seeds:
                 return self._tmp_seeds[image_id]
@@ -216,6 +221,22 @@ class Engine:
         with self._seed_lock:
             self._tmp_seeds[image_id] = seed
         return seed
+
+    def _image_id(self, image: str) -> str:
+        """The id of the image ``image`` names, looked up at most once per ``IMAGE_ID_RECHECK_SEC``
+        per reference: every create used to ask the engine (one request of a sandbox's four).
+        A tag moved to another image is seen within that time (at once when the old image is
+        gone: a create that finds no image forgets the reference); the content-addressed
+        references our task images have never move."""
+        now = time.monotonic()
+        with self._seed_lock:
+            known = self._image_ids.get(image)
+        if known is not None and now - known[1] < IMAGE_ID_RECHECK_SEC:
+            return known[0]
+        image_id = str(self.api.inspect_image(image)["Id"])
+        with self._seed_lock:
+            self._image_ids[image] = (image_id, now)
+        return image_id
 
     def remove_container(self, container_id: str, *, wait: bool = False, claimed: bool = True) -> bool:
         """Force-remove; tolerant of "already gone" and of auto-remove racing us. ``claimed=False``
