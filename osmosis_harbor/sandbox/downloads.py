@@ -30,7 +30,7 @@ from osmosis_harbor.errors import TransferLimitError
 from osmosis_harbor.sandbox.extract import ExtractResult, TransferLimits, extract_archive, write_file
 from osmosis_harbor.sandbox.snapshot import Logger
 
-__all__ = ["HarborPath", "fetch_archive"]
+__all__ = ["HarborPath", "fetch_archive", "reported_size"]
 
 RunShell = Callable[..., Awaitable[ExecResult]]
 ReadBytes = Callable[[str], Awaitable[bytes]]
@@ -48,7 +48,7 @@ async def fetch_archive(sandbox: Any, path: str, into: BinaryIO) -> None:
     await asyncio.to_thread(into.write, data)
 
 
-def _reported_size(result: ExecResult) -> int | None:
+def reported_size(result: ExecResult) -> int | None:
     """The last line of a command's stdout as a byte count (``wc -c`` / ``stat -c %s``)."""
     lines = (result.stdout or "").strip().splitlines()
     try:
@@ -73,7 +73,7 @@ class HarborPath:
             result = await self._run_shell(pack, timeout_seconds=120)
             if result.return_code != 0:
                 raise RuntimeError(f"Failed to pack directory in SkyPilot sandbox: {result.stdout} {result.stderr}")
-            limits.check_archive(source_dir, _reported_size(result) or 0)
+            limits.check_archive(source_dir, reported_size(result) or 0)
             data = await self._read_bytes(remote)
             limits.check_archive(source_dir, len(data))
             return await asyncio.to_thread(
@@ -85,7 +85,7 @@ class HarborPath:
     async def download_file(self, source_path: str, target_path: Path) -> None:
         limits = TransferLimits.current()
         probe = await self._run_shell(f"stat -L -c %s -- {shlex.quote(source_path)}", timeout_seconds=30)
-        size = _reported_size(probe) if probe.return_code == 0 else None
+        size = reported_size(probe) if probe.return_code == 0 else None
         if size is not None:
             limits.check_file(source_path, Path(source_path).name, size)
         data = await self._read_bytes(source_path)

@@ -44,6 +44,7 @@ from typing import BinaryIO
 from harbor.environments.base import ExecResult
 
 from osmosis_harbor.errors import UnreadableArchiveError
+from osmosis_harbor.sandbox.downloads import reported_size
 from osmosis_harbor.sandbox.extract import TransferLimits
 
 __all__ = ["MISSING_EXIT_CODE", "ExecArchives"]
@@ -71,14 +72,6 @@ def _gunzip_bounded(data: bytes, into: BinaryIO, path: str, limits: TransferLimi
                 into.write(chunk)
     except (OSError, EOFError, zlib.error) as exc:  # gzip.BadGzipFile is an OSError
         raise UnreadableArchiveError(path, exc) from None
-
-
-def _reported_size(result: ExecResult) -> int | None:
-    lines = (result.stdout or "").strip().splitlines()
-    try:
-        return int(lines[-1].strip()) if lines else None
-    except ValueError:
-        return None
 
 
 class ExecArchives:
@@ -142,7 +135,7 @@ class ExecArchives:
                 f"Failed to pack {path!r} in the sandbox (exit {result.return_code}): "
                 f"{(result.stderr or result.stdout or 'no output').strip()[:500]}"
             )
-        limits.check_archive(path, _reported_size(result) or 0)
+        limits.check_archive(path, reported_size(result) or 0)
         data = await self._read_bytes(remote)
         limits.check_archive(path, len(data))
         await asyncio.to_thread(_gunzip_bounded, data, into, path, limits)
