@@ -159,10 +159,14 @@ def test_the_shim_deadline_is_set_from_the_request_before_harbors(tmp_path: Path
         environment_config=environment_config("docker"),
         trials_dir=tmp_path / "trials",
     )
-    task = __import__("asyncio").run(backend.resolver.resolve(None))
+    asyncio = __import__("asyncio")
+    task = asyncio.run(backend.resolver.resolve(None))
     request = ExecutionRequest(id="r1", prompt=[{"role": "user", "content": "hi"}], agent_timeout_sec=40)
-    plan = backend.planner.plan(task, request)
-    config = backend.planner.trial_config(
-        plan, request, work=tmp_path / "work", trial_name="t", trials_dir=tmp_path / "trials", url="", key_env=""
-    )
+    try:
+        plan = backend.planner.plan(task, request)  # prepares the task's copies in the backend's work root
+        config = backend.planner.trial_config(
+            plan, request, work=tmp_path / "work", trial_name="t", trials_dir=tmp_path / "trials", url="", key_env=""
+        )
+    finally:
+        asyncio.run(backend.shutdown())  # removes that work root
     assert config.agent.override_timeout_sec == 40 and config.agent.kwargs["shim_timeout_sec"] == 36.0
