@@ -39,6 +39,7 @@ from osmosis_ai.rollout.client import RolloutClient
 
 from osmosis_harbor.testing.scripted_policy import FakeChatServer
 
+from . import harbor_floor
 from .common import BenchResult, percentile
 from .env import new_id, workdir
 from .gate import Gate
@@ -61,12 +62,13 @@ class Sizes:
     cpu_rollouts: int
     idle_window_sec: float
     ramp_timeout_sec: float
+    floor_trials: int = 40  # bench.harbor_floor's batch
 
 
 def sizes(quick: bool, n: int | None = None) -> Sizes:
     if quick:
-        return Sizes(n or QUICK_N, cpu_rollouts=8, idle_window_sec=10.0, ramp_timeout_sec=300.0)
-    return Sizes(n or DEFAULT_N, cpu_rollouts=16, idle_window_sec=20.0, ramp_timeout_sec=900.0)
+        return Sizes(n or QUICK_N, cpu_rollouts=8, idle_window_sec=10.0, ramp_timeout_sec=300.0, floor_trials=40)
+    return Sizes(n or DEFAULT_N, cpu_rollouts=16, idle_window_sec=20.0, ramp_timeout_sec=900.0, floor_trials=200)
 
 
 @dataclass
@@ -222,6 +224,25 @@ def report(result: BenchResult, figures: ScaleFigures, cpu_graded: float | None)
         result.warn(f"{figures.failed} rollout(s) did not succeed")
 
 
+async def report_harbor_floor(result: BenchResult, trials: int) -> None:
+    """Harbor's own CPU per trial on a null environment (``bench.harbor_floor``), as shipped
+    (the baseline) and with our fast paths: the share of a rollout's host CPU that stays
+    whatever the sandbox layer does, beside the figures above."""
+    shipped = await asyncio.to_thread(harbor_floor.measure, trials, fastpaths=False)
+    ours = await asyncio.to_thread(harbor_floor.measure, trials, fastpaths=True)
+    base = result.add(
+        "Harbor's Trial on a null environment, as shipped", "s", [float(shipped["cpu_per_trial_s"])], baseline=True
+    )
+    fast = result.add(
+        "Harbor's Trial on a null environment, with our fast paths",
+        "s",
+        [float(ours["cpu_per_trial_s"])],
+        f"{trials} oracle trials at concurrency {harbor_floor.CONCURRENCY}, no sandbox",
+    )
+    result.ratio("Harbor's Trial: with our fast paths / as shipped", fast, base)
+    result.headline_value("harbor_trial_floor_cpu_s", float(ours["cpu_per_trial_s"]))
+
+
 async def run(quick: bool, *, scale_n: int | None = None) -> BenchResult:
     size = sizes(quick, scale_n)
     result = BenchResult(NAME, f"{TITLE} (N={size.n})")
@@ -231,6 +252,7 @@ async def run(quick: bool, *, scale_n: int | None = None) -> BenchResult:
         cpu_graded = await cpu_phase(work, chat, size.cpu_rollouts)
         figures = await scale_phase(work, chat, size)
         report(result, figures, cpu_graded)
+        await report_harbor_floor(result, size.floor_trials)
     finally:
         chat.close()
         shutil.rmtree(work, ignore_errors=True)

@@ -74,6 +74,13 @@ TARGETS: tuple[Target, ...] = (
     Target("scale: event-loop lag p99 with N in flight", "scale", "loop_lag_p99_ms", "ms", 50.0),
     Target("scale: ceiling, 1 / CPU per rollout", "scale", "ceiling_rollouts_per_s", "/s", None),
     Target("scale: host CPU per graded rollout, concurrency 4", "scale", "graded_host_cpu_per_rollout_s", "s", 0.03),
+    Target(
+        "scale: Harbor's own Trial on a null environment (the floor under both)",
+        "scale",
+        "harbor_trial_floor_cpu_s",
+        "s",
+        None,
+    ),
     # issue 17: the side-by-side with osmosis-ai 0.3.8's own Harbor backend (``bench.incumbent``)
     Target("ours / incumbent: host CPU per graded rollout", "incumbent", "cpu_ratio", "x", 0.15),
     Target("ours / incumbent: sequential latency", "incumbent", "latency_ratio", "x", 0.20),
