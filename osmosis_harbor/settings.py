@@ -118,6 +118,11 @@ class Settings(BaseSettings):
         "write or read plus one command, with write-behind uploads and one /logs snapshot (sandbox/exec_archives.py); "
         "off: Harbor's own transfer commands",
     )
+    lean_engine_client: bool = Field(
+        True,
+        description="the Docker engine's plain JSON requests go over http.client with one kept connection per "
+        "thread (sandbox/docker/lean_http.py); off: docker-py's requests transport for all",
+    )
 
     def pool_lock_dir(self) -> Path:
         """Lock files live in the user cache dir: machine-local, like the engine they guard."""
