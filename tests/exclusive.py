@@ -87,3 +87,9 @@ def run_directory(config: pytest.Config) -> Path:
 def register(config: pytest.Config) -> None:
     if hasattr(config, "workerinput"):  # an xdist worker (not a pytest this one runs as a subprocess)
         config.pluginmanager.register(ExclusivePlugin(config), "osmosis-harbor-exclusive")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """When loaded on its own (``-p tests.exclusive``), as its test's sessions do; the suite's
+    conftest calls :func:`register` itself."""
+    register(config)

@@ -32,7 +32,11 @@ class LeakFacts:
 
     def write(self, directory: Path, worker: str) -> None:
         directory.mkdir(parents=True, exist_ok=True)
-        body = {"pids": sorted(self.own_pids), "servers": sorted(self.servers), "ledgers": [str(p) for p in self.ledgers]}
+        body = {
+            "pids": sorted(self.own_pids),
+            "servers": sorted(self.servers),
+            "ledgers": [str(p) for p in self.ledgers],
+        }
         tmp = directory / f".{worker}.json"
         tmp.write_text(json.dumps(body))
         tmp.replace(directory / f"{worker}.json")
