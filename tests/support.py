@@ -64,6 +64,9 @@ class CliRun(subprocess.CompletedProcess[str]):
 
 
 def run_cli(*args: str, timeout: float = 600, env: dict[str, str] | None = None) -> CliRun:
+    """``python -m osmosis_harbor ARGS``, its tables 200 columns wide unless ``env`` says: Rich
+    takes the width of a terminal on any standard stream, and there is none under an xdist worker
+    (its stdin is /dev/null), where the 80-column default would cut the cells tests read."""
     argv = [sys.executable, "-m", "osmosis_harbor", *args]
     with subprocess.Popen(
         argv,
@@ -71,7 +74,7 @@ def run_cli(*args: str, timeout: float = 600, env: dict[str, str] | None = None)
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env={**os.environ, **(env or {})},
+        env={**os.environ, "COLUMNS": "200", **(env or {})},
     ) as proc:
         try:
             stdout, stderr = proc.communicate(timeout=timeout)
