@@ -58,11 +58,17 @@ def fake_chat() -> Iterator[FakeChatServer]:
 
 
 @pytest.fixture(scope="session")
-def bundles_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def bundles_dir(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The session's bundle cache, shared by every backend a test makes: a bundle is built once
     per run, not once per module or test. Sharing it changes no claim: the cache is
     content-addressed (project files, targets and shim), and nothing the session runs edits a
-    bundled project. Tests of the cache itself give their own directory."""
+    bundled project. Tests of the cache itself give their own directory. Under xdist the workers
+    of a run share it too (beside their own base temps): the cache is made for concurrent builders
+    (each builds in a scratch directory and renames it into place; a loser keeps the winner's)."""
+    if hasattr(request.config, "workerinput"):  # an xdist worker
+        shared = tmp_path_factory.getbasetemp().parent / "bundles"
+        shared.mkdir(exist_ok=True)
+        return shared
     return tmp_path_factory.mktemp("bundles")
 
 
@@ -87,10 +93,11 @@ def osmosis_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def pytest_configure(config: pytest.Config) -> None:
     """Under pytest-xdist: the ``exclusive`` marker's lock, and the leak check on the controller."""
-    from . import exclusive, leak_session
+    from . import exclusive, leak_session, schedule
 
     exclusive.register(config)
     leak_session.register(config)
+    schedule.register(config)
 
 
 @pytest.fixture(scope="session", autouse=True)
