@@ -1,8 +1,9 @@
 """Under pytest-xdist, the longest test modules first.
 
-Why: with ``--dist loadfile`` a worker takes the next module in collection order whenever it
-is free, so a long module collected last (alphabetical order puts ``test_prewarm_*`` and
-``test_soak*`` near the end) runs alone while the other workers have nothing left. Handing the
+Why: with ``--dist loadfile`` a worker takes the next module whenever it is free, so a long
+module handed out last runs alone while the other workers have nothing left. xdist's own order
+(modules with the most tests first) hands out the one-test benchmarks last; with
+``--no-loadscope-reorder`` (``pyproject.toml``) the order is the collection's, sorted here. Handing the
 longest modules out first (longest-processing-time-first) ends the workers together. The list
 is the slowest modules of recent CI runs; a stale entry only costs balance, never a result:
 modules are independent, and each one's own tests keep their order. Without xdist the order
