@@ -20,12 +20,15 @@ SANDBOX_IMAGE = os.environ.get("OSMOSIS_HARBOR_TEST_IMAGE", "debian:trixie-slim"
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _session_ledger(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+def _session_ledger(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """The run's own sandbox ledger (inherited by the processes it starts), never the user's:
-    a backend's start reaps dead owners' leftovers, and another run's are not this run's."""
+    a backend's start reaps dead owners' leftovers, and another run's are not this run's. Under
+    xdist each worker has its own (its base temp is its own): one worker's reaping never reaches
+    a sandbox another worker's test is still handling."""
+    path = tmp_path_factory.mktemp("ledger") / "ledger.sqlite3"
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("OSMOSIS_HARBOR_LEDGER", str(tmp_path_factory.mktemp("ledger") / "ledger.sqlite3"))
-        yield
+        patch.setenv("OSMOSIS_HARBOR_LEDGER", str(path))
+        yield path
 
 
 @pytest.fixture(scope="session")
@@ -55,11 +58,17 @@ def fake_chat() -> Iterator[FakeChatServer]:
 
 
 @pytest.fixture(scope="session")
-def bundles_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def bundles_dir(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The session's bundle cache, shared by every backend a test makes: a bundle is built once
     per run, not once per module or test. Sharing it changes no claim: the cache is
     content-addressed (project files, targets and shim), and nothing the session runs edits a
-    bundled project. Tests of the cache itself give their own directory."""
+    bundled project. Tests of the cache itself give their own directory. Under xdist the workers
+    of a run share it too (beside their own base temps): the cache is made for concurrent builders
+    (each builds in a scratch directory and renames it into place; a loser keeps the winner's)."""
+    if hasattr(request.config, "workerinput"):  # an xdist worker
+        shared = tmp_path_factory.getbasetemp().parent / "bundles"
+        shared.mkdir(exist_ok=True)
+        return shared
     return tmp_path_factory.mktemp("bundles")
 
 
@@ -82,37 +91,41 @@ def osmosis_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return home
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist: the ``exclusive`` marker's lock, and the leak check on the controller."""
+    from . import exclusive, leak_session, schedule
+
+    exclusive.register(config)
+    leak_session.register(config)
+    schedule.register(config)
+
+
 @pytest.fixture(scope="session", autouse=True)
-def _no_leaked_sandboxes() -> Iterator[None]:
+def _no_leaked_sandboxes(request: pytest.FixtureRequest, _session_ledger: Path) -> Iterator[None]:
     """Fail the session if it leaves sandbox containers or warm pools behind, after removing them.
 
     Counted (``tests/leaks.py``): containers and pools made during the session by this process,
     by a process that has exited since (the CLI subprocesses the tests run), or by an emulator
     server this session started. Idle members of a pool that still exists are its own, unless the
     session made that pool and did not delete it: then the pool is the leak (and its members go
-    with it). Removing first means one leaky run does not poison the next one.
+    with it). Removing first means one leaky run does not poison the next one. On an xdist
+    worker this only writes down what is the run's: the controller checks once every worker has
+    finished (``tests/leak_session.py``).
     """
     import time
 
-    import docker
-
-    from osmosis_harbor.sandbox import docker as docker_sdk
-
     from .emulator_support import SESSION_SERVERS
-    from .leaks import session_leaks, session_pools
+    from .leak_session import LeakFacts, facts_directory, is_worker, remove_and_report
 
     started = time.time() - 1
     yield
-    client = docker.from_env()
-    leaked_pools = session_pools(started, SESSION_SERVERS)
-    for pool in leaked_pools:
-        docker_sdk.delete_pool(pool)
-    leaked = session_leaks(started, SESSION_SERVERS, leaked_pools)
-    for container_id, _ in leaked:
-        client.api.remove_container(container_id, force=True)
-    names = [name for _, name in leaked]
-    assert not leaked_pools, "warm pools leaked by this session (now deleted): " + ", ".join(leaked_pools)
-    assert not names, "sandbox containers leaked by this session (now removed): " + ", ".join(names)
+    config = request.config
+    if is_worker(config):
+        facts = LeakFacts({os.getpid()}, SESSION_SERVERS, [_session_ledger])
+        facts.write(facts_directory(config), config.workerinput["workerid"])  # type: ignore[attr-defined]
+        return
+    problems = remove_and_report(started, LeakFacts((), SESSION_SERVERS, [_session_ledger]))
+    assert not problems, "; ".join(problems)
 
 
 @pytest.fixture(scope="session")

@@ -47,26 +47,42 @@ def process_alive(pid: int) -> bool:
     return True
 
 
-def orphaned_containers(before: set[str]) -> list[dict]:
-    """Sandbox containers made since ``before`` whose owner process has exited (a CLI run that
-    leaked them). Containers of live processes (other tests, other users of a shared engine)
-    are theirs to clean up."""
-    return [
-        c
-        for c in managed_containers()
-        if c["Id"] not in before and not process_alive(int((c.get("Labels") or {}).get(OWNER_PID) or 0))
-    ]
+def orphaned_containers(before: set[str], owner_pid: int) -> list[dict]:
+    """Sandbox containers made since ``before`` by ``owner_pid`` (a CLI run: ``run_cli``'s pid),
+    that process having exited: what it leaked. Another process's (another xdist worker's CLI,
+    killed by its test a moment before that test removes its sandboxes) are not this run's."""
+    assert not process_alive(owner_pid), f"process {owner_pid} is still running: it may yet remove its sandboxes"
+    return [c for c in managed_containers(owner_pid) if c["Id"] not in before]
 
 
-def run_cli(*args: str, timeout: float = 600, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "osmosis_harbor", *args],
+class CliRun(subprocess.CompletedProcess[str]):
+    """A finished CLI run, with the pid its sandboxes carry as their owner."""
+
+    def __init__(self, args: list[str], returncode: int, stdout: str, stderr: str, pid: int) -> None:
+        super().__init__(args, returncode, stdout, stderr)
+        self.pid = pid
+
+
+def run_cli(*args: str, timeout: float = 600, env: dict[str, str] | None = None) -> CliRun:
+    """``python -m osmosis_harbor ARGS``, its tables 200 columns wide unless ``env`` says: Rich
+    takes the width of a terminal on any standard stream, and there is none under an xdist worker
+    (its stdin is /dev/null), where the 80-column default would cut the cells tests read."""
+    argv = [sys.executable, "-m", "osmosis_harbor", *args]
+    with subprocess.Popen(
+        argv,
         cwd=REPO,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=timeout,
-        env={**os.environ, **(env or {})},
-    )
+        env={**os.environ, "COLUMNS": "200", **(env or {})},
+    ) as proc:
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            raise
+    return CliRun(argv, proc.returncode, stdout, stderr, proc.pid)
 
 
 def wait_until(predicate: Callable[[], object], *, timeout: float, what: str = "condition"):

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import docker
 import docker.errors
+import pytest
 
 from bench.__main__ import main
 from bench.emulator_path import SANDBOX_IMAGE
@@ -33,6 +34,9 @@ def _bench_dirs() -> set[Path]:
     return {p for p in Path(tempfile.gettempdir()).iterdir() if p.name.startswith("osmosis-bench-")}
 
 
+# exclusive: it compares the engine's tag of the registry image and the temp dirs of /tmp before and
+# after, which another worker's session fixtures and tests also make
+@pytest.mark.exclusive
 def test_the_emulator_bench_leaves_nothing_behind(tmp_path: Path) -> None:
     ref = f"{LOCAL_REGISTRY}/{SANDBOX_IMAGE}"
     tagged_before, dirs_before = _tag_exists(ref), _bench_dirs()

@@ -21,7 +21,8 @@ from osmosis_harbor.sandbox import docker as docker_sdk
 
 from .support import REPO, managed_containers
 
-pytestmark = pytest.mark.slow
+# exclusive: the run removes the images it built, by tag, from the engine every test shares
+pytestmark = [pytest.mark.slow, pytest.mark.exclusive]
 
 NAMES = ["overhead", "throughput", "bundle", "prewarm", "admission"]
 DRIVER = """

@@ -19,7 +19,9 @@ from osmosis_harbor.sandbox import docker as docker_sdk
 from .conftest import SANDBOX_IMAGE
 from .support import REPO
 
-pytestmark = pytest.mark.slow
+# exclusive: the sessions it runs check the whole engine for sandboxes of exited owners, which another
+# worker's test may hold for a moment (a CLI it has just killed, before it removes what that left)
+pytestmark = [pytest.mark.slow, pytest.mark.exclusive]
 
 SESSION = """
 from osmosis_harbor.sandbox import docker as docker_sdk
@@ -32,7 +34,7 @@ def test_makes_a_pool():
 """
 
 
-def _session(tmp_path: Path, *, delete: bool) -> tuple[subprocess.CompletedProcess[str], str]:
+def _session(tmp_path: Path, *, delete: bool, workers: int = 0) -> tuple[subprocess.CompletedProcess[str], str]:
     pool = f"leak{uuid.uuid4().hex[:6]}"
     test_file = tmp_path / f"test_leak_{'deleted' if delete else 'kept'}.py"
     test_file.write_text(SESSION.format(pool=pool, image=SANDBOX_IMAGE, delete=delete))
@@ -50,6 +52,8 @@ def _session(tmp_path: Path, *, delete: bool) -> tuple[subprocess.CompletedProce
             str(tmp_path),
             "-p",
             "no:cacheprovider",
+            "-n",
+            str(workers),
             str(test_file),
         ],
         cwd=REPO,
@@ -60,9 +64,12 @@ def _session(tmp_path: Path, *, delete: bool) -> tuple[subprocess.CompletedProce
     return proc, pool
 
 
-def test_a_pool_left_behind_fails_the_session_and_is_deleted(tmp_path: Path) -> None:
+@pytest.mark.parametrize("workers", [0, 2], ids=["one-process", "xdist"])
+def test_a_pool_left_behind_fails_the_session_and_is_deleted(tmp_path: Path, workers: int) -> None:
+    """Under xdist the check runs once, on the controller, after the workers: it still fails the
+    run and names the pool a worker left."""
     (tmp_path / "none.ini").write_text("[pytest]\n")
-    proc, pool = _session(tmp_path, delete=False)
+    proc, pool = _session(tmp_path, delete=False, workers=workers)
     assert proc.returncode != 0, proc.stdout
     assert f"warm pools leaked by this session (now deleted): {pool}" in proc.stdout, proc.stdout[-3000:]
     assert pool not in {p.name for p in docker_sdk.list_pools()}

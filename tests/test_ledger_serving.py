@@ -31,6 +31,9 @@ def policy() -> Iterator[GatedPolicy]:
     server.close()
 
 
+# exclusive: the dead server's sandbox is also what any other process's background reap removes
+# (engine-wide, by design); between the kill and the cleanup under test, no other test may run
+@pytest.mark.exclusive
 def test_kill_9_of_a_serving_process_mid_rollout_leaves_nothing_after_cleanup(
     tmp_path: Path, policy: GatedPolicy, monkeypatch: pytest.MonkeyPatch, bundles_dir: Path
 ) -> None:

@@ -35,7 +35,7 @@ def _validate(tmp_path: Path, agent: str, sdk: SdkPath) -> tuple[dict[str, dict]
         env={"COLUMNS": "400", **sdk.cli_env()},
     )  # wide enough that no cell wraps
     assert proc.returncode == 1, proc.stdout + proc.stderr  # compose tasks always fail
-    assert not orphaned_containers(before), "validate left sandboxes behind"
+    assert not orphaned_containers(before, proc.pid), "validate left sandboxes behind"
     assert not sdk.sandboxes_left(), "validate left emulator sandboxes behind"
     sdk.assert_harbors_transfer_path(routes)  # on the emulator: no archive calls; file writes, reads and execs
     return {row["id"]: row for row in load_json(report)["tasks"]}, proc.stdout
@@ -113,7 +113,7 @@ def test_compose_tasks_are_refused_before_any_sandbox(tmp_path: Path) -> None:
     before = {c["Id"] for c in managed_containers()}
     proc = run_cli("validate", str(PUBLIC / "compose-sidecar"))
     assert proc.returncode == 2 and proc.stderr.strip() == f"error: task compose-sidecar: {COMPOSE_ERROR}"
-    assert not orphaned_containers(before)
+    assert not orphaned_containers(before, proc.pid)
 
 
 @pytest.mark.parametrize(
