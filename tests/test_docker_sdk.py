@@ -687,3 +687,34 @@ def test_reap_removes_members_of_a_vanished_pool(docker_sandbox_sdk: Any, make_p
         removed = {r.container_id: r.reason for r in sdk.reap()}
     assert removed.get(member["Id"]) == "pool deleted"
     assert container_gone(member["Id"])
+
+
+def _tmp_volume_of(container_id: str) -> str:
+    (mount,) = [m for m in api().inspect_container(container_id)["Mounts"] if m["Destination"] == "/tmp"]
+    return str(mount["Name"])
+
+
+def _volume_exists(name: str) -> bool:
+    try:
+        api().inspect_volume(name)
+    except docker.errors.NotFound:
+        return False
+    return True
+
+
+async def test_a_sandbox_tmp_volume_left_by_docker_rm_is_reaped_and_one_in_use_is_not(
+    make_sandbox: Any, docker_sandbox_sdk: Any
+) -> None:
+    """``docker rm -f`` without ``-v`` (by hand, or a loss) leaves the sandbox's anonymous /tmp
+    volume behind: the reap removes it once dangling (our label finds it), never a live one's."""
+    gone, alive = await make_sandbox("tmpvol-gone"), await make_sandbox("tmpvol-alive")
+    gone_volume, alive_volume = _tmp_volume_of(gone.id), _tmp_volume_of(alive.id)
+    assert api().inspect_volume(gone_volume)["Labels"][L.TMP_VOLUME] == "1"
+    api().remove_container(gone.id, force=True)  # what `docker rm -f` does: volumes stay
+    assert _volume_exists(gone_volume)  # the control: really left behind
+    with docker_sandbox_sdk.pause_auto_reap():
+        docker_sandbox_sdk.reap()
+    assert not _volume_exists(gone_volume)
+    assert _volume_exists(alive_volume)  # in use by a live sandbox: the engine's dangling test keeps it
+    code, _, _ = await run(alive, "sh", "-c", "echo still > /tmp/x && cat /tmp/x")
+    assert code == 0

@@ -345,6 +345,7 @@ def _tmp_mount(bounds: SandboxBounds) -> docker.types.Mount:
         target=TMP_PATH,
         source=None,
         type="volume",
+        labels={L.MANAGED: "1", L.TMP_VOLUME: "1"},  # reaped once dangling (reap.remove_dangling_tmp_volumes)
         driver_config=docker.types.DriverConfig(
             "local", {"type": "tmpfs", "device": "tmpfs", "o": f"size={bounds.tmp_mb}m,mode=1777"}
         ),

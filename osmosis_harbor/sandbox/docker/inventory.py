@@ -16,6 +16,7 @@ from osmosis_harbor.sandbox.docker.labels import ContainerInfo, RemovedContainer
 
 __all__ = [
     "claim_volume_name",
+    "dangling_tmp_volumes",
     "is_running",
     "list_claims",
     "list_containers",
@@ -60,6 +61,13 @@ def remove_volume(api: APIClient, name: str) -> None:
         api.remove_volume(name, force=True)
     except docker.errors.NotFound:
         pass
+
+
+def dangling_tmp_volumes(api: APIClient) -> list[str]:
+    """Names of sandbox /tmp volumes no container refers to any more (the engine's own test:
+    a volume in use, even by a stopped container, is never dangling)."""
+    found = api.volumes(filters={"label": [L.MANAGED_FILTER, L.TMP_VOLUME], "dangling": True}).get("Volumes") or []
+    return [vol["Name"] for vol in found]
 
 
 def is_running(info: ContainerInfo) -> bool:

@@ -37,6 +37,9 @@ NETWORK = f"{PREFIX}.network"
 ROLE = f"{PREFIX}.role"
 # Claim volumes: the mutable part of a claimed pool member (labels on containers are immutable).
 CLAIM_OF = f"{PREFIX}.claim-of"
+# A sandbox's /tmp volume (anonymous, tmpfs): found again when its container was removed
+# without its volumes (``docker rm -f`` by hand, an eviction) and reaped once dangling.
+TMP_VOLUME = f"{PREFIX}.tmp-volume"
 # Pool-spec volumes.
 POOL_SPEC = f"{PREFIX}.pool-spec"
 GENERATION = f"{PREFIX}.generation"

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Protocol
 
+import docker.errors
 from docker import APIClient
 
 from osmosis_harbor.sandbox.docker import inventory
@@ -122,6 +123,23 @@ def _reap_locked(engine: ReapEngine, *, expired: bool, dead_owners: bool) -> lis
         if reason is not None and engine.remove_container(info.id):
             removed.append(removed_record(info, reason))
     _remove_orphan_claims(engine, {i.id for i in infos})
+    remove_dangling_tmp_volumes(engine)
+    return removed
+
+
+def remove_dangling_tmp_volumes(engine: ReapEngine) -> int:
+    """Sandbox /tmp volumes whose container was removed without them (``docker rm -f`` without
+    ``-v``, an eviction): each holds nothing once dangling, but they pile up in the engine. The
+    engine refuses to remove a volume a container still uses (409), which is left as it is."""
+    removed = 0
+    for name in inventory.dangling_tmp_volumes(engine.api):
+        try:
+            engine.api.remove_volume(name)
+            removed += 1
+        except docker.errors.NotFound:
+            pass
+        except docker.errors.APIError as exc:  # in use again, or busy: the next pass sees it
+            log.debug("sandbox /tmp volume %s not removed: %s", name, exc)
     return removed
 
 
@@ -145,6 +163,7 @@ def remove_all(engine: ReapEngine, owner_pid: int | None) -> list[RemovedContain
             removed.append(removed_record(info, "remove_all"))
     _remove_pool_specs(engine, owner_pid, host)
     _remove_orphan_claims(engine, {i.id for i in infos} - {r.container_id for r in removed})
+    remove_dangling_tmp_volumes(engine)
     return removed
 
 
