@@ -15,6 +15,7 @@ from osmosis_harbor.testing.scripted_policy import FakeChatServer
 
 from .emulator_support import EmulatorServer
 from .sdk_paths import SdkPath
+from .xdist_run import is_worker, run_directory
 
 SANDBOX_IMAGE = os.environ.get("OSMOSIS_HARBOR_TEST_IMAGE", "debian:trixie-slim")
 
@@ -65,8 +66,8 @@ def bundles_dir(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
     bundled project. Tests of the cache itself give their own directory. Under xdist the workers
     of a run share it too (beside their own base temps): the cache is made for concurrent builders
     (each builds in a scratch directory and renames it into place; a loser keeps the winner's)."""
-    if hasattr(request.config, "workerinput"):  # an xdist worker
-        shared = tmp_path_factory.getbasetemp().parent / "bundles"
+    if is_worker(request.config):
+        shared = run_directory(request.config) / "bundles"
         shared.mkdir(exist_ok=True)
         return shared
     return tmp_path_factory.mktemp("bundles")
@@ -115,7 +116,7 @@ def _no_leaked_sandboxes(request: pytest.FixtureRequest, _session_ledger: Path) 
     import time
 
     from .emulator_support import SESSION_SERVERS
-    from .leak_session import LeakFacts, facts_directory, is_worker, remove_and_report
+    from .leak_session import LeakFacts, facts_directory, remove_and_report
 
     started = time.time() - 1
     yield

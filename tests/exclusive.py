@@ -23,6 +23,8 @@ from typing import IO
 
 import pytest
 
+from .xdist_run import is_worker, run_directory
+
 MARKER = "exclusive"
 
 
@@ -77,15 +79,20 @@ class ExclusivePlugin:
             self._lock.close()
 
 
-def run_directory(config: pytest.Config) -> Path:
-    """The directory every worker of this xdist run shares: the parent of the workers' own base
-    temps (the controller's, which pytest prunes like any base temp)."""
-    factory: pytest.TempPathFactory = config._tmp_path_factory  # type: ignore[attr-defined]
-    return factory.getbasetemp().parent
+def lock_is_free(path: Path, mode: int) -> bool:
+    """Whether the lock file ``path`` could be locked in ``mode`` right now (taken and let go at
+    once): how the lock's tests look at who holds it."""
+    with path.open("ab") as probe:
+        try:
+            fcntl.flock(probe, mode | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        fcntl.flock(probe, fcntl.LOCK_UN)
+        return True
 
 
 def register(config: pytest.Config) -> None:
-    if hasattr(config, "workerinput"):  # an xdist worker (not a pytest this one runs as a subprocess)
+    if is_worker(config):
         config.pluginmanager.register(ExclusivePlugin(config), "osmosis-harbor-exclusive")
 
 

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from .xdist_run import is_controller, run_directory
+
 FACTS = "leak-facts"
 
 
@@ -76,21 +78,9 @@ def remove_and_report(started: float, facts: LeakFacts) -> list[str]:
     return problems
 
 
-def is_worker(config: pytest.Config) -> bool:
-    return hasattr(config, "workerinput")
-
-
-def is_controller(config: pytest.Config) -> bool:
-    """This process hands tests to xdist workers (``-n`` above 0) and runs none itself."""
-    return not is_worker(config) and bool(getattr(config.option, "numprocesses", None))
-
-
 def facts_directory(config: pytest.Config) -> Path:
-    """Shared by the controller and its workers: under the run's base temp (the workers' own
-    base temps are its children)."""
-    factory: pytest.TempPathFactory = config._tmp_path_factory  # type: ignore[attr-defined]
-    base = factory.getbasetemp()
-    return (base.parent if is_worker(config) else base) / FACTS
+    """Shared by the controller and its workers."""
+    return run_directory(config) / FACTS
 
 
 class ControllerLeakCheck:

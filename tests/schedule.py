@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from .xdist_run import is_worker
+
 LONGEST_FIRST = [
     "test_bench_hygiene.py",
     "test_prewarm_and_lifecycle.py",
@@ -48,5 +50,5 @@ class LongestFirst:
 
 
 def register(config: pytest.Config) -> None:
-    if hasattr(config, "workerinput"):  # every worker sorts alike: xdist requires one collection order
+    if is_worker(config):  # every worker sorts alike: xdist requires one collection order
         config.pluginmanager.register(LongestFirst(), "osmosis-harbor-longest-first")

@@ -16,18 +16,8 @@ from pathlib import Path
 import pytest
 
 from .exclusive import _RunLock
+from .exclusive import lock_is_free as _free
 from .support import REPO, wait_until
-
-
-def _free(path: Path, mode: int) -> bool:
-    """Whether ``path`` could be locked in ``mode`` right now (taken and let go at once)."""
-    with path.open("ab") as probe:
-        try:
-            fcntl.flock(probe, mode | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return False
-        fcntl.flock(probe, fcntl.LOCK_UN)
-        return True
 
 
 def test_shared_holders_coexist_and_an_exclusive_one_waits_for_them_without_starving(tmp_path: Path) -> None:
@@ -62,17 +52,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.exclusive import lock_is_free
+
 RW = Path({rw!r})
 
 
 def _free(mode):
-    with RW.open("ab") as probe:
-        try:
-            fcntl.flock(probe, mode | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return False
-        fcntl.flock(probe, fcntl.LOCK_UN)
-        return True
+    return lock_is_free(RW, mode)
 
 
 def test_an_ordinary_test_holds_it_shared():
