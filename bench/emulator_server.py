@@ -103,7 +103,7 @@ class EmulatorRun:
             owned = labels.get(OWNER_HOST) == EMULATOR_OWNER_HOST and labels.get(OWNER_PID) == str(self.process.pid)
             in_pool = any(name.startswith(f"{IDLE_PREFIX}{pool}") for pool in self.pools)
             if owned or in_pool:
-                client.api.remove_container(container["Id"], force=True)
+                client.api.remove_container(container["Id"], force=True, v=True)
                 problems.append(f"sandbox {name} left by the emulator run (now removed)")
         if self.made_tag:
             with contextlib.suppress(docker.errors.ImageNotFound):

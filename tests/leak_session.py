@@ -68,7 +68,7 @@ def remove_and_report(started: float, facts: LeakFacts) -> list[str]:
     leaked = session_leaks(started, facts.servers, leaked_pools, facts.own_pids)
     client = docker.from_env()
     for container_id, _ in leaked:
-        client.api.remove_container(container_id, force=True)
+        client.api.remove_container(container_id, force=True, v=True)  # its /tmp volume too
     problems = []
     if leaked_pools:
         problems.append("warm pools leaked by this session (now deleted): " + ", ".join(leaked_pools))

@@ -36,7 +36,7 @@ def clients() -> Iterator[tuple[docker.APIClient, docker.APIClient, list[str]]]:
     yield plain, lean, sent
     for client in (plain, lean):
         for container in client.containers(all=True, filters={"label": "osmosis-harbor.test=lean-http"}):
-            client.remove_container(container["Id"], force=True)
+            client.remove_container(container["Id"], force=True, v=True)
         client.close()
 
 

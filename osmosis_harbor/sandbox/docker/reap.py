@@ -127,20 +127,17 @@ def _reap_locked(engine: ReapEngine, *, expired: bool, dead_owners: bool) -> lis
     return removed
 
 
-def remove_dangling_tmp_volumes(engine: ReapEngine) -> int:
+def remove_dangling_tmp_volumes(engine: ReapEngine) -> None:
     """Sandbox /tmp volumes whose container was removed without them (``docker rm -f`` without
     ``-v``, an eviction): each holds nothing once dangling, but they pile up in the engine. The
     engine refuses to remove a volume a container still uses (409), which is left as it is."""
-    removed = 0
     for name in inventory.dangling_tmp_volumes(engine.api):
         try:
             engine.api.remove_volume(name)
-            removed += 1
         except docker.errors.NotFound:
             pass
         except docker.errors.APIError as exc:  # in use again, or busy: the next pass sees it
             log.debug("sandbox /tmp volume %s not removed: %s", name, exc)
-    return removed
 
 
 def _remove_orphan_claims(engine: ReapEngine, live_ids: set[str]) -> None:
