@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import resource
 import shutil
 import subprocess
@@ -77,11 +76,9 @@ async def _measure_here(n: int, fastpaths: bool) -> dict[str, float | int | list
 
 def measure(n: int, *, fastpaths: bool) -> dict[str, float | int | list[str]]:
     """Run the batch in a child process; its figures. Raises if a trial did not reward 1."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
     completed = subprocess.run(
         [sys.executable, "-m", "bench.harbor_floor", str(n), "on" if fastpaths else "off"],
-        cwd=REPO,
-        env=env,
+        cwd=REPO,  # `python -m` puts it on sys.path: Harbor imports bench.null_environment from there
         capture_output=True,
         text=True,
         timeout=600,

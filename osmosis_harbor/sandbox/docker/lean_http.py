@@ -29,15 +29,13 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import requests
-from docker.transport import UnixHTTPAdapter
 from requests.models import RequestEncodingMixin
 from requests.structures import CaseInsensitiveDict
 
 from osmosis_harbor import settings
+from osmosis_harbor.sandbox.docker.transport import SOCKET_BASE, unix_adapter
 
 __all__ = ["install_lean_requests"]
-
-_SOCKET_BASE = "http+docker://localhost"
 
 
 class _UnixConnection(http.client.HTTPConnection):
@@ -76,7 +74,7 @@ class LeanRequests:
     def _handles(url: str, kwargs: Mapping[str, Any]) -> bool:
         known = {"params", "data", "json", "headers", "timeout", "stream", "allow_redirects"}
         return (
-            url.startswith(_SOCKET_BASE + "/")
+            url.startswith(SOCKET_BASE + "/")
             and not kwargs.get("stream")
             and kwargs.get("json") is None  # docker-py sends JSON as data
             and set(kwargs) <= known
@@ -153,8 +151,8 @@ def install_lean_requests(api: Any) -> bool:
     ``LeanRequests``; returns whether it applied (not for TCP, SSH, or when switched off)."""
     if not settings.current().lean_engine_client:
         return False
-    adapter = api.get_adapter(_SOCKET_BASE)
-    if not isinstance(adapter, UnixHTTPAdapter):
+    adapter = unix_adapter(api)
+    if adapter is None:
         return False
     # requests' defaults ask for gzip, which only requests would decode: the engine is asked for none
     headers = {"User-Agent": api.headers.get("User-Agent", "docker-sdk-python"), "Accept-Encoding": "identity"}

@@ -15,19 +15,26 @@ from typing import Any
 
 from docker.transport import UnixHTTPAdapter
 
-_SOCKET_PREFIX = "http+docker://"
+SOCKET_BASE = "http+docker://localhost"  # docker-py's base URL for an engine on a Unix socket
+
+
+def unix_adapter(api: Any) -> UnixHTTPAdapter | None:
+    """``api``'s (a ``docker.APIClient``) adapter when its engine is on a Unix socket, else None
+    (TCP, SSH)."""
+    adapter = api.get_adapter(SOCKET_BASE)
+    return adapter if isinstance(adapter, UnixHTTPAdapter) else None
 
 
 def share_one_pool(api: Any) -> bool:
     """Route every request of ``api`` (a ``docker.APIClient``) on a Unix socket through one
     pool and skip the proxy lookup; returns whether it applied (not for TCP or SSH)."""
-    adapter = api.get_adapter(f"{_SOCKET_PREFIX}localhost")
-    if not isinstance(adapter, UnixHTTPAdapter):
+    adapter = unix_adapter(api)
+    if adapter is None:
         return False
     by_url = adapter.get_connection
 
     def one_pool(url: str, proxies: Any = None) -> Any:
-        return by_url(f"{_SOCKET_PREFIX}localhost", proxies)
+        return by_url(SOCKET_BASE, proxies)
 
     adapter.get_connection = one_pool
     api.trust_env = False  # proxies and .netrc mean nothing on a Unix socket
