@@ -75,9 +75,12 @@ class _Staged:
         self.targets: list[str] = []
         self._packer = tarfile.open(fileobj=io.BytesIO(), mode="w")  # only for gettarinfo
 
-    def _member(self, path: Path, name: str) -> Member:
-        info = _root_owned(self._packer.gettarinfo(str(path), arcname=name))
-        return info, path.read_bytes() if info.isfile() else None
+    def _member(self, path: str, name: str) -> Member:
+        info = _root_owned(self._packer.gettarinfo(path, arcname=name))
+        if not info.isfile():
+            return info, None
+        with open(path, "rb") as file:
+            return info, file.read()
 
     def _stage(self, members: list[Member], target: str) -> list[Member]:
         self._members += members
@@ -87,19 +90,21 @@ class _Staged:
     def add_dir(self, source: Path, target: str) -> list[Member]:
         """Stage the tree under ``source`` at ``target``; returns the members staged."""
         name = target.lstrip("/")
+        top = os.fspath(source)
         members = []
-        if name and not any(source.iterdir()):  # an empty tree still makes its target, like ``mkdir -p``
-            members.append(self._member(source, name))
-        for root, dirs, files in os.walk(source):
+        if name and not os.listdir(top):  # an empty tree still makes its target, like ``mkdir -p``
+            members.append(self._member(top, name))
+        # Names are joined as strings: pathlib's relative_to costs more than the tar header.
+        for root, dirs, files in os.walk(top):
             dirs.sort()
-            base = Path(root)
+            below = posixpath.relpath(root, top) if root != top else ""
             for entry in sorted(dirs + files):
-                path = base / entry
-                members.append(self._member(path, posixpath.join(name, path.relative_to(source).as_posix())))
+                relative = posixpath.join(below, entry) if below else entry
+                members.append(self._member(os.path.join(root, entry), posixpath.join(name, relative)))
         return self._stage(members, target)
 
     def add_file(self, source: Path, target: str) -> list[Member]:
-        return self._stage([self._member(source, target.lstrip("/"))], target)
+        return self._stage([self._member(os.fspath(source), target.lstrip("/"))], target)
 
     def make_executable(self, path: str) -> bool:
         """``chmod +x`` on a staged regular file, applied to what will be sent; False when
