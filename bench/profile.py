@@ -125,7 +125,7 @@ async def main_async(rollouts: int, out: Path, sdk: str = "docker") -> None:
     if sdk == EMULATOR:
         emulator = await asyncio.to_thread(start_emulator, SANDBOX_IMAGE, 0.0, 0.0, 0.0)
     try:
-        per_rollout = await cpu_phase(work, chat, rollouts, profile_to=out, sdk=sdk)
+        per_rollout = (await cpu_phase(work, chat, rollouts, profile_to=out, sdk=sdk)).per_rollout_s
     finally:
         chat.close()
         shutil.rmtree(work, ignore_errors=True)

@@ -105,9 +105,17 @@ async def _submit(client: RolloutClient, chat_url: str, text: str, *, grade: boo
     return result.status.value == "success"
 
 
+@dataclass
+class CpuFigures:
+    """A graded rollout's server CPU, in all and per thread family (event loop, executors, relay)."""
+
+    per_rollout_s: float
+    per_rollout_by_thread_s: dict[str, float]
+
+
 async def cpu_phase(
     work: Path, chat: FakeChatServer, rollouts: int, profile_to: Path | None = None, sdk: str = "docker"
-) -> float:
+) -> CpuFigures:
     """The server's CPU seconds per graded rollout at concurrency 4 (after two warm-ups)."""
     spec = ServerSpec(
         Path(tempfile.mkdtemp(prefix="cpu-", dir=work)), n_concurrent=CPU_CONCURRENCY, graded=True, sdk=sdk
@@ -117,16 +125,18 @@ async def cpu_phase(
             await _submit(client, chat.base_url, GRADED_PROMPT, grade=True, timeout=None)
         if profile_to is not None:
             await server.ask("profile-start")
-        before = server.cpu_sec()
+        before, threads_before = server.cpu_sec(), await server.cpu_by_thread()
         oks = await asyncio.gather(
             *(_submit(client, chat.base_url, GRADED_PROMPT, grade=True, timeout=None) for _ in range(rollouts))
         )
-        spent = server.cpu_sec() - before
+        spent, by_thread = server.cpu_sec() - before, await server.cpu_by_thread()
         if profile_to is not None:
             await server.ask("profile-stop", str(profile_to))
     if not all(oks):
         raise RuntimeError(f"{oks.count(False)} of {rollouts} graded rollouts failed in the cpu phase")
-    return spent / rollouts
+    by_thread.subtract(threads_before)
+    by_thread["threads that ended"] = max(0.0, spent - sum(by_thread.values()))
+    return CpuFigures(spent / rollouts, {name: seconds / rollouts for name, seconds in by_thread.most_common()})
 
 
 async def ramp(gate: Gate, size: Sizes, submit: Callable[[], Awaitable[bool]]) -> list[asyncio.Task[bool]]:
@@ -191,8 +201,11 @@ async def scale_phase(work: Path, chat: FakeChatServer, size: Sizes) -> ScaleFig
     return figures
 
 
-def report(result: BenchResult, figures: ScaleFigures, cpu_graded: float | None) -> None:
+def report(result: BenchResult, figures: ScaleFigures, cpu: CpuFigures | None) -> None:
+    cpu_graded = cpu.per_rollout_s if cpu else None
     result.add("host CPU per graded rollout, concurrency 4", "s", [cpu_graded] if cpu_graded else [])
+    for family, seconds in (cpu.per_rollout_by_thread_s if cpu else {}).items():
+        result.add(f"  of which {family} thread(s)", "s", [seconds])
     for key in (
         "in_flight",
         "host_cpu_per_rollout_s",
@@ -249,9 +262,9 @@ async def run(quick: bool, *, scale_n: int | None = None) -> BenchResult:
     work = workdir(NAME)
     chat = FakeChatServer(default_reply="true")
     try:
-        cpu_graded = await cpu_phase(work, chat, size.cpu_rollouts)
+        cpu = await cpu_phase(work, chat, size.cpu_rollouts)
         figures = await scale_phase(work, chat, size)
-        report(result, figures, cpu_graded)
+        report(result, figures, cpu)
         await report_harbor_floor(result, size.floor_trials)
     finally:
         chat.close()

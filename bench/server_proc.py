@@ -16,6 +16,9 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import os
+import re
+import threading
+from collections import Counter
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -23,6 +26,7 @@ from typing import Any
 
 LAG_PERIOD_SEC = 0.05
 _TICKS = os.sysconf("SC_CLK_TCK")
+_THREAD_NUMBER = re.compile(r"[_-]\d+$")  # ThreadPoolExecutor's and asyncio's worker numbers
 
 
 @dataclass(frozen=True)
@@ -113,6 +117,8 @@ async def _serve(spec: ServerSpec, conn: Connection) -> None:
                     conn.send(None)
                 elif command == "profile-stop":
                     conn.send(profiler.stop(arg) if profiler else None)
+                elif command == "threads":
+                    conn.send({thread.native_id: thread.name for thread in threading.enumerate()})
     finally:
         probe_task.cancel()
         if spec.backend == "incumbent":
@@ -182,6 +188,23 @@ class ServerProcess:
         stat = Path(f"/proc/{self.pid}/stat").read_text()
         fields = stat[stat.rindex(")") + 2 :].split()
         return sum(int(f) for f in fields[11:15]) / _TICKS
+
+    async def cpu_by_thread(self) -> Counter[str]:
+        """CPU seconds (utime + stime) of each of the child's live threads, summed per thread
+        family: the name ``threading`` gave it without its number (``asyncio_3`` is the event
+        loop's default executor, ``osmosis-docker-sdk_2`` the Docker SDK's pool). /proc names
+        every thread ``python``, so the names come from the child."""
+        names: dict[int, str] = await self.ask("threads")
+        spent: Counter[str] = Counter()
+        for task in Path(f"/proc/{self.pid}/task").iterdir():
+            try:
+                stat = (task / "stat").read_text()
+            except OSError:  # ended since the listing
+                continue
+            fields = stat[stat.rindex(")") + 2 :].split()
+            family = _THREAD_NUMBER.sub("", names.get(int(task.name), "other"))
+            spent[family] += (int(fields[11]) + int(fields[12])) / _TICKS
+        return spent
 
     def rss_mib(self) -> float:
         for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():

@@ -62,3 +62,24 @@ def test_the_scale_figures_land_under_a_top_level_scale_key(tmp_path: Path, monk
     assert payload["benchmarks"]["scale"]["headline"] == figures
     assert {row["key"] for row in payload["targets"]} >= set(figures)
     assert "incumbent" not in payload  # only what ran is lifted
+
+
+async def test_the_graded_cpu_phase_splits_the_servers_cpu_by_thread_family(
+    tmp_path: Path, fake_chat: FakeChatServer
+) -> None:
+    """Where a graded rollout's host CPU goes by thread (the README's split): the event loop, the
+    default executor behind ``to_thread``, the Docker SDK's pool and the policy relay each
+    spent some, named by family (no worker numbers), and the families add up to the total."""
+    import re
+
+    from bench.scale import cpu_phase
+
+    figures = await cpu_phase(tmp_path, fake_chat, 2)
+
+    split = figures.per_rollout_by_thread_s
+    assert figures.per_rollout_s > 0
+    for family in ("MainThread", "asyncio", "osmosis-docker-sdk", "osmosis-policy-relay"):
+        assert split.get(family, 0) > 0, (family, split)
+    assert not [name for name in split if re.search(r"[_-]\d+$", name)]
+    assert split["MainThread"] < figures.per_rollout_s
+    assert sum(split.values()) == pytest.approx(figures.per_rollout_s, abs=0.011)  # a clock tick per thread family
