@@ -134,9 +134,10 @@ async def cpu_phase(
             await server.ask("profile-stop", str(profile_to))
     if not all(oks):
         raise RuntimeError(f"{oks.count(False)} of {rollouts} graded rollouts failed in the cpu phase")
-    by_thread.subtract(threads_before)
-    by_thread["threads that ended"] = max(0.0, spent - sum(by_thread.values()))
-    return CpuFigures(spent / rollouts, {name: seconds / rollouts for name, seconds in by_thread.most_common()})
+    grown = {name: seconds - threads_before.get(name, 0.0) for name, seconds in by_thread.items()}
+    grown["threads that ended"] = max(0.0, spent - sum(grown.values()))
+    ranked = sorted(grown.items(), key=lambda item: -item[1])
+    return CpuFigures(spent / rollouts, {name: seconds / rollouts for name, seconds in ranked})
 
 
 async def ramp(gate: Gate, size: Sizes, submit: Callable[[], Awaitable[bool]]) -> list[asyncio.Task[bool]]:

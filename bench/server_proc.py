@@ -18,7 +18,7 @@ import multiprocessing
 import os
 import re
 import threading
-from collections import Counter
+from collections import defaultdict
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -189,13 +189,13 @@ class ServerProcess:
         fields = stat[stat.rindex(")") + 2 :].split()
         return sum(int(f) for f in fields[11:15]) / _TICKS
 
-    async def cpu_by_thread(self) -> Counter[str]:
+    async def cpu_by_thread(self) -> dict[str, float]:
         """CPU seconds (utime + stime) of each of the child's live threads, summed per thread
         family: the name ``threading`` gave it without its number (``asyncio_3`` is the event
         loop's default executor, ``osmosis-docker-sdk_2`` the Docker SDK's pool). /proc names
         every thread ``python``, so the names come from the child."""
         names: dict[int, str] = await self.ask("threads")
-        spent: Counter[str] = Counter()
+        spent: defaultdict[str, float] = defaultdict(float)
         for task in Path(f"/proc/{self.pid}/task").iterdir():
             try:
                 stat = (task / "stat").read_text()
@@ -204,7 +204,7 @@ class ServerProcess:
             fields = stat[stat.rindex(")") + 2 :].split()
             family = _THREAD_NUMBER.sub("", names.get(int(task.name), "other"))
             spent[family] += (int(fields[11]) + int(fields[12])) / _TICKS
-        return spent
+        return dict(spent)
 
     def rss_mib(self) -> float:
         for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
