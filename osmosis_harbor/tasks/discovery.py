@@ -59,9 +59,7 @@ def discover_tasks(root: Path) -> list[TaskRef]:
             continue
         dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS)
     if not found:
-        raise DatasetError(
-            f"{root}: not a Harbor task or dataset (no {TASK_CONFIG} found at any depth)"
-        )
+        raise DatasetError(f"{root}: not a Harbor task or dataset (no {TASK_CONFIG} found at any depth)")
     return sorted(found, key=lambda ref: ref.id)
 
 
@@ -75,8 +73,7 @@ def select_tasks(tasks: Sequence[TaskRef], ids: Iterable[str] | None) -> list[Ta
     if unknown:
         sample = ", ".join(sorted(by_id)[:8])
         raise DatasetError(
-            f"unknown task id(s): {', '.join(unknown)} (known: {sample}"
-            f"{', ...' if len(by_id) > 8 else ''})"
+            f"unknown task id(s): {', '.join(unknown)} (known: {sample}{', ...' if len(by_id) > 8 else ''})"
         )
     return [by_id[i.strip("/")] for i in dict.fromkeys(wanted)]
 

@@ -205,7 +205,11 @@ def _bundle_lines(patch: EnvironmentPatch) -> list[str]:
         f"--no-cache-dir {wheel} && echo {patch.bundle_key} > {contract.BUNDLE_MARKER} && "
         f"rm -rf {logs} && mkdir -p {logs} {contract.ROLLOUT_INPUT_DIR} && chmod 777 {logs} && chmod 755 {contract.ROLLOUT_INPUT_DIR}"
     )
-    return [f"COPY {BUNDLE_DIRNAME}/{patch.wheel.name} {wheel}", f"RUN {run}", f"{BAKED_BUNDLE_COMMENT}{patch.bundle_key}"]
+    return [
+        f"COPY {BUNDLE_DIRNAME}/{patch.wheel.name} {wheel}",
+        f"RUN {run}",
+        f"{BAKED_BUNDLE_COMMENT}{patch.bundle_key}",
+    ]
 
 
 def _stage_wheel(env_dir: Path, wheel: Path | None) -> None:

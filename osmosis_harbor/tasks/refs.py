@@ -103,5 +103,3 @@ def relative_parts(value: str, what: str) -> tuple[str, ...]:
         if part in ("", ".", ".."):
             raise fail(f"{what}={value!r} has a {part or 'empty'!r} segment; {hint}")
     return parts
-
-

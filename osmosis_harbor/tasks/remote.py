@@ -143,9 +143,7 @@ class RemoteTasks:
         self._locks: dict[tuple[Any, ...], asyncio.Lock] = {}
         self._client: Any = None
 
-    async def _once(
-        self, key: tuple[Any, ...], fetch: Callable[[], Awaitable[ResolvedTask]]
-    ) -> ResolvedTask:
+    async def _once(self, key: tuple[Any, ...], fetch: Callable[[], Awaitable[ResolvedTask]]) -> ResolvedTask:
         hit = self._resolved.get(key)
         if hit is not None and hit.path.is_dir():
             return hit
@@ -199,9 +197,7 @@ class RemoteTasks:
         self._roots.check_git_url(git_url, f"metadata[{GIT_URL_KEY!r}]", shown)
         assert isinstance(git_url, str)
         if commit is not None and (not isinstance(commit, str) or not _GIT_REV.match(commit)):
-            raise fail(
-                f"metadata[{GIT_COMMIT_KEY!r}]={commit!r} is not a commit; pin the full 40-hex commit sha"
-            )
+            raise fail(f"metadata[{GIT_COMMIT_KEY!r}]={commit!r} is not a commit; pin the full 40-hex commit sha")
         shown_url = _redact(git_url)
         parts = relative_parts(ref, f"metadata[{TASK_KEY!r}] (the task's path inside {shown_url})")
         path = "/".join(parts)
@@ -227,8 +223,14 @@ class RemoteTasks:
                     f"metadata[{GIT_COMMIT_KEY!r}]={fetched!r} to make rollouts reproducible",
                 )
             return self._finish(
-                task_path, what, task_id=path, source="git", ref=ref, pinned=pinned,
-                git_url=shown_url, git_commit_id=fetched,
+                task_path,
+                what,
+                task_id=path,
+                source="git",
+                ref=ref,
+                pinned=pinned,
+                git_url=shown_url,
+                git_commit_id=fetched,
             )
 
         return await self._once(("git", git_url, commit, path), fetch)
@@ -265,8 +267,13 @@ class RemoteTasks:
                     "rollouts reproducible",
                 )
             return self._finish(
-                result.path, what, task_id=f"{name}@{version}", source="package", ref=ref,
-                pinned=pinned, content_hash=result.content_hash,
+                result.path,
+                what,
+                task_id=f"{name}@{version}",
+                source="package",
+                ref=ref,
+                pinned=pinned,
+                content_hash=result.content_hash,
             )
 
         return await self._once(("package", name, version), fetch)

@@ -192,8 +192,9 @@ class TaskResolver:
         if git_url is not None:
             return await self._remote.git(ref, git_url, commit)
         if commit is not None:
-            raise fail(f"metadata[{GIT_COMMIT_KEY!r}] is set without metadata[{GIT_URL_KEY!r}]: set the repository URL too")
+            raise fail(
+                f"metadata[{GIT_COMMIT_KEY!r}] is set without metadata[{GIT_URL_KEY!r}]: set the repository URL too"
+            )
         if ref.startswith(("/", "./", "../")) or ref in (".", ".."):
             return self._resolve_local(ref)
         return await self._remote.package(ref)
-
