@@ -1,8 +1,8 @@
-"""The engine's plain requests over ``http.client`` (``sandbox/docker/lean_http.py``) give
-docker-py's answers and errors, leave streams on docker-py's path, never send a request twice
-when a kept connection was closed, and fail as ``requests`` would when the engine is gone or
-silent. The engine's answers are compared with a docker-py client without the lean transport
-on the same engine (the control)."""
+"""The engine's requests over ``http.client`` (``sandbox/docker/lean_http.py``) give docker-py's
+answers and errors, an exec's output and archives included, leave other streams on docker-py's
+path, never send a request twice when a kept connection was closed, and fail as ``requests``
+would when the engine is gone, silent, or breaks off a body. The engine's answers are compared
+with a docker-py client without the lean transport on the same engine (the control)."""
 
 from __future__ import annotations
 
@@ -31,8 +31,11 @@ def clients() -> Iterator[tuple[docker.APIClient, docker.APIClient, list[str]]]:
         pytest.skip("the engine is not on a Unix socket")
     sent: list[str] = []
     handler: LeanRequests = lean.request
-    real_send = handler._send
+    real_send, real_stream = handler._send, handler._send_stream
     handler._send = lambda method, url, kwargs: sent.append(f"{method} {url}") or real_send(method, url, kwargs)  # type: ignore[method-assign]
+    handler._send_stream = lambda method, url, kwargs: (
+        sent.append(f"{method} {url}") or real_stream(method, url, kwargs)
+    )  # type: ignore[method-assign]
     yield plain, lean, sent
     for client in (plain, lean):
         for container in client.containers(all=True, filters={"label": "osmosis-harbor.test=lean-http"}):
@@ -54,14 +57,30 @@ def test_answers_and_errors_are_docker_py_s(
     lean.start(created["Id"])
     assert lean.inspect_container(created["Id"]) == plain.inspect_container(created["Id"])
 
-    exec_id = lean.exec_create(created["Id"], ["sh", "-c", "echo out; echo err >&2; exit 3"])["Id"]
-    assert lean.exec_start(exec_id, demux=True) == (b"out\n", b"err\n")  # a stream: docker-py's own path
-    assert lean.exec_inspect(exec_id)["ExitCode"] == 3 == plain.exec_inspect(exec_id)["ExitCode"]
+    script = "echo out; echo err >&2; head -c 300000 /dev/zero | tr '\\0' x; exit 3"
+    outputs = []
+    for client in (lean, plain):
+        exec_id = client.exec_create(created["Id"], ["sh", "-c", script])["Id"]
+        outputs.append(client.exec_start(exec_id, demux=True))  # the hijacked stream, framed
+        assert client.exec_inspect(exec_id)["ExitCode"] == 3
+    assert outputs[0] == outputs[1] and outputs[0][1] == b"err\n" and len(outputs[0][0]) == 4 + 300000
+    for client in (lean, plain):  # read as it comes, as ExecRun drains it
+        frames = client.exec_start(client.exec_create(created["Id"], ["seq", "3"])["Id"], stream=True, demux=True)
+        assert b"".join(out for out, _ in frames if out) == b"1\n2\n3\n"
+        frames.close()  # docker-py's CancellableStream shuts the socket, as ExecRun's drain does
+
+    archives = []
+    for client in (lean, plain):
+        stream, stat = client.get_archive(created["Id"], "/etc/os-release")
+        archives.append((b"".join(stream), stat))
+    assert archives[0] == archives[1] and archives[0][0][:11] == b"os-release\0"
 
     for call in (
         lambda client: client.inspect_container("osmosis-lean-http-no-such"),
         lambda client: client.create_container(sandbox_image, labels=LABEL, name="osmosis-lean-http-probe"),
         lambda client: client.exec_create("osmosis-lean-http-no-such", ["true"]),
+        lambda client: client.get_archive(created["Id"], "/no/such/path"),
+        lambda client: client.exec_start("no-such-exec", demux=True),
     ):
         ours, theirs = _error(call, lean), _error(call, plain)
         assert type(ours) is type(theirs) and ours.status_code == theirs.status_code
@@ -73,19 +92,21 @@ def test_answers_and_errors_are_docker_py_s(
 
     methods = {line.split()[0] for line in sent}
     assert {"GET", "POST", "DELETE"} <= methods  # the plain requests were the lean transport's
-    assert not any(f"/exec/{exec_id}/start" in line for line in sent)  # the stream was not
+    assert any(line.startswith("POST") and line.endswith("/start") and "/exec/" in line for line in sent)
+    assert any(line.startswith("GET") and line.endswith("/archive") for line in sent)  # the streams too
 
 
 class _OneAnswerPerConnection(threading.Thread):
     """An HTTP server on a Unix socket that answers one request per connection, then closes it
     without saying so (no ``Connection: close``): a kept connection the engine dropped."""
 
-    def __init__(self, path: Path, *, answer: bool = True) -> None:
+    def __init__(self, path: Path, *, answer: bool = True, reply: bytes | None = None) -> None:
         super().__init__(daemon=True)
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.listener.bind(str(path))
         self.listener.listen(8)
         self.answer = answer
+        self.reply = reply  # instead of the JSON answer
         self.connections = 0
         self.requests: list[bytes] = []
         self.accepted = threading.Event()
@@ -112,7 +133,8 @@ class _OneAnswerPerConnection(threading.Thread):
                     continue
                 body = b'{"ok": true}'
                 conn.sendall(
-                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                    self.reply
+                    or b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
                     % (len(body), body)
                 )
             self.dropped.release()
@@ -162,11 +184,40 @@ def test_a_missing_engine_is_a_connection_error_and_a_silent_one_a_read_timeout(
         server.close()
 
 
-def test_streams_and_other_sockets_keep_docker_py_s_path(tmp_path: Path) -> None:
+BROKEN_BODY = b"HTTP/1.1 200 OK\r\nContent-Type: application/x-tar\r\nContent-Length: 100\r\n\r\n0123456789"
+
+
+def test_an_archive_broken_off_mid_body_fails_as_with_docker_py(tmp_path: Path) -> None:
+    """The engine dying while an archive streams: docker-py with ``requests`` raises
+    ``ChunkedEncodingError`` from ``iter_content``; so does the lean transport."""
+    path = tmp_path / "broken.sock"
+    server = _OneAnswerPerConnection(path, reply=BROKEN_BODY)  # 10 of the 100 bytes announced
+    server.start()
+    raised = []
+    try:
+        for lean in (False, True):
+            client = docker.APIClient(base_url=f"unix://{path}", version="1.41")
+            if lean:
+                assert install_lean_requests(client)
+            response = client._get(client._url("/containers/{0}/archive", "c"), params={"path": "/x"}, stream=True)
+            with pytest.raises(requests.exceptions.RequestException) as caught:
+                b"".join(response.iter_content(4096))
+            raised.append(type(caught.value))
+            response.close()
+            client.close()
+    finally:
+        server.close()
+    assert raised == [requests.exceptions.ChunkedEncodingError] * 2
+
+
+def test_other_streams_and_other_sockets_keep_docker_py_s_path(tmp_path: Path) -> None:
     seen: list[tuple[str, str]] = []
     lean = LeanRequests(lambda method, url, **kwargs: seen.append((method, url)), str(tmp_path / "x.sock"), {})
-    lean("GET", "http+docker://localhost/v1.41/containers/c/archive", stream=True, timeout=5)
+    lean("POST", "http+docker://localhost/v1.41/images/create", stream=True, timeout=5)  # a pull's progress
+    lean("GET", "http+docker://localhost/v1.41/containers/c/logs", stream=True, timeout=5)
     lean("GET", "https://registry.example/v2/", timeout=5)
     lean("POST", "http+docker://localhost/v1.41/x", data=iter([b"chunk"]), timeout=5)
     lean("GET", "http+docker://localhost/v1.41/x", timeout=(1, 5))
-    assert [method for method, _ in seen] == ["GET", "GET", "POST", "GET"]
+    assert [method for method, _ in seen] == ["POST", "GET", "GET", "POST", "GET"]
+    assert LeanRequests._handles("http+docker://localhost/v1.41/containers/c/archive", {"stream": True})
+    assert LeanRequests._handles("http+docker://localhost/v1.43/exec/e1/start", {"stream": True, "data": "{}"})
