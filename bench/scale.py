@@ -135,7 +135,7 @@ async def cpu_phase(
     if not all(oks):
         raise RuntimeError(f"{oks.count(False)} of {rollouts} graded rollouts failed in the cpu phase")
     grown = {name: seconds - threads_before.get(name, 0.0) for name, seconds in by_thread.items()}
-    grown["threads that ended"] = max(0.0, spent - sum(grown.values()))
+    grown["(threads that ended)"] = max(0.0, spent - sum(grown.values()))
     ranked = sorted(grown.items(), key=lambda item: -item[1])
     return CpuFigures(spent / rollouts, {name: seconds / rollouts for name, seconds in ranked})
 
@@ -206,7 +206,7 @@ def report(result: BenchResult, figures: ScaleFigures, cpu: CpuFigures | None) -
     cpu_graded = cpu.per_rollout_s if cpu else None
     result.add("host CPU per graded rollout, concurrency 4", "s", [cpu_graded] if cpu_graded else [])
     for family, seconds in (cpu.per_rollout_by_thread_s if cpu else {}).items():
-        result.add(f"  of which {family} thread(s)", "s", [seconds])
+        result.add(f"  of which {family}" + ("" if family.startswith("(") else " thread(s)"), "s", [seconds])
     for key in (
         "in_flight",
         "host_cpu_per_rollout_s",
