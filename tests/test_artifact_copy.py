@@ -126,6 +126,20 @@ def test_a_file_or_missing_source_gets_harbor_s_own_copy(tmp_path: Path) -> None
         assert ours == harbors
 
 
+def test_a_copy_over_an_earlier_one_is_harbor_s_too(tmp_path: Path) -> None:
+    """Copied twice into the same place (a directory already there is kept, a file rewritten)."""
+    source = tmp_path / "src" / "agent"
+    source.mkdir(parents=True)
+    _plain_tree(random.Random(7), source)
+    copies = (tar_transfer.copy_via_tar, artifact_copy.copy_via_tar)
+    for copy in copies:
+        copy(source, tmp_path / copy.__module__)
+    (source / "later.txt").write_text("written after the first copy")
+    again = [(copy(source, tmp_path / copy.__module__), _snapshot(tmp_path / copy.__module__)) for copy in copies]
+    assert again[0] == again[1]
+    assert "agent/later.txt" in again[1][1]
+
+
 def test_it_replaces_harbor_s_in_the_artifact_handler() -> None:
     from harbor.trial import artifact_handler
 

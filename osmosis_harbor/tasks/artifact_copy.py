@@ -77,6 +77,16 @@ def _plain_tree(source: str) -> list[_Entry] | None:
     return entries if visit(source, "") else None
 
 
+def _make_dir(path: str) -> None:
+    """tarfile's ``makedir`` for a directory the ``data`` filter left without a mode: made in
+    the default mode, or kept when a directory is already there."""
+    try:
+        os.mkdir(path)
+    except FileExistsError:
+        if not os.path.isdir(path):
+            raise
+
+
 def _data_filter_mode(mode: int) -> int:
     """The mode tarfile's ``data`` filter gives a regular file."""
     mode = stat.S_IMODE(mode) & 0o755
@@ -102,7 +112,7 @@ def copy_via_tar(source: Path, target_dir: Path) -> list[str]:
         origin = os.path.join(source_path, entry.relative) if entry.relative else source_path
         if entry.is_dir:
             if entry.relative:
-                os.mkdir(target)
+                _make_dir(target)
         else:
             shutil.copyfile(origin, target)
             os.chmod(target, _data_filter_mode(entry.mode))
