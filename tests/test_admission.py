@@ -9,7 +9,6 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 from harbor.trial.queue import TrialQueue
 from osmosis_ai.rollout.types import ExecutionRequest, RolloutErrorCategory, RolloutStatus
@@ -19,7 +18,7 @@ from osmosis_harbor.backend.admission import MAX_ROLLOUT_ID_BYTES, request_probl
 from osmosis_harbor.sandbox import environment_config
 from osmosis_harbor.testing.scripted_policy import FakeChatServer
 
-from .rollout_server import client_for, serve
+from .rollout_server import client_for, http_to, serve
 from .support import FIXTURES, TASKS, managed_containers, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("osmosis_home")]
@@ -70,7 +69,7 @@ async def test_requests_that_cannot_succeed_are_refused_before_any_sandbox(tmp_p
         "grader-negative": ({"grader_timeout_sec": -1.5}, "grader_timeout_sec"),
         "é" * (MAX_ROLLOUT_ID_BYTES // 2 + 1): ({}, "rollout_id"),  # one byte over what the sandbox takes
     }
-    async with serve(backend) as url, httpx.AsyncClient(base_url=url) as http:
+    async with serve(backend) as url, http_to(url) as http:
         for rid, (extra, _) in hopeless.items():  # the server accepts them all...
             assert (await http.post("/rollout", json=body(fake_chat, rid, **extra))).status_code == 202
         await asyncio.to_thread(  # ...and the backend refuses each before anything else
@@ -98,7 +97,7 @@ async def test_any_id_the_server_accepts_runs(tmp_path, bundles_dir, fake_chat):
     """300 characters (too long for a file name), non-ASCII, dots, quotes, percent signs."""
     odd = ("ünïcødé-" * 20 + ". .. 'quoted' \"double\" %2F $HOME *?")[:300].ljust(300, "x")
     backend = backend_for(tmp_path, bundles_dir)
-    async with serve(backend) as url, httpx.AsyncClient(base_url=url) as http:
+    async with serve(backend) as url, http_to(url) as http:
         # (osmosis' RolloutClient does not quote the id into its result URL, so POST it here)
         assert (await http.post("/rollout", json=body(fake_chat, odd))).status_code == 202
         await asyncio.to_thread(
@@ -116,7 +115,7 @@ async def test_any_id_the_server_accepts_runs(tmp_path, bundles_dir, fake_chat):
 
 async def test_duplicate_ids_do_not_use_up_capacity(tmp_path, bundles_dir, fake_chat):
     backend = backend_for(tmp_path, bundles_dir, agent="SleepyWorkflow", n_concurrent=1, max_queue_depth=1)
-    async with serve(backend) as url, httpx.AsyncClient(base_url=url) as http:
+    async with serve(backend) as url, http_to(url) as http:
         assert (await http.post("/rollout", json=body(fake_chat, "dup", grade=False))).status_code == 202
         await asyncio.to_thread(
             wait_until,

@@ -17,7 +17,7 @@ from osmosis_harbor.sandbox.environment import IMPORT_PATH as SANDBOX_ENVIRONMEN
 from osmosis_harbor.testing.scripted_policy import FakeChatServer
 
 from .backends import make_backend
-from .rollout_server import client_for, serve
+from .rollout_server import client_for, http_to, serve
 from .sdk_paths import SdkPath
 from .support import TASKS, graded_template, managed_containers
 from .test_prepared_copies import assert_prepared_unchanged
@@ -203,12 +203,10 @@ async def test_loopback_endpoint_is_refused_where_sandboxes_cannot_reach_it(tmp_
 async def test_status_transitions_are_observed_through_the_server(
     tmp_path, bundles_dir, fake_chat, api_key, grader_template
 ):
-    import httpx
-
     backend = make_backend(
         tmp_path, bundles_dir, agent="OutputWorkflow", grader="SlowGrader", tasks_dir=grader_template
     )
-    async with serve(backend) as url, client_for(url) as client, httpx.AsyncClient(base_url=url) as http:
+    async with serve(backend) as url, client_for(url) as client, http_to(url) as http:
         handle = await client.run_rollout_async(
             initial_messages=prompt("reply: echo 42 > answer.txt"),
             chat_completions_url=fake_chat.base_url,

@@ -29,7 +29,7 @@ from osmosis_harbor.keys import MARKER, KeyCustody, Redactor
 from osmosis_harbor.serving.server import draining_server
 from osmosis_harbor.testing.scripted_policy import FakeChatServer
 
-from .rollout_server import client_for, serve
+from .rollout_server import client_for, http_to, serve
 from .sdk_paths import DOCKER, SdkPath
 from .support import FIXTURES, REPO, TASKS, await_until, managed_containers
 
@@ -137,7 +137,7 @@ async def test_finished_failed_and_timed_out_trials_keep_no_key(
 
 async def test_a_cancelled_trial_keeps_no_key(tmp_path, bundles_dir, fake_chat, api_key):
     backend = hoarding_backend(tmp_path, bundles_dir)
-    async with serve(backend) as url, httpx.AsyncClient(base_url=url) as http:
+    async with serve(backend) as url, http_to(url) as http:
         assert (await http.post("/rollout", json=body(fake_chat, "cancel-me", api_key, "block"))).status_code == 202
         await hoarded(fake_chat, "cancel-me")
         cancelled = await http.post("/rollout/cancel", json={"ids": ["cancel-me"]})
@@ -155,7 +155,7 @@ async def test_shutdown_leaves_no_key_in_the_trials_it_stopped(tmp_path, bundles
     backend = hoarding_backend(tmp_path, bundles_dir)
     rid = f"shut-me-{uuid.uuid4().hex[:6]}"  # the policy records every run's requests
     if how == "backend-shutdown":
-        async with serve(backend) as url, httpx.AsyncClient(base_url=url) as http:
+        async with serve(backend) as url, http_to(url) as http:
             assert (await http.post("/rollout", json=body(fake_chat, rid, api_key, "block"))).status_code == 202
             await hoarded(fake_chat, rid)
             await backend.shutdown()

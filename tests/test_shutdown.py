@@ -45,6 +45,7 @@ from osmosis_harbor.serving.drain import DrainPolicy
 from osmosis_harbor.serving.server import draining_server
 from osmosis_harbor.testing.scripted_policy import FakeChatServer
 
+from .rollout_server import http_to
 from .sdk_paths import SdkPath
 from .support import FIXTURES, REPO, TASKS, await_until, managed_containers, wait_until
 
@@ -175,7 +176,7 @@ async def test_sigterm_delivers_finished_and_cancelled_results_then_exits(
     pool = f"drain{uuid.uuid4().hex[:6]}"
     with server_process(tmp_path, pool, bundles) as (proc, url):
         client = RolloutClient(url=url)
-        async with httpx.AsyncClient(base_url=url) as http:
+        async with http_to(url) as http:
             pools = list((await http.get("/health")).json()["pools"])
             assert len(pools) == 1 and pools[0].startswith(pool)
             finishing = await client.run_rollout_async(**_rollout(policy, "finishing", "finishing"))
@@ -331,7 +332,7 @@ async def test_a_second_signal_stops_waiting_and_still_cleans_up(
     pool = f"twice{uuid.uuid4().hex[:6]}"
     with server_process(tmp_path, pool, bundles) as (proc, url):
         client = RolloutClient(url=url)
-        async with httpx.AsyncClient(base_url=url) as http:
+        async with http_to(url) as http:
             pools = list((await http.get("/health")).json()["pools"])
             stuck = await client.run_rollout_async(**_rollout(policy, "stuck", "never-opened"))
 
