@@ -138,6 +138,13 @@ def _child(spec: ServerSpec, conn: Connection) -> None:
     conn.send(("stopped", None))
 
 
+def _stat_fields(stat: Path) -> list[str]:
+    """A /proc ``stat`` line's fields after the command name (which may hold spaces and
+    parentheses): index 11 is utime, 12 stime, 13 and 14 the waited-for children's."""
+    line = stat.read_text()
+    return line[line.rindex(")") + 2 :].split()
+
+
 class ServerProcess:
     """``with ServerProcess(spec) as server:`` then ``server.url``, ``cpu_sec()``, ``rss_mib()``."""
 
@@ -185,8 +192,7 @@ class ServerProcess:
 
     def cpu_sec(self) -> float:
         """utime + stime of the child (all its threads, and any children it waited for)."""
-        stat = Path(f"/proc/{self.pid}/stat").read_text()
-        fields = stat[stat.rindex(")") + 2 :].split()
+        fields = _stat_fields(Path(f"/proc/{self.pid}/stat"))
         return sum(int(f) for f in fields[11:15]) / _TICKS
 
     async def cpu_by_thread(self) -> dict[str, float]:
@@ -198,10 +204,9 @@ class ServerProcess:
         spent: defaultdict[str, float] = defaultdict(float)
         for task in Path(f"/proc/{self.pid}/task").iterdir():
             try:
-                stat = (task / "stat").read_text()
+                fields = _stat_fields(task / "stat")
             except OSError:  # ended since the listing
                 continue
-            fields = stat[stat.rindex(")") + 2 :].split()
             family = _THREAD_NUMBER.sub("", names.get(int(task.name), "other"))
             spent[family] += (int(fields[11]) + int(fields[12])) / _TICKS
         return dict(spent)

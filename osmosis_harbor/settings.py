@@ -121,7 +121,8 @@ class Settings(BaseSettings):
     lean_engine_client: bool = Field(
         True,
         description="the Docker engine's plain JSON requests go over http.client with one kept connection per "
-        "thread (sandbox/docker/lean_http.py); off: docker-py's requests transport for all",
+        "thread, an exec's output and archive reads on a connection of their own (sandbox/docker/lean_http.py); "
+        "off: docker-py's requests transport for all",
     )
 
     def pool_lock_dir(self) -> Path:

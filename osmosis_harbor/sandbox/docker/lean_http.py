@@ -124,16 +124,15 @@ class LeanRequests:
         """The request on a connection of its own, its body left to be read: the connection
         closes with the response (a hijacked exec output can never carry another request)."""
         target, headers, body = self._request_parts(url, kwargs)
-        timeout = kwargs.get("timeout")
-        connection = _UnixConnection(self._socket_path, None if timeout is None else float(timeout))
+        connection = _UnixConnection(self._socket_path, _seconds(kwargs.get("timeout")))
         answer, _ = _exchange(connection, method, target, headers, body, read=False)
         response = _response(url, answer, None)
         response.raw = _StreamedBody(answer, connection, f"{method} {target}")
         return response
 
-    def _connection(self, timeout: Any) -> _UnixConnection:
+    def _connection(self, timeout: int | float | None) -> _UnixConnection:
         """This thread's connection, made again when the engine closed the kept one."""
-        seconds = None if timeout is None else float(timeout)
+        seconds = _seconds(timeout)
         connection: _UnixConnection | None = getattr(self._local, "connection", None)
         if connection is not None and connection.sock is not None and _dropped(connection.sock):
             connection.close()
@@ -144,6 +143,11 @@ class LeanRequests:
         if connection.sock is not None:
             connection.sock.settimeout(seconds)
         return connection
+
+
+def _seconds(timeout: int | float | None) -> float | None:
+    """A request's ``timeout`` (docker-py passes a number or None) as the socket takes it."""
+    return None if timeout is None else float(timeout)
 
 
 def _exchange(
@@ -206,8 +210,7 @@ class _StreamedBody:
     def close(self) -> None:
         self._connection.close()  # closes the answer with it
 
-    def release_conn(self) -> None:
-        self._connection.close()
+    release_conn = close  # nothing to give back: the connection was this answer's alone
 
 
 def _response(url: str, answer: http.client.HTTPResponse, content: bytes | None) -> requests.Response:
@@ -226,8 +229,9 @@ def _response(url: str, answer: http.client.HTTPResponse, content: bytes | None)
 
 
 def install_lean_requests(api: Any) -> bool:
-    """Send ``api``'s (a ``docker.APIClient`` on a Unix socket) non-streaming requests through
-    ``LeanRequests``; returns whether it applied (not for TCP, SSH, or when switched off)."""
+    """Send ``api``'s (a ``docker.APIClient`` on a Unix socket) requests through ``LeanRequests``
+    (plain ones, an exec's output and archive reads; other streams stay docker-py's); returns
+    whether it applied (not for TCP, SSH, or when switched off)."""
     if not settings.current().lean_engine_client:
         return False
     adapter = unix_adapter(api)
