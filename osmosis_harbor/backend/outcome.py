@@ -171,6 +171,8 @@ def _setup_or_agent_failure(
         return category, f"{where}workflow failed: {claim.type}: {claim.message or reading.error}"
     if exc_type in TIMEOUT_EXCEPTIONS:
         return RolloutErrorCategory.TIMEOUT, f"{phase} timed out: {reading.error}"
+    if ours is not None and ours.category is RolloutErrorCategory.AGENT_ERROR:  # the host saw the workflow's doing
+        return RolloutErrorCategory.AGENT_ERROR, f"{phase} failed: {reading.error}"
     if (
         ours is not None
         and ours.category is RolloutErrorCategory.VALIDATION_ERROR

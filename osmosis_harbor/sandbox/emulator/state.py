@@ -210,10 +210,15 @@ class Emulator:
 
     async def terminate(self, name: str) -> None:
         """Idempotent, like SkyPilot's: terminating a sandbox that is gone succeeds (and one
-        of another account is gone, as far as this one can tell)."""
+        of another account is gone, as far as this one can tell). One evicted for its disk use
+        is listed as FAILED, as Kubernetes keeps an evicted pod, until terminated."""
         self._handles.pop(name, None)
-        if await self._is_mine(name):
+        if await self._is_mine(name) or await self._evicted_mine(name):
             await docker_sdk.terminate_by_name.aio(name)
+
+    async def _evicted_mine(self, name: str) -> bool:
+        record = await docker_sdk.evicted.aio(name)
+        return record is not None and self._mine(record.owner_host, record.owner_pid)
 
     async def evict(self, name: str | None = None) -> str | None:
         """Remove a sandbox behind its owner's back (a lost node, a preemption); a random one
@@ -368,6 +373,7 @@ def _to_info(record: docker_sdk.SandboxRecord) -> SandboxInfo:
         pool=record.pool,
         created_at=record.created_at,
         expires_at=record.expires_at,
+        status_message=record.status_message,
     )
 
 
