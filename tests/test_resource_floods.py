@@ -8,7 +8,7 @@ answers 42. The floods, each with small bounds so a test takes seconds:
   (``OSMOSIS_HARBOR_SANDBOX_DISK_MB``, read by the process that creates the sandboxes: this one
   on the Docker path, the emulator's server on the other); the host's free space is sampled
   throughout and never falls by much more than the bound;
-* stdout: a gigabyte printed to the workflow's own stdout (the exec's stream); the host keeps a
+* stdout: 256 MiB printed to the workflow's own stdout (the exec's stream); the host keeps a
   bounded tail, so the server process (and the emulator's) grows by far less than that;
 * a fork bomb: stopped at the sandbox's pids limit, and named as such;
 * a memory hog: killed at the sandbox's memory limit, named as such, the sandbox's own failure.
@@ -198,14 +198,14 @@ class PeakRss:
         self._thread.join()
 
 
-# head's status is the pipeline's: "printed" only once the whole gigabyte went to the stream.
-STDOUT_FLOOD = "yes osmosis | head -c 1073741824 > /proc/$PPID/fd/1 && echo printed"
+# head's status is the pipeline's: "printed" only once all of it went to the stream.
+STDOUT_FLOOD = f"yes osmosis | head -c {256 * MIB} > /proc/$PPID/fd/1 && echo printed"
 
 
 async def test_a_stdout_flood_keeps_host_memory_bounded_and_the_victim_succeeds(
     flood_path: SdkPath, tmp_path: Path, bundles_dir: Path, fake_chat
 ) -> None:
-    """A gigabyte on the workflow's stdout: the host process (and the emulator's server, which
+    """256 MiB on the workflow's stdout: the host process (and the emulator's server, which
     holds the exec's output on that path) grows by far less than that."""
     backend = make_backend(tmp_path, bundles_dir, flood_path)
     server = flood_path.emulator.process.pid if flood_path.emulator is not None else os.getpid()
@@ -216,7 +216,7 @@ async def test_a_stdout_flood_keeps_host_memory_bounded_and_the_victim_succeeds(
     assert flooder.sample.messages[-1]["content"] == "printed"
     for who, rss in (("host", host), ("sdk side", sdk_side)):
         grew = rss.peak - rss.start
-        assert grew < 192 * MIB, f"the {who} process grew by {grew / MIB:.0f} MiB for 1024 MiB of stdout"
+        assert grew < 96 * MIB, f"the {who} process grew by {grew / MIB:.0f} MiB for 256 MiB of stdout"
 
 
 # One line (the scripted policy replies with one): forks sleepers until the kernel refuses one.
