@@ -227,6 +227,26 @@ FORK_BOMB = (
 )
 
 
+# The same bomb in a session of its own, which it kills once a fork is refused; then the command
+# kills the workflow that ran it: a workflow taken down by its fork bomb, in a sandbox whose pids
+# are free again.
+FATAL_FORK_BOMB = FORK_BOMB.replace(
+    "python3 -c", "setsid -w python3 -c", 1
+).replace("break", "os.killpg(0, 9)") + "; kill -9 $PPID"
+
+
+async def test_a_workflow_taken_down_by_its_fork_bomb_names_the_pids_limit(
+    flood_path: SdkPath, tmp_path: Path, bundles_dir: Path, fake_chat
+) -> None:
+    backend = make_backend(tmp_path, bundles_dir, flood_path)
+    flooder, victim = await flood_beside_victim(backend, fake_chat, FATAL_FORK_BOMB)
+    assert_victim_fine(victim)
+    assert flooder.status is RolloutStatus.FAILURE
+    assert flooder.err_category is RolloutErrorCategory.AGENT_ERROR, flooder.err_message
+    assert f"its pids limit ({PIDS_LIMIT} tasks) refused" in flooder.err_message, flooder.err_message
+    assert "137" in flooder.err_message and "OOM" not in flooder.err_message, flooder.err_message
+
+
 async def test_a_fork_bomb_stops_at_the_pids_limit_and_the_victim_succeeds(
     flood_path: SdkPath, tmp_path: Path, bundles_dir: Path, fake_chat
 ) -> None:
