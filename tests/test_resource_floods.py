@@ -19,6 +19,7 @@ Positive control of the disk bound: the same flood with the bound off writes pas
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import threading
@@ -32,16 +33,19 @@ from harbor.trial.queue import TrialQueue
 from osmosis_ai.rollout.types import RolloutErrorCategory, RolloutStatus
 
 from osmosis_harbor.backend import HarborBackend
+from osmosis_harbor.sandbox import load_sandbox_sdk
 from osmosis_harbor.sandbox.bounds import PIDS_LIMIT
+from osmosis_harbor.sandbox.liveness import SandboxState, sandbox_state
 
-from .emulator_support import EmulatorServer, private_emulator
+from .emulator_support import EmulatorServer, private_emulator, push_to_local_registry
 from .rollout_server import client_for, serve
 from .sdk_paths import SdkPath
-from .support import FIXTURES, TASKS
+from .support import FIXTURES, TASKS, await_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("osmosis_home")]
 
 PROJECT = FIXTURES / "rollout_project"
+IMAGE = "python:3.12-slim"  # the template task's base image
 DISK_MB = 192
 MIB = 1024 * 1024
 
@@ -50,9 +54,7 @@ MIB = 1024 * 1024
 def bounded_emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatorServer]:
     """An emulator server of this module's own, started with the small disk bound (its sandboxes
     are bounded by the server's settings, as SkyPilot's pods by the cluster's)."""
-    from .emulator_support import push_to_local_registry
-
-    push_to_local_registry("python:3.12-slim")
+    push_to_local_registry(IMAGE)
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("OSMOSIS_HARBOR_SANDBOX_DISK_MB", str(DISK_MB))
         with private_emulator(tmp_path_factory.mktemp("floods-emulator"), set_env=False) as server:
@@ -230,9 +232,9 @@ FORK_BOMB = (
 # The same bomb in a session of its own, which it kills once a fork is refused; then the command
 # kills the workflow that ran it: a workflow taken down by its fork bomb, in a sandbox whose pids
 # are free again.
-FATAL_FORK_BOMB = FORK_BOMB.replace(
-    "python3 -c", "setsid -w python3 -c", 1
-).replace("break", "os.killpg(0, 9)") + "; kill -9 $PPID"
+FATAL_FORK_BOMB = (
+    FORK_BOMB.replace("python3 -c", "setsid -w python3 -c", 1).replace("break", "os.killpg(0, 9)") + "; kill -9 $PPID"
+)
 
 
 async def test_a_workflow_taken_down_by_its_fork_bomb_names_the_pids_limit(
@@ -312,3 +314,44 @@ async def test_a_memory_hog_is_killed_at_its_limit_named_as_such_and_the_victim_
     assert flooder.err_category is RolloutErrorCategory.AGENT_ERROR, flooder.err_message
     assert "137" in flooder.err_message and "lost" not in flooder.err_message, flooder.err_message
     assert "its memory limit killed" in flooder.err_message and "(OOM)" in flooder.err_message, flooder.err_message
+
+
+async def test_an_evicted_sandbox_is_listed_with_its_reason_until_terminated(flood_path: SdkPath) -> None:
+    """What the host reads after a command fails: ``ls`` keeps an evicted sandbox, as Kubernetes
+    keeps an evicted pod, with kubelet's message (the emulator's status is SkyPilot's ``FAILED``),
+    and terminating it ends that."""
+    sdk = load_sandbox_sdk(flood_path.name)
+    image = push_to_local_registry(IMAGE) if flood_path.is_emulator else IMAGE
+    name = f"evicted-{uuid.uuid4().hex[:8]}"
+    sandbox = await sdk.create.aio(name=name, image=image, timeout=600)
+    try:
+        handle = await sandbox.exec.aio(
+            "sh", "-c", f"dd if=/dev/zero of=/fill bs=1M count={4 * DISK_MB}", timeout_seconds=120
+        )
+        with contextlib.suppress(Exception):  # killed with its sandbox: an exit status or an error
+            await handle.wait()
+        state = await await_until(lambda: _gone_state(sdk, name), timeout=30, what="the eviction to be listed")
+        assert state.status in ("evicted", "FAILED") and state.over_own_disk_bound, state
+        assert f'ephemeral storage limit "{DISK_MB}Mi"' in (state.message or ""), state
+    finally:
+        await sandbox.terminate.aio(wait=True)
+    assert (await sandbox_state(sdk, name)).status is None
+
+
+async def _gone_state(sdk: object, name: str) -> SandboxState | None:
+    state = await sandbox_state(sdk, name)  # type: ignore[arg-type]
+    return state if state.status is not None and not state.live else None
+
+
+def test_only_an_eviction_for_its_own_storage_is_the_workflows() -> None:
+    """kubelet's messages: a container or pod past its own limit is the workflow's doing; the node
+    running low is not, and neither is a sandbox that still runs."""
+    own = [
+        'Container sandbox exceeded its local ephemeral storage limit "64Mi". ',
+        "Pod ephemeral local storage usage exceeds the total limit of containers 10Gi. ",
+    ]
+    node = "The node was low on resource: ephemeral-storage. Threshold quantity: 10Gi, available: 9Gi. "
+    assert all(SandboxState(name="s", status="FAILED", message=m).over_own_disk_bound for m in own)
+    assert not SandboxState(name="s", status="FAILED", message=node).over_own_disk_bound
+    assert not SandboxState(name="s", status="running", message=own[0]).over_own_disk_bound
+    assert not SandboxState(name="s", status="FAILED").over_own_disk_bound

@@ -6,7 +6,10 @@ a restart, and a server killed mid-run loses nothing but its running execs' resu
 carry the emulator's own owner (`EMULATOR_OWNER_HOST`), which no process on this host can be
 judged dead by: like SkyPilot's pods, they live until terminated or until their TTL, whatever
 happens to the client or the server. What a SkyPilot pod cannot do, this refuses (see
-``check_*`` and ``images``).
+``check_*`` and ``images``). A sandbox past its disk bound (the server's
+``OSMOSIS_HARBOR_SANDBOX_DISK_MB``, as a pod's ephemeral-storage limit is the cluster's) is
+evicted by the Docker SDK's watch in this process, and listed as Kubernetes keeps an evicted pod:
+``FAILED``, with kubelet's status message, until terminated.
 
 One server is one SkyPilot account: its ``ls``, lookups, terminations and evictions see only
 the sandboxes it made (owner pid = this server's, which a restart in place keeps, or one of its
