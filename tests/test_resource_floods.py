@@ -168,7 +168,7 @@ async def test_positive_control_without_the_bound_the_flood_writes_past_it(
     flooder, victim = await flood_beside_victim(backend, fake_chat, past)
     assert_victim_fine(victim)
     assert flooder.status is RolloutStatus.SUCCESS, flooder.err_message
-    assert flooder.sample.messages[-1]["content"].split()[0] == str(DISK_MB * 2)
+    assert int(flooder.sample.messages[-1]["content"].split()[0]) >= DISK_MB * 2  # du's MiB, rounded up
 
 
 class PeakRss:

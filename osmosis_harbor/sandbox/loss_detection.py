@@ -6,10 +6,10 @@ non-zero exit), the SDK's ``ls`` says whether the sandbox is gone or stopped wit
 trial stopping it: then `SandboxLostError`, which trials read as an ``internal_error`` and
 ``infra_retries`` may retry on a fresh sandbox; or, when ``ls`` says it was evicted past its own
 disk bound, `SandboxDiskBoundError`, the workflow's ``agent_error``. An API fault mid-call also
-loses the sandbox to the trial, as the call may have run (``api_faults.py``). Every loss raised is also handed
-to the trial's ``liveness.loss_scope``: Harbor may wrap the raise or swallow it. Kept apart
-from ``liveness.py``, which the SDK-side modules (``api_faults``, ``live``) import without
-Harbor.
+loses the sandbox to the trial, as the call may have run (``api_faults.py``). Every loss raised
+is also handed to the trial's ``liveness.loss_scope``: Harbor may wrap the raise or swallow it.
+Kept apart from ``liveness.py``, which the SDK-side modules (``api_faults``, ``live``) import
+without Harbor.
 """
 
 from __future__ import annotations
