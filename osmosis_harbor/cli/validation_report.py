@@ -11,7 +11,6 @@ or a sandbox made is shown through ``printable`` (escapes instead of control cha
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 
 from rich import box
@@ -29,7 +28,9 @@ __all__ = ["DETAIL_LINES", "ValidationView"]
 
 DETAIL_LINES = 20  # terminal lines of a failure's block below its header: one screen with it
 HEAD_ROWS = 3  # terminal lines a failure's summary, note or steps line may take
-_MIN_SUMMARY = 10  # the summary column's least width, when ids leave room for it
+_MIN_SUMMARY = 10  # the summary column's least width
+_SUMMARY_WANTED = 40  # ids wider than what leaves the summary this much wrap, unless they fit in...
+_ID_COMFORT = 32  # ...this much (and leave _MIN_SUMMARY)
 _MIN_ID = 12
 _REWARD_MAX = 16  # several reward channels wrap beyond this (below 120 columns: one a line)
 _WIDE = 120
@@ -102,7 +103,7 @@ class ValidationView:
         if failed:
             yield Text(f"\n{len(failed)} failure{'s' if len(failed) != 1 else ''}:", style="bold")
         for row in failed:
-            yield from self.failure(row, width)
+            yield from self.failure(row, _Measure(console, options.update_width(max(width - 2, 1))))
 
     def _columns(self) -> list[tuple[str, list[str | Text]]]:
         """The fixed columns between the id and the summary: header and cells."""
@@ -137,7 +138,7 @@ class ValidationView:
         columns = 1 + len(fixed) + (1 if any(summaries) else 0)
         room = width - sum(fixed_widths) - _GAP * (columns - 1)
         if any(summaries):
-            id_width = _id_width(ids, room - _MIN_SUMMARY)
+            id_width = _id_width(ids, max(room - _SUMMARY_WANTED, min(_ID_COMFORT, room - _MIN_SUMMARY)))
             summary_width = max(min(max(cell_len(s) for s in summaries), room - id_width), 1)
         else:
             id_width = _id_width(ids, room)
@@ -156,7 +157,7 @@ class ValidationView:
             table.add_row(*cells)
         return table
 
-    def failure(self, row: TaskValidation, width: int) -> Iterator[Text | Padding]:
+    def failure(self, row: TaskValidation, measure: _Measure) -> Iterator[Text | Padding]:
         """One failed task: a header with its id whole, then at most ``DETAIL_LINES`` lines."""
         header = Text("FAIL ", style="bold red")
         header.append(printable(row.id, newlines=False), style="bold")
@@ -170,8 +171,8 @@ class ValidationView:
             head.append(f"note: {row.stand_in}")
         if row.steps is not None:
             head.append(f"steps: {_steps_marks(row)}")
-        for line in _bounded(head, rest.split("\n") if rest else [], width - 2):
-            yield Padding(Text(printable(line, newlines=False), overflow="fold"), (0, 0, 0, 2))
+        for line in _bounded(head, rest.split("\n") if rest else [], measure):
+            yield Padding(Text(printable(line, newlines=False), overflow="fold"), (0, 0, 0, 2), expand=False)
 
 
 def _fixed_width(header: str, cells: list[str | Text], *, wide: bool) -> int:
@@ -187,43 +188,42 @@ def _fixed_width(header: str, cells: list[str | Text], *, wide: bool) -> int:
 
 
 def _id_width(ids: list[str], most: int) -> int:
-    """The id column's width: the longest id that fits in ``most`` (those longer wrap anyway, so
-    they do not take width from the summary)."""
-    fitting = [cell_len(task_id) for task_id in ids if cell_len(task_id) <= most]
-    return max(max(fitting, default=most), len("task"), min(_MIN_ID, most))
+    """The id column's width: the longest id when every id fits in ``most``, else ``most`` (the
+    longer ids wrap, in as few lines as that allows)."""
+    longest = max(cell_len(task_id) for task_id in ids) if ids else 0
+    return max(min(longest, most), len("task"), min(_MIN_ID, most))
 
 
-def _rows(line: str, width: int) -> int:
-    """How many terminal lines ``line`` takes when folded at ``width``."""
-    return max(1, math.ceil(cell_len(printable(line, newlines=False)) / max(width, 1)))
+class _Measure:
+    """How many terminal lines a line of a failure's block takes, as the console folds it."""
+
+    def __init__(self, console: Console, options: ConsoleOptions) -> None:
+        self.console, self.options = console, options
+
+    def rows(self, line: str) -> int:
+        text = Text(printable(line, newlines=False), overflow="fold")
+        return max(1, len(self.console.render_lines(text, self.options, pad=False)))
+
+    def capped(self, line: str, rows: int = HEAD_ROWS) -> str:
+        """``line`` cut to ``rows`` terminal lines, with an ellipsis (the reports have it whole)."""
+        shown = printable(line, newlines=False)
+        limit = rows * self.options.max_width
+        return shown if cell_len(shown) <= limit else shown[: limit - 1] + "…"
 
 
-def _capped(line: str, width: int, rows: int = HEAD_ROWS) -> str:
-    """``line`` cut to ``rows`` terminal lines, with an ellipsis (the reports have it whole)."""
-    shown = printable(line, newlines=False)
-    limit = rows * max(width, 1)
-    return shown if cell_len(shown) <= limit else shown[: limit - 1] + "…"
-
-
-def _bounded(head: list[str], tail: list[str], width: int) -> list[str]:
+def _bounded(head: list[str], tail: list[str], measure: _Measure) -> list[str]:
     """``head`` (each line at most ``HEAD_ROWS`` terminal lines), then as much of the end of
     ``tail`` as fits in ``DETAIL_LINES`` terminal lines, with a line saying how many were left out."""
-    head = [_capped(line, width) for line in head]
-    budget = DETAIL_LINES - sum(_rows(line, width) for line in head)
-    if sum(_rows(line, width) for line in tail) <= budget:
+    head = [measure.capped(line) for line in head]
+    budget = DETAIL_LINES - sum(measure.rows(line) for line in head)
+    costs = [measure.rows(line) for line in tail]
+    if sum(costs) <= budget:
         return head + tail
     budget -= 1  # the line saying what was left out
-    kept: list[str] = []
-    for line in reversed(tail):
-        cost = _rows(line, width)
-        if cost > budget:
-            break
-        kept.append(line)
-        budget -= cost
-    kept.reverse()
-    left_out = len(tail) - len(kept)
-    return [
-        *head,
-        f"[{left_out} earlier line{'s' if left_out != 1 else ''} left out: --json and --junit have them]",
-        *kept,
-    ]
+    kept = 0
+    while kept < len(tail) and costs[-1 - kept] <= budget:
+        budget -= costs[-1 - kept]
+        kept += 1
+    left_out = len(tail) - kept
+    note = f"[{left_out} earlier line{'s' if left_out != 1 else ''} left out: --json and --junit have them]"
+    return [*head, note, *tail[len(tail) - kept :]]
