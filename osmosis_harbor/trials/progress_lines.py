@@ -34,7 +34,7 @@ PROGRESS = re.compile(
             r"|Suggested packages|Recommended packages):$",
             # pip
             r"(?:Collecting|Downloading|Using cached|Obtaining|Requirement already satisfied:) ",
-            r"(?:Installing collected packages|Successfully installed|Successfully uninstalled) ",
+            r"(?:Installing collected packages:|Successfully installed|Successfully uninstalled) ",
             r"(?:Installing build dependencies|Getting requirements to build|Preparing metadata|Building wheels? for"
             r"|Created wheel for|Stored in directory:)",
             r"[━╸╺\s]*━[━╸╺\s]* [\d.]+/[\d.]+ [kKMG]?B ",
