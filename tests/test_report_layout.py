@@ -101,7 +101,11 @@ def test_a_passing_task_is_one_line_at_100_columns_or_more(width: int) -> None:
         assert "agent" not in row[0] and "verifier" not in row[0]
     # Beside failures, whose summaries take a column: every id of up to 40 characters keeps one line.
     mixed = table_rows(render(seventeen_task_report(), width))
-    short = [row for row in mixed if "pass" in row[0] and len(row_id(row, header_of(render(seventeen_task_report(), width)))) <= 40]
+    short = [
+        row
+        for row in mixed
+        if "pass" in row[0] and len(row_id(row, header_of(render(seventeen_task_report(), width)))) <= 40
+    ]
     assert len(short) == len(PASSING) - 1 and all(len(row) == 1 for row in short)
 
 
@@ -187,7 +191,9 @@ def test_printable_spells_out_everything_xml_forbids() -> None:
 
 
 def test_log_lines_are_escaped() -> None:
-    record = logging.LogRecord("osmosis_harbor", logging.WARNING, __file__, 1, "dropped %r and %s", ("a\x1b[2J", "b\x1b]0;t\x07"), None)
+    record = logging.LogRecord(
+        "osmosis_harbor", logging.WARNING, __file__, 1, "dropped %r and %s", ("a\x1b[2J", "b\x1b]0;t\x07"), None
+    )
     line = PrintableFormatter("%(message)s").format(record)
     assert line == "dropped 'a\\x1b[2J' and b\\x1b]0;t\\x07"
     assert UNSHOWABLE.search(logging.Formatter("%(message)s").format(record))  # the control: raw without it
@@ -199,7 +205,9 @@ def test_log_lines_are_escaped() -> None:
 def test_junit_message_is_the_summary_and_the_body_the_whole_error() -> None:
     report = seventeen_task_report()
     report.tasks.append(
-        TaskValidation(id=HOSTILE_ID, passed=False, failed_phase="verifier", error="reward 0\n\x1b[2Jgone", timings_sec={})
+        TaskValidation(
+            id=HOSTILE_ID, passed=False, failed_phase="verifier", error="reward 0\n\x1b[2Jgone", timings_sec={}
+        )
     )
     root = ET.fromstring(ET.tostring(junit_tree(report, suite_name="ds").getroot(), encoding="utf-8"))
     cases = {case.get("name"): case for case in root.iter("testcase")}
@@ -238,7 +246,10 @@ STAND_IN_LABELS = {
         "osmosis-harbor.stand-in": "python:3.13-slim-bookworm",
         "osmosis-harbor.stand-in.really": "Debian 13 trixie, Python 3.13.5, OpenSSL 3.5.1",
     },
-    "python:3.12-slim": {"osmosis-harbor.stand-in": "python:3.12-slim", "osmosis-harbor.stand-in.distribution": "debian/trixie"},
+    "python:3.12-slim": {
+        "osmosis-harbor.stand-in": "python:3.12-slim",
+        "osmosis-harbor.stand-in.distribution": "debian/trixie",
+    },
     "debian:trixie-slim": {"osmosis-harbor.stand-in": "debian:trixie-slim"},
     "python:3.11-slim": {"org.opencontainers.image.source": "https://example.invalid"},  # the real image
 }
@@ -266,7 +277,9 @@ def _task(root: Path, name: str, dockerfile: str, toml_extra: str = "") -> TaskR
     return TaskRef(id=name, path=root / name)
 
 
-def test_note_causes_notes_solution_and_verifier_failures_and_redacts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_note_causes_notes_solution_and_verifier_failures_and_redacts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     secret = "sk-" + "s" * 40
     monkeypatch.setenv("REPORT_TEST_API_KEY", secret)
     tasks = [
@@ -277,7 +290,9 @@ def test_note_causes_notes_solution_and_verifier_failures_and_redacts(tmp_path: 
     ]
     rows = [
         TaskValidation(id="verifier-fails", passed=False, failed_phase="verifier", error="reward 0 (expected 1)"),
-        TaskValidation(id="build-fails", passed=False, failed_phase="environment", error=f"ImageBuildError: token {secret}"),
+        TaskValidation(
+            id="build-fails", passed=False, failed_phase="environment", error=f"ImageBuildError: token {secret}"
+        ),
         TaskValidation(id="on-debian", passed=False, failed_phase="agent", error="solve.sh exited with status 1"),
         TaskValidation(id="prebuilt", passed=False, failed_phase="verifier", error="reward 0 (expected 1)"),
     ]

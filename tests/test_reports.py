@@ -373,9 +373,7 @@ def _failure_blocks(stdout: str) -> dict[str, list[str]]:
 
 
 @pytest.mark.slow
-def test_a_report_a_person_reads_at_80_columns(
-    tmp_path: Path, sandbox_sdk: SdkPath, bookworm_stand_in: str
-) -> None:
+def test_a_report_a_person_reads_at_80_columns(tmp_path: Path, sandbox_sdk: SdkPath, bookworm_stand_in: str) -> None:
     """A stand-in-caused failure, a failure whose output holds control characters, and a passing
     task with a long id, validated as a user would at 80 columns: each id whole, each failure in
     a screen, the stand-in named in the table, the JSON and JUnit, nothing raw on the console."""

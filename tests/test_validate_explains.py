@@ -77,7 +77,10 @@ def test_a_missing_base_image_is_named_with_its_remedy(oracle_run: Run) -> None:
     assert "base image python:3.12-slim@sha256:000000000000… is not present and cannot be pulled" in pinned["error"]
     # The stand-in of the unpinned name is present, so the advice is to drop the digest, not a
     # command that would do nothing.
-    assert "pinned by digest, which no offline stand-in can match: drop the digest (FROM python:3.12-slim uses the stand-in present here) or provide the image itself (docker load)" in pinned["error"]
+    assert (
+        "pinned by digest, which no offline stand-in can match: drop the digest (FROM python:3.12-slim uses the stand-in present here) or provide the image itself (docker load)"
+        in pinned["error"]
+    )
     for row in (absent, pinned):
         assert "registry-1.docker.io" not in row["error"] and "no such host" not in row["error"]
 
@@ -325,10 +328,18 @@ def test_a_tail_drops_progress_and_the_did_not_run_rule_reads_it_all(tmp_path: P
     verifier = tmp_path / "verifier"
     verifier.mkdir()
     out = verifier / "test-stdout.txt"
-    progress = "".join(f"Get:{i} http://deb.debian.org/debian trixie/main amd64 lib{i} amd64 1.0 [9 kB]\n" for i in range(200))
+    progress = "".join(
+        f"Get:{i} http://deb.debian.org/debian trixie/main amd64 lib{i} amd64 1.0 [9 kB]\n" for i in range(200)
+    )
     out.write_text(progress + "error: No interpreter found for Python 3.12 in managed installations\n")
     tail = output_tail(out)
-    assert tail == "[200 package-manager progress lines left out]\nerror: No interpreter found for Python 3.12 in managed installations"
+    assert (
+        tail
+        == "[200 package-manager progress lines left out]\nerror: No interpreter found for Python 3.12 in managed installations"
+    )
     raw = output_tail(out, drop_progress=False)  # the control: without the filter, progress is all it shows
     assert raw is not None and raw.count("Get:") == 19
-    assert runner_never_started(verifier, {"reward": 0.0}) == "error: No interpreter found for Python 3.12 in managed installations"
+    assert (
+        runner_never_started(verifier, {"reward": 0.0})
+        == "error: No interpreter found for Python 3.12 in managed installations"
+    )

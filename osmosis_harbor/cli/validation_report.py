@@ -134,25 +134,18 @@ class ValidationView:
         ids = [printable(r.id, newlines=False) for r in report.tasks]
         summaries = [_summary(r) if not r.passed else "" for r in report.tasks]
         fixed = self._columns()
-        fixed_widths = [_fixed_width(header, cells, wide=width >= _WIDE) for header, cells in fixed]
-        columns = 1 + len(fixed) + (1 if any(summaries) else 0)
-        room = width - sum(fixed_widths) - _GAP * (columns - 1)
-        if any(summaries):
-            id_width = _id_width(ids, max(room - _SUMMARY_WANTED, min(_ID_COMFORT, room - _MIN_SUMMARY)))
-            summary_width = max(min(max(cell_len(s) for s in summaries), room - id_width), 1)
-        else:
-            id_width = _id_width(ids, room)
+        id_width, fixed_widths, summary_width = _layout(ids, summaries, fixed, width)
         table.add_column("task", style="bold", width=id_width, overflow="fold")
         for (header, _), fixed_width in zip(fixed, fixed_widths, strict=True):
             table.add_column(
                 header, width=fixed_width, overflow="fold", justify="right" if header != "result" else "left"
             )
-        if any(summaries):
+        if summary_width:
             table.add_column("why", width=summary_width, no_wrap=True, overflow="ellipsis")
         for index, task_id in enumerate(ids):
             cells: list[str | Text] = [Text(task_id, overflow="fold")]
             cells += [cells_of[index] for _, cells_of in fixed]
-            if any(summaries):
+            if summary_width:
                 cells.append(Text(summaries[index], no_wrap=True, overflow="ellipsis"))
             table.add_row(*cells)
         return table
@@ -175,9 +168,30 @@ class ValidationView:
             yield Padding(Text(printable(line, newlines=False), overflow="fold"), (0, 0, 0, 2), expand=False)
 
 
-def _fixed_width(header: str, cells: list[str | Text], *, wide: bool) -> int:
-    """A fixed column's width: its widest cell; for rewards at most ``_REWARD_MAX``, and below
-    ``_WIDE`` columns its widest channel (several channels then take a line each)."""
+def _layout(
+    ids: list[str], summaries: list[str], fixed: list[tuple[str, list[str | Text]]], width: int
+) -> tuple[int, list[int], int]:
+    """Widths of the id column, the fixed columns and the summary column (0: none) at ``width``.
+
+    The fixed columns take their widest cell, unless that would wrap an id or squeeze the
+    summary: then several reward channels wrap (at most ``_REWARD_MAX`` wide, below ``_WIDE``
+    columns one channel a line)."""
+    natural = [max([len(header), *(cell_len(str(cell)) for cell in cells)]) for header, cells in fixed]
+    wanted_summary = min(max((cell_len(s) for s in summaries), default=0), _SUMMARY_WANTED)
+    gaps = _GAP * (len(fixed) + (1 if wanted_summary else 0))
+    longest_id = max((cell_len(task_id) for task_id in ids), default=0)
+    fixed_widths = natural
+    if longest_id + sum(natural) + wanted_summary + gaps > width:
+        fixed_widths = [_narrow_width(header, cells, wide=width >= _WIDE) for header, cells in fixed]
+    room = width - sum(fixed_widths) - gaps
+    if not wanted_summary:
+        return _id_width(ids, room), fixed_widths, 0
+    id_width = _id_width(ids, max(room - _SUMMARY_WANTED, min(_ID_COMFORT, room - _MIN_SUMMARY)))
+    return id_width, fixed_widths, max(min(max(cell_len(s) for s in summaries), room - id_width), 1)
+
+
+def _narrow_width(header: str, cells: list[str | Text], *, wide: bool) -> int:
+    """A fixed column's width when space is short: rewards wrap channel by channel."""
     texts = [str(cell) for cell in cells]
     natural = max([len(header), *(cell_len(text) for text in texts)])
     if header != "reward":

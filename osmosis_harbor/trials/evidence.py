@@ -6,7 +6,9 @@ and stderr together) and of the oracle's ``agent/oracle.txt`` in its report.
 
 Everything here was written by a sandbox, so it is read as hostile: only a regular file
 (``lstat``), opened ``O_NOFOLLOW | O_NONBLOCK`` (a FIFO or a link planted there can neither
-block nor redirect the read), bounded in bytes and lines, and with host secrets redacted.
+block nor redirect the read), bounded in bytes and lines, and with host secrets redacted. Package
+managers' progress lines are left out of a tail (``trials.progress_lines``); control characters
+stay, for whoever shows the tail to escape (``trials.printable``).
 
 It also decides one rule of the verdict table: **the verifier did not run its tests**. Harbor
 discards ``test.sh``'s exit status, so the rule reads its output. It holds when no reward
