@@ -1,6 +1,7 @@
-"""``scripts/base-images.sh``: Debian-built stand-ins for public base images, checked against
-what the images really contain, a Terminal-Bench style task run on one, and an interrupted
-root file system build that must leave nothing mounted."""
+"""The offline stand-ins for public base images (``python -m osmosis_harbor base-images``, which runs the
+packaged script ``scripts/base-images.sh`` wraps): checked against what the images really contain, a
+Terminal-Bench style task run on one, an interrupted root file system build that must leave nothing
+mounted, the command from any directory and the script in the wheel."""
 
 from __future__ import annotations
 
