@@ -29,9 +29,10 @@ from osmosis_harbor.validate import ValidationReport
 from osmosis_harbor.validate.lint import LintSeverity
 
 
-def _shown(text: str) -> str:
-    """Dataset-made ``text`` as one line of markup-free, control-free console text."""
-    return escape(printable(text, newlines=False))
+def _shown(text: str, *, newlines: bool = False) -> str:
+    """Dataset- or sandbox-made ``text`` as markup-free, control-free console text (one line
+    unless ``newlines``)."""
+    return escape(printable(text, newlines=newlines))
 
 
 class ValidationProgress:
@@ -130,13 +131,13 @@ def prewarm_table(report: PrewarmReport) -> Table:
         status = "built" if group.built else "reused" if group.reused else "-"
         table.add_row(
             group.key,
-            f"{len(group.task_ids)}: {ids}",
+            f"{len(group.task_ids)}: {_shown(ids)}",
             group.image or "-",
             status,
             "[green]ok[/]" if group.setup_ok else "[red]failed[/]" if group.error else "-",
             f"{group.pool} x{group.pool_size}" if group.pool else "-",
             f"{sum(group.timings_sec.values()):.1f}s",
-            group.error or "",
+            _shown(group.error or "", newlines=True),
         )
     table.caption = (
         f"{report.groups} environment group(s), {report.tasks} task(s): {report.built} built, "
