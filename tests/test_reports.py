@@ -480,3 +480,18 @@ def test_the_table_takes_the_terminals_width(tmp_path: Path) -> None:
     )
     assert _widest_line(piped.stdout) == 120, piped.stdout
     assert _widest_line(run_cli("validate", str(dataset), env={"COLUMNS": "100"}).stdout) == 100
+
+
+def test_a_task_path_that_is_not_utf8_fails_its_task_and_every_report_holds_it(tmp_path: Path) -> None:
+    """Bytes that are not UTF-8 in a directory name reach Python as lone surrogates, which
+    Harbor's JSON files (and ours) cannot hold: the task fails in phase ``task``, named escaped."""
+    dataset = tmp_path / "ds"
+    copy_task(FIXTURES / "lint" / "clean", Path(os.fsdecode(bytes(dataset) + b"/odd-\xff-name")))
+    report_path, junit_path = tmp_path / "r.json", tmp_path / "j.xml"
+    proc = run_cli("validate", str(dataset), "--json", str(report_path), "--junit", str(junit_path))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    (row,) = load_json(report_path)["tasks"]
+    assert (row["id"], row["failed_phase"]) == ("odd-\\udcff-name", "task")
+    assert row["error"].endswith("its path is not UTF-8 (Harbor records it in JSON files): rename it")
+    assert "FAIL odd-\\udcff-name  (task phase)" in proc.stdout
+    assert [case.get("name") for case in ET.parse(junit_path).getroot().iter("testcase")] == ["odd-\\udcff-name"]
