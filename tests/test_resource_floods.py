@@ -316,18 +316,26 @@ async def test_a_memory_hog_is_killed_at_its_limit_named_as_such_and_the_victim_
     assert "its memory limit killed" in flooder.err_message and "(OOM)" in flooder.err_message, flooder.err_message
 
 
-async def test_an_evicted_sandbox_is_listed_with_its_reason_until_terminated(flood_path: SdkPath) -> None:
+# Ways to fill the layer: written, allocated without a write, and written to a file deleted
+# while held open (no walk of the layer sees it).
+LAYER_FILLS = {
+    "written": f"dd if=/dev/zero of=/fill bs=1M count={4 * DISK_MB}",
+    "fallocated": f"fallocate -l {4 * DISK_MB}M /fill; sleep 30",
+    "held-deleted": f"exec 3>/held; rm /held; dd if=/dev/zero bs=1M count={4 * DISK_MB} >&3; sleep 30",
+}
+
+
+@pytest.mark.parametrize("fill", list(LAYER_FILLS))
+async def test_an_evicted_sandbox_is_listed_with_its_reason_until_terminated(flood_path: SdkPath, fill: str) -> None:
     """What the host reads after a command fails: ``ls`` keeps an evicted sandbox, as Kubernetes
     keeps an evicted pod, with kubelet's message (the emulator's status is SkyPilot's ``FAILED``),
-    and terminating it ends that."""
+    and terminating it ends that. Whichever way the layer was filled."""
     sdk = load_sandbox_sdk(flood_path.name)
     image = push_to_local_registry(IMAGE) if flood_path.is_emulator else IMAGE
     name = f"evicted-{uuid.uuid4().hex[:8]}"
     sandbox = await sdk.create.aio(name=name, image=image, timeout=600)
     try:
-        handle = await sandbox.exec.aio(
-            "sh", "-c", f"dd if=/dev/zero of=/fill bs=1M count={4 * DISK_MB}", timeout_seconds=120
-        )
+        handle = await sandbox.exec.aio("sh", "-c", LAYER_FILLS[fill], timeout_seconds=120)
         with contextlib.suppress(Exception):  # killed with its sandbox: an exit status or an error
             await handle.wait()
         state = await await_until(lambda: _gone_state(sdk, name), timeout=30, what="the eviction to be listed")
