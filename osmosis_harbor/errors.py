@@ -37,6 +37,7 @@ __all__ = [
     "PoolExistsError",
     "PoolNotFoundError",
     "PrewarmError",
+    "SandboxDiskBoundError",
     "SandboxError",
     "SandboxExistsError",
     "SandboxLostError",
@@ -260,6 +261,19 @@ class VerifierSandboxLostError(SandboxLostError):
 
     role = "verifier"
     phase = "verifier"
+
+
+class SandboxDiskBoundError(TrialPhaseError, SandboxError, RuntimeError):
+    """The sandbox was evicted because its writable layer passed its disk bound: its own writes,
+    so the workflow's failure (``agent_error``), never a lost sandbox. ``message`` is the SDK's
+    word on the eviction (kubelet's, with the figures where the SDK gives them)."""
+
+    category = RolloutErrorCategory.AGENT_ERROR
+
+    def __init__(self, name: str, message: str) -> None:
+        super().__init__(f"sandbox {name} was evicted for its disk use, over its disk bound: {message}")
+        self.sandbox_name = name
+        self.message = message
 
 
 class TransferLimitError(TrialPhaseError, SandboxError, ValueError):

@@ -101,6 +101,17 @@ class Settings(BaseSettings):
         gt=0,
         description="threads of the local Docker SDK; each running exec holds one (bounds rollouts in flight)",
     )
+    sandbox_no_new_privileges: bool = Field(
+        True,
+        description="local sandboxes run with no-new-privileges: setuid binaries (sudo, su) cannot raise a "
+        "non-root agent user to root (off: for a task whose agent user relies on sudo)",
+    )
+    sandbox_disk_mb: int = Field(
+        10240,
+        ge=0,
+        description="the writable layer of a local sandbox (everything but /tmp); past it the sandbox is "
+        "evicted and the rollout ends agent_error (0: unbounded)",
+    )
     ledger: Path | None = Field(
         None, description="the sandbox ledger (default $XDG_CACHE_HOME/osmosis-harbor/ledger.sqlite3)"
     )

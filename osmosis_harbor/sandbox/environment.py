@@ -59,7 +59,7 @@ from harbor.models.task.config import NetworkMode
 from harbor.models.trial.paths import TrialPaths
 
 from osmosis_harbor import settings
-from osmosis_harbor.errors import SandboxLostError
+from osmosis_harbor.errors import SandboxDiskBoundError, SandboxLostError
 from osmosis_harbor.sandbox import live
 from osmosis_harbor.sandbox.api_faults import retry_safe
 from osmosis_harbor.sandbox.bounds import DefaultBounds
@@ -156,6 +156,7 @@ class SandboxEnvironment(
         self._sandbox: Any | None = None
         self._stopping = False  # set once this trial stops the sandbox itself
         self._lost: SandboxLostError | None = None
+        self._evicted: SandboxDiskBoundError | None = None  # past its disk bound (loss_detection.py)
         self._records_exec_results = options.impl.records_exec_results  # exec_records.py
         self._records_read: list[str] = []
         self._archive_transfers: ArchiveTransfers | None = None

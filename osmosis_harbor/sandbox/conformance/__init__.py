@@ -11,8 +11,9 @@ The checks use the surface exactly the way Harbor does (``create.aio``, ``exec.a
 ``terminate.aio``), plus a blocking-API check and, optionally, warm pools. The limits checks
 read back the bounds a sandbox really gets (cgroup memory, pids and CPU, the size of /tmp) and
 prove them with a fork bomb, a memory hog and a /tmp fill; what an implementation does not
-bound is named in the ``bounds`` check's detail. The archive checks run where a sandbox handle
-offers the archive capability.
+bound is named in the ``bounds`` check's detail. The ``privileges`` check reports a sandbox's
+capability set and no-new-privileges. The archive checks run where a sandbox handle offers the
+archive capability.
 
 A check passes, fails, is skipped (it applies but could not run here: ``skip``) or is not
 applicable (the SDK lacks a capability it ``needs``); the report (`ConformanceReport`) counts
@@ -36,6 +37,7 @@ from osmosis_harbor.sandbox.conformance import file_checks  # noqa: F401
 from osmosis_harbor.sandbox.conformance import archive_checks  # noqa: F401
 from osmosis_harbor.sandbox.conformance import lifecycle_checks  # noqa: F401
 from osmosis_harbor.sandbox.conformance import limit_checks  # noqa: F401
+from osmosis_harbor.sandbox.conformance import privilege_checks  # noqa: F401
 from osmosis_harbor.sandbox.conformance import pool_checks  # noqa: F401
 from osmosis_harbor.sandbox.conformance import environment_checks  # noqa: F401
 

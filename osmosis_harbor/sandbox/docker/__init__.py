@@ -15,7 +15,9 @@ How the semantics are mapped:
   session leader, so a timeout SIGKILLs the whole session from the host (the engine runs on
   this machine), and reports 124 like ``timeout(1)``.
 * Every container is bounded (``bounds.py``): the requested or default CPU and memory (no
-  swap), a pid limit, and a size-limited tmpfs ``/tmp``; the rest of the writable layer is not.
+  swap), a pid limit, a size-limited tmpfs ``/tmp``, and its writable layer (by the engine, or
+  by the host's watch, which evicts a sandbox past it: ``layer_bound``). It runs without
+  NET_RAW and AUDIT_WRITE and with no-new-privileges (``privileges.py``).
 * Files go through the engine's archive API (``put_archive`` / ``get_archive``): binary-safe,
   no shell quoting, works for any size.
 * All state lives in the engine (labels, names, labelled volumes), so any process can list,
@@ -104,6 +106,7 @@ __all__ = [
     "list_pools",
     "ls",
     "disable_auto_reap",
+    "evicted",
     "pause_auto_reap",
     "reap",
     "remove_all",
@@ -211,6 +214,7 @@ def _create(
         container_id, spec = engine.pools.claim(
             pool, name=name, ttl_sec=ttl, owner=owner, extra=extra, network=None if network == "bridge" else network
         )
+        engine.layers.claimed(container_id)
         return DockerSandbox(engine, name=name, container_id=container_id, image=spec.image, pool=pool, env=persistent)
     assert image is not None
     labels = L.container_labels(
@@ -265,6 +269,7 @@ def terminate_by_name(name: str) -> bool:
     Returns whether something was removed; idle pool members are never touched.
     """
     engine = get_engine()
+    engine.layers.evictions.forget(name=name)
     info = engine.inspect_info(name)
     if info is None or info.is_idle_member:
         return False
@@ -272,10 +277,18 @@ def terminate_by_name(name: str) -> bool:
 
 
 @dual
+def evicted(name: str) -> SandboxRecord | None:
+    """The record of sandbox *name* if this process evicted it for its disk use (until terminated)."""
+    return get_engine().layers.evictions.named(name)
+
+
+@dual
 def ls() -> list[SandboxRecord]:
-    """All managed sandboxes on the engine, any owner (idle pool members are not sandboxes)."""
-    infos = list_containers(get_engine().api)
-    return sorted((i.to_record() for i in infos if not i.is_idle_member), key=lambda r: r.created_at)
+    """All managed sandboxes on the engine, any owner (idle pool members are not sandboxes), and
+    those this process evicted for their disk use, with status ``evicted``, until terminated."""
+    engine = get_engine()
+    listed = [i for i in list_containers(engine.api) if not i.is_idle_member]
+    return sorted(engine.layers.evictions.listing(listed), key=lambda r: r.created_at)
 
 
 def _reap(expired: bool = True, dead_owners: bool = True) -> list[RemovedContainer]:

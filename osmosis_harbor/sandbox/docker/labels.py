@@ -163,6 +163,7 @@ class SandboxRecord(BaseModel):
     owner_host: str | None = None
     namespace: str | None = None
     container_id: str
+    status_message: str | None = None  # why it stopped, when the SDK knows (an eviction's reason)
 
 
 class ContainerInfo(BaseModel):

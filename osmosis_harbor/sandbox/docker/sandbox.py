@@ -137,6 +137,7 @@ class DockerSandbox:
     def terminate(self, wait: bool = True) -> None:
         """Remove the container (idempotent). ``wait=False`` returns before removal completes."""
         claimed = self._pool is not None
+        self._engine.layers.evictions.forget(container_id=self._id)
         if wait:
             self._engine.remove_container(self._id, wait=True, claimed=claimed)
         else:
@@ -144,6 +145,10 @@ class DockerSandbox:
 
     @dual
     def status(self) -> str:
-        """Engine state ("running", "exited", ...) or "terminated" when the container is gone."""
+        """Engine state ("running", "exited", ...); once the container is gone, "evicted" (for its
+        disk use) or "terminated"."""
         info = self._engine.inspect_info(self._id)
-        return info.state if info is not None else "terminated"
+        if info is None:
+            evicted = self._engine.layers.evictions.get(self._id)
+            return evicted.status if evicted is not None else "terminated"
+        return info.state

@@ -6,7 +6,10 @@ a restart, and a server killed mid-run loses nothing but its running execs' resu
 carry the emulator's own owner (`EMULATOR_OWNER_HOST`), which no process on this host can be
 judged dead by: like SkyPilot's pods, they live until terminated or until their TTL, whatever
 happens to the client or the server. What a SkyPilot pod cannot do, this refuses (see
-``check_*`` and ``images``).
+``check_*`` and ``images``). A sandbox past its disk bound (the server's
+``OSMOSIS_HARBOR_SANDBOX_DISK_MB``, as a pod's ephemeral-storage limit is the cluster's) is
+evicted by the Docker SDK's watch in this process, and listed as Kubernetes keeps an evicted pod:
+``FAILED``, with kubelet's status message, until terminated.
 
 One server is one SkyPilot account: its ``ls``, lookups, terminations and evictions see only
 the sandboxes it made (owner pid = this server's, which a restart in place keeps, or one of its
@@ -210,10 +213,15 @@ class Emulator:
 
     async def terminate(self, name: str) -> None:
         """Idempotent, like SkyPilot's: terminating a sandbox that is gone succeeds (and one
-        of another account is gone, as far as this one can tell)."""
+        of another account is gone, as far as this one can tell). One evicted for its disk use
+        is listed as FAILED, as Kubernetes keeps an evicted pod, until terminated."""
         self._handles.pop(name, None)
-        if await self._is_mine(name):
+        if await self._is_mine(name) or await self._evicted_mine(name):
             await docker_sdk.terminate_by_name.aio(name)
+
+    async def _evicted_mine(self, name: str) -> bool:
+        record = await docker_sdk.evicted.aio(name)
+        return record is not None and self._mine(record.owner_host, record.owner_pid)
 
     async def evict(self, name: str | None = None) -> str | None:
         """Remove a sandbox behind its owner's back (a lost node, a preemption); a random one
@@ -368,6 +376,7 @@ def _to_info(record: docker_sdk.SandboxRecord) -> SandboxInfo:
         pool=record.pool,
         created_at=record.created_at,
         expires_at=record.expires_at,
+        status_message=record.status_message,
     )
 
 

@@ -67,6 +67,8 @@ class SandboxInfo(_Wire):
     created_at: float
     expires_at: float | None = None
     endpoints: dict[str, str] = Field(default_factory=dict)
+    # Why a FAILED sandbox stopped, as its pod's status message says (an eviction's reason).
+    status_message: str | None = None
 
 
 class ExecRequest(_Wire):
