@@ -206,13 +206,30 @@ class LiveSandboxes:
         with self._guard:
             self._pools.pop(name, None)
 
+    async def pool_delete_failed(self, name: str, sdk_name: str, error: str) -> None:
+        """The pool stays in the ledger, with why, for the next start or ``cleanup`` to delete."""
+        endpoint = endpoint_for(sdk_name)
+        await asyncio.to_thread(self.ledger.mark, Kind.POOL, sdk_name, endpoint, name, State.DELETE_FAILED, error)
+
+    def ours(self, name: str, sdk_name: str) -> bool:
+        """Whether the sandbox ``name`` is this owner's, or a dead owner's by the ledger (a pool's
+        members this owner may terminate; a live owner's are not)."""
+        if self.registered(name):
+            return True
+        endpoint = endpoint_for(sdk_name)
+        for entry in self.ledger.entries(sdk=sdk_name, endpoint=endpoint):
+            if entry.kind is Kind.SANDBOX and entry.name == name:
+                return entry.owner == self.owner or entry.owner.is_dead()
+        return False
+
     def release_pools(self) -> list[str]:
         """Hand this owner's pools over to the user (``prewarm``'s pools outlive the command by
-        design): out of the ledger, so no reaper deletes them when this process is gone."""
+        design): marked handed over in the ledger, so no reaper deletes them when this process is
+        gone and ``cleanup --pool`` finds them on an SDK that cannot list pools."""
         with self._guard:
             pools, self._pools = dict(self._pools), {}
         for name, sdk_name in pools.items():
-            self.ledger.forget(Kind.POOL, sdk_name, endpoint_for(sdk_name), name)
+            self.ledger.mark(Kind.POOL, sdk_name, endpoint_for(sdk_name), name, State.HANDED_OVER)
         return sorted(pools)
 
     async def terminate_all(self) -> list[str]:

@@ -22,11 +22,11 @@ from __future__ import annotations
 import contextlib
 import contextvars
 from collections.abc import Iterator
-from typing import Any
 
 from pydantic import BaseModel
 
 from osmosis_harbor.errors import SandboxLostError
+from osmosis_harbor.sandbox import records
 from osmosis_harbor.sandbox.protocol import SandboxSdk
 
 __all__ = ["SandboxLostError", "SandboxState", "loss_scope", "record_loss", "sandbox_state"]
@@ -52,16 +52,11 @@ class SandboxState(BaseModel):
         return f"container {self.status}: killed or stopped by the infrastructure, not by this trial"
 
 
-def _field(record: Any, name: str) -> Any:
-    return record.get(name) if isinstance(record, dict) else getattr(record, name, None)
-
-
 async def sandbox_state(sdk: SandboxSdk, name: str) -> SandboxState:
     """The sandbox's state according to ``sdk.ls``; raises whatever ``ls`` raises."""
     for record in await sdk.ls.aio():
-        if _field(record, "name") == name:
-            status = _field(record, "status")
-            return SandboxState(name=name, status=str(getattr(status, "value", status)))
+        if records.name_of(record) == name:
+            return SandboxState(name=name, status=records.status_of(record) or "unknown")
     return SandboxState(name=name, status=None)
 
 

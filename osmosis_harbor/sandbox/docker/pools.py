@@ -34,6 +34,7 @@ import docker.errors
 from docker import APIClient
 
 from osmosis_harbor.errors import (
+    PoolExhaustedError,
     PoolExistsError,
     PoolNotFoundError,
 )
@@ -98,6 +99,9 @@ class PoolManager:
         self._submit = submit
         self._engine_key = engine_key
         self._lock_dir = lock_dir or default_lock_dir()
+        # How long a started member takes to count as ready (0 locally: a running container
+        # is ready). The skypilot-emulator sets it to stand in for a pod's scheduling and pull.
+        self.warm_sec = 0.0
 
     @contextmanager
     def _lock(self, pool: str) -> Iterator[None]:
@@ -157,14 +161,19 @@ class PoolManager:
     def _members(self, pool: str) -> list[ContainerInfo]:
         return list_containers(self._api, pool=pool)
 
-    @staticmethod
-    def _summarise(spec: PoolSpec, members: list[ContainerInfo]) -> PoolInfo:
+    def _is_ready(self, member: ContainerInfo, at: float) -> bool:
+        """Idle, running, not expiring, and warm (``warm_sec`` since it was made)."""
+        return member.is_idle_member and is_running(member) and at - member.created_at >= self.warm_sec
+
+    def _summarise(self, spec: PoolSpec, members: list[ContainerInfo]) -> PoolInfo:
         at = time.time()
         idle = [m for m in members if m.is_idle_member]
+        live = [m for m in idle if is_running(m) and not m.is_expired(at)]
+        ready = [m for m in live if self._is_ready(m, at)]
         return PoolInfo(
             spec=spec,
-            idle=sum(1 for m in idle if is_running(m) and not m.is_expired(at)),
-            starting=sum(1 for m in idle if _is_starting(m, at)),
+            idle=len(ready),
+            starting=sum(1 for m in idle if _is_starting(m, at)) + len(live) - len(ready),
             claimed=sum(1 for m in members if not m.is_idle_member and is_running(m)),
         )
 
@@ -194,8 +203,10 @@ class PoolManager:
         replicas: int,
         member_ttl_sec: int,
         network: Network,
+        wait: bool = True,
     ) -> PoolInfo:
-        """Idempotent for an identical spec (re-running a prewarm is harmless)."""
+        """Idempotent for an identical spec (re-running a prewarm is harmless). Returns once
+        the members are ready, or at once with ``wait=False``."""
         L.validate_name(name, kind="pool")
         if replicas < 0:
             raise ValueError("replicas must be >= 0")
@@ -222,10 +233,11 @@ class PoolManager:
                 base = existing or wanted
                 self._write_spec(base.model_copy(update={"replicas": replicas}))
         self.refill(name)
-        return self._wait_ready(name)
+        return self._wait_ready(name) if wait else self.get_pool(name)
 
-    def set_pool_size(self, name: str, replicas: int) -> PoolInfo:
-        """Grow synchronously (returns when the new members run); shrink by removing idle ones."""
+    def set_pool_size(self, name: str, replicas: int, *, wait: bool = True) -> PoolInfo:
+        """Grow (returns when the new members are ready, or at once with ``wait=False``);
+        shrink by removing idle ones."""
         if replicas < 0:
             raise ValueError("replicas must be >= 0")
         with self._both_locks(name):
@@ -235,7 +247,7 @@ class PoolManager:
             self._write_spec(spec.model_copy(update={"replicas": replicas}))
             self._shrink_locked(name, replicas)
         self.refill(name)
-        return self._wait_ready(name)
+        return self._wait_ready(name) if wait else self.get_pool(name)
 
     def delete_pool(self, name: str) -> list[RemovedContainer]:
         """Remove the spec and the idle members; claimed members stay with their sandboxes."""
@@ -343,8 +355,10 @@ class PoolManager:
         owner: Owner,
         extra: dict[str, str],
         network: Network | None = None,
+        start_if_empty: bool = True,
     ) -> tuple[str, PoolSpec]:
-        """Hand an idle member to sandbox *name*; cold-start one if the pool is empty.
+        """Hand a ready member to sandbox *name*; when there is none, cold-start one, or with
+        ``start_if_empty=False`` raise `PoolExhaustedError` (what SkyPilot's pools do).
 
         *network*, when given, must be the pool's network (members cannot change it).
         Returns the container id and the pool spec (the sandbox's image comes from it).
@@ -360,6 +374,8 @@ class PoolManager:
         with self._lock(pool):
             member = self._claim_idle_locked(pool, name=name, ttl_sec=ttl_sec, owner=owner, extra=extra)
         self.schedule_refill(pool)
+        if member is None and not start_if_empty:
+            raise PoolExhaustedError(f"pool {pool!r} has no ready member to claim (it is empty or still warming)")
         if member is None:
             log.info("pool %s has no idle member; cold-starting sandbox %s", pool, name)
             return cold_start(self._launcher, spec, name=name, ttl_sec=ttl_sec, owner=owner, extra=extra), spec
@@ -376,7 +392,7 @@ class PoolManager:
         candidates = [
             m
             for m in self._members(pool)
-            if m.is_idle_member and is_running(m) and (m.expires_at or float("inf")) - at > MIN_REMAINING_SEC
+            if self._is_ready(m, at) and (m.expires_at or float("inf")) - at > MIN_REMAINING_SEC
         ]
         # Most remaining life first: the claimed sandbox lives min(member TTL, claim TTL).
         candidates.sort(key=lambda m: m.expires_at or float("inf"), reverse=True)

@@ -40,6 +40,7 @@ from osmosis_harbor.sandbox.emulator.errors import (
     InvalidRequestError,
     NotSupportedError,
     PoolExistsError,
+    PoolInUseError,
     PoolNotFoundError,
     SandboxNotFoundError,
 )
@@ -85,6 +86,19 @@ def _check_supported(req: CreateRequest) -> None:
         raise NotSupportedError(f"the skypilot-emulator does not implement {', '.join(unsupported)}= (SkyPilot does)")
 
 
+# SkyPilot runs an exec through ``sh -c`` in the pod, ``workdir=`` as a plain ``cd``: a missing
+# workdir or binary exits 127 with sh's message on stderr ("verified live", slime's sandbox_env).
+_EXEC_SHIM = (
+    'if [ -n "$1" ]; then cd "$1" 2>/dev/null || { echo "sh: cd: $1: No such file or directory" >&2; exit 127; }; fi; '
+    'shift; exec "$@"'
+)
+
+
+def exec_argv(argv: Sequence[str], workdir: str | None) -> list[str]:
+    """The command as the pod runs it: under ``sh``, in ``workdir`` (see ``_EXEC_SHIM``)."""
+    return ["sh", "-c", _EXEC_SHIM, "sh", workdir or "", *argv]
+
+
 def _names(req: CreateRequest) -> list[str]:
     """One name, or ``num_sandboxes`` names from the prefix (``rollout-0001``, ...)."""
     if req.num_sandboxes is None:
@@ -103,9 +117,16 @@ def _valid(name: str, kind: str = "sandbox") -> str:
 class Emulator:
     """The server's view: handles by name (a cache over the engine) and running execs."""
 
-    def __init__(self, knobs: Knobs, registry: str, *, predecessors: Sequence[int] = ()) -> None:
-        self.knobs = knobs
+    def __init__(
+        self,
+        knobs: Knobs,
+        registry: str,
+        *,
+        predecessors: Sequence[int] = (),
+        secrets: dict[str, str] | None = None,
+    ) -> None:
         self.registry = registry
+        self.knobs = knobs
         self.owner = Owner(pid=os.getpid(), host=EMULATOR_OWNER_HOST)
         self._account_pids = frozenset({self.owner.pid, *predecessors})
         # A pool's spec records the process that wrote it (this server), under the machine's name.
@@ -114,6 +135,32 @@ class Emulator:
         self._execs: collections.OrderedDict[str, ExecRun] = collections.OrderedDict()
         self._exec_sandboxes: dict[str, str] = {}  # exec id -> sandbox name, while its result is kept
         self.evicted: list[str] = []
+        # The account's secrets store (SkyPilot's Secrets Manager): in memory only, never logged.
+        self._secrets: dict[str, str] = dict(secrets or {})
+
+    @property
+    def knobs(self) -> Knobs:
+        return self._knobs
+
+    @knobs.setter
+    def knobs(self, knobs: Knobs) -> None:
+        self._knobs = knobs
+        docker_sdk.get_engine().pools.warm_sec = knobs.pool_warm_sec  # this process's engine: the account's
+
+    def register_secret(self, name: str, value: str) -> None:
+        self._secrets[name] = value
+
+    def forget_secret(self, name: str) -> None:
+        self._secrets.pop(name, None)
+
+    def _secret_values(self, names: Sequence[str]) -> dict[str, str]:
+        missing = [name for name in names if name not in self._secrets]
+        if missing:
+            raise InvalidRequestError(
+                f"secret(s) {', '.join(map(repr, missing))} not in the secrets store: register them with "
+                "PUT /admin/secrets/NAME or the server's --secret NAME (values never come from the caller)"
+            )
+        return {name: self._secrets[name] for name in names}
 
     # ── sandboxes ─────────────────────────────────────────────────────────────────────────
 
@@ -144,6 +191,7 @@ class Emulator:
     async def create(self, req: CreateRequest) -> list[SandboxInfo]:
         _check_supported(req)
         names = [_valid(n) for n in _names(req)]
+        secret_env = self._secret_values(req.secrets)
         if req.pool is not None:
             _valid(req.pool, "pool")
             await self._own_pool(req.pool)
@@ -157,22 +205,23 @@ class Emulator:
         made: list[docker_sdk.DockerSandbox] = []
         try:
             for name in names:
-                made.append(await self._create_one(name, req))
+                made.append(await self._create_one(name, req, secret_env))
         except BaseException:
             for sandbox in made:
                 await self.terminate(sandbox.name)
             raise
         return [await self.info(sandbox.name) for sandbox in made]
 
-    async def _create_one(self, name: str, req: CreateRequest) -> docker_sdk.DockerSandbox:
+    async def _create_one(self, name: str, req: CreateRequest, secret_env: dict[str, str]) -> docker_sdk.DockerSandbox:
         try:
             sandbox = await docker_sdk.create.aio(
                 name=name,
                 image=req.image,
                 pool=req.pool,
+                start_if_empty=False,  # a SkyPilot claim with no ready member fails
                 cpus=req.cpus,
                 memory_gb=req.memory_gb,
-                env={**req.env, **req.secret_env} or None,
+                env={**req.env, **secret_env} or None,
                 block_network=req.block_network,
                 timeout=req.timeout,
                 registry=req.registry,
@@ -236,7 +285,7 @@ class Emulator:
         sandbox = await self.sandbox(name)
         try:
             run = await run_blocking(
-                lambda: sandbox.launch(req.argv, req.workdir, timeout, req.env),
+                lambda: sandbox.launch(exec_argv(req.argv, req.workdir), None, timeout, req.env),
                 on_abandon=lambda r: r.kill(),
             )
         except ValueError as exc:
@@ -274,8 +323,9 @@ class Emulator:
     # ── files and snapshots ───────────────────────────────────────────────────────────────
 
     async def write_bytes(self, name: str, path: str, data: bytes) -> None:
+        """No implicit parent directories (SkyPilot's examples ``mkdir -p`` before a write)."""
         sandbox = await self.sandbox(name)
-        await sandbox.write_bytes.aio(data, path)
+        await sandbox.write_bytes.aio(data, path, parents=False)
 
     async def read_bytes(self, name: str, path: str) -> bytes:
         sandbox = await self.sandbox(name)
@@ -288,6 +338,8 @@ class Emulator:
     # ── pools ─────────────────────────────────────────────────────────────────────────────
 
     async def create_pool(self, req: PoolCreateRequest) -> PoolInfo:
+        """A new pool, answered once it is fully warm or the warm timeout passed (the answer
+        says which). A name that exists is refused, as SkyPilot's examples read it."""
         _valid(req.name, "pool")
         if req.enable_docker:
             raise NotSupportedError("the skypilot-emulator does not implement enable_docker= (SkyPilot does)")
@@ -296,23 +348,42 @@ class Emulator:
             raise PoolExistsError(
                 f"pool {req.name!r} belongs to another emulator account on this Docker engine: choose another name"
             )
+        if owners is not None:
+            raise PoolExistsError(f"pool {req.name!r} already exists: resize it with set_pool_size, or delete it first")
         await asyncio.to_thread(images.pull, req.image)
-        info = await docker_sdk.create_pool.aio(
-            req.name,
-            req.image,
-            cpus=req.cpus,
-            memory_gb=req.memory_gb,
-            replicas=req.replicas,
-            block_network=req.block_network,
+        await docker_sdk.create_pool.aio(
+            req.name, req.image, cpus=req.cpus, memory_gb=req.memory_gb, replicas=req.replicas, wait=False
         )
-        return _pool_info(info)
+        return await self._warmed(req.name)
 
     async def set_pool_size(self, name: str, replicas: int) -> PoolInfo:
         await self._own_pool(name)
-        return _pool_info(await docker_sdk.set_pool_size.aio(name, replicas))
+        await docker_sdk.set_pool_size.aio(name, replicas, wait=False)
+        return await self._warmed(name)
+
+    async def _warmed(self, name: str) -> PoolInfo:
+        """The pool once every replica is ready, or as it stands at the warm timeout."""
+        deadline = time.monotonic() + self.knobs.pool_warm_timeout_sec
+        delay = 0.05
+        while True:
+            info = await docker_sdk.get_pool.aio(name)
+            if info.idle >= info.spec.replicas or time.monotonic() + delay > deadline:
+                return _pool_info(info)
+            if info.starting == 0:
+                await run_blocking(lambda: docker_sdk.get_engine().pools.refill(name))
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.5)
 
     async def delete_pool(self, name: str) -> None:
+        """Refused with a 500 while a sandbox claimed from the pool exists (SkyPilot's, verified
+        by its pool clean-up example, which terminates the members first)."""
         await self._own_pool(name)
+        claimed = [r.name for r in await self._records() if r.pool == name]
+        if claimed:
+            raise PoolInUseError(
+                f"pool {name!r} is referenced by {len(claimed)} sandbox(es) ({', '.join(sorted(claimed)[:5])}): "
+                "terminate them before deleting the pool"
+            )
         await docker_sdk.delete_pool.aio(name)
 
     async def get_pool(self, name: str) -> PoolInfo:
