@@ -61,7 +61,7 @@ def _by_status(status: int) -> Meaning:
         return Meaning.MISSING
     if status == 409:
         return Meaning.CONFLICT
-    if 400 <= status < 500:
+    if 400 <= status < 500 or status == 501:  # 501: not implemented, a refusal
         return Meaning.INVALID
     return Meaning.OTHER
 

@@ -39,6 +39,7 @@ from osmosis_harbor.sandbox.emulator import images
 from osmosis_harbor.sandbox.emulator.errors import (
     InvalidRequestError,
     NotSupportedError,
+    PoolExhaustedError,
     PoolExistsError,
     PoolInUseError,
     PoolNotFoundError,
@@ -197,6 +198,9 @@ class Emulator:
             await self._own_pool(req.pool)
             if req.image is not None or req.cpus is not None or req.memory_gb is not None:
                 raise InvalidRequestError("image, cpus and memory_gb come from the pool: do not pass them with pool=")
+            ready = (await docker_sdk.get_pool.aio(req.pool)).idle
+            if ready < len(names):  # all or nothing, and a refused batch takes no member
+                raise PoolExhaustedError(f"pool {req.pool!r} has {ready} ready member(s) for {len(names)} claim(s)")
         elif not req.image:
             raise InvalidRequestError("image is required unless pool= is given")
         else:
