@@ -31,7 +31,8 @@ from typing import Any
 
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
 
-from osmosis_harbor.sandbox.api_faults import retry_safe, terminate_by_name
+from osmosis_harbor.sandbox import records
+from osmosis_harbor.sandbox.api_faults import retry_safe, terminate_by_name, terminate_record
 from osmosis_harbor.sandbox.ledger import Kind, Ledger, State, default_ledger, endpoint_for
 from osmosis_harbor.sandbox.liveness import sandbox_state
 from osmosis_harbor.sandbox.owner import Owner
@@ -211,16 +212,23 @@ class LiveSandboxes:
         endpoint = endpoint_for(sdk_name)
         await asyncio.to_thread(self.ledger.mark, Kind.POOL, sdk_name, endpoint, name, State.DELETE_FAILED, error)
 
-    def ours(self, name: str, sdk_name: str) -> bool:
-        """Whether the sandbox ``name`` is this owner's, or a dead owner's by the ledger (a pool's
-        members this owner may terminate; a live owner's are not)."""
+    async def end_if_ours(self, sdk: SandboxSdk, sdk_name: str, record: Any) -> bool:
+        """Terminate the listed sandbox ``record`` if it is this owner's, or a dead owner's by the
+        ledger (a pool's members before the pool goes); a live owner's, or one the ledger does
+        not know, is left alone. Returns whether it was ended."""
+        name = records.name_of(record)
+        if name is None:
+            return False
         if self.registered(name):
-            return True
+            return await self.end(name)
         endpoint = endpoint_for(sdk_name)
-        for entry in self.ledger.entries(sdk=sdk_name, endpoint=endpoint):
-            if entry.kind is Kind.SANDBOX and entry.name == name:
-                return entry.owner == self.owner or entry.owner.is_dead()
-        return False
+        entries = await asyncio.to_thread(self.ledger.entries, sdk_name, endpoint)
+        entry = next((e for e in entries if e.kind is Kind.SANDBOX and e.name == name), None)
+        if entry is None or not (entry.owner == self.owner or entry.owner.is_dead()):
+            return False
+        await terminate_record(sdk, record)
+        await asyncio.to_thread(self.ledger.forget, Kind.SANDBOX, sdk_name, endpoint, name)
+        return True
 
     def release_pools(self) -> list[str]:
         """Hand this owner's pools over to the user (``prewarm``'s pools outlive the command by

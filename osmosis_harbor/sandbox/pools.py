@@ -40,7 +40,7 @@ from typing import Any, Literal
 from osmosis_harbor import settings
 from osmosis_harbor.errors import ConfigError, PoolClaimError
 from osmosis_harbor.sandbox import records
-from osmosis_harbor.sandbox.api_faults import create_checked, retry_safe, terminate_record
+from osmosis_harbor.sandbox.api_faults import create_checked, retry_safe
 from osmosis_harbor.sandbox.live import LiveSandboxes
 from osmosis_harbor.sandbox.protocol import SandboxSdk
 from osmosis_harbor.sandbox.registry import load_sandbox_sdk
@@ -250,12 +250,9 @@ async def delete(sandboxes: LiveSandboxes, sdk_name: str, pools: Iterable[str]) 
 async def _end_members(sandboxes: LiveSandboxes, sdk: SandboxSdk, sdk_name: str, pool: str) -> None:
     """Terminate the sandboxes claimed from ``pool`` that are this owner's or a dead owner's."""
     for record in await retry_safe("ls", sdk.ls.aio):
-        name = records.name_of(record)
-        if records.pool_of(record) != pool or name is None:
-            continue
-        if await asyncio.to_thread(sandboxes.ours, name, sdk_name):
+        if records.pool_of(record) == pool:
             with contextlib.suppress(Exception):  # the delete's 500 then says it is still there
-                await terminate_record(sdk, record)
+                await sandboxes.end_if_ours(sdk, sdk_name, record)
 
 
 def health(sdk_name: str, pools: Iterable[str]) -> dict[str, Any]:

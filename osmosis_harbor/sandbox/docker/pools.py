@@ -99,8 +99,9 @@ class PoolManager:
         self._submit = submit
         self._engine_key = engine_key
         self._lock_dir = lock_dir or default_lock_dir()
-        # How long a started member takes to count as ready (0 locally: a running container
-        # is ready). The skypilot-emulator sets it to stand in for a pod's scheduling and pull.
+        # How long a member made from now on takes to count as ready (0 locally: a running
+        # container is ready), stamped on it when it is made. The skypilot-emulator sets it to
+        # stand in for a pod's scheduling and image pull.
         self.warm_sec = 0.0
 
     @contextmanager
@@ -161,9 +162,10 @@ class PoolManager:
     def _members(self, pool: str) -> list[ContainerInfo]:
         return list_containers(self._api, pool=pool)
 
-    def _is_ready(self, member: ContainerInfo, at: float) -> bool:
-        """Idle, running, not expiring, and warm (``warm_sec`` since it was made)."""
-        return member.is_idle_member and is_running(member) and at - member.created_at >= self.warm_sec
+    @staticmethod
+    def _is_ready(member: ContainerInfo, at: float) -> bool:
+        """Idle, running, and warm (past the ready time it was made with)."""
+        return member.is_idle_member and is_running(member) and at >= member.ready_at
 
     def _summarise(self, spec: PoolSpec, members: list[ContainerInfo]) -> PoolInfo:
         at = time.time()
@@ -325,14 +327,16 @@ class PoolManager:
 
     def _create_member(self, spec: PoolSpec) -> str:
         name = L.idle_member_name(spec.name, uuid.uuid4().hex[:10])
+        at = time.time()
         labels = L.container_labels(
             sandbox=name,
             role=Role.POOL_MEMBER,
             owner=Owner.current(),
-            created_at=time.time(),
+            created_at=at,
             ttl_sec=spec.member_ttl_sec,
             network=spec.network,
             pool=spec.name,
+            extra={L.READY_AT: L.fmt_time(at + self.warm_sec)} if self.warm_sec else None,
         )
         return self._launcher.create_container(
             name=name,

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import collections
+import contextlib
 import logging
 import os
 import random
@@ -136,6 +137,7 @@ class Emulator:
         self._execs: collections.OrderedDict[str, ExecRun] = collections.OrderedDict()
         self._exec_sandboxes: dict[str, str] = {}  # exec id -> sandbox name, while its result is kept
         self.evicted: list[str] = []
+        self._pool_claims: dict[str, asyncio.Lock] = {}
         # The account's secrets store (SkyPilot's Secrets Manager): in memory only, never logged.
         self._secrets: dict[str, str] = dict(secrets or {})
 
@@ -198,23 +200,31 @@ class Emulator:
             await self._own_pool(req.pool)
             if req.image is not None or req.cpus is not None or req.memory_gb is not None:
                 raise InvalidRequestError("image, cpus and memory_gb come from the pool: do not pass them with pool=")
-            ready = (await docker_sdk.get_pool.aio(req.pool)).idle
-            if ready < len(names):  # all or nothing, and a refused batch takes no member
-                raise PoolExhaustedError(f"pool {req.pool!r} has {ready} ready member(s) for {len(names)} claim(s)")
         elif not req.image:
             raise InvalidRequestError("image is required unless pool= is given")
         else:
             await asyncio.to_thread(images.pull, req.image)
         await asyncio.sleep(self.knobs.pool_claim_sec if req.pool else self.knobs.cold_create_sec)
         made: list[docker_sdk.DockerSandbox] = []
-        try:
-            for name in names:
-                made.append(await self._create_one(name, req, secret_env))
-        except BaseException:
-            for sandbox in made:
-                await self.terminate(sandbox.name)
-            raise
+        async with self._claims_of(req.pool):
+            if req.pool is not None:
+                ready = (await docker_sdk.get_pool.aio(req.pool)).idle
+                if ready < len(names):  # all or nothing: a refused batch takes no member
+                    raise PoolExhaustedError(f"pool {req.pool!r} has {ready} ready member(s) for {len(names)} claim(s)")
+            try:
+                for name in names:
+                    made.append(await self._create_one(name, req, secret_env))
+            except BaseException:
+                for sandbox in made:
+                    await self.terminate(sandbox.name)
+                raise
         return [await self.info(sandbox.name) for sandbox in made]
+
+    def _claims_of(self, pool: str | None) -> contextlib.AbstractAsyncContextManager[object]:
+        """One claim of a pool at a time on this server, so a batch is served whole or not at all."""
+        if pool is None:
+            return contextlib.nullcontext()
+        return self._pool_claims.setdefault(pool, asyncio.Lock())
 
     async def _create_one(self, name: str, req: CreateRequest, secret_env: dict[str, str]) -> docker_sdk.DockerSandbox:
         try:
