@@ -44,6 +44,9 @@ from osmosis_harbor.sandbox.docker.claims import (
     arm_ttl,
     claim_labels,
     cold_start,
+    is_ready,
+    is_starting,
+    summarise,
     take_member,
 )
 from osmosis_harbor.sandbox.docker.inventory import (
@@ -67,8 +70,6 @@ from osmosis_harbor.sandbox.docker.locks import default_lock_dir, pool_lock
 log = logging.getLogger(__name__)
 
 DEFAULT_MEMBER_TTL_SEC = 7 * 86_400
-# A member stuck in "created" this long lost its starter (crashed process): not "starting".
-STALE_CREATED_SEC = 120.0
 # Members about to expire are not handed out: the sandbox would die under the caller.
 MIN_REMAINING_SEC = 5.0
 POOL_READY_TIMEOUT_SEC = 180.0
@@ -162,35 +163,17 @@ class PoolManager:
     def _members(self, pool: str) -> list[ContainerInfo]:
         return list_containers(self._api, pool=pool)
 
-    @staticmethod
-    def _is_ready(member: ContainerInfo, at: float) -> bool:
-        """Idle, running, and warm (past the ready time it was made with)."""
-        return member.is_idle_member and is_running(member) and at >= member.ready_at
-
-    def _summarise(self, spec: PoolSpec, members: list[ContainerInfo]) -> PoolInfo:
-        at = time.time()
-        idle = [m for m in members if m.is_idle_member]
-        live = [m for m in idle if is_running(m) and not m.is_expired(at)]
-        ready = [m for m in live if self._is_ready(m, at)]
-        return PoolInfo(
-            spec=spec,
-            idle=len(ready),
-            starting=sum(1 for m in idle if _is_starting(m, at)) + len(live) - len(ready),
-            claimed=sum(1 for m in members if not m.is_idle_member and is_running(m)),
-        )
-
     def get_pool(self, pool: str) -> PoolInfo:
         spec = self.get_spec(pool)
         if spec is None:
             raise PoolNotFoundError(f"no pool named {pool!r}")
-        return self._summarise(spec, self._members(pool))
+        return summarise(spec, self._members(pool))
 
     def list_pools(self) -> list[PoolInfo]:
         specs = self._spec_volumes()
         members = [m for m in list_containers(self._api) if m.pool]
         return [
-            self._summarise(entries[-1][2], [m for m in members if m.pool == name])
-            for name, entries in sorted(specs.items())
+            summarise(entries[-1][2], [m for m in members if m.pool == name]) for name, entries in sorted(specs.items())
         ]
 
     # lifecycle ------------------------------------------------------------------------------
@@ -271,7 +254,7 @@ class PoolManager:
         idle = [m for m in self._members(pool) if m.is_idle_member]
         # Drop the least useful first: not yet running, then the oldest.
         idle.sort(key=lambda m: (is_running(m), m.created_at))
-        usable = [m for m in idle if is_running(m) or _is_starting(m, at)]
+        usable = [m for m in idle if is_running(m) or is_starting(m, at)]
         stale = [m for m in idle if m not in usable]
         for member in stale + usable[: max(0, len(usable) - replicas)]:
             self._launcher.remove_container(member.id)
@@ -302,7 +285,7 @@ class PoolManager:
             at = time.time()
             idle = [m for m in self._members(pool) if m.is_idle_member]
             ready = [m for m in idle if is_running(m) and not m.is_expired(at)]
-            starting = [m for m in idle if _is_starting(m, at)]
+            starting = [m for m in idle if is_starting(m, at)]
             for dead in (m for m in idle if m not in ready and m not in starting):
                 self._launcher.remove_container(dead.id)
             deficit = spec.replicas - len(ready) - len(starting)
@@ -396,7 +379,7 @@ class PoolManager:
         candidates = [
             m
             for m in self._members(pool)
-            if self._is_ready(m, at) and (m.expires_at or float("inf")) - at > MIN_REMAINING_SEC
+            if is_ready(m, at) and (m.expires_at or float("inf")) - at > MIN_REMAINING_SEC
         ]
         # Most remaining life first: the claimed sandbox lives min(member TTL, claim TTL).
         candidates.sort(key=lambda m: m.expires_at or float("inf"), reverse=True)
@@ -404,10 +387,6 @@ class PoolManager:
             if take_member(self._api, member, name, claim_labels(member, name, ttl_sec, owner, extra)):
                 return member
         return None
-
-
-def _is_starting(member: ContainerInfo, at: float) -> bool:
-    return member.state == "created" and at - member.created_at < STALE_CREATED_SEC
 
 
 def _same_shape(a: PoolSpec, b: PoolSpec) -> bool:

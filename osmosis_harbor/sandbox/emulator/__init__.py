@@ -17,7 +17,7 @@ tests, benchmarks and the leak check import; production code never needs it.
 Module layout: this facade (the public calls), ``handles`` (sandbox and exec handles),
 ``client`` (the HTTP session and its retries), ``launcher`` (finding or starting the server),
 ``errors``, ``wire`` (the HTTP models), ``extensions``; server side: ``server``, ``app``,
-``state``, ``faults``, ``images``. The facade imports nothing of the server side.
+``state`` and ``pool_state``, ``faults``, ``images``. The facade imports nothing of the server side.
 """
 
 from __future__ import annotations
