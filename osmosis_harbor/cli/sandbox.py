@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import json
 from pathlib import Path
+from typing import Any
 
 from osmosis_harbor.cli.common import result_console
 
@@ -125,6 +126,21 @@ def _cleanup_pools(args: argparse.Namespace) -> list[tuple[str, str]]:
     return removed
 
 
+def _live_claimers(listed: list[Any], pool: str) -> list[str]:
+    """The live processes (other than this one) whose sandboxes were claimed from ``pool``."""
+    from osmosis_harbor.sandbox.owner import Owner
+
+    me = Owner.current()
+    users = set()
+    for record in listed:
+        if record.pool != pool or record.owner_pid is None:
+            continue
+        owner = Owner(pid=record.owner_pid, host=record.owner_host or "")
+        if owner.pid != me.pid and not owner.is_dead():
+            users.add(f"pid {owner.pid}")
+    return sorted(users)
+
+
 def _cleanup_docker(args: argparse.Namespace) -> list[tuple[str, str]]:
     from osmosis_harbor.sandbox import docker as docker_sdk
     from osmosis_harbor.sandbox import pools
@@ -133,6 +149,10 @@ def _cleanup_docker(args: argparse.Namespace) -> list[tuple[str, str]]:
     removed: list[tuple[str, str]] = [(r.name, r.reason) for r in docker_sdk.reap(expired=True, dead_owners=True)]
     ledger = default_ledger()
     for name in pools.selected([pool.name for pool in docker_sdk.list_pools()], args.pool, everything=args.all_pools):
+        users = _live_claimers(docker_sdk.ls(), name)
+        if users:  # another live process runs a sandbox claimed from it: not this cleanup's to take
+            removed.append((name, f"pool kept: in use by {', '.join(users)}"))
+            continue
         removed += [(r.name, f"pool {name} deleted") for r in docker_sdk.delete_pool(name)]
         removed.append((name, "pool spec deleted"))
         ledger.forget(Kind.POOL, "docker", endpoint_for("docker"), name)  # a handed-over pool's row
