@@ -248,3 +248,21 @@ async def test_a_generic_pool_with_no_member_is_a_clear_error_and_leaves_nothing
             await env.stop(delete=True)
     finally:
         sky.delete_pool(pool)
+
+
+def test_block_network_goes_to_create_pool_only_where_its_signature_has_it() -> None:
+    from osmosis_harbor.errors import ConfigError
+    from osmosis_harbor.sandbox import docker as docker_sdk
+
+    shape = {"cpus": 1.0, "memory_gb": 2.0, "block_network": False}
+    assert pools.pool_keywords(sky, "p", shape) == {"cpus": 1.0, "memory_gb": 2.0}  # nothing to ask: not sent
+    blocked = {**shape, "block_network": True}
+    assert pools.pool_keywords(docker_sdk, "p", blocked)["block_network"] is True  # the Docker SDK takes it
+    with pytest.raises(ConfigError, match="create_pool takes no block_network=.*without a pool"):
+        pools.pool_keywords(sky, "p", blocked)  # SkyPilot's documented signature has no network option
+
+    class KeywordsOnly:  # a signature that does not name it: not sent either
+        def create_pool(self, name: str, image: str, **kwargs: Any) -> None: ...
+
+    with pytest.raises(ConfigError):
+        pools.pool_keywords(KeywordsOnly(), "p", blocked)  # type: ignore[arg-type]

@@ -95,12 +95,12 @@ def prewarm_size(
 
 
 def _takes(call: Any, parameter: str) -> bool:
-    """Whether ``call``'s signature names ``parameter`` (or takes ``**kwargs``)."""
+    """Whether ``call``'s signature names ``parameter`` (a ``**kwargs`` does not: what it would
+    do with the keyword is unknown)."""
     try:
-        params = inspect.signature(call).parameters
+        return parameter in inspect.signature(call).parameters
     except (TypeError, ValueError):
         return False
-    return parameter in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
 
 
 def pool_keywords(sdk: SandboxSdk, name: str, shape: dict[str, Any]) -> dict[str, Any]:
