@@ -39,7 +39,8 @@ def _volume_name(ref: str, owner: Owner) -> str:
 
 def hold(ref: str) -> None:
     """Record that this process uses ``ref`` (idempotent; a dead predecessor's hold of the same
-    pid is replaced)."""
+    pid is replaced). Dead processes' holds of any image go at the same time, so they do not
+    pile up on the engine."""
     owner = Owner.current()
     name = _volume_name(ref, owner)
     try:
@@ -53,26 +54,29 @@ def hold(ref: str) -> None:
                 return
             api.remove_volume(name, force=True)
         api.create_volume(name=name, labels={HOLD_LABEL: ref, **owner.labels()})
+        _live_holds(api, HOLD_LABEL)
     except docker.errors.DockerException as exc:  # best effort: the engine's own refusal remains
         log.warning("cannot record that this process uses image %s: %s", ref, exc)
 
 
+def _live_holds(api: docker.APIClient, label: str) -> list[Owner]:
+    """The owners of the live holds matching the volume filter ``label``; dead ones are removed."""
+    live = []
+    for volume in api.volumes(filters={"label": label}).get("Volumes") or []:
+        owner = Owner.from_labels(volume.get("Labels") or {})
+        if owner is not None and not owner.is_dead():
+            live.append(owner)
+            continue
+        try:
+            api.remove_volume(volume["Name"], force=True)
+        except docker.errors.APIError:
+            pass  # another process dropped it first
+    return live
+
+
 def holders(ref: str, *, besides: Owner | None = None) -> list[Owner]:
     """The live processes holding ``ref`` (other than ``besides``); dead holds are dropped."""
-    api = _client().api
-    volumes = api.volumes(filters={"label": f"{HOLD_LABEL}={ref}"}).get("Volumes") or []
-    live = []
-    for volume in volumes:
-        owner = Owner.from_labels(volume.get("Labels") or {})
-        if owner is None or owner.is_dead():
-            try:
-                api.remove_volume(volume["Name"], force=True)
-            except docker.errors.APIError:
-                pass  # another process dropped it first
-            continue
-        if owner != besides:
-            live.append(owner)
-    return live
+    return [owner for owner in _live_holds(_client().api, f"{HOLD_LABEL}={ref}") if owner != besides]
 
 
 def remove_unheld(ref: str) -> str | None:
