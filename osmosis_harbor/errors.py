@@ -34,6 +34,8 @@ __all__ = [
     "InvalidRequestError",
     "LegacyArgumentError",
     "OsmosisHarborError",
+    "PoolClaimError",
+    "PoolExhaustedError",
     "PoolExistsError",
     "PoolNotFoundError",
     "PrewarmError",
@@ -155,6 +157,14 @@ class PoolNotFoundError(SandboxError, LookupError):
 
 class PoolExistsError(SandboxError, ValueError):
     """A warm pool of that name exists with another shape."""
+
+
+class PoolExhaustedError(SandboxError, RuntimeError):
+    """A claim found no ready member in its pool, and the pool does not cold-start one."""
+
+
+class PoolClaimError(SandboxError, RuntimeError):
+    """A pool claim could not be served: no ready member in time, and no cold create to fall back on."""
 
 
 class ImageNotFoundError(SandboxError, LookupError):

@@ -66,6 +66,12 @@ class Settings(BaseSettings):
         30.0, ge=0, description="pool claims of one group made within this window go out in one call (0: never batch)"
     )
     claim_batch_max: int = Field(64, ge=1, description="at most this many pool claims in one batch call")
+    pool_claim_wait_sec: float = Field(
+        5.0,
+        ge=0,
+        description="a claim its pool cannot serve (no ready member) is tried again this long, then the "
+        "sandbox is cold-created from the pool's image",
+    )
     pool_min: int = Field(1, ge=0, description='pool_size="auto": the fewest members a pool keeps')
     pool_max: int = Field(32, ge=1, description='pool_size="auto": the most members a pool grows to')
     pool_idle_sec: float = Field(

@@ -47,6 +47,7 @@ Every Harbor name this touches is listed, with why, in ``harbor_surface.py``.
 from __future__ import annotations
 
 import contextlib
+import errno
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, BinaryIO, override
@@ -75,6 +76,7 @@ from osmosis_harbor.sandbox.preparation import REMOVE_REWARDS_COMMAND, Preparati
 from osmosis_harbor.sandbox.protocol import SandboxSdk, has_archives
 from osmosis_harbor.sandbox.registry import DEFAULT_SDK
 from osmosis_harbor.sandbox.sandbox_lifecycle import SandboxLifecycle
+from osmosis_harbor.sandbox.sdk_errors import is_missing
 from osmosis_harbor.sandbox.transfers import ArchiveTransfers
 
 __all__ = [
@@ -264,7 +266,16 @@ class SandboxEnvironment(
 
     @override
     async def _read_remote_bytes(self, remote_path: str) -> bytes:
-        return await self._guarded(retry_safe("read_bytes", super()._read_remote_bytes, remote_path))
+        """A file's bytes; a missing file is ``FileNotFoundError`` whatever the SDK's shape of
+        "not found" (SkyPilot's is a status, not a builtin), once the sandbox is known alive."""
+        try:
+            return await self._guarded(retry_safe("read_bytes", super()._read_remote_bytes, remote_path))
+        except SandboxLostError:
+            raise
+        except Exception as exc:
+            if is_missing(exc) and not isinstance(exc, FileNotFoundError):
+                raise FileNotFoundError(errno.ENOENT, f"no such file in the sandbox ({exc})", remote_path) from exc
+            raise
 
     # ── transfers (archive capability) ────────────────────────────────────────
     # Overridden to take the archive path: the handle's own archive calls (the Docker SDK), or

@@ -36,14 +36,14 @@ from harbor.environments.skypilot import SkypilotEnvironment
 from tenacity import (
     AsyncRetrying,
     retry_if_exception,
-    retry_if_exception_type,
     stop_after_attempt,
     stop_after_delay,
     wait_exponential,
 )
 
 from osmosis_harbor import settings
-from osmosis_harbor.sandbox.api_faults import is_api_fault, retry_safe
+from osmosis_harbor.sandbox.api_faults import retry_safe
+from osmosis_harbor.sandbox.sdk_errors import is_api_fault, is_missing
 
 __all__ = ["RECORDS_DIR", "ExecRecords", "RecordedExec", "parse_status"]
 
@@ -165,7 +165,7 @@ class ExecRecords(SkypilotEnvironment):
     async def _wait_for_status(self, path: str, deadline: float) -> bytes:
         sandbox = self._require_sandbox()
         retrying = AsyncRetrying(
-            retry=retry_if_exception_type(FileNotFoundError),  # not written yet: the command still runs
+            retry=retry_if_exception(is_missing),  # not written yet: the command still runs
             stop=stop_after_delay(max(0.0, deadline - time.monotonic())),
             wait=wait_exponential(multiplier=0.05, max=2.0),
             reraise=True,

@@ -27,11 +27,11 @@ import contextlib
 import contextvars
 import re
 from collections.abc import Iterator
-from typing import Any
 
 from pydantic import BaseModel
 
 from osmosis_harbor.errors import SandboxLostError
+from osmosis_harbor.sandbox import records
 from osmosis_harbor.sandbox.protocol import SandboxSdk
 
 __all__ = ["SandboxLostError", "SandboxState", "loss_scope", "record_loss", "sandbox_state"]
@@ -69,19 +69,14 @@ class SandboxState(BaseModel):
         return f"container {self.status}: killed or stopped by the infrastructure, not by this trial{said}"
 
 
-def _field(record: Any, name: str) -> Any:
-    return record.get(name) if isinstance(record, dict) else getattr(record, name, None)
-
-
 async def sandbox_state(sdk: SandboxSdk, name: str) -> SandboxState:
     """The sandbox's state according to ``sdk.ls``; raises whatever ``ls`` raises."""
     for record in await sdk.ls.aio():
-        if _field(record, "name") == name:
-            status = _field(record, "status")
-            message = _field(record, "status_message")
+        if records.name_of(record) == name:
+            message = records.field_of(record, "status_message")
             return SandboxState(
                 name=name,
-                status=str(getattr(status, "value", status)),
+                status=records.status_of(record) or "unknown",
                 message=str(message)[:500] if message else None,
             )
     return SandboxState(name=name, status=None)

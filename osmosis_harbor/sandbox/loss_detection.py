@@ -25,10 +25,11 @@ from harbor.environments.skypilot import SkypilotEnvironment
 from tenacity import AsyncRetrying, RetryCallState, retry_if_result, stop_after_delay, wait_exponential
 
 from osmosis_harbor.errors import SandboxDiskBoundError, SandboxLostError
-from osmosis_harbor.sandbox.api_faults import is_api_fault, retry_safe
+from osmosis_harbor.sandbox.api_faults import retry_safe
 from osmosis_harbor.sandbox.head_start import VERIFIER_SESSION_MARK
 from osmosis_harbor.sandbox.liveness import SandboxState, record_loss, sandbox_state
 from osmosis_harbor.sandbox.protocol import SandboxSdk
+from osmosis_harbor.sandbox.sdk_errors import is_api_fault, is_missing
 
 __all__ = ["LOSS_SETTLE_SEC", "LossDetection"]
 
@@ -75,8 +76,8 @@ class LossDetection(SkypilotEnvironment):
             result = await call
         except (FileNotFoundError, IsADirectoryError):  # a definite answer from a live sandbox
             raise
-        except Exception as exc:
-            await self._raise_if_lost(exc, killed=True)
+        except Exception as exc:  # a strict SDK's "not found" may be the sandbox's: ls decides at once
+            await self._raise_if_lost(exc, killed=not is_missing(exc))
             if is_api_fault(exc) and not self._stopping:
                 # The call may have run (an exec is never retried): its effects are unknown, so
                 # this sandbox is lost to the trial; a retry gets a fresh one (api_faults.py).

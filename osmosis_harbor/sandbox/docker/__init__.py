@@ -170,13 +170,16 @@ def _create(
     host_network: bool = False,
     owner: Owner | None = None,
     num_sandboxes: int | None = None,
+    start_if_empty: bool = True,
 ) -> DockerSandbox | list[DockerSandbox]:
     """Create a running sandbox, or claim one from *pool*; see the module docstring.
 
     ``num_sandboxes=k`` (pools only, as in SkyPilot's SDK) claims k members in one call and
     returns them as a list, named ``<name>-<i>`` for i in 0..k-1 (``name`` is the prefix).
     ``owner``: whom the sandbox belongs to, when not this process (a service creating on a
-    caller's behalf: the skypilot-emulator server's sandboxes outlive the server)."""
+    caller's behalf: the skypilot-emulator server's sandboxes outlive the server).
+    ``start_if_empty``: a claim from a pool with no ready member starts one (this SDK's own
+    semantics); ``False`` refuses it with `PoolExhaustedError`, as SkyPilot's pools do."""
     if num_sandboxes is not None:
         if pool is None:
             raise ValueError("num_sandboxes claims several members of a pool: pass pool= with it")
@@ -188,7 +191,7 @@ def _create(
             for i in range(num_sandboxes):
                 one = _create(
                     f"{prefix}-{i}", None, pool, None, None, env, secrets, block_network, timeout,
-                    registry, context_name, namespace, host_network, owner,
+                    registry, context_name, namespace, host_network, owner, start_if_empty=start_if_empty,
                 )  # fmt: skip
                 assert isinstance(one, DockerSandbox)
                 members.append(one)
@@ -212,7 +215,13 @@ def _create(
     if pool is not None:
         engine.ensure_name_free(name)
         container_id, spec = engine.pools.claim(
-            pool, name=name, ttl_sec=ttl, owner=owner, extra=extra, network=None if network == "bridge" else network
+            pool,
+            name=name,
+            ttl_sec=ttl,
+            owner=owner,
+            extra=extra,
+            network=None if network == "bridge" else network,
+            start_if_empty=start_if_empty,
         )
         engine.layers.claimed(container_id)
         return DockerSandbox(engine, name=name, container_id=container_id, image=spec.image, pool=pool, env=persistent)
@@ -326,8 +335,10 @@ def create_pool(
     member_ttl_sec: int = pools_mod.DEFAULT_MEMBER_TTL_SEC,
     host_network: bool = False,
     block_network: bool = False,
+    wait: bool = True,
 ) -> PoolInfo:
-    """Define a warm pool and return once *replicas* members are running (idempotent)."""
+    """Define a warm pool and return once *replicas* members are running (idempotent; at once
+    with ``wait=False``)."""
     return get_engine().pools.create_pool(
         name,
         image,
@@ -336,13 +347,15 @@ def create_pool(
         replicas=replicas,
         member_ttl_sec=member_ttl_sec,
         network=_network(block_network, host_network),
+        wait=wait,
     )
 
 
 @dual
-def set_pool_size(name: str, replicas: int) -> PoolInfo:
-    """Resize a pool: growing returns when the new members run; shrinking drops idle ones."""
-    return get_engine().pools.set_pool_size(name, replicas)
+def set_pool_size(name: str, replicas: int, *, wait: bool = True) -> PoolInfo:
+    """Resize a pool: growing returns when the new members run (at once with ``wait=False``);
+    shrinking drops idle ones."""
+    return get_engine().pools.set_pool_size(name, replicas, wait=wait)
 
 
 @dual

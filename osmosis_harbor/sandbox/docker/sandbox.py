@@ -107,9 +107,10 @@ class DockerSandbox:
         return SandboxFiles(self._engine.api, self._id, self._gone)
 
     @dual
-    def write_bytes(self, data: bytes | bytearray | memoryview, path: str) -> None:
-        """Write *data* to *path*, creating parent directories (mode 0755; file 0644)."""
-        self._files().write_bytes(data, path)
+    def write_bytes(self, data: bytes | bytearray | memoryview, path: str, *, parents: bool = True) -> None:
+        """Write *data* to *path*, creating parent directories (mode 0755; file 0644); with
+        ``parents=False`` a missing parent is ``FileNotFoundError``, as on SkyPilot."""
+        self._files().write_bytes(data, path, parents=parents)
 
     @dual
     def read_bytes(self, path: str) -> bytes:
