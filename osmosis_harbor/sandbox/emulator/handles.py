@@ -134,6 +134,7 @@ class EmulatorSandbox:
             "template_name": info.pool,
             "created_at": info.created_at,
             "expires_at": info.expires_at,
+            "status_message": info.status_message,  # the pod's reason where it stopped (an eviction)
         }
 
     def __repr__(self) -> str:
