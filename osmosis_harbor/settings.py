@@ -30,7 +30,9 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="OSMOSIS_HARBOR_", extra="ignore", frozen=True, env_ignore_empty=True)
 
-    bundles: Path | None = Field(None, description="the bundle wheel cache (default ./bundles)")
+    bundles: Path | None = Field(
+        None, description="the bundle wheel cache (default $XDG_CACHE_HOME/osmosis-harbor/bundles)"
+    )
     lock_dir: Path | None = Field(None, description="pool lock files (default $XDG_CACHE_HOME/osmosis-harbor/locks)")
     keep_home: bool = Field(False, description="`rollout` keeps the osmosis server's trajectories in ~/.osmosis")
     registry: str | None = Field(
@@ -149,7 +151,12 @@ class Settings(BaseSettings):
         return base / "osmosis-harbor" / "ledger.sqlite3"
 
     def bundle_cache(self) -> Path:
-        return self.bundles if self.bundles is not None else Path("bundles")
+        """The user cache, never the working directory: a run inside a project must not change
+        the project's files (a harness digests them to decide whether a run may resume)."""
+        if self.bundles is not None:
+            return self.bundles
+        base = self.xdg_cache_home or Path.home() / ".cache"
+        return base / "osmosis-harbor" / "bundles"
 
 
 _FOREIGN_NAMES = frozenset({"HARBOR_SKYPILOT_REGISTRY", "DOCKER_HOST", "XDG_CACHE_HOME", "COLUMNS"})
