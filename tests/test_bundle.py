@@ -465,7 +465,9 @@ def test_host_only_dependencies_stay_out_of_the_sandbox(tmp_path: Path) -> None:
     )
     root = make_project(tmp_path / "p", deps=deps)
     pyproject = root / "pyproject.toml"
-    pyproject.write_text(pyproject.read_text() + '\n[tool.uv.sources]\nosmosis-harbor = { path = "/x", editable = true }\n')
+    pyproject.write_text(
+        pyproject.read_text() + '\n[tool.uv.sources]\nosmosis-harbor = { path = "/x", editable = true }\n'
+    )
     info = build_bundle(root, workflow="tiny_agent.flow:Flow", cache_dir=tmp_path / "cache")
     assert info.dependencies == ["osmosis-ai>=0.3.8", "httpx>=0.27"]
     with zipfile.ZipFile(info.wheel) as zf:
@@ -491,7 +493,7 @@ def test_host_only_dependencies_stay_out_of_the_sandbox(tmp_path: Path) -> None:
         ),
         (
             '"osmosis-ai>=0.3.8", "mylib"',
-            'mylib = { workspace = true }',
+            "mylib = { workspace = true }",
             r"takes mylib from a uv workspace member",
         ),
         (
@@ -506,7 +508,9 @@ def test_local_dependencies_refused_before_any_build(
 ) -> None:
     root = make_project(tmp_path / "p", deps=deps)
     if sources:
-        (root / "pyproject.toml").write_text((root / "pyproject.toml").read_text() + f"\n[tool.uv.sources]\n{sources}\n")
+        (root / "pyproject.toml").write_text(
+            (root / "pyproject.toml").read_text() + f"\n[tool.uv.sources]\n{sources}\n"
+        )
     monkeypatch.setattr(bundle_mod, "build_wheel", lambda *a, **k: pytest.fail("built despite the refusal"))
     with pytest.raises(BundleError, match=message):
         build_bundle(root, workflow="tiny_agent.flow:Flow", cache_dir=tmp_path / "cache")
