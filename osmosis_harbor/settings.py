@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,10 +20,20 @@ from pathlib import Path
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-__all__ = ["Settings", "child_environment", "current", "host_variable", "scoped_variable", "use_bundled_model_prices"]
+__all__ = [
+    "Settings",
+    "child_environment",
+    "current",
+    "host_variable",
+    "scoped_variable",
+    "secret_values",
+    "use_bundled_model_prices",
+]
 
 DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
 MIB = 1024 * 1024
+_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL", re.IGNORECASE)
+_MIN_SECRET = 8
 
 
 class Settings(BaseSettings):
@@ -201,6 +212,13 @@ def _parsed(relevant: tuple[tuple[str, str], ...] | tuple[tuple[bytes, bytes], .
 def host_variable(name: str) -> str | None:
     """A variable the user named explicitly (a sandbox secret, ``--api-key-env``)."""
     return os.environ.get(name)
+
+
+def secret_values() -> tuple[str, ...]:
+    """Values of this host's secret-looking variables, longest first: output that may echo them
+    (a sandbox's, a build's) is redacted of these before it is shown or kept."""
+    values = {v for k, v in os.environ.items() if _SECRET_NAME.search(k) and len(v) >= _MIN_SECRET}
+    return tuple(sorted(values, key=len, reverse=True))
 
 
 def child_environment(**overrides: str) -> dict[str, str]:

@@ -24,6 +24,7 @@ from tenacity import retry, retry_if_not_exception_type, stop_after_attempt, wai
 
 from osmosis_harbor.errors import BaseImageMissingError, ImageBuildError
 from osmosis_harbor.sandbox.base_images import missing_base_error
+from osmosis_harbor.sandbox.build_failure import last_lines, parse_build_failure
 from osmosis_harbor.sandbox.images import (
     BUILD_COORDINATOR,
     build_image,
@@ -38,8 +39,6 @@ __all__ = ["ImageResolution", "declares_baked_layout"]
 
 LOCAL_IMAGE_NAMESPACE = "osmosis-harbor"
 SHARED_REPOSITORY = "osmosis-harbor-env"
-# How much of a failed build's output an ImageBuildError carries.
-BUILD_LOG_LINES = 25
 # Harbor's build and push, without Harbor's retry (ours, around it, knows a missing base).
 HARBOR_BUILD_ONCE = SkypilotEnvironment._build_and_push_image.retry_with(stop=stop_after_attempt(1))
 
@@ -121,11 +120,18 @@ class ImageResolution(SkypilotEnvironment):
 
     def _build_error(self, ref: str, harbor_message: str) -> ImageBuildError:
         """Harbor's build failure (a RuntimeError carrying the whole build output) as ours: a
-        missing base image named with its remedy, or the output's tail (phase ``environment``)."""
+        missing base image named with its remedy, or the failing step, its exit code and its
+        output's tail (phase ``environment``)."""
         lines = harbor_message.splitlines()
         last = next((line for line in reversed(lines) if line.strip()), "")
         missing = missing_base_error(self._dockerfile_path, ref, local_image_exists, last)
-        return missing or ImageBuildError("\n".join(lines[:1] + lines[1:][-BUILD_LOG_LINES:]))
+        if missing is not None:
+            return missing
+        prefix = f"docker build failed for {ref}: "
+        output = harbor_message.removeprefix(prefix) if harbor_message.startswith(prefix) else harbor_message
+        if harbor_message.startswith(f"docker push failed for {ref}"):
+            return ImageBuildError("\n".join(lines[:1] + [last_lines("\n".join(lines[1:]))]).rstrip(), engine_error=last)
+        return ImageBuildError(parse_build_failure(ref, output, last).message(), engine_error=last)
 
     async def prepare_image(self, force_build: bool = False) -> tuple[str | None, bool]:
         """Make this environment's image available; returns (reference, built-by-this-call).

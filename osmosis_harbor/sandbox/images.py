@@ -25,6 +25,7 @@ import docker.errors
 
 from osmosis_harbor.errors import ImageBuildError
 from osmosis_harbor.sandbox.base_images import missing_base_error
+from osmosis_harbor.sandbox.build_failure import parse_build_failure
 
 logger = logging.getLogger(__name__)
 
@@ -152,11 +153,6 @@ class ImageBuildCoordinator:
 BUILD_COORDINATOR = ImageBuildCoordinator()
 
 
-def _build_log_tail(lines: list[str], n: int = 25) -> str:
-    text = "".join(lines).rstrip()
-    return "\n".join(text.splitlines()[-n:])
-
-
 def build_image(context_dir: Path, dockerfile: Path, ref: str, platform: str | None) -> None:
     """Build ``ref`` from ``context_dir`` on the local engine (docker SDK, legacy builder).
 
@@ -165,7 +161,7 @@ def build_image(context_dir: Path, dockerfile: Path, ref: str, platform: str | N
     try:
         _build(context_dir, dockerfile, ref, platform)
     except ImageBuildError as exc:
-        missing = missing_base_error(dockerfile, ref, local_image_exists, str(exc).split(": ", 1)[-1])
+        missing = missing_base_error(dockerfile, ref, local_image_exists, exc.engine_error)
         if missing is not None:
             raise missing from None
         raise
@@ -188,12 +184,12 @@ def _build(context_dir: Path, dockerfile: Path, ref: str, platform: str | None) 
             if "stream" in chunk:
                 log.append(chunk["stream"])
             if "error" in chunk:
-                log.append(chunk["error"] + "\n")
-                raise ImageBuildError(
-                    f"docker build failed for {ref}: {chunk['error'].strip()}\n{_build_log_tail(log)}"
-                )
+                error = str(chunk["error"]).strip()
+                failure = parse_build_failure(ref, "".join(log), error)
+                raise ImageBuildError(failure.message(), engine_error=error)
     except docker.errors.APIError as exc:
-        raise ImageBuildError(f"docker build failed for {ref}: {exc.explanation or exc}") from exc
+        error = str(exc.explanation or exc)
+        raise ImageBuildError(f"docker build failed for {ref}: {error}", engine_error=error) from exc
 
 
 def push_image(ref: str) -> None:
