@@ -55,7 +55,10 @@ def test_legacy_builder_output() -> None:
 def test_buildkit_output() -> None:
     failure = parse_build_failure(REF, BUILDKIT)
     assert failure.step == "3/3 (RUN pip install mylib==9.9)" and failure.exit_code == 2
-    assert failure.tail.splitlines() == ["Collecting mylib==9.9", "ERROR: No matching distribution found for mylib==9.9"]
+    assert failure.tail.splitlines() == [
+        "Collecting mylib==9.9",
+        "ERROR: No matching distribution found for mylib==9.9",
+    ]
 
 
 def test_tail_is_bounded_and_redacted(monkeypatch: pytest.MonkeyPatch) -> None:

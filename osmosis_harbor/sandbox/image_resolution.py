@@ -130,7 +130,9 @@ class ImageResolution(SkypilotEnvironment):
         prefix = f"docker build failed for {ref}: "
         output = harbor_message.removeprefix(prefix) if harbor_message.startswith(prefix) else harbor_message
         if harbor_message.startswith(f"docker push failed for {ref}"):
-            return ImageBuildError("\n".join(lines[:1] + [last_lines("\n".join(lines[1:]))]).rstrip(), engine_error=last)
+            return ImageBuildError(
+                "\n".join(lines[:1] + [last_lines("\n".join(lines[1:]))]).rstrip(), engine_error=last
+            )
         return ImageBuildError(parse_build_failure(ref, output, last).message(), engine_error=last)
 
     async def prepare_image(self, force_build: bool = False) -> tuple[str | None, bool]:
