@@ -72,7 +72,9 @@ def _shortened(instruction: str) -> str:
 
 
 def _legacy(lines: list[str]) -> tuple[str | None, int | None, list[str]]:
-    step, exit_code, output = None, None, []
+    step: str | None = None
+    exit_code: int | None = None
+    output: list[str] = []
     for line in lines:
         if match := _LEGACY_STEP.match(line):
             step, output = f"{match.group(1)} ({_shortened(match.group(2))})", []
