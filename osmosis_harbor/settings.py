@@ -58,6 +58,13 @@ class Settings(BaseSettings):
     )
     xdg_cache_home: Path | None = Field(None, validation_alias="XDG_CACHE_HOME")
     columns: int | None = Field(None, validation_alias="COLUMNS", description="result tables' width off a terminal")
+    rollout_port: int | None = Field(
+        None,
+        ge=1,
+        le=65535,
+        validation_alias="_OSMOSIS_ROLLOUT_PORT",
+        description="the port serve() listens on by default (osmosis-ai's harness sets it; else 8000)",
+    )
     task_roots: str | None = Field(
         None, description="directories (os.pathsep-separated) a request's local harbor_task may name besides tasks_dir"
     )
@@ -170,7 +177,9 @@ class Settings(BaseSettings):
         return base / "osmosis-harbor" / "bundles"
 
 
-_FOREIGN_NAMES = frozenset({"HARBOR_SKYPILOT_REGISTRY", "DOCKER_HOST", "XDG_CACHE_HOME", "COLUMNS"})
+_FOREIGN_NAMES = frozenset(
+    {"HARBOR_SKYPILOT_REGISTRY", "DOCKER_HOST", "XDG_CACHE_HOME", "COLUMNS", "_OSMOSIS_ROLLOUT_PORT"}
+)
 _PREFIX_BYTES = b"OSMOSIS_HARBOR_"
 _FOREIGN_BYTES = frozenset(name.encode() for name in _FOREIGN_NAMES)
 

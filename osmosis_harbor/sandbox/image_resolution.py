@@ -20,13 +20,14 @@ from pathlib import Path
 from typing import override
 
 from harbor.environments.skypilot import SkypilotEnvironment
-from tenacity import retry, retry_if_not_exception_type, stop_after_attempt, wait_exponential
+from tenacity import retry, retry_if_exception, stop_after_attempt, wait_exponential
 
 from osmosis_harbor.errors import BaseImageMissingError, ImageBuildError
 from osmosis_harbor.sandbox.base_images import missing_base_error
 from osmosis_harbor.sandbox.build_failure import last_lines, parse_build_failure
 from osmosis_harbor.sandbox.images import (
     BUILD_COORDINATOR,
+    build_detached,
     build_image,
     local_image_exists,
     registry_image_exists,
@@ -51,6 +52,12 @@ def declares_baked_layout(dockerfile: Path) -> bool:
     except OSError:
         return False
     return any(line.startswith(contract.BAKED_BUNDLE_COMMENT) for line in text.splitlines())
+
+
+def _worth_retrying(error: BaseException) -> bool:
+    """A failed build is tried once more, except a missing base image (it stays missing) and a
+    cancellation (tenacity would otherwise swallow it and build again)."""
+    return isinstance(error, Exception) and not isinstance(error, BaseImageMissingError)
 
 
 class ImageResolution(SkypilotEnvironment):
@@ -98,7 +105,7 @@ class ImageResolution(SkypilotEnvironment):
     @retry(
         stop=stop_after_attempt(2),
         wait=wait_exponential(multiplier=2, min=5, max=60),
-        retry=retry_if_not_exception_type(BaseImageMissingError),  # a missing base stays missing
+        retry=retry_if_exception(_worth_retrying),
         reraise=True,
     )
     @override
@@ -110,7 +117,7 @@ class ImageResolution(SkypilotEnvironment):
         ref = self._image_ref
         if self._local_only:
             self.logger.debug(f"Building image {ref}")
-            await asyncio.to_thread(build_image, self.environment_dir, self._dockerfile_path, ref, self._platform)
+            await build_detached(build_image, self.environment_dir, self._dockerfile_path, ref, self._platform)
             return
         try:
             await HARBOR_BUILD_ONCE(self)

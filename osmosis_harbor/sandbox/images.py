@@ -19,6 +19,7 @@ import threading
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import docker
 import docker.errors
@@ -151,6 +152,35 @@ class ImageBuildCoordinator:
 
 
 BUILD_COORDINATOR = ImageBuildCoordinator()
+
+
+async def build_detached(build: Callable[..., None], *args: Any) -> None:
+    """``build(*args)`` (``build_image``) in a daemon thread of its own. Why: a build cannot be
+    interrupted from another thread, and an executor thread would hold a stopping process until
+    the build ends (minutes for a first build); a daemon thread dies with the process, whose
+    engine connection closing stops the build. Cancelling this coroutine stops the wait only."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[None] = loop.create_future()
+
+    def settle(error: BaseException | None) -> None:
+        if done.done():
+            return
+        if error is None:
+            done.set_result(None)
+        else:
+            done.set_exception(error)
+
+    def work() -> None:
+        error: BaseException | None = None
+        try:
+            build(*args)
+        except BaseException as exc:  # handed to the awaiting coroutine
+            error = exc
+        with contextlib.suppress(RuntimeError):  # the loop closed: nobody is waiting any more
+            loop.call_soon_threadsafe(settle, error)
+
+    threading.Thread(target=work, name="osmosis-harbor-build", daemon=True).start()
+    await done
 
 
 def build_image(context_dir: Path, dockerfile: Path, ref: str, platform: str | None) -> None:
