@@ -113,6 +113,10 @@ class Settings(BaseSettings):
     transfer_max_files: int = Field(50_000, gt=0, description="entries (files, dirs, links) per transfer")
     transfer_max_depth: int = Field(64, gt=0, description="path components per entry of a transfer")
     transfer_max_path_bytes: int = Field(1024, gt=0, description="bytes per entry's path in a transfer")
+    export_max_bytes: int = Field(
+        256 * MIB, gt=0, description="file bytes a rollout's artifacts and trial logs may bring to the artifact root"
+    )
+    export_max_files: int = Field(10_000, gt=0, description="files a rollout's export to the artifact root may copy")
     exec_output_max_bytes: int = Field(
         4 * MIB, gt=0, description="per stream, the tail of a command's stdout/stderr the Docker SDK keeps"
     )
