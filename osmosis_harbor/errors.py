@@ -199,8 +199,11 @@ class ImageBuildError(TrialPhaseError, RuntimeError):
 
 
 class BaseImageMissingError(ImageBuildError):
-    """The build failed because a ``FROM`` image is neither present nor pullable: the message
-    names the image and how to make it offline, and retrying the build is pointless."""
+    """The build failed because a ``FROM`` image is neither present nor pullable: the message's
+    first line names the image and how to make it offline (the engine's own words after it are
+    noise), and retrying the build is pointless."""
+
+    detailed = False
 
 
 class BundleInstallError(TrialPhaseError, RuntimeError):
