@@ -121,11 +121,13 @@ async def test_a_registry_build_runs_harbors_own_code_and_fails_as_our_errors(
     env = _environment(make_task(tmp_path, "broken", dockerfile=failing), tmp_path, registry=REGISTRY)
     with BUILD_COORDINATOR.as_new_process(), pytest.raises(ImageBuildError, match="docker build failed for") as caught:
         await env.prepare_image()
-    head, *detail = str(caught.value).splitlines()  # the failing step, its exit code, its output
-    assert head == f"docker build failed for {env.image_ref} at step 2/2 ({failing.splitlines()[1]}), exit code 3"
-    assert detail[0] == "--- build output (last lines) ---" and failing.split()[4] in detail
     cause = caught.value.__cause__  # Harbor's _build_and_push_image raised it: a plain RuntimeError
     assert type(cause) is RuntimeError and str(cause).startswith(f"docker build failed for {env.image_ref}")
+    # Ours leads with the failing step and its exit code (Harbor's first line is Docker's
+    # legacy-builder notice; a trial's report keeps the first line), then the step's output.
+    head, *detail = str(caught.value).splitlines()
+    assert head == f"docker build failed for {env.image_ref} at step 2/2 ({failing.splitlines()[1]}), exit code 3"
+    assert detail[0] == "--- build output (last lines) ---" and failing.split()[4] in detail
     assert builds == ["broken", "broken"]  # our retry, around one attempt of Harbor's each
     # The legacy builder keeps a failed step's container (Harbor passes no --force-rm): the
     # build printed it, and it is gone afterwards.

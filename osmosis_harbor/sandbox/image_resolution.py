@@ -127,8 +127,9 @@ class ImageResolution(SkypilotEnvironment):
 
     def _build_error(self, ref: str, harbor_message: str) -> ImageBuildError:
         """Harbor's build failure (a RuntimeError carrying the whole build output) as ours: a
-        missing base image named with its remedy, or the failing step, its exit code and its
-        output's tail (phase ``environment``)."""
+        missing base image named with its remedy, or, first, the failing step and its exit code
+        (a trial's report keeps the first line; Harbor's output starts with Docker's legacy-builder
+        notice), then the step's output tail (phase ``environment``)."""
         lines = harbor_message.splitlines()
         last = next((line for line in reversed(lines) if line.strip()), "")
         missing = missing_base_error(self._dockerfile_path, ref, local_image_exists, last)

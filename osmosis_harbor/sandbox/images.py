@@ -44,6 +44,15 @@ def local_image_exists(ref: str) -> bool:
         return False
 
 
+def local_image_labels(ref: str) -> dict[str, str] | None:
+    """The labels of ``ref`` on the local engine (``{}`` for none); None when it is absent or the
+    engine cannot be asked."""
+    try:
+        return dict(_docker_client().images.get(ref).labels or {})
+    except docker.errors.DockerException:
+        return None
+
+
 def remove_local_image(ref: str) -> None:
     """Remove ``ref`` from the local engine, if it is there."""
     try:
