@@ -1,5 +1,5 @@
 """A failed image build, told on one screen: the failing step, its exit code, its output's tail
-(bounded, colours stripped, host secrets redacted), from either builder's output."""
+(bounded, the builder's colouring stripped, host secrets redacted), from either builder's output."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ def test_legacy_builder_output() -> None:
         "Collecting osmosis-ai>=0.3.8",
         "ERROR: Could not find a version that satisfies the requirement mylib==9.9 (from versions: none)",
         "ERROR: No matching distribution found for mylib==9.9",
-    ]  # the step's own output: no colours, no builder bookkeeping, no repeat of the command
+    ]  # the step's own output: no builder colouring or bookkeeping, no repeat of the command
     head, header, *tail = failure.message().splitlines()
     assert head == f"docker build failed for {REF} at step {failure.step}, exit code 1"
     assert header == "--- build output (last lines) ---" and tail == failure.tail.splitlines()
@@ -70,6 +70,12 @@ def test_tail_is_bounded_and_redacted(monkeypatch: pytest.MonkeyPatch) -> None:
     assert failure.exit_code == 2 and failure.step == "2/2 (RUN make)"
     assert len(failure.tail.splitlines()) <= TAIL_LINES and len(failure.tail.encode()) <= TAIL_BYTES
     assert failure.tail.splitlines()[-1] == f"token is {REDACTED}" and secret not in failure.message()
+
+
+def test_the_builds_own_control_characters_stay_for_the_display_to_escape() -> None:
+    output = "Step 1/1 : RUN printf '\\033[31mred'\n\x1b[91m\x1b[31mred\n\x1b[0m"
+    failure = parse_build_failure(REF, output, "The command '/bin/sh -c x' returned a non-zero code: 1")
+    assert failure.tail == "\x1b[31mred"
 
 
 def test_unrecognised_output_keeps_the_engine_error_and_the_end() -> None:

@@ -4,9 +4,10 @@ Both builders' output is read. The legacy builder's (the Docker SDK's stream, an
 CLI without BuildKit, which Harbor's own build runs): ``Step 3/4 : RUN ...`` then ``The command
 '/bin/sh -c ...' returned a non-zero code: 2``. BuildKit's: ``#7 [3/4] RUN ...``, its output as
 ``#7 0.31 ...`` and ``ERROR: process "..." did not complete successfully: exit code: 2``. The
-tail is the failing step's own output (the builder's bookkeeping dropped), at most
-``TAIL_LINES`` lines and about ``TAIL_BYTES`` bytes, colours stripped and the host's
-secret-looking values redacted (``settings.secret_values``).
+tail is the failing step's own output (the builder's bookkeeping dropped, and the colouring the
+legacy builder wraps a step's stderr in), at most ``TAIL_LINES`` lines and about ``TAIL_BYTES``
+bytes, with the host's secret-looking values redacted (``settings.secret_values``). Other control
+characters are the build's own and stay: whoever shows the text escapes them (``trials.printable``).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ __all__ = ["TAIL_BYTES", "TAIL_LINES", "BuildFailure", "last_lines", "parse_buil
 TAIL_LINES = 20
 TAIL_BYTES = 2048
 STEP_CHARS = 160  # a RUN step's command can be kilobytes (the bundle patch's is): shown shortened
-_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_BUILDER_COLOURS = re.compile(r"\x1b\[(?:91|0)m")  # the legacy builder's stderr start and end
 _LEGACY_STEP = re.compile(r"^Step (\d+/\d+) : (.*)$")
 _LEGACY_EXIT = re.compile(r"returned a non-zero code: (\d+)")
 _LEGACY_NOISE = re.compile(r"^(?: ---> |Removing intermediate container |Sending build context )")
@@ -53,8 +54,8 @@ class BuildFailure:
 
 def parse_build_failure(ref: str, output: str, error: str = "") -> BuildFailure:
     """``ref``'s failed build, from the builder's ``output`` and its final ``error`` line."""
-    text = _ANSI.sub("", output.replace("\r\n", "\n"))
-    error = _ANSI.sub("", error).strip()
+    text = _BUILDER_COLOURS.sub("", output.replace("\r\n", "\n"))
+    error = _BUILDER_COLOURS.sub("", error).strip()
     lines = text.splitlines()
     parsed = _buildkit(lines) if any(_KIT_STEP.match(line) for line in lines) else _legacy(lines)
     step, exit_code, step_lines = parsed
