@@ -70,7 +70,11 @@ async def serve_locally(
     port = _free_port()
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
     server = _SignalledServer(config, asyncio.get_running_loop(), on_signal)
-    setattr(app.state, STOP_HOOK, lambda _reason: setattr(server, "should_exit", True))
+
+    def stop(_reason: str) -> None:  # the app's STOP_HOOK (a background prewarm failed)
+        server.should_exit = True
+
+    setattr(app.state, STOP_HOOK, stop)
     task = asyncio.create_task(server.serve())
     try:
         while not server.started:

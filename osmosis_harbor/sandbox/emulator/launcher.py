@@ -7,9 +7,9 @@ outlives the client, as SkyPilot's API server does), on a port the kernel picks,
 file beside the state file. A file lock makes concurrent clients start exactly one.
 
 A server this process started is this process's to stop: ``stop_started_servers`` (what a
-``HarborBackend`` shutdown calls, through the registry) stops it, unless another started it
-first, which it then leaves running. A server that another process reuses meanwhile is stopped
-all the same; that client's next call starts a new one, which finds the sandboxes again.
+``HarborBackend`` shutdown calls, through the registry) stops it; a server it found running is
+never touched. Another process that reused a stopped one starts a new one on its next call,
+which finds the account's sandboxes again.
 """
 
 from __future__ import annotations
