@@ -187,27 +187,42 @@ class ContractFileError(SandboxError, ValueError):
 
 class TrialPhaseError(OsmosisHarborError):
     """Raised during a trial. ``phase``: where the trial failed (None: the phase that was
-    running); ``category``: what the rollout's failure is, unless the error says more."""
+    running); ``category``: what the rollout's failure is, unless the error says more;
+    ``detailed``: the message's lines after the first are the output that explains it, kept
+    (bounded) in reports and outcomes, which otherwise show the first line only."""
 
     phase: ClassVar[str | None] = None
     category: ClassVar[RolloutErrorCategory] = RolloutErrorCategory.INTERNAL_ERROR
+    detailed: ClassVar[bool] = False
 
 
 class ImageBuildError(TrialPhaseError, RuntimeError):
-    """``docker build`` or ``docker push`` failed; the message carries the tail of the log."""
+    """``docker build`` or ``docker push`` failed. The message's first line names the failing
+    step and its exit code, the lines after it the tail of its output (``sandbox.build_failure``);
+    ``engine_error`` is the builder's own last word."""
 
     phase = "environment"
+    detailed = True
+
+    def __init__(self, message: str, *, engine_error: str = "") -> None:
+        super().__init__(message)
+        self.engine_error = engine_error or (message.splitlines() or [""])[0]
 
 
 class BaseImageMissingError(ImageBuildError):
-    """The build failed because a ``FROM`` image is neither present nor pullable: the message
-    names the image and how to make it offline, and retrying the build is pointless."""
+    """The build failed because a ``FROM`` image is neither present nor pullable: the message's
+    first line names the image and how to make it offline (the engine's own words after it are
+    noise), and retrying the build is pointless."""
+
+    detailed = False
 
 
 class BundleInstallError(TrialPhaseError, RuntimeError):
-    """The bundle could not be installed in the sandbox (pip failed)."""
+    """The bundle could not be installed in the sandbox (pip failed); the lines after the first
+    are the tail of pip's output."""
 
     phase = "agent_setup"
+    detailed = True
 
 
 class IncompatibleTaskImageError(BundleInstallError):

@@ -35,6 +35,7 @@ from osmosis_harbor.errors import (
     DockerEngineUnavailable,
     PrewarmError,
     SandboxSdkMissingError,
+    TrialPhaseError,
 )
 from osmosis_harbor.sandbox import live, pools
 from osmosis_harbor.sandbox.environment import SandboxEnvironment
@@ -57,6 +58,7 @@ _SYSTEMIC_MARKERS = (
     "registry unreachable",
 )
 _SYSTEMIC_TYPES = (DockerEngineUnavailable, SandboxSdkMissingError, PermissionError)
+DETAIL_LINES = 24  # a detailed error's lines kept: one screen with the summary around it
 
 
 class PrewarmTarget(Protocol):
@@ -125,9 +127,15 @@ def _is_systemic(exc: BaseException) -> bool:
     return isinstance(exc, _SYSTEMIC_TYPES) or any(m in text for m in _SYSTEMIC_MARKERS)
 
 
-def _one_line(exc: BaseException) -> str:
+def _summary(exc: BaseException) -> str:
+    """What a report and ``PrewarmError`` say of a failure: its first line, and for an error
+    whose further lines explain it (a build's failing step, exit code and output tail; pip's
+    output) those lines too, as bounded as the error made them."""
     text = f"{type(exc).__name__}: {exc}".strip()
-    return text.splitlines()[0][:400] if text else type(exc).__name__
+    lines = text.splitlines()
+    if isinstance(exc, TrialPhaseError) and exc.detailed:
+        return "\n".join([lines[0][:400], *lines[1:DETAIL_LINES]])
+    return lines[0][:400] if lines else type(exc).__name__
 
 
 async def _with_progress(notify: ProgressCallback, key: str, stage: str, timings: dict[str, float], coro):
@@ -162,7 +170,7 @@ class Prewarmer:
                 try:
                     prepared.append(await self._prepare(task_id))
                 except Exception as exc:
-                    failed[task_id] = _one_line(exc)
+                    failed[task_id] = _summary(exc)
             groups: dict[str, list[_Prepared]] = {}
             for item in prepared:
                 groups.setdefault(item.group_key, []).append(item)
@@ -181,7 +189,7 @@ class Prewarmer:
                     key=key,
                     environment_id=items[0].environment_id,
                     task_ids=[i.task_id for i in items],
-                    error=_one_line(outcome),
+                    error=_summary(outcome),
                 )
                 systemic = systemic or (outcome if _is_systemic(outcome) else None)
             else:
@@ -200,10 +208,10 @@ class Prewarmer:
             failed_tasks=failed,
         )
         if systemic is not None:
-            raise PrewarmError(f"prewarm failed for a systemic reason: {_one_line(systemic)}")
+            raise PrewarmError(f"prewarm failed for a systemic reason: {_summary(systemic)}")
         if task_ids and len(failed) == len(task_ids):
-            first = next(iter(failed.items()))
-            raise PrewarmError(f"prewarm failed for every task (first: {first[0]}: {first[1]})")
+            task_id, reason = next(iter(failed.items()))
+            raise PrewarmError(f"prewarm failed for every task; the first, {task_id}: {reason}")
         return report
 
     # ── steps ────────────────────────────────────────────────────────────────
@@ -269,7 +277,7 @@ class Prewarmer:
                 group.pool_note = await _with_progress(self.notify, key, "pool", timings, ensured)
             self.notify(key, "done")
         except Exception as exc:
-            group.error = _one_line(exc)
+            group.error = _summary(exc)
             self.notify(key, "failed")
             if _is_systemic(exc):
                 raise

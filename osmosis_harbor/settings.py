@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,10 +20,20 @@ from pathlib import Path
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-__all__ = ["Settings", "child_environment", "current", "host_variable", "scoped_variable", "use_bundled_model_prices"]
+__all__ = [
+    "Settings",
+    "child_environment",
+    "current",
+    "host_variable",
+    "scoped_variable",
+    "secret_values",
+    "use_bundled_model_prices",
+]
 
 DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
 MIB = 1024 * 1024
+_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL", re.IGNORECASE)
+_MIN_SECRET = 8
 
 
 class Settings(BaseSettings):
@@ -30,7 +41,9 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="OSMOSIS_HARBOR_", extra="ignore", frozen=True, env_ignore_empty=True)
 
-    bundles: Path | None = Field(None, description="the bundle wheel cache (default ./bundles)")
+    bundles: Path | None = Field(
+        None, description="the bundle wheel cache (default $XDG_CACHE_HOME/osmosis-harbor/bundles)"
+    )
     lock_dir: Path | None = Field(None, description="pool lock files (default $XDG_CACHE_HOME/osmosis-harbor/locks)")
     keep_home: bool = Field(False, description="`rollout` keeps the osmosis server's trajectories in ~/.osmosis")
     registry: str | None = Field(
@@ -45,6 +58,13 @@ class Settings(BaseSettings):
     )
     xdg_cache_home: Path | None = Field(None, validation_alias="XDG_CACHE_HOME")
     columns: int | None = Field(None, validation_alias="COLUMNS", description="result tables' width off a terminal")
+    rollout_port: int | None = Field(
+        None,
+        ge=1,
+        le=65535,
+        validation_alias="_OSMOSIS_ROLLOUT_PORT",
+        description="the port serve() listens on by default (osmosis-ai's harness sets it; else 8000)",
+    )
     task_roots: str | None = Field(
         None, description="directories (os.pathsep-separated) a request's local harbor_task may name besides tasks_dir"
     )
@@ -99,6 +119,10 @@ class Settings(BaseSettings):
     transfer_max_files: int = Field(50_000, gt=0, description="entries (files, dirs, links) per transfer")
     transfer_max_depth: int = Field(64, gt=0, description="path components per entry of a transfer")
     transfer_max_path_bytes: int = Field(1024, gt=0, description="bytes per entry's path in a transfer")
+    export_max_bytes: int = Field(
+        256 * MIB, gt=0, description="file bytes a rollout's artifacts and trial logs may bring to the artifact root"
+    )
+    export_max_files: int = Field(10_000, gt=0, description="files a rollout's export to the artifact root may copy")
     exec_output_max_bytes: int = Field(
         4 * MIB, gt=0, description="per stream, the tail of a command's stdout/stderr the Docker SDK keeps"
     )
@@ -166,10 +190,17 @@ class Settings(BaseSettings):
         return base / "osmosis-harbor" / "ledger.sqlite3"
 
     def bundle_cache(self) -> Path:
-        return self.bundles if self.bundles is not None else Path("bundles")
+        """The user cache, never the working directory: a run inside a project must not change
+        the project's files (a harness digests them to decide whether a run may resume)."""
+        if self.bundles is not None:
+            return self.bundles
+        base = self.xdg_cache_home or Path.home() / ".cache"
+        return base / "osmosis-harbor" / "bundles"
 
 
-_FOREIGN_NAMES = frozenset({"HARBOR_SKYPILOT_REGISTRY", "DOCKER_HOST", "XDG_CACHE_HOME", "COLUMNS"})
+_FOREIGN_NAMES = frozenset(
+    {"HARBOR_SKYPILOT_REGISTRY", "DOCKER_HOST", "XDG_CACHE_HOME", "COLUMNS", "_OSMOSIS_ROLLOUT_PORT"}
+)
 _PREFIX_BYTES = b"OSMOSIS_HARBOR_"
 _FOREIGN_BYTES = frozenset(name.encode() for name in _FOREIGN_NAMES)
 
@@ -211,6 +242,13 @@ def _parsed(relevant: tuple[tuple[str, str], ...] | tuple[tuple[bytes, bytes], .
 def host_variable(name: str) -> str | None:
     """A variable the user named explicitly (a sandbox secret, ``--api-key-env``)."""
     return os.environ.get(name)
+
+
+def secret_values() -> tuple[str, ...]:
+    """Values of this host's secret-looking variables, longest first: output that may echo them
+    (a sandbox's, a build's) is redacted of these before it is shown or kept."""
+    values = {v for k, v in os.environ.items() if _SECRET_NAME.search(k) and len(v) >= _MIN_SECRET}
+    return tuple(sorted(values, key=len, reverse=True))
 
 
 def child_environment(**overrides: str) -> dict[str, str]:

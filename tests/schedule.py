@@ -20,6 +20,7 @@ from .xdist_run import is_worker
 
 LONGEST_FIRST = [
     "test_bench_hygiene.py",
+    "test_eval_harness.py",
     "test_prewarm_and_lifecycle.py",
     "test_cli_rollout_prewarm.py",
     "test_admission.py",

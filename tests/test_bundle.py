@@ -275,9 +275,15 @@ def test_changed_byte_rebuilds(built: BundleInfo, project: Path) -> None:
 
 
 def test_cache_dir_defaults(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The default is the user cache, never the working directory (a run inside a project must
+    leave the project's files as they were)."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv(cache_mod.ENV_CACHE_DIR, raising=False)
-    assert cache_mod.cache_root(None) == tmp_path / "bundles"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache_mod.cache_root(None) == tmp_path / "xdg" / "osmosis-harbor" / "bundles"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert cache_mod.cache_root(None) == tmp_path / "home" / ".cache" / "osmosis-harbor" / "bundles"
     monkeypatch.setenv(cache_mod.ENV_CACHE_DIR, str(tmp_path / "env"))
     assert cache_mod.cache_root(None) == tmp_path / "env"
     assert cache_mod.cache_root(Path("explicit")) == tmp_path / "explicit"
@@ -285,8 +291,8 @@ def test_cache_dir_defaults(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> 
 
 def test_cache_inside_project_is_excluded(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(project)
-    monkeypatch.delenv(cache_mod.ENV_CACHE_DIR, raising=False)
-    first = build_bundle(project, workflow=WORKFLOW)  # ./bundles inside the project
+    monkeypatch.setenv(cache_mod.ENV_CACHE_DIR, "bundles")  # a cache inside the project, chosen
+    first = build_bundle(project, workflow=WORKFLOW)
     assert first.wheel.is_relative_to(project / "bundles")
     assert build(project, workflow=WORKFLOW).cached  # its own output did not change the key
     with pytest.raises(BundleError, match="project directory itself"):
@@ -439,6 +445,94 @@ def test_error_dynamic_dependencies_without_osmosis(tmp_path: Path) -> None:
     )
     (root / "requirements.txt").write_text("httpx\n")
     with pytest.raises(BundleError, match="osmosis-ai is missing from the dependencies .*dynamic"):
+        build_bundle(root, workflow="tiny_agent.flow:Flow", cache_dir=tmp_path / "cache")
+
+
+def test_host_only_dependencies_stay_out_of_the_sandbox(tmp_path: Path) -> None:
+    """osmosis-harbor, harbor and docker (any extras, any source, a local wheel included) serve
+    trials on the host: the wheel's METADATA and the requirements the image installs leave them
+    out, and keep everything else as declared."""
+    local_wheel = (tmp_path / "wheels" / "osmosis_harbor-0.1.0-py3-none-any.whl").as_uri()
+    deps = ", ".join(
+        f'"{d}"'
+        for d in (
+            "osmosis-ai>=0.3.8",
+            f"osmosis-harbor @ {local_wheel}",
+            "Harbor[skypilot]>=0.25",
+            "docker>=7; python_version >= '3.8'",
+            "httpx>=0.27",
+        )
+    )
+    root = make_project(tmp_path / "p", deps=deps)
+    pyproject = root / "pyproject.toml"
+    pyproject.write_text(
+        pyproject.read_text() + '\n[tool.uv.sources]\nosmosis-harbor = { path = "/x", editable = true }\n'
+    )
+    info = build_bundle(root, workflow="tiny_agent.flow:Flow", cache_dir=tmp_path / "cache")
+    assert info.dependencies == ["osmosis-ai>=0.3.8", "httpx>=0.27"]
+    with zipfile.ZipFile(info.wheel) as zf:
+        metadata = zf.read("tiny_agent-0.1.0.dist-info/METADATA").decode()
+    requires = [line for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
+    assert requires == ["Requires-Dist: osmosis-ai>=0.3.8", "Requires-Dist: httpx>=0.27"]
+    assert "Name: tiny-agent" in metadata and "Version: 0.1.0" in metadata  # the rest as built
+
+
+@pytest.mark.parametrize(
+    ("deps", "sources", "message"),
+    [
+        (
+            '"osmosis-ai>=0.3.8", "mylib @ file:///home/me/mylib"',
+            "",
+            r"'mylib @ file:///home/me/mylib' points at file:///home/me/mylib, a path on this machine .*"
+            r"published version .*\[dependency-groups\] dev",
+        ),
+        (
+            '"osmosis-ai>=0.3.8", "mylib"',
+            'mylib = { path = "../mylib", editable = true }',
+            r"\[tool.uv.sources\] .* takes mylib from the local path ../mylib.*\[dependency-groups\] dev",
+        ),
+        (
+            '"osmosis-ai>=0.3.8", "mylib"',
+            "mylib = { workspace = true }",
+            r"takes mylib from a uv workspace member",
+        ),
+        (
+            '"osmosis-ai>=0.3.8", "mylib"',
+            'mylib = { git = "https://example.com/mylib.git" }',
+            r"takes mylib from git https://example.com/mylib.git.*direct reference",
+        ),
+    ],
+)
+def test_local_dependencies_refused_before_any_build(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, deps: str, sources: str, message: str
+) -> None:
+    root = make_project(tmp_path / "p", deps=deps)
+    if sources:
+        (root / "pyproject.toml").write_text(
+            (root / "pyproject.toml").read_text() + f"\n[tool.uv.sources]\n{sources}\n"
+        )
+    monkeypatch.setattr(bundle_mod, "build_wheel", lambda *a, **k: pytest.fail("built despite the refusal"))
+    with pytest.raises(BundleError, match=message):
+        build_bundle(root, workflow="tiny_agent.flow:Flow", cache_dir=tmp_path / "cache")
+
+
+def test_local_dependency_of_a_build_backend_refused(tmp_path: Path) -> None:
+    """A dynamic dependency (or a backend's path dependency) shows only in the built METADATA:
+    refused there, before an image installs it; a host-only one is left out there too."""
+    root = make_project(tmp_path / "p")
+    pyproject = (
+        (root / "pyproject.toml")
+        .read_text()
+        .replace('dependencies = ["osmosis-ai>=0.3.8"]', 'dynamic = ["dependencies"]')
+    )
+    (root / "pyproject.toml").write_text(
+        pyproject + '\n[tool.setuptools.dynamic]\ndependencies = {file = ["requirements.txt"]}\n'
+    )
+    (root / "requirements.txt").write_text("osmosis-ai>=0.3.8\nosmosis-harbor @ file:///opt/oh.whl\n")
+    info = build_bundle(root, workflow="tiny_agent.flow:Flow", cache_dir=tmp_path / "cache")
+    assert info.dependencies == ["osmosis-ai>=0.3.8"]
+    (root / "requirements.txt").write_text("osmosis-ai>=0.3.8\nmylib @ file:///opt/mylib\n")
+    with pytest.raises(BundleError, match=r"the wheel built from .* requires 'mylib @ file:///opt/mylib'"):
         build_bundle(root, workflow="tiny_agent.flow:Flow", cache_dir=tmp_path / "cache")
 
 

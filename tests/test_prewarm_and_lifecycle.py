@@ -129,7 +129,11 @@ async def test_prewarm_failures_are_recorded_and_refused(tmp_path: Path, fake_ch
     shutil.copytree(FIXTURES / "broken" / "build-fails", dataset / "bad")
     backend = backend_for(tmp_path, tasks_dir=dataset, task_mode="dataset")
     report = await backend.prewarm(["good", "bad"])
-    assert report.failed == 1 and "bad" in report.failed_tasks and "docker build failed" in report.failed_tasks["bad"]
+    assert report.failed == 1 and "bad" in report.failed_tasks
+    # the failing step, its exit code and its output, not the first 400 characters of one line
+    head, *detail = report.failed_tasks["bad"].splitlines()
+    assert "docker build failed for" in head and "at step 2/8 (RUN echo" in head and head.endswith("exit code 1")
+    assert "build-fails fixture: this build fails on purpose" in detail
     assert backend.health()["failed_prewarm_tasks"].keys() == {"bad"}
     async with serve(backend) as url, client_for(url) as client:
         refused = await client.run_rollout(
@@ -143,8 +147,9 @@ async def test_prewarm_failures_are_recorded_and_refused(tmp_path: Path, fake_ch
     assert refused.err_category is RolloutErrorCategory.VALIDATION_ERROR
     # every task failing means the server must not start
     only_bad = backend_for(tmp_path, tasks_dir=dataset, task_mode="dataset")
-    with pytest.raises(PrewarmError, match="every task"):
+    with pytest.raises(PrewarmError, match="every task") as failed:
         await only_bad.prewarm(["bad"])
+    assert "exit code 1" in str(failed.value) and "this build fails on purpose" in str(failed.value)
 
 
 async def test_a_failed_prewarm_lifespan_leaves_no_temporary_directory(

@@ -7,6 +7,7 @@ section without a runner here: a new example in the README needs a test before i
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -210,6 +211,44 @@ def run_bundle(b: Block, tmp_path: Path) -> None:
     assert (info["agent_script"], info["grade_script"]) == ("calc-agent-agent", "calc-agent-grade")
 
 
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def run_eval_walkthrough(b: Block, tmp_path: Path) -> None:
+    """The walk-through as one script, with ``~`` a home of the test's own (uv keeps its own cache,
+    as it would for you) and the scripted model on a free port instead of 8401 (the machine is
+    shared): the run ends with five rows of six passed, and the answers where the platform looks."""
+    home = tmp_path / "home"
+    home.mkdir()
+    uv_cache = os.environ.get("UV_CACHE_DIR") or str(Path.home() / ".cache" / "uv")
+    env = {**os.environ, "HOME": str(home), "UV_CACHE_DIR": uv_cache, "COLUMNS": "200"}
+    assert b.body.count("8401") == 2
+    script = "set -e\n" + b.body.replace("8401", str(_free_port()))
+    with subprocess.Popen(
+        ["bash", "-c", script],
+        cwd=REPO,
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    ) as shell:
+        try:
+            stdout, stderr = shell.communicate(timeout=900)
+        finally:  # the backgrounded model too, should the script stop before its kill
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(shell.pid, signal.SIGKILL)
+    assert shell.returncode == 0, stdout[-4000:] + stderr[-4000:]
+    assert "83.3% (5/6 scored" in stdout
+    (run,) = (home / "calc-eval" / ".osmosis" / "evals").glob("*-*")
+    assert (run / "artifacts" / "row_0_run_0" / "answer.txt").read_text() == "42\n"
+
+
 RUNNERS: dict[tuple[str, str], Callable[[Path], None]] = {
     ("Two commands", "bash"): lambda t: run_two_commands(block("Two commands", "bash"), t),
     ("Offline base images", "bash"): lambda t: run_base_images(block("Offline base images", "bash"), t),
@@ -228,6 +267,9 @@ RUNNERS: dict[tuple[str, str], Callable[[Path], None]] = {
         block("Prewarm, warm pools, admission, status and cancel", "bash"), t
     ),
     ("Bundles", "bash"): lambda t: run_bundle(block("Bundles", "bash"), t),
+    ("Evaluating with `osmosis eval run`", "bash"): lambda t: run_eval_walkthrough(
+        block("Evaluating with `osmosis eval run`", "bash"), t
+    ),
 }
 
 

@@ -168,7 +168,9 @@ async def test_a_missing_base_is_built_once_and_another_build_failure_is_retried
     report = await validate_tasks(tasks, environment=environment_config("docker"), n_concurrent=2)
     rows = {r.id: r for r in report.tasks}
     assert rows["missing-base"].error.startswith("BaseImageMissingError: base image ubuntu:26.04")
-    assert rows["build-fails"].error.startswith("ImageBuildError: ")
+    head, *detail = rows["build-fails"].error.splitlines()
+    assert head.startswith("ImageBuildError: docker build failed for") and head.endswith("exit code 1")
+    assert "at step 2/3 (RUN echo" in head and "build-fails fixture: this build fails on purpose" in detail
     assert calls == {"missing-base": 1, "build-fails": 2}  # the retry is real, and skipped for a missing base
 
 

@@ -31,6 +31,7 @@ from osmosis_harbor.errors import (
     WorkflowFailedError,
     WrongBundleError,
 )
+from osmosis_harbor.sandbox.build_failure import last_lines
 from osmosis_harbor.sandbox.contract_files import FileKind, read_json
 from osmosis_harbor.shim import contract
 from osmosis_harbor.shim.errors import Redactor
@@ -282,6 +283,6 @@ async def install_bundle(
     if result.return_code != 0:
         output = ((result.stdout or "") + (result.stderr or "")).strip()
         raise BundleInstallError(
-            f"installing {wheel.name} in the sandbox failed (exit {result.return_code}): "
-            + "\n".join(output.splitlines()[-15:])
+            f"installing {wheel.name} in the sandbox failed (exit {result.return_code}); pip's last lines:\n"
+            + last_lines(output)
         )

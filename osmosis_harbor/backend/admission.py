@@ -12,7 +12,7 @@ from osmosis_harbor.backend.options import BackendOptions
 from osmosis_harbor.sandbox.options import SandboxOptions
 from osmosis_harbor.shim import contract
 
-__all__ = ["MAX_ROLLOUT_ID_BYTES", "endpoint_problem", "relays_endpoint", "request_problem"]
+__all__ = ["MAX_ROLLOUT_ID_BYTES", "endpoint_problem", "relays_endpoint", "request_problem", "requires_public_url"]
 
 # The rollout id reaches the sandbox as ``OSMOSIS_ROLLOUT_ID=<id>`` in the workflow's exec
 # environment; Linux caps one environment string at 128 KiB (MAX_ARG_STRLEN), NUL included.
@@ -73,6 +73,15 @@ def relays_endpoint(options: BackendOptions, environment: EnvironmentConfig, url
         and not sandbox.host_network
         and _relays(sandbox)
     )
+
+
+def requires_public_url(options: BackendOptions, environment: EnvironmentConfig) -> bool:
+    """Whether the chat endpoint must be reachable from beyond this machine: a model client in
+    the sandbox, sandboxes that do not reach this host's loopback (no relay, no host network)."""
+    if options.is_native and options.agent == "oracle":
+        return False
+    sandbox = SandboxOptions.of(environment)
+    return _client_in_sandbox(options) and not sandbox.host_network and not _relays(sandbox)
 
 
 def _client_in_sandbox(options: BackendOptions) -> bool:

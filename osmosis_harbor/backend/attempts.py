@@ -46,6 +46,7 @@ from osmosis_harbor.sandbox import live
 from osmosis_harbor.sandbox.head_start import head_start_scope
 from osmosis_harbor.sandbox.liveness import loss_scope
 from osmosis_harbor.sandbox.starts import SandboxStarts, starts_scope
+from osmosis_harbor.trials.export import export_rollout_files
 from osmosis_harbor.trials.naming import trial_name as make_trial_name
 
 __all__ = ["Attempt", "TrialRunner"]
@@ -123,10 +124,14 @@ class TrialRunner:
             succeeded = outcome.result.status is RolloutStatus.SUCCESS
             return outcome
         finally:  # every other ending too: cancelled, refused, our own task cancelled
-            await asyncio.to_thread(self._close_trial, trial_dir, succeeded and cleanup_success)
+            await asyncio.to_thread(self._close_trial, trial_dir, succeeded and cleanup_success, attempt)
 
-    def _close_trial(self, trial_dir: Path, remove: bool) -> None:
+    def _close_trial(self, trial_dir: Path, remove: bool, exported: Attempt | None = None) -> None:
+        """Seal the trial directory; copy ``exported``'s files to the platform's artifact root
+        from it (``trials.export``), then remove it when asked."""
         self.custody.seal(trial_dir)  # a no-op when already sealed
+        if exported is not None:
+            export_rollout_files(trial_dir, exported.request.id, exported.plan.steps)
         if remove:
             shutil.rmtree(trial_dir, True)
 

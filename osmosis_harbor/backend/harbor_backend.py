@@ -142,7 +142,7 @@ class HarborBackend(ExecutionBackend):
 
         A yes reserves a queue place until that rollout's execute() starts, so a burst of
         concurrent POSTs cannot overshoot ``max_queue_depth``."""
-        if not self.lifecycle.accepting:
+        if not (self.lifecycle.accepting and self.lifecycle.ready):  # 429 while prewarm runs
             return False
         depth = self.max_queue_depth
         if depth is not None and self.tracker.queued() >= depth:
@@ -212,7 +212,7 @@ class HarborBackend(ExecutionBackend):
 
     def health(self) -> dict[str, Any]:
         return {
-            **self.lifecycle.health(max_queue_depth=self.max_queue_depth),
+            **self.lifecycle.health(max_queue_depth=self.max_queue_depth, max_concurrent=self.gate.capacity),
             **self.starts.state(),
             "waiting_for_slot": self.gate.waiting,  # admitted, waiting for one of the queue's slots
         }
@@ -220,6 +220,9 @@ class HarborBackend(ExecutionBackend):
     async def shutdown(self) -> None:
         await self.lifecycle.shutdown()
         await self.relay.aclose()
+        # After its sandboxes and pools are gone: a local SDK server this process started
+        # (the emulator's on-demand one) stops with it; one that was already running stays.
+        await asyncio.to_thread(implementation(self.lifecycle.sdk_name).stop_local_servers)
 
     # ── serving lifecycle (see lifecycle.py) ─────────────────────────────────
     async def prewarm(
@@ -233,9 +236,11 @@ class HarborBackend(ExecutionBackend):
         (``pool_size="auto"``: sized from the observed claim rate while serving)."""
         return await self.lifecycle.prewarm(task_ids, pool_size=pool_size, on_progress=on_progress)
 
-    def prewarm_lifespan(self, task_ids: Sequence[str] | None = None) -> Any:
-        """An ASGI lifespan for ``create_rollout_server(lifespan=...)``: prewarm, then serve."""
-        return self.lifecycle.prewarm_lifespan(task_ids)
+    def prewarm_lifespan(self, task_ids: Sequence[str] | None = None, *, background: bool = False) -> Any:
+        """An ASGI lifespan for ``create_rollout_server(lifespan=...)``: prewarm, then serve.
+        ``background=True`` serves during prewarm (``/health`` shows its progress, rollouts get
+        429 until it is done): what a harness with a start-up timeout needs."""
+        return self.lifecycle.prewarm_lifespan(task_ids, background=background)
 
     def materialize(self, task: ResolvedTask, dest: Path, *, request: ExecutionRequest | None) -> MaterializedTask:
         """The per-rollout task copy (``request=None``: the copy a graded rollout runs, which

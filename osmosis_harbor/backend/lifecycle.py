@@ -25,9 +25,11 @@ from osmosis_ai.rollout.types import ExecutionRequest
 
 from osmosis_harbor.agents.native import native_agent_config, scoped_api_key
 from osmosis_harbor.agents.workflow import VENV, bundle_check_command, install_bundle, wrong_bundle_line
+from osmosis_harbor.backend.admission import requires_public_url
 from osmosis_harbor.backend.autoscale import AutoscalePolicy, PoolAutoscaler
 from osmosis_harbor.backend.options import BackendOptions
 from osmosis_harbor.backend.plan import Planner, Refusal
+from osmosis_harbor.backend.startup import BackgroundPrewarm
 from osmosis_harbor.backend.tracker import RolloutTracker
 from osmosis_harbor.bundle.info import BundleInfo
 from osmosis_harbor.errors import BundleInstallError, ConfigError
@@ -127,6 +129,12 @@ class BackendLifecycle:
         self._shutdown_run: asyncio.Future[None] | None = None  # the one shutdown, once started
         self.starts: SandboxStarts | None = None  # the backend's start bound, which prewarm keeps too
         self.autoscaler: PoolAutoscaler | None = None  # pool_size="auto": started after prewarm
+        self.startup: BackgroundPrewarm | None = None  # a prewarm the server serves during
+
+    @property
+    def ready(self) -> bool:
+        """Whether rollouts may be admitted: not while a background prewarm runs (or failed)."""
+        return self.startup is None or self.startup.ready
 
     @property
     def sdk_name(self) -> str:
@@ -235,13 +243,26 @@ class BackendLifecycle:
         )
         self.autoscaler.start()
 
-    def prewarm_lifespan(self, task_ids: Sequence[str] | None = None) -> Callable[[Any], Any]:
-        """An ASGI lifespan for ``create_rollout_server(lifespan=...)``: prewarm, then serve."""
+    def prewarm_lifespan(
+        self, task_ids: Sequence[str] | None = None, *, background: bool = False
+    ) -> Callable[[Any], Any]:
+        """An ASGI lifespan for ``create_rollout_server(lifespan=...)``: prewarm, then serve;
+        ``background=True``: serve at once, ready for rollouts once prewarm is done
+        (``backend.startup``)."""
 
         @contextlib.asynccontextmanager
-        async def lifespan(_app: Any) -> AsyncIterator[None]:
-            await self.prewarm(task_ids)
-            yield
+        async def lifespan(app: Any) -> AsyncIterator[None]:
+            if not background:
+                await self.prewarm(task_ids)
+                yield
+                return
+            startup = BackgroundPrewarm(len(self.default_prewarm_task_ids(task_ids)))
+            self.startup = startup
+            startup.start(lambda progress: self.prewarm(task_ids, on_progress=progress), app)
+            try:
+                yield
+            finally:
+                await startup.stop()
 
         return lifespan
 
@@ -277,10 +298,20 @@ class BackendLifecycle:
             print(f"HarborBackend shutdown: could not remove {problem}", flush=True)
 
     # ── health ────────────────────────────────────────────────────────────────
-    def health(self, *, max_queue_depth: int | None) -> dict[str, Any]:
+    def health(self, *, max_queue_depth: int | None, max_concurrent: int) -> dict[str, Any]:
+        """The backend's state, in the shape osmosis-ai's own Harbor backend reports it (the
+        harness reads ``chat_endpoint`` to choose a tunnel, and its in-flight capacity from
+        ``max_queue_depth``, else ``concurrency.max_concurrent``), plus ours."""
         counts = self.tracker.counts()
         return {
-            "status": "ok" if self.accepting else "shutting_down",
+            "status": self._status(),
+            "ready": self.accepting and self.ready,
+            "startup": None if self.startup is None else self.startup.state(),
+            "chat_endpoint": {
+                "environment": environment_label(self.environment_config),
+                "requires_public_url": requires_public_url(self.options, self.environment_config),
+            },
+            "concurrency": {"max_concurrent": max_concurrent},
             "backend": "harbor",
             "environment": environment_label(self.environment_config),
             "agent": self.options.agent_label(),
@@ -297,3 +328,10 @@ class BackendLifecycle:
             "pools": pools.health(self.sdk_name, self.task_pools.values()),
             "autoscale": None if self.autoscaler is None else self.autoscaler.state(),
         }
+
+    def _status(self) -> str:
+        if not self.accepting:
+            return "shutting_down"
+        if self.startup is not None and not self.startup.ready:
+            return "starting" if self.startup.error is None else "failed"
+        return "ok"

@@ -36,6 +36,7 @@ from osmosis_harbor.bundle.cache import (
 from osmosis_harbor.bundle.info import BundleInfo, inspect_bundle
 from osmosis_harbor.bundle.pep517 import build_wheel
 from osmosis_harbor.bundle.project import Project, declares_osmosis, load_project
+from osmosis_harbor.bundle.requirements import sandbox_requirements
 from osmosis_harbor.bundle.shim import load_shim
 from osmosis_harbor.bundle.targets import Targets, resolve_targets, verify_targets
 from osmosis_harbor.bundle.wheel import (
@@ -74,7 +75,8 @@ def build_bundle(
     ``workflow``/``grader`` are ``AgentWorkflow``/``Grader`` classes or their
     ``"module:Class"`` import paths; the configs are module-level config objects or
     their ``"module:name"`` paths. All of them must live in the project's package.
-    The cache is *cache_dir*, else ``$OSMOSIS_HARBOR_BUNDLES``, else ``./bundles``.
+    The cache is *cache_dir*, else ``$OSMOSIS_HARBOR_BUNDLES``, else
+    ``$XDG_CACHE_HOME/osmosis-harbor/bundles`` (never the working directory).
     Raises :class:`BundleError` on any problem with the project or the arguments.
     """
     return build(
@@ -129,7 +131,7 @@ def build(
             shutil.copy(project.root / rel, stage / rel)
         built, isolated = build_wheel(stage, tmp / "dist", label=project.root)
         entries = read_entries(built)
-        _check_built_dependencies(project, entries, built)
+        _check_built_dependencies(project, entries, built)  # before any image installs them
         grafted = graft(
             entries,
             wheel=built,
@@ -147,10 +149,13 @@ def build(
 
 
 def _check_built_dependencies(project: Project, entries: dict[str, bytes], wheel: Path) -> None:
-    """With dynamic dependencies, only the built METADATA can show osmosis-ai."""
+    """The built METADATA is what the sandbox installs: no dependency on a path of this machine
+    (dynamic dependencies, or a build backend's own path dependencies, appear only there), and,
+    with dynamic dependencies, osmosis-ai among them."""
+    requires = read_metadata(entries, dist_info_dir(entries, wheel), wheel).requires_dist
+    sandbox_requirements(requires, f"the wheel built from {project.root}")
     if not project.dynamic_dependencies:
         return
-    requires = read_metadata(entries, dist_info_dir(entries, wheel), wheel).requires_dist
     if not declares_osmosis([r for r in requires if "extra" not in r.partition(";")[2]]):
         raise BundleError(
             f"osmosis-ai is missing from the dependencies of {project.root} (dynamic dependencies as "

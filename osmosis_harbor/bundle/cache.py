@@ -35,7 +35,7 @@ __all__ = [
     "workspace",
 ]
 
-FORMAT_VERSION = "osmosis-harbor-bundle/1"  # bump whenever the bundler changes what it writes
+FORMAT_VERSION = "osmosis-harbor-bundle/2"  # bump whenever the bundler changes what it writes
 ENV_CACHE_DIR = "OSMOSIS_HARBOR_BUNDLES"
 KEY_PREFIX_LEN = 16
 STALE_SCRATCH_SEC = 6 * 3600  # scratch dirs of builders that died are removed after this
@@ -43,7 +43,7 @@ _CHUNK = 1 << 20
 
 
 def cache_root(cache_dir: Path | None) -> Path:
-    """``cache_dir``, else ``$OSMOSIS_HARBOR_BUNDLES``, else ``./bundles``; made absolute."""
+    """``cache_dir``, else ``$OSMOSIS_HARBOR_BUNDLES``, else the user cache; made absolute."""
     chosen = cache_dir if cache_dir is not None else settings.current().bundle_cache()
     return Path(os.path.abspath(Path(chosen).expanduser()))
 

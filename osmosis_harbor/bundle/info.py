@@ -6,9 +6,9 @@ import configparser
 import json
 from pathlib import Path
 
-from packaging.requirements import InvalidRequirement, Requirement
 from pydantic import BaseModel, ConfigDict
 
+from osmosis_harbor.bundle.requirements import sandbox_requirements
 from osmosis_harbor.bundle.wheel import (
     BUNDLE_METADATA,
     dist_info_dir,
@@ -36,7 +36,7 @@ class BundleInfo(BaseModel):
     workflow_config: str | None
     grader: str | None
     grader_config: str | None
-    dependencies: list[str]  # the wheel's Requires-Dist, extra-gated ones left out
+    dependencies: list[str]  # what the sandbox installs: Requires-Dist, extra-gated and host-only ones left out
     shim_version: str
 
     @property
@@ -80,9 +80,11 @@ def inspect_bundle(wheel: Path) -> BundleInfo:
             workflow_config=data.get("workflow_config"),
             grader=data.get("grader"),
             grader_config=data.get("grader_config"),
-            dependencies=[r for r in meta.requires_dist if not _extra_gated(r)],
+            dependencies=sandbox_requirements(meta.requires_dist, wheel.name),
             shim_version=data["shim_version"],
         )
+    except BundleError:  # a requirement the sandbox cannot install: said as such
+        raise
     except (ValueError, KeyError, TypeError) as exc:
         raise BundleError(f"{wheel.name}: unreadable bundle metadata ({exc}); rebuild the bundle") from None
     _check_scripts(entries, dist_info, info)
@@ -99,11 +101,3 @@ def _check_scripts(entries: dict[str, bytes], dist_info: str, info: BundleInfo) 
                 f"{info.wheel.name} does not declare the console script {name} = {target}; "
                 "the wheel was modified after bundling: rebuild it"
             )
-
-
-def _extra_gated(spec: str) -> bool:
-    try:
-        marker = Requirement(spec).marker
-    except InvalidRequirement:
-        return False
-    return marker is not None and "extra" in str(marker)

@@ -11,6 +11,7 @@ from typing import Any
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
+from osmosis_harbor.bundle.requirements import check_declared
 from osmosis_harbor.errors import BundleError
 
 __all__ = ["Project", "load_project", "declares_osmosis", "OSMOSIS_DISTRIBUTION", "CACHEDIR_TAG"]
@@ -110,6 +111,7 @@ def load_project(code_dir: Path, *, exclude: Path | None = None) -> Project:
         )
     if "dependencies" not in project_table.get("dynamic", []):
         _check_osmosis_dependency(project_table.get("dependencies", []), pyproject_path)
+        check_declared(pyproject, pyproject_path)
     package, package_root = _find_package(root)
     files = tuple(_walk(root, exclude=exclude))
     return Project(root=root, pyproject=pyproject, package=package, package_root=package_root, files=files)

@@ -19,6 +19,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from osmosis_harbor.bundle.requirements import is_host_only
 from osmosis_harbor.bundle.shim import SHIM_PACKAGE, Shim
 from osmosis_harbor.bundle.targets import Targets
 from osmosis_harbor.errors import BundleError
@@ -111,6 +112,7 @@ def graft(
     if clashes:
         raise BundleError(f"the project's wheel already contains {clashes[0]}, a name reserved for the bundle")
     out = {name: data for name, data in entries.items() if name not in {f"{dist_info}/{s}" for s in _SIGNATURES}}
+    out[f"{dist_info}/METADATA"] = without_host_requirements(entries[f"{dist_info}/METADATA"])
     for rel, source in shim.files.items():
         out[f"{SHIM_PACKAGE}/{rel}"] = source
     out[f"{module}.py"] = _entry_module(targets).encode()
@@ -130,6 +132,24 @@ def graft(
     metadata = json.dumps(bundle_metadata, indent=2, sort_keys=True) + "\n"
     out[f"{dist_info}/{BUNDLE_METADATA}"] = metadata.encode()
     return out
+
+
+def without_host_requirements(metadata: bytes) -> bytes:
+    """``METADATA`` without the ``Requires-Dist`` headers of host-only packages
+    (``requirements.HOST_ONLY``), so that pip in the sandbox never tries to install them."""
+    head, blank, body = metadata.partition(b"\n\n")
+    kept: list[bytes] = []
+    dropping = False
+    for line in head.split(b"\n"):
+        if line[:1] in (b" ", b"\t"):  # a folded header continues the one above
+            if not dropping:
+                kept.append(line)
+            continue
+        name, _, value = line.partition(b":")
+        dropping = name.strip().lower() == b"requires-dist" and is_host_only(value.strip().decode())
+        if not dropping:
+            kept.append(line)
+    return b"\n".join(kept) + blank + body
 
 
 def _entry_module(targets: Targets) -> str:

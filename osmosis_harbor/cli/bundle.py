@@ -8,10 +8,15 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from osmosis_harbor import settings
 from osmosis_harbor.bundle.builder import build
 from osmosis_harbor.bundle.cache import ENV_CACHE_DIR
 from osmosis_harbor.cli.common import EXIT_USAGE
 from osmosis_harbor.errors import BundleError
+
+# The explicit export lands where you run it (the repository's own bundles/ holds such wheels);
+# runs build into the user cache instead (settings.Settings.bundle_cache).
+DEFAULT_OUT = Path("bundles")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -25,7 +30,12 @@ def _parser() -> argparse.ArgumentParser:
     add("--workflow-config", metavar="MOD:OBJ", help="a module-level AgentWorkflowConfig")
     add("--grader", metavar="MOD:CLS", help="the Grader class; adds the <pkg>-grade script")
     add("--grader-config", metavar="MOD:OBJ", help="a module-level GraderConfig")
-    add("--out", metavar="DIR", type=Path, help=f"the bundle cache (default: ${ENV_CACHE_DIR}, else ./bundles)")
+    add(
+        "--out",
+        metavar="DIR",
+        type=Path,
+        help=f"where the wheel goes, as a content-addressed cache (default: ${ENV_CACHE_DIR}, else ./{DEFAULT_OUT})",
+    )
     add("--json", action="store_true", help="print the result as JSON")
     return parser
 
@@ -50,7 +60,7 @@ def cli_main(argv: Sequence[str] | None = None) -> int:
             workflow_config=args.workflow_config,
             grader=args.grader,
             grader_config=args.grader_config,
-            cache_dir=args.out,
+            cache_dir=args.out or settings.current().bundles or DEFAULT_OUT,
         )
     except BundleError as exc:
         if args.json:

@@ -90,4 +90,7 @@ def add_agent_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--grader", metavar="MOD:CLS", help="an Osmosis Grader (else the task's own tests)")
     parser.add_argument("--grader-config", metavar="MOD:OBJ")
     parser.add_argument("--code-dir", help="the workflow project (pyproject.toml + one package)")
-    parser.add_argument("--bundles-dir", help="bundle cache (default ./bundles)")
+    parser.add_argument(
+        "--bundles-dir",
+        help="bundle cache (default $OSMOSIS_HARBOR_BUNDLES, else $XDG_CACHE_HOME/osmosis-harbor/bundles)",
+    )

@@ -20,12 +20,14 @@ from pathlib import Path
 from typing import override
 
 from harbor.environments.skypilot import SkypilotEnvironment
-from tenacity import retry, retry_if_not_exception_type, stop_after_attempt, wait_exponential
+from tenacity import retry, retry_if_exception, stop_after_attempt, wait_exponential
 
 from osmosis_harbor.errors import BaseImageMissingError, ImageBuildError
 from osmosis_harbor.sandbox.base_images import missing_base_error
+from osmosis_harbor.sandbox.build_failure import last_lines, parse_build_failure
 from osmosis_harbor.sandbox.images import (
     BUILD_COORDINATOR,
+    build_detached,
     build_image,
     local_image_exists,
     registry_image_exists,
@@ -38,8 +40,6 @@ __all__ = ["ImageResolution", "declares_baked_layout"]
 
 LOCAL_IMAGE_NAMESPACE = "osmosis-harbor"
 SHARED_REPOSITORY = "osmosis-harbor-env"
-# How much of a failed build's output an ImageBuildError carries.
-BUILD_LOG_LINES = 25
 # Harbor's build and push, without Harbor's retry (ours, around it, knows a missing base).
 HARBOR_BUILD_ONCE = SkypilotEnvironment._build_and_push_image.retry_with(stop=stop_after_attempt(1))
 
@@ -52,6 +52,12 @@ def declares_baked_layout(dockerfile: Path) -> bool:
     except OSError:
         return False
     return any(line.startswith(contract.BAKED_BUNDLE_COMMENT) for line in text.splitlines())
+
+
+def _worth_retrying(error: BaseException) -> bool:
+    """A failed build is tried once more, except a missing base image (it stays missing) and a
+    cancellation (tenacity would otherwise swallow it and build again)."""
+    return isinstance(error, Exception) and not isinstance(error, BaseImageMissingError)
 
 
 class ImageResolution(SkypilotEnvironment):
@@ -99,7 +105,7 @@ class ImageResolution(SkypilotEnvironment):
     @retry(
         stop=stop_after_attempt(2),
         wait=wait_exponential(multiplier=2, min=5, max=60),
-        retry=retry_if_not_exception_type(BaseImageMissingError),  # a missing base stays missing
+        retry=retry_if_exception(_worth_retrying),
         reraise=True,
     )
     @override
@@ -111,7 +117,7 @@ class ImageResolution(SkypilotEnvironment):
         ref = self._image_ref
         if self._local_only:
             self.logger.debug(f"Building image {ref}")
-            await asyncio.to_thread(build_image, self.environment_dir, self._dockerfile_path, ref, self._platform)
+            await build_detached(build_image, self.environment_dir, self._dockerfile_path, ref, self._platform)
             return
         try:
             await HARBOR_BUILD_ONCE(self)
@@ -121,14 +127,21 @@ class ImageResolution(SkypilotEnvironment):
 
     def _build_error(self, ref: str, harbor_message: str) -> ImageBuildError:
         """Harbor's build failure (a RuntimeError carrying the whole build output) as ours: a
-        missing base image named with its remedy, or the build's last line as the first (the one
-        a trial's report keeps; the output's first is Docker's legacy-builder notice) and the
-        output's tail (phase ``environment``)."""
+        missing base image named with its remedy, or, first, the failing step and its exit code
+        (a trial's report keeps the first line; Harbor's output starts with Docker's legacy-builder
+        notice), then the step's output tail (phase ``environment``)."""
         lines = harbor_message.splitlines()
         last = next((line for line in reversed(lines) if line.strip()), "")
         missing = missing_base_error(self._dockerfile_path, ref, local_image_exists, last)
-        cause = f"docker build failed for {ref}: {last.strip()}"
-        return missing or ImageBuildError("\n".join([cause, *lines[-BUILD_LOG_LINES:]]))
+        if missing is not None:
+            return missing
+        prefix = f"docker build failed for {ref}: "
+        output = harbor_message.removeprefix(prefix) if harbor_message.startswith(prefix) else harbor_message
+        if harbor_message.startswith(f"docker push failed for {ref}"):
+            return ImageBuildError(
+                "\n".join(lines[:1] + [last_lines("\n".join(lines[1:]))]).rstrip(), engine_error=last
+            )
+        return ImageBuildError(parse_build_failure(ref, output, last).message(), engine_error=last)
 
     async def prepare_image(self, force_build: bool = False) -> tuple[str | None, bool]:
         """Make this environment's image available; returns (reference, built-by-this-call).

@@ -19,6 +19,7 @@ import threading
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import docker
 import docker.errors
@@ -26,6 +27,7 @@ import docker.errors
 from osmosis_harbor.errors import ImageBuildError
 from osmosis_harbor.sandbox import image_holds
 from osmosis_harbor.sandbox.base_images import missing_base_error
+from osmosis_harbor.sandbox.build_failure import parse_build_failure
 
 logger = logging.getLogger(__name__)
 
@@ -165,9 +167,33 @@ class ImageBuildCoordinator:
 BUILD_COORDINATOR = ImageBuildCoordinator()
 
 
-def _build_log_tail(lines: list[str], n: int = 25) -> str:
-    text = "".join(lines).rstrip()
-    return "\n".join(text.splitlines()[-n:])
+async def build_detached(build: Callable[..., None], *args: Any) -> None:
+    """``build(*args)`` (``build_image``) in a daemon thread of its own. Why: a build cannot be
+    interrupted from another thread, and an executor thread would hold a stopping process until
+    the build ends (minutes for a first build); a daemon thread dies with the process, whose
+    engine connection closing stops the build. Cancelling this coroutine stops the wait only."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[None] = loop.create_future()
+
+    def settle(error: BaseException | None) -> None:
+        if done.done():
+            return
+        if error is None:
+            done.set_result(None)
+        else:
+            done.set_exception(error)
+
+    def work() -> None:
+        error: BaseException | None = None
+        try:
+            build(*args)
+        except BaseException as exc:  # handed to the awaiting coroutine
+            error = exc
+        with contextlib.suppress(RuntimeError):  # the loop closed: nobody is waiting any more
+            loop.call_soon_threadsafe(settle, error)
+
+    threading.Thread(target=work, name="osmosis-harbor-build", daemon=True).start()
+    await done
 
 
 def build_image(context_dir: Path, dockerfile: Path, ref: str, platform: str | None) -> None:
@@ -178,7 +204,7 @@ def build_image(context_dir: Path, dockerfile: Path, ref: str, platform: str | N
     try:
         _build(context_dir, dockerfile, ref, platform)
     except ImageBuildError as exc:
-        missing = missing_base_error(dockerfile, ref, local_image_exists, str(exc).split(": ", 1)[-1])
+        missing = missing_base_error(dockerfile, ref, local_image_exists, exc.engine_error)
         if missing is not None:
             raise missing from None
         raise
@@ -201,12 +227,12 @@ def _build(context_dir: Path, dockerfile: Path, ref: str, platform: str | None) 
             if "stream" in chunk:
                 log.append(chunk["stream"])
             if "error" in chunk:
-                log.append(chunk["error"] + "\n")
-                raise ImageBuildError(
-                    f"docker build failed for {ref}: {chunk['error'].strip()}\n{_build_log_tail(log)}"
-                )
+                error = str(chunk["error"]).strip()
+                failure = parse_build_failure(ref, "".join(log), error)
+                raise ImageBuildError(failure.message(), engine_error=error)
     except docker.errors.APIError as exc:
-        raise ImageBuildError(f"docker build failed for {ref}: {exc.explanation or exc}") from exc
+        error = str(exc.explanation or exc)
+        raise ImageBuildError(f"docker build failed for {ref}: {error}", engine_error=error) from exc
 
 
 def push_image(ref: str) -> None:

@@ -54,7 +54,9 @@ class SandboxImplementation:
     by one backend (``sandbox.starts``): what the provider's create rate comfortably takes.
     ``records_exec_results``: an exec's result is read over an API that may fault after the
     command started, so each exec keeps its result in the sandbox for a re-read
-    (``exec_records.py``)."""
+    (``exec_records.py``). ``local_server``: ``module:function`` stopping what this process
+    started on this machine to serve the SDK (the emulator's on-demand server), called by
+    ``stop_local_servers`` when a backend shuts down."""
 
     name: str
     module: str
@@ -65,6 +67,14 @@ class SandboxImplementation:
     default_registry: str | None = None
     max_concurrent_starts: int = 8
     records_exec_results: bool = False
+    local_server: str | None = None
+
+    def stop_local_servers(self) -> list[str]:
+        """Stop the local servers this process started for this SDK (none for most SDKs)."""
+        if self.local_server is None:
+            return []
+        module, _, function = self.local_server.partition(":")
+        return list(getattr(importlib.import_module(module), function)())
 
     def load(self) -> SandboxSdk:
         try:
@@ -114,6 +124,7 @@ register(
         relays_host_endpoint=True,
         max_concurrent_starts=32,
         records_exec_results=True,
+        local_server="osmosis_harbor.sandbox.emulator.launcher:stop_started_servers",
     )
 )
 DEFAULT_SDK = "skypilot"

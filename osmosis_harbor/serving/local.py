@@ -23,6 +23,7 @@ import uvicorn
 from osmosis_ai.rollout.types import RolloutResultResponse
 
 from osmosis_harbor import settings
+from osmosis_harbor.backend.startup import STOP_HOOK
 
 
 def _free_port() -> int:
@@ -69,6 +70,11 @@ async def serve_locally(
     port = _free_port()
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
     server = _SignalledServer(config, asyncio.get_running_loop(), on_signal)
+
+    def stop(_reason: str) -> None:  # the app's STOP_HOOK (a background prewarm failed)
+        server.should_exit = True
+
+    setattr(app.state, STOP_HOOK, stop)
     task = asyncio.create_task(server.serve())
     try:
         while not server.started:

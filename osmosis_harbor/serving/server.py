@@ -24,6 +24,8 @@ import uvicorn
 from fastapi import FastAPI, HTTPException
 from osmosis_ai.rollout.backend.base import ExecutionBackend
 
+from osmosis_harbor import settings
+from osmosis_harbor.backend.startup import STOP_HOOK
 from osmosis_harbor.serving.drain import (
     DEFAULT_DELIVERY_SEC,
     DEFAULT_GRACE_SEC,
@@ -65,8 +67,14 @@ class DrainingServer(uvicorn.Server):
     def __init__(self, config: uvicorn.Config, drain: Drain) -> None:
         super().__init__(config)
         self.drain = drain
+        self.failure: str | None = None  # why the server stopped itself (``serve`` then exits 1)
         self._drain_requested = False
         self._drain_task: asyncio.Task[None] | None = None
+
+    def stop_failing(self, reason: str) -> None:
+        """The app's ``STOP_HOOK``: the server cannot do its job (a background prewarm failed)."""
+        self.failure = reason
+        self.request_drain()
 
     def request_drain(self) -> None:
         """What SIGTERM does: drain, then exit. Safe to call from any thread, more than once."""
@@ -113,14 +121,16 @@ def draining_server(
     drain = install_drain(app, DrainPolicy(grace_sec=shutdown_grace_sec, delivery_sec=delivery_sec))
     uvicorn_options.setdefault("timeout_graceful_shutdown", _CONNECTIONS_CLOSE_SEC)
     uvicorn_options.setdefault("lifespan", "on")
-    return DrainingServer(uvicorn.Config(app, host=host, port=port, **uvicorn_options), drain)
+    server = DrainingServer(uvicorn.Config(app, host=host, port=port, **uvicorn_options), drain)
+    setattr(app.state, STOP_HOOK, server.stop_failing)
+    return server
 
 
 def serve(
     app: FastAPI,
     *,
     host: str = "127.0.0.1",
-    port: int = 8000,
+    port: int | None = None,
     shutdown_grace_sec: float = DEFAULT_GRACE_SEC,
     delivery_sec: float = DEFAULT_DELIVERY_SEC,
     **uvicorn_options: Any,
@@ -131,10 +141,17 @@ def serve(
     ``draining``; in-flight rollouts get ``shutdown_grace_sec`` to finish and are cancelled
     after it; results are served until each terminal one was polled, or at most
     ``delivery_sec`` after the grace period. Then the socket closes, the backend shuts down
-    and the process exits 0. ``uvicorn_options`` go to ``uvicorn.Config``."""
-    draining_server(
+    and the process exits 0; with 1 when the server stopped itself (a background prewarm
+    failed). ``port``: else ``$_OSMOSIS_ROLLOUT_PORT`` (what osmosis-ai's harness gives its
+    rollout server), else 8000. ``uvicorn_options`` go to ``uvicorn.Config``."""
+    if port is None:
+        port = settings.current().rollout_port or 8000
+    server = draining_server(
         app, host=host, port=port, shutdown_grace_sec=shutdown_grace_sec, delivery_sec=delivery_sec, **uvicorn_options
-    ).run()
+    )
+    server.run()
+    if server.failure is not None:
+        raise SystemExit(1)
 
 
 __all__ = ["DrainingServer", "add_status_route", "draining_server", "serve"]

@@ -1,19 +1,27 @@
 """A scripted OpenAI-compatible chat-completions endpoint on 127.0.0.1.
 
 For demos (``python -m osmosis_harbor rollout --scripted-reply ...``), tests and benchmarks:
-a stand-in for the training cluster's policy endpoint. The reply is the content of the
-last user message's ``reply:`` line when there is one (so each rollout can script itself),
-else ``default_reply``. Every request is recorded (path, Authorization header, body) so
-callers can assert what the sandbox sent. It listens on loopback only.
+a stand-in for the training cluster's policy endpoint. The reply is the one ``replies`` gives for
+the last user message's exact text, else that message's ``reply:`` line when there is one (so each
+rollout can script itself), else ``default_reply``. Every request is recorded (path,
+Authorization header, body) so callers can assert what the sandbox sent. It listens on loopback
+only.
+
+``python -m osmosis_harbor.testing --port 8401 --replies FILE`` serves one (a JSON
+object of user message to reply) until interrupted: a model for a harness, such as ``osmosis eval
+run`` with ``OPENAI_BASE_URL=http://127.0.0.1:8401/v1``, on a machine without one.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 
@@ -27,6 +35,8 @@ class RecordedRequest:
 @dataclass
 class FakeChatServer:
     default_reply: str = "echo 42 > answer.txt"
+    replies: dict[str, str] = field(default_factory=dict)  # the last user message's text -> reply
+    port: int = 0  # 0: one the kernel picks
     # When set, requests without exactly this Authorization header get a 401, as a real
     # policy endpoint would answer a wrong key.
     required_authorization: str | None = None
@@ -71,7 +81,7 @@ class FakeChatServer:
             def log_message(self, *args: Any) -> None:
                 return None
 
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
         self._thread.start()
 
@@ -83,6 +93,8 @@ class FakeChatServer:
         for message in reversed(messages):
             content = message.get("content")
             if message.get("role") == "user" and isinstance(content, str):
+                if content in self.replies:
+                    return self.replies[content]
                 for line in content.splitlines():
                     if line.startswith("reply:"):
                         return line.removeprefix("reply:").strip()
@@ -92,3 +104,20 @@ class FakeChatServer:
     def close(self) -> None:
         self._httpd.shutdown()
         self._httpd.server_close()
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m osmosis_harbor.testing", description=__doc__)
+    parser.add_argument("--port", type=int, default=8401, help="port on 127.0.0.1 (default 8401)")
+    parser.add_argument("--replies", type=Path, help="JSON object: a user message's exact text -> the reply")
+    parser.add_argument("--default-reply", default="echo 42", help="the reply to any other message")
+    args = parser.parse_args(argv)
+    replies = json.loads(args.replies.read_text(encoding="utf-8")) if args.replies else {}
+    server = FakeChatServer(default_reply=args.default_reply, replies=replies, port=args.port)
+    print(f"scripted policy on {server.base_url} ({len(replies)} scripted replies); Ctrl-C stops it", flush=True)
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.close()

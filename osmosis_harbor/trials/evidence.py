@@ -47,8 +47,6 @@ TAIL_BYTES = 2048
 TAIL_LINES = 20
 SCAN_BYTES = 64 * 1024  # how much of the output the did-not-run rule reads
 PROGRESS_READ_FACTOR = 8  # a tail without progress lines is read from this many times its bound
-_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL", re.IGNORECASE)
-_MIN_SECRET = 8
 
 RUNNER_FAILED = re.compile(
     r"command not found"
@@ -73,9 +71,7 @@ _REPORT = re.compile(r"(?:\.xml|^ctrf.*\.json|report.*\.json)$", re.IGNORECASE)
 def host_secrets() -> tuple[str, ...]:
     """Values of this host's secret-looking variables (a task's ``[verifier.env]`` may pass them
     into the sandbox, and its output may echo them), longest first."""
-    env = settings.child_environment()
-    values = {v for k, v in env.items() if _SECRET_NAME.search(k) and len(v) >= _MIN_SECRET}
-    return tuple(sorted(values, key=len, reverse=True))
+    return settings.secret_values()
 
 
 def redacted(text: str, secrets: Iterable[str]) -> str:

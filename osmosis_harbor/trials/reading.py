@@ -191,6 +191,20 @@ def _one_line(text: str, limit: int = 300) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
+DETAIL_LINES = 24  # of an error whose further lines explain it (a build's output tail, pip's)
+
+
+def _error_text(exc: ExceptionInfo) -> str:
+    """The error a reading reports: the message's first line, and for our errors whose further
+    lines explain them (``TrialPhaseError.detailed``) those lines too, bounded."""
+    head = _one_line(exc.exception_message) or exc.exception_type
+    ours = recorded_error(exc.exception_type)
+    if ours is None or not ours.detailed:
+        return f"{exc.exception_type}: {head}"
+    rest = [line.rstrip() for line in exc.exception_message.strip().splitlines()[1:DETAIL_LINES]]
+    return "\n".join([f"{exc.exception_type}: {head}", *rest])
+
+
 def _float_rewards(verifier_result: VerifierResult | None) -> dict[str, float]:
     return {k: float(v) for k, v in ((verifier_result and verifier_result.rewards) or {}).items()}
 
@@ -229,7 +243,7 @@ def read_step(step: StepResult, trial_dir: Path) -> StepReading:
     if step.exception_info is not None:
         exc = step.exception_info
         reading.failed_phase = _step_phase(step)
-        reading.error = f"{exc.exception_type}: {_one_line(exc.exception_message) or exc.exception_type}"
+        reading.error = _error_text(exc)
         reading.exception_type = exc.exception_type
         return reading
     code = _oracle_exit_code(trial_dir, PurePosixPath("steps", step.step_name, "agent"))
@@ -274,12 +288,11 @@ def read_trial(result: TrialResult, trial_dir: Path | None = None) -> TrialReadi
     exc = result.exception_info
     if exc is not None:
         phase = phase_of_exception(exc.exception_type) or _phase_of_unnamed(result, exc)
-        message = _one_line(exc.exception_message) or exc.exception_type
         return TrialReading(
             reward=reward,
             rewards=rewards,
             failed_phase=phase,
-            error=f"{exc.exception_type}: {message}",
+            error=_error_text(exc),
             exception_type=exc.exception_type,
             timings_sec=timings,
             steps=steps,

@@ -5,6 +5,11 @@ it, the client reuses the server recorded in the state file of the cache directo
 process still answers, and otherwise starts one itself: detached (its own session, so it
 outlives the client, as SkyPilot's API server does), on a port the kernel picks, logging to a
 file beside the state file. A file lock makes concurrent clients start exactly one.
+
+A server this process started is this process's to stop: ``stop_started_servers`` (what a
+``HarborBackend`` shutdown calls, through the registry) stops it; a server it found running is
+never touched. Another process that reused a stopped one starts a new one on its next call,
+which finds the account's sandboxes again.
 """
 
 from __future__ import annotations
@@ -12,8 +17,10 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,10 +31,14 @@ from osmosis_harbor import settings
 from osmosis_harbor.sandbox.emulator.errors import EmulatorStartError
 from osmosis_harbor.sandbox.emulator.server import ServerState, read_state
 
-__all__ = ["STATE_FILE", "server_url"]
+__all__ = ["STATE_FILE", "server_url", "stop_started_servers"]
 
 STATE_FILE = "server.json"
 START_TIMEOUT_SEC = 60.0
+STOP_TIMEOUT_SEC = 15.0
+# The servers this process started, with their state files: the process owns its children.
+_STARTED: dict[Path, subprocess.Popen[bytes]] = {}
+_STARTED_LOCK = threading.Lock()
 
 
 def server_url() -> str:
@@ -96,7 +107,33 @@ def _start(directory: Path, state_file: Path) -> str:
     )
     state = retrying(ready)
     if state is None:
+        process.kill()
+        process.wait()
         raise EmulatorStartError(
             f"the skypilot-emulator server did not answer within {START_TIMEOUT_SEC:g}s; see {log_path}"
         )
+    with _STARTED_LOCK:
+        _STARTED[state_file] = process
     return state.url
+
+
+def stop_started_servers() -> list[str]:
+    """Stop the servers this process started (SIGTERM, then SIGKILL after ``STOP_TIMEOUT_SEC``);
+    returns their URLs. A server it only reused is not touched."""
+    with _STARTED_LOCK:
+        started = list(_STARTED.items())
+        _STARTED.clear()
+    stopped = []
+    for state_file, process in started:
+        state = read_state(state_file)
+        if process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=STOP_TIMEOUT_SEC)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        if state is not None and state.pid == process.pid:
+            stopped.append(state.url)
+    return stopped

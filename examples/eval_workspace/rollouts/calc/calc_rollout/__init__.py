@@ -1,0 +1,1 @@
+"""An arithmetic rollout: the policy answers with a shell command, the sandbox runs it."""
