@@ -29,7 +29,8 @@ from osmosis_harbor.sandbox.docker.network import (
     sandbox_network,
 )
 from osmosis_harbor.sandbox.relay import PolicyRelay
-from osmosis_harbor.sandbox.relay_app import RelayLimits, forwardable_path
+from osmosis_harbor.sandbox.relay_app import forwardable_path
+from osmosis_harbor.sandbox.relay_limits import RelayLimits
 from osmosis_harbor.testing.scripted_policy import FakeChatServer
 
 LISTENER_IMAGE = "python:3.13-slim"  # bootstrap's base images; the peer test needs a listener

@@ -297,6 +297,7 @@ class HarborBackend(ExecutionBackend):
                     config=config,
                     key=key,
                     native_agent=self.agent if isinstance(self.agent, str) and self.options.is_native else None,
+                    relay=relayed.record if relayed is not None else None,
                 )
                 return await self.runner.run(attempt, cleanup_success=self.options.cleanup_successful_trials)
         finally:
