@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 _READ_BYTES = 64 * 1024
 _MAX_HEAD_BYTES = 64 * 1024  # request line and headers; beyond, h11 refuses the request (431)
 _DRAIN_ABOVE = 64 * 1024  # wait for the sandbox to read only once this much is queued to it
+_LINGER_SEC = 2.0  # how long a refused body is read and discarded, so that the refusal is read
 # Hop-by-hop headers (RFC 9110 section 7.6.1) and those the relay sets itself.
 _HOP_BY_HOP = frozenset(
     {
@@ -140,7 +141,8 @@ class _Connection:
         self.writer = writer
         self.http = h11.Connection(h11.SERVER, max_incomplete_event_size=_MAX_HEAD_BYTES)
         self.answering = False  # a response has begun in this cycle
-        self.held = 0  # bytes of body the current call holds (``RelayAdmission.hold``)
+        self.held = 0  # bytes of body the current call has reserved (``RelayAdmission.hold``)
+        self.received = 0  # and has read
 
     async def serve(self, overflow: Refusal | None) -> None:
         while True:
@@ -203,26 +205,32 @@ class _Connection:
 
     async def _forward(self, request: h11.Request, token: str, route: RelayRoute, url: str) -> bool:
         admission = self.server.admission
+        refusal: Refusal | None = None
         try:
             body = await self._body(token, _content_length(request))
             if isinstance(body, Refusal):
-                return await self._refuse(route, body)
-            headers = [(k, v) for k, v in request.headers if k not in _NOT_FORWARDED]
-            headers.append((b"content-length", str(sum(len(c) for c in body)).encode()))
-            content = bytes(body[0]) if len(body) == 1 else _replay(body)
-            client = self.server.client()
-            upstream = client.build_request(request.method.decode("ascii"), url, headers=headers, content=content)
-            del body, content  # held by the upstream request only, until sent
-            try:
-                reply = await client.send(upstream, stream=True)
-            except httpx.TimeoutException:
-                return await self._refuse(route, _infra("upstream_timeout", "the policy endpoint timed out"))
-            except httpx.HTTPError as exc:
-                unreachable = f"the policy endpoint is unreachable ({type(exc).__name__})"
-                return await self._refuse(route, _infra("upstream_unreachable", unreachable))
-        finally:
+                refusal = body
+            else:
+                headers = [(k, v) for k, v in request.headers if k not in _NOT_FORWARDED]
+                headers.append((b"content-length", str(sum(len(c) for c in body)).encode()))
+                content = bytes(body[0]) if len(body) == 1 else _replay(body)
+                client = self.server.client()
+                upstream = client.build_request(request.method.decode("ascii"), url, headers=headers, content=content)
+                del body, content  # held by the upstream request only, until sent
+                try:
+                    reply = await client.send(upstream, stream=True)
+                except httpx.TimeoutException:
+                    refusal = _infra("upstream_timeout", "the policy endpoint timed out")
+                except httpx.HTTPError as exc:
+                    refusal = _infra(
+                        "upstream_unreachable", f"the policy endpoint is unreachable ({type(exc).__name__})"
+                    )
+        finally:  # the body has gone upstream, or never will: its bytes are free before any answer
             admission.release(token, self.held)
-            self.held = 0
+            admission.received -= self.received
+            self.held = self.received = 0
+        if refusal is not None:
+            return await self._refuse(route, refusal)
         try:
             return await self._answer_from(reply, route)
         finally:
@@ -259,6 +267,8 @@ class _Connection:
                             return refusal
                         self.held += len(event.data)
                     chunks.append(event.data)
+                    self.received += len(event.data)
+                    admission.received += len(event.data)
         except TimeoutError:
             timeout = limits.body_timeout_sec
             return Refusal(Blame.OWN, "body_timeout", f"the request body did not arrive within {timeout:g} s")
@@ -267,6 +277,7 @@ class _Connection:
         """Stream the upstream's answer back (raw: its own content-encoding is passed on), cut
         off with the connection once over the response bound."""
         headers = [(k, v) for k, v in reply.headers.raw if k.lower() not in _HOP_BY_HOP]
+        route.record.answered()  # the policy answered: before any of it goes out, so whoever saw it sees this
         await self._send(h11.Response(status_code=reply.status_code, headers=headers))
         limit, size = self.limits.max_response_bytes, 0
         try:
@@ -281,7 +292,6 @@ class _Connection:
             route.record.refused(_infra("upstream_broke_off", f"the policy endpoint broke off its answer ({exc!r})"))
             return False
         await self._send(h11.EndOfMessage())
-        route.record.answered()
         return True
 
     async def _refuse(self, route: RelayRoute, refusal: Refusal) -> bool:
@@ -303,6 +313,21 @@ class _Connection:
         await self._send(h11.Response(status_code=status, headers=headers))
         await self._send(h11.Data(data=body))
         await self._send(h11.EndOfMessage())
+        if self.http.their_state is h11.SEND_BODY:
+            await self._linger()
+
+    async def _linger(self) -> None:
+        """Let the sandbox read an answer it got while still sending its body: stop writing,
+        then discard what it sends for a moment (closing on unread data would reset the
+        connection, and the answer with it)."""
+        try:
+            async with asyncio.timeout(_LINGER_SEC):
+                await self.writer.drain()
+                self.writer.write_eof()
+                while await self.reader.read(_READ_BYTES):
+                    pass
+        except (TimeoutError, OSError):
+            pass
 
     def answer_stopped(self) -> None:
         """The relay stops: a call not yet answered gets a 503 now (written, not waited for)."""

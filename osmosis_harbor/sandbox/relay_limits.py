@@ -83,7 +83,8 @@ class RelayAdmission:
         self.limits = limits
         self.connections = 0
         self.overflow = 0  # connections beyond the total, held only to answer 503 to their token
-        self.buffered = 0
+        self.buffered = 0  # body bytes reserved (a declared length all at once)
+        self.received = 0  # body bytes read and held now
         self.calls = 0
         self._by_source: defaultdict[str, int] = defaultdict(int)
         self._calls: defaultdict[str, int] = defaultdict(int)
@@ -181,6 +182,7 @@ class RelayAdmission:
             "connections": self.connections,
             "overflow": self.overflow,
             "buffered_bytes": self.buffered,
+            "received_bytes": self.received,
             "sources": len(self._by_source),
             "calls": self.calls,
         }

@@ -3,7 +3,7 @@
 The relay is on the host, so what it refused and why is a fact the host saw, not the workflow's
 claim. A rollout whose call the relay refused or failed through no fault of its own (the relay
 full of other sandboxes' work, the policy endpoint unreachable or timing out), with no later
-call of it answered, failed because of the infrastructure: its outcome is an ``internal_error``
+call of it answered by the policy, failed because of the infrastructure: its outcome is an ``internal_error``
 (retried through ``infra_retries``), whatever its workflow then reported. A client that retried
 and got through has recovered, and the refusal is only counted. Refusals of the rollout's own
 making (over its bounds, too slow to send) are counted and change nothing.
@@ -64,7 +64,7 @@ class RelayRecord:
                 self._own[refusal.kind] += 1
 
     def answered(self) -> None:
-        """A call of the rollout got its whole answer: an earlier refusal was recovered from."""
+        """The policy answered a call of the rollout: an earlier refusal was recovered from."""
         if self._failure is not None:
             with self._lock:
                 self._failure = None
