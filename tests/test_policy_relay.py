@@ -36,6 +36,8 @@ from osmosis_harbor.sandbox.relay_app import forwardable_path
 from osmosis_harbor.sandbox.relay_limits import Blame, RelayAdmission, RelayLimits
 from osmosis_harbor.testing.scripted_policy import FakeChatServer
 
+from .support import wait_until
+
 LISTENER_IMAGE = "python:3.13-slim"  # bootstrap's base images; the peer test needs a listener
 PEER_PORT = 8731
 
@@ -400,13 +402,13 @@ def test_admission_keeps_a_share_for_light_sandboxes_and_blames_the_greedy() -> 
     ("changes", "message"),
     [
         ({"reserved_connections": 10, "max_connections": 10}, "relay_reserved_connections"),
-        ({"max_token_buffered_bytes": 2048, "max_buffered_bytes": 1024}, "relay_max_token_buffered_bytes"),
+        ({"max_token_buffered_bytes": 4096, "max_buffered_bytes": 4096}, "relay_max_token_buffered_bytes"),
         ({"max_request_bytes": 4096, "max_token_buffered_bytes": 2048}, "relay_max_request_bytes"),
     ],
 )
 def test_contradictory_relay_limits_are_refused(changes: dict[str, int], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
-        RelayLimits(**{"max_buffered_bytes": 4096, "max_token_buffered_bytes": 4096, **changes})
+        RelayLimits(**{"max_buffered_bytes": 8192, "max_token_buffered_bytes": 4096, **changes})
 
 
 @pytest.fixture
@@ -439,13 +441,6 @@ def read_until_closed(sock: socket.socket) -> bytes:
     return received
 
 
-def until(condition: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)
-
-
 async def test_a_head_that_never_ends_is_closed_at_the_header_timeout(
     host_relay: Callable[..., PolicyRelay], policies: tuple[FakeChatServer, FakeChatServer]
 ) -> None:
@@ -457,7 +452,7 @@ async def test_a_head_that_never_ends_is_closed_at_the_header_timeout(
         started = time.monotonic()
         assert await asyncio.to_thread(read_until_closed, sock) == b""  # closed, nothing answered
         assert time.monotonic() - started >= 0.4
-    until(lambda: relay.stats()["connections"] == 0, "the relay to let the connection go")
+    wait_until(lambda: relay.stats()["connections"] == 0, timeout=30, what="the relay to let the connection go")
     assert policies[0].requests == []
 
 
@@ -474,7 +469,7 @@ async def test_a_body_that_never_ends_is_refused_at_the_body_timeout_as_the_roll
     assert answer.startswith(b"HTTP/1.1 408 "), answer
     report = registration.record.report()
     assert report.own == {"body_timeout": 1} and report.failure is None
-    until(lambda: relay.stats()["connections"] == 0, "the relay to let the connection go")
+    wait_until(lambda: relay.stats()["connections"] == 0, timeout=30, what="the relay to let the connection go")
     assert relay.stats()["buffered_bytes"] == 0 and relay.stats()["received_bytes"] == 0
     assert policies[0].requests == []  # the upstream never saw a partial body
 
@@ -490,7 +485,7 @@ async def test_a_rollouts_calls_in_flight_are_bounded_and_its_own_refusals(
             sock.sendall(
                 f"POST {path}/chat/completions HTTP/1.1\r\nHost: {hostport}\r\nContent-Length: 10\r\n\r\n".encode()
             )
-        until(lambda: relay.stats()["calls"] == 2, "two calls in flight")
+        wait_until(lambda: relay.stats()["calls"] == 2, timeout=30, what="two calls in flight")
         async with httpx.AsyncClient(trust_env=False, timeout=30) as client:
             third = await client.post(flooder.sandbox_url + "/chat/completions", json={})
             assert third.status_code == 429 and "calls in flight" in third.text
@@ -513,7 +508,7 @@ async def test_a_refusal_through_no_fault_of_the_rollout_is_its_failure_until_an
     registration = await relay.register(policies[0].base_url)
     url = registration.sandbox_url + "/chat/completions"
     holders = [raw_connection(registration.sandbox_url)[0] for _ in range(2)]
-    until(lambda: relay.stats()["connections"] == 2, "the relay to hold two connections")
+    wait_until(lambda: relay.stats()["connections"] == 2, timeout=30, what="the relay to hold two connections")
     async with httpx.AsyncClient(trust_env=False, timeout=30) as client:
         refused = await client.post(url, json={})
         assert refused.status_code == 503 and "the relay is full" in refused.text
@@ -523,7 +518,7 @@ async def test_a_refusal_through_no_fault_of_the_rollout_is_its_failure_until_an
         assert message is not None and "no fault of its own" in message and "the relay is full" in message
         for sock in holders:
             sock.close()
-        until(lambda: relay.stats()["connections"] == 0, "the relay to let the holders go")
+        wait_until(lambda: relay.stats()["connections"] == 0, timeout=30, what="the relay to let the holders go")
         answered = await client.post(url, json={"messages": [{"role": "user", "content": "reply: ok"}]})
         assert answered.status_code == 200
         assert registration.record.report().failure is None  # recovered; still counted

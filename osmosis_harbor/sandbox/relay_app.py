@@ -27,7 +27,7 @@ from urllib.parse import unquote
 import h11
 import httpx
 
-from osmosis_harbor.sandbox.relay_limits import Blame, Refusal, RelayAdmission, RelayLimits
+from osmosis_harbor.sandbox.relay_limits import RELAY_FULL, Blame, Refusal, RelayAdmission, RelayLimits
 from osmosis_harbor.sandbox.relay_record import RelayRecord
 
 __all__ = ["RelayRoute", "RelayServer", "forwardable_path"]
@@ -102,8 +102,8 @@ class RelayServer:
         peer = writer.get_extra_info("peername")
         source = str(peer[0]) if peer else ""
         refusal = self.admission.connect(source)
-        if refusal is not None and refusal.blame is Blame.OWN:
-            writer.transport.abort()  # nothing read, nothing answered: the sandbox's own doing
+        if refusal is not None and refusal.kind != RELAY_FULL:
+            writer.transport.abort()  # nothing read, nothing answered (the sandbox's own doing, or no room at all)
             return
         task = asyncio.current_task()
         assert task is not None

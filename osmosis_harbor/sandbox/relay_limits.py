@@ -20,11 +20,15 @@ from enum import Enum
 
 from osmosis_harbor.errors import ConfigError
 
-__all__ = ["LIGHT_SOURCE_CONNECTIONS", "Blame", "Refusal", "RelayAdmission", "RelayLimits"]
+__all__ = ["LIGHT_SOURCE_CONNECTIONS", "RELAY_FULL", "Blame", "Refusal", "RelayAdmission", "RelayLimits"]
 
 # A sandbox holding fewer connections than this may still use the reserve: a rollout's client
 # holds one or two (a call and a kept-alive one), and a few more for parallel calls.
 LIGHT_SOURCE_CONNECTIONS = 4
+# Connections beyond the total, from light sandboxes only, each held just long enough to read its
+# request head and answer 503 to its rollout; beyond these, a connection is closed unanswered.
+MAX_OVERFLOW_CONNECTIONS = 64
+RELAY_FULL = "relay_full"  # the kind of refusal a connection is still answered with
 
 
 @dataclass(frozen=True)
@@ -49,10 +53,10 @@ class RelayLimits:
                 f"relay_reserved_connections ({self.reserved_connections}) must be below "
                 f"relay_max_connections ({self.max_connections})"
             )
-        if self.max_token_buffered_bytes > self.max_buffered_bytes:
+        if self.max_token_buffered_bytes >= self.max_buffered_bytes:
             raise ConfigError(
-                f"relay_max_token_buffered_bytes ({self.max_token_buffered_bytes}) must not exceed "
-                f"relay_max_buffered_bytes ({self.max_buffered_bytes})"
+                f"relay_max_token_buffered_bytes ({self.max_token_buffered_bytes}) must be below "
+                f"relay_max_buffered_bytes ({self.max_buffered_bytes}): the last that much of it is the reserve"
             )
         if self.max_request_bytes > self.max_token_buffered_bytes:
             raise ConfigError(
@@ -92,8 +96,9 @@ class RelayAdmission:
 
     # ── connections, from accept to close (before any header is read) ─────────────────────
     def connect(self, source: str) -> Refusal | None:
-        """Admit a connection from ``source``, or say why not. An ``INFRA`` refusal is still
-        counted (as overflow): the caller reads its request head, answers 503 and closes."""
+        """Admit a connection from ``source``, or say why not. A ``RELAY_FULL`` refusal is still
+        counted (as overflow): the caller reads its request head, answers 503 and closes; any
+        other is closed at once."""
         limits, held = self.limits, self._by_source[source]
         if held >= limits.max_source_connections:
             return self._refused(source, "source_connections", f"this sandbox holds {held} connections, its bound")
@@ -101,21 +106,21 @@ class RelayAdmission:
         if self.connections >= limits.max_connections - limits.reserved_connections and not light:
             return self._refused(source, "busy_source", f"the relay is busy and this sandbox holds {held} connections")
         if self.connections >= limits.max_connections:
-            if self.overflow >= limits.reserved_connections:
-                return self._refused(source, "overflow_full", "the relay is full, and so is its overflow")
+            if self.overflow >= MAX_OVERFLOW_CONNECTIONS:
+                return self._refused(source, "overflow_full", "the relay is full, and so is its overflow", Blame.INFRA)
             self.overflow += 1
             self._by_source[source] += 1
             return Refusal(
-                Blame.INFRA, "relay_full", f"the relay is full ({self.connections} connections of all sandboxes)"
+                Blame.INFRA, RELAY_FULL, f"the relay is full ({self.connections} connections of all sandboxes)"
             )
         self.connections += 1
         self._by_source[source] += 1
         return None
 
-    def _refused(self, source: str, kind: str, reason: str) -> Refusal:
+    def _refused(self, source: str, kind: str, reason: str, blame: Blame = Blame.OWN) -> Refusal:
         if not self._by_source[source]:
             del self._by_source[source]
-        return Refusal(Blame.OWN, kind, reason)
+        return Refusal(blame, kind, reason)
 
     def disconnect(self, source: str, *, overflow: bool = False) -> None:
         if overflow:
