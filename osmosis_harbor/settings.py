@@ -49,6 +49,9 @@ class Settings(BaseSettings):
         None, description="directories (os.pathsep-separated) a request's local harbor_task may name besides tasks_dir"
     )
     allow_local_git: bool = Field(False, description="requests may name file:// and bare-path git repositories")
+    allow_private_git_hosts: bool = Field(
+        False, description="requests' git_url may name hosts that are (or resolve to) loopback or private addresses"
+    )
     # Files a sandbox wrote, read on the host (osmosis_harbor.sandbox.contract_files): per-kind size bounds.
     max_sample_bytes: int = Field(32 * 2**20, gt=0, description="bound on a sample.json read from a trial")
     max_error_bytes: int = Field(2**20, gt=0, description="bound on an error.json read from a trial")
