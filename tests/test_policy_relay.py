@@ -8,6 +8,7 @@ chat URL's path to that one upstream, and refuses everything else.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import socket
 import threading
@@ -528,3 +529,22 @@ async def test_a_refusal_through_no_fault_of_the_rollout_is_its_failure_until_an
         unreachable = await client.post(dead.sandbox_url + "/chat/completions", json={})
         assert unreachable.status_code == 502
         assert dead.record.report().infra == {"upstream_unreachable": 1} and dead.record.report().failure
+
+
+async def test_a_sandbox_that_stops_reading_its_answer_is_dropped(
+    host_relay: Callable[..., PolicyRelay], policies: tuple[FakeChatServer, FakeChatServer]
+) -> None:
+    relay = host_relay(body_timeout_sec=2.0)
+    registration = await relay.register(policies[0].base_url)
+    parts = urlsplit(registration.sandbox_url)
+    assert parts.hostname is not None and parts.port is not None
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # it reads nothing: the answer backs up
+    with sock:
+        sock.connect((parts.hostname, parts.port))
+        body = json.dumps({"messages": [{"role": "user", "content": "reply: " + "y" * 4_000_000}]}).encode()
+        head = f"POST {parts.path}/chat/completions HTTP/1.1\r\nHost: {parts.netloc}\r\nContent-Length: {len(body)}\r\n\r\n"
+        sock.sendall(head.encode() + body)
+        wait_until(lambda: relay.stats()["calls"] == 1, timeout=30, what="the call to be answered")
+        wait_until(lambda: relay.stats()["connections"] == 0, timeout=30, what="the stalled reader to be dropped")
+    assert len(policies[0].requests) == 1

@@ -256,6 +256,8 @@ NOT_PUBLIC = [
     ("https://[fe80::1]/r.git", "is a link-local address"),
     ("https://[::ffff:127.0.0.1]/r.git", "is a loopback address"),  # IPv4-mapped IPv6
     ("https://[::ffff:10.0.0.1]/r.git", "is a private address"),
+    ("https://[2002:7f00:1::]/r.git", "is a loopback address"),  # 6to4, carrying 127.0.0.1
+    ("https://[2001:0:4136:e378:8000:63bf:80ff:fffe]/r.git", "is a loopback address"),  # Teredo, the same
     ("https://0.0.0.0/r.git", "is an unspecified address"),  # Linux connects that to the loopback
     ("https://2130706433/r.git", "resolves to 127.0.0.1"),  # decimal
     ("https://0177.0.0.1/r.git", "resolves to 127.0.0.1"),  # octal

@@ -115,8 +115,8 @@ class RelayServer:
             if not self.stopping:
                 raise
             connection.answer_stopped()
-        except (ConnectionError, h11.ProtocolError):
-            pass  # the sandbox hung up or spoke nonsense: nothing to answer
+        except (OSError, h11.ProtocolError):
+            pass  # the sandbox hung up, stopped reading (TimeoutError) or spoke nonsense: nothing to answer
         finally:
             self._open.discard(task)
             self.admission.disconnect(source, overflow=refusal is not None)
