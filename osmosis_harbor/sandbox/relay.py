@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-import httpx
+import httpcore
 
 from osmosis_harbor import settings
 from osmosis_harbor.errors import ConfigError
@@ -80,7 +80,7 @@ class PolicyRelay:
         self._guard = threading.Lock()
         self._address: tuple[str, int] | None = None
         self._thread: threading.Thread | None = None
-        self._client: httpx.AsyncClient | None = None
+        self._client: httpcore.AsyncConnectionPool | None = None
         self._server: RelayServer | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
@@ -101,7 +101,7 @@ class PolicyRelay:
             raise ConfigError(f"the policy relay forwards to http(s) URLs only, not {upstream_url!r}")
         host, port = self._start()
         token = secrets.token_urlsafe(32)
-        route = RelayRoute(origin=f"{parts.scheme}://{parts.netloc}", prefix=parts.path.rstrip("/"))
+        route = RelayRoute(f"{parts.scheme}://{parts.netloc}", parts.netloc.rpartition("@")[2].encode("ascii"), parts.path.rstrip("/"))
         with self._guard:
             self._routes[token] = route
         query = f"?{parts.query}" if parts.query else ""
@@ -147,16 +147,13 @@ class PolicyRelay:
             return self._address
 
     async def _serve(self, sock: socket.socket, relay: RelayServer, started: threading.Event) -> None:
-        limits = relay.limits
-        timeout = httpx.Timeout(limits.timeout_sec, connect=10.0)
         # Upstream connections are bounded by the calls the relay admits, not by a pool every
-        # rollout would queue on. trust_env=False: no proxy may carry loopback traffic away.
-        pool = httpx.Limits(max_connections=None, max_keepalive_connections=64)
+        # rollout would queue on. No proxy from the environment carries loopback traffic away.
         self._loop = asyncio.get_running_loop()
         stop = self._stop = asyncio.Event()
         started.set()
-        async with httpx.AsyncClient(timeout=timeout, limits=pool, trust_env=False, follow_redirects=False) as client:
-            self._client = client
+        async with httpcore.AsyncConnectionPool(max_connections=None, max_keepalive_connections=64) as pool:
+            self._client = pool
             try:
                 server = await asyncio.start_server(relay, sock=sock, backlog=_BACKLOG)
             except Exception:  # in a thread of its own: say so, or the relay dies silently
@@ -170,7 +167,7 @@ class PolicyRelay:
                 if open_calls:
                     await asyncio.wait(open_calls, timeout=_DRAIN_SEC)
 
-    def _upstream_client(self) -> httpx.AsyncClient:
+    def _upstream_client(self) -> httpcore.AsyncConnectionPool:
         assert self._client is not None  # set before the server accepts anything
         return self._client
 

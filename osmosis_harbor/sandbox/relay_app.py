@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from urllib.parse import unquote
 
 import h11
-import httpx
+import httpcore
 
 from osmosis_harbor.sandbox.relay_limits import RELAY_FULL, Blame, Refusal, RelayAdmission, RelayLimits
 from osmosis_harbor.sandbox.relay_record import RelayRecord
@@ -52,17 +52,26 @@ _HOP_BY_HOP = frozenset(
         b"upgrade",
     }
 )
-_NOT_FORWARDED = _HOP_BY_HOP | {b"host", b"content-length"}  # httpx sets both upstream
+_NOT_FORWARDED = _HOP_BY_HOP | {b"host", b"content-length"}  # the relay sets both upstream
+# What reaching the upstream can raise besides a timeout (httpcore's exceptions have no common base).
+_UPSTREAM_ERRORS = (
+    httpcore.NetworkError,
+    httpcore.ProtocolError,
+    httpcore.UnsupportedProtocol,
+    httpcore.ProxyError,
+    httpcore.ConnectionNotAvailable,
+)
 _STATUS_OF = {Blame.OWN: 429, Blame.INFRA: 503}  # unless _STATUS names the kind
 
 
 @dataclass(frozen=True)
 class RelayRoute:
-    """Where one token's requests go: ``origin`` (scheme://host:port) and the path ``prefix``
-    they must stay under (the original URL's path, without its trailing slash); ``record``
-    gathers what the relay refused of them."""
+    """Where one token's requests go: ``origin`` (scheme://host:port, whose host:port is
+    ``host``) and the path ``prefix`` they must stay under (the original URL's path, without
+    its trailing slash); ``record`` gathers what the relay refused of them."""
 
     origin: str
+    host: bytes
     prefix: str
     record: RelayRecord = field(default_factory=RelayRecord, compare=False)
 
@@ -81,20 +90,23 @@ def forwardable_path(raw_path: str, prefix: str) -> bool:
 
 class RelayServer:
     """The connection handler of ``asyncio.start_server``. ``lookup`` maps a token to its route
-    (None: unknown or ended); ``client`` is the upstream client of the relay's own event loop.
+    (None: unknown or ended); ``client`` is the upstream connection pool of the relay's own
+    event loop (httpcore's, without httpx's layers over it: the relay is on every chat call).
     ``stop`` (on that loop) ends the calls still open when the relay stops: their rollouts have
     ended, so each gets a 503 at once rather than holding the shutdown."""
 
     def __init__(
         self,
         lookup: Callable[[str], RelayRoute | None],
-        client: Callable[[], httpx.AsyncClient],
+        client: Callable[[], httpcore.AsyncConnectionPool],
         limits: RelayLimits,
     ) -> None:
         self.lookup = lookup
         self.client = client
         self.limits = limits
         self.admission = RelayAdmission(limits)
+        wait = limits.timeout_sec
+        self.timeouts = {"timeout": {"connect": min(10.0, wait), "read": wait, "write": wait, "pool": wait}}
         self.stopping = False
         self._open: set[asyncio.Task[object]] = set()
 
@@ -212,16 +224,17 @@ class _Connection:
                 refusal = body
             else:
                 headers = [(k, v) for k, v in request.headers if k not in _NOT_FORWARDED]
-                headers.append((b"content-length", str(sum(len(c) for c in body)).encode()))
+                headers += ((b"host", route.host), (b"content-length", str(sum(len(c) for c in body)).encode()))
                 content = bytes(body[0]) if len(body) == 1 else _replay(body)
-                client = self.server.client()
-                upstream = client.build_request(request.method.decode("ascii"), url, headers=headers, content=content)
+                upstream = httpcore.Request(
+                    request.method, url, headers=headers, content=content, extensions=self.server.timeouts
+                )
                 del body, content  # held by the upstream request only, until sent
                 try:
-                    reply = await client.send(upstream, stream=True)
-                except httpx.TimeoutException:
+                    reply = await self.server.client().handle_async_request(upstream)
+                except httpcore.TimeoutException:
                     refusal = _infra("upstream_timeout", "the policy endpoint timed out")
-                except httpx.HTTPError as exc:
+                except _UPSTREAM_ERRORS as exc:
                     refusal = _infra(
                         "upstream_unreachable", f"the policy endpoint is unreachable ({type(exc).__name__})"
                     )
@@ -273,22 +286,22 @@ class _Connection:
             timeout = limits.body_timeout_sec
             return Refusal(Blame.OWN, "body_timeout", f"the request body did not arrive within {timeout:g} s")
 
-    async def _answer_from(self, reply: httpx.Response, route: RelayRoute) -> bool:
+    async def _answer_from(self, reply: httpcore.Response, route: RelayRoute) -> bool:
         """Stream the upstream's answer back (raw: its own content-encoding is passed on), cut
         off with the connection once over the response bound."""
-        headers = [(k, v) for k, v in reply.headers.raw if k.lower() not in _HOP_BY_HOP]
+        headers = [(k, v) for k, v in reply.headers if k.lower() not in _HOP_BY_HOP]
         route.record.answered()  # the policy answered: before any of it goes out, so whoever saw it sees this
-        await self._send(h11.Response(status_code=reply.status_code, headers=headers))
+        await self._send(h11.Response(status_code=reply.status, headers=headers))
         limit, size = self.limits.max_response_bytes, 0
         try:
-            async for chunk in reply.aiter_raw():
+            async for chunk in reply.aiter_stream():
                 size += len(chunk)
                 if size > limit:
-                    log.warning("policy relay: a response from %s passed %d bytes; cut off", reply.url.host, limit)
+                    log.warning("policy relay: a response from %s passed %d bytes; cut off", route.origin, limit)
                     route.record.refused(Refusal(Blame.OWN, "response_too_large", f"response over {limit} bytes"))
                     return False
                 await self._send(h11.Data(data=chunk))
-        except httpx.HTTPError as exc:
+        except (httpcore.TimeoutException, *_UPSTREAM_ERRORS) as exc:
             route.record.refused(_infra("upstream_broke_off", f"the policy endpoint broke off its answer ({exc!r})"))
             return False
         await self._send(h11.EndOfMessage())
