@@ -101,7 +101,9 @@ class PolicyRelay:
             raise ConfigError(f"the policy relay forwards to http(s) URLs only, not {upstream_url!r}")
         host, port = self._start()
         token = secrets.token_urlsafe(32)
-        route = RelayRoute(f"{parts.scheme}://{parts.netloc}", parts.netloc.rpartition("@")[2].encode("ascii"), parts.path.rstrip("/"))
+        route = RelayRoute(
+            f"{parts.scheme}://{parts.netloc}", parts.netloc.rpartition("@")[2].encode("ascii"), parts.path.rstrip("/")
+        )
         with self._guard:
             self._routes[token] = route
         query = f"?{parts.query}" if parts.query else ""
