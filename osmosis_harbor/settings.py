@@ -69,6 +69,9 @@ class Settings(BaseSettings):
         None, description="directories (os.pathsep-separated) a request's local harbor_task may name besides tasks_dir"
     )
     allow_local_git: bool = Field(False, description="requests may name file:// and bare-path git repositories")
+    allow_private_git_hosts: bool = Field(
+        False, description="requests' git_url may name hosts that are (or resolve to) loopback or private addresses"
+    )
     # Files a sandbox wrote, read on the host (osmosis_harbor.sandbox.contract_files): per-kind size bounds.
     max_sample_bytes: int = Field(32 * 2**20, gt=0, description="bound on a sample.json read from a trial")
     max_error_bytes: int = Field(2**20, gt=0, description="bound on an error.json read from a trial")
@@ -109,7 +112,33 @@ class Settings(BaseSettings):
         64 * 2**20, gt=0, description="the policy relay cuts off a policy response over this"
     )
     relay_timeout_sec: float = Field(900.0, gt=0, description="the policy relay's wait for the policy endpoint")
-    relay_max_connections: int = Field(256, gt=0, description="the policy relay's concurrent connections")
+    relay_max_connections: int = Field(
+        1024, gt=0, description="connections the policy relay holds at once, from all sandboxes together"
+    )
+    relay_reserved_connections: int = Field(
+        128,
+        ge=0,
+        description="the last of relay_max_connections, kept for sandboxes holding fewer than 4 connections",
+    )
+    relay_max_source_connections: int = Field(
+        32, gt=0, description="connections one sandbox (source address) may hold, counted before their headers"
+    )
+    relay_max_token_calls: int = Field(16, gt=0, description="calls one rollout may have in flight through the relay")
+    relay_max_buffered_bytes: int = Field(
+        256 * MIB, gt=0, description="request bodies the policy relay holds at once, all rollouts together"
+    )
+    relay_max_token_buffered_bytes: int = Field(
+        64 * MIB,
+        gt=0,
+        description="request bodies one rollout's calls may hold at once; also the reserve kept for rollouts "
+        "holding none",
+    )
+    relay_header_timeout_sec: float = Field(
+        10.0, gt=0, description="a request's head must reach the relay within this (from connect or the last answer)"
+    )
+    relay_body_timeout_sec: float = Field(
+        30.0, gt=0, description="a request's body must reach the relay within this after its head"
+    )
     relay_port: int = Field(
         0, ge=0, le=65535, description="the policy relay's port on the sandboxes' gateway (0: an ephemeral one)"
     )

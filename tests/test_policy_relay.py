@@ -8,20 +8,24 @@ chat URL's path to that one upstream, and refuses everything else.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import socket
 import threading
+import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import SimpleNamespace
 from typing import Any, cast
+from urllib.parse import urlsplit
 
 import docker
 import httpx
 import pytest
 
 from osmosis_harbor.backend.options import BackendOptions
-from osmosis_harbor.errors import SandboxNetworkError
+from osmosis_harbor.errors import ConfigError, SandboxNetworkError
 from osmosis_harbor.sandbox.docker.network import (
     BRIDGE_INTERFACE,
     SANDBOX_NETWORK,
@@ -29,8 +33,11 @@ from osmosis_harbor.sandbox.docker.network import (
     sandbox_network,
 )
 from osmosis_harbor.sandbox.relay import PolicyRelay
-from osmosis_harbor.sandbox.relay_app import RelayLimits, forwardable_path
+from osmosis_harbor.sandbox.relay_app import forwardable_path
+from osmosis_harbor.sandbox.relay_limits import Blame, RelayAdmission, RelayLimits
 from osmosis_harbor.testing.scripted_policy import FakeChatServer
+
+from .support import wait_until
 
 LISTENER_IMAGE = "python:3.13-slim"  # bootstrap's base images; the peer test needs a listener
 PEER_PORT = 8731
@@ -339,3 +346,205 @@ async def test_closing_ends_calls_in_flight_at_once_and_leaves_logging_alone() -
         relay.close()
         upstream.shutdown()
         upstream.server_close()
+
+
+# ── the relay's admission: bounds per sandbox and per rollout, and whose fault a refusal is ──
+
+
+def test_admission_keeps_a_share_for_light_sandboxes_and_blames_the_greedy() -> None:
+    limits = RelayLimits(
+        max_connections=10,
+        reserved_connections=4,
+        max_source_connections=8,
+        max_token_calls=2,
+        max_request_bytes=100,
+        max_token_buffered_bytes=200,
+        max_buffered_bytes=500,
+    )
+    admission = RelayAdmission(limits)
+    greedy = "10.0.0.2"
+    assert all(admission.connect(greedy) is None for _ in range(6))  # up to the reserve
+    refused = admission.connect(greedy)
+    assert refused is not None and (refused.blame, refused.kind) == (Blame.OWN, "busy_source")
+    light = [f"10.0.1.{n}" for n in range(4)]
+    assert all(admission.connect(source) is None for source in light)  # the reserve is theirs
+    full = admission.connect("10.0.2.1")  # a newcomer finds the relay full: not its fault
+    assert full is not None and (full.blame, full.kind) == (Blame.INFRA, "relay_full")
+    assert admission.stats()["connections"] == 10 and admission.stats()["overflow"] == 1
+    admission.disconnect("10.0.2.1", overflow=True)
+    for _ in range(6):
+        admission.disconnect(greedy)
+    assert admission.stats() == {**admission.stats(), "connections": 4, "overflow": 0, "sources": 4}
+
+    roomy = RelayAdmission(RelayLimits(max_connections=100, reserved_connections=0, max_source_connections=3))
+    assert all(roomy.connect(greedy) is None for _ in range(3))
+    over = roomy.connect(greedy)
+    assert over is not None and (over.blame, over.kind) == (Blame.OWN, "source_connections")
+
+    assert admission.begin_call("t1") is None and admission.begin_call("t1") is None
+    calls = admission.begin_call("t1")
+    assert calls is not None and (calls.blame, calls.kind) == (Blame.OWN, "token_calls")
+    assert admission.begin_call("t2") is None  # another rollout's calls are its own
+
+    assert admission.hold("t1", 100) is None and admission.hold("t1", 100) is None
+    mine = admission.hold("t1", 1)
+    assert mine is not None and (mine.blame, mine.kind) == (Blame.OWN, "token_buffered")
+    assert admission.hold("t2", 100) is None  # 300 of 500 held: the last 200 are the reserve
+    busy = admission.hold("t2", 1)  # t2 already holds something: not from the reserve
+    assert busy is not None and (busy.blame, busy.kind) == (Blame.OWN, "busy_buffers")
+    assert admission.hold("t3", 100) is None  # a rollout holding nothing uses the reserve
+    starved = admission.hold("t4", 101)  # 400 of 500 held by others: the relay's fault, not t4's
+    assert starved is not None and (starved.blame, starved.kind) == (Blame.INFRA, "buffers_full")
+    admission.release("t1", 200)
+    assert admission.hold("t4", 100) is None
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"reserved_connections": 10, "max_connections": 10}, "relay_reserved_connections"),
+        ({"max_token_buffered_bytes": 4096, "max_buffered_bytes": 4096}, "relay_max_token_buffered_bytes"),
+        ({"max_request_bytes": 4096, "max_token_buffered_bytes": 2048}, "relay_max_request_bytes"),
+    ],
+)
+def test_contradictory_relay_limits_are_refused(changes: dict[str, int], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        RelayLimits(**{"max_buffered_bytes": 8192, "max_token_buffered_bytes": 4096, **changes})
+
+
+@pytest.fixture
+def host_relay() -> Iterator[Callable[..., PolicyRelay]]:
+    """Relays on 127.0.0.1 with the limits a test gives (every call from the host is one source)."""
+    made: list[PolicyRelay] = []
+
+    def make(**limits: Any) -> PolicyRelay:
+        relay = PolicyRelay(bind_host=lambda: "127.0.0.1", limits=RelayLimits(**limits))
+        made.append(relay)
+        return relay
+
+    yield make
+    for relay in made:
+        relay.close()
+
+
+def raw_connection(url: str) -> tuple[socket.socket, str, str]:
+    """A plain socket to the relay of ``url``: (socket, host:port, path with the token)."""
+    parts = urlsplit(url)
+    assert parts.hostname is not None and parts.port is not None
+    return socket.create_connection((parts.hostname, parts.port), timeout=30), parts.netloc, parts.path
+
+
+def read_until_closed(sock: socket.socket) -> bytes:
+    """Everything the relay sends until it closes the connection (it must, within the socket's timeout)."""
+    received = b""
+    while chunk := sock.recv(65536):
+        received += chunk
+    return received
+
+
+async def test_a_head_that_never_ends_is_closed_at_the_header_timeout(
+    host_relay: Callable[..., PolicyRelay], policies: tuple[FakeChatServer, FakeChatServer]
+) -> None:
+    relay = host_relay(header_timeout_sec=0.5)
+    registration = await relay.register(policies[0].base_url)
+    sock, hostport, path = raw_connection(registration.sandbox_url)
+    with sock:
+        sock.sendall(f"POST {path}/chat/completions HTTP/1.1\r\nHost: {hostport}\r\n".encode())  # no blank line
+        started = time.monotonic()
+        assert await asyncio.to_thread(read_until_closed, sock) == b""  # closed, nothing answered
+        assert time.monotonic() - started >= 0.4
+    wait_until(lambda: relay.stats()["connections"] == 0, timeout=30, what="the relay to let the connection go")
+    assert policies[0].requests == []
+
+
+async def test_a_body_that_never_ends_is_refused_at_the_body_timeout_as_the_rollouts_fault(
+    host_relay: Callable[..., PolicyRelay], policies: tuple[FakeChatServer, FakeChatServer]
+) -> None:
+    relay = host_relay(body_timeout_sec=0.5)
+    registration = await relay.register(policies[0].base_url)
+    sock, hostport, path = raw_connection(registration.sandbox_url)
+    with sock:
+        head = f"POST {path}/chat/completions HTTP/1.1\r\nHost: {hostport}\r\nContent-Length: 100\r\n\r\n"
+        sock.sendall(head.encode() + b"{" * 99)  # one byte short, held
+        answer = await asyncio.to_thread(read_until_closed, sock)
+    assert answer.startswith(b"HTTP/1.1 408 "), answer
+    report = registration.record.report()
+    assert report.own == {"body_timeout": 1} and report.failure is None
+    wait_until(lambda: relay.stats()["connections"] == 0, timeout=30, what="the relay to let the connection go")
+    assert relay.stats()["buffered_bytes"] == 0 and relay.stats()["received_bytes"] == 0
+    assert policies[0].requests == []  # the upstream never saw a partial body
+
+
+async def test_a_rollouts_calls_in_flight_are_bounded_and_its_own_refusals(
+    host_relay: Callable[..., PolicyRelay], policies: tuple[FakeChatServer, FakeChatServer]
+) -> None:
+    relay = host_relay(max_token_calls=2)
+    flooder, other = await relay.register(policies[0].base_url), await relay.register(policies[1].base_url)
+    held = [raw_connection(flooder.sandbox_url) for _ in range(2)]
+    try:
+        for sock, hostport, path in held:  # two calls whose bodies never come: in flight
+            sock.sendall(
+                f"POST {path}/chat/completions HTTP/1.1\r\nHost: {hostport}\r\nContent-Length: 10\r\n\r\n".encode()
+            )
+        wait_until(lambda: relay.stats()["calls"] == 2, timeout=30, what="two calls in flight")
+        async with httpx.AsyncClient(trust_env=False, timeout=30) as client:
+            third = await client.post(flooder.sandbox_url + "/chat/completions", json={})
+            assert third.status_code == 429 and "calls in flight" in third.text
+            theirs = await client.post(other.sandbox_url + "/chat/completions", json={"messages": []})
+            assert theirs.status_code == 200  # another rollout's calls are not bounded by this one's
+    finally:
+        for sock, _, _ in held:
+            sock.close()
+    assert flooder.record.report().own == {"token_calls": 1} and flooder.record.report().failure is None
+    assert other.record.report().own == {} and policies[0].requests == []
+
+
+async def test_a_refusal_through_no_fault_of_the_rollout_is_its_failure_until_an_answer(
+    host_relay: Callable[..., PolicyRelay], policies: tuple[FakeChatServer, FakeChatServer]
+) -> None:
+    """Two connections fill this relay (the host is one light source): the third is answered
+    503 and recorded against its token as the relay's failure, and a later answered call
+    recovers it. An unreachable policy endpoint is the infrastructure's failure too."""
+    relay = host_relay(max_connections=2, reserved_connections=1)
+    registration = await relay.register(policies[0].base_url)
+    url = registration.sandbox_url + "/chat/completions"
+    holders = [raw_connection(registration.sandbox_url)[0] for _ in range(2)]
+    wait_until(lambda: relay.stats()["connections"] == 2, timeout=30, what="the relay to hold two connections")
+    async with httpx.AsyncClient(trust_env=False, timeout=30) as client:
+        refused = await client.post(url, json={})
+        assert refused.status_code == 503 and "the relay is full" in refused.text
+        report = registration.record.report()
+        assert report.infra == {"relay_full": 1} and report.failure is not None
+        message = report.failure_message()
+        assert message is not None and "no fault of its own" in message and "the relay is full" in message
+        for sock in holders:
+            sock.close()
+        wait_until(lambda: relay.stats()["connections"] == 0, timeout=30, what="the relay to let the holders go")
+        answered = await client.post(url, json={"messages": [{"role": "user", "content": "reply: ok"}]})
+        assert answered.status_code == 200
+        assert registration.record.report().failure is None  # recovered; still counted
+        assert registration.record.report().infra == {"relay_full": 1}
+
+        dead = await relay.register("http://127.0.0.1:9/v1")  # nothing listens on the discard port
+        unreachable = await client.post(dead.sandbox_url + "/chat/completions", json={})
+        assert unreachable.status_code == 502
+        assert dead.record.report().infra == {"upstream_unreachable": 1} and dead.record.report().failure
+
+
+async def test_a_sandbox_that_stops_reading_its_answer_is_dropped(
+    host_relay: Callable[..., PolicyRelay], policies: tuple[FakeChatServer, FakeChatServer]
+) -> None:
+    relay = host_relay(body_timeout_sec=2.0)
+    registration = await relay.register(policies[0].base_url)
+    parts = urlsplit(registration.sandbox_url)
+    assert parts.hostname is not None and parts.port is not None
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # it reads nothing: the answer backs up
+    with sock:
+        sock.connect((parts.hostname, parts.port))
+        body = json.dumps({"messages": [{"role": "user", "content": "reply: " + "y" * 4_000_000}]}).encode()
+        head = f"POST {parts.path}/chat/completions HTTP/1.1\r\nHost: {parts.netloc}\r\nContent-Length: {len(body)}\r\n\r\n"
+        sock.sendall(head.encode() + body)
+        wait_until(lambda: relay.stats()["calls"] == 1, timeout=30, what="the call to be answered")
+        wait_until(lambda: relay.stats()["connections"] == 0, timeout=30, what="the stalled reader to be dropped")
+    assert len(policies[0].requests) == 1

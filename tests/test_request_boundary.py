@@ -1,19 +1,25 @@
-"""Requests cannot point at the host (issue 14, item 5), through HarborBackend and the real
-osmosis server: a local ``harbor_task`` resolves inside ``tasks_dir`` or ``task_roots`` and never
-into a trials directory; git refs are remote unless ``allow_local_git=True``; refusals are
-``validation_error``s that name the ref as given, never the host path it resolved to.
+"""Requests cannot point at the host (issue 14, item 5; issue 25, item 5), through HarborBackend
+and the real osmosis server: a local ``harbor_task`` resolves inside ``tasks_dir`` or
+``task_roots`` and never into a trials directory; git refs are remote unless
+``allow_local_git=True``, and their hosts public unless ``allow_private_git_hosts=True``, with
+git made to connect to the address checked; refusals are ``validation_error``s that name the ref
+as given, never the host path it resolved to.
 
-Positive controls: the same task copy runs (oracle, reward 1) from an allowed root, and a real
-local git repository runs once ``allow_local_git=True``.
+Positive controls: the same task copy runs (oracle, reward 1) from an allowed root, a real local
+git repository runs once ``allow_local_git=True``, and an https git server of the test's own on
+127.0.0.1 serves the task once ``allow_private_git_hosts=True``.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import uuid
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 from harbor.trial.queue import TrialQueue
@@ -25,6 +31,7 @@ from osmosis_harbor.errors import ConfigError
 from osmosis_harbor.sandbox import environment_config
 from osmosis_harbor.settings import Settings
 
+from .git_server import PINNED_NAME, SmartGitServer, self_signed
 from .rollout_server import client_for, serve
 from .support import TASKS
 
@@ -199,6 +206,7 @@ def test_roots_and_local_git_come_from_the_settings_when_not_given(
         ("http://git.example.com/repo", False, False),  # plain http: refused like any other scheme
         ("git://git.example.com/repo", False, False),
         ("ssh://-oProxyCommand=touch%20x/repo", False, False),  # a host git would read as an option
+        ("ssh://[-oProxyCommand=touch%20x]/repo", False, False),  # the same, bracketed
         ("git@-oProxyCommand=x:repo", False, False),
         ("ext::sh -c touch% x", False, False),
         ("--upload-pack=touch x", False, False),
@@ -215,3 +223,197 @@ def test_git_url_forms(url: str, local_ok: bool, remote: bool) -> None:
         else:
             with pytest.raises(TaskResolutionError, match=r"metadata\['git_url'\]="):
                 roots.check_git_url(url, "metadata['git_url']", url)
+
+
+# ── git hosts: a request's git_url cannot aim this machine's network ─────────────────────────
+
+
+@pytest.fixture
+def git_https(tmp_path: Path, git_repo: tuple[Path, str], monkeypatch: pytest.MonkeyPatch) -> Iterator[SmartGitServer]:
+    """The test's repository behind an https git server of its own on 127.0.0.1 (``/repo.git``),
+    its certificate trusted by git through ``GIT_SSL_CAINFO``."""
+    bare, _ = git_repo
+    subprocess.run(["git", "config", "uploadpack.allowFilter", "true"], cwd=bare, check=True)
+    subprocess.run(["git", "config", "uploadpack.allowAnySHA1InWant", "true"], cwd=bare, check=True)
+    cert, key = self_signed(tmp_path)
+    monkeypatch.setenv("GIT_SSL_CAINFO", str(cert))
+    server = SmartGitServer(bare.parent, cert, key)
+    yield server
+    server.close()
+
+
+NOT_PUBLIC = [
+    ("https://127.0.0.1/r.git", "is a loopback address"),
+    ("https://127.8.9.10:8443/r.git", "is a loopback address"),
+    ("https://10.20.30.40/r.git", "is a private address"),
+    ("https://172.16.0.1/r.git", "is a private address"),
+    ("https://172.31.255.254/r.git", "is a private address"),
+    ("https://192.168.1.1/r.git", "is a private address"),
+    ("https://169.254.169.254/r.git", "is a link-local address"),  # cloud metadata services
+    ("https://[::1]/r.git", "is a loopback address"),
+    ("https://[fc00::1]/r.git", "is a private address"),
+    ("https://[fdab:cdef::1]/r.git", "is a private address"),
+    ("https://[fe80::1]/r.git", "is a link-local address"),
+    ("https://[::ffff:127.0.0.1]/r.git", "is a loopback address"),  # IPv4-mapped IPv6
+    ("https://[::ffff:10.0.0.1]/r.git", "is a private address"),
+    ("https://[2002:7f00:1::]/r.git", "is a loopback address"),  # 6to4, carrying 127.0.0.1
+    ("https://[2001:0:4136:e378:8000:63bf:80ff:fffe]/r.git", "is a loopback address"),  # Teredo, the same
+    ("https://0.0.0.0/r.git", "is an unspecified address"),  # Linux connects that to the loopback
+    ("https://2130706433/r.git", "resolves to 127.0.0.1"),  # decimal
+    ("https://0177.0.0.1/r.git", "resolves to 127.0.0.1"),  # octal
+    ("https://0x7f000001/r.git", "resolves to 127.0.0.1"),  # hex
+    ("https://0x7f.1/r.git", "resolves to 127.0.0.1"),  # short hex
+    ("https://localhost/r.git", "resolves to 127.0.0.1"),  # a name resolving to the loopback
+    ("https://user:token@localhost:8443/r.git", "resolves to 127.0.0.1"),
+    ("ssh://git@127.0.0.1/r.git", "is a loopback address"),
+    ("ssh://git@[::1]:2222/r.git", "is a loopback address"),
+    ("git@localhost:org/r.git", "resolves to 127.0.0.1"),
+    ("git@192.168.0.10:org/r.git", "is a private address"),
+]
+
+
+@pytest.mark.parametrize(("url", "why"), NOT_PUBLIC)
+def test_git_hosts_that_are_not_public_are_refused_unless_allowed(url: str, why: str) -> None:
+    from osmosis_harbor.errors import TaskResolutionError
+    from osmosis_harbor.tasks.roots import TaskRoots
+
+    refusing = TaskRoots([])
+    refusing.check_git_url(url, "metadata['git_url']", url)  # a well-formed remote URL...
+    with pytest.raises(TaskResolutionError, match=rf"metadata\['git_url'\]=.*{why}.*allow_private_git_hosts=True"):
+        refusing.pin_git_host(url, "metadata['git_url']", url)  # ...whose host is refused
+    assert TaskRoots([], allow_private_git_hosts=True).pin_git_host(url, "metadata['git_url']", url) is None
+
+
+@pytest.mark.parametrize("url", ["https://8.8.8.8/r.git", "https://[2606:4700::1111]/r.git", "git@1.1.1.1:org/r"])
+def test_public_git_hosts_are_pinned_to_what_was_checked(url: str) -> None:
+    from osmosis_harbor.tasks.roots import TaskRoots
+
+    pin = TaskRoots([]).pin_git_host(url, "metadata['git_url']", url)
+    assert pin is not None and pin.addresses == (
+        urlsplit(url.replace("git@", "ssh://git@").replace(":org", "/org")).hostname,
+    )
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "ssh://[-oProxyCommand=touch x]/y",  # bracketed, so past a host check that reads the first character
+        "ssh://-oProxyCommand=touch%20x/y",
+        "ssh://-oProxyCommand=x@git.example.com/y",  # an option-looking user
+        "ssh://[git.example.com]/y",  # brackets hold an IPv6 literal only
+        "git@-oProxyCommand=x:repo",
+        "-oProxyCommand=x@git.example.com:repo",
+        "https://a@b@127.0.0.1/r.git",  # which @ ends the user is each parser's guess
+        "https://git.example.com#@127.0.0.1/r.git",
+        "https://git.example.com\\@127.0.0.1/r.git",
+        "https://127.0.0.1:0/r.git",
+    ],
+)
+def test_option_looking_and_ambiguous_git_hosts_are_refused_by_our_own_check(url: str) -> None:
+    from osmosis_harbor.errors import TaskResolutionError
+    from osmosis_harbor.tasks.roots import TaskRoots
+
+    for roots in (TaskRoots([]), TaskRoots([], allow_local_git=True, allow_private_git_hosts=True)):
+        with pytest.raises(TaskResolutionError, match="is not a git URL"):
+            roots.check_git_url(url, "metadata['git_url']", url)
+
+
+def test_git_connects_to_the_checked_address_and_follows_no_redirect(git_https: SmartGitServer) -> None:
+    """A pin makes git connect where the host was checked, not where a new lookup would lead
+    (``pinned.invalid`` resolves nowhere: only the pin reaches the server); and a redirect,
+    whose target was never checked, is not followed. Controls: without the pin, git cannot
+    reach the name, and follows the same redirect."""
+    from osmosis_harbor.tasks.git_hosts import GitPin, GitRemote
+
+    pinned_url = f"https://{PINNED_NAME}:{git_https.port}/repo.git"
+    pin = GitPin(GitRemote("https", PINNED_NAME, git_https.port), ("127.0.0.1",))
+    listed = subprocess.run(["git", "ls-remote", pinned_url], env=pin.environment(os.environ), capture_output=True)
+    assert listed.returncode == 0 and b"refs/heads/main" in listed.stdout, listed.stderr
+    unpinned = subprocess.run(["git", "ls-remote", pinned_url], capture_output=True)
+    assert unpinned.returncode != 0 and b"resolve" in unpinned.stderr.lower()
+
+    moved = f"{git_https.url}/moved/repo.git"
+    loopback = GitPin(GitRemote("https", "127.0.0.1", git_https.port), ("127.0.0.1",))
+    refused = subprocess.run(["git", "ls-remote", moved], env=loopback.environment(os.environ), capture_output=True)
+    assert refused.returncode != 0 and b"returned error: 301" in refused.stderr, refused.stderr
+    followed = subprocess.run(["git", "ls-remote", moved], capture_output=True)
+    assert followed.returncode == 0 and b"refs/heads/main" in followed.stdout, followed.stderr
+
+
+async def test_a_git_url_on_this_machine_is_refused_and_fetched_once_allowed(
+    host: dict[str, Path], git_repo: tuple[Path, str], task_cache: Path, git_https: SmartGitServer
+) -> None:
+    _, commit = git_repo
+    ref = {"harbor_task": "tasks/json-reward", "git_commit_id": commit}
+    urls = {
+        f"{git_https.url}/repo.git": "is a loopback address",
+        f"https://localhost:{git_https.port}/repo.git": "resolves to 127.0.0.1",
+    }
+    async with serve(backend_for(host)) as url:
+        for git_url, why in urls.items():
+            assert_refused(await rollout(url, {**ref, "git_url": git_url}), why)
+    assert git_https.requests == [] and not task_cache.exists()  # nothing connected, nothing fetched
+
+    async with serve(backend_for(host, allow_private_git_hosts=True)) as url:  # the positive control
+        for git_url in urls:
+            result = await rollout(url, {**ref, "git_url": git_url})
+            assert result.status is RolloutStatus.SUCCESS, result.err_message
+            assert result.sample.reward == 1.0
+    assert any("git-upload-pack" in path for path in git_https.requests)
+
+
+def test_private_git_hosts_come_from_the_settings_when_not_given(
+    host: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OSMOSIS_HARBOR_ALLOW_PRIVATE_GIT_HOSTS", "1")
+    assert backend_for(host).resolver.roots.allow_private_git_hosts
+    assert not backend_for(host, allow_private_git_hosts=False).resolver.roots.allow_private_git_hosts
+
+
+async def test_a_pinned_fetch_runs_harbors_git_download_against_the_checked_address(
+    git_repo: tuple[Path, str], task_cache: Path, git_https: SmartGitServer
+) -> None:
+    """Harbor's own download (clone, sparse checkout, fetch of the commit) through our client:
+    every git command connects to the pinned address (the name resolves nowhere), and a
+    checkout using git-lfs, whose downloads go anywhere, is refused on a pinned fetch."""
+    from harbor.models.task.id import GitTaskId
+
+    from osmosis_harbor.errors import TaskResolutionError
+    from osmosis_harbor.tasks.git_client import PinnedTaskClient
+    from osmosis_harbor.tasks.git_hosts import GitPin, GitRemote
+    from osmosis_harbor.tasks.remote import RemoteTasks
+
+    bare, commit = git_repo
+    pin = GitPin(GitRemote("https", PINNED_NAME, git_https.port), ("127.0.0.1",))
+    task_id = GitTaskId(
+        git_url=f"https://{PINNED_NAME}:{git_https.port}/repo.git", git_commit_id=commit, path=Path("tasks/json-reward")
+    )
+    remote = RemoteTasks(task_cache, lambda *args: None)
+    result = await remote._download(task_id, task_cache, task_cache, "the task", pin=pin)
+    assert (Path(result.path) / "task.toml").is_file() and result.resolved_git_commit_id == commit
+
+    # Harbor pulls LFS objects when the checkout's .gitattributes asks for them: not on a pinned fetch
+    checkout = bare.parent / "lfs-checkout"
+    checkout.mkdir()
+    (checkout / ".gitattributes").write_text("*.bin filter=lfs diff=lfs merge=lfs -text\n")
+    with pytest.raises(TaskResolutionError, match="uses git-lfs"):
+        await PinnedTaskClient(pin)._pull_lfs_files(checkout, [])
+
+
+def test_a_pin_keeps_the_operators_git_configuration_and_pins_ssh_too() -> None:
+    from osmosis_harbor.tasks.git_hosts import GitPin, GitRemote
+
+    operator = {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "http.proxy", "GIT_CONFIG_VALUE_0": "http://proxy:3128"}
+    env = GitPin(GitRemote("https", "git.example.com", 443), ("93.184.216.34", "2606:2800::1")).environment(operator)
+    assert env["GIT_CONFIG_KEY_0"] == "http.proxy" and env["GIT_CONFIG_COUNT"] == "3"
+    pinned = {env[f"GIT_CONFIG_KEY_{i}"]: env[f"GIT_CONFIG_VALUE_{i}"] for i in (1, 2)}
+    assert pinned == {
+        "http.followRedirects": "false",
+        "http.curloptResolve": "git.example.com:443:93.184.216.34,[2606:2800::1]",
+    }
+    assert env["GIT_ALLOW_PROTOCOL"] == "https"
+    ssh = GitPin(GitRemote("ssh", "git.example.com", 22), ("93.184.216.34",)).environment(
+        {"GIT_SSH_COMMAND": "ssh -i k"}
+    )
+    assert ssh["GIT_SSH_COMMAND"] == "ssh -i k -o HostName=93.184.216.34 -o HostKeyAlias=git.example.com"
+    assert ssh["GIT_ALLOW_PROTOCOL"] == "ssh"

@@ -2,8 +2,10 @@
 
 ``TrialRunner.run`` holds the trial directory in key custody from before the trial starts
 until it is scrubbed (``osmosis_harbor.keys``), submits the trial, runs it again on a fresh
-sandbox when the infrastructure lost the first one (at most ``infra_retries`` times, never
-after a workflow failure), and reads the last trial into the rollout's ``ExecutionOutcome``.
+sandbox when the infrastructure failed the first one (a lost sandbox, or the policy relay
+refusing the rollout's calls through no fault of its own: ``sandbox.relay_record``; at most
+``infra_retries`` times, never after a workflow's own failure), and reads the last trial into
+the rollout's ``ExecutionOutcome``.
 A trial reaches the queue only while its rollout holds a slot of the backend's ``TrialGate``
 (retries first), and its sandbox starts inside the backend's start bound (``sandbox.starts``).
 """
@@ -45,6 +47,7 @@ from osmosis_harbor.keys import KeyCustody
 from osmosis_harbor.sandbox import live
 from osmosis_harbor.sandbox.head_start import head_start_scope
 from osmosis_harbor.sandbox.liveness import loss_scope
+from osmosis_harbor.sandbox.relay_record import RelayRecord
 from osmosis_harbor.sandbox.starts import SandboxStarts, starts_scope
 from osmosis_harbor.trials.export import export_rollout_files
 from osmosis_harbor.trials.naming import trial_name as make_trial_name
@@ -61,6 +64,7 @@ class Attempt:
     config: TrialConfig
     key: str | None
     native_agent: str | None  # the native agent's name; None for a workflow bundle
+    relay: RelayRecord | None = None  # what the policy relay refused of the rollout's calls, if relayed
 
     @property
     def trial_dir(self) -> Path:
@@ -73,7 +77,19 @@ class _Turn:
 
     lease: Lease
     priority: Priority
-    retry_left: bool  # a lost sandbox would be retried
+    retry_left: bool  # an infrastructure failure would be retried
+    relay: RelayRecord | None
+
+
+def _infra_failure(result: TrialResult | ExecutionOutcome, relay: RelayRecord | None) -> tuple[str, str] | None:
+    """Why the infrastructure failed this trial, as (the outcome's extra key, the reason): a
+    lost sandbox, or the relay refusing a call of the rollout that it never recovered from."""
+    if isinstance(result, ExecutionOutcome):
+        return None
+    if (lost := lost_sandbox_message(result)) is not None:
+        return "lost_sandboxes", lost
+    failure = relay.report().failure_message() if relay is not None else None
+    return ("relay_failures", failure) if failure is not None else None
 
 
 def _head_start(attempt: Attempt) -> bool:
@@ -138,35 +154,34 @@ class TrialRunner:
     async def _attempts(
         self, attempt: Attempt, trial_dir: Path, state: RolloutState | None, extra: dict[str, Any]
     ) -> tuple[TrialResult | ExecutionOutcome, Path, dict[str, Any]]:
-        """Run the trial, and again on a fresh sandbox after each sandbox lost to the
-        infrastructure. Returns the last result (or the outcome that ended the rollout), its
-        trial directory, and the extra fields recording the attempts."""
-        lost: list[dict[str, str]] = []
+        """Run the trial, and again on a fresh sandbox after each infrastructure failure.
+        Returns the last result (or the outcome that ended the rollout), its trial directory,
+        and the extra fields recording the attempts."""
+        failed: dict[str, list[dict[str, str]]] = {}
+        retries = 0
         config = attempt.config
         lease = self.gate.lease()  # the rollout's place in line, kept by its retries
         priority = Priority.FIRST_ATTEMPT
         try:
             while True:
-                retry_left = len(lost) < self.infra_retries
-                result = await self._submit(
-                    config, state, extra, _Turn(lease, priority, retry_left), head_start=_head_start(attempt)
-                )
-                reason = None if isinstance(result, ExecutionOutcome) else lost_sandbox_message(result)
-                if reason is None or len(lost) >= self.infra_retries:
+                if attempt.relay is not None:
+                    attempt.relay.clear()  # this attempt's calls only
+                turn = _Turn(lease, priority, retries < self.infra_retries, attempt.relay)
+                result = await self._submit(config, state, extra, turn, head_start=_head_start(attempt))
+                failure = _infra_failure(result, attempt.relay)
+                if failure is None or retries >= self.infra_retries:
                     break
-                lost.append({"trial_name": config.trial_name, "error": reason})
+                retries += 1
+                failed.setdefault(failure[0], []).append({"trial_name": config.trial_name, "error": failure[1]})
                 if state is not None and state.cancel_requested:  # cancelled between attempts
                     await asyncio.to_thread(shutil.rmtree, trial_dir, True)
-                    return cancelled({**extra, "lost_sandboxes": lost}), trial_dir, extra
+                    return cancelled({**extra, **failed}), trial_dir, extra
                 config, trial_dir = await self._fresh_attempt(attempt, config, trial_dir)
                 extra = {**extra, "trial_name": config.trial_name}
-                priority = Priority.RETRY  # the lease was requeued as the lost trial ended
+                priority = Priority.RETRY  # the lease was requeued as the failed trial ended
         finally:
             lease.release()
-        extra = {**extra, "attempts": len(lost) + 1}
-        if lost:
-            extra["lost_sandboxes"] = lost
-        return result, trial_dir, extra
+        return result, trial_dir, {**extra, "attempts": retries + 1, **failed}
 
     async def _submit(
         self,
@@ -228,7 +243,7 @@ class TrialRunner:
         except BaseException:
             lease.release()
             raise
-        if turn.retry_left and lost_sandbox_message(result) is not None:
+        if turn.retry_left and _infra_failure(result, turn.relay) is not None:
             lease.requeue()
         else:
             lease.release()
@@ -278,4 +293,5 @@ class TrialRunner:
             base_extra=extra,
             agent_sample=agent_sample,
             agent_deadline_sec=None if attempt.native_agent else agent_timeout_budget(request.agent_timeout_sec),
+            relay=attempt.relay.report() if attempt.relay is not None else None,
         )

@@ -302,6 +302,7 @@ class HarborBackend(ExecutionBackend):
                     config=config,
                     key=key,
                     native_agent=self.agent if isinstance(self.agent, str) and self.options.is_native else None,
+                    relay=relayed.record if relayed is not None else None,
                 )
                 return await self.runner.run(attempt, cleanup_success=self.options.cleanup_successful_trials)
         finally:
@@ -322,11 +323,13 @@ def _resolver(options: BackendOptions, host_dirs: Callable[[], list[Path]]) -> T
     current = settings.current()
     roots = options.task_roots if options.task_roots is not None else current.task_root_paths()
     allow_local_git = options.allow_local_git if options.allow_local_git is not None else current.allow_local_git
+    allow_private = options.allow_private_git_hosts
     return TaskResolver(
         options.tasks_dir,
         options.task_mode,
         task_roots=roots,
         allow_local_git=allow_local_git,
+        allow_private_git_hosts=allow_private if allow_private is not None else current.allow_private_git_hosts,
         trials_dirs=lambda: [*host_dirs(), *default_trials_dirs()],
     )
 

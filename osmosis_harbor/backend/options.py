@@ -64,6 +64,7 @@ class BackendKwargs(TypedDict, total=False):
     infra_retries: int
     task_roots: Sequence[Path] | None
     allow_local_git: bool | None
+    allow_private_git_hosts: bool | None
     max_concurrent_starts: int | None
 
 
@@ -99,9 +100,11 @@ class BackendOptions(BaseModel):
     # endpoint sees the chat calls of both attempts; opt in where the trainer tolerates that.
     infra_retries: int = 0
     # Where a request's local harbor_task may live besides tasks_dir, and whether its git refs
-    # may name this machine's repositories; None: the settings decide (see settings.py).
+    # may name this machine's repositories or hosts that are not public; None: the settings
+    # decide (see settings.py).
     task_roots: tuple[Path, ...] | None = None
     allow_local_git: bool | None = None
+    allow_private_git_hosts: bool | None = None
     # None: the sandbox SDK's own default (``SandboxImplementation.max_concurrent_starts``).
     max_concurrent_starts: int | None = None
 

@@ -9,7 +9,9 @@ vocabulary: the graded sample, the verifier's reward, and an error category a
 controller can act on, with the failing phase and the phase timings in ``extra_fields``.
 Every file the sandbox wrote is read through ``sandbox.contract_files`` (no links, no FIFOs,
 bounded, depth-bounded JSON), and a category comes from what the host saw
-(``backend.categories``): a sandbox's own ``error.json`` never makes an ``internal_error``.
+(``backend.categories``): a sandbox's own ``error.json`` never makes an ``internal_error``, and
+the policy relay's record of the rollout's calls (``sandbox.relay_record``) makes one when the
+relay failed them through no fault of the rollout, whatever its workflow then did.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from osmosis_harbor.errors import (
     recorded_error,
 )
 from osmosis_harbor.sandbox.contract_files import FileKind, read_json
+from osmosis_harbor.sandbox.relay_record import RelayReport
 from osmosis_harbor.shim import contract
 from osmosis_harbor.tasks.dockerfile import INCOMPATIBLE_IMAGE_MARKER
 from osmosis_harbor.trials.reading import (
@@ -201,15 +204,19 @@ def build_outcome(
     base_extra: dict[str, Any],
     agent_sample: Any = ...,
     agent_deadline_sec: float | None = None,
+    relay: RelayReport | None = None,
 ) -> ExecutionOutcome:
     """Read ``trial_dir`` and ``result`` into the outcome the osmosis server expects.
 
     ``agent_sample`` overrides the workflow's ``agent/sample.json`` (native agents' samples
     come from their trajectory). ``agent_deadline_sec``: the deadline the host gave the
     shim (``OSMOSIS_AGENT_TIMEOUT_SEC``), the only one under which a workflow's own
-    ``timeout`` is believed. Reads files a sandbox wrote: call it off the event loop."""
+    ``timeout`` is believed. ``relay``: what the policy relay refused of the rollout's calls.
+    Reads files a sandbox wrote: call it off the event loop."""
     reading = read_trial(result, trial_dir)
     extra: dict[str, Any] = {**base_extra, "timings_sec": reading.timings_sec, "reward_source": str(reward_source)}
+    if relay is not None and (relayed := relay.extra_fields()):
+        extra["relay"] = relayed
     focus = _focus(reading, trial_dir, agent_deadline_sec)
     if focus.step is not None:
         extra["step"] = focus.step
@@ -232,6 +239,12 @@ def build_outcome(
     lost_in_grading = _is_loss(ours) and phase == Phase.VERIFIER.value
     if _is_loss(ours) and not lost_in_grading:
         return _lost_sandbox(result, phase, agent_sample, extra)
+    relay_failure = relay.failure_message() if relay is not None else None
+    if relay_failure is not None and phase != Phase.CANCELLED.value:  # the host's word, not the workflow's
+        extra["failed_phase"] = phase or Phase.AGENT.value
+        return ExecutionOutcome(
+            workflow=_failure(relay_failure, RolloutErrorCategory.INTERNAL_ERROR, agent_sample, extra)
+        )
     if exc_type is not None and phase in {
         Phase.ENVIRONMENT.value,
         Phase.AGENT_SETUP.value,

@@ -299,6 +299,30 @@ SURFACE: tuple[HarborName, ...] = (
         "remote tasks into our cache (output_dir=)",
     ),
     HarborName(
+        "harbor.tasks.client:TaskClient",
+        "_run_git",
+        "(self, *args, cwd, input)",
+        (OVR, K),
+        "tasks/git_client.py",
+        "a request's git commands connect only to the checked addresses",
+    ),
+    HarborName(
+        "harbor.tasks.client:TaskClient",
+        "_run_git_stdout",
+        "(self, *args, cwd)",
+        (OVR, K),
+        "tasks/git_client.py",
+        "a request's git commands connect only to the checked addresses",
+    ),
+    HarborName(
+        "harbor.tasks.client:TaskClient",
+        "_pull_lfs_files",
+        "(self, repo_dir, task_download_configs)",
+        (OVR,),
+        "tasks/git_client.py",
+        "git-lfs downloads go anywhere: refused for a pinned fetch",
+    ),
+    HarborName(
         "harbor.agents.base:BaseAgent",
         "__init__",
         "(self, logs_dir, model_name, logger, mcp_servers, skills_dir, *, extra_env, base_url, model_api_key_name, "

@@ -12,8 +12,9 @@ The token is dropped when the rollout ends, so a URL the workflow wrote down is 
 
 The relay is owned by whoever runs rollouts (a ``HarborBackend``), starts on the first
 registration and stops with its owner. It serves from a thread of its own, with its own event
-loop (uvicorn, without signal handlers off the main thread), so no request, however slow,
-touches the caller's event loop.
+loop, so no request, however slow, touches the caller's event loop. Its bounds per sandbox and
+per rollout are ``relay_limits``; what it refused of a rollout's calls is in the registration's
+``record`` (``relay_record``), which the rollout's outcome reads.
 """
 
 from __future__ import annotations
@@ -27,17 +28,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-import httpx
-import uvicorn
+import httpcore
 
 from osmosis_harbor import settings
 from osmosis_harbor.errors import ConfigError
-from osmosis_harbor.sandbox.relay_app import RelayApp, RelayLimits, RelayRoute
+from osmosis_harbor.sandbox.relay_app import RelayRoute, RelayServer
+from osmosis_harbor.sandbox.relay_limits import RelayLimits
+from osmosis_harbor.sandbox.relay_record import RelayRecord
 
-__all__ = ["PolicyRelay", "RelayRegistration", "sandbox_gateway"]
+__all__ = ["PolicyRelay", "RelayRegistration", "limits_from_settings", "sandbox_gateway"]
 
 log = logging.getLogger(__name__)
 _STOP_TIMEOUT_SEC = 10.0
+_DRAIN_SEC = 2.0  # a stopping relay waits this long for its connections to end
+_BACKLOG = 1024  # connections the kernel queues before the relay's loop accepts them
 
 
 def sandbox_gateway() -> str:
@@ -53,6 +57,7 @@ class RelayRegistration:
 
     token: str
     sandbox_url: str
+    record: RelayRecord = field(repr=False)
     _relay: PolicyRelay = field(repr=False)
 
     def close(self) -> None:
@@ -74,11 +79,11 @@ class PolicyRelay:
         self._routes: dict[str, RelayRoute] = {}
         self._guard = threading.Lock()
         self._address: tuple[str, int] | None = None
-        self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
-        self._client: httpx.AsyncClient | None = None
-        self._app: RelayApp | None = None
+        self._client: httpcore.AsyncConnectionPool | None = None
+        self._server: RelayServer | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
 
     @property
     def address(self) -> tuple[str, int] | None:
@@ -96,11 +101,13 @@ class PolicyRelay:
             raise ConfigError(f"the policy relay forwards to http(s) URLs only, not {upstream_url!r}")
         host, port = self._start()
         token = secrets.token_urlsafe(32)
-        route = RelayRoute(origin=f"{parts.scheme}://{parts.netloc}", prefix=parts.path.rstrip("/"))
+        route = RelayRoute(
+            f"{parts.scheme}://{parts.netloc}", parts.netloc.rpartition("@")[2].encode("ascii"), parts.path.rstrip("/")
+        )
         with self._guard:
             self._routes[token] = route
         query = f"?{parts.query}" if parts.query else ""
-        return RelayRegistration(token, f"http://{host}:{port}/{token}{parts.path}{query}", self)
+        return RelayRegistration(token, f"http://{host}:{port}/{token}{parts.path}{query}", route.record, self)
 
     def unregister(self, token: str) -> None:
         with self._guard:
@@ -111,9 +118,13 @@ class PolicyRelay:
         with self._guard:
             return len(self._routes)
 
+    def stats(self) -> dict[str, int]:
+        """What the relay holds now: connections, overflow, buffered body bytes, calls."""
+        server = self._server
+        return server.admission.stats() if server is not None else {}
+
     def _lookup(self, token: str) -> RelayRoute | None:
-        with self._guard:
-            return self._routes.get(token)
+        return self._routes.get(token)  # one dict read is atomic: no lock on every call
 
     def _start(self) -> tuple[str, int]:
         with self._guard:
@@ -121,44 +132,44 @@ class PolicyRelay:
                 return self._address
             host = self._bind_host()
             sock = _listen(host, settings.current().relay_port)
-            limits = self._limits or _limits_from_settings()
-            self._app = RelayApp(self._lookup, self._upstream_client, limits)
-            config = uvicorn.Config(
-                self._app,
-                lifespan="off",
-                log_config=None,  # uvicorn's own would reconfigure this whole process's logging
-                log_level=None,
-                access_log=False,
-                server_header=False,
-                limit_concurrency=settings.current().relay_max_connections,
-                timeout_keep_alive=5,
-                timeout_graceful_shutdown=2,  # a backstop: close() ends the calls in flight first
-            )
-            self._server = uvicorn.Server(config)
+            try:
+                server = RelayServer(self._lookup, self._upstream_client, self._limits or limits_from_settings())
+            except ConfigError:
+                sock.close()
+                raise
+            started = threading.Event()
+            self._server = server
             self._thread = threading.Thread(
-                target=asyncio.run, args=(self._serve(sock, limits),), name="osmosis-policy-relay", daemon=True
+                target=asyncio.run, args=(self._serve(sock, server, started),), name="osmosis-policy-relay", daemon=True
             )
             self._thread.start()
+            started.wait(_STOP_TIMEOUT_SEC)
             self._address = (host, int(sock.getsockname()[1]))
             log.info("policy relay listening on %s:%d", *self._address)
             return self._address
 
-    async def _serve(self, sock: socket.socket, limits: RelayLimits) -> None:
-        timeout = httpx.Timeout(limits.timeout_sec, connect=10.0)
-        # trust_env=False: a proxy from the environment must not carry loopback traffic away.
+    async def _serve(self, sock: socket.socket, relay: RelayServer, started: threading.Event) -> None:
+        # Upstream connections are bounded by the calls the relay admits, not by a pool every
+        # rollout would queue on. No proxy from the environment carries loopback traffic away.
         self._loop = asyncio.get_running_loop()
-        async with httpx.AsyncClient(timeout=timeout, trust_env=False, follow_redirects=False) as client:
-            self._client = client
-            assert self._server is not None
+        stop = self._stop = asyncio.Event()
+        started.set()
+        async with httpcore.AsyncConnectionPool(max_connections=None, max_keepalive_connections=64) as pool:
+            self._client = pool
             try:
-                await self._server.serve(sockets=[sock])
+                server = await asyncio.start_server(relay, sock=sock, backlog=_BACKLOG)
             except Exception:  # in a thread of its own: say so, or the relay dies silently
-                log.exception("the policy relay on %s stopped", sock.getsockname())
-                raise
-            finally:
+                log.exception("the policy relay on %s could not start", sock.getsockname())
                 sock.close()
+                raise
+            async with server:
+                await stop.wait()
+                server.close()  # no new connections; the open ones end (a waiting call gets a 503)
+                open_calls = relay.stop()
+                if open_calls:
+                    await asyncio.wait(open_calls, timeout=_DRAIN_SEC)
 
-    def _upstream_client(self) -> httpx.AsyncClient:
+    def _upstream_client(self) -> httpcore.AsyncConnectionPool:
         assert self._client is not None  # set before the server accepts anything
         return self._client
 
@@ -166,16 +177,14 @@ class PolicyRelay:
         """Stop serving and forget every route (idempotent); a later register starts anew."""
         with self._guard:
             self._routes.clear()
-            server, thread, app, loop = self._server, self._thread, self._app, self._loop
-            self._server = self._thread = self._app = self._loop = None
+            thread, loop, stop = self._thread, self._loop, self._stop
+            self._thread = self._server = self._loop = self._stop = None
             self._address = None
-        if app is not None and loop is not None:
+        if loop is not None and stop is not None:
             try:
-                loop.call_soon_threadsafe(app.cancel_in_flight)
+                loop.call_soon_threadsafe(stop.set)
             except RuntimeError:  # the loop already ended
                 pass
-        if server is not None:
-            server.should_exit = True
         if thread is not None:
             thread.join(_STOP_TIMEOUT_SEC)
 
@@ -189,7 +198,7 @@ def _listen(host: str, port: int) -> socket.socket:
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
-        sock.listen(256)
+        sock.listen(_BACKLOG)
     except OSError as exc:
         sock.close()
         raise ConfigError(
@@ -199,10 +208,19 @@ def _listen(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _limits_from_settings() -> RelayLimits:
+def limits_from_settings() -> RelayLimits:
+    """The relay's bounds as the settings say now (a ``ConfigError`` names a contradiction)."""
     current = settings.current()
     return RelayLimits(
         max_request_bytes=current.relay_max_request_bytes,
         max_response_bytes=current.relay_max_response_bytes,
         timeout_sec=current.relay_timeout_sec,
+        max_connections=current.relay_max_connections,
+        reserved_connections=current.relay_reserved_connections,
+        max_source_connections=current.relay_max_source_connections,
+        max_token_calls=current.relay_max_token_calls,
+        max_buffered_bytes=current.relay_max_buffered_bytes,
+        max_token_buffered_bytes=current.relay_max_token_buffered_bytes,
+        header_timeout_sec=current.relay_header_timeout_sec,
+        body_timeout_sec=current.relay_body_timeout_sec,
     )

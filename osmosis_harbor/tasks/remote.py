@@ -2,7 +2,7 @@
 
 Each distinct ref is fetched once per ``RemoteTasks`` (guarded by a per-ref ``asyncio.Lock``,
 and across processes sharing a cache by a file lock), so concurrent rollouts of the same ref
-share one fetch. Unpinned refs are resolved once, at first use, and that snapshot serves the
+share one fetch. A git task's host is checked and pinned (``git_hosts``) just before its fetch. Unpinned refs are resolved once, at first use, and that snapshot serves the
 process; one ``UnpinnedTaskRefWarning`` per ref per process says so.
 """
 
@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from osmosis_harbor.tasks.discovery import is_task_dir
+from osmosis_harbor.tasks.git_hosts import GitPin
 from osmosis_harbor.tasks.refs import (
     GIT_COMMIT_KEY,
     GIT_URL_KEY,
@@ -109,6 +110,12 @@ async def file_lock(path: Path) -> AsyncIterator[None]:
         os.close(fd)  # releases the lock
 
 
+def _pinned_client(pin: GitPin) -> Any:
+    from osmosis_harbor.tasks.git_client import PinnedTaskClient  # Harbor, imported on first use
+
+    return PinnedTaskClient(pin)
+
+
 def _snapshot(source: Path, target: Path) -> Path:
     """Copy ``source`` to ``target`` once (atomically); an existing ``target`` is reused."""
     if target.is_dir():
@@ -164,9 +171,16 @@ class RemoteTasks:
         return self._client
 
     async def _download(
-        self, task_id: Any, output_dir: Path | None, default_dir: Path, what: str, url: str | None = None
+        self,
+        task_id: Any,
+        output_dir: Path | None,
+        default_dir: Path,
+        what: str,
+        url: str | None = None,
+        pin: GitPin | None = None,
     ) -> Any:
-        """One ``TaskClient.download_tasks`` call, serialized across processes per ref.
+        """One ``TaskClient.download_tasks`` call, serialized across processes per ref; a
+        pinned git download runs git connecting only to the checked addresses.
 
         Harbor replaces (git) or re-extracts (packages) a task directory in place; the
         file lock keeps two processes sharing a cache from doing so under each other.
@@ -174,9 +188,10 @@ class RemoteTasks:
         self.fetch_count += 1
         root = output_dir if output_dir is not None else default_dir
         name = hashlib.sha256(repr(task_id).encode()).hexdigest()[:32]
+        client = self._task_client() if pin is None else _pinned_client(pin)
         try:
             async with file_lock(root / ".osmosis-locks" / f"{name}.lock"):
-                batch = await self._task_client().download_tasks([task_id], output_dir=output_dir)
+                batch = await client.download_tasks([task_id], output_dir=output_dir)
         except Exception as exc:
             secret = url is not None and _redact(url) != url  # keep credentials out of tracebacks too
             text = _describe_fetch_error(exc, url).replace(str(root), "<task cache>")  # no host paths
@@ -208,7 +223,8 @@ class RemoteTasks:
         async def fetch() -> ResolvedTask:
             from harbor.constants import TASK_CACHE_DIR
 
-            result = await self._download(task_id, self.cache_dir, TASK_CACHE_DIR, what, git_url)
+            pin = await asyncio.to_thread(self._roots.pin_git_host, git_url, f"metadata[{GIT_URL_KEY!r}]", shown_url)
+            result = await self._download(task_id, self.cache_dir, TASK_CACHE_DIR, what, git_url, pin)
             fetched = result.resolved_git_commit_id or commit
             task_path = Path(result.path)
             if not pinned:

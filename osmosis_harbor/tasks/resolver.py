@@ -43,7 +43,8 @@ class TaskResolver:
     Construction validates ``tasks_dir`` eagerly (template: one task directory; dataset:
     a directory of tasks at any depth). ``fetch_count`` counts ``TaskClient`` downloads.
     A local ``harbor_task`` must lie inside ``tasks_dir`` or one of ``task_roots``, never in a
-    directory ``trials_dirs`` returns; local git repositories need ``allow_local_git``.
+    directory ``trials_dirs`` returns; local git repositories need ``allow_local_git``, and git
+    hosts that are not public ``allow_private_git_hosts``.
     """
 
     def __init__(
@@ -54,6 +55,7 @@ class TaskResolver:
         cache_dir: Path | None = None,
         task_roots: Sequence[Path] = (),
         allow_local_git: bool = False,
+        allow_private_git_hosts: bool = False,
         trials_dirs: Callable[[], Iterable[Path]] | None = None,
     ):
         try:
@@ -65,7 +67,12 @@ class TaskResolver:
         self._root = self.tasks_dir.resolve()
         self._by_id: dict[str, Path] = {}
         self._checked: dict[Path, None] = {}
-        self.roots = TaskRoots([self._root, *task_roots], trials_dirs, allow_local_git=allow_local_git)
+        self.roots = TaskRoots(
+            [self._root, *task_roots],
+            trials_dirs,
+            allow_local_git=allow_local_git,
+            allow_private_git_hosts=allow_private_git_hosts,
+        )
         self._remote = RemoteTasks(self.cache_dir, self._check, self.roots)
         if not self.tasks_dir.is_dir():
             raise fail(f"tasks_dir={str(self.tasks_dir)!r} is not a directory")

@@ -4,8 +4,9 @@ A rollout request names its task, and a request is not the operator: a local ``h
 must resolve (symlinks included) inside ``tasks_dir`` or a root the operator listed
 (``task_roots=``), and never inside a trials directory, where sandboxes write, even when an
 allowed root contains it. Git refs to this machine's own repositories (``file://`` URLs and
-bare paths) need ``allow_local_git=True``. Every refusal names the request's value as given,
-never the resolved host path, so an error message does not map the host for its reader.
+bare paths) need ``allow_local_git=True``, and remote ones whose host is not public need
+``allow_private_git_hosts=True`` (``git_hosts``). Every refusal names the request's value as
+given, never the resolved host path, so an error message does not map the host for its reader.
 """
 
 from __future__ import annotations
@@ -15,16 +16,11 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
+from osmosis_harbor.tasks.git_hosts import GitPin, parse_git_remote, pin_git_host
 from osmosis_harbor.tasks.refs import fail
 
-__all__ = ["REMOTE_GIT_URL", "TaskRoots", "local_git_path"]
+__all__ = ["TaskRoots", "local_git_path"]
 
-# https://host/..., ssh://[user@]host/..., and scp-like user@host:path. A host never starts
-# with '-' (git would read it as an ssh option); ext::, fd:: and other transports never match.
-REMOTE_GIT_URL = re.compile(
-    r"^(?:(?:https|ssh)://(?:[^/@\s]+@)?[A-Za-z0-9\[][^/\s]*(?:/\S*)?"
-    r"|[A-Za-z0-9_][A-Za-z0-9._-]*@[A-Za-z0-9][A-Za-z0-9.-]*:[^\s-]\S*)$"
-)
 _LOCAL_GIT_URL = re.compile(r"^(?:file://(?:localhost)?(/\S*)|(/\S*))$")
 
 
@@ -53,9 +49,11 @@ class TaskRoots:
         forbidden: Callable[[], Iterable[Path]] | None = None,
         *,
         allow_local_git: bool = False,
+        allow_private_git_hosts: bool = False,
     ) -> None:
         self.allowed = tuple(dict.fromkeys(Path(os.path.realpath(p)) for p in allowed))
         self.allow_local_git = allow_local_git
+        self.allow_private_git_hosts = allow_private_git_hosts
         self._forbidden = forbidden or (lambda: ())
 
     def forbidden_dirs(self) -> list[Path]:
@@ -84,7 +82,7 @@ class TaskRoots:
         hint = "use an https://, ssh:// or git@host:path URL"
         if not isinstance(url, str) or url.startswith("-"):
             raise fail(f"{key}={shown!r} is not a git URL; {hint}")
-        if REMOTE_GIT_URL.match(url):
+        if parse_git_remote(url) is not None:
             return
         local = local_git_path(url)
         if local is None:
@@ -95,3 +93,12 @@ class TaskRoots:
                 "or enable them with allow_local_git=True (OSMOSIS_HARBOR_ALLOW_LOCAL_GIT=1)"
             )
         self.check_not_trials(Path(os.path.realpath(local)), key, str(shown))
+
+    def pin_git_host(self, url: str, key: str, shown: str) -> GitPin | None:
+        """The addresses git must connect to for a checked remote ``url`` (None: a local
+        repository, or private hosts allowed, so git resolves as it will). Resolves the host:
+        call it off the event loop."""
+        remote = parse_git_remote(url)
+        if remote is None or self.allow_private_git_hosts:
+            return None
+        return pin_git_host(remote, key, shown)
