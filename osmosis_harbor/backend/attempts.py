@@ -43,6 +43,7 @@ from osmosis_harbor.backend.tracker import RolloutState, RolloutTracker
 from osmosis_harbor.errors import SandboxLostError
 from osmosis_harbor.keys import KeyCustody
 from osmosis_harbor.sandbox import live
+from osmosis_harbor.sandbox.guard import GuardSession, guard_scope
 from osmosis_harbor.sandbox.head_start import head_start_scope
 from osmosis_harbor.sandbox.liveness import loss_scope
 from osmosis_harbor.sandbox.starts import SandboxStarts, starts_scope
@@ -113,13 +114,13 @@ class TrialRunner:
             state = self.tracker.get(request.id)
             if state is not None and state.cancel_requested:
                 return cancelled(extra)
-            result, trial_dir, extra = await self._attempts(attempt, trial_dir, state, extra)
+            result, trial_dir, extra, guard = await self._attempts(attempt, trial_dir, state, extra)
             if isinstance(result, ExecutionOutcome):
                 return result
             if await asyncio.to_thread(self.custody.seal, trial_dir):  # before anything reads the trial
                 extra = {**extra, "trial_dir_removed": "the trial could not be scrubbed of the API key"}
             # The trial dir holds what the sandbox wrote: read it off the event loop.
-            outcome = await asyncio.to_thread(self._outcome, attempt, result, trial_dir, extra)
+            outcome = await asyncio.to_thread(self._outcome, attempt, result, trial_dir, extra, guard)
             succeeded = outcome.result.status is RolloutStatus.SUCCESS
             return outcome
         finally:  # every other ending too: cancelled, refused, our own task cancelled
@@ -132,10 +133,11 @@ class TrialRunner:
 
     async def _attempts(
         self, attempt: Attempt, trial_dir: Path, state: RolloutState | None, extra: dict[str, Any]
-    ) -> tuple[TrialResult | ExecutionOutcome, Path, dict[str, Any]]:
+    ) -> tuple[TrialResult | ExecutionOutcome, Path, dict[str, Any], GuardSession | None]:
         """Run the trial, and again on a fresh sandbox after each sandbox lost to the
         infrastructure. Returns the last result (or the outcome that ended the rollout), its
-        trial directory, and the extra fields recording the attempts."""
+        trial directory, the extra fields recording the attempts, and the last attempt's
+        verifier guard (None when its tests do not run in the agent's sandbox)."""
         lost: list[dict[str, str]] = []
         config = attempt.config
         lease = self.gate.lease()  # the rollout's place in line, kept by its retries
@@ -143,8 +145,14 @@ class TrialRunner:
         try:
             while True:
                 retry_left = len(lost) < self.infra_retries
+                guard = GuardSession(attempt.plan.guard) if attempt.plan.guard is not None else None
                 result = await self._submit(
-                    config, state, extra, _Turn(lease, priority, retry_left), head_start=_head_start(attempt)
+                    config,
+                    state,
+                    extra,
+                    _Turn(lease, priority, retry_left),
+                    head_start=_head_start(attempt),
+                    guard=guard,
                 )
                 reason = None if isinstance(result, ExecutionOutcome) else lost_sandbox_message(result)
                 if reason is None or len(lost) >= self.infra_retries:
@@ -152,7 +160,7 @@ class TrialRunner:
                 lost.append({"trial_name": config.trial_name, "error": reason})
                 if state is not None and state.cancel_requested:  # cancelled between attempts
                     await asyncio.to_thread(shutil.rmtree, trial_dir, True)
-                    return cancelled({**extra, "lost_sandboxes": lost}), trial_dir, extra
+                    return cancelled({**extra, "lost_sandboxes": lost}), trial_dir, extra, None
                 config, trial_dir = await self._fresh_attempt(attempt, config, trial_dir)
                 extra = {**extra, "trial_name": config.trial_name}
                 priority = Priority.RETRY  # the lease was requeued as the lost trial ended
@@ -161,7 +169,7 @@ class TrialRunner:
         extra = {**extra, "attempts": len(lost) + 1}
         if lost:
             extra["lost_sandboxes"] = lost
-        return result, trial_dir, extra
+        return result, trial_dir, extra, guard
 
     async def _submit(
         self,
@@ -171,6 +179,7 @@ class TrialRunner:
         turn: _Turn,
         *,
         head_start: bool = False,
+        guard: GuardSession | None = None,
     ) -> TrialResult | ExecutionOutcome:
         """One trial through the user's queue: its result, or the outcome that ends the rollout
         (cancelled, or a trial Harbor could not create). Waiting for a gate slot is part of the
@@ -183,6 +192,7 @@ class TrialRunner:
             starts_scope(self.starts),
             loss_scope() as losses,
             head_start_scope(head_start) as head,
+            guard_scope(guard),
         ):
             trial = asyncio.ensure_future(self._gated(config, turn, losses))
         if state is not None:
@@ -252,7 +262,7 @@ class TrialRunner:
         return config.model_copy(update={"trial_name": name}), fresh
 
     def _outcome(
-        self, attempt: Attempt, result: TrialResult, trial_dir: Path, extra: dict[str, Any]
+        self, attempt: Attempt, result: TrialResult, trial_dir: Path, extra: dict[str, Any], guard: GuardSession | None
     ) -> ExecutionOutcome:
         request = attempt.request
         agent_sample: Any = ...
@@ -273,4 +283,5 @@ class TrialRunner:
             base_extra=extra,
             agent_sample=agent_sample,
             agent_deadline_sec=None if attempt.native_agent else agent_timeout_budget(request.agent_timeout_sec),
+            guard=guard,
         )
