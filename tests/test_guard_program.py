@@ -228,3 +228,11 @@ async def test_the_verifier_logs_start_empty(box: Box) -> None:
     assert out.split() == ["777"]
     await box.agent("rm -rf /logs/verifier && ln -s /tmp /logs/verifier")
     assert (await box.report()).logs == "replaced-verifier"
+
+
+async def test_what_the_check_cannot_cover_is_a_finding(box: Box) -> None:
+    """A tree deeper than the walk goes could hide a change from it: the check says so, signed."""
+    deep = "/usr/local/share/" + "d/" * 210
+    await box.agent(f"mkdir -p {deep} && echo x > {deep}x")
+    report = await box.report()
+    assert report.truncated.get("walk", 0) >= 1

@@ -98,9 +98,10 @@ def judge(report: GuardReport, allowance: Allowance, *, processes_are_tampering:
             )
         )
     reasons += [f.describe() for f in report.findings if not allowance.allows(f)]
-    for what, count in report.truncated.items():
-        if what == "findings":
-            reasons.append(f"{count} more findings")
+    if count := report.truncated.get("findings"):
+        reasons.append(f"{count} more findings")
+    if count := report.truncated.get("walk"):
+        reasons.append(f"{count} toolchain entries the check could not cover (too many, too deep)")
     if processes_are_tampering:
         reasons += [f"{p.describe()} left running" for p in report.killed]
     reasons += [f"process {pid} could not be ended" for pid in report.unkillable]

@@ -687,12 +687,19 @@ struct linux_dirent64 {
     u8 type;
     char name[];
 };
+/* What the walk could not cover: too many entries, too deep, a path too long. A check that did
+ * not see everything reports it, and the host counts it as tampering (the record refuses). */
+static u64 TRUNCATED;
 static void walk_dir(char *path, size_t n, int depth, visit_fn visit) {
-    if (depth > MAX_DEPTH) return;
+    if (depth > MAX_DEPTH) {
+        TRUNCATED++;
+        return;
+    }
     long fd = xopen(n ? path : "/", O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
     if (fd < 0) return;
     u8 *m = mark();
-    struct buf names = {0, 0, 0};
+    char *names = (char *)arena_top; /* the directory's names, packed at the arena's top */
+    size_t used = 0;
     static u8 dents[1 << 16];
     for (;;) {
         long r = sc3(SYS_getdents64, fd, dents, sizeof dents);
@@ -701,16 +708,23 @@ static void walk_dir(char *path, size_t n, int depth, visit_fn visit) {
             struct linux_dirent64 *d = (struct linux_dirent64 *)(dents + off);
             off += d->reclen;
             if (seq(d->name, ".") || seq(d->name, "..")) continue;
-            buf_put(&names, d->name, slen(d->name) + 1);
+            size_t k = slen(d->name) + 1;
+            if ((size_t)((u8 *)arena_end - (u8 *)(names + used)) <= k) fatal("out of memory");
+            memcpy(names + used, d->name, k);
+            used += k;
         }
     }
     xclose(fd);
+    alloc(used);
     const char *parent_base = basename_of(path, n);
-    for (size_t off = 0; off < names.n;) {
-        const char *name = (const char *)names.p + off;
+    for (size_t off = 0; off < used;) {
+        const char *name = names + off;
         size_t k = slen(name);
         off += k + 1;
-        if (n + 1 + k >= 4096 || ++ENTRIES > MAX_ENTRIES) continue;
+        if (n + 1 + k >= 4096 || ++ENTRIES > MAX_ENTRIES) {
+            TRUNCATED++;
+            continue;
+        }
         path[n] = '/';
         memcpy(path + n + 1, name, k + 1);
         if (excluded(path) || cache_skipped(parent_base, name)) continue;
@@ -720,7 +734,6 @@ static void walk_dir(char *path, size_t n, int depth, visit_fn visit) {
         if ((st.mode & S_IFMT) == S_IFDIR) walk_dir(path, n + 1 + k, depth + 1, visit);
     }
     path[n] = 0;
-    if (names.p) sc2(SYS_munmap, names.p, names.cap);
     release(m);
 }
 /* What a verifier picks up from the agent's working directory (the tests' cwd). */
@@ -778,6 +791,7 @@ static void record_manifest(const struct opts *o, const u8 key[32]) {
     buf_put(&MANIFEST, o->id, slen(o->id));
     buf_put(&MANIFEST, "\n", 1);
     walk_all(o, record_visit);
+    if (TRUNCATED) fatal("the toolchain is too large to record (over 4,000,000 entries, 200 levels or 4 KiB paths)");
     u8 mac[32];
     manifest_mac(key, MANIFEST.p, MANIFEST.n, mac);
     buf_put(&MANIFEST, mac, 32);
@@ -1654,6 +1668,7 @@ static int mode_check(int argc, char **argv) {
         report_removed();
         set_aside_caches(o.nonce);
     }
+    if (TRUNCATED) out_num_line(R, "truncated walk ", TRUNCATED);
     if (N_FINDINGS > MAX_RECORDS) out_num_line(R, "truncated findings ", N_FINDINGS - MAX_RECORDS);
     if (N_CURED > MAX_RECORDS) out_num_line(R, "truncated cured ", N_CURED - MAX_RECORDS);
     if ((u64)NKILLED > MAX_RECORDS) out_num_line(R, "truncated killed ", (u64)NKILLED - MAX_RECORDS);
