@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import re
 import secrets
+import time
 from collections.abc import Awaitable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -136,7 +137,7 @@ class GuardedExecs(SkypilotEnvironment):
         else:
             await self._write_remote_bytes(binary.read(), UPLOAD_PATH)
             argv = ["sh", "-c", _RUN_UPLOADED, UPLOAD_PATH, *args]
-        key = secrets.token_bytes(32)
+        key, began = secrets.token_bytes(32), time.monotonic()
         code, out, err = await self._guard_exec(argv, env={KEY_ENV: key.hex()})
         started = _STARTED.match(out)
         if code != 0 or started is None:
@@ -147,7 +148,13 @@ class GuardedExecs(SkypilotEnvironment):
             )
         session.daemon_pid, session.key, session.record_id = int(started[1]), key, record_id
         session.recorded_since_check = True
-        log.debug("verifier guard started in %s (daemon %s, %s entries)", self._sandbox_name, started[1], started[4])
+        log.debug(
+            "verifier guard started in %s (daemon %s, %s entries recorded) in %.3f s",
+            self._sandbox_name,
+            started[1],
+            started[4],
+            time.monotonic() - began,
+        )
 
     async def _guard_record(self, session: GuardSession) -> None:
         pid, record_id = session.daemon_pid, secrets.token_hex(16)
@@ -167,7 +174,9 @@ class GuardedExecs(SkypilotEnvironment):
         if plan.allowance.ports and not plan.record_allowance:
             keep = ["--keep-ports", ",".join(map(str, sorted(plan.allowance.ports)))]
         argv = [f"/proc/{pid}/exe", "check", "--daemon", str(pid), "--nonce", nonce, "--id", session.record_id]
+        began = time.monotonic()
         _, out, _ = await self._guard_exec([*argv, *self._guard_workdirs(), *keep])
+        log.debug("verifier guard checked %s in %.3f s", self._sandbox_name, time.monotonic() - began)
         try:
             report = parse_report(out, key=session.key, nonce=nonce, record_id=session.record_id)
         except ReportRejected as exc:
