@@ -236,3 +236,33 @@ async def test_what_the_check_cannot_cover_is_a_finding(box: Box) -> None:
     await box.agent(f"mkdir -p {deep} && echo x > {deep}x")
     report = await box.report()
     assert report.truncated.get("walk", 0) >= 1
+
+
+def test_a_sandbox_whose_root_holds_no_capability_is_refused() -> None:
+    """Without a capability to mark the agent's processes with, the guard could protect nothing:
+    it refuses to start, saying why (the host turns that into one line, as ``internal_error``)."""
+    import docker
+
+    client = docker.from_env()
+    container = client.containers.run(IMAGE, ["sleep", "120"], cap_drop=["ALL"], detach=True, auto_remove=False)
+    try:
+        container.put_archive("/var/tmp", _tar("osmosis-guard", guard_binary().read()))
+        key = secrets.token_hex(32)
+        code, output = container.exec_run(
+            [GUARD, "start", "--id", "r1"], environment={"OSMOSIS_GUARD_KEY": key}, demux=True
+        )
+        assert code == 80 and b"holds no capability to mark the agent's processes" in (output[1] or b""), output
+    finally:
+        container.remove(force=True)
+
+
+def _tar(name: str, data: bytes) -> bytes:
+    import io
+    import tarfile
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        info = tarfile.TarInfo(name)
+        info.size, info.mode = len(data), 0o755
+        tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()

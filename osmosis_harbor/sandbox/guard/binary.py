@@ -24,7 +24,7 @@ from osmosis_harbor.errors import VerifierGuardError
 
 __all__ = ["GuardBinary", "guard_binary", "target_arch"]
 
-SOURCE = Path(__file__).with_name("guard.c")
+SOURCE = Path(__file__).with_name("guard.c")  # one translation unit: it includes the *.h beside it
 # The sandbox platforms Harbor builds for (``--platform``), and the guard's name for each.
 _ARCHES = {"linux/amd64": "x86_64", "linux/x86_64": "x86_64", "linux/arm64": "aarch64", "linux/aarch64": "aarch64"}
 _HOST_ARCHES = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}
@@ -115,8 +115,14 @@ def _compile(arch: str, target: Path) -> None:
     raise VerifierGuardError(f"building the verifier guard for {arch} failed: {'; '.join(errors)}")
 
 
+def source_hash() -> str:
+    """The hash of the guard's sources (``guard.c`` and the parts it includes)."""
+    digest = hashlib.sha256()
+    for path in sorted([SOURCE, *SOURCE.parent.glob("*.h")]):
+        digest.update(path.name.encode() + b"\0" + hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()
+
+
 def guard_binary(platform: str | None = None) -> GuardBinary:
     """The guard for sandboxes of ``platform``, built on first use (then a cached file)."""
-    arch = target_arch(platform)
-    source_sha = hashlib.sha256(SOURCE.read_bytes()).hexdigest()
-    return _built(source_sha, arch, _cache_dir())
+    return _built(source_hash(), target_arch(platform), _cache_dir())
