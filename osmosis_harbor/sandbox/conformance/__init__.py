@@ -38,6 +38,7 @@ from osmosis_harbor.sandbox.conformance import lifecycle_checks  # noqa: F401
 from osmosis_harbor.sandbox.conformance import limit_checks  # noqa: F401
 from osmosis_harbor.sandbox.conformance import pool_checks  # noqa: F401
 from osmosis_harbor.sandbox.conformance import environment_checks  # noqa: F401
+from osmosis_harbor.sandbox.conformance import guard_checks  # noqa: F401
 
 # isort: on
 from osmosis_harbor.errors import ConfigError

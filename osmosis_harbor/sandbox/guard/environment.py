@@ -12,7 +12,6 @@ before the guard does. Which phase a trial is in is the session's (``session.py`
 from __future__ import annotations
 
 import logging
-import re
 import secrets
 import time
 from collections.abc import Awaitable
@@ -23,7 +22,8 @@ from harbor.environments.base import ExecResult
 from harbor.environments.skypilot import SkypilotEnvironment
 
 from osmosis_harbor import settings
-from osmosis_harbor.errors import VerifierGuardError, VerifierTamperedError
+from osmosis_harbor.errors import VerifierTamperedError
+from osmosis_harbor.sandbox.guard import commands
 from osmosis_harbor.sandbox.guard.allowance import Allowance, Verdict, judge
 from osmosis_harbor.sandbox.guard.binary import guard_binary
 from osmosis_harbor.sandbox.guard.report import GuardReport, ReportRejected, parse_report, shown
@@ -31,16 +31,9 @@ from osmosis_harbor.sandbox.guard.session import GuardCheck, GuardSession, Phase
 from osmosis_harbor.sandbox.preparation import REMOVE_REWARDS_COMMAND
 from osmosis_harbor.shim import contract
 
-__all__ = ["KEY_ENV", "UPLOAD_PATH", "GuardedExecs", "baked_guard"]
+__all__ = ["GuardedExecs", "baked_guard"]
 
 log = logging.getLogger(__name__)
-
-KEY_ENV = "OSMOSIS_GUARD_KEY"
-UPLOAD_PATH = "/var/tmp/.osmosis-guard/osmosis-guard"  # when the image does not bake it in
-_STARTED = re.compile(rb"^osmosis-guard started pid=(\d+) marker=(\d+) arch=(\w+) entries=(\d+)\n")
-_RECORDED = b"osmosis-guard recorded entries="
-# chmod: a file API may write 0644. Pristine here: nothing of the agent has run yet.
-_RUN_UPLOADED = 'chmod 0755 "$0" && exec "$0" "$@"'
 
 
 def baked_guard(dockerfile: Path) -> str | None:
@@ -74,8 +67,7 @@ class GuardedExecs(SkypilotEnvironment):
 
     def _guard_workdirs(self) -> list[str]:
         """Where the agent works, the tests' usual cwd: the check looks there for pytest's hooks."""
-        dirs = {d.rstrip("/") for d in (self.task_env_config.workdir, self._workdir) if d and d.rstrip("/")}
-        return [arg for d in sorted(dirs) for arg in ("--workdir", d)]
+        return sorted({d.rstrip("/") for d in (self.task_env_config.workdir, self._workdir) if d and d.rstrip("/")})
 
     async def _guard_took(self, command: str, user: str | int | None) -> bool:
         """Harbor's verifier first clears stale rewards (``REMOVE_REWARDS_COMMAND``, as root): the
@@ -111,7 +103,8 @@ class GuardedExecs(SkypilotEnvironment):
                 await self._guard_start(session)
             elif not session.recorded_since_check:
                 await self._guard_record(session)
-            return [f"/proc/{session.daemon_pid}/exe", "drop", "--"]
+            assert session.daemon_pid is not None
+            return commands.drop_prefix(session.daemon_pid)
 
     async def _guard_exec(self, argv: list[str], *, env: dict[str, str] | None = None) -> tuple[int, bytes, str]:
         """One of the guard's own commands: straight to the SDK (no record wrapper, no shell)."""
@@ -130,37 +123,31 @@ class GuardedExecs(SkypilotEnvironment):
         return result.return_code, (result.stdout or "").encode("utf-8", "surrogateescape"), result.stderr or ""
 
     async def _guard_start(self, session: GuardSession) -> None:
-        binary = guard_binary(self._platform)
-        args = ["start", "--id", (record_id := secrets.token_hex(16)), *self._guard_workdirs()]
-        if self._guard_baked == binary.sha256:
-            argv = [contract.GUARD_PATH, *args]
-        else:
-            await self._write_remote_bytes(binary.read(), UPLOAD_PATH)
-            argv = ["sh", "-c", _RUN_UPLOADED, UPLOAD_PATH, *args]
+        binary, record_id = guard_binary(self._platform), secrets.token_hex(16)
+        baked = self._guard_baked == binary.sha256
+        if not baked:
+            await self._write_remote_bytes(binary.read(), commands.UPLOAD_PATH)
+        argv = commands.start_argv(contract.GUARD_PATH if baked else None, record_id, self._guard_workdirs())
         key, began = secrets.token_bytes(32), time.monotonic()
-        code, out, err = await self._guard_exec(argv, env={KEY_ENV: key.hex()})
-        started = _STARTED.match(out)
-        if code != 0 or started is None:
-            reason = (err.strip().splitlines() or [f"exit {code}"])[-1][:300]
-            raise VerifierGuardError(
-                f"the verifier guard could not start in sandbox {self._sandbox_name}: {reason}; "
-                "OSMOSIS_HARBOR_VERIFIER_GUARD=0 runs dataset verifiers unguarded"
-            )
-        session.daemon_pid, session.key, session.record_id = int(started[1]), key, record_id
+        code, out, err = await self._guard_exec(argv, env={commands.KEY_ENV: key.hex()})
+        started = commands.parse_started(code, out, err, self._sandbox_name)
+        session.daemon_pid, session.key, session.record_id = started.daemon, key, record_id
         session.recorded_since_check = True
         log.debug(
             "verifier guard started in %s (daemon %s, %s entries recorded) in %.3f s",
             self._sandbox_name,
-            started[1],
-            started[4],
+            started.daemon,
+            started.entries,
             time.monotonic() - began,
         )
 
     async def _guard_record(self, session: GuardSession) -> None:
-        pid, record_id = session.daemon_pid, secrets.token_hex(16)
-        argv = [f"/proc/{pid}/exe", "record", "--daemon", str(pid), "--id", record_id, *self._guard_workdirs()]
-        code, out, _ = await self._guard_exec(argv)
-        if code != 0 or not out.startswith(_RECORDED):
+        assert session.daemon_pid is not None
+        record_id = secrets.token_hex(16)
+        code, out, _ = await self._guard_exec(
+            commands.record_argv(session.daemon_pid, record_id, self._guard_workdirs())
+        )
+        if code != 0 or not out.startswith(commands.RECORDED):
             self._tampered(session, Verdict(True, ["the guard daemon was killed or replaced"]), GuardReport())
         session.record_id, session.recorded_since_check = record_id, True
 
@@ -169,13 +156,17 @@ class GuardedExecs(SkypilotEnvironment):
             session.phase = Phase.VERIFIED
             return
         assert session.key is not None and session.record_id is not None
-        nonce, pid, plan = secrets.token_hex(16), session.daemon_pid, session.plan
-        keep = ["--keep-listening"] if plan.record_allowance else []
-        if plan.allowance.ports and not plan.record_allowance:
-            keep = ["--keep-ports", ",".join(map(str, sorted(plan.allowance.ports)))]
-        argv = [f"/proc/{pid}/exe", "check", "--daemon", str(pid), "--nonce", nonce, "--id", session.record_id]
+        nonce, plan = secrets.token_hex(16), session.plan
+        argv = commands.check_argv(
+            session.daemon_pid,
+            nonce,
+            session.record_id,
+            self._guard_workdirs(),
+            ports=sorted(plan.allowance.ports),
+            keep_listening=plan.record_allowance,
+        )
         began = time.monotonic()
-        _, out, _ = await self._guard_exec([*argv, *self._guard_workdirs(), *keep])
+        _, out, _ = await self._guard_exec(argv)
         log.debug("verifier guard checked %s in %.3f s", self._sandbox_name, time.monotonic() - began)
         try:
             report = parse_report(out, key=session.key, nonce=nonce, record_id=session.record_id)
