@@ -45,6 +45,8 @@ DATASET = FIXTURES / "guard_dataset"
 PROJECT = FIXTURES / "rollout_project"
 WRONG = "echo 7 > /app/sum.txt"
 FORGED = '{"reward": 1.0}'
+# Two steps in one sandbox; in the second, the tampered variant's policy replaces cat.
+MULTI_STEP = ("two-steps", "two-steps-tampered")
 
 # Keeps writing a perfect reward where Harbor reads it (after test.sh wrote 0), named as argv[1].
 REWRITER = f"""
@@ -193,6 +195,7 @@ async def runs(
         patch.setenv("OSMOSIS_HARBOR_VERIFIER_ALLOWANCES", str(root / "allowances"))
         guarded = {**attacks, "honest": ("sum-42", "echo 42 > /app/sum.txt"), "wrong": ("sum-42", WRONG)}
         guarded["service-unrecorded"] = ("service-reverse", _solve_service(50051))
+        guarded |= {name: (name, "true") for name in MULTI_STEP}  # each step's instruction scripts its reply
         out.guarded = await _rollouts(_backend(root, sdk, "guarded"), guarded)
         # validate's oracle run records the service as the task's allowance; rollouts keep it then
         [service] = [t for t in discover_tasks(DATASET) if t.id == "service-reverse"]
@@ -207,7 +210,9 @@ async def runs(
             },
         )
         patch.setenv("OSMOSIS_HARBOR_VERIFIER_GUARD", "0")
-        out.unguarded = await _rollouts(_backend(root, sdk, "unguarded"), attacks)
+        out.unguarded = await _rollouts(
+            _backend(root, sdk, "unguarded"), {**attacks, "two-steps-tampered": ("two-steps-tampered", "true")}
+        )
     yield out
     if sdk.is_emulator:
         assert sdk.sandboxes_left() == [], "emulator sandboxes left behind"
@@ -269,3 +274,18 @@ def test_on_the_emulator_only_skypilots_calls_carried_the_guard(runs: Runs) -> N
     if not runs.sdk.is_emulator:
         pytest.skip("the Docker path has archive calls; this checks the SkyPilot path")
     runs.sdk.assert_harbors_transfer_path(runs.routes)
+
+
+def test_each_step_of_a_multi_step_task_is_checked(runs: Runs) -> None:
+    """The first step's own tests change a toolchain file (``/etc/steps.log``): trusted, so the
+    record made before the second step's agent includes it and nothing is blamed on the agent. The
+    second step's replaced ``cat`` is caught at that step's check; unguarded, it forges 1.0."""
+    honest, tampered = runs.guarded["two-steps"], runs.guarded["two-steps-tampered"]
+    assert honest.status is RolloutStatus.SUCCESS, honest.err_message
+    assert honest.sample is not None and honest.sample.reward == 1.0
+    assert honest.sample.metrics["step_reward/first"] == honest.sample.metrics["step_reward/second"] == 1.0
+    assert honest.sample.metrics["verifier_tampered"] == 0.0
+    assert tampered.status is RolloutStatus.FAILURE and tampered.err_category is RolloutErrorCategory.AGENT_ERROR
+    assert "/usr/bin/cat changed" in (tampered.err_message or ""), tampered.err_message
+    forged = runs.unguarded["two-steps-tampered"]
+    assert forged.status is RolloutStatus.SUCCESS and forged.sample is not None and forged.sample.reward == 1.0
