@@ -21,7 +21,7 @@ __all__ = [
 ]
 
 KEY_ENV = "OSMOSIS_GUARD_KEY"  # the start's environment only: the daemon keeps it, no one else
-UPLOAD_PATH = "/var/tmp/.osmosis-guard/osmosis-guard"  # when the image does not bake it in
+UPLOAD_PATH = "/var/tmp/osmosis-guard"  # when the image does not bake it in (a dir every image has: no parents made)
 RECORDED = b"osmosis-guard recorded entries="
 _STARTED = re.compile(rb"^osmosis-guard started pid=(\d+) marker=(\d+) arch=(\w+) entries=(\d+)\n")
 # chmod: a file API may write 0644. Pristine here: nothing of the agent has run yet.
