@@ -77,9 +77,11 @@ class EmulatorRun:
     async def pool_full(self, pool: str, size: int, timeout: float = 120.0) -> None:
         import asyncio
 
+        from osmosis_harbor.sandbox.emulator import extensions  # the server's pool view, beyond the SDK
+
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            info = await self.sdk.get_pool.aio(pool)
+            info = await extensions.get_pool.aio(pool)
             if info.idle >= size and info.starting == 0:
                 return
             await asyncio.sleep(0.1)

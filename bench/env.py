@@ -27,7 +27,7 @@ from osmosis_ai.rollout.types import ExecutionOutcome, ExecutionRequest
 
 from osmosis_harbor.backend import HarborBackend
 from osmosis_harbor.sandbox import docker as docker_sdk
-from osmosis_harbor.sandbox import environment_config, images
+from osmosis_harbor.sandbox import environment_config, image_holds, images
 from osmosis_harbor.sandbox.docker import labels as L
 
 REPO = Path(__file__).resolve().parent.parent
@@ -169,16 +169,13 @@ def managed_containers(owner_pid: int | None = None) -> list[dict[str, Any]]:
 
 
 def remove_images(refs: list[str]) -> list[str]:
-    """Remove image tags this run built; returns the ones that could not be removed."""
-    client = docker.from_env()
+    """Remove image tags this run built, except those another live process uses (they are
+    content-addressed and shared: ``image_holds``); returns the ones kept or not removed."""
     failed: list[str] = []
     for ref in refs:
-        try:
-            client.images.remove(ref)
-        except docker.errors.ImageNotFound:
-            pass
-        except docker.errors.APIError as exc:
-            failed.append(f"{ref}: {exc.explanation or exc}")
+        kept = image_holds.remove_unheld(ref)
+        if kept is not None:
+            failed.append(kept)
         images.BUILD_COORDINATOR.forget(ref)
     return failed
 

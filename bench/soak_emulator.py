@@ -222,7 +222,9 @@ def check_faults(report: SoakReport, home: Path, run: EmulatorRun, findings: Fau
 
 
 def pool_names(run: EmulatorRun) -> set[str]:
-    return {p.name for p in run.sdk.list_pools()}
+    from osmosis_harbor.sandbox.emulator import extensions  # the server's pool view, beyond the SDK
+
+    return {p.name for p in extensions.list_pools()}
 
 
 def check_leftovers(report: SoakReport, run: EmulatorRun, tmp: Path, trials: Path, pools_before: set[str]) -> None:

@@ -34,9 +34,12 @@ __all__ = [
     "InvalidRequestError",
     "LegacyArgumentError",
     "OsmosisHarborError",
+    "PoolClaimError",
+    "PoolExhaustedError",
     "PoolExistsError",
     "PoolNotFoundError",
     "PrewarmError",
+    "SandboxDiskBoundError",
     "SandboxError",
     "SandboxExistsError",
     "SandboxLostError",
@@ -158,6 +161,14 @@ class PoolExistsError(SandboxError, ValueError):
     """A warm pool of that name exists with another shape."""
 
 
+class PoolExhaustedError(SandboxError, RuntimeError):
+    """A claim found no ready member in its pool, and the pool does not cold-start one."""
+
+
+class PoolClaimError(SandboxError, RuntimeError):
+    """A pool claim could not be served: no ready member in time, and no cold create to fall back on."""
+
+
 class ImageNotFoundError(SandboxError, LookupError):
     """The image is not on the engine and cannot be pulled from here."""
 
@@ -262,6 +273,19 @@ class VerifierSandboxLostError(SandboxLostError):
 
     role = "verifier"
     phase = "verifier"
+
+
+class SandboxDiskBoundError(TrialPhaseError, SandboxError, RuntimeError):
+    """The sandbox was evicted because its writable layer passed its disk bound: its own writes,
+    so the workflow's failure (``agent_error``), never a lost sandbox. ``message`` is the SDK's
+    word on the eviction (kubelet's, with the figures where the SDK gives them)."""
+
+    category = RolloutErrorCategory.AGENT_ERROR
+
+    def __init__(self, name: str, message: str) -> None:
+        super().__init__(f"sandbox {name} was evicted for its disk use, over its disk bound: {message}")
+        self.sandbox_name = name
+        self.message = message
 
 
 class TransferLimitError(TrialPhaseError, SandboxError, ValueError):

@@ -6,7 +6,8 @@ group: the image is built and pushed, or reused when it already exists (a second
 builds nothing); the agent setup runs once in a real sandbox to prove it works (the
 bundle's console script, checked against the baked bundle marker or after a pip install,
 or a native agent's setup); and, when a warm pool is
-configured, the group's pool is created or resized. Per-task failures are recorded so that
+configured, the group's pool is created, or adopted and resized when it exists (a pool still
+warming counts as made: claims wait for it or fall back). Per-task failures are recorded so that
 ``execute`` refuses those tasks with the reason; a prewarm that fails everywhere, or for a
 systemic reason (engine, registry, credentials), raises so a server does not start broken.
 """
@@ -89,6 +90,7 @@ class PrewarmGroup(BaseModel):
     setup_ok: bool = False
     pool: str | None = None
     pool_size: int | None = None
+    pool_note: str | None = None  # an existing pool adopted, or one still warming (usable: claims wait or fall back)
     error: str | None = None
     timings_sec: dict[str, float] = {}
 
@@ -263,7 +265,8 @@ class Prewarmer:
             if self.pool_base and image:
                 group.pool = pool_name_for(self.pool_base, key)
                 group.pool_size = self.pool_size
-                await _with_progress(self.notify, key, "pool", timings, self._ensure_pool(group.pool, image, env))
+                ensured = self._ensure_pool(group.pool, image, env)
+                group.pool_note = await _with_progress(self.notify, key, "pool", timings, ensured)
             self.notify(key, "done")
         except Exception as exc:
             group.error = _one_line(exc)
@@ -279,9 +282,9 @@ class Prewarmer:
         finally:
             await env.stop(delete=True)
 
-    async def _ensure_pool(self, name: str, image: str, env: SandboxEnvironment) -> None:
+    async def _ensure_pool(self, name: str, image: str, env: SandboxEnvironment) -> str | None:
         # the owner's registry: its pools are in the ledger before they exist
-        await pools.create(live.current(), self.sdk_name, name, image, self.pool_size, env.pool_shape())
+        return await pools.create(live.current(), self.sdk_name, name, image, self.pool_size, env.pool_shape())
 
 
 __all__ = [

@@ -66,6 +66,12 @@ class Settings(BaseSettings):
         30.0, ge=0, description="pool claims of one group made within this window go out in one call (0: never batch)"
     )
     claim_batch_max: int = Field(64, ge=1, description="at most this many pool claims in one batch call")
+    pool_claim_wait_sec: float = Field(
+        5.0,
+        ge=0,
+        description="a claim its pool cannot serve (no ready member) is tried again this long, then the "
+        "sandbox is cold-created from the pool's image",
+    )
     pool_min: int = Field(1, ge=0, description='pool_size="auto": the fewest members a pool keeps')
     pool_max: int = Field(32, ge=1, description='pool_size="auto": the most members a pool grows to')
     pool_idle_sec: float = Field(
@@ -100,6 +106,17 @@ class Settings(BaseSettings):
         1024,
         gt=0,
         description="threads of the local Docker SDK; each running exec holds one (bounds rollouts in flight)",
+    )
+    sandbox_no_new_privileges: bool = Field(
+        True,
+        description="local sandboxes run with no-new-privileges: setuid binaries (sudo, su) cannot raise a "
+        "non-root agent user to root (off: for a task whose agent user relies on sudo)",
+    )
+    sandbox_disk_mb: int = Field(
+        10240,
+        ge=0,
+        description="the writable layer of a local sandbox (everything but /tmp); past it the sandbox is "
+        "evicted and the rollout ends agent_error (0: unbounded)",
     )
     ledger: Path | None = Field(
         None, description="the sandbox ledger (default $XDG_CACHE_HOME/osmosis-harbor/ledger.sqlite3)"

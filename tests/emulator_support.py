@@ -69,6 +69,8 @@ class EmulatorServer:
             evict_rate=0,
             retry_after_sec=0,
             hang_sec=600,
+            pool_warm_sec=0,
+            pool_warm_timeout_sec=180,
         )
 
 
@@ -179,11 +181,12 @@ def private_emulator(
     *,
     set_env: bool = True,
     leftovers: Callable[[EmulatorServer], list[str]] = remove_emulator_sandboxes,
+    extra: tuple[str, ...] = (),
 ) -> Iterator[EmulatorServer]:
     """A module's own emulator server (its fault knobs would disturb the session's), selected
-    through the environment when ``set_env``; on exit the sandboxes the module left are removed,
-    the server stopped, and any leftover fails the module."""
-    server = start_server(directory)
+    through the environment when ``set_env`` (``extra``: more server flags); on exit the
+    sandboxes the module left are removed, the server stopped, and any leftover fails the module."""
+    server = start_server(directory, *extra)
     with emulator_env(server.url) if set_env else contextlib.nullcontext():
         yield server
     left = leftovers(server)

@@ -8,6 +8,7 @@ positive control shows the bare SDK call fails under the same fault."""
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import Iterator
 
@@ -15,8 +16,15 @@ import pytest
 
 from osmosis_harbor.errors import ConfigError, SandboxLostError
 from osmosis_harbor.sandbox import emulator as sky
-from osmosis_harbor.sandbox.api_faults import CALL_SAFETY, Safety, create_checked, is_api_fault, retry_safe
-from osmosis_harbor.sandbox.emulator.handles import EmulatorSandbox
+from osmosis_harbor.sandbox.api_faults import (
+    CALL_SAFETY,
+    Safety,
+    create_checked,
+    is_api_fault,
+    retry_safe,
+    terminate_by_name,
+)
+from osmosis_harbor.sandbox.emulator import extensions
 from osmosis_harbor.sandbox.liveness import sandbox_state
 
 from .emulator_support import (
@@ -52,7 +60,7 @@ def _name(stem: str) -> str:
 
 
 async def test_the_table_names_every_call_and_refuses_blind_retries_of_the_unsafe() -> None:
-    assert {c for c, s in CALL_SAFETY.items() if s is Safety.SAFE} >= {"ls", "terminate", "read_bytes", "get_pool"}
+    assert {c for c, s in CALL_SAFETY.items() if s is Safety.SAFE} >= {"ls", "terminate", "read_bytes", "set_pool_size"}
     assert CALL_SAFETY["create"] is Safety.SAFE_IF_ABSENT
     assert CALL_SAFETY["exec"] is Safety.UNSAFE_ONCE_STARTED
     with pytest.raises(ConfigError, match="exec"):
@@ -96,15 +104,36 @@ async def test_read_bytes_and_terminate_are_retried(emulator: EmulatorServer, im
         await sb.terminate.aio()
 
 
-async def test_get_pool_is_retried(emulator: EmulatorServer, image: str) -> None:
+async def test_set_pool_size_and_delete_pool_are_retried(emulator: EmulatorServer, image: str) -> None:
     pool = _name("pool")
-    await sky.create_pool.aio(pool, image, replicas=1)
+    await sky.create_pool.aio(pool, image, replicas=0)
     try:
-        emulator.fault("503", path=f"/pools/{pool}", method="GET", count=2)
-        assert (await retry_safe("get_pool", sky.get_pool.aio, pool)).name == pool
-        assert emulator.stats()["faults"] == {"503": 2}
+        emulator.fault("503", path=f"/pools/{pool}", method="PUT", count=1)
+        with pytest.raises(sky.ApiUnavailableError):  # positive control
+            await sky.set_pool_size.aio(pool, 1)
+        emulator.fault("503", path=f"/pools/{pool}", method="PUT", count=2)
+        await retry_safe("set_pool_size", sky.set_pool_size.aio, pool, 1)
+        assert extensions.get_pool(pool).replicas == 1
+        emulator.fault("reset", path=f"/pools/{pool}", method="DELETE", count=2)
+        await retry_safe("delete_pool", sky.delete_pool.aio, pool)
+        assert emulator.stats()["faults"] == {"503": 3, "reset": 2}
     finally:
-        await sky.delete_pool.aio(pool)
+        with contextlib.suppress(sky.PoolNotFoundError):
+            await sky.delete_pool.aio(pool)
+    with pytest.raises(sky.PoolNotFoundError):
+        extensions.get_pool(pool)
+
+
+async def test_a_sandbox_is_terminated_by_name_through_its_ls_record(emulator: EmulatorServer, image: str) -> None:
+    """SkyPilot documents no terminate by name: the record ``ls()`` gives is terminated, the
+    path a crashed owner's reaper and a half-made create take (the emulator has no shortcut)."""
+    assert not hasattr(sky, "terminate_by_name")
+    sb = await sky.create.aio(name=_name("byname"), image=image, timeout=600)
+    emulator.fault("503", path=sb.path, method="DELETE", count=2)
+    await terminate_by_name(sky, sb.name)
+    assert (await sandbox_state(sky, sb.name)).status is None
+    assert emulator.stats()["calls_by_route"].get("DELETE /sandboxes/{name}") == 3  # two faulted, then done
+    await terminate_by_name(sky, sb.name)  # gone: nothing to do
 
 
 async def test_a_create_that_made_nothing_is_retried(emulator: EmulatorServer, image: str) -> None:
@@ -152,8 +181,8 @@ async def test_an_exec_is_never_retried_and_its_fault_is_a_lost_sandbox(
         assert emulator.stats()["faults"] == {"reset": 1}
         # The reset came before the server ran it; a retry would have run it: it never ran.
         record = next(r for r in await sky.ls.aio() if r.name == env.sandbox_name)
-        with pytest.raises(FileNotFoundError):
-            await EmulatorSandbox(record).read_bytes.aio("/tmp/ran")
+        with pytest.raises(sky.RemoteFileNotFoundError):
+            await record.read_bytes.aio("/tmp/ran")
         with pytest.raises(SandboxLostError):  # the trial's sandbox is done with: fail fast
             await env.exec("true")
     finally:

@@ -1,6 +1,7 @@
-"""``scripts/base-images.sh``: Debian-built stand-ins for public base images, checked against
-what the images really contain, a Terminal-Bench style task run on one, and an interrupted
-root file system build that must leave nothing mounted."""
+"""The offline stand-ins for public base images (``python -m osmosis_harbor base-images``, which runs the
+packaged script ``scripts/base-images.sh`` wraps): checked against what the images really contain, a
+Terminal-Bench style task run on one, an interrupted root file system build that must leave nothing
+mounted, the command from any directory and the script in the wheel."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -259,3 +261,78 @@ def _cmdline(proc_dir: Path) -> bytes:
         return (proc_dir / "cmdline").read_bytes()
     except OSError:
         return b""
+
+
+# -- the command that runs from anywhere ---------------------------------------------------------
+
+
+def verb(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "osmosis_harbor", "base-images", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def test_the_command_runs_the_script_from_any_directory(tmp_path: Path) -> None:
+    names = verb("--names", cwd=tmp_path)
+    assert names.returncode == 0 and names.stdout == base_images("--names").stdout
+    assert set(names.stdout.split()) == set(EXPECTED)
+    listing = verb("--list", cwd=tmp_path)
+    assert listing.returncode == 0 and listing.stdout.splitlines()[0].split() == ["IMAGE", "REALLY", "PYTHON", "LOCAL"]
+    missing = verb("127.0.0.1:9/no-such/image:1", cwd=tmp_path)
+    assert missing.returncode == 1
+    assert missing.stderr.strip() == (
+        "[base-images] error: no recipe to build 127.0.0.1:9/no-such/image:1 offline "
+        "(stand-ins: python -m osmosis_harbor base-images --list)"
+    )
+    mixed = verb("--list", "ubuntu:24.04", cwd=tmp_path)
+    assert mixed.returncode == 2 and mixed.stderr == "error: base-images: --list takes no IMAGE (got ubuntu:24.04)\n"
+
+
+def test_the_script_ships_in_the_wheel(tmp_path: Path) -> None:
+    """Built from a copy of the project (a build writes into its source tree), then run from the
+    unpacked wheel, far from any checkout."""
+    source = tmp_path / "src"
+    shutil.copytree(REPO / "osmosis_harbor", source / "osmosis_harbor", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, source / name)
+    build = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path), "."],
+        cwd=source,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert build.returncode == 0, build.stderr
+    (wheel,) = tmp_path.glob("osmosis_harbor-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        archive.extract("osmosis_harbor/sandbox/base-images.sh", tmp_path / "unpacked")
+    script = tmp_path / "unpacked" / "osmosis_harbor" / "sandbox" / "base-images.sh"
+    proc = subprocess.run(["bash", str(script), "--names"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and set(proc.stdout.split()) == set(EXPECTED)
+
+
+@pytest.mark.slow
+def test_a_stand_in_is_labelled_with_what_it_really_is(tmp_path: Path) -> None:
+    """Built by the command (seconds once the suite's Python layer exists); the label the
+    failure reports quote matches what the image itself says."""
+    image = "python:3.13-slim-bookworm"
+    proc = verb(image, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    labels = docker.from_env().images.get(image).labels
+    found = docker.from_env().containers.run(
+        image,
+        ["sh", "-c", '. /etc/os-release; echo "$VERSION_ID $VERSION_CODENAME"; python3 -V; openssl version'],
+        remove=True,
+        network_mode="none",
+    )
+    release, python, openssl = found.decode().split("\n")[:3]
+    version_id, codename = release.split()
+    assert labels["osmosis-harbor.stand-in"] == image
+    assert labels["osmosis-harbor.stand-in.really"] == (
+        f"Debian {version_id} {codename}, Python {python.split()[1]}, OpenSSL {openssl.split()[1]}"
+    )
+    assert codename == "trixie"  # what makes a bookworm-checking task fail on it

@@ -18,6 +18,7 @@ from osmosis_harbor.sandbox import docker as docker_sdk
 from osmosis_harbor.sandbox import emulator as sky
 from osmosis_harbor.sandbox.docker import labels as L
 from osmosis_harbor.sandbox.docker.labels import Role
+from osmosis_harbor.sandbox.emulator import extensions
 from osmosis_harbor.sandbox.emulator.state import check_exec_timeout
 from osmosis_harbor.sandbox.owner import Owner
 from osmosis_harbor.sandbox.protocol import has_archives
@@ -61,11 +62,12 @@ def test_exec_env_output_and_files(image: str) -> None:
         literal = sb.exec("echo", "$A", "a b")  # argv tokens, no implicit shell
         assert literal.wait() == 0 and literal.stdout.read() == "$A a b\n"
         payload = bytes(range(256)) * 1000
+        assert sb.exec("mkdir", "-p", "/work/deep/dir").wait() == 0  # a write makes no directory
         sb.write_bytes(payload, "/work/deep/dir/blob.bin")
         assert sb.read_bytes("/work/deep/dir/blob.bin") == payload
-        with pytest.raises(FileNotFoundError):
+        with pytest.raises(sky.RemoteFileNotFoundError):
             sb.read_bytes("/work/missing")
-        with pytest.raises(IsADirectoryError):
+        with pytest.raises(sky.RemoteIsADirectoryError):
             sb.read_bytes("/work/deep")
         listed = {r.name: r for r in sky.ls()}
         assert listed[sb.name].status == "RUNNING" and listed[sb.name].image == image
@@ -109,7 +111,7 @@ def test_exec_timeout_is_enforced_in_the_sandbox(image: str) -> None:
 def test_names_must_be_dns_1123_of_at_most_53(image: str, bad: str) -> None:
     with pytest.raises(sky.InvalidRequestError, match="DNS-1123|53") as caught:
         sky.create(name=bad, image=image, timeout=60)
-    assert isinstance(caught.value, ValueError)
+    assert isinstance(caught.value, RuntimeError) and caught.value.status_code == 400
     assert bad not in {r.name for r in sky.ls()}
 
 
@@ -186,23 +188,26 @@ def test_the_ttl_reaper_removes_only_its_own_accounts_sandboxes(emulator: Emulat
 
 def test_pools_claim_resize_delete(image: str) -> None:
     pool = _name("pool")
-    info = sky.create_pool(pool, image, replicas=1)
+    assert sky.create_pool(pool, image, replicas=1) is None  # returns once warm; nothing to read
     try:
-        assert info.name == pool and info.idle >= 1
+        assert extensions.get_pool(pool).idle >= 1
         with pytest.raises(sky.InvalidRequestError):
             sky.create(name=_name("bad"), pool=pool, image=image)
         with sky.create(name=_name("claim"), pool=pool, env={"P": "claimed"}, timeout=600) as sb:
             handle = sb.exec("sh", "-c", 'printf %s "$P"')
             assert handle.wait() == 0 and handle.stdout.read() == "claimed"
-            assert sky.get_pool(pool).claimed == 1
-        assert sky.set_pool_size(pool, 2).replicas == 2
-        assert pool in {p.name for p in sky.list_pools()}
+            assert extensions.get_pool(pool).claimed == 1
+            assert {r.name: r._record["template_name"] for r in sky.ls()}[sb.name] == pool
+        sky.set_pool_size(pool, 2)
+        assert extensions.get_pool(pool).replicas == 2 and extensions.get_pool(pool).idle == 2
+        assert pool in {p.name for p in extensions.list_pools()}
     finally:
         sky.delete_pool(pool)
     with pytest.raises(sky.PoolNotFoundError):
-        sky.get_pool(pool)
-    with pytest.raises(LookupError):
+        extensions.get_pool(pool)
+    with pytest.raises(sky.PoolNotFoundError) as missing:
         sky.create(name=_name("nopool"), pool=pool)
+    assert missing.value.status_code == 404 and not isinstance(missing.value, LookupError)
 
 
 def test_cold_create_and_pool_claim_times_are_knobs(emulator: EmulatorServer, image: str) -> None:
@@ -250,13 +255,13 @@ def test_one_server_is_one_account(image: str, tmp_path_factory: pytest.TempPath
             with emulator_env(other.url):
                 theirs = sky.create(name=_name("other-account"), image=image, timeout=600)
                 assert [s.name for s in sky.ls()] == [theirs.name]  # positive control: ls works there
-                sky.terminate_by_name(mine.name)  # idempotent: "gone", as far as that account can tell
+                extensions.terminate_by_name(mine.name)  # idempotent: "gone", as far as that account can tell
                 assert other.admin("POST", f"/evict/{mine.name}") == {"evicted": None}
                 with pytest.raises(sky.SandboxNotFoundError):
                     sky.EmulatorSandbox(mine_info).exec("true")
                 sky.create_pool(their_pool, image, replicas=0)
-                assert [p.name for p in sky.list_pools()] == [their_pool]  # positive control
-                for call in (sky.get_pool, sky.delete_pool, lambda name: sky.set_pool_size(name, 1)):
+                assert [p.name for p in extensions.list_pools()] == [their_pool]  # positive control
+                for call in (extensions.get_pool, sky.delete_pool, lambda name: sky.set_pool_size(name, 1)):
                     with pytest.raises(sky.PoolNotFoundError):
                         call(my_pool)
                 with pytest.raises(sky.PoolNotFoundError):
@@ -266,11 +271,11 @@ def test_one_server_is_one_account(image: str, tmp_path_factory: pytest.TempPath
             names = [s.name for s in sky.ls()]
             assert mine.name in names and theirs.name not in names
             assert mine.exec("true").wait() == 0  # untouched by the other account's terminate
-            assert sky.get_pool(my_pool).replicas == 0  # untouched by the other account's calls
-            assert their_pool not in {p.name for p in sky.list_pools()} and my_pool in {
-                p.name for p in sky.list_pools()
+            assert extensions.get_pool(my_pool).replicas == 0  # untouched by the other account's calls
+            assert their_pool not in {p.name for p in extensions.list_pools()} and my_pool in {
+                p.name for p in extensions.list_pools()
             }
-            sky.terminate_by_name(theirs.name)
+            extensions.terminate_by_name(theirs.name)
             with emulator_env(other.url):
                 assert [s.name for s in sky.ls()] == [theirs.name]
                 theirs.terminate()

@@ -94,8 +94,10 @@ def test_the_emulator_is_registered_with_skypilots_limits() -> None:
     assert "skypilot-emulator" in SDK_NAMES
     sdk = load_sandbox_sdk("skypilot-emulator")
     assert name_of(sdk) == "skypilot-emulator"
-    for call in ("create", "ls", "create_pool", "set_pool_size", "delete_pool", "get_pool", "aclose"):
+    for call in ("create", "ls", "create_pool", "set_pool_size", "delete_pool", "aclose"):
         assert callable(getattr(sdk, call)) and callable(getattr(sdk, call).aio)
+    for beyond in ("get_pool", "list_pools", "terminate_by_name"):  # not SkyPilot's SDK: not offered
+        assert not hasattr(sdk, beyond), beyond
     assert environment_config("skypilot-emulator").kwargs["sdk"] == "skypilot-emulator"
     with pytest.raises(ConfigError, match="host_network"):
         environment_config("skypilot-emulator", host_network=True)

@@ -123,6 +123,14 @@ async def test_a_registry_build_runs_harbors_own_code_and_fails_as_our_errors(
         await env.prepare_image()
     cause = caught.value.__cause__  # Harbor's _build_and_push_image raised it: a plain RuntimeError
     assert type(cause) is RuntimeError and str(cause).startswith(f"docker build failed for {env.image_ref}")
+    # Ours leads with the build's last line, the cause (Harbor's first is Docker's legacy-builder
+    # notice), since a trial's report keeps only the first.
+    assert (
+        str(caught.value).split("\n")[0]
+        == f"docker build failed for {env.image_ref}: The command '/bin/sh -c echo "
+        + failing.split("RUN echo ")[1].strip()
+        + "' returned a non-zero code: 3"
+    )
     assert builds == ["broken", "broken"]  # our retry, around one attempt of Harbor's each
     # The legacy builder keeps a failed step's container (Harbor passes no --force-rm): the
     # build printed it, and it is gone afterwards.

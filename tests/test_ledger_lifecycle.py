@@ -9,7 +9,10 @@ from __future__ import annotations
 import asyncio
 import json
 import multiprocessing
+import os
 import signal
+import subprocess
+import sys
 import uuid
 import warnings
 from collections.abc import Callable, Iterator
@@ -22,7 +25,8 @@ from harbor.trial.queue import TrialQueue
 
 from osmosis_harbor.agents.native import NotTrainableWarning
 from osmosis_harbor.backend import HarborBackend
-from osmosis_harbor.sandbox import environment_config, load_sandbox_sdk
+from osmosis_harbor.sandbox import environment_config, load_sandbox_sdk, pools
+from osmosis_harbor.sandbox.emulator import extensions
 from osmosis_harbor.sandbox.ledger import Kind, Ledger, State, default_ledger
 from osmosis_harbor.sandbox.leftovers import Action, reap_dead_owners
 from osmosis_harbor.sandbox.live import LiveSandboxes, sandboxes_scope
@@ -34,7 +38,7 @@ from .emulator_support import (
     push_to_local_registry,
 )
 from .ledger_support import cleanup, environment_for, remove_own_emulator_sandboxes, start_owner
-from .support import TASKS
+from .support import REPO, TASKS
 
 SDKS = ["skypilot-emulator", "docker"]
 # On Docker a dead owner's sandbox is also what any other process's background reap removes
@@ -72,7 +76,9 @@ def _listed(sdk: ModuleType, name: str) -> bool:
 
 
 def _pool_listed(sdk: ModuleType, name: str) -> bool:
-    return name in {p.name for p in sdk.list_pools()}
+    """Read from the server's pool view on the emulator (SkyPilot's SDK lists no pools)."""
+    lister = getattr(sdk, "list_pools", None) or extensions.list_pools
+    return name in {p.name for p in lister()}
 
 
 def _write_rows(path: str, start: int) -> None:
@@ -248,3 +254,78 @@ def test_the_next_backend_start_reaps_what_a_dead_owner_left(
             trials_dir=tmp_path / "trials",
         )
     assert not _listed(sdk, name) and not _pool_listed(sdk, pool) and ledger.entries() == []
+
+
+CLAIMER = """
+import asyncio, sys
+from osmosis_harbor.sandbox import load_sandbox_sdk
+from osmosis_harbor.sandbox.live import LiveSandboxes
+SDK, POOL, NAME = sys.argv[1:4]
+
+async def main():
+    sandboxes, sdk = LiveSandboxes(), load_sandbox_sdk(SDK)
+    await sandboxes.pending(NAME, sdk, SDK)  # in the shared ledger, under this live process
+    await sandboxes.attach(NAME, await sdk.create.aio(name=NAME, pool=POOL, timeout=600))
+    print(NAME, flush=True)
+    await asyncio.Event().wait()
+
+asyncio.run(main())
+"""
+
+
+def _dead_owner() -> Owner:
+    """The owner record of a process that has exited (as a crashed server's would read)."""
+    script = "from osmosis_harbor.sandbox.owner import Owner; print(Owner.current().model_dump_json())"
+    out = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, check=True)
+    owner = Owner.model_validate_json(out.stdout)
+    assert owner.is_dead()
+    return owner
+
+
+async def test_a_pool_a_live_owners_sandbox_holds_stays_in_the_ledger_for_the_next_start(
+    ledger: Ledger, images: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SkyPilot refuses delete_pool (500) while a sandbox claimed from it exists. A shutdown
+    terminates its own members, never a live process's: the refused pool is reported and marked
+    in the ledger, and once that process is gone the next start (``reap_dead_owners``) ends its
+    sandbox and then deletes the pool."""
+    monkeypatch.setenv("OSMOSIS_HARBOR_API_ATTEMPTS", "2")
+    sdk_name, image, pool = "skypilot-emulator", images["skypilot-emulator"], _pool()
+    sandboxes = LiveSandboxes()
+    sandboxes.owner = _dead_owner()  # the pool's owner is a server that will not come back
+    await pools.create(sandboxes, sdk_name, pool, image, 1, {})
+    mine = await load_sandbox_sdk(sdk_name).create.aio(name=f"hb-ledger-{uuid.uuid4().hex[:6]}", pool=pool, timeout=600)
+    await sandboxes.pending(mine.name, load_sandbox_sdk(sdk_name), sdk_name)  # a member of its own, too
+    await asyncio.to_thread(_wait_for_a_member, pool)
+    name = f"hb-ledger-{uuid.uuid4().hex[:6]}"
+    claimer = subprocess.Popen(
+        [sys.executable, "-c", CLAIMER, sdk_name, pool, name],
+        cwd=REPO,
+        env=dict(os.environ),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert claimer.stdout is not None and claimer.stdout.readline().strip() == name
+        problems = await pools.delete(sandboxes, sdk_name, [pool])
+        assert len(problems) == 1 and pool in problems[0] and "referenced" in problems[0]
+        assert not _listed(load_sandbox_sdk(sdk_name), mine.name)  # its own member was ended first
+        assert _listed(load_sandbox_sdk(sdk_name), name) and _pool_listed(load_sandbox_sdk(sdk_name), pool)
+        [entry] = [e for e in ledger.entries() if e.kind is Kind.POOL]
+        assert entry.state is State.DELETE_FAILED and "PoolInUseError" in (entry.last_error or "")
+    finally:
+        claimer.send_signal(signal.SIGKILL)
+        claimer.wait()
+    reaped = reap_dead_owners(sdk_name)
+    assert [(r.kind, r.name, r.action) for r in reaped] == [
+        (Kind.SANDBOX, name, Action.TERMINATED),  # the dead claimer's sandbox first...
+        (Kind.POOL, pool, Action.DELETED),  # ...then the pool it held
+    ]
+    assert not _pool_listed(load_sandbox_sdk(sdk_name), pool) and ledger.entries() == []
+
+
+def _wait_for_a_member(pool: str) -> None:
+    """The pool's refill after the first claim: a member for the claimer to take."""
+    from .support import wait_until
+
+    wait_until(lambda: extensions.get_pool(pool).idle >= 1, timeout=60, what=f"a ready member of {pool}")

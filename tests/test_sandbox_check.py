@@ -16,6 +16,7 @@ import pytest
 from osmosis_harbor.errors import ConfigError, SandboxSdkMissingError
 from osmosis_harbor.sandbox import conformance, load_sandbox_sdk
 from osmosis_harbor.sandbox.conformance.core import Check, CheckResult, CheckStatus, skip
+from osmosis_harbor.sandbox.conformance.privilege_checks import parse_privileges
 from osmosis_harbor.sandbox.registry import SDK_NAMES, implementation
 
 from .emulator_support import LOCAL_REGISTRY
@@ -134,3 +135,17 @@ def test_sandbox_check_passes_on_each_sdk_with_its_capabilities(
         assert by_name["environment_image_by_content_hash"]["detail"].startswith(
             f"{LOCAL_REGISTRY}/osmosis-harbor-env:"
         )
+
+
+def test_the_privileges_row_names_a_sandboxs_capabilities_and_no_new_privileges(tmp_path: Path) -> None:
+    """What a team with SkyPilot access reads off its pods: the capability set, decoded, and the
+    flag. Docker's own default set (``CapEff 00000000a80425fb``) decodes with NET_RAW in it."""
+    default = parse_privileges("CapEff:\t00000000a80425fb\nCapBnd:\t00000000a80425fb\nNoNewPrivs:\t0\n")
+    assert {"NET_RAW", "AUDIT_WRITE", "MKNOD"} <= set(default.effective) and not default.no_new_privileges
+    report = tmp_path / "report.json"
+    proc = run_cli("sandbox-check", "--sdk", "docker", "--check", "privileges", "--json", str(report), timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (row,) = json.loads(report.read_text())["results"]
+    assert row["status"] == "passed" and "no-new-privileges set" in row["detail"], row
+    named = row["detail"].split(" (bounding set")[0].removeprefix("capabilities ").split(", ")
+    assert "NET_RAW" not in named and "AUDIT_WRITE" not in named and {"CHOWN", "SETUID", "MKNOD"} <= set(named), row

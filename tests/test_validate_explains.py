@@ -21,9 +21,11 @@ import pytest
 
 from osmosis_harbor.sandbox import environment_config
 from osmosis_harbor.sandbox import image_resolution as sandbox_environment
-from osmosis_harbor.sandbox.base_images import base_images
+from osmosis_harbor.sandbox.base_images import base_images, missing_base_error
+from osmosis_harbor.sandbox.stand_ins import offline_recipes
 from osmosis_harbor.tasks.discovery import load_dataset
 from osmosis_harbor.trials.evidence import TAIL_BYTES, output_tail, runner_never_started
+from osmosis_harbor.trials.progress_lines import without_progress
 from osmosis_harbor.validate import validate_tasks
 
 from .support import FIXTURES, load_json, run_cli
@@ -68,12 +70,17 @@ def test_a_missing_base_image_is_named_with_its_remedy(oracle_run: Run) -> None:
     assert (absent["passed"], absent["failed_phase"]) == (False, "environment")
     assert absent["error"] == (
         "BaseImageMissingError: base image ubuntu:26.04 is not present and cannot be pulled; "
-        "no offline recipe (bash scripts/base-images.sh --list)"
+        "no offline recipe (python -m osmosis_harbor base-images --list); provide the image itself (docker load)"
     )
     pinned = oracle_run.rows["missing-base-digest"]
     assert pinned["failed_phase"] == "environment"
     assert "base image python:3.12-slim@sha256:000000000000… is not present and cannot be pulled" in pinned["error"]
-    assert "pinned by digest" in pinned["error"] and "bash scripts/base-images.sh python:3.12-slim" in pinned["error"]
+    # The stand-in of the unpinned name is present, so the advice is to drop the digest, not a
+    # command that would do nothing.
+    assert (
+        "pinned by digest, which no offline stand-in can match: drop the digest (FROM python:3.12-slim uses the stand-in present here) or provide the image itself (docker load)"
+        in pinned["error"]
+    )
     for row in (absent, pinned):
         assert "registry-1.docker.io" not in row["error"] and "no such host" not in row["error"]
 
@@ -229,9 +236,110 @@ def test_base_images_of_a_dockerfile() -> None:
 
 
 def test_offline_recipes_come_from_the_script(tmp_path: Path) -> None:
-    from osmosis_harbor.sandbox.base_images import offline_recipes
-
     recipes = offline_recipes()
     assert recipes is not None and {"ubuntu:24.04", "python:3.12-slim", "debian:trixie-slim"} <= recipes
     assert "ubuntu:26.04" not in recipes
     assert offline_recipes(tmp_path / "base-images.sh") is None  # no script here: said so, not guessed
+
+
+@pytest.mark.parametrize(
+    ("present", "remedy"),
+    [
+        (
+            {"python:3.12-slim"},
+            "drop the digest (FROM python:3.12-slim uses the stand-in present here) or provide the image itself (docker load)",
+        ),
+        (
+            set(),
+            "drop the digest and make the stand-in (python -m osmosis_harbor base-images python:3.12-slim), "
+            "or provide the image itself (docker load)",
+        ),
+    ],
+)
+def test_a_digest_pin_is_advised_to_drop_the_digest(tmp_path: Path, present: set[str], remedy: str) -> None:
+    dockerfile = tmp_path / "Dockerfile"
+    dockerfile.write_text("FROM python:3.12-slim@sha256:" + "0" * 64 + "\n")
+    error = missing_base_error(dockerfile, "env:1", present.__contains__, "pull access denied")
+    assert error is not None
+    assert str(error).split("\n")[0].endswith(f"pinned by digest, which no offline stand-in can match: {remedy}")
+    dockerfile.write_text("FROM ubuntu:26.04@sha256:" + "0" * 64 + "\n")  # no recipe for the name either
+    assert "provide the image itself (docker load) (ubuntu:26.04 has no offline recipe either: " in str(
+        missing_base_error(dockerfile, "env:1", present.__contains__, "")
+    )
+
+
+# Progress as Terminal-Bench style verifiers print it: apt installing curl, uv's installer, uvx
+# installing pytest, pip, curl's meter; and the lines that explain a failure, which stay.
+NOISY_OUTPUT = """Hit:1 http://deb.debian.org/debian trixie InRelease
+Get:2 http://deb.debian.org/debian trixie-updates InRelease [47.3 kB]
+Fetched 90.7 kB in 0s (312 kB/s)
+Reading package lists...
+The following NEW packages will be installed:
+  curl libcurl4t64
+0 upgraded, 2 newly installed, 0 to remove and 0 not upgraded.
+Need to get 1,234 kB of archives.
+debconf: delaying package configuration, since apt-utils is not installed
+Selecting previously unselected package curl.
+(Reading database ... 6543 files and directories currently installed.)
+Preparing to unpack .../curl_8.14.1-2_amd64.deb ...
+Unpacking curl (8.14.1-2) ...
+Setting up curl (8.14.1-2) ...
+Err:3 http://deb.debian.org/debian trixie/main amd64 libfoo amd64 1.0
+E: Unable to locate package libdoesnotexist
+  % Total    % Received % Xferd  Average Speed   Time    Time     Time  Current
+                                 Dload  Upload   Total   Spent    Left  Speed
+  0     0    0     0    0     0      0      0 --:--:-- --:--:-- --:--:--     0
+curl: (6) Could not resolve host: astral.sh
+Collecting pytest==8.4.1
+  Downloading pytest-8.4.1-py3-none-any.whl (365 kB)
+     ━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━ 365.5/365.5 kB 2.1 MB/s eta 0:00:00
+Installing collected packages: iniconfig, pytest
+Successfully installed iniconfig-2.1.0 pytest-8.4.1
+Building wheel for numpy (pyproject.toml) ... error
+Resolved 6 packages in 152ms
+Downloading pygments (1.2MiB)
+ Downloaded pygments
+Installed 6 packages in 12ms
+ + pytest==8.4.1
+error: Failed to download `pytest==8.4.1`
+50%\r75%\r100% downloaded
+=================== 1 failed, 2 passed in 0.31s ===================
+"""
+
+
+def test_progress_lines_are_left_out_and_errors_stay() -> None:
+    kept = list(without_progress(NOISY_OUTPUT.rstrip("\n").split("\n")))  # a lone \r is a redraw, not a line end
+    assert kept == [
+        "[14 package-manager progress lines left out]",
+        "Err:3 http://deb.debian.org/debian trixie/main amd64 libfoo amd64 1.0",
+        "E: Unable to locate package libdoesnotexist",
+        "[3 package-manager progress lines left out]",
+        "curl: (6) Could not resolve host: astral.sh",
+        "[5 package-manager progress lines left out]",
+        "Building wheel for numpy (pyproject.toml) ... error",
+        "[5 package-manager progress lines left out]",
+        "error: Failed to download `pytest==8.4.1`",
+        "100% downloaded",  # what a terminal showed of a line redrawn with carriage returns
+        "=================== 1 failed, 2 passed in 0.31s ===================",
+    ]
+
+
+def test_a_tail_drops_progress_and_the_did_not_run_rule_reads_it_all(tmp_path: Path) -> None:
+    verifier = tmp_path / "verifier"
+    verifier.mkdir()
+    out = verifier / "test-stdout.txt"
+    progress = "".join(
+        f"Get:{i} http://deb.debian.org/debian trixie/main amd64 lib{i} amd64 1.0 [9 kB]\n" for i in range(200)
+    )
+    out.write_text(progress + "error: No interpreter found for Python 3.12 in managed installations\n")
+    tail = output_tail(out)
+    assert (
+        tail
+        == "[200 package-manager progress lines left out]\nerror: No interpreter found for Python 3.12 in managed installations"
+    )
+    raw = output_tail(out, drop_progress=False)  # the control: without the filter, progress is all it shows
+    assert raw is not None and raw.count("Get:") == 19
+    assert (
+        runner_never_started(verifier, {"reward": 0.0})
+        == "error: No interpreter found for Python 3.12 in managed installations"
+    )

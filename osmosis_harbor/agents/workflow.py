@@ -24,6 +24,7 @@ from harbor.environments.base import BaseEnvironment
 from harbor.models.agent.context import AgentContext
 
 from osmosis_harbor import keys, settings
+from osmosis_harbor.agents.limits import limits_note
 from osmosis_harbor.errors import (
     BundleInstallError,
     IncompatibleTaskImageError,
@@ -219,7 +220,9 @@ class WorkflowAgent(BaseAgent):
         if self._bundle_baked is not None and (wrong := wrong_bundle_line(result.return_code, result.stderr)):
             raise WrongBundleError(wrong)
         if result.return_code != 0:
-            raise WorkflowFailedError(await self._error_summary(environment, result.return_code, redactor, log))
+            summary = await self._error_summary(environment, result.return_code, redactor, log)
+            note = await limits_note(environment)  # first: the outcome finds it by its place
+            raise WorkflowFailedError(f"{note} | {summary}" if note else summary)
 
     async def _error_summary(self, environment: BaseEnvironment, code: int, redactor: Redactor, log: str) -> str:
         local = self.logs_dir / "error.json"

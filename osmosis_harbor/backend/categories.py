@@ -79,7 +79,8 @@ def verifier_failure(
     if exception_type is not None and exception_type not in GRADER_OUTPUT_EXCEPTIONS:
         ours = recorded_error(exception_type)
         category = ours.category if ours is not None else RolloutErrorCategory.INTERNAL_ERROR
-        return category, f"verification failed on the host's side: {reading.error}"
+        side = "" if category is RolloutErrorCategory.AGENT_ERROR else " on the host's side"
+        return category, f"verification failed{side}: {reading.error}"
     if claim is not None:
         category = claimed_category(claim.category, deadline_sec=None, ran_sec=None)
         return category, f"grader failed: {claim.type}: {claim.message}"

@@ -28,6 +28,7 @@ from osmosis_ai.rollout.types import (
     RolloutStatus,
 )
 
+from osmosis_harbor.agents.limits import LIMITS_MARK
 from osmosis_harbor.backend.categories import Claim, claimed_category, verifier_failure
 from osmosis_harbor.errors import (
     ContractFileError,
@@ -162,16 +163,18 @@ def _setup_or_agent_failure(
 ) -> tuple[RolloutErrorCategory, str]:
     """Category and message of a trial stopped before verification (environment, setup, agent)."""
     if ours is WorkflowFailedError:
-        claim = _read_claim(focus.trial_dir, focus.agent / contract.ERROR_FILENAME) or Claim(
-            "Error", reading.error or "", None
-        )
+        said = _read_claim(focus.trial_dir, focus.agent / contract.ERROR_FILENAME)
+        note = _limits(reading) if said is not None else ""  # without its own words, reading.error has it
+        claim = said or Claim("Error", reading.error or "", None)
         category = claimed_category(claim.category, deadline_sec=focus.agent_deadline_sec, ran_sec=focus.agent_sec)
         where = f"step {focus.step}: " if focus.step is not None else ""
         if category is RolloutErrorCategory.TIMEOUT:  # the shim's own deadline (a little before Harbor's)
             return category, f"{where}{phase} timed out: {claim.message or reading.error}"
-        return category, f"{where}workflow failed: {claim.type}: {claim.message or reading.error}"
+        return category, f"{where}workflow failed: {claim.type}: {claim.message or reading.error}{note}"
     if exc_type in TIMEOUT_EXCEPTIONS:
         return RolloutErrorCategory.TIMEOUT, f"{phase} timed out: {reading.error}"
+    if ours is not None and ours.category is RolloutErrorCategory.AGENT_ERROR:  # the host saw the workflow's doing
+        return RolloutErrorCategory.AGENT_ERROR, f"{phase} failed: {reading.error}"
     if (
         ours is not None
         and ours.category is RolloutErrorCategory.VALIDATION_ERROR
@@ -179,6 +182,15 @@ def _setup_or_agent_failure(
     ):
         return RolloutErrorCategory.VALIDATION_ERROR, f"task image unusable: {reading.error}"
     return RolloutErrorCategory.INTERNAL_ERROR, f"{phase} failed: {reading.error}"
+
+
+def _limits(reading: TrialReading) -> str:
+    """The sandbox limits the failed workflow hit, as the agent noted them first in its error."""
+    said = reading.error or ""
+    head = f"{WorkflowFailedError.__name__}: {LIMITS_MARK}"
+    if not said.startswith(head):
+        return ""
+    return f" ({LIMITS_MARK}{said[len(head) :].split(' | ', 1)[0]})"
 
 
 def build_outcome(

@@ -1,4 +1,5 @@
-"""Command line: ``python -m osmosis_harbor validate | prewarm | rollout | bundle | sandbox-check | cleanup``.
+"""Command line: ``python -m osmosis_harbor validate | prewarm | rollout | bundle | sandbox-check | cleanup |
+base-images | emulator``.
 
 One module per command; user errors (``OsmosisHarborError``) print one line on stderr and exit
 with status 2. Anything else is a bug: it shows its traceback (under ``-v`` in full).
@@ -11,6 +12,7 @@ import logging
 import sys
 from collections.abc import Callable, Sequence
 
+from osmosis_harbor.cli.base_images import add_base_images_parser
 from osmosis_harbor.cli.common import EXIT_USAGE, add_agent_args, add_env_args, pool_size_arg
 from osmosis_harbor.cli.emulator import add_emulator_parser
 from osmosis_harbor.cli.prewarm import cmd_prewarm
@@ -20,8 +22,9 @@ from osmosis_harbor.cli.validate import cmd_validate
 from osmosis_harbor.errors import OsmosisHarborError
 from osmosis_harbor.sandbox.registry import SDK_NAMES
 from osmosis_harbor.settings import use_bundled_model_prices
+from osmosis_harbor.trials.printable import printable
 
-__all__ = ["EXIT_USAGE", "build_parser", "main", "run_guarded"]
+__all__ = ["EXIT_USAGE", "PrintableFormatter", "build_parser", "main", "run_guarded"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -116,6 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.set_defaults(func=cmd_sandbox_check)
 
     add_emulator_parser(sub)
+    add_base_images_parser(sub)
 
     # Listed for --help only: main() hands "bundle ..." to the bundler's own parser.
     sub.add_parser("bundle", help="build a workflow bundle wheel", add_help=False)
@@ -131,7 +135,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_guarded(lambda: bundle_main(words[1:]))
     words = ["--lint-strict" if word == "--lint=strict" else word for word in words]
     args = build_parser().parse_args(words)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING)
+    handler = logging.StreamHandler()
+    handler.setFormatter(PrintableFormatter(logging.BASIC_FORMAT))
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, handlers=[handler])
     # Harbor pins its logger at DEBUG; its per-trial chatter belongs in the trial logs, and
     # what matters to the user of this command is in the result table.
     logging.getLogger("harbor.utils.logger").setLevel(logging.DEBUG if args.verbose else logging.CRITICAL)
@@ -139,6 +145,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("error: -n must be at least 1", file=sys.stderr)
         return EXIT_USAGE
     return run_guarded(lambda: args.func(args), verbose=args.verbose)
+
+
+class PrintableFormatter(logging.Formatter):
+    """Log lines quote sandbox-made names and output: their control characters are escaped."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return printable(super().format(record))
 
 
 def run_guarded(run: Callable[[], int], *, verbose: bool = False) -> int:
@@ -149,7 +162,7 @@ def run_guarded(run: Callable[[], int], *, verbose: bool = False) -> int:
     except OsmosisHarborError as exc:
         if verbose:  # -v: the whole story, for bug reports
             raise
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {printable(str(exc))}", file=sys.stderr)  # it may quote a dataset-made name
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("interrupted: trials cancelled, sandboxes terminated", file=sys.stderr)

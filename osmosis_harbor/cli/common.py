@@ -57,12 +57,15 @@ def add_env_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pool", help="claim sandboxes from this warm pool")
 
 
+DEFAULT_COLUMNS = 120  # the result tables' width when stdout is not a terminal and $COLUMNS is unset
+
+
 def result_console() -> Console:
-    """Wide enough for the result tables even when stdout is not a terminal (CI logs):
-    160 columns, or ``$COLUMNS`` when set."""
+    """The terminal's width on a terminal; off one (CI logs, a pipe) ``$COLUMNS`` or
+    ``DEFAULT_COLUMNS``, not Rich's 80."""
     out = Console()
     if not out.is_terminal:
-        out = Console(width=settings.current().columns or 160)
+        out = Console(width=settings.current().columns or DEFAULT_COLUMNS)
     return out
 
 

@@ -18,6 +18,20 @@ def add_emulator_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]
     for kind in ("503", "429", "reset", "hang"):
         e.add_argument(f"--rate-{kind}", type=float, default=0.0, help=f"chance per call of a {kind} fault")
     e.add_argument("--evict-rate", type=float, default=0.0, help="chance per call that a sandbox is evicted")
+    e.add_argument("--pool-warm-sec", type=float, default=0.0, help="time a pool member takes to become ready")
+    e.add_argument(
+        "--pool-warm-timeout-sec",
+        type=float,
+        default=180.0,
+        help="how long create_pool / set_pool_size wait for a fully warm pool (default 180)",
+    )
+    e.add_argument(
+        "--secret",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="register the secret NAME, its value taken from this server's environment (repeatable)",
+    )
     e.add_argument("--state-file", help=argparse.SUPPRESS)
     e.add_argument("--knobs-json", help=argparse.SUPPRESS)  # a restart keeps the knobs it had
     e.set_defaults(func=cmd_emulator)
@@ -40,6 +54,9 @@ def cmd_emulator(args: argparse.Namespace) -> int:
             rate_reset=args.rate_reset,
             rate_hang=args.rate_hang,
             evict_rate=args.evict_rate,
+            pool_warm_sec=args.pool_warm_sec,
+            pool_warm_timeout_sec=args.pool_warm_timeout_sec,
         )
-    serve(args.host, args.port, knobs, args.registry, Path(args.state_file) if args.state_file else None)
+    state_file = Path(args.state_file) if args.state_file else None
+    serve(args.host, args.port, knobs, args.registry, state_file, secret_names=args.secret)
     return 0

@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import json
 from pathlib import Path
+from typing import Any
 
 from osmosis_harbor.cli.common import result_console
 
@@ -49,6 +50,16 @@ def cmd_sandbox_check(args: argparse.Namespace) -> int:
     for r in report.results:
         table.add_row(r.name, STATUS_STYLE[r.status.value], f"{r.seconds:.2f}", r.detail or "")
     console.print(table)
+    assumed = Table(title=f"what our code assumes of {args.sdk} where SkyPilot's docs are silent")
+    for col in ("check", "assumption", "held", "result"):
+        assumed.add_column(col)
+    held_words = {True: "[green]held[/]", False: "[yellow]did not hold[/]", None: "not checked"}
+    for r in report.results:
+        if r.assumption is not None:
+            assumed.add_row(r.name, r.assumption, held_words[r.held], STATUS_STYLE[r.status.value])
+    if assumed.row_count:
+        console.print(assumed)
+        console.print(f"{args.sdk}: {report.assumptions_summary()}")
     ok = report.ok(strict=args.strict)
     console.print(
         f"{args.sdk}: {report.summary()}" + ("" if ok else " -> FAILED" + (" (--strict)" if args.strict else ""))
@@ -89,27 +100,60 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
 
 def _cleanup_pools(args: argparse.Namespace) -> list[tuple[str, str]]:
     """On a remote-style SDK the service reaps expired sandboxes itself (their TTL); what is
-    left to clean is the warm pools a prewarm created, found through the SDK's pool listing."""
-    from osmosis_harbor.errors import UserError
+    left to clean is the warm pools a prewarm handed over, found in the ledger (SkyPilot's SDK
+    cannot list pools). A pool a live process's sandbox was claimed from is refused by the SDK
+    and reported, never forced."""
     from osmosis_harbor.sandbox import load_sandbox_sdk, pools
+    from osmosis_harbor.sandbox.ledger import Kind, State, default_ledger, endpoint_for
+    from osmosis_harbor.sandbox.sdk_errors import is_missing
 
+    if not (args.pool or args.all_pools):
+        return []
+    ledger, endpoint = default_ledger(), endpoint_for(args.env)
+    handed = [e.name for e in ledger.entries(sdk=args.env, endpoint=endpoint) if e.state is State.HANDED_OVER]
     sdk = load_sandbox_sdk(args.env)
-    list_pools = getattr(sdk, "list_pools", None)
-    if list_pools is None:
-        raise UserError(f"cleanup --env {args.env}: this SDK cannot list pools; delete them with its own tools")
     removed: list[tuple[str, str]] = []
-    for name in pools.selected([pool.name for pool in list_pools()], args.pool, everything=args.all_pools):
-        sdk.delete_pool(name)
-        removed.append((name, "pool deleted"))
+    for name in pools.selected(sorted(set(handed)), args.pool, everything=args.all_pools):
+        try:
+            sdk.delete_pool(name)
+            removed.append((name, "pool deleted"))
+        except Exception as exc:
+            if not is_missing(exc):
+                removed.append((name, f"pool not deleted: {type(exc).__name__}: {exc}"))
+                continue
+            removed.append((name, "pool already gone"))
+        ledger.forget(Kind.POOL, args.env, endpoint, name)
     return removed
+
+
+def _live_claimers(listed: list[Any], pool: str) -> list[str]:
+    """The live processes (other than this one) whose sandboxes were claimed from ``pool``."""
+    from osmosis_harbor.sandbox.owner import Owner
+
+    me = Owner.current()
+    users = set()
+    for record in listed:
+        if record.pool != pool or record.owner_pid is None:
+            continue
+        owner = Owner(pid=record.owner_pid, host=record.owner_host or "")
+        if owner.pid != me.pid and not owner.is_dead():
+            users.add(f"pid {owner.pid}")
+    return sorted(users)
 
 
 def _cleanup_docker(args: argparse.Namespace) -> list[tuple[str, str]]:
     from osmosis_harbor.sandbox import docker as docker_sdk
     from osmosis_harbor.sandbox import pools
+    from osmosis_harbor.sandbox.ledger import Kind, default_ledger, endpoint_for
 
     removed: list[tuple[str, str]] = [(r.name, r.reason) for r in docker_sdk.reap(expired=True, dead_owners=True)]
+    ledger = default_ledger()
     for name in pools.selected([pool.name for pool in docker_sdk.list_pools()], args.pool, everything=args.all_pools):
+        users = _live_claimers(docker_sdk.ls(), name)
+        if users:  # another live process runs a sandbox claimed from it: not this cleanup's to take
+            removed.append((name, f"pool kept: in use by {', '.join(users)}"))
+            continue
         removed += [(r.name, f"pool {name} deleted") for r in docker_sdk.delete_pool(name)]
         removed.append((name, "pool spec deleted"))
+        ledger.forget(Kind.POOL, "docker", endpoint_for("docker"), name)  # a handed-over pool's row
     return removed

@@ -19,13 +19,10 @@ from osmosis_harbor.validate.lint import LintMode
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from osmosis_harbor.cli.report import (
-        ValidationProgress,
-        kept_trials_note,
-        lint_table,
-        validation_table,
-    )
+    from osmosis_harbor.cli.report import ValidationProgress, kept_trials_note, lint_table
+    from osmosis_harbor.cli.validation_report import ValidationView
     from osmosis_harbor.validate import validate_tasks
+    from osmosis_harbor.validate.json_report import report_json
     from osmosis_harbor.validate.junit import write_junit
 
     path = Path(args.path)
@@ -48,14 +45,14 @@ def cmd_validate(args: argparse.Namespace) -> int:
                 lint=LintMode(args.lint),
             )
         )
-    console.print(validation_table(report))
+    console.print(ValidationView(report))
     findings = lint_table(report)
     if findings is not None:
         console.print(findings)
     if report.job_dir:
         console.print(kept_trials_note(report.job_dir))
     if args.json:
-        Path(args.json).write_text(report.model_dump_json(indent=2) + "\n")
+        Path(args.json).write_text(report_json(report), encoding="utf-8")
     if args.junit:
         write_junit(report, Path(args.junit), suite_name=args.path)
     return 0 if report.ok else 1

@@ -4,7 +4,7 @@ A sandbox API server answers 503 or 429, resets a connection or hangs; a call th
 way may or may not have run on the server. Whether trying again is safe depends on the call,
 and is decided here, once (``CALL_SAFETY``, the README's retry table):
 
-* ``ls``, ``get_pool``, ``list_pools``, ``read_bytes``: reads, always safe;
+* ``ls``, ``read_bytes``: reads, always safe;
 * ``terminate``, ``delete_pool``: idempotent (a second terminate of a gone sandbox is a no-op),
   safe;
 * ``write_bytes``: the same bytes written again, safe;
@@ -18,7 +18,9 @@ and is decided here, once (``CALL_SAFETY``, the README's retry table):
 
 Retries are jittered and bounded (``Settings.api_attempts``, ``Settings.api_retry_max_wait``).
 An SDK may retry a refusal itself before this layer sees it (the emulator does, like
-SkyPilot's client); this layer adds the retries of calls the SDK cannot know are safe.
+SkyPilot's client); this layer adds the retries of calls the SDK cannot know are safe. What
+counts as an API fault is ``sdk_errors.is_api_fault``: by HTTP status and SkyPilot's documented
+error names, or by builtin family for the Docker SDK.
 """
 
 from __future__ import annotations
@@ -34,15 +36,22 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait
 
 from osmosis_harbor import settings
 from osmosis_harbor.errors import ConfigError
+from osmosis_harbor.sandbox import records
 from osmosis_harbor.sandbox.liveness import sandbox_state
 from osmosis_harbor.sandbox.protocol import SandboxSdk
+from osmosis_harbor.sandbox.sdk_errors import is_api_fault
 
-__all__ = ["CALL_SAFETY", "Safety", "create_checked", "is_api_fault", "retry_safe", "terminate_by_name"]
+__all__ = [
+    "CALL_SAFETY",
+    "Safety",
+    "create_checked",
+    "is_api_fault",
+    "retry_safe",
+    "terminate_by_name",
+    "terminate_record",
+]
 
 log = logging.getLogger(__name__)
-
-# HTTP statuses of a server that did not (or may not have) done the work: try again later.
-TRANSIENT_STATUS = frozenset({429, 500, 502, 503, 504})
 
 
 class Safety(StrEnum):
@@ -53,8 +62,7 @@ class Safety(StrEnum):
 
 CALL_SAFETY: dict[str, Safety] = {
     "ls": Safety.SAFE,
-    "get_pool": Safety.SAFE,
-    "list_pools": Safety.SAFE,
+    "set_pool_size": Safety.SAFE,
     "read_bytes": Safety.SAFE,
     "write_bytes": Safety.SAFE,
     "terminate": Safety.SAFE,
@@ -62,16 +70,6 @@ CALL_SAFETY: dict[str, Safety] = {
     "create": Safety.SAFE_IF_ABSENT,
     "exec": Safety.UNSAFE_ONCE_STARTED,
 }
-
-
-def is_api_fault(exc: BaseException) -> bool:
-    """A failure of the API, not an answer: a transport failure, a timeout, or a transient
-    status. "Not found", "is a directory" and refused requests are answers, never retried."""
-    if isinstance(exc, (LookupError, FileNotFoundError, IsADirectoryError, ValueError, PermissionError)):
-        return False
-    if isinstance(exc, (ConnectionError, TimeoutError)):
-        return True
-    return getattr(exc, "status_code", None) in TRANSIENT_STATUS
 
 
 def _retrying(call: str) -> AsyncRetrying:
@@ -92,19 +90,32 @@ async def retry_safe[T](call: str, fn: Callable[..., Awaitable[T]], *args: Any, 
     return await _retrying(call)(fn, *args, **kwargs)
 
 
-async def terminate_by_name(sdk: SandboxSdk, name: str) -> None:
-    """Terminate a sandbox nobody holds a handle to (a crashed owner's, a half-made create).
-    SDKs without a call for it are asked for a handle through ``ls``."""
+async def terminate_record(sdk: SandboxSdk, record: Any) -> None:
+    """Terminate the sandbox an ``ls()`` record stands for. SkyPilot's records are terminable
+    handles; an SDK that offers a terminate by name itself (the Docker SDK's
+    ``terminate_by_name``, whose records are plain) is asked that way."""
     by_name = getattr(sdk, "terminate_by_name", None)
     if by_name is not None:
-        await retry_safe("terminate", by_name.aio, name)
+        await retry_safe("terminate", by_name.aio, records.name_of(record))
+        return
+    terminate = getattr(record, "terminate", None)
+    if terminate is None:
+        name = records.name_of(record)
+        raise ConfigError(f"sandbox {name}: this SDK's ls() records cannot be terminated; remove it by hand")
+    await retry_safe("terminate", terminate.aio, wait=True)
+
+
+async def terminate_by_name(sdk: SandboxSdk, name: str) -> None:
+    """Terminate a sandbox nobody holds a handle to (a crashed owner's, a half-made create).
+    SkyPilot documents no terminate by name: its ``ls()`` records are terminable handles, so
+    the record is found and terminated (`terminate_record`). Absent is done."""
+    if getattr(sdk, "terminate_by_name", None) is not None:
+        await terminate_record(sdk, {"name": name})
         return
     for record in await retry_safe("ls", sdk.ls.aio):
-        terminate = getattr(record, "terminate", None)
-        if getattr(record, "name", None) == name and terminate is not None:
-            await retry_safe("terminate", terminate.aio)
+        if records.name_of(record) == name:
+            await terminate_record(sdk, record)
             return
-    raise ConfigError(f"sandbox {name}: this SDK offers no way to terminate a sandbox by name; remove it by hand")
 
 
 async def create_checked[T](sdk: SandboxSdk, name: str, create: Callable[[], Awaitable[T]]) -> T:

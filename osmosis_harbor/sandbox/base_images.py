@@ -1,26 +1,27 @@
-"""Which ``FROM`` images a failed build lacked, and whether ``scripts/base-images.sh`` can make them.
+"""Which ``FROM`` images a failed build lacked, and whether the offline stand-ins can make them.
 
 A build whose base image is absent and cannot be pulled fails with the engine's pull error
 (``Get "https://registry-1.docker.io/v2/": dial tcp: lookup ... no such host``), which names
 neither the image nor the remedy. After a failed build we read the Dockerfile's ``FROM`` lines
-and ask the engine which of them it lacks; each one gets a line that says whether the offline
-stand-ins script has a recipe for it (asked through ``base-images.sh --names``, which makes no
-Docker call). A build that failed for that reason is not retried: nothing would change.
+and ask the engine which of them it lacks; each one gets a line with a remedy that runs from
+anywhere (``python -m osmosis_harbor base-images IMAGE`` when a stand-in recipe exists, asked
+through ``base-images.sh --names``, which makes no Docker call; for a ``FROM`` pinned by
+digest, which no stand-in can match, dropping the digest or providing the image). A build that
+failed for that reason is not retried: nothing would change.
 """
 
 from __future__ import annotations
 
 import re
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
 from osmosis_harbor.errors import BaseImageMissingError
+from osmosis_harbor.sandbox.stand_ins import LIST_HINT, VERB, offline_recipes
 
-__all__ = ["base_images", "missing_base_error", "offline_recipes"]
+__all__ = ["base_images", "missing_base_error"]
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "base-images.sh"
-LIST_HINT = "bash scripts/base-images.sh --list"
+LOAD_HINT = "provide the image itself (docker load)"
 
 _ARG = re.compile(r"^ARG\s+([A-Za-z_][A-Za-z0-9_]*)(?:=(\S*))?", re.IGNORECASE)
 _FROM = re.compile(r"^FROM\s+(?:--\S+\s+)*(\S+)(?:\s+AS\s+(\S+))?", re.IGNORECASE)
@@ -69,33 +70,26 @@ def base_images(dockerfile_text: str) -> list[str]:
     return images
 
 
-def offline_recipes(script: Path = SCRIPT) -> frozenset[str] | None:
-    """The names ``base-images.sh`` can build offline; None when the script is not here."""
-    if not script.is_file():
-        return None
-    try:
-        out = subprocess.run(["bash", str(script), "--names"], capture_output=True, text=True, timeout=30, check=True)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return frozenset(line.strip() for line in out.stdout.splitlines() if line.strip())
-
-
 def _shown(ref: str) -> str:
     """``ref`` with a digest shortened, so a line stays readable."""
     name, at, digest = ref.partition("@")
     return f"{name}@{digest[:19]}…" if at and len(digest) > 19 else ref
 
 
-def _remedy(ref: str, recipes: frozenset[str] | None) -> str:
+def _remedy(ref: str, recipes: frozenset[str] | None, image_present: Callable[[str], bool]) -> str:
     name, at, _ = ref.partition("@")
     if recipes is None:
-        return "scripts/base-images.sh, which builds offline stand-ins, is not here"
+        return f"the offline stand-ins ({VERB}) cannot be listed in this installation; {LOAD_HINT}"
     if at:
-        drop = f" (without the pin: bash scripts/base-images.sh {name})" if name in recipes else ""
-        return f"it is pinned by digest, which no offline stand-in can match{drop}"
+        pinned = "it is pinned by digest, which no offline stand-in can match"
+        if image_present(name):
+            return f"{pinned}: drop the digest (FROM {name} uses the stand-in present here) or {LOAD_HINT}"
+        if name in recipes:
+            return f"{pinned}: drop the digest and make the stand-in ({VERB} {name}), or {LOAD_HINT}"
+        return f"{pinned}: {LOAD_HINT} ({name} has no offline recipe either: {LIST_HINT})"
     if name in recipes:
-        return f"build an offline stand-in: bash scripts/base-images.sh {name}"
-    return f"no offline recipe ({LIST_HINT})"
+        return f"make its offline stand-in: {VERB} {name}"
+    return f"no offline recipe ({LIST_HINT}); {LOAD_HINT}"
 
 
 def missing_base_error(
@@ -112,7 +106,7 @@ def missing_base_error(
         return None
     recipes = offline_recipes()
     lines = [
-        f"base image {_shown(image)} is not present and cannot be pulled; {_remedy(image, recipes)}"
+        f"base image {_shown(image)} is not present and cannot be pulled; {_remedy(image, recipes, image_present)}"
         for image in missing
     ]
     detail = engine_error.strip().splitlines()[0] if engine_error.strip() else ""

@@ -15,6 +15,12 @@ the batch was in flight is terminated at once, so no claimed sandbox outlives it
 
 One batch call takes one slot of the owner's start bound (``starts.SandboxStarts``): it is one
 call to the provider, whatever its size.
+
+A batch the pool cannot serve whole (SkyPilot's claims need ready members; the call is all or
+nothing) is split in halves, each claimed again, down to lone claims, whose refusal reaches the
+trial's claim (``pools.claim``: it waits, then cold-creates). A batch call that failed with an
+API fault may have made members all the same: they are found by the batch's prefix in ``ls``
+and terminated before the claims fail, so a retry never leaves the first call's members behind.
 """
 
 from __future__ import annotations
@@ -27,7 +33,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from osmosis_harbor.sandbox import records
+from osmosis_harbor.sandbox.api_faults import retry_safe, terminate_record
 from osmosis_harbor.sandbox.protocol import SandboxSdk
+from osmosis_harbor.sandbox.sdk_errors import is_api_fault, is_missing
 
 __all__ = ["BATCH_PREFIX", "ClaimBatcher"]
 
@@ -83,12 +92,20 @@ class ClaimBatcher:
             await asyncio.wait_for(batch.full.wait(), self.window_sec)
         if self._open.get(key) is batch:
             del self._open[key]
-        waiters = batch.waiters
+        await self._serve(batch, list(batch.waiters))
+
+    async def _serve(self, batch: _Batch, waiters: list[tuple[str, asyncio.Future[Any]]]) -> None:
+        """One call for ``waiters``; a refused batch of several is split (see the module docstring)."""
         try:
             async with self._slot():
                 members = await self._create(batch, [name for name, _ in waiters])
-        except Exception as exc:  # every claim of the batch fails as the one call did
-            for _, future in waiters:
+        except Exception as exc:
+            if len(waiters) > 1 and not is_api_fault(exc) and not is_missing(exc):
+                log.info("pool %s could not serve %d claims at once (%s): splitting", batch.pool, len(waiters), exc)
+                half = len(waiters) // 2
+                await asyncio.gather(self._serve(batch, waiters[:half]), self._serve(batch, waiters[half:]))
+                return
+            for _, future in waiters:  # every claim of the batch fails as the one call did
                 if not future.done():
                     future.set_exception(exc)
             return
@@ -111,9 +128,32 @@ class ClaimBatcher:
             return [await batch.sdk.create.aio(pool=batch.pool, name=names[0], **batch.common)]
         self.calls += 1
         prefix = f"{BATCH_PREFIX}{uuid.uuid4().hex[:8]}"
-        # The protocol types create() as one handle; with num_sandboxes it returns a list.
-        made: Any = await batch.sdk.create.aio(pool=batch.pool, num_sandboxes=len(names), name=prefix, **batch.common)
+        try:
+            # The protocol types create() as one handle; with num_sandboxes it returns a list.
+            made: Any = await batch.sdk.create.aio(
+                pool=batch.pool, num_sandboxes=len(names), name=prefix, **batch.common
+            )
+        except Exception as exc:
+            if is_api_fault(exc):
+                await self._settle(batch.sdk, prefix)
+            raise
         members = list(made)
         if len(members) != len(names):
+            for member in members:
+                with contextlib.suppress(Exception):
+                    await member.terminate.aio(wait=True)
             raise RuntimeError(f"pool {batch.pool!r} returned {len(members)} sandboxes for {len(names)} claims")
         return members
+
+    @staticmethod
+    async def _settle(sdk: SandboxSdk, prefix: str) -> None:
+        """Terminate what a faulted batch call made (its members share ``prefix``)."""
+        try:
+            listed = await retry_safe("ls", sdk.ls.aio)
+        except Exception as exc:  # cannot tell: their TTL and the ledger's reap remain
+            log.warning("cannot list sandboxes after a failed batch claim %s: %s", prefix, exc)
+            return
+        for record in listed:
+            if (records.name_of(record) or "").startswith(f"{prefix}-"):
+                with contextlib.suppress(Exception):
+                    await terminate_record(sdk, record)

@@ -12,9 +12,10 @@ What the Docker engine bounds beyond CPU and memory:
 * ``/tmp``: a tmpfs of ``TMP_SHARE`` of the memory limit. Writing past it fails with ENOSPC;
   its pages count against the memory limit, so /tmp and RAM together stay within it.
 
-What it cannot bound: the container's writable layer (``/``, ``/root``, ``/workspace``...).
-overlay2 limits it only on xfs with project quotas (``--storage-opt size=``); on an ext4
-host, as here, the engine refuses that option, so those paths share the host's disk.
+* the container's writable layer (``/``, ``/root``, ``/workspace``...), at
+  ``Settings.sandbox_disk_mb``: by the engine where its storage can (``--storage-opt size=``,
+  overlay2 on xfs with project quotas), else by the host's watch, which evicts a sandbox past it
+  (``docker/layer_bound.py``; on ext4, as here, the engine refuses the option).
 """
 
 from __future__ import annotations
@@ -33,10 +34,6 @@ DEFAULT_MEMORY_MB = 2048
 PIDS_LIMIT = 1024
 TMP_SHARE = 0.5
 TMP_PATH = "/tmp"
-UNBOUNDED_WRITABLE_LAYER = (
-    "the writable layer (/ outside /tmp) is not bounded: overlay2 quotas need xfs with pquota "
-    "(--storage-opt size=), which this engine's backing filesystem does not offer"
-)
 
 
 def cpus_or_default(cpus: float | None) -> float:
@@ -58,18 +55,24 @@ class SandboxBounds(BaseModel):
     memory_mb: int
     pids_limit: int = PIDS_LIMIT
     tmp_mb: int
+    disk_mb: int = 0  # the writable layer outside /tmp (0: unbounded)
 
     @classmethod
-    def resolve(cls, cpus: float | None, memory_gb: float | None) -> SandboxBounds:
+    def resolve(cls, cpus: float | None, memory_gb: float | None, *, disk_mb: int = 0) -> SandboxBounds:
         """Bounds for a create call's ``cpus`` / ``memory_gb`` (None: the defaults)."""
         memory_mb = memory_mb_or_default(int(memory_gb * 1024) if memory_gb else None)
         if memory_mb < 16:
             raise ValueError(f"memory_gb={memory_gb} is below the 16 MiB a sandbox needs to start")
-        return cls(cpus=cpus_or_default(cpus), memory_mb=memory_mb, tmp_mb=max(1, int(memory_mb * TMP_SHARE)))
+        tmp_mb = max(1, int(memory_mb * TMP_SHARE))
+        return cls(cpus=cpus_or_default(cpus), memory_mb=memory_mb, tmp_mb=tmp_mb, disk_mb=disk_mb)
 
     @property
     def memory_bytes(self) -> int:
         return self.memory_mb * 1024 * 1024
+
+    @property
+    def disk_bytes(self) -> int:
+        return self.disk_mb * 1024 * 1024
 
 
 class DefaultBounds(_HarborEnvironment):

@@ -47,6 +47,7 @@ Every Harbor name this touches is listed, with why, in ``harbor_surface.py``.
 from __future__ import annotations
 
 import contextlib
+import errno
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, BinaryIO, override
@@ -59,7 +60,7 @@ from harbor.models.task.config import NetworkMode
 from harbor.models.trial.paths import TrialPaths
 
 from osmosis_harbor import settings
-from osmosis_harbor.errors import SandboxLostError
+from osmosis_harbor.errors import SandboxDiskBoundError, SandboxLostError
 from osmosis_harbor.sandbox import live
 from osmosis_harbor.sandbox.api_faults import retry_safe
 from osmosis_harbor.sandbox.bounds import DefaultBounds
@@ -77,6 +78,7 @@ from osmosis_harbor.sandbox.preparation import REMOVE_REWARDS_COMMAND, Preparati
 from osmosis_harbor.sandbox.protocol import SandboxSdk, has_archives
 from osmosis_harbor.sandbox.registry import DEFAULT_SDK
 from osmosis_harbor.sandbox.sandbox_lifecycle import SandboxLifecycle
+from osmosis_harbor.sandbox.sdk_errors import is_missing
 from osmosis_harbor.sandbox.transfers import ArchiveTransfers
 
 __all__ = [
@@ -159,6 +161,7 @@ class SandboxEnvironment(
         self._sandbox: Any | None = None
         self._stopping = False  # set once this trial stops the sandbox itself
         self._lost: SandboxLostError | None = None
+        self._evicted: SandboxDiskBoundError | None = None  # past its disk bound (loss_detection.py)
         self._records_exec_results = options.impl.records_exec_results  # exec_records.py
         self._records_read: list[str] = []
         self._archive_transfers: ArchiveTransfers | None = None
@@ -272,7 +275,16 @@ class SandboxEnvironment(
 
     @override
     async def _read_remote_bytes(self, remote_path: str) -> bytes:
-        return await self._guarded(retry_safe("read_bytes", super()._read_remote_bytes, remote_path))
+        """A file's bytes; a missing file is ``FileNotFoundError`` whatever the SDK's shape of
+        "not found" (SkyPilot's is a status, not a builtin), once the sandbox is known alive."""
+        try:
+            return await self._guarded(retry_safe("read_bytes", super()._read_remote_bytes, remote_path))
+        except SandboxLostError:
+            raise
+        except Exception as exc:
+            if is_missing(exc) and not isinstance(exc, FileNotFoundError):
+                raise FileNotFoundError(errno.ENOENT, f"no such file in the sandbox ({exc})", remote_path) from exc
+            raise
 
     # ── transfers (archive capability) ────────────────────────────────────────
     # Overridden to take the archive path: the handle's own archive calls (the Docker SDK), or

@@ -36,14 +36,14 @@ from harbor.environments.skypilot import SkypilotEnvironment
 from tenacity import (
     AsyncRetrying,
     retry_if_exception,
-    retry_if_exception_type,
     stop_after_attempt,
     stop_after_delay,
     wait_exponential,
 )
 
 from osmosis_harbor import settings
-from osmosis_harbor.sandbox.api_faults import is_api_fault, retry_safe
+from osmosis_harbor.sandbox.api_faults import retry_safe
+from osmosis_harbor.sandbox.sdk_errors import is_api_fault, is_missing
 
 __all__ = ["RECORDS_DIR", "ExecRecords", "RecordedExec", "parse_status"]
 
@@ -54,13 +54,15 @@ RECORDS_DIR = "/var/tmp/.osmosis-harbor-execs"
 # How long past its own timeout a command's record may take to appear (the wrapper's last writes).
 RECORD_GRACE_SEC = 30.0
 
-# $1: the record dir; $2: records already read, to remove; then the command's argv. A record
-# that cannot be made runs the command unrecorded (a read fault then loses the sandbox, as before).
+# $1: the record dir; $2: records already read, to remove; $3: the bound; then the command's
+# argv. Each stream keeps its last $3 bytes only (tail -c), so a command printing gigabytes writes
+# no more than that to the sandbox's disk. A record that cannot be made runs the command
+# unrecorded (a read fault then loses the sandbox, as before).
 _WRAPPER = (
-    'd=$1; old=$2; shift 2; for o in $old; do rm -rf "' + RECORDS_DIR + '/$o"; done; '
+    'd=$1; old=$2; b=$3; shift 3; for o in $old; do rm -rf "' + RECORDS_DIR + '/$o"; done; '
     '{ mkdir -p "$d" && : >"$d/out" && : >"$d/err"; } 2>/dev/null || exec "$@"; '
-    '"$@" >"$d/out" 2>"$d/err"; rc=$?; '
-    'echo "$rc" >"$d/rc.part" && mv -f "$d/rc.part" "$d/rc"; '
+    '{ { "$@"; echo "$?" >"$d/rc.part"; } 2>&1 1>&3 | tail -c "$b" >"$d/err"; } 3>&1 | tail -c "$b" >"$d/out"; '
+    'rc=$(cat "$d/rc.part" 2>/dev/null) || rc=1; mv -f "$d/rc.part" "$d/rc"; '
     'cat "$d/out"; cat "$d/err" >&2; exit "$rc"'
 )
 # $1: the record dir; $2: the bound. Read-only: safe to run again after a fault of its own.
@@ -136,7 +138,8 @@ class ExecRecords(SkypilotEnvironment):
             return await super()._dispatch_exec(argv, workdir=workdir, timeout_seconds=timeout_seconds, env=env)
         record = uuid.uuid4().hex
         done, self._records_read = " ".join(self._records_read), []
-        wrapped = ["sh", "-c", _WRAPPER, "sh", f"{RECORDS_DIR}/{record}", done, *argv]
+        bound = str(settings.current().exec_output_max_bytes)
+        wrapped = ["sh", "-c", _WRAPPER, "sh", f"{RECORDS_DIR}/{record}", done, bound, *argv]
         handle = await super()._dispatch_exec(wrapped, workdir=workdir, timeout_seconds=timeout_seconds, env=env)
         return RecordedExec(handle, self, record, time.monotonic() + timeout_seconds + RECORD_GRACE_SEC)
 
@@ -162,7 +165,7 @@ class ExecRecords(SkypilotEnvironment):
     async def _wait_for_status(self, path: str, deadline: float) -> bytes:
         sandbox = self._require_sandbox()
         retrying = AsyncRetrying(
-            retry=retry_if_exception_type(FileNotFoundError),  # not written yet: the command still runs
+            retry=retry_if_exception(is_missing),  # not written yet: the command still runs
             stop=stop_after_delay(max(0.0, deadline - time.monotonic())),
             wait=wait_exponential(multiplier=0.05, max=2.0),
             reraise=True,

@@ -121,11 +121,14 @@ class ImageResolution(SkypilotEnvironment):
 
     def _build_error(self, ref: str, harbor_message: str) -> ImageBuildError:
         """Harbor's build failure (a RuntimeError carrying the whole build output) as ours: a
-        missing base image named with its remedy, or the output's tail (phase ``environment``)."""
+        missing base image named with its remedy, or the build's last line as the first (the one
+        a trial's report keeps; the output's first is Docker's legacy-builder notice) and the
+        output's tail (phase ``environment``)."""
         lines = harbor_message.splitlines()
         last = next((line for line in reversed(lines) if line.strip()), "")
         missing = missing_base_error(self._dockerfile_path, ref, local_image_exists, last)
-        return missing or ImageBuildError("\n".join(lines[:1] + lines[1:][-BUILD_LOG_LINES:]))
+        cause = f"docker build failed for {ref}: {last.strip()}"
+        return missing or ImageBuildError("\n".join([cause, *lines[-BUILD_LOG_LINES:]]))
 
     async def prepare_image(self, force_build: bool = False) -> tuple[str | None, bool]:
         """Make this environment's image available; returns (reference, built-by-this-call).

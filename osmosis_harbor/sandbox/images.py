@@ -24,6 +24,7 @@ import docker
 import docker.errors
 
 from osmosis_harbor.errors import ImageBuildError
+from osmosis_harbor.sandbox import image_holds
 from osmosis_harbor.sandbox.base_images import missing_base_error
 
 logger = logging.getLogger(__name__)
@@ -40,6 +41,15 @@ def local_image_exists(ref: str) -> bool:
         return True
     except docker.errors.ImageNotFound:
         return False
+
+
+def local_image_labels(ref: str) -> dict[str, str] | None:
+    """The labels of ``ref`` on the local engine (``{}`` for none); None when it is absent or the
+    engine cannot be asked."""
+    try:
+        return dict(_docker_client().images.get(ref).labels or {})
+    except docker.errors.DockerException:
+        return None
 
 
 def remove_local_image(ref: str) -> None:
@@ -76,7 +86,8 @@ class ImageBuildCoordinator:
     """Ensures an image reference is built (and pushed) at most once per process.
 
     Concurrent callers for the same reference wait on one lock; once the image is known
-    to exist the answer is cached, so later trials skip even the existence check.
+    to exist the answer is cached, so later trials skip even the existence check, and this
+    process holds the image (``image_holds``): another process's clean-up leaves it.
     """
 
     def __init__(self) -> None:
@@ -133,11 +144,13 @@ class ImageBuildCoordinator:
             if self._satisfied(ref, force_build):
                 return False
             if not force_build and await exists():
+                await asyncio.to_thread(image_holds.hold, ref)
                 with self._guard:
                     self._present.add(ref)
                     self.stats.reused.append(ref)
                 return False
             await build()
+            await asyncio.to_thread(image_holds.hold, ref)  # so no other process's clean-up removes it
             with self._guard:
                 self._present.add(ref)
                 self._built_here.add(ref)

@@ -74,6 +74,8 @@ class State(StrEnum):
     CREATING = "creating"  # written before the create call: it may or may not have happened
     RUNNING = "running"
     TERMINATE_FAILED = "terminate_failed"  # retried in the background and by the shutdown sweep
+    DELETE_FAILED = "delete_failed"  # a pool its owner could not delete: the next start or cleanup does
+    HANDED_OVER = "handed_over"  # a pool prewarm left to the user: no reaper touches it, cleanup --pool does
 
 
 class LedgerEntry(BaseModel):
@@ -133,8 +135,8 @@ class Ledger:
             )
 
     def mark(self, kind: Kind, sdk: str, endpoint: str, name: str, state: State, error: str | None = None) -> None:
-        """A new state; a failed terminate also counts an attempt and keeps its error."""
-        bump = 1 if state is State.TERMINATE_FAILED else 0
+        """A new state; a failed terminate or delete also counts an attempt and keeps its error."""
+        bump = 1 if state in (State.TERMINATE_FAILED, State.DELETE_FAILED) else 0
         with self._connect() as db:
             db.execute(
                 "UPDATE things SET state = ?, attempts = attempts + ?, last_error = COALESCE(?, last_error) "

@@ -22,10 +22,11 @@ from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_rand
 
 from osmosis_harbor import settings
 from osmosis_harbor.errors import ConfigError
-from osmosis_harbor.sandbox.api_faults import is_api_fault
-from osmosis_harbor.sandbox.ledger import Kind, Ledger, LedgerEntry, default_ledger, endpoint_for
+from osmosis_harbor.sandbox import records
+from osmosis_harbor.sandbox.ledger import Kind, Ledger, LedgerEntry, State, default_ledger, endpoint_for
 from osmosis_harbor.sandbox.protocol import SandboxSdk
 from osmosis_harbor.sandbox.registry import load_sandbox_sdk
+from osmosis_harbor.sandbox.sdk_errors import is_api_fault, is_missing
 
 __all__ = ["Action", "Leftover", "reap_dead_owners"]
 
@@ -64,70 +65,77 @@ def _safe[T](call: Callable[..., T], *args: Any) -> T:
     return retrying(call, *args)
 
 
-def _field(record: Any, name: str) -> Any:
-    return record.get(name) if isinstance(record, dict) else getattr(record, name, None)
+def _listed(sdk: SandboxSdk) -> dict[str, Any]:
+    """The SDK's ``ls()`` records by name."""
+    return {str(records.name_of(r)): r for r in _safe(sdk.ls)}
 
 
-def _sandbox_names(sdk: SandboxSdk) -> set[str]:
-    return {str(_field(r, "name")) for r in _safe(sdk.ls)}
-
-
-def _pool_exists(sdk: SandboxSdk, name: str) -> bool:
+def _pool_listed(sdk: SandboxSdk, name: str) -> bool | None:
+    """Whether the pool exists, where the SDK can list pools (the Docker SDK); None: cannot tell."""
     list_pools = getattr(sdk, "list_pools", None)
-    if list_pools is not None:
-        return name in {str(_field(p, "name")) for p in _safe(list_pools)}
+    if list_pools is None:
+        return None
+    return name in {records.name_of(p) for p in _safe(list_pools)}
+
+
+def _terminate(sdk: SandboxSdk, record: Any) -> None:
+    """Terminate a listed sandbox: by name where the SDK offers it, else through its record."""
+    by_name = getattr(sdk, "terminate_by_name", None)
+    if by_name is not None:
+        _safe(by_name, records.name_of(record))
+        return
+    if getattr(record, "terminate", None) is None:
+        raise ConfigError(f"sandbox {records.name_of(record)}: this SDK's ls() records cannot be terminated")
+    _safe(record.terminate)
+
+
+def _delete_pool(sdk: SandboxSdk, name: str) -> bool:
+    """Delete the pool; False when it was already gone."""
     try:
-        _safe(sdk.get_pool, name)
-    except LookupError:
-        return False
+        _safe(sdk.delete_pool, name)
+    except Exception as exc:
+        if is_missing(exc):
+            return False
+        raise
     return True
 
 
-def _terminate(sdk: SandboxSdk, name: str) -> None:
-    by_name = getattr(sdk, "terminate_by_name", None)
-    if by_name is not None:
-        _safe(by_name, name)
-        return
-    for record in _safe(sdk.ls):
-        if _field(record, "name") == name and hasattr(record, "terminate"):
-            _safe(record.terminate)
-            return
-    raise ConfigError(f"sandbox {name}: this SDK offers no way to terminate a sandbox by name; remove it by hand")
-
-
-def _reap_one(sdk: SandboxSdk, entry: LedgerEntry, ledger: Ledger, present: bool, dry_run: bool) -> Leftover:
+def _reap_one(sdk: SandboxSdk, entry: LedgerEntry, ledger: Ledger, listed: dict[str, Any], dry_run: bool) -> Leftover:
     owner = f"{entry.owner.host}:{entry.owner.pid}"
     base = {"kind": entry.kind, "name": entry.name, "sdk": entry.sdk, "owner": owner, "state": entry.state}
-    if not present:
+    present = entry.name in listed if entry.kind is Kind.SANDBOX else _pool_listed(sdk, entry.name)
+    if present is False:
         if not dry_run:
             ledger.forget(entry.kind, entry.sdk, entry.endpoint, entry.name)
         return Leftover(**base, action=Action.ALREADY_GONE)
     if dry_run:
-        return Leftover(**base, action=Action.WOULD_REMOVE)
+        detail = None if present else "if it still exists: this SDK cannot list pools"
+        return Leftover(**base, action=Action.WOULD_REMOVE, detail=detail)
     try:
         if entry.kind is Kind.SANDBOX:
-            _terminate(sdk, entry.name)
+            _terminate(sdk, listed[entry.name])
+            gone = Action.TERMINATED
         else:
-            _safe(sdk.delete_pool, entry.name)
+            gone = Action.DELETED if _delete_pool(sdk, entry.name) else Action.ALREADY_GONE
     except Exception as exc:
         return Leftover(**base, action=Action.FAILED, detail=f"{type(exc).__name__}: {exc}")
     ledger.forget(entry.kind, entry.sdk, entry.endpoint, entry.name)
-    return Leftover(**base, action=Action.TERMINATED if entry.kind is Kind.SANDBOX else Action.DELETED)
+    return Leftover(**base, action=gone)
 
 
 def reap_dead_owners(sdk_name: str, *, ledger: Ledger | None = None, dry_run: bool = False) -> list[Leftover]:
-    """Remove (or, ``dry_run``, list) every sandbox and pool of ``sdk_name`` whose owner is dead.
-    The SDK is loaded only when the ledger names something to check."""
+    """Remove (or, ``dry_run``, list) every sandbox and pool of ``sdk_name`` whose owner is dead,
+    sandboxes first (a pool they were claimed from cannot be deleted before them). The SDK is
+    loaded only when the ledger names something to check."""
     ledger = ledger or default_ledger()
-    dead = [e for e in ledger.entries(sdk=sdk_name, endpoint=endpoint_for(sdk_name)) if e.owner.is_dead()]
+    entries = ledger.entries(sdk=sdk_name, endpoint=endpoint_for(sdk_name))
+    dead = [e for e in entries if e.state is not State.HANDED_OVER and e.owner.is_dead()]
     if not dead:
         return []
+    dead.sort(key=lambda e: e.kind is Kind.POOL)
     sdk = load_sandbox_sdk(sdk_name)
-    names = _sandbox_names(sdk) if any(e.kind is Kind.SANDBOX for e in dead) else set()
-    reaped = []
-    for entry in dead:
-        present = entry.name in names if entry.kind is Kind.SANDBOX else _pool_exists(sdk, entry.name)
-        reaped.append(_reap_one(sdk, entry, ledger, present, dry_run))
+    listed = _listed(sdk) if any(e.kind is Kind.SANDBOX for e in dead) else {}
+    reaped = [_reap_one(sdk, entry, ledger, listed, dry_run) for entry in dead]
     for item in reaped:
         log.warning("%s %s of dead owner %s (%s): %s", item.kind, item.name, item.owner, item.sdk, item.action)
     return reaped

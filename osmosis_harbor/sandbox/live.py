@@ -31,7 +31,8 @@ from typing import Any
 
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
 
-from osmosis_harbor.sandbox.api_faults import retry_safe, terminate_by_name
+from osmosis_harbor.sandbox import records
+from osmosis_harbor.sandbox.api_faults import retry_safe, terminate_by_name, terminate_record
 from osmosis_harbor.sandbox.ledger import Kind, Ledger, State, default_ledger, endpoint_for
 from osmosis_harbor.sandbox.liveness import sandbox_state
 from osmosis_harbor.sandbox.owner import Owner
@@ -206,13 +207,37 @@ class LiveSandboxes:
         with self._guard:
             self._pools.pop(name, None)
 
+    async def pool_delete_failed(self, name: str, sdk_name: str, error: str) -> None:
+        """The pool stays in the ledger, with why, for the next start or ``cleanup`` to delete."""
+        endpoint = endpoint_for(sdk_name)
+        await asyncio.to_thread(self.ledger.mark, Kind.POOL, sdk_name, endpoint, name, State.DELETE_FAILED, error)
+
+    async def end_if_ours(self, sdk: SandboxSdk, sdk_name: str, record: Any) -> bool:
+        """Terminate the listed sandbox ``record`` if it is this owner's, or a dead owner's by the
+        ledger (a pool's members before the pool goes); a live owner's, or one the ledger does
+        not know, is left alone. Returns whether it was ended."""
+        name = records.name_of(record)
+        if name is None:
+            return False
+        if self.registered(name):
+            return await self.end(name)
+        endpoint = endpoint_for(sdk_name)
+        entries = await asyncio.to_thread(self.ledger.entries, sdk_name, endpoint)
+        entry = next((e for e in entries if e.kind is Kind.SANDBOX and e.name == name), None)
+        if entry is None or not (entry.owner == self.owner or entry.owner.is_dead()):
+            return False
+        await terminate_record(sdk, record)
+        await asyncio.to_thread(self.ledger.forget, Kind.SANDBOX, sdk_name, endpoint, name)
+        return True
+
     def release_pools(self) -> list[str]:
         """Hand this owner's pools over to the user (``prewarm``'s pools outlive the command by
-        design): out of the ledger, so no reaper deletes them when this process is gone."""
+        design): marked handed over in the ledger, so no reaper deletes them when this process is
+        gone and ``cleanup --pool`` finds them on an SDK that cannot list pools."""
         with self._guard:
             pools, self._pools = dict(self._pools), {}
         for name, sdk_name in pools.items():
-            self.ledger.forget(Kind.POOL, sdk_name, endpoint_for(sdk_name), name)
+            self.ledger.mark(Kind.POOL, sdk_name, endpoint_for(sdk_name), name, State.HANDED_OVER)
         return sorted(pools)
 
     async def terminate_all(self) -> list[str]:

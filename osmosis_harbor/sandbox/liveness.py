@@ -7,7 +7,11 @@ running although this trial never stopped it. After a command fails, the environ
 the SDK which of the two happened, through ``ls()``: the one status call both the SkyPilot
 Sandbox SDK and the Docker emulation offer (``sandbox-check`` proves they agree on it), and
 raises `SandboxLostError` for the second. Trials read it as an ``internal_error``, and
-``HarborBackend(infra_retries=N)`` may run the rollout again on a fresh sandbox.
+``HarborBackend(infra_retries=N)`` may run the rollout again on a fresh sandbox. One exception:
+a sandbox evicted for passing its own disk bound (kubelet's message for a pod past its
+ephemeral-storage limit, which the local SDKs give too, in the record's ``status_message``) is
+the workflow's doing: `SandboxDiskBoundError`, an ``agent_error``. An eviction for the node's
+own pressure ("The node was low on resource") stays a loss.
 
 Harbor does not always let that error reach the trial's result: it wraps a failed test upload
 or verifier download (``AddTestsDirError``, ``DownloadVerifierDirError``, the loss as their
@@ -21,12 +25,13 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import re
 from collections.abc import Iterator
-from typing import Any
 
 from pydantic import BaseModel
 
 from osmosis_harbor.errors import SandboxLostError
+from osmosis_harbor.sandbox import records
 from osmosis_harbor.sandbox.protocol import SandboxSdk
 
 __all__ = ["SandboxLostError", "SandboxState", "loss_scope", "record_loss", "sandbox_state"]
@@ -34,6 +39,11 @@ __all__ = ["SandboxLostError", "SandboxState", "loss_scope", "record_loss", "san
 # Statuses of a sandbox that can still run commands ("running" for Docker, "RUNNING" / "READY"
 # style names for SkyPilot pods; compared case-insensitively).
 LIVE_STATUSES = frozenset({"running", "ready", "up"})
+# kubelet's two messages for a pod evicted for its own ephemeral storage (a container's limit,
+# or the pod's total), never the node-pressure one.
+OWN_STORAGE_LIMIT = re.compile(
+    r"exceeded its local ephemeral storage limit|ephemeral local storage usage exceeds the total limit", re.I
+)
 
 
 class SandboxState(BaseModel):
@@ -41,27 +51,34 @@ class SandboxState(BaseModel):
 
     name: str
     status: str | None
+    message: str | None = None  # the SDK's word on why it stopped, when it gives one
 
     @property
     def live(self) -> bool:
         return self.status is not None and self.status.lower() in LIVE_STATUSES
 
+    @property
+    def over_own_disk_bound(self) -> bool:
+        """Stopped because its own writes passed its ephemeral-storage bound."""
+        return not self.live and bool(self.message and OWN_STORAGE_LIMIT.search(self.message))
+
     def loss_reason(self) -> str:
         if self.status is None:
             return "container gone: killed or removed by the infrastructure"
-        return f"container {self.status}: killed or stopped by the infrastructure, not by this trial"
-
-
-def _field(record: Any, name: str) -> Any:
-    return record.get(name) if isinstance(record, dict) else getattr(record, name, None)
+        said = f": {self.message}" if self.message else ""
+        return f"container {self.status}: killed or stopped by the infrastructure, not by this trial{said}"
 
 
 async def sandbox_state(sdk: SandboxSdk, name: str) -> SandboxState:
     """The sandbox's state according to ``sdk.ls``; raises whatever ``ls`` raises."""
     for record in await sdk.ls.aio():
-        if _field(record, "name") == name:
-            status = _field(record, "status")
-            return SandboxState(name=name, status=str(getattr(status, "value", status)))
+        if records.name_of(record) == name:
+            message = records.field_of(record, "status_message")
+            return SandboxState(
+                name=name,
+                status=records.status_of(record) or "unknown",
+                message=str(message)[:500] if message else None,
+            )
     return SandboxState(name=name, status=None)
 
 

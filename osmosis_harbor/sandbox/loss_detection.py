@@ -4,11 +4,12 @@
 A mixin of ``SandboxEnvironment`` (``environment.py``). After a call fails (an error, or a
 non-zero exit), the SDK's ``ls`` says whether the sandbox is gone or stopped without this
 trial stopping it: then `SandboxLostError`, which trials read as an ``internal_error`` and
-``infra_retries`` may retry on a fresh sandbox. An API fault mid-call also loses the sandbox
-to the trial, as the call may have run (``api_faults.py``). Every loss raised is also handed
-to the trial's ``liveness.loss_scope``: Harbor may wrap the raise or swallow it. Kept apart
-from ``liveness.py``, which the SDK-side modules (``api_faults``, ``live``) import without
-Harbor.
+``infra_retries`` may retry on a fresh sandbox; or, when ``ls`` says it was evicted past its own
+disk bound, `SandboxDiskBoundError`, the workflow's ``agent_error``. An API fault mid-call also
+loses the sandbox to the trial, as the call may have run (``api_faults.py``). Every loss raised
+is also handed to the trial's ``liveness.loss_scope``: Harbor may wrap the raise or swallow it.
+Kept apart from ``liveness.py``, which the SDK-side modules (``api_faults``, ``live``) import
+without Harbor.
 """
 
 from __future__ import annotations
@@ -23,11 +24,12 @@ from harbor.environments.base import ExecResult
 from harbor.environments.skypilot import SkypilotEnvironment
 from tenacity import AsyncRetrying, RetryCallState, retry_if_result, stop_after_delay, wait_exponential
 
-from osmosis_harbor.errors import SandboxLostError
-from osmosis_harbor.sandbox.api_faults import is_api_fault, retry_safe
+from osmosis_harbor.errors import SandboxDiskBoundError, SandboxLostError
+from osmosis_harbor.sandbox.api_faults import retry_safe
 from osmosis_harbor.sandbox.head_start import VERIFIER_SESSION_MARK
 from osmosis_harbor.sandbox.liveness import SandboxState, record_loss, sandbox_state
 from osmosis_harbor.sandbox.protocol import SandboxSdk
+from osmosis_harbor.sandbox.sdk_errors import is_api_fault, is_missing
 
 __all__ = ["LOSS_SETTLE_SEC", "LossDetection"]
 
@@ -51,6 +53,7 @@ class LossDetection(SkypilotEnvironment):
     _sandbox: Any | None
     _stopping: bool  # set once this trial stops the sandbox itself
     _lost: SandboxLostError | None
+    _evicted: SandboxDiskBoundError | None
 
     @functools.cached_property
     def loss_role(self) -> str:
@@ -62,16 +65,19 @@ class LossDetection(SkypilotEnvironment):
 
     async def _guarded[T](self, call: Awaitable[T]) -> T:
         """Await *call*; if it fails (an error, or a non-zero exit), tell a lost sandbox apart."""
-        if self._lost is not None:  # known gone: fail fast instead of one more round trip
+        if self._lost is not None or self._evicted is not None:  # known gone: fail fast, no round trip
             if asyncio.iscoroutine(call):
                 call.close()
+            if self._evicted is not None:
+                raise SandboxDiskBoundError(self._evicted.sandbox_name, self._evicted.message)
+            assert self._lost is not None
             raise SandboxLostError.of_role(self.loss_role, self._lost.sandbox_name, self._lost.reason)
         try:
             result = await call
         except (FileNotFoundError, IsADirectoryError):  # a definite answer from a live sandbox
             raise
-        except Exception as exc:
-            await self._raise_if_lost(exc, killed=True)
+        except Exception as exc:  # a strict SDK's "not found" may be the sandbox's: ls decides at once
+            await self._raise_if_lost(exc, killed=not is_missing(exc))
             if is_api_fault(exc) and not self._stopping:
                 # The call may have run (an exec is never retried): its effects are unknown, so
                 # this sandbox is lost to the trial; a retry gets a fresh one (api_faults.py).
@@ -100,6 +106,9 @@ class LossDetection(SkypilotEnvironment):
             return
         if state.live or self._stopping:
             return
+        if state.over_own_disk_bound:  # its own writes: the workflow's failure, not a loss
+            self._evicted = SandboxDiskBoundError(self._sandbox_name, state.message or "")
+            raise SandboxDiskBoundError(self._sandbox_name, self._evicted.message) from cause
         self._lost = SandboxLostError.of_role(self.loss_role, self._sandbox_name, state.loss_reason())
         record_loss(self._lost)  # Harbor may wrap or swallow the raise (liveness.loss_scope)
         raise SandboxLostError.of_role(self.loss_role, self._sandbox_name, self._lost.reason) from cause

@@ -79,7 +79,10 @@ def has_archives(sandbox: object) -> bool:
 
 
 class SandboxSdk(Protocol):
-    """The module-level surface: sandboxes, their listing, and warm pools."""
+    """The module-level surface: sandboxes, their listing, and warm pools, as SkyPilot documents
+    it (create, ls, create_pool, set_pool_size, delete_pool). What an SDK offers beyond it (the
+    Docker SDK's ``get_pool``, ``list_pools``, ``terminate_by_name``) is asked for with
+    ``getattr`` where it is used, with a path for the SDKs without it."""
 
     @property
     def create(self) -> AsyncCall[SandboxHandle]: ...
@@ -95,6 +98,3 @@ class SandboxSdk(Protocol):
 
     @property
     def delete_pool(self) -> AsyncCall[Any]: ...
-
-    @property
-    def get_pool(self) -> AsyncCall[Any]: ...

@@ -8,7 +8,9 @@ A mixin of ``SandboxEnvironment`` (``environment.py``), overriding Harbor's life
   (``live.LiveSandboxes``) *before* the create call;
 * a create that fails or is cancelled never leaves a sandbox behind: ``ls`` decides whether it
   was made, and the ledger keeps it until then;
-* a pool claim goes through ``pools.claim`` (batched when the submitter batches claims);
+* a pool claim goes through ``pools.claim`` (batched when the submitter batches claims): one the
+  pool cannot serve is tried again, then becomes a cold create of the pool's image, this
+  environment's own (``health()`` counts these fallbacks);
 * a terminate is retried on API faults and never forgotten (``live.py``).
 """
 
@@ -16,21 +18,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Hashable
+from collections.abc import Awaitable, Callable, Hashable
 from pathlib import PurePosixPath
-from typing import Any, override
+from typing import TYPE_CHECKING, Any, override
 
 from harbor.environments.base import BaseEnvironment
 from harbor.environments.skypilot import _SANDBOX_TTL_SEC, SkypilotEnvironment, _sanitize_dns_name
 
 from osmosis_harbor.sandbox import live, pools
 from osmosis_harbor.sandbox.api_faults import create_checked
-from osmosis_harbor.sandbox.batching import ClaimBatcher
 from osmosis_harbor.sandbox.head_start import VERIFIER_SESSION_MARK, current_head_start
 from osmosis_harbor.sandbox.live import LiveSandboxes
 from osmosis_harbor.sandbox.protocol import SandboxSdk
 from osmosis_harbor.sandbox.registry import SandboxImplementation
-from osmosis_harbor.sandbox.starts import current_starts
+from osmosis_harbor.sandbox.starts import SandboxStarts, current_starts
 from osmosis_harbor.sandbox.transfers import ArchiveTransfers
 from osmosis_harbor.shim import contract
 
@@ -53,6 +54,10 @@ class SandboxLifecycle(SkypilotEnvironment):
 
     _impl: SandboxImplementation
     _host_network: bool
+
+    if TYPE_CHECKING:  # ImageResolution's, later in the environment's MRO (a stub here would shadow it)
+
+        async def prepare_image(self, force_build: bool = False) -> tuple[str | None, bool]: ...
 
     @property
     def uses_host_network(self) -> bool:
@@ -105,7 +110,7 @@ class SandboxLifecycle(SkypilotEnvironment):
         the name it goes by (a batch claim's member name) and its handle."""
         sandboxes = self._sandboxes
         await sandboxes.pending(name, self._sdk, self._sdk_name)  # ledger first
-        creating = asyncio.ensure_future(create_checked(self._sdk, name, lambda: self._bounded_create(image, name)))
+        creating = asyncio.ensure_future(self._bounded_create(image, name))
         try:
             sandbox = await asyncio.shield(creating)
         except asyncio.CancelledError:
@@ -144,18 +149,45 @@ class SandboxLifecycle(SkypilotEnvironment):
         )
 
     async def _bounded_create(self, image: str | None, name: str) -> Any:
-        """The SDK's create (or claim) inside the start bound of whoever submitted this trial."""
+        """The SDK's create, or a pool claim, inside the start bound of whoever submitted this
+        trial; each call retried after an API fault only as ``create_checked`` allows."""
         starts = current_starts()
-        if starts is None:
-            return await self._create_sandbox_via_sdk(image, name=name)
-        if self._pool and starts.batches is not None:  # the batch call takes the slot
-            sandbox = await self._create_sandbox_via_sdk(image, batches=starts.batches, name=name)
-        else:
-            async with starts.slot():
-                sandbox = await self._create_sandbox_via_sdk(image, name=name)
-        if self._pool:
-            starts.note_claim(self._pool)
+        if not self._pool:
+            return await create_checked(
+                self._sdk, name, lambda: _in_slot(starts, lambda: self._create_fresh(image, name))
+            )
+        sandbox, fell_back = await pools.claim(self._claim_request(starts, name))
+        if starts is not None:
+            starts.note_claim(self._pool, fell_back=fell_back)
         return sandbox
+
+    def _claim_request(self, starts: SandboxStarts | None, name: str) -> pools.ClaimRequest:
+        """A claim from this environment's pool: batched when the submitter batches claims (the
+        batch call takes the start slot), and falling back to a cold create of the pool's image,
+        this environment's own, unless the pool is a generic one."""
+        assert self._pool is not None
+        pool, common = self._pool, self._create_keywords(name)
+        batches = starts.batches if starts is not None else None
+
+        async def attempt() -> Any:
+            if batches is not None:
+                return await batches.claim(self._sdk, pool, name, {k: v for k, v in common.items() if k != "name"})
+            # A pool launch inherits image/cpu/memory/network from the pool.
+            return await _in_slot(starts, lambda: self._sdk.create.aio(pool=pool, **common))
+
+        async def cold_create() -> Any:
+            image, _ = await self.prepare_image()
+            return await _in_slot(starts, lambda: self._create_fresh(image, name))
+
+        return pools.ClaimRequest(
+            sdk=self._sdk,
+            pool=pool,
+            name=name,
+            attempt=attempt,
+            fallback=None if self._generic_pool else cold_create,
+            base=self._pool_base,
+            generic=self._generic_pool,
+        )
 
     async def _adopt_name(self, name: str, sandbox: Any) -> str:
         """A batch claim names its members from a prefix of its own (``batching``): from here
@@ -166,10 +198,8 @@ class SandboxLifecycle(SkypilotEnvironment):
             return actual
         return name
 
-    async def _create_sandbox_via_sdk(
-        self, image: str | None, batches: ClaimBatcher | None = None, *, name: str | None = None
-    ) -> Any:
-        name = name or self._sandbox_name
+    def _create_keywords(self, name: str) -> dict[str, Any]:
+        """What Harbor's two create calls share (a copy of its keywords, the SDK swapped in)."""
         common: dict[str, Any] = {
             "name": name,
             "context_name": self._context_name,
@@ -180,17 +210,10 @@ class SandboxLifecycle(SkypilotEnvironment):
         }
         if self.uses_host_network:
             common["host_network"] = True
-        if self._pool:
-            # A pool launch inherits image/cpu/memory/network from the pool.
-            return await pools.claim(
-                self._sdk,
-                self._pool,
-                name,
-                common,
-                batches,
-                base=self._pool_base,
-                generic=self._generic_pool,
-            )
+        return common
+
+    async def _create_fresh(self, image: str | None, name: str) -> Any:
+        """Harbor's create of a sandbox from ``image`` (not from a pool)."""
         memory_gb = self._effective_memory_mb / 1024 if self._effective_memory_mb is not None else None
         return await self._sdk.create.aio(
             image=image,
@@ -198,7 +221,7 @@ class SandboxLifecycle(SkypilotEnvironment):
             memory_gb=memory_gb,
             registry=self._registry,
             block_network=self._network_disabled,
-            **common,
+            **self._create_keywords(name),
         )
 
     @override
@@ -238,3 +261,11 @@ class SandboxLifecycle(SkypilotEnvironment):
         sandboxes, name = self._sandboxes, self._sandbox_name
         if not live.defer_termination(lambda: sandboxes.end(name)):
             await sandboxes.end(name)
+
+
+async def _in_slot(starts: SandboxStarts | None, call: Callable[[], Awaitable[Any]]) -> Any:
+    """``call()`` holding one of the submitter's start slots (unbounded without a submitter)."""
+    if starts is None:
+        return await call()
+    async with starts.slot():
+        return await call()

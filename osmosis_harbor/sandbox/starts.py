@@ -33,7 +33,8 @@ class SandboxStarts:
         self._semaphore = asyncio.Semaphore(limit)
         self.in_flight = 0
         self.waiting = 0
-        self.claims: Counter[str] = Counter()  # pool claims served, per pool (autoscaling reads it)
+        self.claims: Counter[str] = Counter()  # pool claims made, per pool (autoscaling reads it)
+        self.fallbacks: Counter[str] = Counter()  # claims the pool could not serve: cold-created instead
         self.batches = (
             ClaimBatcher(batch_window_sec, batch_max, self.slot) if batch_window_sec > 0 and batch_max >= 2 else None
         )
@@ -53,8 +54,12 @@ class SandboxStarts:
             self.in_flight -= 1
             self._semaphore.release()
 
-    def note_claim(self, pool: str) -> None:
+    def note_claim(self, pool: str, *, fell_back: bool = False) -> None:
+        """A claim of ``pool``; ``fell_back``: the pool could not serve it, so it was cold-created
+        (it still counts as demand on the pool, which the autoscaler sizes for)."""
         self.claims[pool] += 1
+        if fell_back:
+            self.fallbacks[pool] += 1
 
     def state(self) -> dict[str, int]:
         """What ``health()`` shows."""
@@ -63,6 +68,7 @@ class SandboxStarts:
             "starting": self.in_flight,
             "waiting_to_start": self.waiting,
             "batch_claims": self.batches.calls if self.batches is not None else 0,
+            "pool_fallbacks": sum(self.fallbacks.values()),
         }
 
 

@@ -131,6 +131,8 @@ def check_task(task: TaskRef, *, needs_tests: bool = True) -> None:
     from harbor.models.task.config import TaskConfig
     from harbor.models.task.task import Task
 
+    if any("\ud800" <= c <= "\udfff" for c in str(task.path)):  # undecodable bytes: Harbor's JSON cannot hold them
+        raise DatasetError(f"task {task.id}: its path is not UTF-8 (Harbor records it in JSON files): rename it")
     config_path = task.path / TASK_CONFIG
     try:
         data = tomllib.loads(config_path.read_text())

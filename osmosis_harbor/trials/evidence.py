@@ -6,7 +6,9 @@ and stderr together) and of the oracle's ``agent/oracle.txt`` in its report.
 
 Everything here was written by a sandbox, so it is read as hostile: only a regular file
 (``lstat``), opened ``O_NOFOLLOW | O_NONBLOCK`` (a FIFO or a link planted there can neither
-block nor redirect the read), bounded in bytes and lines, and with host secrets redacted.
+block nor redirect the read), bounded in bytes and lines, and with host secrets redacted. Package
+managers' progress lines are left out of a tail (``trials.progress_lines``); control characters
+stay, for whoever shows the tail to escape (``trials.printable``).
 
 It also decides one rule of the verdict table: **the verifier did not run its tests**. Harbor
 discards ``test.sh``'s exit status, so the rule reads its output. It holds when no reward
@@ -29,6 +31,7 @@ from pathlib import Path
 
 from osmosis_harbor import settings
 from osmosis_harbor.shim.errors import REDACTED
+from osmosis_harbor.trials.progress_lines import without_progress
 
 __all__ = [
     "SCAN_BYTES",
@@ -36,12 +39,14 @@ __all__ = [
     "TAIL_LINES",
     "host_secrets",
     "output_tail",
+    "redacted",
     "runner_never_started",
 ]
 
 TAIL_BYTES = 2048
 TAIL_LINES = 20
 SCAN_BYTES = 64 * 1024  # how much of the output the did-not-run rule reads
+PROGRESS_READ_FACTOR = 8  # a tail without progress lines is read from this many times its bound
 _SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL", re.IGNORECASE)
 _MIN_SECRET = 8
 
@@ -73,7 +78,8 @@ def host_secrets() -> tuple[str, ...]:
     return tuple(sorted(values, key=len, reverse=True))
 
 
-def _redact(text: str, secrets: Iterable[str]) -> str:
+def redacted(text: str, secrets: Iterable[str]) -> str:
+    """``text`` with each of ``secrets`` (longest first, as ``host_secrets`` gives them) replaced."""
     for secret in secrets:
         text = text.replace(secret, REDACTED)
     return text
@@ -102,20 +108,30 @@ def _read_end(path: Path, limit: int) -> bytes | None:
 
 
 def output_tail(
-    path: Path, secrets: Iterable[str] = (), *, max_lines: int = TAIL_LINES, max_bytes: int = TAIL_BYTES
+    path: Path,
+    secrets: Iterable[str] = (),
+    *,
+    max_lines: int = TAIL_LINES,
+    max_bytes: int = TAIL_BYTES,
+    drop_progress: bool = True,
 ) -> str | None:
     """The last lines of ``path`` (at most ``max_lines`` and about ``max_bytes``), redacted;
-    None when it is absent, not a regular file or blank."""
+    None when it is absent, not a regular file or blank. With ``drop_progress``, package
+    managers' progress lines are left out first (``trials.progress_lines``), so the tail is
+    read from further back."""
     secrets = tuple(secrets)
     longest = max((len(s.encode()) for s in secrets), default=0)
-    data = _read_end(path, max_bytes + longest)  # a secret cut at the boundary is still whole
+    window = (max_bytes * PROGRESS_READ_FACTOR if drop_progress else max_bytes) + longest
+    data = _read_end(path, window)  # a secret cut at the boundary is still whole
     if data is None:
         return None
-    text = _redact(data.decode("utf-8", errors="replace"), secrets).replace("\r\n", "\n")
-    lines = [line.rstrip() for line in text.splitlines()]
-    cut = len(data) >= max_bytes + longest
+    text = redacted(data.decode("utf-8", errors="replace"), secrets).replace("\r\n", "\n")
+    lines = [line.rstrip() for line in text.split("\n")]  # a lone \r is a redraw, not a line end
+    cut = len(data) >= window
     if cut and len(lines) > 1:
         lines = lines[1:]  # the first line read is likely partial
+    if drop_progress:
+        lines = list(without_progress(lines))
     while lines and not lines[-1].strip():
         lines.pop()
     tail = "\n".join(lines[-max_lines:])
@@ -131,7 +147,9 @@ def runner_never_started(verifier_dir: Path, rewards: dict[str, float], secrets:
     docstring holds; None otherwise."""
     if any(value > 0 for value in rewards.values()):
         return None
-    output = output_tail(verifier_dir / "test-stdout.txt", secrets, max_lines=100_000, max_bytes=SCAN_BYTES)
+    output = output_tail(
+        verifier_dir / "test-stdout.txt", secrets, max_lines=100_000, max_bytes=SCAN_BYTES, drop_progress=False
+    )
     if output is None:
         return None
     failed = RUNNER_FAILED.search(output)

@@ -1,9 +1,10 @@
 """``validate --junit FILE``: the validation report as JUnit XML, which CI systems display natively.
 
 One ``<testsuite>`` per run (named after the dataset), one ``<testcase>`` per task. A failed
-task carries ``<failure type="<failed phase>" message="<phase>: <error>">`` whose body is the
-error followed by the task's row of the JSON report (rewards, timings, lint, trial directory),
-so the two reports cannot disagree. Every test case's ``<system-out>`` holds its phase timings
+task carries ``<failure type="<failed phase>" message="<phase>: <summary>">`` (the error's first
+line, and the offline stand-in its base image was, if any) whose body is the whole error, the
+stand-in note, then the task's row of the JSON report (rewards, timings, lint, trial
+directory), so the two reports cannot disagree. Every test case's ``<system-out>`` holds its phase timings
 and, passed or failed, its lint findings (``lint warning [rule] path: message``, one a line), so CI
 sees a passing task's findings too; the schema CI tools validate against has no ``<properties>``
 in a test case.
@@ -12,24 +13,20 @@ in a test case.
 from __future__ import annotations
 
 import json
-import re
 import socket
 import xml.etree.ElementTree as ET
 from datetime import datetime, timedelta
 from pathlib import Path
 
+from osmosis_harbor.trials.printable import printable
 from osmosis_harbor.validate import TaskValidation, ValidationReport
 from osmosis_harbor.validate.lint import LintIssue
 
-# Characters XML 1.0 cannot carry even escaped (control characters such as the ANSI escape in
-# captured output, lone surrogates); ElementTree would write them and produce a file no CI
-# parser accepts.
-_NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
-
 
 def _text(value: str) -> str:
-    """``value`` with what XML cannot carry spelled as Python escapes (``\\x1b``)."""
-    return _NOT_XML.sub(lambda m: repr(m.group())[1:-1], value)
+    """``value`` as XML text: control characters (which XML 1.0 cannot carry even escaped, and
+    a CI page would show raw) and lone surrogates spelled as escapes (``\\x1b``)."""
+    return printable(value)
 
 
 def _seconds(value: float) -> str:
@@ -54,9 +51,12 @@ def _testcase(suite: ET.Element, row: TaskValidation, classname: str) -> None:
     if not row.passed:
         phase = row.failed_phase or "unknown"
         error = row.error or "failed"
-        failure = ET.SubElement(case, "failure", message=_text(f"{phase}: {error}"), type=_text(phase))
+        first = error.partition("\n")[0]
+        summary = f"{phase}: {first}" + (f" ({row.stand_in})" if row.stand_in else "")
+        failure = ET.SubElement(case, "failure", message=_text(summary), type=_text(phase))
         details = row.model_dump(mode="json", exclude={"id", "passed"}, exclude_none=True)
-        failure.text = _text(f"{error}\n\n{json.dumps(details, indent=2, ensure_ascii=False)}\n")
+        note = f"\nnote: {row.stand_in}\n" if row.stand_in else ""
+        failure.text = _text(f"{error}\n{note}\n{json.dumps(details, indent=2, ensure_ascii=False)}\n")
     ET.SubElement(case, "system-out").text = _text("\n".join([_timings(row), *(f"lint {f}" for f in findings)]))
 
 

@@ -29,6 +29,7 @@ from pydantic import BaseModel
 from osmosis_harbor import settings
 from osmosis_harbor.errors import ConfigError, DatasetError
 from osmosis_harbor.sandbox.guard import Allowance, GuardPlan, GuardSession, add_guard_hooks, guard_scope
+from osmosis_harbor.sandbox.images import local_image_labels
 from osmosis_harbor.sandbox.live import LiveSandboxes, sandboxes_scope
 from osmosis_harbor.sandbox.options import SandboxOptions, environment_label
 from osmosis_harbor.sandbox.starts import SandboxStarts, starts_scope
@@ -40,6 +41,7 @@ from osmosis_harbor.trials.job import write_job_dir
 from osmosis_harbor.trials.naming import trial_name
 from osmosis_harbor.trials.reading import Phase, read_trial
 from osmosis_harbor.trials.verdict import EXPECTED_REWARD, StepVerdict, judge
+from osmosis_harbor.validate.causes import note_causes
 from osmosis_harbor.validate.lint import (
     LintIssue,
     LintMode,
@@ -61,6 +63,7 @@ class TaskValidation(BaseModel):
     steps: list[StepVerdict] | None = None
     trial_dir: str | None = None
     lint: list[LintIssue] | None = None  # Harbor's lint findings, when --lint ran
+    stand_in: str | None = None  # the offline stand-in base image a solution or verifier failure ran on
 
 
 class ValidationReport(BaseModel):
@@ -244,6 +247,9 @@ async def validate_tasks(
     ordered = [rows[t.id] for t in tasks if t.id in rows]
     for row in ordered:
         row.lint = findings.get(row.id)
+    await asyncio.to_thread(
+        note_causes, ordered, tasks, force_build=environment.force_build, labels_of=local_image_labels
+    )
     passed = sum(1 for r in ordered if r.passed)
     env_name = environment_label(environment)
     return ValidationReport(

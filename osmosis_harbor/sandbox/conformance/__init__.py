@@ -11,8 +11,12 @@ The checks use the surface exactly the way Harbor does (``create.aio``, ``exec.a
 ``terminate.aio``), plus a blocking-API check and, optionally, warm pools. The limits checks
 read back the bounds a sandbox really gets (cgroup memory, pids and CPU, the size of /tmp) and
 prove them with a fork bomb, a memory hog and a /tmp fill; what an implementation does not
-bound is named in the ``bounds`` check's detail. The archive checks run where a sandbox handle
-offers the archive capability.
+bound is named in the ``bounds`` check's detail. The ``privileges`` check reports a sandbox's
+capability set and no-new-privileges. The archive checks run where a sandbox handle offers the
+archive capability. The assumption checks (``assumption_checks.py``) observe what
+SkyPilot's docs leave open and our code assumes (an empty pool's claim, ``create_pool`` twice,
+``delete_pool`` with a claimed member, error shapes, exit 127, ``ls()`` records): each says
+whether the assumption held, and fails only where our code would not survive what it saw.
 
 A check passes, fails, is skipped (it applies but could not run here: ``skip``) or is not
 applicable (the SDK lacks a capability it ``needs``); the report (`ConformanceReport`) counts
@@ -36,8 +40,10 @@ from osmosis_harbor.sandbox.conformance import file_checks  # noqa: F401
 from osmosis_harbor.sandbox.conformance import archive_checks  # noqa: F401
 from osmosis_harbor.sandbox.conformance import lifecycle_checks  # noqa: F401
 from osmosis_harbor.sandbox.conformance import limit_checks  # noqa: F401
+from osmosis_harbor.sandbox.conformance import privilege_checks  # noqa: F401
 from osmosis_harbor.sandbox.conformance import pool_checks  # noqa: F401
 from osmosis_harbor.sandbox.conformance import environment_checks  # noqa: F401
+from osmosis_harbor.sandbox.conformance import assumption_checks  # noqa: F401
 from osmosis_harbor.sandbox.conformance import guard_checks  # noqa: F401
 
 # isort: on
@@ -51,6 +57,7 @@ from osmosis_harbor.sandbox.conformance.core import (
     CheckSkipped,
     CheckStatus,
     ConformanceContext,
+    Observation,
 )
 from osmosis_harbor.sandbox.conformance.report import ConformanceReport
 
@@ -99,13 +106,17 @@ def _status_for(item: Check, capabilities: Capabilities) -> tuple[CheckStatus, s
 async def run_check(item: Check, ctx: ConformanceContext, *, timeout: float = CHECK_TIMEOUT_SEC) -> CheckResult:
     """Run one check; failures and errors become a result, never an exception."""
     started = time.monotonic()
-    status, detail = CheckStatus.FAILED, ""
+    status, detail, held = CheckStatus.FAILED, "", None
     try:
         early = _status_for(item, await ctx.capabilities()) if item.needs else None
         if early is not None:
             status, detail = early
         else:
-            detail = await asyncio.wait_for(item.fn(ctx), timeout)
+            outcome = await asyncio.wait_for(item.fn(ctx), timeout)
+            if isinstance(outcome, Observation):
+                held, detail = outcome.held, outcome.detail
+            else:
+                detail = str(outcome)
             status = CheckStatus.PASSED
     except CheckSkipped as exc:
         status, detail = CheckStatus.SKIPPED, str(exc)
@@ -115,11 +126,20 @@ async def run_check(item: Check, ctx: ConformanceContext, *, timeout: float = CH
         detail = f"timed out after {timeout:.0f}s"
     except Exception as exc:  # noqa: BLE001 - reported, not raised
         detail = f"{type(exc).__name__}: {exc}"
-    return CheckResult(name=item.name, status=status, detail=detail, seconds=round(time.monotonic() - started, 3))
+    return CheckResult(
+        name=item.name,
+        status=status,
+        detail=detail,
+        seconds=round(time.monotonic() - started, 3),
+        assumption=item.assumption,
+        held=held,
+    )
 
 
 def _deselected(item: Check, reason: str) -> CheckResult:
-    return CheckResult(name=item.name, status=CheckStatus.SKIPPED, detail=reason, seconds=0.0)
+    return CheckResult(
+        name=item.name, status=CheckStatus.SKIPPED, detail=reason, seconds=0.0, assumption=item.assumption
+    )
 
 
 async def run_suite(

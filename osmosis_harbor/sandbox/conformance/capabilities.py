@@ -22,7 +22,7 @@ from osmosis_harbor.sandbox.registry import implementation, name_of
 __all__ = ["POOL_CALLS", "Capabilities", "probe"]
 
 # The warm-pool calls the environment and prewarm make (SkyPilot's documented pool surface).
-POOL_CALLS = ("create_pool", "set_pool_size", "delete_pool", "get_pool")
+POOL_CALLS = ("create_pool", "set_pool_size", "delete_pool")
 
 
 class Capabilities(BaseModel):
@@ -74,6 +74,7 @@ def probe(sdk: Any, handle: Any | None, *, handle_error: str | None = None) -> C
     offered["archives"] = has_archives(handle) if handle is not None else None
     offered.update(flags)
     offered["pools"] = all(_has_aio(sdk, call) for call in POOL_CALLS)
+    offered["pool_view"] = _has_aio(sdk, "get_pool")  # beyond SkyPilot's SDK: the Docker SDK's
     offered["num_sandboxes"] = _accepts(getattr(sdk, "create", None), "num_sandboxes")
     offered["ls"] = _has_aio(sdk, "ls")
     offered["snapshot"] = _has_aio(handle, "snapshot") if handle is not None else None

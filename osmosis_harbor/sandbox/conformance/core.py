@@ -39,12 +39,16 @@ class CheckStatus(StrEnum):
 
 
 class CheckResult(BaseModel):
-    """Outcome of one check: what a CLI prints and a test asserts on."""
+    """Outcome of one check: what a CLI prints and a test asserts on. An assumption check (one
+    of what our code assumes of an SDK whose docs are silent) also says whether it ``held``; it
+    passes when our code survives what was seen either way, and fails when it would not."""
 
     name: str
     status: CheckStatus
     detail: str
     seconds: float
+    assumption: str | None = None
+    held: bool | None = None
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -60,6 +64,14 @@ class CheckSkipped(Exception):
 def skip(reason: str) -> NoReturn:
     """End the running check as skipped, saying what it would need to run."""
     raise CheckSkipped(reason)
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What an assumption check saw: whether the assumption ``held``, and what happened."""
+
+    held: bool
+    detail: str
 
 
 @dataclass
@@ -118,10 +130,15 @@ class ConformanceContext:
         return sandbox
 
     async def shared(self) -> Any:
-        """One long-lived sandbox for checks that do not care about isolation (fast)."""
+        """One long-lived sandbox for checks that do not care about isolation (fast), with the
+        directories the file checks write into made first (a write makes no parent directory
+        on SkyPilot; its own examples ``mkdir -p`` before writing)."""
         async with self._shared_lock:
             if self._shared is None:
-                self._shared = await self.new_sandbox("shared")
+                sandbox = await self.new_sandbox("shared")
+                made = await self.run(sandbox, "mkdir", "-p", "/tmp/sbchk/perm")
+                expect(made.code == 0, f"mkdir -p /tmp/sbchk/perm in the sandbox exited {made.code}: {made.stderr}")
+                self._shared = sandbox
             return self._shared
 
     async def capabilities(self) -> Capabilities:
@@ -181,18 +198,20 @@ class ConformanceContext:
         self._shared = None
 
 
-CheckFn = Callable[[ConformanceContext], Awaitable[str]]
+CheckFn = Callable[[ConformanceContext], Awaitable[Any]]  # a detail str, or an Observation
 
 
 @dataclass(frozen=True)
 class Check:
     """A registered check. ``needs``: the capabilities (`Capabilities`) it is about; on an SDK
-    that definitely lacks one, the check is not applicable and does not run."""
+    that definitely lacks one, the check is not applicable and does not run. ``assumption``:
+    what our code assumes of the SDK, which the check observes (it returns an `Observation`)."""
 
     name: str
     fn: CheckFn
     pools: bool = False
     needs: tuple[str, ...] = ()
+    assumption: str | None = None
 
     @property
     def description(self) -> str:
@@ -202,13 +221,16 @@ class Check:
 CHECKS: list[Check] = []
 
 
-def check(*, pools: bool = False, needs: tuple[str, ...] = ()) -> Callable[[CheckFn], CheckFn]:
+def check(
+    *, pools: bool = False, needs: tuple[str, ...] = (), assumption: str | None = None
+) -> Callable[[CheckFn], CheckFn]:
     """Register a check; its function name (minus ``check_``) is the check's name. A pool
     check needs the ``pools`` capability."""
 
     def register(fn: CheckFn) -> CheckFn:
         required = ("pools", *needs) if pools else needs
-        CHECKS.append(Check(name=fn.__name__.removeprefix("check_"), fn=fn, pools=pools, needs=required))
+        name = fn.__name__.removeprefix("check_")
+        CHECKS.append(Check(name=name, fn=fn, pools=pools, needs=required, assumption=assumption))
         return fn
 
     return register

@@ -21,7 +21,7 @@ from harbor.models.task.task import Task
 from harbor.models.trial.config import EnvironmentConfig
 from harbor.models.trial.paths import TrialPaths
 
-from osmosis_harbor.sandbox import live
+from osmosis_harbor.sandbox import live, records
 from osmosis_harbor.sandbox.conformance.core import (
     ConformanceContext,
     check,
@@ -34,7 +34,7 @@ from osmosis_harbor.sandbox.environment import SandboxEnvironment
 from osmosis_harbor.sandbox.images import BUILD_COORDINATOR, remove_local_image
 from osmosis_harbor.sandbox.liveness import sandbox_state
 from osmosis_harbor.sandbox.options import IMPORT_PATH
-from osmosis_harbor.sandbox.pools import pool_name_for
+from osmosis_harbor.sandbox.pools import pool_keywords, pool_name_for
 from osmosis_harbor.sandbox.registry import implementation, name_of
 from osmosis_harbor.sandbox.relay import PolicyRelay
 from osmosis_harbor.settings import current as current_settings
@@ -127,12 +127,13 @@ async def check_environment_claims_its_group_pool(ctx: ConformanceContext) -> st
     expect(env.pool_name == pool_name_for(f"{ctx.prefix}-pool", env.group_key), f"pool name {env.pool_name}")
     assert env.pool_name is not None
     ctx.track_pool(env.pool_name)
-    await ctx.sdk.create_pool.aio(env.pool_name, ctx.image, replicas=1, **env.pool_shape())
+    keywords = pool_keywords(ctx.sdk, env.pool_name, env.pool_shape())
+    await ctx.sdk.create_pool.aio(env.pool_name, ctx.image, replicas=1, **keywords)
     await env.start(force_build=False)
     out = await env.exec("echo claimed")
     expect(out.return_code == 0 and (out.stdout or "").strip() == "claimed", f"exec in the claimed sandbox: {out}")
-    info = await ctx.sdk.get_pool.aio(env.pool_name)
-    expect(info.claimed >= 1, f"pool {env.pool_name} reports {info.claimed} claimed")
+    listed = [records.pool_of(r) for r in await ctx.sdk.ls.aio() if records.name_of(r) == env.sandbox_name]
+    expect(listed == [env.pool_name], f"ls() lists {env.sandbox_name} with pool {listed}, not {env.pool_name}")
     return env.pool_name
 
 

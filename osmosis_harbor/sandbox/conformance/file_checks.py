@@ -17,6 +17,7 @@ from osmosis_harbor.sandbox.conformance.core import (
     expect,
     expect_raises,
 )
+from osmosis_harbor.sandbox.sdk_errors import is_api_fault, is_missing, meaning
 
 # ── files ────────────────────────────────────────────────────────────────────────────────────
 
@@ -69,10 +70,12 @@ async def check_file_empty(ctx: ConformanceContext) -> str:
 
 
 @check()
-async def check_file_creates_parent_dirs(ctx: ConformanceContext) -> str:
-    """write_bytes creates missing parent directories."""
-    path = f"/tmp/sbchk/{uuid.uuid4().hex[:6]}/deep/er/file.txt"
-    await _round_trip(ctx, b"nested", path)
+async def check_file_in_a_made_directory(ctx: ConformanceContext) -> str:
+    """A file written into a directory a command just made (``mkdir -p``, as SkyPilot's examples do)."""
+    directory = f"/tmp/sbchk/{uuid.uuid4().hex[:6]}/deep/er"
+    made = await ctx.run(await ctx.shared(), "mkdir", "-p", directory)
+    expect(made.code == 0, f"mkdir -p exited {made.code}")
+    await _round_trip(ctx, b"nested", f"{directory}/file.txt")
     return "ok"
 
 
@@ -86,16 +89,17 @@ async def check_file_overwrite(ctx: ConformanceContext) -> str:
 
 @check()
 async def check_file_missing_raises(ctx: ConformanceContext) -> str:
-    """Reading a missing file raises FileNotFoundError."""
+    """Reading a missing file raises an error read as "not found" (``sdk_errors``)."""
     exc = await expect_raises((await ctx.shared()).read_bytes.aio("/tmp/sbchk/does-not-exist"), "missing file")
-    expect(isinstance(exc, FileNotFoundError), f"raised {type(exc).__name__}: {exc}")
-    return "FileNotFoundError"
+    expect(is_missing(exc), f"raised {type(exc).__name__}, read as {meaning(exc)}: {exc}")
+    return type(exc).__name__
 
 
 @check()
 async def check_file_directory_raises(ctx: ConformanceContext) -> str:
-    """Reading a directory is an error (not an archive of its contents)."""
+    """Reading a directory is an error (not an archive of its contents), and not an API fault."""
     exc = await expect_raises((await ctx.shared()).read_bytes.aio("/etc"), "read of a directory")
+    expect(not is_api_fault(exc), f"raised {type(exc).__name__}, read as an API fault (it would be retried)")
     return type(exc).__name__
 
 

@@ -15,6 +15,7 @@ from osmosis_harbor.sandbox.conformance.core import (
     poll,
 )
 from osmosis_harbor.sandbox.liveness import sandbox_state
+from osmosis_harbor.sandbox.sdk_errors import is_invalid, meaning
 
 # ── lifecycle ────────────────────────────────────────────────────────────────────────────────
 
@@ -90,10 +91,10 @@ async def check_duplicate_name_rejected(ctx: ConformanceContext) -> str:
 
 @check()
 async def check_invalid_name_rejected(ctx: ConformanceContext) -> str:
-    """Names that are not DNS-1123 (uppercase, underscore, > 53 chars) raise ValueError."""
+    """Names that are not DNS-1123 (uppercase, underscore, > 53 chars) are refused requests."""
     for bad in ("Upper-Case", "under_score", "x" * 54, "-leading"):
         exc = await expect_raises(ctx.sdk.create.aio(name=bad, image=ctx.image, timeout=60), f"name {bad!r}")
-        expect(isinstance(exc, ValueError), f"name {bad!r} raised {type(exc).__name__}, expected ValueError")
+        expect(is_invalid(exc), f"name {bad!r} raised {type(exc).__name__}, read as {meaning(exc)}")
     return "ok"
 
 
@@ -130,7 +131,7 @@ async def check_sync_api(ctx: ConformanceContext) -> str:
             handle = sandbox.exec("sh", "-c", "echo sync; exit 5")
             code = handle.wait()
             stdout = handle.stdout.read()
-            sandbox.write_bytes(b"sync-bytes", "/tmp/sync.bin")
+            sandbox.write_bytes(b"sync-bytes", "/tmp/sync.bin")  # /tmp exists in every image
             data = bytes(sandbox.read_bytes("/tmp/sync.bin"))
         finally:
             sandbox.terminate(wait=True)

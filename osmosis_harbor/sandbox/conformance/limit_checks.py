@@ -54,18 +54,18 @@ class Bounds(BaseModel):
         ]
         if not self.tmp_bounded:
             gone.append("/tmp (on the same filesystem as /)")
-        gone.append(
-            f"the writable layer (/: {self.root_fs}, {_gib(self.root_kb * 1024)}; bounded only if the "
-            "engine enforces a per-sandbox quota there, which overlay2 on ext4 does not)"
-        )
         return gone
 
     def describe(self) -> str:
         memory = _gib(self.memory_bytes) if self.memory_bytes else "unbounded"
+        unbounded = self.unbounded()
         return (
             f"memory {memory}, pids {self.pids or 'unbounded'}, cpus {self.cpus or 'unbounded'}, "
             f"/tmp {_gib(self.tmp_kb * 1024) if self.tmp_bounded else 'unbounded'}; "
-            f"not bounded: {'; '.join(self.unbounded())}"
+            f"not bounded: {'; '.join(unbounded) if unbounded else 'nothing of these'}; the writable layer "
+            f"(/: {self.root_fs}, {_gib(self.root_kb * 1024)} shown) cannot be read from inside: bounded "
+            "outside the sandbox if at all (local SDKs: OSMOSIS_HARBOR_SANDBOX_DISK_MB; SkyPilot: the pod's "
+            "ephemeral-storage limit)"
         )
 
 

@@ -37,3 +37,14 @@ class ConformanceReport(BaseModel):
     def summary(self) -> str:
         counts = self.counts
         return ", ".join(f"{counts[s.value]} {s.value.replace('_', ' ')}" for s in CheckStatus)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def assumptions(self) -> dict[str, bool | None]:
+        """Each assumption check's answer: held, did not hold, or None (it did not run)."""
+        return {r.name: r.held for r in self.results if r.assumption is not None}
+
+    def assumptions_summary(self) -> str:
+        answers = list(self.assumptions.values())
+        held, not_held = sum(a is True for a in answers), sum(a is False for a in answers)
+        return f"{held} of {len(answers)} assumptions held, {not_held} did not, {len(answers) - held - not_held} not checked"

@@ -15,7 +15,9 @@ How the semantics are mapped:
   session leader, so a timeout SIGKILLs the whole session from the host (the engine runs on
   this machine), and reports 124 like ``timeout(1)``.
 * Every container is bounded (``bounds.py``): the requested or default CPU and memory (no
-  swap), a pid limit, and a size-limited tmpfs ``/tmp``; the rest of the writable layer is not.
+  swap), a pid limit, a size-limited tmpfs ``/tmp``, and its writable layer (by the engine, or
+  by the host's watch, which evicts a sandbox past it: ``layer_bound``). It runs without
+  NET_RAW and AUDIT_WRITE and with no-new-privileges (``privileges.py``).
 * Files go through the engine's archive API (``put_archive`` / ``get_archive``): binary-safe,
   no shell quoting, works for any size.
 * All state lives in the engine (labels, names, labelled volumes), so any process can list,
@@ -104,6 +106,7 @@ __all__ = [
     "list_pools",
     "ls",
     "disable_auto_reap",
+    "evicted",
     "pause_auto_reap",
     "reap",
     "remove_all",
@@ -167,13 +170,16 @@ def _create(
     host_network: bool = False,
     owner: Owner | None = None,
     num_sandboxes: int | None = None,
+    start_if_empty: bool = True,
 ) -> DockerSandbox | list[DockerSandbox]:
     """Create a running sandbox, or claim one from *pool*; see the module docstring.
 
     ``num_sandboxes=k`` (pools only, as in SkyPilot's SDK) claims k members in one call and
     returns them as a list, named ``<name>-<i>`` for i in 0..k-1 (``name`` is the prefix).
     ``owner``: whom the sandbox belongs to, when not this process (a service creating on a
-    caller's behalf: the skypilot-emulator server's sandboxes outlive the server)."""
+    caller's behalf: the skypilot-emulator server's sandboxes outlive the server).
+    ``start_if_empty``: a claim from a pool with no ready member starts one (this SDK's own
+    semantics); ``False`` refuses it with `PoolExhaustedError`, as SkyPilot's pools do."""
     if num_sandboxes is not None:
         if pool is None:
             raise ValueError("num_sandboxes claims several members of a pool: pass pool= with it")
@@ -185,7 +191,7 @@ def _create(
             for i in range(num_sandboxes):
                 one = _create(
                     f"{prefix}-{i}", None, pool, None, None, env, secrets, block_network, timeout,
-                    registry, context_name, namespace, host_network, owner,
+                    registry, context_name, namespace, host_network, owner, start_if_empty=start_if_empty,
                 )  # fmt: skip
                 assert isinstance(one, DockerSandbox)
                 members.append(one)
@@ -209,8 +215,15 @@ def _create(
     if pool is not None:
         engine.ensure_name_free(name)
         container_id, spec = engine.pools.claim(
-            pool, name=name, ttl_sec=ttl, owner=owner, extra=extra, network=None if network == "bridge" else network
+            pool,
+            name=name,
+            ttl_sec=ttl,
+            owner=owner,
+            extra=extra,
+            network=None if network == "bridge" else network,
+            start_if_empty=start_if_empty,
         )
+        engine.layers.claimed(container_id)
         return DockerSandbox(engine, name=name, container_id=container_id, image=spec.image, pool=pool, env=persistent)
     assert image is not None
     labels = L.container_labels(
@@ -265,6 +278,7 @@ def terminate_by_name(name: str) -> bool:
     Returns whether something was removed; idle pool members are never touched.
     """
     engine = get_engine()
+    engine.layers.evictions.forget(name=name)
     info = engine.inspect_info(name)
     if info is None or info.is_idle_member:
         return False
@@ -272,10 +286,18 @@ def terminate_by_name(name: str) -> bool:
 
 
 @dual
+def evicted(name: str) -> SandboxRecord | None:
+    """The record of sandbox *name* if this process evicted it for its disk use (until terminated)."""
+    return get_engine().layers.evictions.named(name)
+
+
+@dual
 def ls() -> list[SandboxRecord]:
-    """All managed sandboxes on the engine, any owner (idle pool members are not sandboxes)."""
-    infos = list_containers(get_engine().api)
-    return sorted((i.to_record() for i in infos if not i.is_idle_member), key=lambda r: r.created_at)
+    """All managed sandboxes on the engine, any owner (idle pool members are not sandboxes), and
+    those this process evicted for their disk use, with status ``evicted``, until terminated."""
+    engine = get_engine()
+    listed = [i for i in list_containers(engine.api) if not i.is_idle_member]
+    return sorted(engine.layers.evictions.listing(listed), key=lambda r: r.created_at)
 
 
 def _reap(expired: bool = True, dead_owners: bool = True) -> list[RemovedContainer]:
@@ -313,8 +335,10 @@ def create_pool(
     member_ttl_sec: int = pools_mod.DEFAULT_MEMBER_TTL_SEC,
     host_network: bool = False,
     block_network: bool = False,
+    wait: bool = True,
 ) -> PoolInfo:
-    """Define a warm pool and return once *replicas* members are running (idempotent)."""
+    """Define a warm pool and return once *replicas* members are running (idempotent; at once
+    with ``wait=False``)."""
     return get_engine().pools.create_pool(
         name,
         image,
@@ -323,13 +347,15 @@ def create_pool(
         replicas=replicas,
         member_ttl_sec=member_ttl_sec,
         network=_network(block_network, host_network),
+        wait=wait,
     )
 
 
 @dual
-def set_pool_size(name: str, replicas: int) -> PoolInfo:
-    """Resize a pool: growing returns when the new members run; shrinking drops idle ones."""
-    return get_engine().pools.set_pool_size(name, replicas)
+def set_pool_size(name: str, replicas: int, *, wait: bool = True) -> PoolInfo:
+    """Resize a pool: growing returns when the new members run (at once with ``wait=False``);
+    shrinking drops idle ones."""
+    return get_engine().pools.set_pool_size(name, replicas, wait=wait)
 
 
 @dual

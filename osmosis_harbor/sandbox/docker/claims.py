@@ -1,4 +1,5 @@
-"""Claiming a pool member for a sandbox: the rename that is the claim, its labels, its TTL.
+"""Claiming a pool member for a sandbox: which members are ready, the rename that is the claim,
+its labels, its TTL.
 
 An idle member is named ``ohpool_<pool>_<hex>``; claiming renames it to the sandbox name. Its
 own labels still describe the process that created it, so the claim's mutable facts (owner,
@@ -17,13 +18,48 @@ from docker import APIClient
 
 from osmosis_harbor.errors import SandboxExistsError
 from osmosis_harbor.sandbox.docker import labels as L
-from osmosis_harbor.sandbox.docker.inventory import claim_volume_name, remove_volume
-from osmosis_harbor.sandbox.docker.labels import ContainerInfo, Network, PoolSpec, Role
+from osmosis_harbor.sandbox.docker.inventory import claim_volume_name, is_running, remove_volume
+from osmosis_harbor.sandbox.docker.labels import ContainerInfo, Network, PoolInfo, PoolSpec, Role
 from osmosis_harbor.sandbox.owner import Owner
 
-__all__ = ["MemberLauncher", "arm_ttl", "claim_labels", "cold_start", "take_member"]
+__all__ = [
+    "MemberLauncher",
+    "arm_ttl",
+    "claim_labels",
+    "cold_start",
+    "is_ready",
+    "is_starting",
+    "summarise",
+    "take_member",
+]
 
 log = logging.getLogger(__name__)
+
+# A member stuck in "created" this long lost its starter (crashed process): not "starting".
+STALE_CREATED_SEC = 120.0
+
+
+def is_starting(member: ContainerInfo, at: float) -> bool:
+    return member.state == "created" and at - member.created_at < STALE_CREATED_SEC
+
+
+def is_ready(member: ContainerInfo, at: float) -> bool:
+    """Claimable: idle, running, and warm (past the ready time it was made with)."""
+    return member.is_idle_member and is_running(member) and at >= member.ready_at
+
+
+def summarise(spec: PoolSpec, members: list[ContainerInfo]) -> PoolInfo:
+    """The pool as a caller sees it: ready (``idle``), starting (or still warming) and claimed."""
+    at = time.time()
+    idle = [m for m in members if m.is_idle_member]
+    live = [m for m in idle if is_running(m) and not m.is_expired(at)]
+    ready = [m for m in live if is_ready(m, at)]
+    return PoolInfo(
+        spec=spec,
+        idle=len(ready),
+        starting=sum(1 for m in idle if is_starting(m, at)) + len(live) - len(ready),
+        claimed=sum(1 for m in members if not m.is_idle_member and is_running(m)),
+    )
 
 
 class MemberLauncher(Protocol):

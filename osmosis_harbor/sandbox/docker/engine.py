@@ -4,10 +4,12 @@
 turns "engine not reachable" into `DockerEngineUnavailable`, and implements the container
 operations shared by sandboxes and pools: image presence (pulling only from loopback
 registries), create-with-TTL within the sandbox bounds (``bounds.py``: CPU, memory, pids, a
-tmpfs /tmp seeded with the image's own), start, force-remove, lookup by name or id, and name
-reuse. Pool members are created here too, so they get the same bounds. It is
-the ``Launcher`` that ``pools.PoolManager`` borrows, and it owns the per-engine state
-(pool manager, exec deadline timer, last auto-reap time). `get_engine()` is the lazy singleton.
+tmpfs /tmp seeded with the image's own, the writable layer's disk through ``layer_bound``) and
+privileges (``privileges.py``: capabilities dropped, no-new-privileges), start, force-remove,
+lookup by name or id, and name reuse. Pool members are created here too, so they get the same
+bounds. It is the ``Launcher`` that ``pools.PoolManager`` borrows, and it owns the per-engine
+state (pool manager, exec deadline timer, layer bound, last auto-reap time). `get_engine()` is
+the lazy singleton.
 """
 
 from __future__ import annotations
@@ -44,10 +46,12 @@ from osmosis_harbor.sandbox.docker.labels import (
     ContainerInfo,
     Network,
 )
+from osmosis_harbor.sandbox.docker.layer_bound import LayerBound
 from osmosis_harbor.sandbox.docker.lean_http import install_lean_requests
 from osmosis_harbor.sandbox.docker.network import ensure_sandbox_network
 from osmosis_harbor.sandbox.docker.pools import PoolManager
 from osmosis_harbor.sandbox.docker.transport import share_one_pool
+from osmosis_harbor.sandbox.privileges import SandboxPrivileges
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +100,13 @@ class Engine:
         self._pending_seeds: dict[str, bytes] = {}  # created container id -> seed to apply at start
         self._seed_lock = threading.Lock()
         self._bridge: str | None = None  # the sandboxes' bridge, once found (sandbox_bridge)
+        self.layers = LayerBound(
+            self.api,
+            engine_url=url,
+            storage_root=str(info.get("DockerRootDir") or ""),
+            inspect=self.inspect_info,
+            remove=lambda container_id, claimed: self.remove_container(container_id, claimed=claimed),
+        )
 
     # Launcher protocol -------------------------------------------------------------------------
 
@@ -126,8 +137,10 @@ class Engine:
         env: dict[str, str] | None = None,
     ) -> str:
         """Create (not start) a container whose main process is the TTL itself, within its
-        bounds (``bounds.py``): CPU, memory without swap, pids, and a size-limited /tmp."""
-        bounds = SandboxBounds.resolve(cpus, memory_gb)
+        bounds (``bounds.py``: CPU, memory without swap, pids, a size-limited /tmp, the writable
+        layer) and with its privileges cut (``privileges.py``)."""
+        bounds = SandboxBounds.resolve(cpus, memory_gb, disk_mb=settings.current().sandbox_disk_mb)
+        privileges = SandboxPrivileges.current()
 
         def create(network_mode: str) -> str:
             host_config = self.api.create_host_config(
@@ -139,6 +152,8 @@ class Engine:
                 pids_limit=bounds.pids_limit,
                 mounts=[_tmp_mount(bounds)],
                 network_mode=network_mode,
+                storage_opt=self.layers.option(bounds),
+                **privileges.host_config(),
             )
             kwargs: dict[str, Any] = {
                 "command": ["sleep", str(int(ttl_sec))],
@@ -155,6 +170,10 @@ class Engine:
                     self._image_ids.pop(image, None)
                 self.ensure_image(image)
                 return str(self.api.create_container(image, **kwargs)["Id"])
+            except docker.errors.APIError as exc:
+                if not self.layers.refused(exc, host_config):
+                    raise
+                return create(network_mode)  # without the size option: the host watches the layer
 
         try:
             if network != "bridge":
@@ -168,6 +187,7 @@ class Engine:
             if exc.status_code == 409:
                 raise SandboxExistsError(f"a sandbox named {name!r} already exists") from exc
             raise
+        self.layers.created(container_id, bounds)
         try:
             seed = self._tmp_seed(image)
         except BaseException:
@@ -195,6 +215,7 @@ class Engine:
             seed = self._pending_seeds.pop(container_id, None)
         if seed is not None:
             self.api.put_archive(container_id, "/", seed)
+        self.layers.started(container_id)
 
     def _tmp_seed(self, image: str) -> bytes | None:
         """The image's own /tmp content, which the tmpfs mounted there would hide (None: empty).
@@ -248,6 +269,7 @@ class Engine:
         in_progress = False
         with self._seed_lock:
             self._pending_seeds.pop(container_id, None)
+        self.layers.removed(container_id)
         try:
             # v=True: the anonymous /tmp volume goes with its container (auto_remove does the same)
             self.api.remove_container(container_id, force=True, v=True)

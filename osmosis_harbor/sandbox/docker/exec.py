@@ -278,8 +278,10 @@ class ExecHandle(_HandleBase):
 class AsyncExecHandle(_HandleBase):
     """Returned by ``await sandbox.exec.aio(...)``: ``await handle.wait()`` (what Harbor does)."""
 
-    async def wait(self) -> int:
-        return await asyncio.wrap_future(self._run.future)
+    async def wait(self, timeout: float | None = None) -> int:
+        """The exit code; ``timeout``: give up waiting (``TimeoutError``) after that long."""
+        waiting = asyncio.wrap_future(self._run.future)
+        return await (waiting if timeout is None else asyncio.wait_for(asyncio.shield(waiting), timeout))
 
 
 class ExecMethod:

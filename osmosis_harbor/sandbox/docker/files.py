@@ -118,8 +118,9 @@ class SandboxFiles:
                 raise NotADirectoryError(errno.ENOTDIR, "not a directory in the sandbox", directory)
             return directory, list(reversed(missing))
 
-    def write_bytes(self, data: bytes | bytearray | memoryview, path: str) -> None:
-        """Write *data* to *path*, creating parent directories (mode 0755; file 0644)."""
+    def write_bytes(self, data: bytes | bytearray | memoryview, path: str, *, parents: bool = True) -> None:
+        """Write *data* to *path*, creating parent directories (mode 0755; file 0644) unless
+        ``parents`` is off (then a missing parent is ``FileNotFoundError``)."""
         payload = data.encode() if isinstance(data, str) else bytes(data)
         path = _abs_path(path)
         st = self._stat(path) if path != "/" else {"mode": _MODE_DIR}
@@ -130,6 +131,8 @@ class SandboxFiles:
             base = posixpath.dirname(path)
         else:
             base, new_dirs = self._existing_ancestor(posixpath.dirname(path))
+        if new_dirs and not parents:
+            raise FileNotFoundError(errno.ENOENT, "no such directory in the sandbox", new_dirs[-1])
         try:
             self._api.put_archive(self._id, base, _file_tar(base, new_dirs, path, payload))
         except docker.errors.NotFound as exc:

@@ -35,6 +35,8 @@ CONTEXT = f"{PREFIX}.context"
 REGISTRY = f"{PREFIX}.registry"
 NETWORK = f"{PREFIX}.network"
 ROLE = f"{PREFIX}.role"
+# When an idle pool member counts as ready (absent: once it runs); see pools.PoolManager.warm_sec.
+READY_AT = f"{PREFIX}.ready-at"
 # Claim volumes: the mutable part of a claimed pool member (labels on containers are immutable).
 CLAIM_OF = f"{PREFIX}.claim-of"
 # A sandbox's /tmp volume (anonymous, tmpfs): found again when its container was removed
@@ -163,6 +165,7 @@ class SandboxRecord(BaseModel):
     owner_host: str | None = None
     namespace: str | None = None
     container_id: str
+    status_message: str | None = None  # why it stopped, when the SDK knows (an eviction's reason)
 
 
 class ContainerInfo(BaseModel):
@@ -210,6 +213,10 @@ class ContainerInfo(BaseModel):
     @property
     def created_at(self) -> float:
         return _float(self._effective, CREATED_AT) or 0.0
+
+    @property
+    def ready_at(self) -> float:
+        return _float(self.labels, READY_AT) or 0.0
 
     @property
     def expires_at(self) -> float | None:

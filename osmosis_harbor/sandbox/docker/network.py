@@ -27,7 +27,14 @@ import docker.errors
 from osmosis_harbor.errors import SandboxNetworkError
 from osmosis_harbor.sandbox.docker import labels as L
 
-__all__ = ["BRIDGE_INTERFACE", "SANDBOX_NETWORK", "SandboxNetwork", "ensure_sandbox_network", "sandbox_network"]
+__all__ = [
+    "BRIDGE_INTERFACE",
+    "BRIDGE_OPTIONS",
+    "SANDBOX_NETWORK",
+    "SandboxNetwork",
+    "ensure_sandbox_network",
+    "sandbox_network",
+]
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +42,7 @@ SANDBOX_NETWORK = "osmosis-harbor-sandboxes"
 # The host-side interface, named so a firewall rule can name it (see the README's threat model).
 BRIDGE_INTERFACE = "osmosis-sbx0"
 NETWORK_ROLE = f"{L.PREFIX}.network-role"
-_OPTIONS = {
+BRIDGE_OPTIONS = {
     "com.docker.network.bridge.name": BRIDGE_INTERFACE,
     "com.docker.network.bridge.enable_icc": "false",
     "com.docker.network.bridge.enable_ip_masquerade": "true",
@@ -82,7 +89,7 @@ def _create(api: Any, name: str) -> dict[str, Any]:
         created = api.create_network(
             name,
             driver="bridge",
-            options=_OPTIONS,
+            options=BRIDGE_OPTIONS,
             labels={L.MANAGED: "1", NETWORK_ROLE: "sandboxes"},
             check_duplicate=True,
         )
@@ -110,7 +117,7 @@ def _describe(data: dict[str, Any]) -> SandboxNetwork:
             f"(docker network rm {name}) and osmosis-harbor recreates it"
         )
     options = data.get("Options") or {}
-    wrong = sorted(key for key, value in _OPTIONS.items() if options.get(key) != value)
+    wrong = sorted(key for key, value in BRIDGE_OPTIONS.items() if options.get(key) != value)
     if wrong:  # e.g. made by hand with sandbox-to-sandbox traffic allowed
         raise SandboxNetworkError(
             f"Docker network {name!r} is not the one osmosis-harbor makes ({', '.join(wrong)} differ): "

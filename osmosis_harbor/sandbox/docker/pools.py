@@ -34,6 +34,7 @@ import docker.errors
 from docker import APIClient
 
 from osmosis_harbor.errors import (
+    PoolExhaustedError,
     PoolExistsError,
     PoolNotFoundError,
 )
@@ -43,6 +44,9 @@ from osmosis_harbor.sandbox.docker.claims import (
     arm_ttl,
     claim_labels,
     cold_start,
+    is_ready,
+    is_starting,
+    summarise,
     take_member,
 )
 from osmosis_harbor.sandbox.docker.inventory import (
@@ -66,8 +70,6 @@ from osmosis_harbor.sandbox.docker.locks import default_lock_dir, pool_lock
 log = logging.getLogger(__name__)
 
 DEFAULT_MEMBER_TTL_SEC = 7 * 86_400
-# A member stuck in "created" this long lost its starter (crashed process): not "starting".
-STALE_CREATED_SEC = 120.0
 # Members about to expire are not handed out: the sandbox would die under the caller.
 MIN_REMAINING_SEC = 5.0
 POOL_READY_TIMEOUT_SEC = 180.0
@@ -98,6 +100,10 @@ class PoolManager:
         self._submit = submit
         self._engine_key = engine_key
         self._lock_dir = lock_dir or default_lock_dir()
+        # How long a member made from now on takes to count as ready (0 locally: a running
+        # container is ready), stamped on it when it is made. The skypilot-emulator sets it to
+        # stand in for a pod's scheduling and image pull.
+        self.warm_sec = 0.0
 
     @contextmanager
     def _lock(self, pool: str) -> Iterator[None]:
@@ -157,29 +163,17 @@ class PoolManager:
     def _members(self, pool: str) -> list[ContainerInfo]:
         return list_containers(self._api, pool=pool)
 
-    @staticmethod
-    def _summarise(spec: PoolSpec, members: list[ContainerInfo]) -> PoolInfo:
-        at = time.time()
-        idle = [m for m in members if m.is_idle_member]
-        return PoolInfo(
-            spec=spec,
-            idle=sum(1 for m in idle if is_running(m) and not m.is_expired(at)),
-            starting=sum(1 for m in idle if _is_starting(m, at)),
-            claimed=sum(1 for m in members if not m.is_idle_member and is_running(m)),
-        )
-
     def get_pool(self, pool: str) -> PoolInfo:
         spec = self.get_spec(pool)
         if spec is None:
             raise PoolNotFoundError(f"no pool named {pool!r}")
-        return self._summarise(spec, self._members(pool))
+        return summarise(spec, self._members(pool))
 
     def list_pools(self) -> list[PoolInfo]:
         specs = self._spec_volumes()
         members = [m for m in list_containers(self._api) if m.pool]
         return [
-            self._summarise(entries[-1][2], [m for m in members if m.pool == name])
-            for name, entries in sorted(specs.items())
+            summarise(entries[-1][2], [m for m in members if m.pool == name]) for name, entries in sorted(specs.items())
         ]
 
     # lifecycle ------------------------------------------------------------------------------
@@ -194,8 +188,10 @@ class PoolManager:
         replicas: int,
         member_ttl_sec: int,
         network: Network,
+        wait: bool = True,
     ) -> PoolInfo:
-        """Idempotent for an identical spec (re-running a prewarm is harmless)."""
+        """Idempotent for an identical spec (re-running a prewarm is harmless). Returns once
+        the members are ready, or at once with ``wait=False``."""
         L.validate_name(name, kind="pool")
         if replicas < 0:
             raise ValueError("replicas must be >= 0")
@@ -222,10 +218,11 @@ class PoolManager:
                 base = existing or wanted
                 self._write_spec(base.model_copy(update={"replicas": replicas}))
         self.refill(name)
-        return self._wait_ready(name)
+        return self._wait_ready(name) if wait else self.get_pool(name)
 
-    def set_pool_size(self, name: str, replicas: int) -> PoolInfo:
-        """Grow synchronously (returns when the new members run); shrink by removing idle ones."""
+    def set_pool_size(self, name: str, replicas: int, *, wait: bool = True) -> PoolInfo:
+        """Grow (returns when the new members are ready, or at once with ``wait=False``);
+        shrink by removing idle ones."""
         if replicas < 0:
             raise ValueError("replicas must be >= 0")
         with self._both_locks(name):
@@ -235,7 +232,7 @@ class PoolManager:
             self._write_spec(spec.model_copy(update={"replicas": replicas}))
             self._shrink_locked(name, replicas)
         self.refill(name)
-        return self._wait_ready(name)
+        return self._wait_ready(name) if wait else self.get_pool(name)
 
     def delete_pool(self, name: str) -> list[RemovedContainer]:
         """Remove the spec and the idle members; claimed members stay with their sandboxes."""
@@ -257,7 +254,7 @@ class PoolManager:
         idle = [m for m in self._members(pool) if m.is_idle_member]
         # Drop the least useful first: not yet running, then the oldest.
         idle.sort(key=lambda m: (is_running(m), m.created_at))
-        usable = [m for m in idle if is_running(m) or _is_starting(m, at)]
+        usable = [m for m in idle if is_running(m) or is_starting(m, at)]
         stale = [m for m in idle if m not in usable]
         for member in stale + usable[: max(0, len(usable) - replicas)]:
             self._launcher.remove_container(member.id)
@@ -288,7 +285,7 @@ class PoolManager:
             at = time.time()
             idle = [m for m in self._members(pool) if m.is_idle_member]
             ready = [m for m in idle if is_running(m) and not m.is_expired(at)]
-            starting = [m for m in idle if _is_starting(m, at)]
+            starting = [m for m in idle if is_starting(m, at)]
             for dead in (m for m in idle if m not in ready and m not in starting):
                 self._launcher.remove_container(dead.id)
             deficit = spec.replicas - len(ready) - len(starting)
@@ -313,14 +310,16 @@ class PoolManager:
 
     def _create_member(self, spec: PoolSpec) -> str:
         name = L.idle_member_name(spec.name, uuid.uuid4().hex[:10])
+        at = time.time()
         labels = L.container_labels(
             sandbox=name,
             role=Role.POOL_MEMBER,
             owner=Owner.current(),
-            created_at=time.time(),
+            created_at=at,
             ttl_sec=spec.member_ttl_sec,
             network=spec.network,
             pool=spec.name,
+            extra={L.READY_AT: L.fmt_time(at + self.warm_sec)} if self.warm_sec else None,
         )
         return self._launcher.create_container(
             name=name,
@@ -343,8 +342,10 @@ class PoolManager:
         owner: Owner,
         extra: dict[str, str],
         network: Network | None = None,
+        start_if_empty: bool = True,
     ) -> tuple[str, PoolSpec]:
-        """Hand an idle member to sandbox *name*; cold-start one if the pool is empty.
+        """Hand a ready member to sandbox *name*; when there is none, cold-start one, or with
+        ``start_if_empty=False`` raise `PoolExhaustedError` (what SkyPilot's pools do).
 
         *network*, when given, must be the pool's network (members cannot change it).
         Returns the container id and the pool spec (the sandbox's image comes from it).
@@ -360,6 +361,8 @@ class PoolManager:
         with self._lock(pool):
             member = self._claim_idle_locked(pool, name=name, ttl_sec=ttl_sec, owner=owner, extra=extra)
         self.schedule_refill(pool)
+        if member is None and not start_if_empty:
+            raise PoolExhaustedError(f"pool {pool!r} has no ready member to claim (it is empty or still warming)")
         if member is None:
             log.info("pool %s has no idle member; cold-starting sandbox %s", pool, name)
             return cold_start(self._launcher, spec, name=name, ttl_sec=ttl_sec, owner=owner, extra=extra), spec
@@ -376,7 +379,7 @@ class PoolManager:
         candidates = [
             m
             for m in self._members(pool)
-            if m.is_idle_member and is_running(m) and (m.expires_at or float("inf")) - at > MIN_REMAINING_SEC
+            if is_ready(m, at) and (m.expires_at or float("inf")) - at > MIN_REMAINING_SEC
         ]
         # Most remaining life first: the claimed sandbox lives min(member TTL, claim TTL).
         candidates.sort(key=lambda m: m.expires_at or float("inf"), reverse=True)
@@ -384,10 +387,6 @@ class PoolManager:
             if take_member(self._api, member, name, claim_labels(member, name, ttl_sec, owner, extra)):
                 return member
         return None
-
-
-def _is_starting(member: ContainerInfo, at: float) -> bool:
-    return member.state == "created" and at - member.created_at < STALE_CREATED_SEC
 
 
 def _same_shape(a: PoolSpec, b: PoolSpec) -> bool:

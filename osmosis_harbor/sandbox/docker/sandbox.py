@@ -107,9 +107,10 @@ class DockerSandbox:
         return SandboxFiles(self._engine.api, self._id, self._gone)
 
     @dual
-    def write_bytes(self, data: bytes | bytearray | memoryview, path: str) -> None:
-        """Write *data* to *path*, creating parent directories (mode 0755; file 0644)."""
-        self._files().write_bytes(data, path)
+    def write_bytes(self, data: bytes | bytearray | memoryview, path: str, *, parents: bool = True) -> None:
+        """Write *data* to *path*, creating parent directories (mode 0755; file 0644); with
+        ``parents=False`` a missing parent is ``FileNotFoundError``, as on SkyPilot."""
+        self._files().write_bytes(data, path, parents=parents)
 
     @dual
     def read_bytes(self, path: str) -> bytes:
@@ -137,6 +138,7 @@ class DockerSandbox:
     def terminate(self, wait: bool = True) -> None:
         """Remove the container (idempotent). ``wait=False`` returns before removal completes."""
         claimed = self._pool is not None
+        self._engine.layers.evictions.forget(container_id=self._id)
         if wait:
             self._engine.remove_container(self._id, wait=True, claimed=claimed)
         else:
@@ -144,6 +146,10 @@ class DockerSandbox:
 
     @dual
     def status(self) -> str:
-        """Engine state ("running", "exited", ...) or "terminated" when the container is gone."""
+        """Engine state ("running", "exited", ...); once the container is gone, "evicted" (for its
+        disk use) or "terminated"."""
         info = self._engine.inspect_info(self._id)
-        return info.state if info is not None else "terminated"
+        if info is None:
+            evicted = self._engine.layers.evictions.get(self._id)
+            return evicted.status if evicted is not None else "terminated"
+        return info.state

@@ -8,31 +8,41 @@ registry reference (pulled by the server on every create), DNS-1123 names of at 
 characters, a 60 s default exec timeout enforced server-side and a 3600 s cap, the TTL, no host
 networking. The server's realism knobs (latency, create times, faults) are in ``wire.Knobs``.
 
+The facade is SkyPilot's documented surface and nothing more: ``create``, ``ls``,
+``create_pool``, ``set_pool_size``, ``delete_pool``, ``aclose``, and on a sandbox ``exec``,
+``write_bytes``, ``read_bytes``, ``write_text``, ``read_text``, ``terminate``, ``snapshot``. What
+the server can do beyond it (pool views, terminate by name) is in ``extensions``, which only
+tests, benchmarks and the leak check import; production code never needs it.
+
 Module layout: this facade (the public calls), ``handles`` (sandbox and exec handles),
 ``client`` (the HTTP session and its retries), ``launcher`` (finding or starting the server),
-``errors``, ``wire`` (the HTTP models); server side: ``server``, ``app``, ``state``, ``faults``,
-``images``. The facade imports nothing of the server side.
+``errors``, ``wire`` (the HTTP models), ``extensions``; server side: ``server``, ``app``,
+``state`` and ``pool_state``, ``faults``, ``images``. The facade imports nothing of the server side.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from urllib.parse import quote
 
-from osmosis_harbor import settings
 from osmosis_harbor.sandbox.docker.calls import Dual, dual
 from osmosis_harbor.sandbox.emulator.client import session
 from osmosis_harbor.sandbox.emulator.errors import (
     ApiConnectionError,
+    ApiServerConnectionError,
     ApiServerError,
     ApiTimeoutError,
     ApiUnavailableError,
     ImagePullError,
     InvalidRequestError,
     NotSupportedError,
+    PoolExhaustedError,
     PoolExistsError,
+    PoolInUseError,
     PoolNotFoundError,
+    PoolWarmTimeoutError,
     RateLimitError,
+    RemoteFileNotFoundError,
+    RemoteIsADirectoryError,
     SandboxApiError,
     SandboxExistsError,
     SandboxNotFoundError,
@@ -42,6 +52,7 @@ from osmosis_harbor.sandbox.emulator.wire import CreateRequest, PoolCreateReques
 
 __all__ = [
     "ApiConnectionError",
+    "ApiServerConnectionError",
     "ApiServerError",
     "ApiTimeoutError",
     "ApiUnavailableError",
@@ -51,10 +62,14 @@ __all__ = [
     "ImagePullError",
     "InvalidRequestError",
     "NotSupportedError",
+    "PoolExhaustedError",
     "PoolExistsError",
-    "PoolInfo",
+    "PoolInUseError",
     "PoolNotFoundError",
+    "PoolWarmTimeoutError",
     "RateLimitError",
+    "RemoteFileNotFoundError",
+    "RemoteIsADirectoryError",
     "SandboxApiError",
     "SandboxExistsError",
     "SandboxInfo",
@@ -63,23 +78,9 @@ __all__ = [
     "create",
     "create_pool",
     "delete_pool",
-    "get_pool",
-    "list_pools",
     "ls",
     "set_pool_size",
-    "terminate_by_name",
 ]
-
-
-def _secret_values(secrets: Sequence[str] | None) -> dict[str, str]:
-    """SkyPilot sends ``secrets=`` (names of variables in the caller's environment) by value."""
-    values: dict[str, str] = {}
-    for secret in secrets or ():
-        value = settings.host_variable(secret)
-        if value is None:
-            raise InvalidRequestError(f"secret {secret!r} is not set in the environment of this process")
-        values[secret] = value
-    return values
 
 
 def _create(
@@ -101,8 +102,9 @@ def _create(
     namespace: str | None = None,
 ) -> EmulatorSandbox | list[EmulatorSandbox]:
     """A fresh sandbox from ``image`` (pulled by reference), or a claim from ``pool``; with
-    ``num_sandboxes=N`` a list named ``<name>-0001`` ... There is no ``host_network``:
-    SkyPilot sandboxes reach nothing of the caller's machine."""
+    ``num_sandboxes=N`` a list named ``<name>-0001`` ... A claim needs a ready member (else
+    `PoolExhaustedError`); ``secrets=`` names entries of the server's secrets store. There is no
+    ``host_network``: SkyPilot sandboxes reach nothing of the caller's machine."""
     request = CreateRequest(
         name=name,
         image=image,
@@ -111,7 +113,7 @@ def _create(
         cpus=cpus,
         memory_gb=memory_gb,
         env=dict(env or {}),
-        secret_env=_secret_values(secrets),
+        secrets=list(secrets or ()),
         block_network=block_network,
         timeout=timeout,
         registry=registry,
@@ -134,16 +136,19 @@ create: Dual[..., EmulatorSandbox | list[EmulatorSandbox]] = Dual(_create, on_ab
 
 
 @dual
-def ls() -> list[SandboxInfo]:
-    """Every live sandbox: name, status (``RUNNING``, ...), image, pool, created/expires."""
-    return [SandboxInfo.model_validate(item) for item in session().call("GET", "/sandboxes").json()]
+def ls() -> list[EmulatorSandbox]:
+    """Every live sandbox, as a handle (``terminate()`` works on it) whose record says its
+    name, status (``RUNNING``, ...), image and pool (``template_name``), as SkyPilot's do."""
+    return sandboxes_from(session().call("GET", "/sandboxes").json())
 
 
-@dual
-def terminate_by_name(name: str) -> None:
-    """Terminate the sandbox called ``name`` (idempotent): for a caller that never got a handle,
-    such as the ledger's reaper after its owner died."""
-    session().call("DELETE", f"/sandboxes/{quote(name, safe='')}")
+def _warm(info: PoolInfo, call: str) -> None:
+    """SkyPilot's SDK waits for a pool to be fully warm and fails when its timeout passes first."""
+    if info.idle < info.replicas:
+        raise PoolWarmTimeoutError(
+            f"{call}({info.name!r}) didn't fully warm within the SDK timeout: "
+            f"last seen {info.idle}/{info.replicas} ready; the pool exists and keeps warming"
+        )
 
 
 @dual
@@ -154,41 +159,27 @@ def create_pool(
     memory_gb: float | None = None,
     replicas: int = 1,
     enable_docker: bool = False,
-    *,
-    block_network: bool = False,
-) -> PoolInfo:
-    """A warm pool of ``replicas`` running sandboxes; returns once they run (idempotent)."""
+) -> None:
+    """A new warm pool of ``replicas`` sandboxes; returns once they are ready. An existing name
+    raises `PoolExistsError`; a pool not warm in time raises `PoolWarmTimeoutError` (it exists)."""
     request = PoolCreateRequest(
-        name=name,
-        image=image,
-        cpus=cpus,
-        memory_gb=memory_gb,
-        replicas=replicas,
-        enable_docker=enable_docker,
-        block_network=block_network,
+        name=name, image=image, cpus=cpus, memory_gb=memory_gb, replicas=replicas, enable_docker=enable_docker
     )
-    return PoolInfo.model_validate_json(session().call("POST", "/pools", json=request.model_dump(mode="json")).content)
+    response = session().call("POST", "/pools", json=request.model_dump(mode="json"))
+    _warm(PoolInfo.model_validate_json(response.content), "create_pool")
 
 
 @dual
-def set_pool_size(name: str, replicas: int) -> PoolInfo:
+def set_pool_size(name: str, replicas: int) -> None:
+    """Resize a pool; growing returns once the new members are ready (else `PoolWarmTimeoutError`)."""
     body = PoolResize(replicas=replicas).model_dump(mode="json")
-    return PoolInfo.model_validate_json(session().call("PUT", f"/pools/{name}", json=body).content)
+    _warm(PoolInfo.model_validate_json(session().call("PUT", f"/pools/{name}", json=body).content), "set_pool_size")
 
 
 @dual
 def delete_pool(name: str) -> None:
+    """Delete a pool; refused (`PoolInUseError`, a 500) while sandboxes claimed from it exist."""
     session().call("DELETE", f"/pools/{name}")
-
-
-@dual
-def get_pool(name: str) -> PoolInfo:
-    return PoolInfo.model_validate_json(session().call("GET", f"/pools/{name}").content)
-
-
-@dual
-def list_pools() -> list[PoolInfo]:
-    return [PoolInfo.model_validate(item) for item in session().call("GET", "/pools").json()]
 
 
 @dual

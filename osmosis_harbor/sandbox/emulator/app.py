@@ -19,13 +19,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.background import BackgroundTask
 
-from osmosis_harbor.errors import (
-    ImageNotFoundError,
-    PoolExistsError,
-    PoolNotFoundError,
-    SandboxExistsError,
-    SandboxNotFoundError,
-)
+from osmosis_harbor import errors as engine_errors
 from osmosis_harbor.sandbox.emulator.errors import KINDS, SandboxApiError
 from osmosis_harbor.sandbox.emulator.faults import FaultInjector, FaultMiddleware
 from osmosis_harbor.sandbox.emulator.state import Emulator
@@ -40,6 +34,7 @@ from osmosis_harbor.sandbox.emulator.wire import (
     PoolInfo,
     PoolResize,
     SandboxInfo,
+    SecretValue,
     ServerStats,
     SnapshotResult,
 )
@@ -50,13 +45,14 @@ log = logging.getLogger(__name__)
 
 REAP_INTERVAL_SEC = 5.0
 
-# (class, HTTP status, kind), most specific first.
+# What the Docker SDK under the server raises, as (class, HTTP status, kind), most specific first.
 _REFUSALS: list[tuple[type[Exception], int, str]] = [
-    (SandboxNotFoundError, 404, "sandbox_not_found"),
-    (PoolNotFoundError, 404, "pool_not_found"),
-    (SandboxExistsError, 409, "sandbox_exists"),
-    (PoolExistsError, 409, "pool_exists"),
-    (ImageNotFoundError, 424, "image_pull"),
+    (engine_errors.SandboxNotFoundError, 404, "sandbox_not_found"),
+    (engine_errors.PoolNotFoundError, 404, "pool_not_found"),
+    (engine_errors.SandboxExistsError, 409, "sandbox_exists"),
+    (engine_errors.PoolExistsError, 409, "pool_exists"),
+    (engine_errors.PoolExhaustedError, 409, "pool_exhausted"),
+    (engine_errors.ImageNotFoundError, 424, "image_pull"),
     (FileNotFoundError, 404, "file_not_found"),
     (IsADirectoryError, 400, "is_a_directory"),
     (NotImplementedError, 501, "not_supported"),
@@ -101,7 +97,7 @@ def build_app(emulator: Emulator, injector: FaultInjector, restart: Callable[[],
         return _refusal(exc)
 
     # Handlers per class (not one for Exception, which Starlette re-raises after answering).
-    handled: list[type[Exception]] = [SandboxApiError, LookupError, OSError, NotImplementedError]
+    handled: list[type[Exception]] = [SandboxApiError, engine_errors.SandboxError, LookupError, OSError]
     for cls in dict.fromkeys([*handled, *(c for c, _, _ in _REFUSALS)]):
         app.add_exception_handler(cls, refused)
 
@@ -194,6 +190,17 @@ def build_app(emulator: Emulator, injector: FaultInjector, restart: Callable[[],
         injector.set_knobs(knobs)
         emulator.knobs = knobs
         return knobs
+
+    @app.put("/admin/secrets/{name}")
+    async def register_secret(name: str, secret: SecretValue) -> dict[str, bool]:
+        """The account's secrets store (SkyPilot's Secrets Manager), in memory only."""
+        emulator.register_secret(name, secret.value)
+        return {"ok": True}
+
+    @app.delete("/admin/secrets/{name}")
+    async def forget_secret(name: str) -> dict[str, bool]:
+        emulator.forget_secret(name)
+        return {"ok": True}
 
     @app.post("/admin/faults")
     async def queue_fault(rule: FaultRule) -> dict[str, bool]:

@@ -4,8 +4,8 @@ Like SkyPilot's SDK, one shared session per process (``aclose()`` releases it), 
 refusals are retried inside the SDK before they surface: a 503 or a 429 (the server did nothing;
 ``Retry-After`` is honoured) and a connection that could not be made (nothing was sent), within
 ``Settings.emulator_retries``. A reset or a timeout *during* a call is surfaced at once as
-`ApiConnectionError` / `ApiTimeoutError`: the call may have run, and only the caller knows
-whether repeating it is safe.
+`ApiConnectionError` / `ApiTimeoutError` (both SkyPilot's ``ApiServerConnectionError``): the
+call may have run, and only the caller knows whether repeating it is safe.
 """
 
 from __future__ import annotations
@@ -91,8 +91,11 @@ class Session:
                 self._client.close()
             self._client, self._url = None, None
 
-    def call(self, method: str, path: str, *, extra_timeout: float = 0.0, **kwargs: Any) -> httpx.Response:
-        """One API call, with the SDK's own retries of transient refusals."""
+    def call(
+        self, method: str, path: str, *, extra_timeout: float = 0.0, timeout: float | None = None, **kwargs: Any
+    ) -> httpx.Response:
+        """One API call, with the SDK's own retries of transient refusals. It fails after
+        ``timeout`` seconds, else after the setting's plus ``extra_timeout``."""
         current = settings.current()
         retrying = Retrying(
             retry=retry_if_exception(lambda e: isinstance(e, _Transient)),
@@ -101,7 +104,8 @@ class Session:
             reraise=True,
         )
         try:
-            return retrying(self._once, method, path, current.emulator_timeout + extra_timeout, kwargs)
+            limit = timeout if timeout is not None else current.emulator_timeout + extra_timeout
+            return retrying(self._once, method, path, limit, kwargs)
         except _Transient as exc:
             raise exc.error from None
 

@@ -1,9 +1,10 @@
 """The handles the skypilot-emulator SDK returns: a sandbox, and a running command.
 
 A sandbox handle offers what SkyPilot's does (``exec``, ``write_bytes``, ``read_bytes``,
-``terminate``, ``snapshot``, each with ``.aio``; a context manager) and deliberately nothing
-more: no ``put_archive`` / ``get_archive``, so Harbor's own transfer path (write, unpack exec,
-rm exec) carries every directory, as it does against SkyPilot.
+``write_text``, ``read_text``, ``terminate``, ``snapshot``, each with ``.aio``; a context
+manager) and deliberately nothing more: no ``put_archive`` / ``get_archive``, so directories move
+as SkyPilot's calls allow. ``ls()`` returns handles too, as SkyPilot's does: each carries the
+record it was listed with (``_record``: name, status, image, ``template_name`` for its pool).
 """
 
 from __future__ import annotations
@@ -38,10 +39,15 @@ class _Run:
         self._lock = threading.Lock()
         self._result: ExecResult | None = None
 
-    def result(self) -> ExecResult:
+    def result(self, wait_timeout: float | None = None) -> ExecResult:
+        """The result, fetched once. ``wait_timeout``: how long to wait for it (default: the
+        command's own timeout plus the API's); past it the call fails and may be made again."""
         with self._lock:
             if self._result is None:
-                response = session().call("GET", f"/execs/{self._exec_id}", extra_timeout=self._timeout)
+                if wait_timeout is None:
+                    response = session().call("GET", f"/execs/{self._exec_id}", extra_timeout=self._timeout)
+                else:
+                    response = session().call("GET", f"/execs/{self._exec_id}", timeout=wait_timeout)
                 self._result = ExecResult.model_validate_json(response.content)
             return self._result
 
@@ -70,17 +76,17 @@ class _HandleBase:
 
 
 class ExecHandle(_HandleBase):
-    """Returned by the blocking ``sandbox.exec(...)``: ``wait()`` blocks for the exit code."""
+    """Returned by the blocking ``sandbox.exec(...)``: ``wait(timeout=)`` blocks for the exit code."""
 
-    def wait(self) -> int:
-        return self._run.result().exit_code
+    def wait(self, timeout: float | None = None) -> int:
+        return self._run.result(timeout).exit_code
 
 
 class AsyncExecHandle(_HandleBase):
-    """Returned by ``await sandbox.exec.aio(...)``: ``await handle.wait()``."""
+    """Returned by ``await sandbox.exec.aio(...)``: ``await handle.wait(timeout=)``."""
 
-    async def wait(self) -> int:
-        return (await run_blocking(self._run.result)).exit_code
+    async def wait(self, timeout: float | None = None) -> int:
+        return (await run_blocking(lambda: self._run.result(timeout))).exit_code
 
 
 class ExecMethod:
@@ -117,10 +123,19 @@ class ExecMethod:
 
 
 class EmulatorSandbox:
-    """A live sandbox on the emulator server."""
+    """A live sandbox on the emulator server (or its ``ls()`` record)."""
 
     def __init__(self, info: SandboxInfo) -> None:
         self._info = info
+        self._record = {
+            "name": info.name,
+            "status": info.status,
+            "image": info.image,
+            "template_name": info.pool,
+            "created_at": info.created_at,
+            "expires_at": info.expires_at,
+            "status_message": info.status_message,  # the pod's reason where it stopped (an eviction)
+        }
 
     def __repr__(self) -> str:
         return f"EmulatorSandbox(name={self.name!r}, image={self._info.image!r}, pool={self._info.pool!r})"
@@ -138,6 +153,11 @@ class EmulatorSandbox:
         return self._info.pool
 
     @property
+    def status(self) -> str:
+        """The status it had when it was listed or made (``RUNNING``, ...)."""
+        return self._info.status
+
+    @property
     def endpoints(self) -> dict[str, str]:
         return dict(self._info.endpoints)
 
@@ -151,13 +171,25 @@ class EmulatorSandbox:
 
     @dual
     def write_bytes(self, data: bytes | bytearray | memoryview, path: str) -> None:
-        """Write ``data`` to the absolute ``path``, creating parent directories."""
+        """Write ``data`` to the absolute ``path``; its directory must exist (no implicit
+        parents: `RemoteFileNotFoundError`, as SkyPilot's examples ``mkdir -p`` first)."""
         session().call("PUT", f"{self.path}/files", params={"path": path}, content=bytes(data))
 
     @dual
     def read_bytes(self, path: str) -> bytes:
-        """A regular file's bytes; a missing path raises FileNotFoundError, a directory IsADirectoryError."""
+        """A regular file's bytes; a missing path raises `RemoteFileNotFoundError` (404), a
+        directory `RemoteIsADirectoryError` (400)."""
         return session().call("GET", f"{self.path}/files", params={"path": path}).content
+
+    @dual
+    def write_text(self, text: str, path: str) -> None:
+        """``write_bytes`` of ``text`` encoded as UTF-8."""
+        self.write_bytes(text.encode("utf-8"), path)
+
+    @dual
+    def read_text(self, path: str) -> str:
+        """``read_bytes`` decoded as UTF-8 (undecodable bytes replaced)."""
+        return self.read_bytes(path).decode("utf-8", errors="replace")
 
     @dual
     def terminate(self, wait: bool = True) -> None:
@@ -170,11 +202,6 @@ class EmulatorSandbox:
         """The sandbox's filesystem, pushed to the emulator's registry; returns the image reference."""
         response = session().call("POST", f"{self.path}/snapshot")
         return SnapshotResult.model_validate_json(response.content).image
-
-    @dual
-    def status(self) -> str:
-        """SkyPilot's status of this sandbox (``RUNNING``, ...); raises if it no longer exists."""
-        return SandboxInfo.model_validate_json(session().call("GET", self.path).content).status
 
     def __enter__(self) -> EmulatorSandbox:
         return self

@@ -15,10 +15,12 @@ import logging
 import os
 import socket
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from pydantic import BaseModel
 
+from osmosis_harbor import settings
 from osmosis_harbor.errors import ConfigError
 from osmosis_harbor.sandbox.emulator.wire import Knobs
 
@@ -75,15 +77,38 @@ def _listen(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _restart_argv(host: str, port: int, knobs: Knobs, registry: str, state_file: Path | None) -> list[str]:
+def _restart_argv(
+    host: str, port: int, knobs: Knobs, registry: str, state_file: Path | None, secret_names: Sequence[str]
+) -> list[str]:
     argv = [sys.executable, "-m", "osmosis_harbor", "emulator", "--host", host, "--port", str(port)]
     argv += ["--registry", registry, "--knobs-json", knobs.model_dump_json()]
+    for name in secret_names:  # names only: the values stay in this process's environment
+        argv += ["--secret", name]
     if state_file is not None:
         argv += ["--state-file", str(state_file)]
     return argv
 
 
-def serve(host: str, port: int, knobs: Knobs, registry: str, state_file: Path | None = None) -> None:
+def _startup_secrets(names: Sequence[str]) -> dict[str, str]:
+    """``--secret NAME``: the value of NAME in this server's own environment."""
+    values = {}
+    for name in names:
+        value = settings.host_variable(name)
+        if value is None:
+            raise ConfigError(f"--secret {name}: {name} is not set in the emulator server's environment")
+        values[name] = value
+    return values
+
+
+def serve(
+    host: str,
+    port: int,
+    knobs: Knobs,
+    registry: str,
+    state_file: Path | None = None,
+    *,
+    secret_names: Sequence[str] = (),
+) -> None:
     """Serve until interrupted (or re-executed by a restart)."""
     import uvicorn
 
@@ -97,11 +122,11 @@ def serve(host: str, port: int, knobs: Knobs, registry: str, state_file: Path | 
     disable_auto_reap()  # one account on a shared engine: it reaps its own sandboxes only (reap_expired)
     previous = read_state(state_file) if state_file is not None else None
     predecessors = previous.successor_predecessors(os.getpid()) if previous is not None else []
-    emulator = Emulator(knobs, registry, predecessors=predecessors)
+    emulator = Emulator(knobs, registry, predecessors=predecessors, secrets=_startup_secrets(secret_names))
     injector = FaultInjector(knobs)
 
     def restart() -> None:
-        argv = _restart_argv(host, bound_port, injector.knobs, registry, state_file)
+        argv = _restart_argv(host, bound_port, injector.knobs, registry, state_file, secret_names)
         log.warning("skypilot-emulator restarting (pid %d)", os.getpid())
         logging.shutdown()
         sys.stdout.flush()

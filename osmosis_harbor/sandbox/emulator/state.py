@@ -6,7 +6,10 @@ a restart, and a server killed mid-run loses nothing but its running execs' resu
 carry the emulator's own owner (`EMULATOR_OWNER_HOST`), which no process on this host can be
 judged dead by: like SkyPilot's pods, they live until terminated or until their TTL, whatever
 happens to the client or the server. What a SkyPilot pod cannot do, this refuses (see
-``check_*`` and ``images``).
+``check_*`` and ``images``). A sandbox past its disk bound (the server's
+``OSMOSIS_HARBOR_SANDBOX_DISK_MB``, as a pod's ephemeral-storage limit is the cluster's) is
+evicted by the Docker SDK's watch in this process, and listed as Kubernetes keeps an evicted pod:
+``FAILED``, with kubelet's status message, until terminated.
 
 One server is one SkyPilot account: its ``ls``, lookups, terminations and evictions see only
 the sandboxes it made (owner pid = this server's, which a restart in place keeps, or one of its
@@ -22,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import collections
+import contextlib
 import logging
 import os
 import random
@@ -29,20 +33,19 @@ import socket
 import time
 import uuid
 from collections.abc import Sequence
-from typing import Any
 
 from osmosis_harbor.sandbox import docker as docker_sdk
 from osmosis_harbor.sandbox.docker.calls import run_blocking
 from osmosis_harbor.sandbox.docker.exec import ExecRun
-from osmosis_harbor.sandbox.docker.labels import POOL_SPEC, validate_name
+from osmosis_harbor.sandbox.docker.labels import validate_name
 from osmosis_harbor.sandbox.emulator import images
 from osmosis_harbor.sandbox.emulator.errors import (
     InvalidRequestError,
     NotSupportedError,
-    PoolExistsError,
-    PoolNotFoundError,
+    PoolExhaustedError,
     SandboxNotFoundError,
 )
+from osmosis_harbor.sandbox.emulator.pool_state import AccountPools
 from osmosis_harbor.sandbox.emulator.wire import (
     DEFAULT_EXEC_TIMEOUT_SEC,
     MAX_EXEC_TIMEOUT_SEC,
@@ -50,8 +53,6 @@ from osmosis_harbor.sandbox.emulator.wire import (
     ExecRequest,
     ExecResult,
     Knobs,
-    PoolCreateRequest,
-    PoolInfo,
     SandboxInfo,
 )
 from osmosis_harbor.sandbox.owner import Owner
@@ -85,6 +86,19 @@ def _check_supported(req: CreateRequest) -> None:
         raise NotSupportedError(f"the skypilot-emulator does not implement {', '.join(unsupported)}= (SkyPilot does)")
 
 
+# SkyPilot runs an exec through ``sh -c`` in the pod, ``workdir=`` as a plain ``cd``: a missing
+# workdir or binary exits 127 with sh's message on stderr ("verified live", slime's sandbox_env).
+_EXEC_SHIM = (
+    'if [ -n "$1" ]; then cd "$1" 2>/dev/null || { echo "sh: cd: $1: No such file or directory" >&2; exit 127; }; fi; '
+    'shift; exec "$@"'
+)
+
+
+def exec_argv(argv: Sequence[str], workdir: str | None) -> list[str]:
+    """The command as the pod runs it: under ``sh``, in ``workdir`` (see ``_EXEC_SHIM``)."""
+    return ["sh", "-c", _EXEC_SHIM, "sh", workdir or "", *argv]
+
+
 def _names(req: CreateRequest) -> list[str]:
     """One name, or ``num_sandboxes`` names from the prefix (``rollout-0001``, ...)."""
     if req.num_sandboxes is None:
@@ -100,12 +114,19 @@ def _valid(name: str, kind: str = "sandbox") -> str:
         raise InvalidRequestError(str(exc)) from None
 
 
-class Emulator:
+class Emulator(AccountPools):
     """The server's view: handles by name (a cache over the engine) and running execs."""
 
-    def __init__(self, knobs: Knobs, registry: str, *, predecessors: Sequence[int] = ()) -> None:
-        self.knobs = knobs
+    def __init__(
+        self,
+        knobs: Knobs,
+        registry: str,
+        *,
+        predecessors: Sequence[int] = (),
+        secrets: dict[str, str] | None = None,
+    ) -> None:
         self.registry = registry
+        self.knobs = knobs
         self.owner = Owner(pid=os.getpid(), host=EMULATOR_OWNER_HOST)
         self._account_pids = frozenset({self.owner.pid, *predecessors})
         # A pool's spec records the process that wrote it (this server), under the machine's name.
@@ -114,6 +135,33 @@ class Emulator:
         self._execs: collections.OrderedDict[str, ExecRun] = collections.OrderedDict()
         self._exec_sandboxes: dict[str, str] = {}  # exec id -> sandbox name, while its result is kept
         self.evicted: list[str] = []
+        self._pool_claims: dict[str, asyncio.Lock] = {}
+        # The account's secrets store (SkyPilot's Secrets Manager): in memory only, never logged.
+        self._secrets: dict[str, str] = dict(secrets or {})
+
+    @property
+    def knobs(self) -> Knobs:
+        return self._knobs
+
+    @knobs.setter
+    def knobs(self, knobs: Knobs) -> None:
+        self._knobs = knobs
+        docker_sdk.get_engine().pools.warm_sec = knobs.pool_warm_sec  # this process's engine: the account's
+
+    def register_secret(self, name: str, value: str) -> None:
+        self._secrets[name] = value
+
+    def forget_secret(self, name: str) -> None:
+        self._secrets.pop(name, None)
+
+    def _secret_values(self, names: Sequence[str]) -> dict[str, str]:
+        missing = [name for name in names if name not in self._secrets]
+        if missing:
+            raise InvalidRequestError(
+                f"secret(s) {', '.join(map(repr, missing))} not in the secrets store: register them with "
+                "PUT /admin/secrets/NAME or the server's --secret NAME (values never come from the caller)"
+            )
+        return {name: self._secrets[name] for name in names}
 
     # ── sandboxes ─────────────────────────────────────────────────────────────────────────
 
@@ -144,6 +192,7 @@ class Emulator:
     async def create(self, req: CreateRequest) -> list[SandboxInfo]:
         _check_supported(req)
         names = [_valid(n) for n in _names(req)]
+        secret_env = self._secret_values(req.secrets)
         if req.pool is not None:
             _valid(req.pool, "pool")
             await self._own_pool(req.pool)
@@ -155,24 +204,36 @@ class Emulator:
             await asyncio.to_thread(images.pull, req.image)
         await asyncio.sleep(self.knobs.pool_claim_sec if req.pool else self.knobs.cold_create_sec)
         made: list[docker_sdk.DockerSandbox] = []
-        try:
-            for name in names:
-                made.append(await self._create_one(name, req))
-        except BaseException:
-            for sandbox in made:
-                await self.terminate(sandbox.name)
-            raise
+        async with self._claims_of(req.pool):
+            if req.pool is not None:
+                ready = (await docker_sdk.get_pool.aio(req.pool)).idle
+                if ready < len(names):  # all or nothing: a refused batch takes no member
+                    raise PoolExhaustedError(f"pool {req.pool!r} has {ready} ready member(s) for {len(names)} claim(s)")
+            try:
+                for name in names:
+                    made.append(await self._create_one(name, req, secret_env))
+            except BaseException:
+                for sandbox in made:
+                    await self.terminate(sandbox.name)
+                raise
         return [await self.info(sandbox.name) for sandbox in made]
 
-    async def _create_one(self, name: str, req: CreateRequest) -> docker_sdk.DockerSandbox:
+    def _claims_of(self, pool: str | None) -> contextlib.AbstractAsyncContextManager[object]:
+        """One claim of a pool at a time on this server, so a batch is served whole or not at all."""
+        if pool is None:
+            return contextlib.nullcontext()
+        return self._pool_claims.setdefault(pool, asyncio.Lock())
+
+    async def _create_one(self, name: str, req: CreateRequest, secret_env: dict[str, str]) -> docker_sdk.DockerSandbox:
         try:
             sandbox = await docker_sdk.create.aio(
                 name=name,
                 image=req.image,
                 pool=req.pool,
+                start_if_empty=False,  # a SkyPilot claim with no ready member fails
                 cpus=req.cpus,
                 memory_gb=req.memory_gb,
-                env={**req.env, **req.secret_env} or None,
+                env={**req.env, **secret_env} or None,
                 block_network=req.block_network,
                 timeout=req.timeout,
                 registry=req.registry,
@@ -210,10 +271,15 @@ class Emulator:
 
     async def terminate(self, name: str) -> None:
         """Idempotent, like SkyPilot's: terminating a sandbox that is gone succeeds (and one
-        of another account is gone, as far as this one can tell)."""
+        of another account is gone, as far as this one can tell). One evicted for its disk use
+        is listed as FAILED, as Kubernetes keeps an evicted pod, until terminated."""
         self._handles.pop(name, None)
-        if await self._is_mine(name):
+        if await self._is_mine(name) or await self._evicted_mine(name):
             await docker_sdk.terminate_by_name.aio(name)
+
+    async def _evicted_mine(self, name: str) -> bool:
+        record = await docker_sdk.evicted.aio(name)
+        return record is not None and self._mine(record.owner_host, record.owner_pid)
 
     async def evict(self, name: str | None = None) -> str | None:
         """Remove a sandbox behind its owner's back (a lost node, a preemption); a random one
@@ -236,7 +302,7 @@ class Emulator:
         sandbox = await self.sandbox(name)
         try:
             run = await run_blocking(
-                lambda: sandbox.launch(req.argv, req.workdir, timeout, req.env),
+                lambda: sandbox.launch(exec_argv(req.argv, req.workdir), None, timeout, req.env),
                 on_abandon=lambda r: r.kill(),
             )
         except ValueError as exc:
@@ -274,8 +340,9 @@ class Emulator:
     # ── files and snapshots ───────────────────────────────────────────────────────────────
 
     async def write_bytes(self, name: str, path: str, data: bytes) -> None:
+        """No implicit parent directories (SkyPilot's examples ``mkdir -p`` before a write)."""
         sandbox = await self.sandbox(name)
-        await sandbox.write_bytes.aio(data, path)
+        await sandbox.write_bytes.aio(data, path, parents=False)
 
     async def read_bytes(self, name: str, path: str) -> bytes:
         sandbox = await self.sandbox(name)
@@ -284,65 +351,6 @@ class Emulator:
     async def snapshot(self, name: str) -> str:
         sandbox = await self.sandbox(name)
         return await asyncio.to_thread(images.snapshot, sandbox.id, name, self.registry)
-
-    # ── pools ─────────────────────────────────────────────────────────────────────────────
-
-    async def create_pool(self, req: PoolCreateRequest) -> PoolInfo:
-        _valid(req.name, "pool")
-        if req.enable_docker:
-            raise NotSupportedError("the skypilot-emulator does not implement enable_docker= (SkyPilot does)")
-        owners = (await run_blocking(self._pool_owners)).get(req.name)
-        if owners is not None and not self._owns(owners):
-            raise PoolExistsError(
-                f"pool {req.name!r} belongs to another emulator account on this Docker engine: choose another name"
-            )
-        await asyncio.to_thread(images.pull, req.image)
-        info = await docker_sdk.create_pool.aio(
-            req.name,
-            req.image,
-            cpus=req.cpus,
-            memory_gb=req.memory_gb,
-            replicas=req.replicas,
-            block_network=req.block_network,
-        )
-        return _pool_info(info)
-
-    async def set_pool_size(self, name: str, replicas: int) -> PoolInfo:
-        await self._own_pool(name)
-        return _pool_info(await docker_sdk.set_pool_size.aio(name, replicas))
-
-    async def delete_pool(self, name: str) -> None:
-        await self._own_pool(name)
-        await docker_sdk.delete_pool.aio(name)
-
-    async def get_pool(self, name: str) -> PoolInfo:
-        await self._own_pool(name)
-        return _pool_info(await docker_sdk.get_pool.aio(name))
-
-    async def list_pools(self) -> list[PoolInfo]:
-        owners = await run_blocking(self._pool_owners)
-        return [_pool_info(p) for p in await docker_sdk.list_pools.aio() if self._owns(owners.get(p.spec.name, set()))]
-
-    def _pool_owners(self) -> dict[str, set[tuple[str | None, int | None]]]:
-        """Each pool on the engine, with the processes that wrote its spec (its generations): this
-        server when the pool is this account's (the Docker SDK records the creating process)."""
-        volumes = docker_sdk.get_engine().api.volumes(filters={"label": POOL_SPEC})["Volumes"] or []
-        owners: dict[str, set[tuple[str | None, int | None]]] = {}
-        for volume in volumes:
-            labels = volume.get("Labels") or {}
-            owner = Owner.from_labels(labels)
-            owners.setdefault(labels[POOL_SPEC], set()).add((owner.host, owner.pid) if owner else (None, None))
-        return owners
-
-    def _owns(self, owners: set[tuple[str | None, int | None]]) -> bool:
-        """A pool is this account's when this server (or a predecessor) wrote every spec of it."""
-        return bool(owners) and all(host == self._pool_host and pid in self._account_pids for host, pid in owners)
-
-    async def _own_pool(self, name: str) -> None:
-        """Refuse a pool this account did not make as SkyPilot refuses an unknown one: another
-        account's pools (another emulator server's, the Docker SDK's) are not visible to it."""
-        if not self._owns((await run_blocking(self._pool_owners)).get(name, set())):
-            raise PoolNotFoundError(f"no pool named {name!r}")
 
     async def reap_expired(self) -> int:
         """Remove this account's sandboxes past their TTL (the container's own sleep ends most
@@ -368,18 +376,5 @@ def _to_info(record: docker_sdk.SandboxRecord) -> SandboxInfo:
         pool=record.pool,
         created_at=record.created_at,
         expires_at=record.expires_at,
-    )
-
-
-def _pool_info(info: Any) -> PoolInfo:
-    spec = info.spec
-    return PoolInfo(
-        name=spec.name,
-        image=spec.image,
-        cpus=spec.cpus,
-        memory_gb=spec.memory_gb,
-        replicas=spec.replicas,
-        idle=info.idle,
-        claimed=info.claimed,
-        starting=info.starting,
+        status_message=record.status_message,
     )

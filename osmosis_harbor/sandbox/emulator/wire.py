@@ -1,9 +1,10 @@
 """The skypilot-emulator's HTTP API: one pydantic model per request and answer, shared by the
 server (``app``) and the client (``client``), so both sides read the same description.
 
-Binary payloads (files, exec output) travel as raw bodies or base64; secrets travel as values
-the client resolved from its own environment, the way SkyPilot's SDK sends ``secrets=`` (named
-variables of the caller's environment), and the server never logs or stores them.
+Binary payloads (files, exec output) travel as raw bodies or base64. ``secrets=`` travels as
+names only, as with SkyPilot, whose Secrets Manager injects the values: the server resolves them
+from its own secrets store (``PUT /admin/secrets/{name}``, or ``--secret NAME`` at start), never
+from the caller's environment, and never logs or writes them.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ __all__ = [
     "PoolInfo",
     "PoolResize",
     "SandboxInfo",
+    "SecretValue",
     "ServerStats",
     "SnapshotResult",
 ]
@@ -46,7 +48,7 @@ class CreateRequest(_Wire):
     cpus: float | None = None
     memory_gb: float | None = None
     env: dict[str, str] = Field(default_factory=dict)
-    secret_env: dict[str, str] = Field(default_factory=dict, repr=False)
+    secrets: list[str] = Field(default_factory=list)
     block_network: bool = False
     timeout: int | None = None
     registry: str | None = None
@@ -67,6 +69,8 @@ class SandboxInfo(_Wire):
     created_at: float
     expires_at: float | None = None
     endpoints: dict[str, str] = Field(default_factory=dict)
+    # Why a FAILED sandbox stopped, as its pod's status message says (an eviction's reason).
+    status_message: str | None = None
 
 
 class ExecRequest(_Wire):
@@ -94,13 +98,15 @@ class SnapshotResult(_Wire):
 
 
 class PoolCreateRequest(_Wire):
+    """``create_pool(name, image, cpus, memory_gb, replicas, enable_docker)``: SkyPilot's
+    documented signature, which has no network option."""
+
     name: str
     image: str
     cpus: float | None = None
     memory_gb: float | None = None
     replicas: int = Field(1, ge=0)
     enable_docker: bool = False
-    block_network: bool = False
 
 
 class PoolResize(_Wire):
@@ -108,7 +114,8 @@ class PoolResize(_Wire):
 
 
 class PoolInfo(_Wire):
-    """A warm pool: its shape and how many members are idle, claimed or starting."""
+    """A warm pool: its shape and how many members are idle (ready to claim), claimed or
+    starting. The server's view (its dashboard's); SkyPilot's SDK has no call returning it."""
 
     name: str
     image: str
@@ -118,6 +125,10 @@ class PoolInfo(_Wire):
     idle: int
     claimed: int
     starting: int = 0
+
+
+class SecretValue(_Wire):
+    value: str = Field(repr=False)
 
 
 class ErrorBody(_Wire):
@@ -153,6 +164,11 @@ class Knobs(_Wire):
     evict_rate: float = Field(0.0, ge=0, le=1)
     retry_after_sec: float = Field(1.0, ge=0)
     hang_sec: float = Field(600.0, ge=0)
+    # A pool member takes this long after it starts to be ready (a pod's scheduling and image
+    # pull); ``create_pool`` / ``set_pool_size`` wait at most ``pool_warm_timeout_sec`` for
+    # every replica to be ready, then fail with the pool still warming (SkyPilot's SDK timeout).
+    pool_warm_sec: float = Field(0.0, ge=0)
+    pool_warm_timeout_sec: float = Field(180.0, ge=0)
 
 
 class ServerStats(_Wire):

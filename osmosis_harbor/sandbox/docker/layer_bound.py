@@ -1,0 +1,122 @@
+"""The writable-layer bound of one engine's sandboxes: which enforcement applies, and its state.
+
+The engine enforces ``--storage-opt size=`` where its storage can (overlay2 on xfs with
+``pquota``, btrfs, zfs): the first create asks for it, and an engine that refuses it is never
+asked again. Elsewhere (overlay2 on ext4, as here) the host's ``disk_watch`` bounds each sandbox
+this process starts or claims, which needs the engine's storage readable from this process (a
+local engine, root); where it is not, the bound is not enforced and one warning says so.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import docker.errors
+from docker import APIClient
+
+from osmosis_harbor import settings
+from osmosis_harbor.sandbox.bounds import SandboxBounds
+from osmosis_harbor.sandbox.docker.disk_watch import DiskWatch
+from osmosis_harbor.sandbox.docker.evictions import Evictions
+from osmosis_harbor.sandbox.docker.labels import ContainerInfo
+
+__all__ = ["LayerBound"]
+
+log = logging.getLogger(__name__)
+
+
+class LayerBound:
+    """Per engine: the quota decision, the watch, and the sandboxes it evicted."""
+
+    def __init__(
+        self,
+        api: APIClient,
+        *,
+        engine_url: str,
+        storage_root: str,
+        inspect: Callable[[str], ContainerInfo | None],
+        remove: Callable[[str, bool], object],
+    ) -> None:
+        self._quota: bool | None = None  # the engine enforces the size option (None: not asked yet)
+        self._readable: bool | None = _readable(engine_url, storage_root)  # None: warned already
+        self._inspect = inspect
+        self._remove = remove
+        self._pending: dict[str, int] = {}  # created container id -> bound to watch once started
+        self._lock = threading.Lock()
+        self.evictions = Evictions()
+        self.watch = DiskWatch(api, self._evict, filesystem=Path(storage_root or "/"))
+
+    def option(self, bounds: SandboxBounds) -> dict[str, str] | None:
+        """``storage_opt`` for a create: asked of the engine until it has refused it once."""
+        if not bounds.disk_bytes or self._quota is False:
+            return None
+        return {"size": f"{bounds.disk_mb}M"}
+
+    def refused(self, exc: docker.errors.APIError, host_config: dict[str, Any]) -> bool:
+        """The engine refused the size option: never asked again (True: create once more)."""
+        if not host_config.get("StorageOpt") or "storage-opt" not in str(exc.explanation or exc).lower():
+            return False
+        log.info("this engine cannot bound a container's writable layer (%s): the host watches it", exc)
+        self._quota = False
+        return True
+
+    def created(self, container_id: str, bounds: SandboxBounds) -> None:
+        """A create went through: with the size option the engine enforces it, else watch it."""
+        if not bounds.disk_bytes:
+            return
+        with self._lock:
+            if self._quota is None:
+                self._quota = True
+            elif self._quota is False:
+                self._pending[container_id] = bounds.disk_bytes
+
+    def started(self, container_id: str) -> None:
+        with self._lock:
+            bound = self._pending.pop(container_id, None)
+        if bound is not None and self._can_watch():
+            self.watch.watch(container_id, bound)
+
+    def claimed(self, container_id: str) -> None:
+        """A pool member this process claimed (another process may have started it)."""
+        bound = settings.current().sandbox_disk_mb * 1024 * 1024
+        if bound and self._quota is not True and self._can_watch():
+            self.watch.watch(container_id, bound)
+
+    def removed(self, container_id: str) -> None:
+        with self._lock:
+            self._pending.pop(container_id, None)
+        self.watch.forget(container_id)
+
+    def _can_watch(self) -> bool:
+        if self._readable is False:
+            log.warning(
+                "the writable layer of local sandboxes cannot be read from this process (a remote engine, or "
+                "not root): OSMOSIS_HARBOR_SANDBOX_DISK_MB is not enforced"
+            )
+            self._readable = None
+        return bool(self._readable)
+
+    def _evict(self, container_id: str, used: int, bound: int) -> None:
+        """The watch found this layer past its bound: evict the sandbox, as kubelet would a pod."""
+        info = self._inspect(container_id)
+        if info is None:
+            return
+        if not info.is_idle_member:
+            self.evictions.add(info, used, bound)
+        log.warning(
+            "evicting sandbox %s: its writable layer holds %d MiB, over its bound of %d MiB",
+            info.name,
+            used >> 20,
+            bound >> 20,
+        )
+        self._remove(container_id, info.pool is not None)
+
+
+def _readable(url: str, root: str) -> bool:
+    """A local engine (Unix socket) whose storage directory this process may read."""
+    return url.startswith("unix://") and bool(root) and os.access(root, os.R_OK | os.X_OK)

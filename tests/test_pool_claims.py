@@ -1,0 +1,268 @@
+"""Our claims survive SkyPilot's pools (``sandbox/pools.py``, ``batching.py``), on the strict
+emulator: a claim its pool cannot serve waits a bounded time, then cold-creates the pool's image
+(counted as a fallback), never a lost start; a warming pool serves within the wait; a batch the
+pool cannot serve whole is split; a batch call that faulted after making members leaves none; a
+task with no environment definition gets a clear error instead. Real environments (Harbor's
+``SkypilotEnvironment`` path) on a real emulator server; nothing faked but one injected fault."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from harbor.environments.factory import EnvironmentFactory
+from harbor.models.task.task import Task
+from harbor.models.trial.paths import TrialPaths
+
+from osmosis_harbor.errors import PoolClaimError
+from osmosis_harbor.sandbox import SandboxEnvironment, environment_config, pools, records
+from osmosis_harbor.sandbox import emulator as sky
+from osmosis_harbor.sandbox.emulator import extensions
+from osmosis_harbor.sandbox.ledger import default_ledger
+from osmosis_harbor.sandbox.live import LiveSandboxes, sandboxes_scope
+from osmosis_harbor.sandbox.starts import SandboxStarts, starts_scope
+
+from .emulator_support import EmulatorServer, private_emulator, push_to_local_registry
+from .support import make_task, wait_until
+
+SDK = "skypilot-emulator"
+
+
+@pytest.fixture(scope="module")
+def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatorServer]:
+    with private_emulator(tmp_path_factory.mktemp("emulator-claims")) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def image(sandbox_image: str) -> str:
+    return push_to_local_registry(sandbox_image)
+
+
+@pytest.fixture(autouse=True)
+def _fresh(emulator: EmulatorServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    emulator.reset()
+    monkeypatch.setenv("OSMOSIS_HARBOR_LEDGER", str(tmp_path / "ledger.sqlite3"))
+    monkeypatch.setenv("OSMOSIS_HARBOR_API_RETRY_MAX_WAIT", "0.2")
+
+
+def _task(root: Path, image: str, *, defined: bool = True) -> Path:
+    """A task on the prebuilt ``image``, or (``defined=False``) one with no environment definition."""
+    toml = f'docker_image = "{image}"\n' if defined else ""
+    task_dir = make_task(root / f"tasks-{uuid.uuid4().hex[:6]}", "claims", toml_extra=toml)
+    if not defined:
+        (task_dir / "environment" / "Dockerfile").unlink()
+    return task_dir
+
+
+def _environment(root: Path, task_dir: Path, pool: str) -> SandboxEnvironment:
+    """A trial of ``task_dir`` claiming from ``pool``: its group's pool for a defined task, the
+    named generic pool for one with no environment definition."""
+    task = Task(task_dir)
+    trial_paths = TrialPaths(root / f"trial-{uuid.uuid4().hex[:6]}")
+    trial_paths.mkdir()
+    env = EnvironmentFactory.create_environment_from_config(
+        environment_config(SDK, pool=pool),
+        environment_dir=task.paths.environment_dir,
+        environment_name=task.name,
+        session_id=f"claims-{uuid.uuid4().hex[:8]}",
+        trial_paths=trial_paths,
+        task_env_config=task.config.environment,
+    )
+    assert isinstance(env, SandboxEnvironment)
+    return env
+
+
+def _record(name: str) -> Any:
+    return next((r for r in sky.ls() if records.name_of(r) == name), None)
+
+
+async def _group_pool(sandboxes: LiveSandboxes, env: SandboxEnvironment, image: str, size: int) -> str | None:
+    assert env.pool_name is not None
+    return await pools.create(sandboxes, SDK, env.pool_name, image, size, env.pool_shape())
+
+
+async def test_an_empty_pool_claim_waits_then_cold_creates_the_pools_image(
+    image: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OSMOSIS_HARBOR_POOL_CLAIM_WAIT_SEC", "1")
+    sandboxes, starts = LiveSandboxes(), SandboxStarts(4)
+    base = f"claims{uuid.uuid4().hex[:6]}"
+    with sandboxes_scope(sandboxes), starts_scope(starts):
+        task = _task(tmp_path, image)
+        env = _environment(tmp_path, task, base)
+        assert await _group_pool(sandboxes, env, image, 0) is None
+        try:
+            started = time.monotonic()
+            await env.start(force_build=False)
+            waited = time.monotonic() - started
+            try:
+                out = await env.exec("echo ran")
+                assert out.return_code == 0 and (out.stdout or "").strip() == "ran"
+                record = _record(env.sandbox_name)
+                assert record is not None and records.pool_of(record) is None  # a cold create...
+                assert record._record["image"] == image  # ...of the pool's image
+                assert starts.fallbacks == {env.pool_name: 1} and starts.state()["pool_fallbacks"] == 1
+                assert waited >= 1.0  # it waited for a member first (a lower bound)
+            finally:
+                await env.stop(delete=True)
+            # Positive control: with a ready member the same claim is served by the pool.
+            await pools.create(sandboxes, SDK, env.pool_name or "", image, 1, env.pool_shape())  # adopted, resized
+            served = _environment(tmp_path, task, base)
+            await served.start(force_build=False)
+            try:
+                assert records.pool_of(_record(served.sandbox_name)) == served.pool_name
+                assert starts.state()["pool_fallbacks"] == 1
+            finally:
+                await served.stop(delete=True)
+        finally:
+            assert await pools.delete(sandboxes, SDK, [env.pool_name or ""]) == []
+    assert default_ledger().entries() == []
+
+
+async def test_a_warming_pool_is_usable_and_serves_within_the_wait(
+    emulator: EmulatorServer, image: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    emulator.knobs(pool_warm_sec=2, pool_warm_timeout_sec=0)  # create_pool returns before it is warm
+    monkeypatch.setenv("OSMOSIS_HARBOR_POOL_CLAIM_WAIT_SEC", "30")
+    sandboxes, starts = LiveSandboxes(), SandboxStarts(4)
+    with sandboxes_scope(sandboxes), starts_scope(starts):
+        env = _environment(tmp_path, _task(tmp_path, image), f"warming{uuid.uuid4().hex[:6]}")
+        note = await _group_pool(sandboxes, env, image, 1)
+        assert note is not None and note.startswith("adopted, still warming") and "last seen 0/1" in note
+        try:
+            await env.start(force_build=False)
+            try:
+                assert records.pool_of(_record(env.sandbox_name)) == env.pool_name  # the pool's member
+                assert starts.state()["pool_fallbacks"] == 0
+            finally:
+                await env.stop(delete=True)
+        finally:
+            assert await pools.delete(sandboxes, SDK, [env.pool_name or ""]) == []
+
+
+async def test_a_batch_the_pool_cannot_serve_whole_is_split(
+    image: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OSMOSIS_HARBOR_POOL_CLAIM_WAIT_SEC", "0")
+    sandboxes = LiveSandboxes()
+    starts = SandboxStarts(8, batch_window_sec=60, batch_max=4)  # the batch closes when four joined
+    base = f"split{uuid.uuid4().hex[:6]}"
+    with sandboxes_scope(sandboxes), starts_scope(starts):
+        task = _task(tmp_path, image)
+        envs = [_environment(tmp_path, task, base) for _ in range(4)]
+        pool = envs[0].pool_name or ""
+        await _group_pool(sandboxes, envs[0], image, 2)
+        try:
+            await asyncio.gather(*(env.start(force_build=False) for env in envs))
+            try:
+                from_pool = [env for env in envs if records.pool_of(_record(env.sandbox_name)) == pool]
+                assert len(from_pool) == 2 and starts.fallbacks == {pool: 2}
+                assert starts.batches is not None and starts.batches.calls == 3  # 4, then 2 and 2
+                outs = await asyncio.gather(*(env.exec("true") for env in envs))
+                assert all(out.return_code == 0 for out in outs)
+            finally:
+                await asyncio.gather(*(env.stop(delete=True) for env in envs))
+        finally:
+            assert await pools.delete(sandboxes, SDK, [pool]) == []
+
+
+class _FaultAfterBatch:
+    """The real emulator SDK, except that the first batch claim's answer is lost after the
+    server made its members (a reset after the work): what ``create_checked`` cannot see by name."""
+
+    def __init__(self) -> None:
+        self.prefixes: list[str] = []
+        self.create = _Call(self._create)
+
+    async def _create(self, **kwargs: Any) -> Any:
+        made = await sky.create.aio(**kwargs)
+        if kwargs.get("num_sandboxes") and not self.prefixes:
+            self.prefixes.append(kwargs["name"])
+            raise sky.ApiConnectionError("connection reset after the server answered")
+        return made
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(sky, name)
+
+
+class _Call:
+    def __init__(self, aio: Any) -> None:
+        self.aio = aio
+
+
+async def test_a_batch_call_that_faulted_after_making_members_leaves_none(
+    image: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OSMOSIS_HARBOR_POOL_CLAIM_WAIT_SEC", "10")
+    sandboxes = LiveSandboxes()
+    starts = SandboxStarts(8, batch_window_sec=60, batch_max=2)
+    faulty = _FaultAfterBatch()
+    with sandboxes_scope(sandboxes), starts_scope(starts):
+        task, base = _task(tmp_path, image), f"fault{uuid.uuid4().hex[:6]}"
+        envs = [_environment(tmp_path, task, base) for _ in range(2)]
+        pool = envs[0].pool_name or ""
+        await _group_pool(sandboxes, envs[0], image, 2)
+        for env in envs:
+            env._sdk = faulty  # type: ignore[assignment]
+        try:
+            await asyncio.gather(*(env.start(force_build=False) for env in envs))
+            try:
+                (prefix,) = faulty.prefixes
+                assert not [r for r in sky.ls() if (records.name_of(r) or "").startswith(f"{prefix}-")]
+                outs = await asyncio.gather(*(env.exec("true") for env in envs))
+                assert all(out.return_code == 0 for out in outs)
+            finally:
+                await asyncio.gather(*(env.stop(delete=True) for env in envs))
+        finally:
+            assert await pools.delete(sandboxes, SDK, [pool]) == []
+    assert default_ledger().entries() == []
+
+
+async def test_a_generic_pool_with_no_member_is_a_clear_error_and_leaves_nothing(
+    image: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OSMOSIS_HARBOR_POOL_CLAIM_WAIT_SEC", "0.5")
+    pool = f"generic{uuid.uuid4().hex[:6]}"
+    sky.create_pool(pool, image, replicas=0)
+    try:
+        task = _task(tmp_path, image, defined=False)
+        with sandboxes_scope(LiveSandboxes()):
+            env = _environment(tmp_path, task, pool)
+            assert env.pool_name == pool  # claimed by its own name
+            with pytest.raises(
+                PoolClaimError, match=f"warm pool '{pool}' could not serve a claim.*make the pool larger"
+            ):
+                await env.start(force_build=False)
+        assert _record(env.sandbox_name) is None and default_ledger().entries() == []
+        sky.set_pool_size(pool, 1)  # positive control: with a member, the same task runs
+        wait_until(lambda: extensions.get_pool(pool).idle == 1, timeout=60, what="a member")
+        with sandboxes_scope(LiveSandboxes()):
+            env = _environment(tmp_path, task, pool)
+            await env.start(force_build=False)
+            await env.stop(delete=True)
+    finally:
+        sky.delete_pool(pool)
+
+
+def test_block_network_goes_to_create_pool_only_where_its_signature_has_it() -> None:
+    from osmosis_harbor.errors import ConfigError
+    from osmosis_harbor.sandbox import docker as docker_sdk
+
+    shape = {"cpus": 1.0, "memory_gb": 2.0, "block_network": False}
+    assert pools.pool_keywords(sky, "p", shape) == {"cpus": 1.0, "memory_gb": 2.0}  # nothing to ask: not sent
+    blocked = {**shape, "block_network": True}
+    assert pools.pool_keywords(docker_sdk, "p", blocked)["block_network"] is True  # the Docker SDK takes it
+    with pytest.raises(ConfigError, match="create_pool takes no block_network=.*without a pool"):
+        pools.pool_keywords(sky, "p", blocked)  # SkyPilot's documented signature has no network option
+
+    class KeywordsOnly:  # a signature that does not name it: not sent either
+        def create_pool(self, name: str, image: str, **kwargs: Any) -> None: ...
+
+    with pytest.raises(ConfigError):
+        pools.pool_keywords(KeywordsOnly(), "p", blocked)  # type: ignore[arg-type]
