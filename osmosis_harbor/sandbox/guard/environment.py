@@ -61,10 +61,6 @@ class GuardedExecs(SkypilotEnvironment):
 
         async def _guarded[T](self, call: Awaitable[T]) -> T: ...
 
-    @property
-    def guard_session(self) -> GuardSession | None:
-        return self._guard
-
     def _guard_workdirs(self) -> list[str]:
         """Where the agent works, the tests' usual cwd: the check looks there for pytest's hooks."""
         return sorted({d.rstrip("/") for d in (self.task_env_config.workdir, self._workdir) if d and d.rstrip("/")})
@@ -91,7 +87,7 @@ class GuardedExecs(SkypilotEnvironment):
     async def guard_before_command(self, session: GuardSession) -> list[str]:
         """What must happen before a command in this phase, and the argv prefix it then gets:
         the daemon started (the first agent command), the manifest recorded again (an agent
-        phase after a check), the check run (the first command after the agent phase)."""
+        phase after a check), the check run (the first command once verification starts)."""
         async with session.lock:
             if session.tampered is not None:
                 raise VerifierTamperedError(str(session.tampered))
