@@ -52,7 +52,9 @@ __all__ = [
     "UnexpectedArgumentError",
     "UnreadableArchiveError",
     "UserError",
+    "VerifierGuardError",
     "VerifierSandboxLostError",
+    "VerifierTamperedError",
     "WorkflowFailedError",
     "WrongBundleError",
     "recorded_error",
@@ -323,6 +325,21 @@ class UnreadableArchiveError(TrialPhaseError, SandboxError, ValueError):
     def __init__(self, transfer: str, cause: BaseException) -> None:
         super().__init__(f"sandbox output {transfer}: not a readable tar archive ({type(cause).__name__}: {cause})")
         self.transfer = transfer
+
+
+class VerifierGuardError(TrialPhaseError, RuntimeError):
+    """The verifier guard cannot protect a sandbox: no compiler to build it, an architecture it
+    does not run on, or a sandbox whose root holds no capability to mark the agent's processes
+    with. The deployment's problem, named with the way out; never the workflow's."""
+
+
+class VerifierTamperedError(TrialPhaseError, RuntimeError):
+    """The guard found the verifier's environment tampered with before a task's own tests ran in
+    the agent's sandbox: a toolchain file changed, a start-up hook added, a process left behind,
+    or the guard itself attacked. The workflow's failure (reward 0), never infrastructure's."""
+
+    phase = "verifier"
+    category = RolloutErrorCategory.AGENT_ERROR
 
 
 def _trial_errors(base: type[TrialPhaseError] = TrialPhaseError) -> dict[str, type[TrialPhaseError]]:

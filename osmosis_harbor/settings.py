@@ -188,6 +188,20 @@ class Settings(BaseSettings):
         "write or read plus one command, with write-behind uploads and one /logs snapshot (sandbox/exec_archives.py); "
         "off: Harbor's own transfer commands",
     )
+    verifier_guard: bool = Field(
+        True,
+        description="a task's own tests that run in the agent's sandbox (Harbor's shared verifier) run under the "
+        "verifier guard (osmosis_harbor/sandbox/guard): the agent's processes marked, ended before the tests, the "
+        "toolchain compared with its record; off: such verifiers run unguarded, as in Harbor",
+    )
+    verifier_allowances: Path | None = Field(
+        None,
+        description="where validate's oracle runs record what real solutions change (default "
+        "$XDG_CACHE_HOME/osmosis-harbor/verifier-allowances)",
+    )
+    verifier_guard_timeout_sec: float = Field(
+        300.0, gt=0, le=3600, description="the longest one of the verifier guard's own commands may run"
+    )
     lean_engine_client: bool = Field(
         True,
         description="the Docker engine's plain JSON requests go over http.client with one kept connection per "
@@ -217,6 +231,13 @@ class Settings(BaseSettings):
             return self.ledger
         base = self.xdg_cache_home or Path.home() / ".cache"
         return base / "osmosis-harbor" / "ledger.sqlite3"
+
+    def verifier_allowances_dir(self) -> Path:
+        """What validate's oracle runs recorded real solutions changing, per task content."""
+        if self.verifier_allowances is not None:
+            return self.verifier_allowances
+        base = self.xdg_cache_home or Path.home() / ".cache"
+        return base / "osmosis-harbor" / "verifier-allowances"
 
     def bundle_cache(self) -> Path:
         """The user cache, never the working directory: a run inside a project must not change

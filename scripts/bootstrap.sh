@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Bring a machine to the state the README commands, the tests and CI need, idempotently:
-#   1. a virtualenv (.venv) on Python >= 3.12 with osmosis-harbor and its dev extras;
+#   1. a virtualenv (.venv) on Python >= 3.12 with osmosis-harbor and its dev extras, and the
+#      verifier guard built (a C compiler; as root on Debian it installs gcc);
 #   2. a running Docker engine (on Debian as root: apt-get install docker.io, start dockerd);
 #   3. the offline base images the bundled tasks and the tests use (scripts/base-images.sh:
 #      debian:trixie-slim, python:3.12-slim, ubuntu:24.04, python:3.13-slim; one debootstrap);
@@ -85,6 +86,16 @@ ensure_venv() {
   echo "$want" >"$stamp"
 }
 
+# ── 1b. The verifier guard (osmosis_harbor/sandbox/guard): a static program built with cc ──
+ensure_guard() {
+  if ! have cc; then
+    log "installing gcc (the verifier guard is built from its C source)"
+    apt_install gcc
+  fi
+  .venv/bin/python -c 'from osmosis_harbor.sandbox.guard import guard_binary; guard_binary()' \
+    || die "building the verifier guard failed (see above); OSMOSIS_HARBOR_VERIFIER_GUARD=0 runs without it"
+}
+
 # ── 2. Docker engine ─────────────────────────────────────────────────────────
 engine_up() { timeout 10 docker info >/dev/null 2>&1; }
 
@@ -149,6 +160,7 @@ THEN=()
 if [ "${1:-}" = "--then" ]; then shift; THEN=("$@"); fi
 
 ensure_venv
+ensure_guard
 ensure_docker
 bash "$ROOT/scripts/base-images.sh"   # its default list; more: scripts/base-images.sh --list
 ensure_registry

@@ -32,6 +32,15 @@ def _session_ledger(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         yield path
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _session_allowances(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Where this run's validate commands record verifier allowances: never the user's cache."""
+    path = tmp_path_factory.mktemp("verifier-allowances")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("OSMOSIS_HARBOR_VERIFIER_ALLOWANCES", str(path))
+        yield path
+
+
 @pytest.fixture(scope="session")
 def sandbox_image() -> str:
     """A locally present image (no registry is reachable, nothing is ever pulled)."""

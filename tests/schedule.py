@@ -20,6 +20,7 @@ from .xdist_run import is_worker
 
 LONGEST_FIRST = [
     "test_bench_hygiene.py",
+    "test_verifier_guard.py",  # about 3.5 minutes: every attack, guarded and unguarded, on both SDKs
     "test_eval_harness.py",
     "test_prewarm_and_lifecycle.py",
     "test_cli_rollout_prewarm.py",

@@ -45,6 +45,7 @@ from osmosis_harbor.backend.tracker import RolloutState, RolloutTracker
 from osmosis_harbor.errors import SandboxLostError
 from osmosis_harbor.keys import KeyCustody
 from osmosis_harbor.sandbox import live
+from osmosis_harbor.sandbox.guard import GuardSession, guard_scope
 from osmosis_harbor.sandbox.head_start import head_start_scope
 from osmosis_harbor.sandbox.liveness import loss_scope
 from osmosis_harbor.sandbox.relay_record import RelayRecord
@@ -130,13 +131,13 @@ class TrialRunner:
             state = self.tracker.get(request.id)
             if state is not None and state.cancel_requested:
                 return cancelled(extra)
-            result, trial_dir, extra = await self._attempts(attempt, trial_dir, state, extra)
+            result, trial_dir, extra, guard = await self._attempts(attempt, trial_dir, state, extra)
             if isinstance(result, ExecutionOutcome):
                 return result
             if await asyncio.to_thread(self.custody.seal, trial_dir):  # before anything reads the trial
                 extra = {**extra, "trial_dir_removed": "the trial could not be scrubbed of the API key"}
             # The trial dir holds what the sandbox wrote: read it off the event loop.
-            outcome = await asyncio.to_thread(self._outcome, attempt, result, trial_dir, extra)
+            outcome = await asyncio.to_thread(self._outcome, attempt, result, trial_dir, extra, guard)
             succeeded = outcome.result.status is RolloutStatus.SUCCESS
             return outcome
         finally:  # every other ending too: cancelled, refused, our own task cancelled
@@ -153,10 +154,11 @@ class TrialRunner:
 
     async def _attempts(
         self, attempt: Attempt, trial_dir: Path, state: RolloutState | None, extra: dict[str, Any]
-    ) -> tuple[TrialResult | ExecutionOutcome, Path, dict[str, Any]]:
+    ) -> tuple[TrialResult | ExecutionOutcome, Path, dict[str, Any], GuardSession | None]:
         """Run the trial, and again on a fresh sandbox after each infrastructure failure.
         Returns the last result (or the outcome that ended the rollout), its trial directory,
-        and the extra fields recording the attempts."""
+        the extra fields recording the attempts, and the last attempt's verifier guard (None
+        when its tests do not run in the agent's sandbox)."""
         failed: dict[str, list[dict[str, str]]] = {}
         retries = 0
         config = attempt.config
@@ -167,7 +169,8 @@ class TrialRunner:
                 if attempt.relay is not None:
                     attempt.relay.clear()  # this attempt's calls only
                 turn = _Turn(lease, priority, retries < self.infra_retries, attempt.relay)
-                result = await self._submit(config, state, extra, turn, head_start=_head_start(attempt))
+                guard = GuardSession(attempt.plan.guard) if attempt.plan.guard is not None else None
+                result = await self._submit(config, state, extra, turn, head_start=_head_start(attempt), guard=guard)
                 failure = _infra_failure(result, attempt.relay)
                 if failure is None or retries >= self.infra_retries:
                     break
@@ -175,13 +178,13 @@ class TrialRunner:
                 failed.setdefault(failure[0], []).append({"trial_name": config.trial_name, "error": failure[1]})
                 if state is not None and state.cancel_requested:  # cancelled between attempts
                     await asyncio.to_thread(shutil.rmtree, trial_dir, True)
-                    return cancelled({**extra, **failed}), trial_dir, extra
+                    return cancelled({**extra, **failed}), trial_dir, extra, None
                 config, trial_dir = await self._fresh_attempt(attempt, config, trial_dir)
                 extra = {**extra, "trial_name": config.trial_name}
                 priority = Priority.RETRY  # the lease was requeued as the failed trial ended
         finally:
             lease.release()
-        return result, trial_dir, {**extra, "attempts": retries + 1, **failed}
+        return result, trial_dir, {**extra, "attempts": retries + 1, **failed}, guard
 
     async def _submit(
         self,
@@ -191,6 +194,7 @@ class TrialRunner:
         turn: _Turn,
         *,
         head_start: bool = False,
+        guard: GuardSession | None = None,
     ) -> TrialResult | ExecutionOutcome:
         """One trial through the user's queue: its result, or the outcome that ends the rollout
         (cancelled, or a trial Harbor could not create). Waiting for a gate slot is part of the
@@ -203,6 +207,7 @@ class TrialRunner:
             starts_scope(self.starts),
             loss_scope() as losses,
             head_start_scope(head_start) as head,
+            guard_scope(guard),
         ):
             trial = asyncio.ensure_future(self._gated(config, turn, losses))
         if state is not None:
@@ -272,7 +277,7 @@ class TrialRunner:
         return config.model_copy(update={"trial_name": name}), fresh
 
     def _outcome(
-        self, attempt: Attempt, result: TrialResult, trial_dir: Path, extra: dict[str, Any]
+        self, attempt: Attempt, result: TrialResult, trial_dir: Path, extra: dict[str, Any], guard: GuardSession | None
     ) -> ExecutionOutcome:
         request = attempt.request
         agent_sample: Any = ...
@@ -294,4 +299,5 @@ class TrialRunner:
             agent_sample=agent_sample,
             agent_deadline_sec=None if attempt.native_agent else agent_timeout_budget(request.agent_timeout_sec),
             relay=attempt.relay.report() if attempt.relay is not None else None,
+            guard=guard,
         )

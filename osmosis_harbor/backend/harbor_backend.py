@@ -41,9 +41,10 @@ from osmosis_harbor.backend.plan import Planner, Refusal, RolloutPlan
 from osmosis_harbor.backend.tracker import TERMINAL, RolloutTracker
 from osmosis_harbor.bundle import BundleInfo, build_bundle, inspect_bundle
 from osmosis_harbor.credentials import CredentialStore, credentials_scope
-from osmosis_harbor.errors import BundleError, OsmosisHarborError, TaskResolutionError
+from osmosis_harbor.errors import BundleError, OsmosisHarborError, TaskResolutionError, VerifierGuardError
 from osmosis_harbor.keys import KeyCustody, default_trials_dirs, sweep_unscrubbed
 from osmosis_harbor.prewarm import PrewarmReport, ProgressCallback
+from osmosis_harbor.sandbox.guard import add_guard_hooks
 from osmosis_harbor.sandbox.live import sandboxes_scope
 from osmosis_harbor.sandbox.registry import implementation
 from osmosis_harbor.sandbox.relay import PolicyRelay, RelayRegistration
@@ -89,6 +90,7 @@ class HarborBackend(ExecutionBackend):
             )
         _preload_model_client()
         self.tracker = RolloutTracker(options.orchestrator)
+        add_guard_hooks(options.orchestrator)  # where each trial's agent phase begins and ends
         self.lifecycle = BackendLifecycle(
             options,
             bundle=self.bundle,
@@ -169,6 +171,8 @@ class HarborBackend(ExecutionBackend):
         except asyncio.CancelledError:
             self.tracker.finish(request.id, RolloutStatus.CANCELLED, error="cancelled")
             raise
+        except VerifierGuardError as exc:  # the deployment cannot guard a verifier (no compiler, say)
+            outcome = refused(str(exc), {"failed_phase": "task"}, RolloutErrorCategory.INTERNAL_ERROR)
         except OsmosisHarborError as exc:  # bad input found while preparing (e.g. an empty prompt)
             outcome = refused(str(exc), {"failed_phase": "task"})
         except Exception as exc:  # a bug: the server reports it; the status must not stay "queued"

@@ -40,6 +40,7 @@ from osmosis_harbor.errors import (
     recorded_error,
 )
 from osmosis_harbor.sandbox.contract_files import FileKind, read_json
+from osmosis_harbor.sandbox.guard import GuardSession
 from osmosis_harbor.sandbox.relay_record import RelayReport
 from osmosis_harbor.shim import contract
 from osmosis_harbor.tasks.dockerfile import INCOMPATIBLE_IMAGE_MARKER
@@ -205,6 +206,7 @@ def build_outcome(
     agent_sample: Any = ...,
     agent_deadline_sec: float | None = None,
     relay: RelayReport | None = None,
+    guard: GuardSession | None = None,
 ) -> ExecutionOutcome:
     """Read ``trial_dir`` and ``result`` into the outcome the osmosis server expects.
 
@@ -212,7 +214,9 @@ def build_outcome(
     come from their trajectory). ``agent_deadline_sec``: the deadline the host gave the
     shim (``OSMOSIS_AGENT_TIMEOUT_SEC``), the only one under which a workflow's own
     ``timeout`` is believed. ``relay``: what the policy relay refused of the rollout's calls.
-    Reads files a sandbox wrote: call it off the event loop."""
+    ``guard``: the trial's verifier guard, whose finding that the verifier's environment was
+    tampered with is the host's, whatever Harbor recorded. Reads files a sandbox wrote: call it
+    off the event loop."""
     reading = read_trial(result, trial_dir)
     extra: dict[str, Any] = {**base_extra, "timings_sec": reading.timings_sec, "reward_source": str(reward_source)}
     if relay is not None and (relayed := relay.extra_fields()):
@@ -269,15 +273,28 @@ def build_outcome(
             )
         )
     workflow = ExecutionResult(status=RolloutStatus.SUCCESS, sample=agent_sample, extra_fields=extra)
+    guard_metrics = guard.metrics() if guard is not None else {}
+    if guard is not None and guard.tampered is not None:  # reward 0: the workflow's own doing
+        forfeited = _with_metrics(agent_sample or RolloutSample(), guard_metrics).model_copy(update={"reward": 0.0})
+        extra = {**extra, "failed_phase": Phase.VERIFIER.value}
+        return ExecutionOutcome(
+            workflow=workflow,
+            grader=_failure(str(guard.tampered), RolloutErrorCategory.AGENT_ERROR, forfeited, extra),
+        )
     if lost_in_grading:  # the grading failed; the workflow's outputs were judged above, as always
         extra["failed_phase"] = phase
         lost = _failure(_lost_message(result, phase), RolloutErrorCategory.INTERNAL_ERROR, agent_sample, extra)
         return ExecutionOutcome(workflow=workflow, grader=lost)
     if reward_source == RewardSource.NONE:
         return ExecutionOutcome(workflow=workflow)
-    return ExecutionOutcome(
-        workflow=workflow, grader=_graded(reading, focus, exc_type, reward_source, label, agent_sample, extra)
-    )
+    graded = _graded(reading, focus, exc_type, reward_source, label, agent_sample, extra)
+    if guard_metrics and graded.sample is not None:
+        graded = graded.model_copy(update={"sample": _with_metrics(graded.sample, guard_metrics)})
+    return ExecutionOutcome(workflow=workflow, grader=graded)
+
+
+def _with_metrics(sample: RolloutSample, metrics: dict[str, float]) -> RolloutSample:
+    return sample.model_copy(update={"metrics": {**sample.metrics, **metrics}}) if metrics else sample
 
 
 def _graded(

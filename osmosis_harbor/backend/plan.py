@@ -35,6 +35,7 @@ from osmosis_harbor.backend.options import BackendOptions
 from osmosis_harbor.backend.outcome import RewardSource
 from osmosis_harbor.bundle.info import BundleInfo
 from osmosis_harbor.errors import ConfigError
+from osmosis_harbor.sandbox.guard import GuardPlan, guard_binary
 from osmosis_harbor.sandbox.options import SandboxOptions
 from osmosis_harbor.tasks.dockerfile import EnvironmentPatch
 from osmosis_harbor.tasks.materialize import MaterializedTask, prepare_task, stage_rollout
@@ -42,6 +43,7 @@ from osmosis_harbor.tasks.prepared import PreparedCopies
 from osmosis_harbor.tasks.prompt import render_prompt
 from osmosis_harbor.tasks.refs import ResolvedTask, TaskMode
 from osmosis_harbor.tasks.verifier import task_step_names
+from osmosis_harbor.tasks.verifier_allowance import guard_plan
 
 __all__ = ["GRADE_SCRIPT", "Planner", "Refusal", "RolloutPlan"]
 
@@ -56,6 +58,7 @@ class RolloutPlan:
     steps: tuple[str, ...]
     reward_source: RewardSource
     claims_pool: bool  # prewarm made this task's group pool: the trial claims from it
+    guard: GuardPlan | None = None  # the task's tests run in the agent's sandbox, under the guard
 
     @property
     def grader_verifies(self) -> bool:
@@ -109,7 +112,12 @@ class Planner:
                 "grader or add tests to the task (or send grade=false)",
                 {"failed_phase": "task"},
             )
-        return RolloutPlan(task=task, steps=steps, reward_source=source, claims_pool=self._pooled(task.task_id))
+        guard = None
+        if source is RewardSource.TASK_TESTS:
+            guard = guard_plan(task.path, native_agent=self.options.is_native)
+        return RolloutPlan(
+            task=task, steps=steps, reward_source=source, claims_pool=self._pooled(task.task_id), guard=guard
+        )
 
     def _reward_source(self, task: ResolvedTask, steps: tuple[str, ...], *, graded: bool) -> RewardSource | None:
         if not graded:
@@ -154,8 +162,15 @@ class Planner:
         with the grader as verifier, the generated tests and the grader's installer."""
         patch = None
         if self.bundle is not None and self.options.patch_dockerfile_with_sdk:
+            guard = None
+            if grade_command is None and guard_plan(task.path, native_agent=False) is not None:
+                guard = guard_binary(SandboxOptions.of(self.environment).platform)  # baked: no upload per trial
             patch = EnvironmentPatch(
-                requirements=list(self.bundle.dependencies), wheel=self.bundle.wheel, bundle_key=self.bundle.key
+                requirements=list(self.bundle.dependencies),
+                wheel=self.bundle.wheel,
+                bundle_key=self.bundle.key,
+                guard=guard.path if guard else None,
+                guard_sha256=guard.sha256 if guard else None,
             )
         copy = prepare_task(
             task,

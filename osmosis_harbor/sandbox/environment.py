@@ -68,6 +68,8 @@ from osmosis_harbor.sandbox.downloads import HarborPath, fetch_archive
 from osmosis_harbor.sandbox.exec_archives import ExecArchives
 from osmosis_harbor.sandbox.exec_records import ExecRecords
 from osmosis_harbor.sandbox.filtered import FilteredDownloads
+from osmosis_harbor.sandbox.guard.environment import GuardedExecs, baked_guard
+from osmosis_harbor.sandbox.guard.session import current_guard
 from osmosis_harbor.sandbox.image_resolution import ImageResolution, declares_baked_layout
 from osmosis_harbor.sandbox.loss_detection import LossDetection
 from osmosis_harbor.sandbox.options import DEFAULT_PLATFORM, IMPORT_PATH, SandboxOptions
@@ -97,6 +99,7 @@ class SandboxEnvironment(
     ImageResolution,
     DefaultBounds,
     ExecRecords,
+    GuardedExecs,
     SkypilotEnvironment,
 ):
     """Harbor's SkyPilot sandbox environment over a selectable ``sky.sandbox`` SDK."""
@@ -166,6 +169,7 @@ class SandboxEnvironment(
         self._scope: list[str] | None = None  # the paths the running preparation command touches
         # The registry of whoever submitted this trial (a backend's, a validation run's).
         self._sandboxes = live.current()
+        self._guard = None
         BaseEnvironment.__init__(
             self,
             environment_dir=environment_dir,
@@ -180,6 +184,9 @@ class SandboxEnvironment(
             self.task_env_config.docker_image and not self._dockerfile_path.is_file()
         )
         self._sandbox_name = _sanitize_dns_name(f"hb-{session_id}")
+        # The verifier guard of the trial, for its agent's sandbox (a separate verifier's needs none).
+        self._guard = current_guard() if self.loss_role == "agent" else None
+        self._guard_baked = baked_guard(self._dockerfile_path) if self._guard is not None else None
         if self._pool_base and not self._generic_pool:
             self._pool = pool_name_for(self._pool_base, self.group_key)
 
@@ -234,6 +241,8 @@ class SandboxEnvironment(
         timeout_sec: int | None = None,
         user: str | int | None = None,
     ) -> ExecResult:
+        if await self._guard_took(command, self._resolve_user(user)):
+            return ExecResult(stdout="", stderr="", return_code=0)
         if self._skip_preparation(command, self._resolve_user(user)):
             return ExecResult(stdout="", stderr="", return_code=0)
         async with self._command():

@@ -56,12 +56,14 @@ RECORD_GRACE_SEC = 30.0
 
 # $1: the record dir; $2: records already read, to remove; $3: the bound; then the command's
 # argv. Each stream keeps its last $3 bytes only (tail -c), so a command printing gigabytes writes
-# no more than that to the sandbox's disk. A record that cannot be made runs the command
+# no more than that to the sandbox's disk. The command does not inherit fd 3 (the stdout pipe's
+# second handle): a service it leaves behind with its own streams redirected must not hold the
+# pipe open, or the exec would wait for it. A record that cannot be made runs the command
 # unrecorded (a read fault then loses the sandbox, as before).
 _WRAPPER = (
     'd=$1; old=$2; b=$3; shift 3; for o in $old; do rm -rf "' + RECORDS_DIR + '/$o"; done; '
     '{ mkdir -p "$d" && : >"$d/out" && : >"$d/err"; } 2>/dev/null || exec "$@"; '
-    '{ { "$@"; echo "$?" >"$d/rc.part"; } 2>&1 1>&3 | tail -c "$b" >"$d/err"; } 3>&1 | tail -c "$b" >"$d/out"; '
+    '{ { "$@" 3>&-; echo "$?" >"$d/rc.part"; } 2>&1 1>&3 | tail -c "$b" >"$d/err"; } 3>&1 | tail -c "$b" >"$d/out"; '
     'rc=$(cat "$d/rc.part" 2>/dev/null) || rc=1; mv -f "$d/rc.part" "$d/rc"; '
     'cat "$d/out"; cat "$d/err" >&2; exit "$rc"'
 )

@@ -59,6 +59,7 @@ LIFECYCLE = "sandbox/sandbox_lifecycle.py"
 BOUNDS = "sandbox/bounds.py"
 PREPARATION = "sandbox/preparation.py"
 EXEC_RECORDS = "sandbox/exec_records.py"
+GUARD = "sandbox/guard/environment.py"
 OVR, C, R, S, K = Use.OVERRIDE, Use.CALL, Use.READ, Use.SET, Use.COPY
 
 
@@ -153,10 +154,13 @@ SURFACE: tuple[HarborName, ...] = (
         "_dispatch_exec",
         "(self, argv, *, workdir, timeout_seconds, env)",
         (OVR, C),
-        EXEC_RECORDS,
-        "each exec under a record in the sandbox, re-read after an API fault on its result",
+        f"{EXEC_RECORDS}, {GUARD}",
+        "each exec under a record in the sandbox, re-read after an API fault on its result; every argv of a "
+        "guarded agent phase behind the verifier guard's drop, and the guard's own commands sent as they are",
     ),
-    HarborName(SKY, "_drain_stream", "(stream)", (C,), EXEC_RECORDS, "a handle's stream as Harbor reads it"),
+    HarborName(
+        SKY, "_drain_stream", "(stream)", (C,), f"{EXEC_RECORDS}, {GUARD}", "a handle's stream as Harbor reads it"
+    ),
     HarborName(SKY, "_write_remote_bytes", "(self, data, remote_path)", (OVR, C), ENV, "lost sandboxes"),
     HarborName(SKY, "_read_remote_bytes", "(self, remote_path)", (OVR, C), ENV, "lost sandboxes"),
     HarborName(SKY, "upload_dir", "(self, source_dir, target_dir)", (OVR, C), ENV, "archive capability, when offered"),
@@ -196,7 +200,8 @@ SURFACE: tuple[HarborName, ...] = (
         "(self)",
         (K,),
         PREPARATION,
-        "REMOVE_REWARDS_COMMAND, skipped on a fresh dir (tests/test_transfers.py compares the two)",
+        "REMOVE_REWARDS_COMMAND, skipped on a fresh dir (tests/test_transfers.py compares the two), and "
+        "answered by the verifier guard's check, which empties /logs/verifier",
     ),
     # ── module-level helpers ─────────────────────────────────────────────────────────────────
     HarborName(

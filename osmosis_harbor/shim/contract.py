@@ -35,6 +35,10 @@ WHEELS_DIR = f"{BUNDLE_ROOT}/wheels"
 CONTAINER_REQUIREMENTS = f"{BUNDLE_ROOT}/requirements.txt"  # baked into the image by the Dockerfile patch
 # The key of the bundle baked into the image (one line): a trial checks it instead of installing.
 BUNDLE_MARKER = f"{BUNDLE_ROOT}/bundle.id"
+# The verifier guard baked into the image (osmosis_harbor/sandbox/guard), and its bytes' sha256
+# after this comment in the patched Dockerfile; without it, the host uploads the guard.
+GUARD_PATH = f"{BUNDLE_ROOT}/guard"
+BAKED_GUARD_COMMENT = "# osmosis-harbor baked guard: "
 
 # ── files the shim writes (under agent/ and verifier/) ───────────────────────
 SAMPLE_FILENAME = "sample.json"

@@ -33,6 +33,7 @@ __all__ = [
 
 REQUIREMENTS_FILENAME = "osmosis-requirements.txt"  # in environment/, next to the Dockerfile
 BUNDLE_DIRNAME = "osmosis-bundle"  # in environment/: the bundle wheel the image bakes in
+GUARD_FILENAME = "osmosis-guard"  # in BUNDLE_DIRNAME: the verifier guard baked in with it
 PATCH_BEGIN = "# >>> osmosis-harbor: bundle dependencies (generated; do not edit) >>>"
 PATCH_END = "# <<< osmosis-harbor: bundle dependencies <<<"
 BAKED_BUNDLE_COMMENT = contract.BAKED_BUNDLE_COMMENT  # + the key; what baked_bundle() reads back
@@ -54,6 +55,9 @@ class EnvironmentPatch(BaseModel):
     python: str = "python3"
     wheel: Path | None = None
     bundle_key: str | None = None
+    # The verifier guard baked in beside the bundle (``sandbox/guard``), with its sha256.
+    guard: Path | None = None
+    guard_sha256: str | None = None
 
     @model_validator(mode="after")
     def _bundle(self) -> EnvironmentPatch:
@@ -63,6 +67,10 @@ class EnvironmentPatch(BaseModel):
             raise ValueError(f"wheel must be a .whl file named with plain characters, got {self.wheel.name!r}")
         if self.bundle_key is not None and not _SAFE_KEY.match(self.bundle_key):
             raise ValueError(f"bundle_key must be letters, digits, '.', '_' or '-', got {self.bundle_key!r}")
+        if (self.guard is None) != (self.guard_sha256 is None) or (self.guard is not None and self.wheel is None):
+            raise ValueError("guard and guard_sha256 go together, and only with a baked bundle")
+        if self.guard_sha256 is not None and not _SAFE_KEY.match(self.guard_sha256):
+            raise ValueError(f"guard_sha256 must be hex, got {self.guard_sha256!r}")
         return self
 
     @field_validator("requirements")
@@ -164,7 +172,7 @@ def patch_environment(env_dir: Path, patch: EnvironmentPatch) -> bool:
     ]
     text = base + "\n\n" + "\n".join(block) + "\n"
     _write_if_changed(env_dir / REQUIREMENTS_FILENAME, "".join(f"{r}\n" for r in patch.requirements))
-    _stage_wheel(env_dir, patch.wheel)
+    _stage_wheel(env_dir, patch.wheel, patch.guard)
     _allow_in_dockerignore(env_dir, [REQUIREMENTS_FILENAME, *([BUNDLE_DIRNAME] if patch.wheel else [])])
     if text != original:
         write_file(dockerfile, text)
@@ -205,15 +213,22 @@ def _bundle_lines(patch: EnvironmentPatch) -> list[str]:
         f"--no-cache-dir {wheel} && echo {patch.bundle_key} > {contract.BUNDLE_MARKER} && "
         f"rm -rf {logs} && mkdir -p {logs} {contract.ROLLOUT_INPUT_DIR} && chmod 777 {logs} && chmod 755 {contract.ROLLOUT_INPUT_DIR}"
     )
+    guard = []
+    if patch.guard is not None:
+        guard = [
+            f"COPY {BUNDLE_DIRNAME}/{GUARD_FILENAME} {contract.GUARD_PATH}",
+            f"{contract.BAKED_GUARD_COMMENT}{patch.guard_sha256}",
+        ]
     return [
         f"COPY {BUNDLE_DIRNAME}/{patch.wheel.name} {wheel}",
+        *guard,
         f"RUN {run}",
         f"{BAKED_BUNDLE_COMMENT}{patch.bundle_key}",
     ]
 
 
-def _stage_wheel(env_dir: Path, wheel: Path | None) -> None:
-    """``environment/osmosis-bundle/`` holds exactly the baked wheel (nothing when none is)."""
+def _stage_wheel(env_dir: Path, wheel: Path | None, guard: Path | None = None) -> None:
+    """``environment/osmosis-bundle/`` holds exactly the baked wheel and guard (nothing when none is)."""
     staged = env_dir / BUNDLE_DIRNAME
     if staged.is_symlink() or (staged.exists() and not staged.is_dir()):
         staged.unlink()
@@ -221,14 +236,17 @@ def _stage_wheel(env_dir: Path, wheel: Path | None) -> None:
         shutil.rmtree(staged, ignore_errors=True)
         return
     staged.mkdir(exist_ok=True)
+    keep = {wheel.name} | ({GUARD_FILENAME} if guard is not None else set())
     for other in staged.iterdir():  # an earlier bundle's wheel would change the hash
         if other.is_dir() and not other.is_symlink():
             shutil.rmtree(other)
-        elif other.name != wheel.name or other.is_symlink():
+        elif other.name not in keep or other.is_symlink():
             other.unlink()
-    target = staged / wheel.name
-    if not (target.is_file() and target.read_bytes() == wheel.read_bytes()):
-        shutil.copyfile(wheel, target)
+    for source, target in ((wheel, staged / wheel.name), (guard, staged / GUARD_FILENAME)):
+        if source is not None and not (target.is_file() and target.read_bytes() == source.read_bytes()):
+            shutil.copyfile(source, target)
+    if guard is not None:
+        (staged / GUARD_FILENAME).chmod(0o755)  # COPY keeps the mode: the guard runs from the image
 
 
 def _allow_in_dockerignore(env_dir: Path, names: list[str]) -> None:

@@ -3,6 +3,7 @@ running the Osmosis grader, and a verifier isolated from the agent's sandbox."""
 
 from __future__ import annotations
 
+import copy
 import functools
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -10,7 +11,14 @@ from typing import Any
 from osmosis_harbor.shim import contract
 from osmosis_harbor.tasks.files import write_file
 
-__all__ = ["agent_workdir", "generated_test_sh", "isolate_verifier", "task_step_names"]
+__all__ = [
+    "agent_workdir",
+    "generated_test_sh",
+    "isolate_verifier",
+    "task_metadata",
+    "task_step_names",
+    "verifies_in_agent_sandbox",
+]
 
 GRADING_INPUT_FILENAME = contract.GRADING_INPUT_FILENAME
 
@@ -34,6 +42,18 @@ def _config_of(task_dir: Path) -> Any:
 def task_step_names(task_dir: Path) -> list[str]:
     """The ``[[steps]]`` of a multi-step task, in order (empty for a single-step task)."""
     return [step.name for step in _config_of(task_dir).steps or []]
+
+
+def verifies_in_agent_sandbox(task_dir: Path) -> bool:
+    """Whether any of the task's verifications runs in the agent's sandbox (Harbor's ``shared``)."""
+    from harbor.models.task.verifier_mode import task_has_any_shared_verifier
+
+    return bool(task_has_any_shared_verifier(_config_of(task_dir)))
+
+
+def task_metadata(task_dir: Path) -> dict[str, Any]:
+    """The task's ``[metadata]`` table (a copy: the parsed config is shared)."""
+    return copy.deepcopy(_config_of(task_dir).metadata)
 
 
 def agent_workdir(task_dir: Path) -> str | None:

@@ -28,12 +28,14 @@ from pydantic import BaseModel
 
 from osmosis_harbor import settings
 from osmosis_harbor.errors import ConfigError, DatasetError
+from osmosis_harbor.sandbox.guard import Allowance, GuardPlan, GuardSession, add_guard_hooks, guard_scope
 from osmosis_harbor.sandbox.images import local_image_labels
 from osmosis_harbor.sandbox.live import LiveSandboxes, sandboxes_scope
 from osmosis_harbor.sandbox.options import SandboxOptions, environment_label
 from osmosis_harbor.sandbox.starts import SandboxStarts, starts_scope
 from osmosis_harbor.tasks import harbor_fastpaths
 from osmosis_harbor.tasks.discovery import TaskRef, check_task
+from osmosis_harbor.tasks.verifier_allowance import guard_plan, save_recorded
 from osmosis_harbor.trials.explain import explain
 from osmosis_harbor.trials.job import write_job_dir
 from osmosis_harbor.trials.naming import trial_name
@@ -99,6 +101,20 @@ def _row_for_result(task: TaskRef, result, trial_dir: Path, keep: bool, agent: s
     )
 
 
+def _guard_verdict(task: TaskRef, row: TaskValidation, guard: GuardSession) -> None:
+    """The guard's word on a validated task: a tampered verifier environment fails it (with
+    ``nop``, a test that passes an untouched sandbox is caught either way); a passing oracle run
+    records what its solution changed and left listening as the task's allowance."""
+    if guard.tampered is not None:
+        row.passed, row.failed_phase, row.error = False, Phase.VERIFIER.value, str(guard.tampered)
+        return
+    if guard.plan.record_allowance and row.passed and guard.checks:
+        recorded = Allowance()
+        for check in guard.checks:
+            recorded = recorded.merged(Allowance.recorded(check.report))
+        save_recorded(task.path, recorded)
+
+
 async def validate_tasks(
     tasks: Sequence[TaskRef],
     *,
@@ -137,12 +153,15 @@ async def validate_tasks(
     root.mkdir(parents=True, exist_ok=True)
     rows: dict[str, TaskValidation] = {}
     runnable: list[tuple[TaskRef, TrialConfig]] = []
+    guards: dict[str, GuardPlan | None] = {}
     findings = lint_dataset(list(tasks), lint)
     for task in tasks:
         try:
             check_task(task)
             if lint == LintMode.STRICT:
                 refuse_lint_errors(task, findings[task.id])
+            # Harbor's oracle and nop are native agents; the oracle's run records the allowance.
+            guards[task.id] = guard_plan(task.path, native_agent=True, record=agent == "oracle")
         except DatasetError as exc:
             rows[task.id] = TaskValidation(id=task.id, passed=False, failed_phase=Phase.TASK.value, error=str(exc))
             notify(task.id, "invalid")
@@ -174,11 +193,15 @@ async def validate_tasks(
     queue = TrialQueue(n_concurrent=max(1, n_concurrent))
     for event, stage in stages.items():
         queue.add_hook(event, hook_for(stage))
+    add_guard_hooks(queue)
 
     async def run_one(task: TaskRef, config: TrialConfig) -> None:
         trial_dir = root / config.trial_name
+        plan = guards.get(task.id)
+        guard = GuardSession(plan) if plan is not None else None
         try:
-            result = await queue.submit(config)
+            with guard_scope(guard):
+                result = await queue.submit(config)
         except Exception as exc:  # Trial.create errors escape the queue's coroutine
             rows[task.id] = TaskValidation(
                 id=task.id,
@@ -189,6 +212,8 @@ async def validate_tasks(
         else:
             # Reading the trial's output files is file work: off the event loop.
             rows[task.id] = await asyncio.to_thread(_row_for_result, task, result, trial_dir, keep_trials, agent)
+            if guard is not None:
+                await asyncio.to_thread(_guard_verdict, task, rows[task.id], guard)
         notify(task.id, "passed" if rows[task.id].passed else "failed")
 
     impl = SandboxOptions.of(environment).impl

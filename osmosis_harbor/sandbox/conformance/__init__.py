@@ -44,6 +44,7 @@ from osmosis_harbor.sandbox.conformance import privilege_checks  # noqa: F401
 from osmosis_harbor.sandbox.conformance import pool_checks  # noqa: F401
 from osmosis_harbor.sandbox.conformance import environment_checks  # noqa: F401
 from osmosis_harbor.sandbox.conformance import assumption_checks  # noqa: F401
+from osmosis_harbor.sandbox.conformance import guard_checks  # noqa: F401
 
 # isort: on
 from osmosis_harbor.errors import ConfigError

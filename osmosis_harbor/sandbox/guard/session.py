@@ -1,0 +1,136 @@
+"""One trial's verifier guard: its plan, where its agent phase stands, and what its checks found.
+
+Whoever submits a trial whose task's tests run in the agent's sandbox (a backend, a validation
+run) opens a `guard_scope` around it; the trial's agent environment finds the session there, and
+Harbor's ``AGENT_START`` / ``VERIFICATION_START`` hooks (``add_guard_hooks``) move its phase: from
+the first agent command on, every command goes through the guard's ``drop`` (the downloads of the
+agent's outputs after its run too: the agent's processes still live then); once verification
+starts, the next command first runs the check. The session is plain state; the commands are the
+environment's (``environment.GuardedExecs``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from harbor.trial.hooks import TrialEvent, TrialHookEvent
+
+from osmosis_harbor.errors import VerifierTamperedError
+from osmosis_harbor.sandbox.guard.allowance import Allowance, Verdict
+from osmosis_harbor.sandbox.guard.report import GuardReport
+
+__all__ = ["GuardCheck", "GuardPlan", "GuardSession", "Phase", "add_guard_hooks", "current_guard", "guard_scope"]
+
+
+@dataclass(frozen=True)
+class GuardPlan:
+    """What the guard of one trial enforces, decided by whoever submits it."""
+
+    allowance: Allowance = Allowance()
+    # A workflow's exec has ended when its phase does: anything still running was left behind
+    # on purpose. A native agent's harness keeps its terminal session: killed, never blamed.
+    processes_are_tampering: bool = True
+    # validate's oracle run: keep every service the solution left listening, and let the check
+    # record what it saw as the task's allowance (``GuardCheck.report``).
+    record_allowance: bool = False
+
+
+class Phase(Enum):
+    FRESH = "fresh"  # no agent command has run: the sandbox is what the host made it
+    AGENT = "agent"  # the agent phase and after it, until verification: every command is marked
+    PENDING = "pending"  # verification starts: the next command first runs the check
+    VERIFIED = "verified"  # the check passed: the verifier's commands run as the host's own
+    TAMPERED = "tampered"
+
+
+@dataclass(frozen=True)
+class GuardCheck:
+    """One check: the verified report and its verdict."""
+
+    report: GuardReport
+    verdict: Verdict
+
+
+@dataclass
+class GuardSession:
+    """The guard state of one trial's agent sandbox (see the module docstring)."""
+
+    plan: GuardPlan
+    phase: Phase = Phase.FRESH
+    daemon_pid: int | None = None
+    key: bytes | None = None
+    record_id: str | None = None
+    recorded_since_check: bool = False  # the manifest is the toolchain as the last check left it
+    checks: list[GuardCheck] = field(default_factory=list)
+    tampered: VerifierTamperedError | None = None
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    def agent_starts(self) -> None:
+        if self.phase in (Phase.FRESH, Phase.VERIFIED, Phase.PENDING):
+            # PENDING: no command ran since verification started (the step's verifier had a
+            # sandbox of its own): the next check compares against the older record.
+            self.phase = Phase.AGENT
+
+    def verification_starts(self) -> None:
+        if self.phase is Phase.AGENT:
+            self.phase = Phase.PENDING
+
+    @property
+    def services_kept(self) -> int:
+        return max((check.verdict.kept for check in self.checks), default=0)
+
+    @property
+    def processes_killed(self) -> int:
+        return sum(check.verdict.killed for check in self.checks)
+
+    def metrics(self) -> dict[str, float]:
+        """What a rollout's sample carries about its guard (nothing when no check ran)."""
+        if not self.checks and self.tampered is None:
+            return {}
+        metrics = {"verifier_tampered": 1.0 if self.tampered is not None else 0.0}
+        if self.services_kept:
+            metrics["verifier_services_kept"] = float(self.services_kept)
+        if self.processes_killed:
+            metrics["verifier_killed_processes"] = float(self.processes_killed)
+        return metrics
+
+
+_SESSION: contextvars.ContextVar[GuardSession | None] = contextvars.ContextVar("osmosis_harbor_guard", default=None)
+
+
+@contextlib.contextmanager
+def guard_scope(session: GuardSession | None) -> Iterator[GuardSession | None]:
+    """``session`` guards the trial submitted inside (its task inherits the scope); None: unguarded."""
+    token = _SESSION.set(session)
+    try:
+        yield session
+    finally:
+        _SESSION.reset(token)
+
+
+def current_guard() -> GuardSession | None:
+    return _SESSION.get()
+
+
+async def _agent_started(_event: TrialHookEvent) -> None:
+    if (session := current_guard()) is not None:
+        session.agent_starts()
+
+
+async def _verification_started(_event: TrialHookEvent) -> None:
+    if (session := current_guard()) is not None:
+        session.verification_starts()
+
+
+def add_guard_hooks(queue: Any) -> None:
+    """Make ``queue``'s trials tell their guard where the agent phase and verification begin
+    (Harbor emits the hooks in the trial's own task, where its `guard_scope` is visible). Adding
+    them twice is harmless: each move is made once."""
+    queue.add_hook(TrialEvent.AGENT_START, _agent_started)
+    queue.add_hook(TrialEvent.VERIFICATION_START, _verification_started)
