@@ -138,6 +138,16 @@ def _child(spec: ServerSpec, conn: Connection) -> None:
     conn.send(("stopped", None))
 
 
+def _thread_cpu_sec(task: Path) -> float:
+    """One thread's CPU seconds: ``schedstat``'s run time (ns) where the kernel keeps it,
+    else utime + stime in clock ticks."""
+    try:
+        return int((task / "schedstat").read_text().split()[0]) / 1e9
+    except FileNotFoundError:
+        fields = _stat_fields(task / "stat")
+        return (int(fields[11]) + int(fields[12])) / _TICKS
+
+
 def _stat_fields(stat: Path) -> list[str]:
     """A /proc ``stat`` line's fields after the command name (which may hold spaces and
     parentheses): index 11 is utime, 12 stime, 13 and 14 the waited-for children's."""
@@ -196,19 +206,23 @@ class ServerProcess:
         return sum(int(f) for f in fields[11:15]) / _TICKS
 
     async def cpu_by_thread(self) -> dict[str, float]:
-        """CPU seconds (utime + stime) of each of the child's live threads, summed per thread
-        family: the name ``threading`` gave it without its number (``asyncio_3`` is the event
-        loop's default executor, ``osmosis-docker-sdk_2`` the Docker SDK's pool). /proc names
-        every thread ``python``, so the names come from the child."""
+        """CPU seconds of each of the child's live threads, summed per thread family: the name
+        ``threading`` gave it without its number (``asyncio_3`` is the event loop's default
+        executor, ``osmosis-docker-sdk_2`` the Docker SDK's pool). /proc names every thread
+        ``python``, so the names come from the child.
+
+        A thread's run time comes from ``schedstat`` in nanoseconds: ``stat``'s utime + stime
+        are whole clock ticks per thread, so a family of many threads that each ran under 10 ms
+        (the Docker SDK's pool at low load) read as zero however much they ran together."""
         names: dict[int, str] = await self.ask("threads")
         spent: defaultdict[str, float] = defaultdict(float)
         for task in Path(f"/proc/{self.pid}/task").iterdir():
             try:
-                fields = _stat_fields(task / "stat")
+                seconds = _thread_cpu_sec(task)
             except OSError:  # ended since the listing
                 continue
             family = _THREAD_NUMBER.sub("", names.get(int(task.name), "other"))
-            spent[family] += (int(fields[11]) + int(fields[12])) / _TICKS
+            spent[family] += seconds
         return dict(spent)
 
     def rss_mib(self) -> float:
