@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from osmosis_harbor.sandbox import emulator as sky
-from osmosis_harbor.sandbox.emulator.server import read_state
-from osmosis_harbor.sandbox.liveness import sandbox_state
+from osmosis_harbor.sandbox.emulator.server.process import read_state
+from osmosis_harbor.sandbox.sdk.liveness import sandbox_state
 
 from .emulator_support import (
     EmulatorServer,
