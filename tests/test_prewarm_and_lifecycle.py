@@ -20,7 +20,6 @@ from osmosis_ai.rollout.types import RolloutErrorCategory, RolloutStatus
 from osmosis_harbor.backend import HarborBackend
 from osmosis_harbor.prewarm import PrewarmError
 from osmosis_harbor.sandbox import docker as docker_sdk
-from osmosis_harbor.sandbox.images.builds import BUILD_COORDINATOR
 from osmosis_harbor.testing.scripted_policy import FakeChatServer
 
 from .rollout_server import client_for, serve
@@ -91,8 +90,8 @@ async def test_prewarm_groups_builds_once_and_reuses(tmp_path: Path, sandbox_sdk
     assert {s for _, s in stages} >= {"image", "setup", "done"}
     # a second backend (as a new process would) builds nothing: every image is reused
     again = backend_for(tmp_path, tasks_dir=dataset, task_mode="dataset", sdk=sandbox_sdk)
-    with BUILD_COORDINATOR.as_new_process() as stats:
-        second = await again.prewarm(ids)
+    second = await again.prewarm(ids)  # its own owner: it knows no image the first one built
+    stats = again.owner.builds.stats
     assert second.built == 0 and second.reused == 2 and stats.built == []
     assert managed_containers(owner_pid=os.getpid()) == []
     assert sandbox_sdk.sandboxes_left() == []
@@ -399,4 +398,4 @@ async def test_a_shutdown_with_a_claimed_member_removes_the_member_then_the_pool
     with pytest.raises(docker_sdk.PoolNotFoundError):
         docker_sdk.get_pool(pool)
     assert sandbox_sdk.sandboxes_left() == [] and managed_containers(owner_pid=os.getpid()) == []
-    assert [e for e in backend.lifecycle.sandboxes.ledger.entries() if e.name == pool] == []
+    assert [e for e in backend.owner.sandboxes.ledger.entries() if e.name == pool] == []

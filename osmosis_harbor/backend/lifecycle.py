@@ -38,8 +38,7 @@ from osmosis_harbor.prewarm import Prewarmer, PrewarmReport, ProgressCallback
 from osmosis_harbor.sandbox.ledger.leftovers import Leftover, reap_dead_owners
 from osmosis_harbor.sandbox.options import SandboxOptions, environment_label
 from osmosis_harbor.sandbox.owner import pools
-from osmosis_harbor.sandbox.owner.sandboxes import LiveSandboxes, sandboxes_scope
-from osmosis_harbor.sandbox.owner.starts import SandboxStarts, starts_scope
+from osmosis_harbor.sandbox.owner.context import SandboxOwner, owner_scope
 from osmosis_harbor.sandbox.sdk.registry import load_sandbox_sdk
 from osmosis_harbor.tasks.materialize import MaterializedTask
 from osmosis_harbor.tasks.refs import ResolvedTask, TaskMode
@@ -110,6 +109,7 @@ class BackendLifecycle:
         tracker: RolloutTracker,
         custody: KeyCustody,
         workspace: Workspace,
+        owner: SandboxOwner,
         planner: Callable[[], Planner],
     ) -> None:
         self.options = options
@@ -119,7 +119,7 @@ class BackendLifecycle:
         self.sandbox_options = SandboxOptions.of(environment_config)
         self.tracker = tracker
         self.custody = custody
-        self.sandboxes = LiveSandboxes()  # this backend's, never another's (sandboxes_scope)
+        self.owner = owner  # the backend's: its sandboxes, pools and start bound, never another's
         self.workspace = workspace
         self._planner = planner
         self.accepting = True
@@ -127,7 +127,6 @@ class BackendLifecycle:
         self.prewarm_report: PrewarmReport | None = None
         self.task_pools: dict[str, str] = {}
         self._shutdown_run: asyncio.Future[None] | None = None  # the one shutdown, once started
-        self.starts: SandboxStarts | None = None  # the backend's start bound, which prewarm keeps too
         self.autoscaler: PoolAutoscaler | None = None  # pool_size="auto": started after prewarm
         self.startup: BackgroundPrewarm | None = None  # a prewarm the server serves during
 
@@ -217,7 +216,7 @@ class BackendLifecycle:
         ids = self.default_prewarm_task_ids(task_ids)
         policy = AutoscalePolicy.from_settings()
         size, auto = pools.prewarm_size(pool_size, self.sandbox_options.pool_size, policy.min_size)
-        with starts_scope(self.starts), sandboxes_scope(self.sandboxes):
+        with owner_scope(self.owner):
             report = await Prewarmer(self, pool_size=size, on_progress=on_progress).run(ids)
         self.prewarm_report = report
         self.failed_prewarm_tasks.update(report.failed_tasks)
@@ -235,9 +234,9 @@ class BackendLifecycle:
             await self.autoscaler.stop()
             self.autoscaler = None
         names = sorted(set(self.task_pools.values()))
-        if not names or self.starts is None:
+        if not names or self.owner.starts is None:
             return
-        claims = self.starts.claims
+        claims = self.owner.starts.claims
         self.autoscaler = PoolAutoscaler(
             load_sandbox_sdk(self.sdk_name), names, lambda: claims, policy, initial_size=initial_size
         )
@@ -290,8 +289,8 @@ class BackendLifecycle:
         await asyncio.to_thread(self.custody.seal_all, ended)
         if self.autoscaler is not None:  # before the pools go: no resize races their deletion
             await self.autoscaler.stop()
-        problems = await self.sandboxes.terminate_all()
-        problems += await pools.delete(self.sandboxes, self.sdk_name, self.task_pools.values())
+        problems = await self.owner.close()
+        problems += await pools.delete(self.owner.sandboxes, self.sdk_name, self.task_pools.values())
         self.task_pools.clear()
         self.workspace.remove()
         for problem in problems:

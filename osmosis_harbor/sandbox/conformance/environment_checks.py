@@ -30,9 +30,8 @@ from osmosis_harbor.sandbox.conformance.core import (
 )
 from osmosis_harbor.sandbox.conformance.limit_checks import BOUNDS_SCRIPT, parse_bounds
 from osmosis_harbor.sandbox.environment.sandbox_environment import SandboxEnvironment
-from osmosis_harbor.sandbox.images.builds import BUILD_COORDINATOR, remove_local_image
+from osmosis_harbor.sandbox.images.builds import remove_local_image
 from osmosis_harbor.sandbox.options import IMPORT_PATH
-from osmosis_harbor.sandbox.owner import sandboxes as live
 from osmosis_harbor.sandbox.owner.pools import pool_keywords, pool_name_for
 from osmosis_harbor.sandbox.relay.policy_relay import PolicyRelay
 from osmosis_harbor.sandbox.sdk import records
@@ -110,7 +109,7 @@ async def check_environment_image_by_content_hash(ctx: ConformanceContext) -> st
     expect(first.environment_id in first.image_ref, f"{first.image_ref} does not name {first.environment_id}")
 
     async def forget() -> None:
-        BUILD_COORDINATOR.forget(first.image_ref)
+        ctx.owner.builds.forget(first.image_ref)
         if impl.local_images and not current_settings().registry:
             await asyncio.to_thread(remove_local_image, first.image_ref)
 
@@ -127,7 +126,7 @@ async def check_environment_claims_its_group_pool(ctx: ConformanceContext) -> st
     env = _environment(ctx, _task(ctx, "pooled"), pool=f"{ctx.prefix}-pool")
     expect(env.pool_name == pool_name_for(f"{ctx.prefix}-pool", env.group_key), f"pool name {env.pool_name}")
     assert env.pool_name is not None
-    ctx.track_pool(env.pool_name)
+    await ctx.track_pool(env.pool_name)
     keywords = pool_keywords(ctx.sdk, env.pool_name, env.pool_shape())
     await ctx.sdk.create_pool.aio(env.pool_name, ctx.image, replicas=1, **keywords)
     await env.start(force_build=False)
@@ -148,7 +147,7 @@ async def check_environment_runs_undefined_task_from_a_generic_pool(ctx: Conform
     pool = ctx.unique("generic")
     env = _environment(ctx, task, pool=pool)
     expect(env.pool_name == pool, f"claims from {env.pool_name!r}, not the named pool {pool!r}")
-    ctx.track_pool(pool)
+    await ctx.track_pool(pool)
     await ctx.sdk.create_pool.aio(pool, ctx.image, replicas=1)
     await env.start(force_build=False)
     out = await env.exec("cat marker.txt")
@@ -163,7 +162,7 @@ async def check_environment_cancelled_during_create_leaves_nothing(ctx: Conforma
     starting = asyncio.ensure_future(env.start(force_build=False))
 
     async def creating() -> bool:
-        return live.registered(env.sandbox_name) or starting.done()
+        return ctx.owner.sandboxes.registered(env.sandbox_name) or starting.done()
 
     await poll(creating, timeout=60, what="the sandbox create to begin")
     starting.cancel()
@@ -173,7 +172,7 @@ async def check_environment_cancelled_during_create_leaves_nothing(ctx: Conforma
         return (await sandbox_state(ctx.sdk, env.sandbox_name)).status is None
 
     await poll(gone, timeout=60, what=f"sandbox {env.sandbox_name} to be gone after the cancellation")
-    expect(not live.registered(env.sandbox_name), "the cancelled sandbox is still registered as live")
+    expect(not ctx.owner.sandboxes.registered(env.sandbox_name), "the cancelled sandbox is still registered as live")
     return env.sandbox_name
 
 

@@ -7,7 +7,7 @@ trial stopping it: then `SandboxLostError`, which trials read as an ``internal_e
 ``infra_retries`` may retry on a fresh sandbox; or, when ``ls`` says it was evicted past its own
 disk bound, `SandboxDiskBoundError`, the workflow's ``agent_error``. An API fault mid-call also
 loses the sandbox to the trial, as the call may have run (``api_faults.py``). Every loss raised
-is also handed to the trial's ``liveness.loss_scope``: Harbor may wrap the raise or swallow it.
+is also handed to the trial's scope (``context.record_loss``): Harbor may wrap the raise or swallow it.
 Kept apart from ``liveness.py``, which the SDK-side modules (``api_faults``, ``live``) import
 without Harbor.
 """
@@ -25,10 +25,11 @@ from harbor.environments.skypilot import SkypilotEnvironment
 from tenacity import AsyncRetrying, RetryCallState, retry_if_result, stop_after_delay, wait_exponential
 
 from osmosis_harbor.errors import SandboxDiskBoundError, SandboxLostError
+from osmosis_harbor.sandbox.owner.context import record_loss
 from osmosis_harbor.sandbox.owner.head_start import VERIFIER_SESSION_MARK
 from osmosis_harbor.sandbox.sdk.errors import is_api_fault, is_missing
 from osmosis_harbor.sandbox.sdk.faults import retry_safe
-from osmosis_harbor.sandbox.sdk.liveness import SandboxState, record_loss, sandbox_state
+from osmosis_harbor.sandbox.sdk.liveness import SandboxState, sandbox_state
 from osmosis_harbor.sandbox.sdk.protocol import SandboxSdk
 
 __all__ = ["LOSS_SETTLE_SEC", "LossDetection"]
@@ -83,7 +84,7 @@ class LossDetection(SkypilotEnvironment):
                 # this sandbox is lost to the trial; a retry gets a fresh one (api_faults.py).
                 reason = f"the sandbox API failed mid-call: {exc}"
                 self._lost = SandboxLostError.of_role(self.loss_role, self._sandbox_name, reason)
-                record_loss(self._lost)  # Harbor may wrap or swallow the raise (liveness.loss_scope)
+                record_loss(self._lost)  # Harbor may wrap or swallow the raise (context.record_loss)
                 raise SandboxLostError.of_role(self.loss_role, self._sandbox_name, reason) from exc
             raise
         if isinstance(result, ExecResult) and result.return_code != 0:
@@ -110,7 +111,7 @@ class LossDetection(SkypilotEnvironment):
             self._evicted = SandboxDiskBoundError(self._sandbox_name, state.message or "")
             raise SandboxDiskBoundError(self._sandbox_name, self._evicted.message) from cause
         self._lost = SandboxLostError.of_role(self.loss_role, self._sandbox_name, state.loss_reason())
-        record_loss(self._lost)  # Harbor may wrap or swallow the raise (liveness.loss_scope)
+        record_loss(self._lost)  # Harbor may wrap or swallow the raise (context.record_loss)
         raise SandboxLostError.of_role(self.loss_role, self._sandbox_name, self._lost.reason) from cause
 
     async def _settled_state(self, settle_sec: float) -> SandboxState:

@@ -17,16 +17,13 @@ Harbor does not always let that error reach the trial's result: it wraps a faile
 or verifier download (``AddTestsDirError``, ``DownloadVerifierDirError``, the loss as their
 ``__cause__``) and swallows a failed agent-log download as best-effort (then the verifier
 finds no sample, which would read as the workflow's failure). So the environment also hands
-every loss it raises to the trial's `loss_scope`, and the backend reads the trial through it
+every loss it raises to the trial's scope (``owner.context.record_loss``), and the backend reads the trial through it
 (``backend.losses``): what the host saw, whatever Harbor recorded.
 """
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import re
-from collections.abc import Iterator
 
 from pydantic import BaseModel
 
@@ -34,7 +31,7 @@ from osmosis_harbor.errors import SandboxLostError
 from osmosis_harbor.sandbox.sdk import records
 from osmosis_harbor.sandbox.sdk.protocol import SandboxSdk
 
-__all__ = ["SandboxLostError", "SandboxState", "loss_scope", "record_loss", "sandbox_state"]
+__all__ = ["SandboxLostError", "SandboxState", "sandbox_state"]
 
 # Statuses of a sandbox that can still run commands ("running" for Docker, "RUNNING" / "READY"
 # style names for SkyPilot pods; compared case-insensitively).
@@ -80,26 +77,3 @@ async def sandbox_state(sdk: SandboxSdk, name: str) -> SandboxState:
                 message=str(message)[:500] if message else None,
             )
     return SandboxState(name=name, status=None)
-
-
-_LOSSES: contextvars.ContextVar[list[SandboxLostError] | None] = contextvars.ContextVar(
-    "osmosis_harbor_sandbox_losses", default=None
-)
-
-
-@contextlib.contextmanager
-def loss_scope() -> Iterator[list[SandboxLostError]]:
-    """The losses of sandboxes made under this scope (a trial's task inherits it)."""
-    losses: list[SandboxLostError] = []
-    token = _LOSSES.set(losses)
-    try:
-        yield losses
-    finally:
-        _LOSSES.reset(token)
-
-
-def record_loss(loss: SandboxLostError) -> None:
-    """Tell the current trial's scope (if any) that its sandbox was lost."""
-    losses = _LOSSES.get()
-    if losses is not None:
-        losses.append(loss)
