@@ -40,7 +40,7 @@ from .emulator_support import (
     push_to_local_registry,
 )
 from .ledger_support import cleanup, environment_for, remove_own_emulator_sandboxes, start_owner
-from .support import REPO, TASKS
+from .support import REPO, TASKS, wait_until
 
 SDKS = ["skypilot-emulator", "docker"]
 # On Docker a dead owner's sandbox is also what any other process's background reap removes
@@ -332,3 +332,58 @@ def _wait_for_a_member(pool: str) -> None:
     from .support import wait_until
 
     wait_until(lambda: extensions.get_pool(pool).idle >= 1, timeout=60, what=f"a ready member of {pool}")
+
+
+def _containers_named(fragment: str) -> list[str]:
+    import docker
+
+    client = docker.from_env()
+    try:
+        return [n.lstrip("/") for c in client.api.containers(all=True) for n in c["Names"] if fragment in n]
+    finally:
+        client.close()
+
+
+def test_a_sandbox_check_killed_mid_run_leaves_nothing_cleanup_cannot_find(
+    ledger: Ledger, images: dict[str, str]
+) -> None:
+    """``sandbox-check`` records its pools in the ledger before it creates them: killed (SIGTERM)
+    while its pool's member runs, it leaves a pool ``cleanup`` finds and removes, members too."""
+    checks = ["pool_claim_and_refill", "environment_cancelled_during_create_leaves_nothing"]
+    argv = [sys.executable, "-m", "osmosis_harbor", "sandbox-check", "--sdk", "docker", "--image", images["docker"]]
+    run = subprocess.Popen(
+        argv + [arg for name in checks for arg in ("--check", name)],
+        cwd=REPO,
+        env=dict(os.environ),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_until(
+            lambda: any(e.kind is Kind.POOL for e in ledger.entries()) or run.poll() is not None,
+            timeout=180,
+            what="sandbox-check's pool in the ledger",
+        )
+        assert run.poll() is None, "sandbox-check ended before its pool was recorded"
+        [entry] = [e for e in ledger.entries() if e.kind is Kind.POOL]
+        assert entry.owner.pid == run.pid and entry.name.startswith("sbchk-")
+        prefix = entry.name.split("-pool-")[0]  # the run's own name prefix: sbchk-<hex>
+        wait_until(
+            lambda: bool(_containers_named(f"ohpool_{entry.name}")) or run.poll() is not None,
+            timeout=180,
+            what="the pool's member running",
+        )
+        run.send_signal(signal.SIGSTOP)  # held while the positive control is read
+        assert _containers_named(prefix), "the run's pool and sandboxes exist (positive control)"
+        run.send_signal(signal.SIGTERM)
+        run.send_signal(signal.SIGCONT)
+        assert run.wait(timeout=60) == -signal.SIGTERM
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+    assert entry.name in [e.name for e in ledger.entries()]  # what it left, the ledger knows
+    done = cleanup("docker")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert _containers_named(prefix) == [] and ledger.entries() == []
+    assert ledger.pool_users("docker", entry.endpoint, entry.name) == []

@@ -399,3 +399,46 @@ async def test_a_shutdown_with_a_claimed_member_removes_the_member_then_the_pool
         docker_sdk.get_pool(pool)
     assert sandbox_sdk.sandboxes_left() == [] and managed_containers(owner_pid=os.getpid()) == []
     assert [e for e in backend.owner.sandboxes.ledger.entries() if e.name == pool] == []
+
+
+async def test_one_backends_shutdown_leaves_the_pool_another_backend_uses(
+    tmp_path: Path, fake_chat, sandbox_sdk: SdkPath
+) -> None:
+    """Two backends in one process prewarm one pool (pool names are shared warm capacity). A's
+    shutdown leaves it while B uses it (the ledger's pool users), B's next rollout claims from
+    it, and B's shutdown, the last user's, deletes it."""
+    sandbox_sdk.require_loopback_endpoint()
+    base = f"shared{uuid.uuid4().hex[:6]}"
+    a = backend_for(tmp_path / "a", pool=base, pool_size=1, sdk=sandbox_sdk)
+    b = backend_for(tmp_path / "b", pool=base, pool_size=1, sdk=sandbox_sdk)
+    ledger = b.owner.sandboxes.ledger
+    try:
+        await a.prewarm()
+        await b.prewarm()
+        (pool,) = set(b.lifecycle.task_pools.values())
+        assert set(a.lifecycle.task_pools.values()) == {pool}
+        users = {u.user for u in ledger.pool_users(sandbox_sdk.name, _endpoint(sandbox_sdk.name), pool)}
+        assert users == {a.owner.sandboxes.user, b.owner.sandboxes.user}
+        await a.shutdown()
+        assert docker_sdk.get_pool(pool).replicas == 1  # still there: B uses it
+        async with serve(b) as url, client_for(url) as client:
+            await asyncio.to_thread(
+                wait_until, lambda: docker_sdk.get_pool(pool).idle == 1, timeout=120, what="a ready member"
+            )
+            result = await _run(client, fake_chat, f"after-a-{uuid.uuid4().hex[:6]}")
+            assert result.status is RolloutStatus.SUCCESS, result.err_message
+            assert b.starts.claims[pool] == 1 and b.health()["pool_fallbacks"] == 0  # served by the pool
+    finally:
+        await b.shutdown()
+        await a.shutdown()
+    with pytest.raises(docker_sdk.PoolNotFoundError):
+        docker_sdk.get_pool(pool)
+    assert [e for e in ledger.entries() if e.name == pool] == []
+    assert ledger.pool_users(sandbox_sdk.name, _endpoint(sandbox_sdk.name), pool) == []
+    assert sandbox_sdk.sandboxes_left() == []
+
+
+def _endpoint(sdk_name: str) -> str:
+    from osmosis_harbor.sandbox.ledger.store import endpoint_for
+
+    return endpoint_for(sdk_name)
