@@ -34,11 +34,12 @@ from osmosis_harbor.agents.native import native_agent_config, scoped_api_key
 from osmosis_harbor.backend.admission import endpoint_problem, relays_endpoint, request_problem
 from osmosis_harbor.backend.attempts import Attempt, TrialRunner
 from osmosis_harbor.backend.gate import TrialGate
-from osmosis_harbor.backend.lifecycle import BackendLifecycle, Workspace
+from osmosis_harbor.backend.lifecycle import BackendLifecycle
 from osmosis_harbor.backend.options import BackendKwargs, BackendOptions, locate_project
 from osmosis_harbor.backend.outcome import refused
 from osmosis_harbor.backend.plan import Planner, Refusal, RolloutPlan
 from osmosis_harbor.backend.tracker import TERMINAL, RolloutTracker
+from osmosis_harbor.backend.workspace import Workspace
 from osmosis_harbor.bundle import BundleInfo, build_bundle, inspect_bundle
 from osmosis_harbor.credentials import RolloutCredentials
 from osmosis_harbor.errors import BundleError, OsmosisHarborError, TaskResolutionError, VerifierGuardError

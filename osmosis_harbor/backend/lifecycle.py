@@ -3,7 +3,7 @@ shutdown that leaves no sandbox, pool or temporary directory behind.
 
 ``BackendLifecycle`` is a collaborator of ``HarborBackend`` (which delegates ``prewarm``,
 ``prewarm_lifespan``, ``health`` and ``shutdown`` to it): it concerns the backend as a whole
-(environment groups, warm pools, every sandbox the process owns), not one rollout. It is also
+(environment groups, warm pools, every sandbox the backend owns), not one rollout. It is also
 what ``Prewarmer`` works with (``osmosis_harbor.prewarm.PrewarmTarget``).
 """
 
@@ -12,9 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import shutil
 import tempfile
-import threading
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -31,6 +29,7 @@ from osmosis_harbor.backend.options import BackendOptions
 from osmosis_harbor.backend.plan import Planner, Refusal
 from osmosis_harbor.backend.startup import BackgroundPrewarm
 from osmosis_harbor.backend.tracker import RolloutTracker
+from osmosis_harbor.backend.workspace import Workspace
 from osmosis_harbor.bundle.info import BundleInfo
 from osmosis_harbor.errors import BundleInstallError, ConfigError
 from osmosis_harbor.keys import KeyCustody
@@ -46,54 +45,7 @@ from osmosis_harbor.tasks.resolver import TaskResolver
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["BackendLifecycle", "Workspace"]
-
-
-class Workspace:
-    """The backend's temporary work root (per-rollout task copies, and the trials unless
-    ``trials_dir`` was given), made on first use: a backend that only prewarms, or fails to
-    construct, leaves no directory behind."""
-
-    def __init__(self, trials_dir: Path | None) -> None:
-        self._root: Path | None = None
-        self._lock = threading.Lock()
-        self._trials_dir = trials_dir
-        if trials_dir is not None:
-            trials_dir.mkdir(parents=True, exist_ok=True)
-
-    @property
-    def root(self) -> Path:
-        with self._lock:
-            if self._root is None:
-                self._root = Path(tempfile.mkdtemp(prefix="osmosis-harbor-"))
-            return self._root
-
-    @property
-    def trials_dir(self) -> Path:
-        if self._trials_dir is None:
-            trials = self.root / "trials"
-            trials.mkdir(exist_ok=True)
-            self._trials_dir = trials
-        return self._trials_dir
-
-    def given_trials_dir(self) -> Path | None:
-        return self._trials_dir
-
-    def host_dirs(self) -> list[Path]:
-        """The directories sandboxes' products land in (trials) or next to (the work root)."""
-        return [d for d in (self._trials_dir, self._root) if d is not None]
-
-    def remove(self) -> None:
-        """Remove the temporary root, except retained (failed) trials in it."""
-        root = self._root  # never made when no rollout ran: nothing to remove
-        if root is not None:
-            shutil.rmtree(root / "rollouts", ignore_errors=True)
-        for directory in (self._trials_dir, root):
-            try:
-                if directory is not None:
-                    directory.rmdir()  # only when empty: retained trials stay for inspection
-            except OSError:
-                pass
+__all__ = ["BackendLifecycle"]
 
 
 class BackendLifecycle:
