@@ -32,6 +32,7 @@ from osmosis_harbor.sandbox.conformance.limit_checks import BOUNDS_SCRIPT, parse
 from osmosis_harbor.sandbox.environment.sandbox_environment import SandboxEnvironment
 from osmosis_harbor.sandbox.images.builds import remove_local_image
 from osmosis_harbor.sandbox.options import IMPORT_PATH
+from osmosis_harbor.sandbox.owner.context import owner_scope
 from osmosis_harbor.sandbox.owner.pools import pool_keywords, pool_name_for
 from osmosis_harbor.sandbox.relay.policy_relay import PolicyRelay
 from osmosis_harbor.sandbox.sdk import records
@@ -78,15 +79,16 @@ def _environment(ctx: ConformanceContext, task_dir: Path, **kwargs: object) -> S
     trial_paths = TrialPaths(task_dir.parent / f"trial-{uuid.uuid4().hex[:8]}")
     trial_paths.mkdir()
     config = EnvironmentConfig(import_path=IMPORT_PATH, kwargs={"sdk": _sdk_name(ctx), **kwargs})
-    env = EnvironmentFactory.create_environment_from_config(
-        config,
-        environment_dir=task.paths.environment_dir,
-        environment_name=task.name,
-        session_id=ctx.unique("env"),
-        trial_paths=trial_paths,
-        task_env_config=task.config.environment,
-        network_policy=task.config.environment.resolve_baseline(),
-    )
+    with owner_scope(ctx.owner):  # the run's, whoever runs the check
+        env = EnvironmentFactory.create_environment_from_config(
+            config,
+            environment_dir=task.paths.environment_dir,
+            environment_name=task.name,
+            session_id=ctx.unique("env"),
+            trial_paths=trial_paths,
+            task_env_config=task.config.environment,
+            network_policy=task.config.environment.resolve_baseline(),
+        )
     assert isinstance(env, SandboxEnvironment)
 
     async def stop() -> None:
