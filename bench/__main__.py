@@ -186,7 +186,7 @@ def write(out: Path, payload: dict[str, Any]) -> None:
 
 
 async def run_all(args: argparse.Namespace) -> int:
-    from osmosis_harbor.sandbox import images
+    from osmosis_harbor.sandbox.images import builds as images
 
     from .env import remove_images
 

@@ -28,8 +28,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from osmosis_harbor.sandbox.registry import implementation
-from osmosis_harbor.sandbox.sdk_errors import is_missing
+from osmosis_harbor.sandbox.sdk.errors import is_missing
+from osmosis_harbor.sandbox.sdk.registry import implementation
 
 from .common import BenchResult
 from .emulator_rollouts import measure_rollouts

@@ -23,10 +23,10 @@ import docker
 import docker.errors
 import httpx
 
+from osmosis_harbor.owner_process import OWNER_HOST, OWNER_PID
 from osmosis_harbor.sandbox.docker.labels import IDLE_PREFIX, MANAGED_FILTER
-from osmosis_harbor.sandbox.emulator.server import read_state
-from osmosis_harbor.sandbox.emulator.state import EMULATOR_OWNER_HOST
-from osmosis_harbor.sandbox.owner import OWNER_HOST, OWNER_PID
+from osmosis_harbor.sandbox.emulator.server.process import read_state
+from osmosis_harbor.sandbox.emulator.server.state import EMULATOR_OWNER_HOST
 
 from .common import Figure
 
@@ -70,14 +70,14 @@ class EmulatorRun:
 
     def has_archives(self) -> bool:
         from osmosis_harbor.sandbox.emulator import EmulatorSandbox
-        from osmosis_harbor.sandbox.protocol import has_archives
+        from osmosis_harbor.sandbox.sdk.protocol import has_archives
 
         return has_archives(EmulatorSandbox)
 
     async def pool_full(self, pool: str, size: int, timeout: float = 120.0) -> None:
         import asyncio
 
-        from osmosis_harbor.sandbox.emulator import extensions  # the server's pool view, beyond the SDK
+        from osmosis_harbor.sandbox.emulator.client import extensions
 
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -146,7 +146,7 @@ def push_image(image: str) -> tuple[str, bool]:
 
 def start_emulator(image: str, latency_ms: float, cold_create_sec: float, pool_claim_sec: float) -> EmulatorRun:
     """A server with these knobs, this process's skypilot-emulator SDK pointed at it."""
-    from osmosis_harbor.sandbox.emulator.client import session
+    from osmosis_harbor.sandbox.emulator.client.http import session
 
     ref, made = push_image(image)
     directory = Path(tempfile.mkdtemp(prefix="osmosis-bench-emulator-"))

@@ -27,8 +27,10 @@ from osmosis_ai.rollout.types import ExecutionOutcome, ExecutionRequest
 
 from osmosis_harbor.backend import HarborBackend
 from osmosis_harbor.sandbox import docker as docker_sdk
-from osmosis_harbor.sandbox import environment_config, image_holds, images
+from osmosis_harbor.sandbox import environment_config
 from osmosis_harbor.sandbox.docker import labels as L
+from osmosis_harbor.sandbox.images import builds as images
+from osmosis_harbor.sandbox.images import holds as image_holds
 
 REPO = Path(__file__).resolve().parent.parent
 TEMPLATE = REPO / "tasks" / "template"

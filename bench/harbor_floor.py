@@ -8,7 +8,7 @@ SDK, no agent work), at concurrency 4, after four warm-up trials.
 
 It runs twice, each in a fresh process (``python -m bench.harbor_floor N on|off``) so neither
 inherits the other's patched functions: with Harbor as shipped (the baseline) and with our
-fast paths for its per-trial task checks (``osmosis_harbor.tasks.harbor_fastpaths``), which
+fast paths for its per-trial task checks (``osmosis_harbor.harbor_compat.fastpaths``), which
 every rollout of ours runs with. The process's utime + stime over the batch, per trial.
 """
 
@@ -60,7 +60,7 @@ async def _trials(n: int, trials_dir: Path, tag: str) -> int:
 async def _measure_here(n: int, fastpaths: bool) -> dict[str, float | int | list[str]]:
     installed: tuple[str, ...] = ()
     if fastpaths:
-        from osmosis_harbor.tasks import harbor_fastpaths
+        from osmosis_harbor.harbor_compat import fastpaths as harbor_fastpaths
 
         installed = harbor_fastpaths.install()
     trials_dir = Path(tempfile.mkdtemp(prefix="osmosis-bench-harbor-floor-"))

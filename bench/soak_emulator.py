@@ -4,7 +4,7 @@ rollouts' sandboxes; every rollout must end as its plan says, with nothing left 
 
 Why: on SkyPilot every sandbox call is a request to an API server that answers 503 or 429,
 resets connections, and loses pods with their nodes. Each call has a retry rule
-(``osmosis_harbor.sandbox.api_faults``): a fault on a safe call (``ls``, ``terminate``, file
+(``osmosis_harbor.sandbox.sdk.faults``): a fault on a safe call (``ls``, ``terminate``, file
 reads and writes, ``create`` checked by ``ls``) must be invisible to the controller; a fault
 on an ``exec`` that may have run loses the sandbox to the trial, which is an infra retry on a
 fresh sandbox or an ``internal_error``, never the workflow's failure. And whatever happened,
@@ -40,7 +40,7 @@ from osmosis_harbor.backend import HarborBackend
 from osmosis_harbor.keys import MARKER
 from osmosis_harbor.sandbox import environment_config
 from osmosis_harbor.sandbox.docker import labels as L
-from osmosis_harbor.sandbox.ledger import default_ledger, endpoint_for
+from osmosis_harbor.sandbox.ledger.store import default_ledger, endpoint_for
 from osmosis_harbor.serving.local import serve_locally
 from osmosis_harbor.testing.scripted_policy import FakeChatServer
 
@@ -222,7 +222,7 @@ def check_faults(report: SoakReport, home: Path, run: EmulatorRun, findings: Fau
 
 
 def pool_names(run: EmulatorRun) -> set[str]:
-    from osmosis_harbor.sandbox.emulator import extensions  # the server's pool view, beyond the SDK
+    from osmosis_harbor.sandbox.emulator.client import extensions
 
     return {p.name for p in extensions.list_pools()}
 

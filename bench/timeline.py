@@ -124,8 +124,8 @@ def _targets() -> list[tuple[Any, str, Callable[..., str], bool]]:
     from osmosis_harbor.backend.attempts import TrialRunner
     from osmosis_harbor.backend.harbor_backend import HarborBackend
     from osmosis_harbor.keys import KeyCustody
-    from osmosis_harbor.sandbox.environment import SandboxEnvironment
-    from osmosis_harbor.sandbox.live import LiveSandboxes
+    from osmosis_harbor.sandbox.environment.sandbox_environment import SandboxEnvironment
+    from osmosis_harbor.sandbox.owner.sandboxes import LiveSandboxes
 
     # The environment is the first positional argument; ``env=`` is a keyword of exec itself.
     def env_start(*a: Any, **k: Any) -> str:

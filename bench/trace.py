@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from osmosis_harbor.sandbox import docker as docker_sdk
-from osmosis_harbor.sandbox.environment import SandboxEnvironment
+from osmosis_harbor.sandbox.environment.sandbox_environment import SandboxEnvironment
 
 # DockerSandbox methods wrapped with Dual; the archive pair only exists once the SDK offers it.
 SANDBOX_METHODS: tuple[str, ...] = (

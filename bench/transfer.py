@@ -28,8 +28,8 @@ from harbor.models.trial.paths import TrialPaths
 
 from osmosis_harbor import settings
 from osmosis_harbor.sandbox import SandboxEnvironment, environment_config
-from osmosis_harbor.sandbox import environment as environment_module
-from osmosis_harbor.sandbox.extract import extract_archive
+from osmosis_harbor.sandbox.environment import sandbox_environment as environment_module
+from osmosis_harbor.sandbox.transfer.extract import extract_archive
 
 from .common import BenchResult
 from .env import TEMPLATE, workdir

@@ -250,7 +250,7 @@ class WorkflowFailedError(TrialPhaseError, RuntimeError):
 
 class SandboxLostError(TrialPhaseError, SandboxError, RuntimeError):
     """The sandbox is gone, or stopped without this trial stopping it: the infrastructure's
-    doing, not the workflow's (see ``osmosis_harbor.sandbox.liveness``).
+    doing, not the workflow's (see ``osmosis_harbor.sandbox.sdk.liveness``).
 
     Harbor records only the class name, so whose sandbox it was travels in it: the environment
     raises `AgentSandboxLostError` or `VerifierSandboxLostError` (``role``), never this base.

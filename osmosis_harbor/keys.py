@@ -41,7 +41,7 @@ from osmosis_harbor.credentials import (
     drop_credentials,
     hold_credentials,
 )
-from osmosis_harbor.sandbox.owner import Owner
+from osmosis_harbor.owner_process import Owner
 from osmosis_harbor.shim.errors import REDACTED, Redactor
 
 __all__ = [

@@ -37,10 +37,11 @@ from osmosis_harbor.errors import (
     SandboxSdkMissingError,
     TrialPhaseError,
 )
-from osmosis_harbor.sandbox import live, pools
-from osmosis_harbor.sandbox.environment import SandboxEnvironment
+from osmosis_harbor.sandbox.environment.sandbox_environment import SandboxEnvironment
 from osmosis_harbor.sandbox.options import SandboxOptions
-from osmosis_harbor.sandbox.pools import pool_name_for
+from osmosis_harbor.sandbox.owner import pools
+from osmosis_harbor.sandbox.owner import sandboxes as live
+from osmosis_harbor.sandbox.owner.pools import pool_name_for
 from osmosis_harbor.tasks.materialize import MaterializedTask
 from osmosis_harbor.tasks.refs import ResolvedTask
 from osmosis_harbor.tasks.resolver import TaskResolver

@@ -72,7 +72,7 @@ class Settings(BaseSettings):
     allow_private_git_hosts: bool = Field(
         False, description="requests' git_url may name hosts that are (or resolve to) loopback or private addresses"
     )
-    # Files a sandbox wrote, read on the host (osmosis_harbor.sandbox.contract_files): per-kind size bounds.
+    # Files a sandbox wrote, read on the host (osmosis_harbor.trials.contract_files): per-kind size bounds.
     max_sample_bytes: int = Field(32 * 2**20, gt=0, description="bound on a sample.json read from a trial")
     max_error_bytes: int = Field(2**20, gt=0, description="bound on an error.json read from a trial")
     max_reward_bytes: int = Field(64 * 2**10, gt=0, description="bound on a reward file or exit code read by the host")
@@ -103,7 +103,7 @@ class Settings(BaseSettings):
     pool_autoscale_interval_sec: float = Field(5.0, gt=0, description='pool_size="auto": how often pools are resized')
     harbor_fastpaths: bool = Field(
         True,
-        description="Harbor's per-trial task checks run in their faster, equivalent form (tasks/harbor_fastpaths.py)",
+        description="Harbor's per-trial task checks run in their faster, equivalent form (harbor_compat/fastpaths.py)",
     )
     relay_max_request_bytes: int = Field(
         32 * 2**20, gt=0, description="the policy relay refuses a sandbox's request body over this (413)"
@@ -185,7 +185,7 @@ class Settings(BaseSettings):
     exec_archives: bool = Field(
         True,
         description="on an SDK without archive calls (SkyPilot's), directories move as one tar through a file "
-        "write or read plus one command, with write-behind uploads and one /logs snapshot (sandbox/exec_archives.py); "
+        "write or read plus one command, with write-behind uploads and one /logs snapshot (sandbox/transfer/exec_archives.py); "
         "off: Harbor's own transfer commands",
     )
     verifier_guard: bool = Field(

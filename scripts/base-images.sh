@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
 # The offline base-image stand-ins, for bootstrap and a checkout: the script ships inside the
-# package (osmosis_harbor/sandbox/base-images.sh), which `python -m osmosis_harbor base-images`
+# package (osmosis_harbor/sandbox/images/base-images.sh), which `python -m osmosis_harbor base-images`
 # runs from anywhere. Same arguments, same output.
-exec bash "$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/osmosis_harbor/sandbox/base-images.sh" "$@"
+exec bash "$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/osmosis_harbor/sandbox/images/base-images.sh" "$@"

@@ -16,9 +16,9 @@ from typing import Any
 import docker
 import httpx
 
+from osmosis_harbor.owner_process import OWNER_HOST, OWNER_PID
 from osmosis_harbor.sandbox.docker.labels import IDLE_PREFIX
-from osmosis_harbor.sandbox.emulator.server import ServerState, read_state
-from osmosis_harbor.sandbox.owner import OWNER_HOST, OWNER_PID
+from osmosis_harbor.sandbox.emulator.server.process import ServerState, read_state
 
 from .support import REPO, wait_until
 
@@ -127,7 +127,7 @@ def stop_server(server: EmulatorServer) -> None:
 def remove_emulator_sandboxes(server: EmulatorServer) -> list[str]:
     """Remove the sandboxes ``server`` made and left (named, for the caller's assertion); other
     servers' sandboxes (another test session's on a shared engine) are theirs."""
-    from osmosis_harbor.sandbox.emulator.state import EMULATOR_OWNER_HOST
+    from osmosis_harbor.sandbox.emulator.server.state import EMULATOR_OWNER_HOST
 
     client = docker.from_env()
     removed = []
@@ -144,7 +144,7 @@ def remove_emulator_sandboxes(server: EmulatorServer) -> list[str]:
 @contextlib.contextmanager
 def emulator_env(url: str) -> Iterator[None]:
     """Point this process's skypilot-emulator SDK at ``url`` (and a fresh session)."""
-    from osmosis_harbor.sandbox.emulator.client import session
+    from osmosis_harbor.sandbox.emulator.client.http import session
 
     previous = os.environ.get("OSMOSIS_HARBOR_EMULATOR_URL")
     os.environ["OSMOSIS_HARBOR_EMULATOR_URL"] = url

@@ -20,9 +20,9 @@ from typing import Any
 
 import docker
 
+from osmosis_harbor.owner_process import OWNER_HOST, OWNER_PID
 from osmosis_harbor.sandbox.docker.labels import CREATED_AT, IDLE_PREFIX, POOL, POOL_SPEC
-from osmosis_harbor.sandbox.emulator.state import EMULATOR_OWNER_HOST
-from osmosis_harbor.sandbox.owner import OWNER_HOST, OWNER_PID
+from osmosis_harbor.sandbox.emulator.server.state import EMULATOR_OWNER_HOST
 
 from .support import process_alive
 
@@ -57,7 +57,7 @@ def session_pools(
     (a CLI run of this session made it and neither deleted nor handed it over); another
     session's exited owner (its stopped emulator server, its CLI) is not this session's to delete.
     ``ledgers``: the session's ledgers (its xdist workers' own), else the default one."""
-    from osmosis_harbor.sandbox.ledger import Kind, Ledger, default_ledger
+    from osmosis_harbor.sandbox.ledger.store import Kind, Ledger, default_ledger
 
     books = [Ledger(path) for path in ledgers] if ledgers is not None else [default_ledger()]
     ledgered = {entry.name for book in books for entry in book.entries() if entry.kind is Kind.POOL}

@@ -41,7 +41,7 @@ OWNER_SCRIPT = """
 import asyncio, sys
 from pathlib import Path
 from osmosis_harbor.sandbox import load_sandbox_sdk
-from osmosis_harbor.sandbox.live import LiveSandboxes, sandboxes_scope
+from osmosis_harbor.sandbox.owner.sandboxes import LiveSandboxes, sandboxes_scope
 from tests.ledger_support import environment_for
 
 SDK, ROOT, IMAGE, POOL, FAIL_TERMINATE = sys.argv[1:6]
@@ -104,7 +104,7 @@ def remove_own_emulator_sandboxes() -> list[str]:
     is shared, and an emulator server lists every emulator sandbox on it."""
     import docker
 
-    from osmosis_harbor.sandbox.emulator.state import EMULATOR_OWNER_HOST
+    from osmosis_harbor.sandbox.emulator.server.state import EMULATOR_OWNER_HOST
 
     client = docker.from_env()
     removed = []

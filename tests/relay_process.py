@@ -16,7 +16,7 @@ from typing import Any
 
 def _serve(env: dict[str, str], conn: Connection) -> None:
     os.environ.update(env)
-    from osmosis_harbor.sandbox.relay import PolicyRelay
+    from osmosis_harbor.sandbox.relay.policy_relay import PolicyRelay
 
     relay = PolicyRelay()
     try:

@@ -17,11 +17,11 @@ import docker
 import pytest
 from harbor.models.trial.config import EnvironmentConfig
 
+from osmosis_harbor.owner_process import OWNER_HOST, OWNER_PID
 from osmosis_harbor.sandbox import environment_config
 from osmosis_harbor.sandbox.docker.labels import IDLE_PREFIX
-from osmosis_harbor.sandbox.emulator.state import EMULATOR_OWNER_HOST
-from osmosis_harbor.sandbox.owner import OWNER_HOST, OWNER_PID
-from osmosis_harbor.sandbox.registry import implementation
+from osmosis_harbor.sandbox.emulator.server.state import EMULATOR_OWNER_HOST
+from osmosis_harbor.sandbox.sdk.registry import implementation
 
 from .emulator_support import EmulatorServer
 
@@ -87,7 +87,7 @@ class SdkPath:
         if self.emulator is None:
             return
         from osmosis_harbor.sandbox.emulator import EmulatorSandbox
-        from osmosis_harbor.sandbox.protocol import has_archives
+        from osmosis_harbor.sandbox.sdk.protocol import has_archives
 
         after = self.stats()["calls_by_route"]
         delta = {k: after.get(k, 0) - before.get(k, 0) for k in after}

@@ -1,4 +1,4 @@
-"""API faults survived on purpose (``sandbox/api_faults.py``), on the skypilot-emulator with
+"""API faults survived on purpose (``sandbox/sdk/faults.py``), on the skypilot-emulator with
 faults injected by its server: each safe call is retried through 503, 429, a reset and a hang;
 a create is retried only when ``ls`` shows it made nothing; an exec is never retried, and its
 failure becomes a lost sandbox (a fresh one for the retry); an eviction is a lost sandbox.
@@ -16,7 +16,8 @@ import pytest
 
 from osmosis_harbor.errors import ConfigError, SandboxLostError
 from osmosis_harbor.sandbox import emulator as sky
-from osmosis_harbor.sandbox.api_faults import (
+from osmosis_harbor.sandbox.emulator.client import extensions
+from osmosis_harbor.sandbox.sdk.faults import (
     CALL_SAFETY,
     Safety,
     create_checked,
@@ -24,8 +25,7 @@ from osmosis_harbor.sandbox.api_faults import (
     retry_safe,
     terminate_by_name,
 )
-from osmosis_harbor.sandbox.emulator import extensions
-from osmosis_harbor.sandbox.liveness import sandbox_state
+from osmosis_harbor.sandbox.sdk.liveness import sandbox_state
 
 from .emulator_support import (
     EmulatorServer,

@@ -16,7 +16,7 @@ from osmosis_ai.rollout.types import ExecutionRequest, RolloutErrorCategory
 
 from osmosis_harbor import errors, settings
 from osmosis_harbor.cli import EXIT_USAGE, run_guarded
-from osmosis_harbor.sandbox.registry import implementation, load_sandbox_sdk, name_of
+from osmosis_harbor.sandbox.sdk.registry import implementation, load_sandbox_sdk, name_of
 from osmosis_harbor.serving.local import ARTIFACT_ROOT_ENV, local_trajectories
 from osmosis_harbor.trials.reading import Phase, phase_of_exception
 

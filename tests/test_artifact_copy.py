@@ -1,4 +1,4 @@
-"""The direct form of Harbor's sanitising artifact copy (``tasks/artifact_copy.py``) leaves exactly
+"""The direct form of Harbor's sanitising artifact copy (``harbor_compat/artifact_copy.py``) leaves exactly
 what Harbor's ``copy_via_tar`` leaves, on generated trees: plain ones (nested and empty
 directories, empty files, every mode the ``data`` filter rewrites: setuid, group and other write,
 no owner execute, no owner read) and ones it must hand to Harbor's (links inside and out,
@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 from harbor.environments import tar_transfer
 
-from osmosis_harbor.tasks import artifact_copy, harbor_fastpaths
+from osmosis_harbor.harbor_compat import artifact_copy
+from osmosis_harbor.harbor_compat import fastpaths as harbor_fastpaths
 
 MODES = (0o644, 0o755, 0o600, 0o4755, 0o2775, 0o666, 0o777, 0o744, 0o640, 0o1777, 0o211, 0o070, 0o000)
 NAMES = ("a.txt", "run.sh", "sample.json", "x", "trajectory.json", "empty", "long-" + "n" * 120)

@@ -13,7 +13,7 @@ import pytest
 from harbor.models.trial.config import EnvironmentConfig
 from osmosis_ai.rollout.types import RolloutErrorCategory, RolloutStatus
 
-from osmosis_harbor.sandbox.environment import IMPORT_PATH as SANDBOX_ENVIRONMENT
+from osmosis_harbor.sandbox.environment.sandbox_environment import IMPORT_PATH as SANDBOX_ENVIRONMENT
 from osmosis_harbor.testing.scripted_policy import FakeChatServer
 
 from .backends import make_backend

@@ -23,7 +23,7 @@ from osmosis_harbor.agents.workflow import WorkflowAgent
 from osmosis_harbor.backend import HarborBackend
 from osmosis_harbor.backend.plan import Planner
 from osmosis_harbor.sandbox import environment_config
-from osmosis_harbor.sandbox.environment import SandboxEnvironment
+from osmosis_harbor.sandbox.environment.sandbox_environment import SandboxEnvironment
 from osmosis_harbor.shim import contract
 
 from .rollout_server import client_for, serve
@@ -219,7 +219,7 @@ async def test_an_sdk_without_archives_moves_trees_over_its_own_calls(
     above costs one command more per archive and nothing else. With ``OSMOSIS_HARBOR_EXEC_ARCHIVES=0``
     the same rollout takes Harbor's own write/read + tar path, at more calls, and still skips
     what a fresh baked sandbox makes redundant."""
-    from osmosis_harbor.sandbox import environment as environment_module
+    from osmosis_harbor.sandbox.environment import sandbox_environment as environment_module
 
     monkeypatch.setattr(environment_module, "has_archives", lambda _sandbox: False)
     async with serve(backend(tmp_path, bundles_dir, graded_template(tmp_path))) as url, client_for(url) as client:

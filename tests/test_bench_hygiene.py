@@ -42,7 +42,7 @@ a.sizes = lambda quick: a.Sizes(queued=20, requests=5)
 
 import json
 
-import osmosis_harbor.sandbox.image_resolution as environment
+import osmosis_harbor.sandbox.environment.images as environment
 
 from bench.__main__ import main
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from osmosis_harbor.sandbox.build_failure import TAIL_BYTES, TAIL_LINES, parse_build_failure
+from osmosis_harbor.sandbox.images.build_failure import TAIL_BYTES, TAIL_LINES, parse_build_failure
 from osmosis_harbor.shim.errors import REDACTED
 
 REF = "osmosis-harbor/env:43944b0000000000"

@@ -1,5 +1,5 @@
 """Files a sandbox left in a trial directory are read on the host without trusting them
-(``osmosis_harbor.sandbox.contract_files``): nothing blocks, nothing is followed, nothing
+(``osmosis_harbor.trials.contract_files``): nothing blocks, nothing is followed, nothing
 unbounded is read, and a nesting bomb is a clean error naming the file.
 
 Each attack is planted for real (a FIFO made with ``os.mkfifo``, links to canary files under
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from osmosis_harbor.errors import ContractFileError
-from osmosis_harbor.sandbox.contract_files import FileKind, read_bytes, read_json, read_text
+from osmosis_harbor.trials.contract_files import FileKind, read_bytes, read_json, read_text
 
 SAMPLE = "agent/sample.json"
 

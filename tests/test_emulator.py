@@ -14,14 +14,14 @@ import docker
 import docker.errors
 import pytest
 
+from osmosis_harbor.owner_process import Owner
 from osmosis_harbor.sandbox import docker as docker_sdk
 from osmosis_harbor.sandbox import emulator as sky
 from osmosis_harbor.sandbox.docker import labels as L
 from osmosis_harbor.sandbox.docker.labels import Role
-from osmosis_harbor.sandbox.emulator import extensions
-from osmosis_harbor.sandbox.emulator.state import check_exec_timeout
-from osmosis_harbor.sandbox.owner import Owner
-from osmosis_harbor.sandbox.protocol import has_archives
+from osmosis_harbor.sandbox.emulator.client import extensions
+from osmosis_harbor.sandbox.emulator.server.state import check_exec_timeout
+from osmosis_harbor.sandbox.sdk.protocol import has_archives
 
 from .emulator_support import (
     EmulatorServer,

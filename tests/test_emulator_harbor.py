@@ -87,7 +87,7 @@ def emulator_pools(emulator: EmulatorServer, prefix: str = "emu") -> list[dict]:
 def test_the_emulator_is_registered_with_skypilots_limits() -> None:
     from osmosis_harbor.errors import ConfigError
     from osmosis_harbor.sandbox import environment_config, load_sandbox_sdk
-    from osmosis_harbor.sandbox.registry import SDK_NAMES, implementation, name_of
+    from osmosis_harbor.sandbox.sdk.registry import SDK_NAMES, implementation, name_of
 
     impl = implementation("skypilot-emulator")
     assert not impl.reaches_host and not impl.local_images and impl.default_registry == LOCAL_REGISTRY

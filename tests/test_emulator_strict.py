@@ -14,8 +14,8 @@ from collections.abc import Iterator
 import pytest
 
 from osmosis_harbor.sandbox import emulator as sky
-from osmosis_harbor.sandbox.emulator import extensions
-from osmosis_harbor.sandbox.sdk_errors import Meaning, is_api_fault, meaning
+from osmosis_harbor.sandbox.emulator.client import extensions
+from osmosis_harbor.sandbox.sdk.errors import Meaning, is_api_fault, meaning
 
 from .emulator_support import EmulatorServer, private_emulator, push_to_local_registry
 from .support import wait_until

@@ -16,8 +16,8 @@ from harbor.models.task.task import Task
 from harbor.models.trial.paths import TrialPaths
 
 from osmosis_harbor.sandbox import SandboxEnvironment, SandboxSdkMissingError, environment_config, load_sandbox_sdk
-from osmosis_harbor.sandbox.images import BUILD_COORDINATOR, registry_image_exists
-from osmosis_harbor.sandbox.liveness import SandboxLostError
+from osmosis_harbor.sandbox.images.builds import BUILD_COORDINATOR, registry_image_exists
+from osmosis_harbor.sandbox.sdk.liveness import SandboxLostError
 
 from .support import make_task, managed_containers, wait_until
 
@@ -166,7 +166,7 @@ async def test_stop_inside_a_termination_scope_leaves_the_wait_to_settle(tmp_pat
     """Inside ``live.termination_scope`` a stop hands terminate(wait=True) to a task (the trial
     goes on); the sandbox stays registered until ``settle`` has seen it gone. Outside a scope
     the stop itself waits."""
-    from osmosis_harbor.sandbox import live
+    from osmosis_harbor.sandbox.owner import sandboxes as live
 
     task = make_task(tmp_path / "ds", "defer", dockerfile="FROM debian:trixie-slim\n")
     deferred = _environment(task, tmp_path)

@@ -1,4 +1,4 @@
-"""Archives made of SkyPilot's own calls (``sandbox/exec_archives.py``), on a real sandbox.
+"""Archives made of SkyPilot's own calls (``sandbox/transfer/exec_archives.py``), on a real sandbox.
 
 A real Docker sandbox with the archive capability switched off (``has_archives``), as
 SkyPilot's SDK has none: every tree moves as one tar through a file write or read plus one
@@ -17,7 +17,7 @@ import pytest
 
 from osmosis_harbor.errors import TransferLimitError
 from osmosis_harbor.sandbox import SandboxEnvironment
-from osmosis_harbor.sandbox import environment as environment_module
+from osmosis_harbor.sandbox.environment import sandbox_environment as environment_module
 
 from .support import started_environment
 

@@ -1,5 +1,5 @@
 """An exec whose result read fails is read again from its record in the sandbox, never re-run
-(``sandbox/exec_records.py``), on the skypilot-emulator with faults injected by its server.
+(``sandbox/environment/exec_records.py``), on the skypilot-emulator with faults injected by its server.
 
 The fault is aimed at exactly one exec: the test wraps the emulator SDK's exec launch and, once
 the server accepted the command (its exec id known), queues a reset or a 503 on that exec's
@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from osmosis_harbor.errors import SandboxLostError
-from osmosis_harbor.sandbox.emulator import handles
-from osmosis_harbor.sandbox.exec_records import RECORDS_DIR, parse_status
+from osmosis_harbor.sandbox.emulator.client import handles
+from osmosis_harbor.sandbox.environment.exec_records import RECORDS_DIR, parse_status
 
 from .emulator_support import EmulatorServer, push_to_local_registry
 from .ledger_support import environment_for

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from osmosis_harbor.errors import OsmosisHarborError, TransferLimitError, UnreadableArchiveError
-from osmosis_harbor.sandbox.extract import ExtractResult, TransferLimits, extract_archive, write_file
+from osmosis_harbor.sandbox.transfer.extract import ExtractResult, TransferLimits, extract_archive, write_file
 
 CANARY_TEXT = b"host canary\n"
 CANARY_MTIME = 1_000_000_000

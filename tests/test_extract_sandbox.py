@@ -12,7 +12,7 @@ import pytest
 
 from osmosis_harbor.errors import TransferLimitError
 from osmosis_harbor.sandbox import SandboxEnvironment
-from osmosis_harbor.sandbox import environment as environment_module
+from osmosis_harbor.sandbox.environment import sandbox_environment as environment_module
 
 from .support import started_environment
 from .test_extract import inventory, make_canary

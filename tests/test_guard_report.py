@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from osmosis_harbor.errors import DatasetError
+from osmosis_harbor.sandbox.environment.verifier_guard import baked_guard
 from osmosis_harbor.sandbox.guard import Allowance, ReportRejected, judge, parse_report
-from osmosis_harbor.sandbox.guard.environment import baked_guard
 from osmosis_harbor.sandbox.guard.report import shown
 from osmosis_harbor.shim import contract
 from osmosis_harbor.tasks.dockerfile import EnvironmentPatch, patch_environment

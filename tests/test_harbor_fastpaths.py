@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from harbor.models.task.file_filter import TaskFileFilter
 
-from osmosis_harbor.tasks import harbor_fastpaths
+from osmosis_harbor.harbor_compat import fastpaths as harbor_fastpaths
 
 DIRS = ("", "tests", "tests/sub", "tests/sub/deep", "solution", "solution/x", "environment", "steps/s1",
         "steps/s1/tests", "steps/s1/solution", "other")  # fmt: skip

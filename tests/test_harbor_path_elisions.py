@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from osmosis_harbor.sandbox import SandboxEnvironment
-from osmosis_harbor.sandbox import environment as environment_module
+from osmosis_harbor.sandbox.environment import sandbox_environment as environment_module
 
 from .support import started_environment
 

@@ -29,9 +29,10 @@ from harbor.models.task.task import Task
 from harbor.models.trial.paths import TrialPaths
 
 from osmosis_harbor.errors import BaseImageMissingError, ImageBuildError
-from osmosis_harbor.sandbox import SandboxEnvironment, environment_config, image_resolution
-from osmosis_harbor.sandbox.images import BUILD_COORDINATOR
-from osmosis_harbor.sandbox.pools import pool_name_for
+from osmosis_harbor.sandbox import SandboxEnvironment, environment_config
+from osmosis_harbor.sandbox.environment import images as image_resolution
+from osmosis_harbor.sandbox.images.builds import BUILD_COORDINATOR
+from osmosis_harbor.sandbox.owner.pools import pool_name_for
 
 from .support import make_task
 

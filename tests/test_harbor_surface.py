@@ -1,4 +1,4 @@
-"""Harbor's names we read, override or copy (``sandbox/harbor_surface.py``) still exist in the
+"""Harbor's names we read, override or copy (``harbor_compat/surface.py``) still exist in the
 installed Harbor with the shape we rely on, and the list is complete: every Harbor method our
 environment overrides, every Harbor attribute it reads, every private name we import. A Harbor
 release that changes one fails here, by name, instead of inside a trial."""
@@ -17,8 +17,7 @@ from harbor.models.task.task import Task
 from harbor.models.trial.paths import TrialPaths
 
 import osmosis_harbor
-from osmosis_harbor.sandbox import SandboxEnvironment, environment_config
-from osmosis_harbor.sandbox.harbor_surface import (
+from osmosis_harbor.harbor_compat.surface import (
     BASE,
     SKY,
     SURFACE,
@@ -29,6 +28,7 @@ from osmosis_harbor.sandbox.harbor_surface import (
     resolve,
     shape_of,
 )
+from osmosis_harbor.sandbox import SandboxEnvironment, environment_config
 
 from .support import make_task
 
@@ -101,7 +101,9 @@ def test_every_harbor_method_we_override_is_listed_with_harbors_shape() -> None:
         if owner is None or name.startswith("_abc") or (name.startswith("__") and name != "__init__"):
             continue
         entries = _listed(name, {owner})
-        assert entries, f"{owner}.{name} is overridden in sandbox/environment.py but not listed in harbor_surface"
+        assert entries, (
+            f"{owner}.{name} is overridden in sandbox/environment/sandbox_environment.py but not listed in harbor_surface"
+        )
         if name == "__init__":
             continue
         assert Use.OVERRIDE in entries[0].uses, f"{owner}.{name} is overridden, listed as {entries[0].uses}"
@@ -129,14 +131,16 @@ def _private_reads(source: str) -> set[str]:
 def test_every_harbor_private_name_our_environment_touches_is_listed() -> None:
     harbor_attributes = assigned_in_init(SkypilotEnvironment) | assigned_in_init(resolve(BASE))
     ours = {inspect.getsourcefile(c) for c in SandboxEnvironment.__mro__ if c.__module__.startswith("osmosis_harbor.")}
-    assert str(PACKAGE / "sandbox" / "filtered.py") in ours  # control: the mixins' modules are scanned too
+    assert str(PACKAGE / "sandbox" / "transfer" / "filtered.py") in ours  # control: the mixins' modules are scanned too
     reads: set[str] = set()
     for source in ours:
         reads |= _private_reads(Path(str(source)).read_text())
     harbor_names = {n for n in reads if hasattr(SkypilotEnvironment, n) or n in harbor_attributes}
     assert {"_resolve_user", "_persistent_env", "_run_shell"} <= harbor_names  # control: the scan sees them
     missing = sorted(n for n in harbor_names if not _listed(n, HARBOR_ENVIRONMENT_OWNERS))
-    assert not missing, f"sandbox/environment.py touches Harbor's {missing}, not listed in harbor_surface"
+    assert not missing, (
+        f"sandbox/environment/sandbox_environment.py touches Harbor's {missing}, not listed in harbor_surface"
+    )
 
 
 def test_every_name_imported_from_harbor_exists_and_private_ones_are_listed() -> None:

@@ -1,4 +1,4 @@
-"""The ledger's per-thread connections (``sandbox/ledger.py``): rows written from several
+"""The ledger's per-thread connections (``sandbox/ledger/store.py``): rows written from several
 threads of one process all land; a forked child does not reuse its parent's connection; and
 a row committed just before its writer was SIGKILLed is there for the next reader, while the
 transaction the kill interrupted is not (the kill really landed mid-write: the control)."""
@@ -13,8 +13,8 @@ import threading
 from multiprocessing.connection import Connection
 from pathlib import Path
 
-from osmosis_harbor.sandbox.ledger import Kind, Ledger, State
-from osmosis_harbor.sandbox.owner import Owner
+from osmosis_harbor.owner_process import Owner
+from osmosis_harbor.sandbox.ledger.store import Kind, Ledger, State
 
 
 def test_rows_from_several_threads_each_on_its_own_connection(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""The ledger (``sandbox/ledger.py``) and reaping on any SDK (``sandbox/leftovers.py``): kill -9
+"""The ledger (``sandbox/ledger/store.py``) and reaping on any SDK (``sandbox/ledger/leftovers.py``): kill -9
 of an owner mid-rollout and mid-prewarm, and a terminate that fails twice, leave 0 sandboxes and
 0 pools of the dead owner, in the ledger and in ``ls``, after ``cleanup`` or the next start; a
 live owner's are left alone. On the skypilot-emulator and on Docker. Each test's ledger is its
@@ -25,12 +25,13 @@ from harbor.trial.queue import TrialQueue
 
 from osmosis_harbor.agents.native import NotTrainableWarning
 from osmosis_harbor.backend import HarborBackend
-from osmosis_harbor.sandbox import environment_config, load_sandbox_sdk, pools
-from osmosis_harbor.sandbox.emulator import extensions
-from osmosis_harbor.sandbox.ledger import Kind, Ledger, State, default_ledger
-from osmosis_harbor.sandbox.leftovers import Action, reap_dead_owners
-from osmosis_harbor.sandbox.live import LiveSandboxes, sandboxes_scope
-from osmosis_harbor.sandbox.owner import Owner
+from osmosis_harbor.owner_process import Owner
+from osmosis_harbor.sandbox import environment_config, load_sandbox_sdk
+from osmosis_harbor.sandbox.emulator.client import extensions
+from osmosis_harbor.sandbox.ledger.leftovers import Action, reap_dead_owners
+from osmosis_harbor.sandbox.ledger.store import Kind, Ledger, State, default_ledger
+from osmosis_harbor.sandbox.owner import pools
+from osmosis_harbor.sandbox.owner.sandboxes import LiveSandboxes, sandboxes_scope
 
 from .emulator_support import (
     EmulatorServer,
@@ -259,7 +260,7 @@ def test_the_next_backend_start_reaps_what_a_dead_owner_left(
 CLAIMER = """
 import asyncio, sys
 from osmosis_harbor.sandbox import load_sandbox_sdk
-from osmosis_harbor.sandbox.live import LiveSandboxes
+from osmosis_harbor.sandbox.owner.sandboxes import LiveSandboxes
 SDK, POOL, NAME = sys.argv[1:4]
 
 async def main():
@@ -275,7 +276,7 @@ asyncio.run(main())
 
 def _dead_owner() -> Owner:
     """The owner record of a process that has exited (as a crashed server's would read)."""
-    script = "from osmosis_harbor.sandbox.owner import Owner; print(Owner.current().model_dump_json())"
+    script = "from osmosis_harbor.owner_process import Owner; print(Owner.current().model_dump_json())"
     out = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, check=True)
     owner = Owner.model_validate_json(out.stdout)
     assert owner.is_dead()

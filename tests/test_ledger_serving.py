@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from osmosis_harbor.sandbox import docker as docker_sdk
-from osmosis_harbor.sandbox.ledger import Kind, default_ledger
+from osmosis_harbor.sandbox.ledger.store import Kind, default_ledger
 
 from .ledger_support import cleanup
 from .support import wait_until

@@ -26,7 +26,7 @@ from osmosis_ai.rollout.types import ExecutionOutcome, RolloutErrorCategory, Rol
 from osmosis_harbor.backend import attempts
 from osmosis_harbor.sandbox import SandboxEnvironment
 from osmosis_harbor.sandbox.docker import labels as L
-from osmosis_harbor.sandbox.head_start import VERIFIER_SESSION_MARK
+from osmosis_harbor.sandbox.owner.head_start import VERIFIER_SESSION_MARK
 
 from .rollout_server import client_for, serve
 from .support import managed_containers

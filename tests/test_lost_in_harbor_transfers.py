@@ -10,7 +10,7 @@ next call (a targeted fault); then the transfer runs. With ``infra_retries=1`` t
 succeed on a fresh sandbox, its first attempt recorded as lost, and a spy on the trial results
 shows Harbor really recorded its wrapper: the loss was recognised through what the environment
 saw, not because Harbor named it. In the same rollout the result read of the workflow's own exec
-is reset once (``sandbox/exec_records.py``): survived from the exec's record, it costs no attempt
+is reset once (``sandbox/environment/exec_records.py``): survived from the exec's record, it costs no attempt
 and re-runs nothing (one chat call per attempt).
 
 It runs on the emulator only, with archives over commands off (``OSMOSIS_HARBOR_EXEC_ARCHIVES=0``),

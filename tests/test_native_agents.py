@@ -45,7 +45,7 @@ from osmosis_harbor.agents.native import (
     scoped_api_key,
 )
 from osmosis_harbor.sandbox import environment_config
-from osmosis_harbor.sandbox.live import terminate_live_sandboxes
+from osmosis_harbor.sandbox.owner.sandboxes import terminate_live_sandboxes
 from osmosis_harbor.testing.scripted_policy import FakeChatServer
 from osmosis_harbor.trials.reading import Phase, read_trial
 

@@ -32,9 +32,9 @@ from osmosis_harbor.sandbox.docker.network import (
     ensure_sandbox_network,
     sandbox_network,
 )
-from osmosis_harbor.sandbox.relay import PolicyRelay
-from osmosis_harbor.sandbox.relay_app import forwardable_path
-from osmosis_harbor.sandbox.relay_limits import Blame, RelayAdmission, RelayLimits
+from osmosis_harbor.sandbox.relay.http import forwardable_path
+from osmosis_harbor.sandbox.relay.limits import Blame, RelayAdmission, RelayLimits
+from osmosis_harbor.sandbox.relay.policy_relay import PolicyRelay
 from osmosis_harbor.testing.scripted_policy import FakeChatServer
 
 from .support import wait_until
@@ -252,7 +252,7 @@ def test_which_rollouts_the_relay_carries(
     from harbor.models.trial.config import EnvironmentConfig
 
     from osmosis_harbor.backend.admission import endpoint_problem, relays_endpoint
-    from osmosis_harbor.sandbox.environment import IMPORT_PATH
+    from osmosis_harbor.sandbox.environment.sandbox_environment import IMPORT_PATH
 
     options = cast(BackendOptions, SimpleNamespace(agent=agent, is_native=native))
     environment = EnvironmentConfig(import_path=IMPORT_PATH, kwargs=env)

@@ -1,4 +1,4 @@
-"""Our claims survive SkyPilot's pools (``sandbox/pools.py``, ``batching.py``), on the strict
+"""Our claims survive SkyPilot's pools (``sandbox/owner/pools.py``, ``batching.py``), on the strict
 emulator: a claim its pool cannot serve waits a bounded time, then cold-creates the pool's image
 (counted as a fallback), never a lost start; a warming pool serves within the wait; a batch the
 pool cannot serve whole is split; a batch call that faulted after making members leaves none; a
@@ -20,12 +20,14 @@ from harbor.models.task.task import Task
 from harbor.models.trial.paths import TrialPaths
 
 from osmosis_harbor.errors import PoolClaimError
-from osmosis_harbor.sandbox import SandboxEnvironment, environment_config, pools, records
+from osmosis_harbor.sandbox import SandboxEnvironment, environment_config
 from osmosis_harbor.sandbox import emulator as sky
-from osmosis_harbor.sandbox.emulator import extensions
-from osmosis_harbor.sandbox.ledger import default_ledger
-from osmosis_harbor.sandbox.live import LiveSandboxes, sandboxes_scope
-from osmosis_harbor.sandbox.starts import SandboxStarts, starts_scope
+from osmosis_harbor.sandbox.emulator.client import extensions
+from osmosis_harbor.sandbox.ledger.store import default_ledger
+from osmosis_harbor.sandbox.owner import pools
+from osmosis_harbor.sandbox.owner.sandboxes import LiveSandboxes, sandboxes_scope
+from osmosis_harbor.sandbox.owner.starts import SandboxStarts, starts_scope
+from osmosis_harbor.sandbox.sdk import records
 
 from .emulator_support import EmulatorServer, private_emulator, push_to_local_registry
 from .support import make_task, wait_until

@@ -20,7 +20,7 @@ from osmosis_ai.rollout.types import RolloutErrorCategory, RolloutStatus
 from osmosis_harbor.backend import HarborBackend
 from osmosis_harbor.prewarm import PrewarmError
 from osmosis_harbor.sandbox import docker as docker_sdk
-from osmosis_harbor.sandbox.images import BUILD_COORDINATOR
+from osmosis_harbor.sandbox.images.builds import BUILD_COORDINATOR
 from osmosis_harbor.testing.scripted_policy import FakeChatServer
 
 from .rollout_server import client_for, serve

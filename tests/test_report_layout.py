@@ -18,7 +18,7 @@ from rich.text import Text
 
 from osmosis_harbor.cli import PrintableFormatter
 from osmosis_harbor.cli.validation_report import DETAIL_LINES, ValidationView, compact_seconds
-from osmosis_harbor.sandbox.stand_ins import stand_in_note, what_stands_in
+from osmosis_harbor.sandbox.images.stand_ins import stand_in_note, what_stands_in
 from osmosis_harbor.tasks.discovery import TaskRef
 from osmosis_harbor.trials.printable import json_safe, printable
 from osmosis_harbor.validate import TaskValidation, ValidationReport

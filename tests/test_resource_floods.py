@@ -34,8 +34,8 @@ from osmosis_ai.rollout.types import RolloutErrorCategory, RolloutStatus
 
 from osmosis_harbor.backend import HarborBackend
 from osmosis_harbor.sandbox import load_sandbox_sdk
-from osmosis_harbor.sandbox.bounds import PIDS_LIMIT
-from osmosis_harbor.sandbox.liveness import SandboxState, sandbox_state
+from osmosis_harbor.sandbox.sdk.bounds import PIDS_LIMIT
+from osmosis_harbor.sandbox.sdk.liveness import SandboxState, sandbox_state
 
 from .emulator_support import EmulatorServer, private_emulator, push_to_local_registry
 from .rollout_server import client_for, serve

@@ -17,7 +17,7 @@ from osmosis_harbor.errors import ConfigError, SandboxSdkMissingError
 from osmosis_harbor.sandbox import conformance, load_sandbox_sdk
 from osmosis_harbor.sandbox.conformance.core import Check, CheckResult, CheckStatus, skip
 from osmosis_harbor.sandbox.conformance.privilege_checks import parse_privileges
-from osmosis_harbor.sandbox.registry import SDK_NAMES, implementation
+from osmosis_harbor.sandbox.sdk.registry import SDK_NAMES, implementation
 
 from .emulator_support import LOCAL_REGISTRY
 from .support import run_cli

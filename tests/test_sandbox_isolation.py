@@ -35,7 +35,7 @@ from osmosis_harbor.sandbox import load_sandbox_sdk
 from osmosis_harbor.sandbox.conformance.core import ConformanceContext
 from osmosis_harbor.sandbox.docker import network as sandbox_networks
 from osmosis_harbor.sandbox.docker.engine import get_engine
-from osmosis_harbor.sandbox.privileges import SandboxPrivileges
+from osmosis_harbor.sandbox.sdk.privileges import SandboxPrivileges
 
 from .emulator_support import push_to_local_registry
 from .sdk_paths import SdkPath

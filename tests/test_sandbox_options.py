@@ -14,9 +14,10 @@ from pydantic import ValidationError
 
 import osmosis_harbor
 from osmosis_harbor.errors import ConfigError
-from osmosis_harbor.sandbox import SandboxEnvironment, environment_config, pools
+from osmosis_harbor.sandbox import SandboxEnvironment, environment_config
 from osmosis_harbor.sandbox.options import IMPORT_PATH, SandboxOptions, environment_label
-from osmosis_harbor.sandbox.registry import DEFAULT_SDK
+from osmosis_harbor.sandbox.owner import pools
+from osmosis_harbor.sandbox.sdk.registry import DEFAULT_SDK
 
 PACKAGE = Path(osmosis_harbor.__file__).parent
 

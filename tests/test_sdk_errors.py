@@ -1,4 +1,4 @@
-"""An SDK's exception is read the same whatever its shape (``sandbox/sdk_errors.py``): the Docker
+"""An SDK's exception is read the same whatever its shape (``sandbox/sdk/errors.py``): the Docker
 SDK's builtin families, and SkyPilot's (a ``RuntimeError`` with the HTTP status, on the error or
 its response, or one of ``sky.exceptions``' documented names), including the real classes of
 both SDKs here."""
@@ -10,7 +10,7 @@ import pytest
 
 from osmosis_harbor import errors as docker_errors
 from osmosis_harbor.sandbox import emulator as sky
-from osmosis_harbor.sandbox.sdk_errors import Meaning, is_api_fault, meaning
+from osmosis_harbor.sandbox.sdk.errors import Meaning, is_api_fault, meaning
 
 
 def _skypilot_status(status: int) -> RuntimeError:

@@ -18,8 +18,8 @@ import pytest
 
 from bench.env import remove_images
 from osmosis_harbor.sandbox import docker as docker_sdk
-from osmosis_harbor.sandbox import image_holds
-from osmosis_harbor.sandbox.images import local_image_exists
+from osmosis_harbor.sandbox.images import holds as image_holds
+from osmosis_harbor.sandbox.images.builds import local_image_exists
 
 from .support import REPO, run_cli
 
@@ -29,7 +29,7 @@ USER = textwrap.dedent(
     """
     import asyncio, sys
     from osmosis_harbor.sandbox import docker as docker_sdk
-    from osmosis_harbor.sandbox.images import BUILD_COORDINATOR, local_image_exists
+    from osmosis_harbor.sandbox.images.builds import BUILD_COORDINATOR, local_image_exists
 
     KIND, THING = sys.argv[1:3]
 

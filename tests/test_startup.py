@@ -29,11 +29,11 @@ from osmosis_ai.rollout.types import RolloutStatus
 from osmosis_harbor.backend import HarborBackend
 from osmosis_harbor.backend.admission import requires_public_url
 from osmosis_harbor.backend.options import BackendOptions
-from osmosis_harbor.sandbox.emulator import launcher
-from osmosis_harbor.sandbox.emulator.client import session
-from osmosis_harbor.sandbox.emulator.server import read_state
+from osmosis_harbor.sandbox.emulator.client.http import session
+from osmosis_harbor.sandbox.emulator.server import launcher
+from osmosis_harbor.sandbox.emulator.server.process import read_state
 from osmosis_harbor.sandbox.options import IMPORT_PATH, SandboxOptions
-from osmosis_harbor.sandbox.registry import implementation
+from osmosis_harbor.sandbox.sdk.registry import implementation
 from osmosis_harbor.testing.scripted_policy import FakeChatServer
 
 from .rollout_server import client_for, http_to, serve
@@ -255,7 +255,7 @@ def test_an_emulator_server_stops_with_the_backend_that_started_it(
     assert not process_alive(started.pid)
 
     other = subprocess.run(  # another process starts one and exits: the server outlives it
-        [sys.executable, "-c", "from osmosis_harbor.sandbox.emulator import launcher; print(launcher.server_url())"],
+        [sys.executable, "-c", "from osmosis_harbor.sandbox.emulator.server import launcher; print(launcher.server_url())"],
         env={**os.environ},
         capture_output=True,
         text=True,

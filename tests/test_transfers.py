@@ -1,4 +1,4 @@
-"""Trees in and out of a real sandbox over the archive capability (``sandbox/transfers.py``):
+"""Trees in and out of a real sandbox over the archive capability (``sandbox/transfer/archives.py``):
 one call each way, uploads written behind, log-tree reads served from one snapshot, hostile
 archives refused on the host, and Harbor's own path when a handle lacks the capability."""
 
@@ -15,8 +15,8 @@ from harbor.models.trial.paths import EnvironmentPaths
 from harbor.utils.scripts import quote_shell_arg
 
 from osmosis_harbor.sandbox import SandboxEnvironment
-from osmosis_harbor.sandbox import environment as environment_module
-from osmosis_harbor.sandbox.environment import REMOVE_REWARDS_COMMAND
+from osmosis_harbor.sandbox.environment import sandbox_environment as environment_module
+from osmosis_harbor.sandbox.environment.sandbox_environment import REMOVE_REWARDS_COMMAND
 from osmosis_harbor.shim import contract
 
 from .support import started_environment

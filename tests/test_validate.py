@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from osmosis_harbor.sandbox import environment_config
-from osmosis_harbor.sandbox.images import BUILD_COORDINATOR
+from osmosis_harbor.sandbox.images.builds import BUILD_COORDINATOR
 from osmosis_harbor.tasks.discovery import discover_tasks, load_dataset
 from osmosis_harbor.validate import validate_tasks
 

@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 
 from osmosis_harbor.sandbox import environment_config
-from osmosis_harbor.sandbox import image_resolution as sandbox_environment
-from osmosis_harbor.sandbox.base_images import base_images, missing_base_error
-from osmosis_harbor.sandbox.stand_ins import offline_recipes
+from osmosis_harbor.sandbox.environment import images as sandbox_environment
+from osmosis_harbor.sandbox.images.base_images import base_images, missing_base_error
+from osmosis_harbor.sandbox.images.stand_ins import offline_recipes
 from osmosis_harbor.tasks.discovery import load_dataset
 from osmosis_harbor.trials.evidence import TAIL_BYTES, output_tail, runner_never_started
 from osmosis_harbor.trials.progress_lines import without_progress

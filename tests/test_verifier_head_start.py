@@ -19,8 +19,8 @@ import pytest
 from osmosis_ai.rollout.types import RolloutErrorCategory, RolloutStatus
 
 from osmosis_harbor.agents.workflow import WorkflowAgent
-from osmosis_harbor.sandbox import head_start as head_start_module
-from osmosis_harbor.sandbox.environment import SandboxEnvironment
+from osmosis_harbor.sandbox.environment.sandbox_environment import SandboxEnvironment
+from osmosis_harbor.sandbox.owner import head_start as head_start_module
 
 from .backends import make_backend
 from .rollout_server import client_for, serve

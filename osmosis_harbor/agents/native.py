@@ -53,8 +53,8 @@ from osmosis_ai.rollout.types import RolloutSample
 
 from osmosis_harbor import settings
 from osmosis_harbor.errors import ConfigError, ContractFileError
-from osmosis_harbor.sandbox.contract_files import FileKind, read_json
 from osmosis_harbor.shim.atif import TrajectoryError, sample_from_atif
+from osmosis_harbor.trials.contract_files import FileKind, read_json
 
 __all__ = [
     "DEFAULT_MODEL_NAME",

@@ -31,10 +31,10 @@ from osmosis_harbor.errors import (
     WorkflowFailedError,
     WrongBundleError,
 )
-from osmosis_harbor.sandbox.build_failure import last_lines
-from osmosis_harbor.sandbox.contract_files import FileKind, read_json
+from osmosis_harbor.sandbox.images.build_failure import last_lines
 from osmosis_harbor.shim import contract
 from osmosis_harbor.shim.errors import Redactor
+from osmosis_harbor.trials.contract_files import FileKind, read_json
 
 __all__ = [
     "IMPORT_PATH",

@@ -44,12 +44,12 @@ from osmosis_harbor.backend.plan import RolloutPlan
 from osmosis_harbor.backend.tracker import RolloutState, RolloutTracker
 from osmosis_harbor.errors import SandboxLostError
 from osmosis_harbor.keys import KeyCustody
-from osmosis_harbor.sandbox import live
 from osmosis_harbor.sandbox.guard import GuardSession, guard_scope
-from osmosis_harbor.sandbox.head_start import head_start_scope
-from osmosis_harbor.sandbox.liveness import loss_scope
-from osmosis_harbor.sandbox.relay_record import RelayRecord
-from osmosis_harbor.sandbox.starts import SandboxStarts, starts_scope
+from osmosis_harbor.sandbox.owner import sandboxes as live
+from osmosis_harbor.sandbox.owner.head_start import head_start_scope
+from osmosis_harbor.sandbox.owner.starts import SandboxStarts, starts_scope
+from osmosis_harbor.sandbox.relay.refusals import RelayRecord
+from osmosis_harbor.sandbox.sdk.liveness import loss_scope
 from osmosis_harbor.trials.export import export_rollout_files
 from osmosis_harbor.trials.naming import trial_name as make_trial_name
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pydantic import BaseModel, ConfigDict
 
 from osmosis_harbor import settings
-from osmosis_harbor.sandbox.protocol import SandboxSdk
+from osmosis_harbor.sandbox.sdk.protocol import SandboxSdk
 
 __all__ = ["AutoscalePolicy", "PoolAutoscaler"]
 

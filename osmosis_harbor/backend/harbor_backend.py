@@ -42,14 +42,14 @@ from osmosis_harbor.backend.tracker import TERMINAL, RolloutTracker
 from osmosis_harbor.bundle import BundleInfo, build_bundle, inspect_bundle
 from osmosis_harbor.credentials import CredentialStore, credentials_scope
 from osmosis_harbor.errors import BundleError, OsmosisHarborError, TaskResolutionError, VerifierGuardError
+from osmosis_harbor.harbor_compat import fastpaths as harbor_fastpaths
 from osmosis_harbor.keys import KeyCustody, default_trials_dirs, sweep_unscrubbed
 from osmosis_harbor.prewarm import PrewarmReport, ProgressCallback
 from osmosis_harbor.sandbox.guard import add_guard_hooks
-from osmosis_harbor.sandbox.live import sandboxes_scope
-from osmosis_harbor.sandbox.registry import implementation
-from osmosis_harbor.sandbox.relay import PolicyRelay, RelayRegistration
-from osmosis_harbor.sandbox.starts import SandboxStarts
-from osmosis_harbor.tasks import harbor_fastpaths
+from osmosis_harbor.sandbox.owner.sandboxes import sandboxes_scope
+from osmosis_harbor.sandbox.owner.starts import SandboxStarts
+from osmosis_harbor.sandbox.relay.policy_relay import PolicyRelay, RelayRegistration
+from osmosis_harbor.sandbox.sdk.registry import implementation
 from osmosis_harbor.tasks.materialize import MaterializedTask
 from osmosis_harbor.tasks.prepared import PreparedCopies
 from osmosis_harbor.tasks.refs import ResolvedTask

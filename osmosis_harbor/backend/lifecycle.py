@@ -35,12 +35,12 @@ from osmosis_harbor.bundle.info import BundleInfo
 from osmosis_harbor.errors import BundleInstallError, ConfigError
 from osmosis_harbor.keys import KeyCustody
 from osmosis_harbor.prewarm import Prewarmer, PrewarmReport, ProgressCallback
-from osmosis_harbor.sandbox import pools
-from osmosis_harbor.sandbox.leftovers import Leftover, reap_dead_owners
-from osmosis_harbor.sandbox.live import LiveSandboxes, sandboxes_scope
+from osmosis_harbor.sandbox.ledger.leftovers import Leftover, reap_dead_owners
 from osmosis_harbor.sandbox.options import SandboxOptions, environment_label
-from osmosis_harbor.sandbox.registry import load_sandbox_sdk
-from osmosis_harbor.sandbox.starts import SandboxStarts, starts_scope
+from osmosis_harbor.sandbox.owner import pools
+from osmosis_harbor.sandbox.owner.sandboxes import LiveSandboxes, sandboxes_scope
+from osmosis_harbor.sandbox.owner.starts import SandboxStarts, starts_scope
+from osmosis_harbor.sandbox.sdk.registry import load_sandbox_sdk
 from osmosis_harbor.tasks.materialize import MaterializedTask
 from osmosis_harbor.tasks.refs import ResolvedTask, TaskMode
 from osmosis_harbor.tasks.resolver import TaskResolver

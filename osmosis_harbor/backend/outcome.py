@@ -39,11 +39,11 @@ from osmosis_harbor.errors import (
     WorkflowFailedError,
     recorded_error,
 )
-from osmosis_harbor.sandbox.contract_files import FileKind, read_json
 from osmosis_harbor.sandbox.guard import GuardSession
-from osmosis_harbor.sandbox.relay_record import RelayReport
+from osmosis_harbor.sandbox.relay.refusals import RelayReport
 from osmosis_harbor.shim import contract
 from osmosis_harbor.tasks.dockerfile import INCOMPATIBLE_IMAGE_MARKER
+from osmosis_harbor.trials.contract_files import FileKind, read_json
 from osmosis_harbor.trials.reading import (
     TIMEOUT_EXCEPTIONS,
     Phase,

@@ -20,7 +20,7 @@ from osmosis_harbor.cli.rollout import cmd_rollout
 from osmosis_harbor.cli.sandbox import cmd_cleanup, cmd_sandbox_check
 from osmosis_harbor.cli.validate import cmd_validate
 from osmosis_harbor.errors import OsmosisHarborError
-from osmosis_harbor.sandbox.registry import SDK_NAMES
+from osmosis_harbor.sandbox.sdk.registry import SDK_NAMES
 from osmosis_harbor.settings import use_bundled_model_prices
 from osmosis_harbor.trials.printable import printable
 

@@ -21,7 +21,7 @@ def add_base_images_parser(sub: argparse._SubParsersAction[argparse.ArgumentPars
 
 def cmd_base_images(args: argparse.Namespace) -> int:
     from osmosis_harbor.errors import UserError
-    from osmosis_harbor.sandbox.stand_ins import run_script
+    from osmosis_harbor.sandbox.images.stand_ins import run_script
 
     flags = [f"--{name}" for name in ("list", "names", "all") if getattr(args, name)]
     if flags and args.images:

@@ -11,7 +11,7 @@ from rich.console import Console
 
 from osmosis_harbor import settings
 from osmosis_harbor.errors import UserError
-from osmosis_harbor.sandbox.registry import SDK_NAMES
+from osmosis_harbor.sandbox.sdk.registry import SDK_NAMES
 
 EXIT_USAGE = 2
 

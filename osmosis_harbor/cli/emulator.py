@@ -38,7 +38,7 @@ def add_emulator_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]
 
 
 def cmd_emulator(args: argparse.Namespace) -> int:
-    from osmosis_harbor.sandbox.emulator.server import serve
+    from osmosis_harbor.sandbox.emulator.server.process import serve
     from osmosis_harbor.sandbox.emulator.wire import Knobs
 
     if args.knobs_json:

@@ -26,8 +26,8 @@ def cmd_sandbox_check(args: argparse.Namespace) -> int:
     from osmosis_harbor import settings
     from osmosis_harbor.sandbox import load_sandbox_sdk
     from osmosis_harbor.sandbox.conformance import run_suite
-    from osmosis_harbor.sandbox.images import names_registry, publish_local_image
-    from osmosis_harbor.sandbox.registry import implementation
+    from osmosis_harbor.sandbox.images.builds import names_registry, publish_local_image
+    from osmosis_harbor.sandbox.sdk.registry import implementation
 
     impl = implementation(args.sdk)
     sdk = load_sandbox_sdk(args.sdk)
@@ -75,7 +75,7 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
     warm pools named by ``--pool`` / ``--all-pools`` (pools outlive the prewarm command by design)."""
     from rich.table import Table
 
-    from osmosis_harbor.sandbox.leftovers import reap_dead_owners
+    from osmosis_harbor.sandbox.ledger.leftovers import reap_dead_owners
 
     leftovers = reap_dead_owners(args.env, dry_run=args.dry_run)
     rows = [(item.name, f"{item.kind} of dead owner {item.owner}: {item.action}") for item in leftovers]
@@ -103,9 +103,10 @@ def _cleanup_pools(args: argparse.Namespace) -> list[tuple[str, str]]:
     left to clean is the warm pools a prewarm handed over, found in the ledger (SkyPilot's SDK
     cannot list pools). A pool a live process's sandbox was claimed from is refused by the SDK
     and reported, never forced."""
-    from osmosis_harbor.sandbox import load_sandbox_sdk, pools
-    from osmosis_harbor.sandbox.ledger import Kind, State, default_ledger, endpoint_for
-    from osmosis_harbor.sandbox.sdk_errors import is_missing
+    from osmosis_harbor.sandbox import load_sandbox_sdk
+    from osmosis_harbor.sandbox.ledger.store import Kind, State, default_ledger, endpoint_for
+    from osmosis_harbor.sandbox.owner import pools
+    from osmosis_harbor.sandbox.sdk.errors import is_missing
 
     if not (args.pool or args.all_pools):
         return []
@@ -128,7 +129,7 @@ def _cleanup_pools(args: argparse.Namespace) -> list[tuple[str, str]]:
 
 def _live_claimers(listed: list[Any], pool: str) -> list[str]:
     """The live processes (other than this one) whose sandboxes were claimed from ``pool``."""
-    from osmosis_harbor.sandbox.owner import Owner
+    from osmosis_harbor.owner_process import Owner
 
     me = Owner.current()
     users = set()
@@ -143,8 +144,8 @@ def _live_claimers(listed: list[Any], pool: str) -> list[str]:
 
 def _cleanup_docker(args: argparse.Namespace) -> list[tuple[str, str]]:
     from osmosis_harbor.sandbox import docker as docker_sdk
-    from osmosis_harbor.sandbox import pools
-    from osmosis_harbor.sandbox.ledger import Kind, default_ledger, endpoint_for
+    from osmosis_harbor.sandbox.ledger.store import Kind, default_ledger, endpoint_for
+    from osmosis_harbor.sandbox.owner import pools
 
     removed: list[tuple[str, str]] = [(r.name, r.reason) for r in docker_sdk.reap(expired=True, dead_owners=True)]
     ledger = default_ledger()

@@ -11,9 +11,9 @@ from typing import Any, Literal
 from harbor.models.trial.config import EnvironmentConfig
 
 from osmosis_harbor.errors import SandboxSdkMissingError
-from osmosis_harbor.sandbox.environment import SandboxEnvironment
+from osmosis_harbor.sandbox.environment.sandbox_environment import SandboxEnvironment
 from osmosis_harbor.sandbox.options import IMPORT_PATH, SandboxOptions
-from osmosis_harbor.sandbox.registry import DEFAULT_SDK, SDK_NAMES, load_sandbox_sdk
+from osmosis_harbor.sandbox.sdk.registry import DEFAULT_SDK, SDK_NAMES, load_sandbox_sdk
 
 __all__ = [
     "SandboxEnvironment",

@@ -18,7 +18,7 @@ from harbor.models.trial.config import EnvironmentConfig
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from osmosis_harbor.errors import ConfigError
-from osmosis_harbor.sandbox.registry import DEFAULT_SDK, SDK_NAMES, SandboxImplementation, implementation
+from osmosis_harbor.sandbox.sdk.registry import DEFAULT_SDK, SDK_NAMES, SandboxImplementation, implementation
 
 __all__ = ["IMPORT_PATH", "SandboxOptions", "environment_label"]
 

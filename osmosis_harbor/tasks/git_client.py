@@ -5,7 +5,7 @@ helpers that inherit this process's environment; ours pass a ``GitPin``'s enviro
 so that git connects only to the addresses the request's host was checked at (``git_hosts``),
 and no other fetch in this process is affected. git-lfs is refused on such a fetch: its
 downloads go wherever the repository's LFS server says, unchecked. Each overridden name is in
-``sandbox/harbor_surface.py``.
+``harbor_compat/surface.py``.
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ from osmosis_ai.rollout.utils.file_artifacts import default_artifact_root
 from osmosis_ai.rollout.utils.identifiers import is_single_path_segment
 
 from osmosis_harbor import settings
-from osmosis_harbor.sandbox.extract.beneath import Beneath, Conflict, Parts
+from osmosis_harbor.sandbox.transfer.extract.beneath import Beneath, Conflict, Parts
 from osmosis_harbor.shim import contract
 
 __all__ = ["ARTIFACTS", "LOGS", "ExportReport", "export_rollout_files"]

@@ -18,8 +18,8 @@ from harbor.models.verifier.result import VerifierResult
 from pydantic import BaseModel
 
 from osmosis_harbor.errors import ContractFileError, SandboxLostError, recorded_error
-from osmosis_harbor.sandbox.contract_files import FileKind, read_text
 from osmosis_harbor.tasks.verifier import task_step_names
+from osmosis_harbor.trials.contract_files import FileKind, read_text
 
 
 class Phase(StrEnum):

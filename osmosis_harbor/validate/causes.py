@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING
 
 from harbor.models.task.config import TaskConfig
 
-from osmosis_harbor.sandbox.base_images import base_images
-from osmosis_harbor.sandbox.stand_ins import LabelsOf, stand_in_note
+from osmosis_harbor.sandbox.images.base_images import base_images
+from osmosis_harbor.sandbox.images.stand_ins import LabelsOf, stand_in_note
 from osmosis_harbor.tasks.discovery import TASK_CONFIG, TaskRef
 from osmosis_harbor.trials.evidence import host_secrets, redacted
 from osmosis_harbor.trials.reading import Phase

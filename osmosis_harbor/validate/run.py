@@ -28,12 +28,12 @@ from pydantic import BaseModel
 
 from osmosis_harbor import settings
 from osmosis_harbor.errors import ConfigError, DatasetError
+from osmosis_harbor.harbor_compat import fastpaths as harbor_fastpaths
 from osmosis_harbor.sandbox.guard import Allowance, GuardPlan, GuardSession, add_guard_hooks, guard_scope
-from osmosis_harbor.sandbox.images import local_image_labels
-from osmosis_harbor.sandbox.live import LiveSandboxes, sandboxes_scope
+from osmosis_harbor.sandbox.images.builds import local_image_labels
 from osmosis_harbor.sandbox.options import SandboxOptions, environment_label
-from osmosis_harbor.sandbox.starts import SandboxStarts, starts_scope
-from osmosis_harbor.tasks import harbor_fastpaths
+from osmosis_harbor.sandbox.owner.sandboxes import LiveSandboxes, sandboxes_scope
+from osmosis_harbor.sandbox.owner.starts import SandboxStarts, starts_scope
 from osmosis_harbor.tasks.discovery import TaskRef, check_task
 from osmosis_harbor.tasks.verifier_allowance import guard_plan, save_recorded
 from osmosis_harbor.trials.explain import explain

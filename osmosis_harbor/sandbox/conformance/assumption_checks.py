@@ -16,8 +16,6 @@ import asyncio
 import time
 from typing import Any
 
-from osmosis_harbor.sandbox import records
-from osmosis_harbor.sandbox.api_faults import terminate_record
 from osmosis_harbor.sandbox.conformance.core import (
     ConformanceContext,
     Observation,
@@ -25,7 +23,9 @@ from osmosis_harbor.sandbox.conformance.core import (
     expect,
     poll,
 )
-from osmosis_harbor.sandbox.sdk_errors import is_api_fault, is_invalid, is_missing, meaning, status_of
+from osmosis_harbor.sandbox.sdk import records
+from osmosis_harbor.sandbox.sdk.errors import is_api_fault, is_invalid, is_missing, meaning, status_of
+from osmosis_harbor.sandbox.sdk.faults import terminate_record
 
 # A claim that neither returns nor fails in this long is an SDK that waits for a member.
 CLAIM_PATIENCE_SEC = 60.0

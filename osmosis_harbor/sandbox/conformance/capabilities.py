@@ -16,8 +16,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from osmosis_harbor.sandbox.protocol import has_archives
-from osmosis_harbor.sandbox.registry import implementation, name_of
+from osmosis_harbor.sandbox.sdk.protocol import has_archives
+from osmosis_harbor.sandbox.sdk.registry import implementation, name_of
 
 __all__ = ["POOL_CALLS", "Capabilities", "probe"]
 

@@ -21,7 +21,6 @@ from harbor.models.task.task import Task
 from harbor.models.trial.config import EnvironmentConfig
 from harbor.models.trial.paths import TrialPaths
 
-from osmosis_harbor.sandbox import live, records
 from osmosis_harbor.sandbox.conformance.core import (
     ConformanceContext,
     check,
@@ -30,13 +29,15 @@ from osmosis_harbor.sandbox.conformance.core import (
     skip,
 )
 from osmosis_harbor.sandbox.conformance.limit_checks import BOUNDS_SCRIPT, parse_bounds
-from osmosis_harbor.sandbox.environment import SandboxEnvironment
-from osmosis_harbor.sandbox.images import BUILD_COORDINATOR, remove_local_image
-from osmosis_harbor.sandbox.liveness import sandbox_state
+from osmosis_harbor.sandbox.environment.sandbox_environment import SandboxEnvironment
+from osmosis_harbor.sandbox.images.builds import BUILD_COORDINATOR, remove_local_image
 from osmosis_harbor.sandbox.options import IMPORT_PATH
-from osmosis_harbor.sandbox.pools import pool_keywords, pool_name_for
-from osmosis_harbor.sandbox.registry import implementation, name_of
-from osmosis_harbor.sandbox.relay import PolicyRelay
+from osmosis_harbor.sandbox.owner import sandboxes as live
+from osmosis_harbor.sandbox.owner.pools import pool_keywords, pool_name_for
+from osmosis_harbor.sandbox.relay.policy_relay import PolicyRelay
+from osmosis_harbor.sandbox.sdk import records
+from osmosis_harbor.sandbox.sdk.liveness import sandbox_state
+from osmosis_harbor.sandbox.sdk.registry import implementation, name_of
 from osmosis_harbor.settings import current as current_settings
 
 __all__: list[str] = []
@@ -46,7 +47,7 @@ TASK_TOML = 'schema_version = "1.4"\n\n[environment]\n{image}\n[verifier]\ntimeo
 
 def _sdk_name(ctx: ConformanceContext) -> str:
     name = name_of(ctx.sdk)
-    expect(name is not None, "environment checks need a registered SDK (osmosis_harbor.sandbox.registry)")
+    expect(name is not None, "environment checks need a registered SDK (osmosis_harbor.sandbox.sdk.registry)")
     assert name is not None
     return name
 

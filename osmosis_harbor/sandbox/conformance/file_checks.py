@@ -17,7 +17,7 @@ from osmosis_harbor.sandbox.conformance.core import (
     expect,
     expect_raises,
 )
-from osmosis_harbor.sandbox.sdk_errors import is_api_fault, is_missing, meaning
+from osmosis_harbor.sandbox.sdk.errors import is_api_fault, is_missing, meaning
 
 # ── files ────────────────────────────────────────────────────────────────────────────────────
 

@@ -14,8 +14,8 @@ from osmosis_harbor.sandbox.conformance.core import (
     field_of,
     poll,
 )
-from osmosis_harbor.sandbox.liveness import sandbox_state
-from osmosis_harbor.sandbox.sdk_errors import is_invalid, meaning
+from osmosis_harbor.sandbox.sdk.errors import is_invalid, meaning
+from osmosis_harbor.sandbox.sdk.liveness import sandbox_state
 
 # ── lifecycle ────────────────────────────────────────────────────────────────────────────────
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from osmosis_harbor.sandbox import records
 from osmosis_harbor.sandbox.conformance.core import (
     ConformanceContext,
     check,
@@ -19,7 +18,8 @@ from osmosis_harbor.sandbox.conformance.core import (
     field_of,
     poll,
 )
-from osmosis_harbor.sandbox.sdk_errors import is_invalid
+from osmosis_harbor.sandbox.sdk import records
+from osmosis_harbor.sandbox.sdk.errors import is_invalid
 
 # ── pools ────────────────────────────────────────────────────────────────────────────────────
 

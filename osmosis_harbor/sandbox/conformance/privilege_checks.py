@@ -12,7 +12,7 @@ from __future__ import annotations
 from pydantic import BaseModel
 
 from osmosis_harbor.sandbox.conformance.core import ConformanceContext, check, expect
-from osmosis_harbor.sandbox.privileges import capability_names
+from osmosis_harbor.sandbox.sdk.privileges import capability_names
 
 __all__ = ["Privileges", "parse_privileges"]
 

@@ -17,10 +17,10 @@ import docker.errors
 from docker import APIClient
 
 from osmosis_harbor.errors import SandboxExistsError
+from osmosis_harbor.owner_process import Owner
 from osmosis_harbor.sandbox.docker import labels as L
 from osmosis_harbor.sandbox.docker.inventory import claim_volume_name, is_running, remove_volume
 from osmosis_harbor.sandbox.docker.labels import ContainerInfo, Network, PoolInfo, PoolSpec, Role
-from osmosis_harbor.sandbox.owner import Owner
 
 __all__ = [
     "MemberLauncher",

@@ -36,7 +36,6 @@ from osmosis_harbor.errors import (
     ImageNotFoundError,
     SandboxExistsError,
 )
-from osmosis_harbor.sandbox.bounds import TMP_PATH, SandboxBounds
 from osmosis_harbor.sandbox.docker import inventory
 from osmosis_harbor.sandbox.docker import labels as L
 from osmosis_harbor.sandbox.docker import reap as docker_reap
@@ -51,7 +50,8 @@ from osmosis_harbor.sandbox.docker.lean_http import install_lean_requests
 from osmosis_harbor.sandbox.docker.network import ensure_sandbox_network
 from osmosis_harbor.sandbox.docker.pools import PoolManager
 from osmosis_harbor.sandbox.docker.transport import share_one_pool
-from osmosis_harbor.sandbox.privileges import SandboxPrivileges
+from osmosis_harbor.sandbox.sdk.bounds import TMP_PATH, SandboxBounds
+from osmosis_harbor.sandbox.sdk.privileges import SandboxPrivileges
 
 log = logging.getLogger(__name__)
 

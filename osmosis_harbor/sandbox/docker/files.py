@@ -24,7 +24,7 @@ from typing import Any, BinaryIO
 import docker.errors
 
 from osmosis_harbor.errors import SandboxNotFoundError
-from osmosis_harbor.sandbox.extract import TransferLimits, copy_into
+from osmosis_harbor.sandbox.transfer.extract import TransferLimits, copy_into
 
 _MODE_DIR = 1 << 31
 _MODE_SYMLINK = 1 << 27

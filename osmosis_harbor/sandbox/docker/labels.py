@@ -16,10 +16,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from osmosis_harbor.sandbox.owner import OWNER_HOST as OWNER_HOST
-from osmosis_harbor.sandbox.owner import OWNER_PID as OWNER_PID
-from osmosis_harbor.sandbox.owner import OWNER_START as OWNER_START
-from osmosis_harbor.sandbox.owner import Owner
+from osmosis_harbor.owner_process import OWNER_HOST as OWNER_HOST
+from osmosis_harbor.owner_process import OWNER_PID as OWNER_PID
+from osmosis_harbor.owner_process import OWNER_START as OWNER_START
+from osmosis_harbor.owner_process import Owner
 
 PREFIX = "osmosis-harbor"
 

@@ -20,10 +20,10 @@ import docker.errors
 from docker import APIClient
 
 from osmosis_harbor import settings
-from osmosis_harbor.sandbox.bounds import SandboxBounds
 from osmosis_harbor.sandbox.docker.disk_watch import DiskWatch
 from osmosis_harbor.sandbox.docker.evictions import Evictions
 from osmosis_harbor.sandbox.docker.labels import ContainerInfo
+from osmosis_harbor.sandbox.sdk.bounds import SandboxBounds
 
 __all__ = ["LayerBound"]
 

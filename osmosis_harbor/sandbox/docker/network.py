@@ -6,7 +6,7 @@ cancel API, the local registry). So every networked sandbox and pool member join
 labelled bridge, ``osmosis-harbor-sandboxes``, created on first use with inter-container
 traffic disabled (``enable_icc=false``) and masquerading on (the internet stays reachable).
 The host is reached on the bridge's gateway address only where something listens on it: the
-policy relay (``osmosis_harbor.sandbox.relay``). Anything that creates containers for
+policy relay (``osmosis_harbor.sandbox.relay.policy_relay``). Anything that creates containers for
 sandboxes on this engine (the SkyPilot emulator too) calls ``sandbox_network()`` so that all
 of them share the network and the gateway the relay listens on.
 

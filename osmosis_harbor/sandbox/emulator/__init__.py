@@ -25,7 +25,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from osmosis_harbor.sandbox.docker.calls import Dual, dual
-from osmosis_harbor.sandbox.emulator.client import session
+from osmosis_harbor.sandbox.emulator.client.handles import AsyncExecHandle, EmulatorSandbox, ExecHandle, sandboxes_from
+from osmosis_harbor.sandbox.emulator.client.http import session
 from osmosis_harbor.sandbox.emulator.errors import (
     ApiConnectionError,
     ApiServerConnectionError,
@@ -47,7 +48,6 @@ from osmosis_harbor.sandbox.emulator.errors import (
     SandboxExistsError,
     SandboxNotFoundError,
 )
-from osmosis_harbor.sandbox.emulator.handles import AsyncExecHandle, EmulatorSandbox, ExecHandle, sandboxes_from
 from osmosis_harbor.sandbox.emulator.wire import CreateRequest, PoolCreateRequest, PoolInfo, PoolResize, SandboxInfo
 
 __all__ = [

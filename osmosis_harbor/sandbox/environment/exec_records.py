@@ -1,0 +1,192 @@
+"""An exec whose result read failed is read again from its record in the sandbox, never re-run.
+
+On SkyPilot an exec is a launch and then a result read (``handle.wait()``, ``stdout.read()``),
+each its own API call. A connection reset or a 503 on the read used to lose the sandbox to the
+trial (the command may have run, and running it again is unsafe), so a rollout ended
+``internal_error`` or used up an ``infra_retries`` attempt for a fault of the API alone. SkyPilot
+documents no way to read an exec's result again: a handle's ``wait()`` polls, but nothing says a
+poll that failed may be repeated, or that the result outlives it. So the result is recorded where
+the command ran: each exec runs under a small POSIX ``sh`` wrapper that keeps the command's exit
+status and its output in a directory of its own (``RECORDS_DIR/<exec id>``, the id made by the
+host), and passes both through unchanged. After a fault on the read, the host waits for the
+status file through the file API (``read_bytes``: a read, retried on API faults as any read is),
+then reads the output back, bounded, with a fresh read-only exec (safe to repeat). The command
+itself is never dispatched twice.
+
+What is re-read is sandbox output, as the original result was: the exit status must parse as an
+integer from 0 to 255 and each stream is cut at ``Settings.exec_output_max_bytes`` (the bound a
+local exec's output has); a record that does not
+parse, or never appears within the exec's own timeout, leaves the original fault standing (the
+sandbox is lost to the trial, as before). A record is removed by the next exec in the sandbox once
+the host holds its result.
+
+Only SDKs whose results cross an API (``SandboxImplementation.records_exec_results``) get records:
+the local Docker engine answers an exec in one call.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from harbor.environments.skypilot import SkypilotEnvironment
+from tenacity import (
+    AsyncRetrying,
+    retry_if_exception,
+    stop_after_attempt,
+    stop_after_delay,
+    wait_exponential,
+)
+
+from osmosis_harbor import settings
+from osmosis_harbor.sandbox.sdk.errors import is_api_fault, is_missing
+from osmosis_harbor.sandbox.sdk.faults import retry_safe
+
+__all__ = ["RECORDS_DIR", "ExecRecords", "RecordedExec", "parse_status"]
+
+log = logging.getLogger(__name__)
+
+# Not /tmp: a sandbox's /tmp may be a bounded tmpfs (the Docker SDK's is), the task's own space.
+RECORDS_DIR = "/var/tmp/.osmosis-harbor-execs"
+# How long past its own timeout a command's record may take to appear (the wrapper's last writes).
+RECORD_GRACE_SEC = 30.0
+
+# $1: the record dir; $2: records already read, to remove; $3: the bound; then the command's
+# argv. Each stream keeps its last $3 bytes only (tail -c), so a command printing gigabytes writes
+# no more than that to the sandbox's disk. The command does not inherit fd 3 (the stdout pipe's
+# second handle): a service it leaves behind with its own streams redirected must not hold the
+# pipe open, or the exec would wait for it. A record that cannot be made runs the command
+# unrecorded (a read fault then loses the sandbox, as before).
+_WRAPPER = (
+    'd=$1; old=$2; b=$3; shift 3; for o in $old; do rm -rf "' + RECORDS_DIR + '/$o"; done; '
+    '{ mkdir -p "$d" && : >"$d/out" && : >"$d/err"; } 2>/dev/null || exec "$@"; '
+    '{ { "$@" 3>&-; echo "$?" >"$d/rc.part"; } 2>&1 1>&3 | tail -c "$b" >"$d/err"; } 3>&1 | tail -c "$b" >"$d/out"; '
+    'rc=$(cat "$d/rc.part" 2>/dev/null) || rc=1; mv -f "$d/rc.part" "$d/rc"; '
+    'cat "$d/out"; cat "$d/err" >&2; exit "$rc"'
+)
+# $1: the record dir; $2: the bound. Read-only: safe to run again after a fault of its own.
+_REREAD = 'head -c "$2" "$1/out"; head -c "$2" "$1/err" >&2'
+
+
+@dataclass(frozen=True)
+class Recovered:
+    """An exec's result as re-read from its record."""
+
+    return_code: int
+    stdout: str
+    stderr: str
+
+
+class _Text:
+    """``handle.stdout`` / ``handle.stderr`` once the result is held: ``read()`` answers it."""
+
+    def __init__(self, text: str | None) -> None:
+        self._text = text
+
+    async def read(self) -> str | None:
+        return self._text
+
+
+class RecordedExec:
+    """The handle Harbor gets for a recorded exec: ``wait()`` reads the whole result (status,
+    then both streams) from the SDK's handle, or, after an API fault, from the record."""
+
+    def __init__(self, handle: Any, environment: ExecRecords, record: str, deadline: float) -> None:
+        self._handle = handle
+        self._environment = environment
+        self._record = record
+        self._deadline = deadline
+        self.stdout = _Text(None)
+        self.stderr = _Text(None)
+
+    async def wait(self) -> int | None:
+        try:
+            code = await self._handle.wait()
+            stdout = await SkypilotEnvironment._drain_stream(getattr(self._handle, "stdout", None))
+            stderr = await SkypilotEnvironment._drain_stream(getattr(self._handle, "stderr", None))
+        except Exception as exc:
+            if not is_api_fault(exc):
+                raise
+            log.info("reading the result of exec %s failed (%s): reading its record instead", self._record, exc)
+            recovered = await self._environment.reread(self._record, self._deadline, exc)
+            code, stdout, stderr = recovered.return_code, recovered.stdout, recovered.stderr
+        self._environment.record_read(self._record)
+        self.stdout, self.stderr = _Text(stdout), _Text(stderr)
+        return code
+
+
+def parse_status(data: bytes) -> int | None:
+    """The exit status a record holds, or None when it is not one (sandbox output: checked)."""
+    text = data[:8].decode("ascii", errors="replace").strip()
+    if len(data) > 8 or not text.isdigit() or not 0 <= int(text) <= 255:
+        return None
+    return int(text)
+
+
+class ExecRecords(SkypilotEnvironment):
+    """Every exec dispatched under a record, when the SDK's results cross an API (a mixin of
+    ``SandboxEnvironment``; see the module docstring)."""
+
+    _records_exec_results: bool
+    _records_read: list[str]
+
+    async def _dispatch_exec(
+        self, argv: list[str], *, workdir: str | None, timeout_seconds: int, env: dict[str, str] | None = None
+    ) -> Any:
+        if not self._records_exec_results:
+            return await super()._dispatch_exec(argv, workdir=workdir, timeout_seconds=timeout_seconds, env=env)
+        record = uuid.uuid4().hex
+        done, self._records_read = " ".join(self._records_read), []
+        bound = str(settings.current().exec_output_max_bytes)
+        wrapped = ["sh", "-c", _WRAPPER, "sh", f"{RECORDS_DIR}/{record}", done, bound, *argv]
+        handle = await super()._dispatch_exec(wrapped, workdir=workdir, timeout_seconds=timeout_seconds, env=env)
+        return RecordedExec(handle, self, record, time.monotonic() + timeout_seconds + RECORD_GRACE_SEC)
+
+    def record_read(self, record: str) -> None:
+        """The host holds ``record``'s result: the next exec removes it from the sandbox."""
+        self._records_read.append(record)
+
+    async def reread(self, record: str, deadline: float, fault: BaseException) -> Recovered:
+        """The result of the exec recorded as ``record``, once its status is there (waiting no
+        longer than the exec's own timeout); raises ``fault`` when it cannot be had."""
+        path = f"{RECORDS_DIR}/{record}"
+        try:
+            status = await self._wait_for_status(f"{path}/rc", deadline)
+            code = parse_status(status)
+            if code is None:
+                raise ValueError(f"exec record {record}: {status[:16]!r} is not an exit status")
+            stdout, stderr = await self._read_outputs(path)
+        except Exception as exc:
+            log.info("exec %s: its record cannot be read (%s): the sandbox is lost to the trial", record, exc)
+            raise fault from exc
+        return Recovered(code, stdout, stderr)
+
+    async def _wait_for_status(self, path: str, deadline: float) -> bytes:
+        sandbox = self._require_sandbox()
+        retrying = AsyncRetrying(
+            retry=retry_if_exception(is_missing),  # not written yet: the command still runs
+            stop=stop_after_delay(max(0.0, deadline - time.monotonic())),
+            wait=wait_exponential(multiplier=0.05, max=2.0),
+            reraise=True,
+        )
+        return bytes(await retrying(retry_safe, "read_bytes", sandbox.read_bytes.aio, path))
+
+    async def _read_outputs(self, path: str) -> tuple[str, str]:
+        bound = settings.current().exec_output_max_bytes
+        argv = ["sh", "-c", _REREAD, "sh", path, str(bound)]
+        retrying = AsyncRetrying(
+            retry=retry_if_exception(is_api_fault),
+            stop=stop_after_attempt(settings.current().api_attempts),
+            wait=wait_exponential(multiplier=0.2, max=settings.current().api_retry_max_wait),
+            reraise=True,
+        )
+        async for attempt in retrying:
+            with attempt:
+                handle = await super()._dispatch_exec(argv, workdir=None, timeout_seconds=60)
+                await handle.wait()
+                stdout = await self._drain_stream(getattr(handle, "stdout", None)) or ""
+                stderr = await self._drain_stream(getattr(handle, "stderr", None)) or ""
+        return stdout[:bound], stderr[:bound]

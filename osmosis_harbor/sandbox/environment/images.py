@@ -1,0 +1,165 @@
+"""The environment's images: which reference, whether it exists, and its one build and push.
+
+A mixin of ``SandboxEnvironment`` (``environment.py``), overriding Harbor's image methods:
+
+* one image per environment *content* (``environment_id``), whatever the task is called, so
+  tasks sharing an ``environment/`` share one build;
+* existence answered correctly for plain-http registries and images kept on the local engine;
+* with the Docker SDK and no registry, images stay on the local engine (never pushed); with a
+  registry, Harbor's own build and push run, once per attempt of our retry, which knows that
+  a missing base image stays missing;
+* concurrent trials of one environment build it once (``images.BUILD_COORDINATOR``).
+
+The engine calls themselves are ``images.py``'s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import override
+
+from harbor.environments.skypilot import SkypilotEnvironment
+from tenacity import retry, retry_if_exception, stop_after_attempt, wait_exponential
+
+from osmosis_harbor.errors import BaseImageMissingError, ImageBuildError
+from osmosis_harbor.sandbox.images.base_images import missing_base_error
+from osmosis_harbor.sandbox.images.build_failure import last_lines, parse_build_failure
+from osmosis_harbor.sandbox.images.builds import (
+    BUILD_COORDINATOR,
+    build_detached,
+    build_image,
+    local_image_exists,
+    registry_image_exists,
+    remove_failed_build_containers,
+)
+from osmosis_harbor.sandbox.sdk.registry import SandboxImplementation
+from osmosis_harbor.shim import contract
+
+__all__ = ["ImageResolution", "declares_baked_layout"]
+
+LOCAL_IMAGE_NAMESPACE = "osmosis-harbor"
+SHARED_REPOSITORY = "osmosis-harbor-env"
+# Harbor's build and push, without Harbor's retry (ours, around it, knows a missing base).
+HARBOR_BUILD_ONCE = SkypilotEnvironment._build_and_push_image.retry_with(stop=stop_after_attempt(1))
+
+
+def declares_baked_layout(dockerfile: Path) -> bool:
+    """Whether this Dockerfile bakes a bundle in (the patch's marker comment), so its image
+    holds Harbor's log dirs empty and world-writable (``contract.LAYOUT_DIRS``)."""
+    try:
+        text = dockerfile.read_text(encoding="utf-8")
+    except OSError:
+        return False
+    return any(line.startswith(contract.BAKED_BUNDLE_COMMENT) for line in text.splitlines())
+
+
+def _worth_retrying(error: BaseException) -> bool:
+    """A failed build is tried once more, except a missing base image (it stays missing) and a
+    cancellation (tenacity would otherwise swallow it and build again)."""
+    return isinstance(error, Exception) and not isinstance(error, BaseImageMissingError)
+
+
+class ImageResolution(SkypilotEnvironment):
+    """Harbor's image methods, content-addressed and built once (see the module docstring)."""
+
+    _impl: SandboxImplementation
+    _registry: str | None
+    _platform: str
+    _pool: str | None
+
+    @property
+    def _local_only(self) -> bool:
+        """Sandboxes on the engine that builds images need no registry: images stay local."""
+        return self._impl.local_images and not self._registry
+
+    @property
+    @override
+    def _image_ref(self) -> str:
+        """One image per environment *content*, whatever the task is called.
+
+        Harbor names the repository after the task, so tasks that share an environment
+        each build and push their own copy. Keying by the content hash alone lets every
+        task with the same ``environment/`` share one build.
+        """
+        if self._local_only:
+            return f"{LOCAL_IMAGE_NAMESPACE}/env:{self.environment_id}"
+        if not self._registry:
+            return super()._image_ref  # raises Harbor's "needs a registry" error
+        return f"{self._registry.rstrip('/')}/{SHARED_REPOSITORY}:{self.environment_id}"
+
+    @property
+    def image_ref(self) -> str:
+        """The content-addressed image this environment builds (for prewarm reports)."""
+        return self._image_ref
+
+    @override
+    async def _image_exists(self) -> bool:
+        """Harbor asks ``docker manifest inspect``, which answers "missing" for a plain-http
+        registry (127.0.0.1:5000) and knows nothing of images kept on the local engine."""
+        ref = self._image_ref
+        if self._local_only:
+            return await asyncio.to_thread(local_image_exists, ref)
+        return await asyncio.to_thread(registry_image_exists, ref)
+
+    @retry(
+        stop=stop_after_attempt(2),
+        wait=wait_exponential(multiplier=2, min=5, max=60),
+        retry=retry_if_exception(_worth_retrying),
+        reraise=True,
+    )
+    @override
+    async def _build_and_push_image(self) -> None:
+        """With a registry: Harbor's own build and push (``docker build`` / ``docker push``),
+        one attempt of it per attempt here, so that Harbor's retry does not run around ours
+        and a missing base image is not built twice. Without a registry, sandboxes run on the
+        engine that builds: built there, never pushed (Harbor's would push to Docker Hub)."""
+        ref = self._image_ref
+        if self._local_only:
+            self.logger.debug(f"Building image {ref}")
+            await build_detached(build_image, self.environment_dir, self._dockerfile_path, ref, self._platform)
+            return
+        try:
+            await HARBOR_BUILD_ONCE(self)
+        except RuntimeError as exc:
+            await asyncio.to_thread(remove_failed_build_containers, str(exc))
+            raise self._build_error(ref, str(exc)) from exc
+
+    def _build_error(self, ref: str, harbor_message: str) -> ImageBuildError:
+        """Harbor's build failure (a RuntimeError carrying the whole build output) as ours: a
+        missing base image named with its remedy, or, first, the failing step and its exit code
+        (a trial's report keeps the first line; Harbor's output starts with Docker's legacy-builder
+        notice), then the step's output tail (phase ``environment``)."""
+        lines = harbor_message.splitlines()
+        last = next((line for line in reversed(lines) if line.strip()), "")
+        missing = missing_base_error(self._dockerfile_path, ref, local_image_exists, last)
+        if missing is not None:
+            return missing
+        prefix = f"docker build failed for {ref}: "
+        output = harbor_message.removeprefix(prefix) if harbor_message.startswith(prefix) else harbor_message
+        if harbor_message.startswith(f"docker push failed for {ref}"):
+            return ImageBuildError(
+                "\n".join(lines[:1] + [last_lines("\n".join(lines[1:]))]).rstrip(), engine_error=last
+            )
+        return ImageBuildError(parse_build_failure(ref, output, last).message(), engine_error=last)
+
+    async def prepare_image(self, force_build: bool = False) -> tuple[str | None, bool]:
+        """Make this environment's image available; returns (reference, built-by-this-call).
+
+        ``None`` when the task names a prebuilt ``docker_image`` (nothing to build).
+        """
+        if self.task_env_config.docker_image and not (force_build and self._dockerfile_path.is_file()):
+            return self.task_env_config.docker_image, False
+        ref = self._image_ref
+        built = await BUILD_COORDINATOR.ensure(
+            ref, exists=self._image_exists, build=self._build_and_push_image, force_build=force_build
+        )
+        return ref, built
+
+    @override
+    async def _resolve_image(self, force_build: bool) -> str | None:
+        """Harbor's, except that concurrent trials of one environment build it once
+        (``BUILD_COORDINATOR``); Harbor has no lock against parallel builds."""
+        if self._pool:
+            return None  # the pool supplies the image
+        return (await self.prepare_image(force_build))[0]

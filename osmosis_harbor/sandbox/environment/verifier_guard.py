@@ -1,0 +1,205 @@
+"""The agent's sandbox environment under the verifier guard: every command of the agent phase
+marked, the check before the task's own tests, and the guard's own calls.
+
+A mixin of ``SandboxEnvironment`` (``sandbox/environment/sandbox_environment.py``), below ``ExecRecords`` in its MRO,
+so it sees every argv the SDK will run (an exec record's wrapper included) and puts the guard in
+front: ``/proc/<daemon>/exe drop -- ARGV``. The magic link always runs the daemon's sealed image,
+whatever the agent did to the files on disk. The guard's own commands (start, record, check) go
+straight to the SDK, with no shell and no record wrapper: nothing of the sandbox's disk runs
+before the guard does. Which phase a trial is in is the session's (``session.py``).
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+from collections.abc import Awaitable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from harbor.environments.base import ExecResult
+from harbor.environments.skypilot import SkypilotEnvironment
+
+from osmosis_harbor import settings
+from osmosis_harbor.errors import VerifierTamperedError
+from osmosis_harbor.sandbox.environment.preparation import REMOVE_REWARDS_COMMAND
+from osmosis_harbor.sandbox.guard import commands
+from osmosis_harbor.sandbox.guard.allowance import Allowance, Verdict, judge
+from osmosis_harbor.sandbox.guard.binary import guard_binary
+from osmosis_harbor.sandbox.guard.report import GuardReport, ReportRejected, parse_report, shown
+from osmosis_harbor.sandbox.guard.session import GuardCheck, GuardSession, Phase
+from osmosis_harbor.shim import contract
+
+__all__ = ["GuardedExecs", "baked_guard"]
+
+log = logging.getLogger(__name__)
+
+
+def baked_guard(dockerfile: Path) -> str | None:
+    """The sha256 of the guard a patched Dockerfile bakes in (``contract.GUARD_PATH``), or None."""
+    try:
+        text = dockerfile.read_text(encoding="utf-8")
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith(contract.BAKED_GUARD_COMMENT):
+            return line[len(contract.BAKED_GUARD_COMMENT) :].strip()
+    return None
+
+
+class GuardedExecs(SkypilotEnvironment):
+    """Commands of a guarded trial's agent sandbox (see the module docstring)."""
+
+    _guard: GuardSession | None
+    _guard_baked: str | None  # the sha256 of the guard in the image, if it bakes one
+    _known_ready: set[str]
+    _platform: str
+    _sandbox_name: str
+
+    if TYPE_CHECKING:  # LossDetection's, earlier in SandboxEnvironment's MRO
+
+        async def _guarded[T](self, call: Awaitable[T]) -> T: ...
+
+    def _guard_workdirs(self) -> list[str]:
+        """Where the agent works, the tests' usual cwd: the check looks there for pytest's hooks."""
+        return sorted({d.rstrip("/") for d in (self.task_env_config.workdir, self._workdir) if d and d.rstrip("/")})
+
+    async def _guard_took(self, command: str, user: str | int | None) -> bool:
+        """Harbor's verifier first clears stale rewards (``REMOVE_REWARDS_COMMAND``, as root): the
+        check, due then, empties ``/logs/verifier``, so it takes that command's place."""
+        session = self._guard
+        if session is None or session.phase is not Phase.PENDING or user not in ("root", 0):
+            return False
+        if command != REMOVE_REWARDS_COMMAND:
+            return False
+        await self.guard_before_command(session)
+        return True
+
+    async def _dispatch_exec(
+        self, argv: list[str], *, workdir: str | None, timeout_seconds: int, env: dict[str, str] | None = None
+    ) -> Any:
+        session = self._guard
+        if session is not None and session.phase is not Phase.FRESH:
+            argv = [*await self.guard_before_command(session), *argv]
+        return await super()._dispatch_exec(argv, workdir=workdir, timeout_seconds=timeout_seconds, env=env)
+
+    async def guard_before_command(self, session: GuardSession) -> list[str]:
+        """What must happen before a command in this phase, and the argv prefix it then gets:
+        the daemon started (the first agent command), the manifest recorded again (an agent
+        phase after a check), the check run (the first command once verification starts)."""
+        async with session.lock:
+            if session.tampered is not None:
+                raise VerifierTamperedError(str(session.tampered))
+            if session.phase is Phase.PENDING:
+                await self._guard_check(session)
+            if session.phase is not Phase.AGENT:
+                return []
+            if session.daemon_pid is None:
+                await self._guard_start(session)
+            elif not session.recorded_since_check:
+                await self._guard_record(session)
+            assert session.daemon_pid is not None
+            return commands.drop_prefix(session.daemon_pid)
+
+    async def _guard_exec(self, argv: list[str], *, env: dict[str, str] | None = None) -> tuple[int, bytes, str]:
+        """One of the guard's own commands: straight to the SDK (no record wrapper, no shell)."""
+
+        async def run() -> ExecResult:
+            timeout = int(settings.current().verifier_guard_timeout_sec)
+            handle = await SkypilotEnvironment._dispatch_exec(
+                self, argv, workdir=None, timeout_seconds=timeout, env=env
+            )
+            code = await handle.wait()
+            stdout = await self._drain_stream(getattr(handle, "stdout", None))
+            stderr = await self._drain_stream(getattr(handle, "stderr", None))
+            return ExecResult(stdout=stdout, stderr=stderr, return_code=code if code is not None else 0)
+
+        result = await self._guarded(run())
+        return result.return_code, (result.stdout or "").encode("utf-8", "surrogateescape"), result.stderr or ""
+
+    async def _guard_start(self, session: GuardSession) -> None:
+        binary, record_id = guard_binary(self._platform), secrets.token_hex(16)
+        baked = self._guard_baked == binary.sha256
+        if not baked:
+            await self._write_remote_bytes(binary.read(), commands.UPLOAD_PATH)
+        argv = commands.start_argv(contract.GUARD_PATH if baked else None, record_id, self._guard_workdirs())
+        key, began = secrets.token_bytes(32), time.monotonic()
+        code, out, err = await self._guard_exec(argv, env={commands.KEY_ENV: key.hex()})
+        started = commands.parse_started(code, out, err, self._sandbox_name)
+        session.daemon_pid, session.key, session.record_id = started.daemon, key, record_id
+        session.recorded_since_check = True
+        log.debug(
+            "verifier guard started in %s (daemon %s, %s entries recorded) in %.3f s",
+            self._sandbox_name,
+            started.daemon,
+            started.entries,
+            time.monotonic() - began,
+        )
+
+    async def _guard_record(self, session: GuardSession) -> None:
+        assert session.daemon_pid is not None
+        record_id = secrets.token_hex(16)
+        code, out, _ = await self._guard_exec(
+            commands.record_argv(session.daemon_pid, record_id, self._guard_workdirs())
+        )
+        if code != 0 or not out.startswith(commands.RECORDED):
+            self._tampered(session, Verdict(True, ["the guard daemon was killed or replaced"]), GuardReport())
+        session.record_id, session.recorded_since_check = record_id, True
+
+    async def _guard_check(self, session: GuardSession) -> None:
+        if session.daemon_pid is None:  # no agent command ran: nothing to check
+            session.phase = Phase.VERIFIED
+            return
+        assert session.key is not None and session.record_id is not None
+        nonce, plan = secrets.token_hex(16), session.plan
+        argv = commands.check_argv(
+            session.daemon_pid,
+            nonce,
+            session.record_id,
+            self._guard_workdirs(),
+            ports=sorted(plan.allowance.ports),
+            keep_listening=plan.record_allowance,
+        )
+        began = time.monotonic()
+        _, out, _ = await self._guard_exec(argv)
+        log.debug("verifier guard checked %s in %.3f s", self._sandbox_name, time.monotonic() - began)
+        try:
+            report = parse_report(out, key=session.key, nonce=nonce, record_id=session.record_id)
+        except ReportRejected as exc:
+            self._tampered(session, Verdict(True, [str(exc)]), GuardReport())
+        allowance = plan.allowance.merged(Allowance.recorded(report)) if plan.record_allowance else plan.allowance
+        verdict = judge(report, allowance, processes_are_tampering=plan.processes_are_tampering)
+        self._log_check(report, verdict)
+        if verdict.tampered:
+            self._tampered(session, verdict, report)
+        session.checks.append(GuardCheck(report, verdict))
+        session.phase, session.recorded_since_check = Phase.VERIFIED, False
+        self._known_ready.add(contract.VERIFIER_LOGS)  # the check left it empty, 0777
+
+    def _tampered(self, session: GuardSession, verdict: Verdict, report: GuardReport) -> NoReturn:
+        session.checks.append(GuardCheck(report, verdict))
+        session.phase = Phase.TAMPERED
+        session.tampered = VerifierTamperedError(verdict.message())
+        log.warning("sandbox %s: %s", self._sandbox_name, verdict.message())
+        raise VerifierTamperedError(verdict.message())
+
+    def _log_check(self, report: GuardReport, verdict: Verdict) -> None:
+        if report.kept:
+            ports = ", ".join(str(k.port) for k in report.kept if k.port)
+            log.info(
+                "sandbox %s: %d service process(es) kept for the tests (ports %s)",
+                self._sandbox_name,
+                len(report.kept),
+                ports,
+            )
+        if report.killed:
+            names = ", ".join(shown(k.cmdline or k.exe)[:60] for k in report.killed[:5])
+            log.info(
+                "sandbox %s: the guard ended %d process(es) the agent left: %s",
+                self._sandbox_name,
+                len(report.killed),
+                names,
+            )
+        for path in report.set_aside:
+            log.info("sandbox %s: package cache %s set aside (the agent changed it)", self._sandbox_name, shown(path))

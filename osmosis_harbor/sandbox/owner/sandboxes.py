@@ -1,0 +1,336 @@
+"""The sandboxes a backend (or a validation run) has created and not yet seen terminated.
+
+Harbor's trials stop their environments, including on cancellation, but a cancellation that
+lands while ``create`` is in flight can leave a sandbox nobody holds a handle to, and a
+terminate can fail. So every sandbox is registered, and written to the crash-safe ``ledger``,
+before its create call; it leaves both only once its terminate succeeded (or ``ls`` showed a
+failed create made nothing). A terminate that fails is retried in the background with backoff,
+and again by ``terminate_all`` (the owner's shutdown sweep); what even that cannot remove stays
+in the ledger, for the next start or ``cleanup`` to reap once this process is gone.
+
+A registry belongs to its owner, never to the process: the owner opens ``sandboxes_scope``
+around the trials it submits, and the environments Harbor constructs inside them find it
+through a ``ContextVar``; one backend's shutdown never touches another's sandboxes. Outside
+any scope (a test driving an environment directly) a process default registry is used.
+
+Terminations can also leave a trial's critical path (``termination_scope``): inside a scope an
+environment's stop hands its termination to a task and returns, so the queue slot frees while
+the sandbox goes away; whoever opened the scope awaits the tasks (``settle``) before reporting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import logging
+import threading
+from collections.abc import Callable, Coroutine, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
+
+from osmosis_harbor.owner_process import Owner
+from osmosis_harbor.sandbox.ledger.store import Kind, Ledger, State, default_ledger, endpoint_for
+from osmosis_harbor.sandbox.sdk import records
+from osmosis_harbor.sandbox.sdk.faults import retry_safe, terminate_by_name, terminate_record
+from osmosis_harbor.sandbox.sdk.liveness import sandbox_state
+from osmosis_harbor.sandbox.sdk.protocol import SandboxSdk
+
+__all__ = [
+    "LiveSandboxes",
+    "current",
+    "defer_termination",
+    "registered",
+    "sandboxes_scope",
+    "settle",
+    "terminate_live_sandboxes",
+    "termination_scope",
+]
+
+logger = logging.getLogger(__name__)
+
+# Background retries of a failed terminate (each one itself retried on API faults).
+BACKGROUND_ATTEMPTS = 6
+BACKGROUND_MAX_WAIT_SEC = 60.0
+
+
+@dataclass
+class _Live:
+    sdk: SandboxSdk
+    sdk_name: str
+    endpoint: str
+    handle: Any | None = None
+    retrying: asyncio.Task[None] | None = None
+
+
+class _StillThere(Exception):
+    """A background terminate attempt failed (tenacity retries on this)."""
+
+
+class LiveSandboxes:
+    """One owner's sandboxes, mirrored in the ledger until the SDK said they are gone."""
+
+    def __init__(self, ledger: Ledger | None = None) -> None:
+        self._ledger = ledger
+        self._live: dict[str, _Live] = {}
+        self._pools: dict[str, str] = {}  # pool name -> SDK name, while this owner holds it
+        self._guard = threading.Lock()
+        self.owner = Owner.current()
+
+    @property
+    def ledger(self) -> Ledger:
+        if self._ledger is None:
+            self._ledger = default_ledger()
+        return self._ledger
+
+    def names(self) -> list[str]:
+        with self._guard:
+            return sorted(self._live)
+
+    def registered(self, name: str) -> bool:
+        """Whether a sandbox of that name is being created, runs, or failed to terminate."""
+        with self._guard:
+            return name in self._live
+
+    async def pending(self, name: str, sdk: SandboxSdk, sdk_name: str) -> None:
+        """Before the create call: in the ledger first, then in memory."""
+        endpoint = endpoint_for(sdk_name)
+        await asyncio.to_thread(self.ledger.record, Kind.SANDBOX, sdk_name, endpoint, name, self.owner)
+        with self._guard:
+            self._live[name] = _Live(sdk=sdk, sdk_name=sdk_name, endpoint=endpoint)
+
+    async def rename(self, old: str, new: str) -> None:
+        """The sandbox created as ``old`` goes by ``new`` (a batch claim's member name)."""
+        with self._guard:
+            live = self._live.pop(old, None)
+        if live is None:
+            return
+        await asyncio.to_thread(self.ledger.record, Kind.SANDBOX, live.sdk_name, live.endpoint, new, self.owner)
+        await asyncio.to_thread(self.ledger.forget, Kind.SANDBOX, live.sdk_name, live.endpoint, old)
+        with self._guard:
+            self._live[new] = live
+
+    async def attach(self, name: str, handle: Any) -> None:
+        with self._guard:
+            live = self._live.get(name)
+            if live is not None:
+                live.handle = handle
+        if live is not None:
+            await asyncio.to_thread(self.ledger.mark, Kind.SANDBOX, live.sdk_name, live.endpoint, name, State.RUNNING)
+
+    async def _forget(self, name: str, live: _Live) -> None:
+        await asyncio.to_thread(self.ledger.forget, Kind.SANDBOX, live.sdk_name, live.endpoint, name)
+        with self._guard:
+            if self._live.get(name) is live:
+                del self._live[name]
+
+    async def _terminate_once(self, name: str, live: _Live) -> str | None:
+        """One terminate (retried on API faults); the error, or None once it is gone."""
+        try:
+            if live.handle is not None:
+                await retry_safe("terminate", live.handle.terminate.aio, wait=True)
+            else:
+                await terminate_by_name(live.sdk, name)
+        except Exception as exc:
+            message = f"{type(exc).__name__}: {exc}"
+            await asyncio.to_thread(
+                self.ledger.mark, Kind.SANDBOX, live.sdk_name, live.endpoint, name, State.TERMINATE_FAILED, message
+            )
+            return message
+        await self._forget(name, live)
+        return None
+
+    async def end(self, name: str) -> bool:
+        """Terminate ``name``; on failure it stays registered and in the ledger, and a background
+        task keeps trying. Returns whether it is gone."""
+        with self._guard:
+            live = self._live.get(name)
+        if live is None:
+            return True
+        error = await self._terminate_once(name, live)
+        if error is None:
+            return True
+        logger.warning("could not terminate sandbox %s (%s): retrying in the background", name, error)
+        if live.retrying is None or live.retrying.done():
+            live.retrying = asyncio.get_running_loop().create_task(self._keep_trying(name, live))
+        return False
+
+    async def _keep_trying(self, name: str, live: _Live) -> None:
+        async def attempt() -> None:
+            if await self._terminate_once(name, live) is not None:
+                raise _StillThere(name)
+
+        try:
+            await AsyncRetrying(
+                retry=retry_if_exception_type(_StillThere),
+                stop=stop_after_attempt(BACKGROUND_ATTEMPTS),
+                wait=wait_random_exponential(multiplier=1, max=BACKGROUND_MAX_WAIT_SEC),
+                reraise=True,
+            )(attempt)
+        except _StillThere:
+            logger.error("sandbox %s still not terminated: left to the shutdown sweep and the ledger", name)
+
+    async def settle_failed_create(self, name: str) -> None:
+        """A create that failed may still have made the sandbox (an API fault, a cancellation):
+        ``ls`` decides whether there is something to terminate."""
+        with self._guard:
+            live = self._live.get(name)
+        if live is None or live.handle is not None:
+            if live is not None:
+                await self.end(name)
+            return
+        try:
+            state = await retry_safe("ls", sandbox_state, live.sdk, name)
+        except Exception as exc:  # cannot tell: try to terminate it, keep it if that fails
+            logger.warning("cannot list sandboxes after a failed create of %s: %s", name, exc)
+            await self.end(name)
+            return
+        if state.status is None:
+            await self._forget(name, live)
+        else:
+            await self.end(name)
+
+    # ── warm pools: recorded like sandboxes, deleted at the owner's shutdown ──────────────
+    async def pool_pending(self, name: str, sdk_name: str) -> None:
+        """Before ``create_pool``: a pool this owner makes (and deletes, or hands over)."""
+        await asyncio.to_thread(self.ledger.record, Kind.POOL, sdk_name, endpoint_for(sdk_name), name, self.owner)
+        with self._guard:
+            self._pools[name] = sdk_name
+
+    async def pool_made(self, name: str, sdk_name: str) -> None:
+        await asyncio.to_thread(self.ledger.mark, Kind.POOL, sdk_name, endpoint_for(sdk_name), name, State.RUNNING)
+
+    async def pool_gone(self, name: str, sdk_name: str) -> None:
+        await asyncio.to_thread(self.ledger.forget, Kind.POOL, sdk_name, endpoint_for(sdk_name), name)
+        with self._guard:
+            self._pools.pop(name, None)
+
+    async def pool_delete_failed(self, name: str, sdk_name: str, error: str) -> None:
+        """The pool stays in the ledger, with why, for the next start or ``cleanup`` to delete."""
+        endpoint = endpoint_for(sdk_name)
+        await asyncio.to_thread(self.ledger.mark, Kind.POOL, sdk_name, endpoint, name, State.DELETE_FAILED, error)
+
+    async def end_if_ours(self, sdk: SandboxSdk, sdk_name: str, record: Any) -> bool:
+        """Terminate the listed sandbox ``record`` if it is this owner's, or a dead owner's by the
+        ledger (a pool's members before the pool goes); a live owner's, or one the ledger does
+        not know, is left alone. Returns whether it was ended."""
+        name = records.name_of(record)
+        if name is None:
+            return False
+        if self.registered(name):
+            return await self.end(name)
+        endpoint = endpoint_for(sdk_name)
+        entries = await asyncio.to_thread(self.ledger.entries, sdk_name, endpoint)
+        entry = next((e for e in entries if e.kind is Kind.SANDBOX and e.name == name), None)
+        if entry is None or not (entry.owner == self.owner or entry.owner.is_dead()):
+            return False
+        await terminate_record(sdk, record)
+        await asyncio.to_thread(self.ledger.forget, Kind.SANDBOX, sdk_name, endpoint, name)
+        return True
+
+    def release_pools(self) -> list[str]:
+        """Hand this owner's pools over to the user (``prewarm``'s pools outlive the command by
+        design): marked handed over in the ledger, so no reaper deletes them when this process is
+        gone and ``cleanup --pool`` finds them on an SDK that cannot list pools."""
+        with self._guard:
+            pools, self._pools = dict(self._pools), {}
+        for name, sdk_name in pools.items():
+            self.ledger.mark(Kind.POOL, sdk_name, endpoint_for(sdk_name), name, State.HANDED_OVER)
+        return sorted(pools)
+
+    async def terminate_all(self) -> list[str]:
+        """The shutdown sweep: every registered sandbox, failed terminations included. Returns
+        what could not be removed (it stays in the ledger, for the next start or ``cleanup``)."""
+        with self._guard:
+            items = list(self._live.items())
+        for _, live in items:
+            if live.retrying is not None:
+                live.retrying.cancel()
+        errors = await asyncio.gather(*(self._terminate_once(name, live) for name, live in items))
+        failures = [f"{name}: {error}" for (name, _), error in zip(items, errors, strict=True) if error]
+        for failure in failures:
+            logger.warning("could not terminate sandbox %s (it stays in the ledger)", failure)
+        return failures
+
+
+_PROCESS_DEFAULT: LiveSandboxes | None = None
+_PROCESS_GUARD = threading.Lock()
+_CURRENT: contextvars.ContextVar[LiveSandboxes | None] = contextvars.ContextVar(
+    "osmosis_harbor_live_sandboxes", default=None
+)
+
+
+@contextlib.contextmanager
+def sandboxes_scope(sandboxes: LiveSandboxes) -> Iterator[LiveSandboxes]:
+    """Register the sandboxes of environments created in this context with ``sandboxes``."""
+    token = _CURRENT.set(sandboxes)
+    try:
+        yield sandboxes
+    finally:
+        _CURRENT.reset(token)
+
+
+def current() -> LiveSandboxes:
+    """The registry of whoever submitted the trial running here (else the process default)."""
+    scoped = _CURRENT.get()
+    if scoped is not None:
+        return scoped
+    global _PROCESS_DEFAULT
+    with _PROCESS_GUARD:
+        if _PROCESS_DEFAULT is None:
+            _PROCESS_DEFAULT = LiveSandboxes()
+        return _PROCESS_DEFAULT
+
+
+def registered(name: str) -> bool:
+    return current().registered(name)
+
+
+async def terminate_live_sandboxes() -> list[str]:
+    """The current registry's shutdown sweep (``LiveSandboxes.terminate_all``)."""
+    return await current().terminate_all()
+
+
+_SCOPE: contextvars.ContextVar[list[asyncio.Task[None]] | None] = contextvars.ContextVar(
+    "osmosis_harbor_termination_scope", default=None
+)
+
+
+@contextlib.contextmanager
+def termination_scope() -> Iterator[list[asyncio.Task[None]]]:
+    """Let the stops of environments started in this context (and the tasks it spawns)
+    terminate in the background; the caller must ``settle`` the returned tasks."""
+    pending: list[asyncio.Task[None]] = []
+    token = _SCOPE.set(pending)
+    try:
+        yield pending
+    finally:
+        _SCOPE.reset(token)
+
+
+def defer_termination(termination: Callable[[], Coroutine[Any, Any, Any]]) -> bool:
+    """Run ``termination()`` in the background when a scope is open (False: run it yourself)."""
+    pending = _SCOPE.get()
+    if pending is None:
+        return False
+
+    async def run() -> None:
+        await termination()
+
+    pending.append(asyncio.ensure_future(run()))
+    return True
+
+
+async def settle(pending: list[asyncio.Task[None]]) -> None:
+    """Wait for deferred terminations, even if the waiter is cancelled meanwhile."""
+    while pending:
+        batch = list(pending)
+        pending.clear()
+        gathered = asyncio.gather(*batch, return_exceptions=True)
+        try:
+            await asyncio.shield(gathered)
+        except asyncio.CancelledError:
+            await gathered
+            raise

@@ -1,0 +1,140 @@
+"""Harbor's filtered directory downloads (``download_dir_filtered``, ``..._with_exclusions``)
+with our host side: the same sandbox-side ``find`` / ``tar czf`` commands, the archive
+fetched through the environment's own bounded ``download_file``, and extracted by our
+extractor instead of ``tarfile.extractall``.
+
+Harbor runs these when a trial's agent config names ``include_logs`` / ``exclude_logs``, or
+an artifact has ``exclude`` patterns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shlex
+import tempfile
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, override
+
+from harbor.environments.base import _ENV_TRANSFER_TAR_DIR, _TRANSFER_PACK_TIMEOUT_SEC, BaseEnvironment
+from harbor.models.task.config import TaskOS
+from harbor.utils.path_filter import filter_paths_by_patterns
+
+from osmosis_harbor.sandbox.transfer.extract import extract_archive
+
+__all__ = ["FilteredDownloads", "download_filtered", "download_with_exclusions"]
+
+
+def _remote(suffix: str) -> str:
+    return str(_ENV_TRANSFER_TAR_DIR / f".hb-transfer-{uuid.uuid4()}.{suffix}")
+
+
+async def _fetch_and_extract(env: Any, remote: str, source_dir: str, target: Path, service: str | None) -> None:
+    with tempfile.TemporaryDirectory() as host_tmp:
+        local = Path(host_tmp) / "transfer.tar.gz"
+        await env.service_download_file(source_path=remote, target_path=local, service=service)
+        with local.open("rb") as archive:
+            await asyncio.to_thread(extract_archive, archive, target, transfer=source_dir, logger=env.logger)
+
+
+async def download_with_exclusions(
+    env: Any, *, source_dir: str, target_dir: Path | str, exclude: list[str], service: str | None
+) -> None:
+    target = Path(target_dir)
+    target.mkdir(parents=True, exist_ok=True)
+    flags = " ".join(f"--exclude={shlex.quote(pattern)}" for pattern in exclude)
+    remote = _remote("tar.gz")
+    result = await env.service_exec(
+        f"tar czf {shlex.quote(remote)} {flags} -C {shlex.quote(source_dir)} .",
+        service=service,
+        timeout_sec=_TRANSFER_PACK_TIMEOUT_SEC,
+        user="root",
+    )
+    try:
+        if result.return_code != 0:
+            raise RuntimeError(
+                f"Failed to create transfer archive for {source_dir!r} with code {result.return_code}: "
+                f"{result.stderr or result.stdout or 'no output'}"
+            )
+        await _fetch_and_extract(env, remote, source_dir, target, service)
+    finally:
+        await env.service_exec(f"rm -f {shlex.quote(remote)}", service=service, timeout_sec=120, user="root")
+
+
+async def download_filtered(
+    env: Any,
+    *,
+    source_dir: str,
+    target_dir: Path | str,
+    include: Sequence[str] | None,
+    exclude: Sequence[str] | None,
+    protect: Sequence[str] | None,
+) -> None:
+    target = Path(target_dir)
+    target.mkdir(parents=True, exist_ok=True)
+    listed = await env.exec(f"cd {shlex.quote(source_dir)} && find . -type f", timeout_sec=120, user="root")
+    if listed.return_code != 0:
+        raise RuntimeError(
+            f"Failed to list files in {source_dir!r} with code {listed.return_code}: "
+            f"{listed.stderr or listed.stdout or 'no output'}"
+        )
+    paths = [line.removeprefix("./") for line in (listed.stdout or "").splitlines() if line.strip()]
+    selected = filter_paths_by_patterns(paths, include=include, exclude=exclude)
+    missing = set(protect or ()) - set(selected)
+    selected += [path for path in paths if path in missing]
+    if not selected:
+        env.logger.warning(
+            f"No files in {source_dir!r} matched include={include} exclude={exclude}; downloading nothing"
+        )
+        return
+    remote, remote_list = _remote("tar.gz"), _remote("list")
+    try:
+        with tempfile.TemporaryDirectory() as host_tmp:
+            host_list = Path(host_tmp) / "files.list"
+            host_list.write_text("\n".join(selected) + "\n")
+            await env.upload_file(source_path=host_list, target_path=remote_list)
+        packed = await env.exec(
+            f"tar czf {shlex.quote(remote)} -C {shlex.quote(source_dir)} -T {shlex.quote(remote_list)}",
+            timeout_sec=_TRANSFER_PACK_TIMEOUT_SEC,
+            user="root",
+        )
+        if packed.return_code != 0:
+            raise RuntimeError(
+                f"Failed to create filtered transfer archive for {source_dir!r} with code {packed.return_code}: "
+                f"{packed.stderr or packed.stdout or 'no output'}"
+            )
+        await _fetch_and_extract(env, remote, source_dir, target, None)
+    finally:
+        await env.exec(f"rm -f {shlex.quote(remote)} {shlex.quote(remote_list)}", timeout_sec=120, user="root")
+
+
+class FilteredDownloads(BaseEnvironment):
+    """The two filtered downloads of a Harbor environment, routed through this module (a
+    mixin ahead of Harbor's environment class in ``SandboxEnvironment``'s bases)."""
+
+    @override
+    async def _download_dir_with_exclusions_impl(
+        self, *, source_dir: str, target_dir: Path | str, exclude: list[str], service: str | None
+    ) -> None:
+        await download_with_exclusions(
+            self, source_dir=source_dir, target_dir=target_dir, exclude=exclude, service=service
+        )
+
+    @override
+    async def download_dir_filtered(
+        self,
+        *,
+        source_dir: str,
+        target_dir: Path | str,
+        include: Sequence[str] | None = None,
+        exclude: Sequence[str] | None = None,
+        protect: Sequence[str] | None = None,
+    ) -> None:
+        if self.os == TaskOS.WINDOWS:  # Harbor's Windows branch goes through download_dir (ours)
+            return await super().download_dir_filtered(
+                source_dir=source_dir, target_dir=target_dir, include=include, exclude=exclude, protect=protect
+            )
+        await download_filtered(
+            self, source_dir=source_dir, target_dir=target_dir, include=include, exclude=exclude, protect=protect
+        )
