@@ -17,17 +17,8 @@ from harbor.models.task.task import Task
 from harbor.models.trial.paths import TrialPaths
 
 import osmosis_harbor
-from osmosis_harbor.harbor_compat.surface import (
-    BASE,
-    SKY,
-    SURFACE,
-    HarborName,
-    Use,
-    assigned_in_init,
-    current_shape,
-    resolve,
-    shape_of,
-)
+from osmosis_harbor.harbor_compat.shapes import assigned_in_init, current_shape, resolve, shape_of
+from osmosis_harbor.harbor_compat.surface import BASE, SKY, SURFACE, HarborName, Use
 from osmosis_harbor.sandbox import SandboxEnvironment, environment_config
 
 from .support import make_task

@@ -47,7 +47,7 @@ from osmosis_harbor.sandbox.docker.labels import (
 )
 from osmosis_harbor.sandbox.docker.layer_bound import LayerBound
 from osmosis_harbor.sandbox.docker.lean_http import install_lean_requests
-from osmosis_harbor.sandbox.docker.network import ensure_sandbox_network
+from osmosis_harbor.sandbox.docker.network import SandboxNetwork, ensure_sandbox_network
 from osmosis_harbor.sandbox.docker.pools import PoolManager
 from osmosis_harbor.sandbox.docker.transport import share_one_pool
 from osmosis_harbor.sandbox.sdk.bounds import TMP_PATH, SandboxBounds
@@ -390,3 +390,8 @@ def get_engine() -> Engine:
         if _engine_instance is None:
             _engine_instance = Engine()
         return _engine_instance
+
+
+def sandbox_network() -> SandboxNetwork:
+    """The sandboxes' bridge on this process's Docker engine, created if missing."""
+    return ensure_sandbox_network(get_engine().api)

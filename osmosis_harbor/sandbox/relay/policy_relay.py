@@ -46,7 +46,8 @@ _BACKLOG = 1024  # connections the kernel queues before the relay's loop accepts
 
 def sandbox_gateway() -> str:
     """Where local sandboxes reach this host: the gateway of their Docker bridge."""
-    from osmosis_harbor.sandbox.docker.network import sandbox_network
+    # Only the local SDKs call this: the Docker SDK is the optional ``docker`` extra.
+    from osmosis_harbor.sandbox.docker.engine import sandbox_network
 
     return sandbox_network().gateway
 
