@@ -1,7 +1,7 @@
 """``python -m bench --only incumbent``: ours beside osmosis-ai 0.3.8's own Harbor backend, one run.
 
-Why: issue 17 asks how far ours is from the incumbent (``osmosis_ai.rollout.backend.harbor``)
-on the same engine and workload: host CPU per rollout (at most 0.15x), sequential latency
+Why: how far ours is from the incumbent (``osmosis_ai.rollout.backend.harbor``) on the same
+engine and workload, against the targets: host CPU per rollout (at most 0.15x), sequential latency
 (at most 0.20x) and throughput at concurrency 4 (at least 5x). Ratios only mean something
 from one run on one machine, so both backends run here, one after the other, each served by
 the real osmosis server in a process of its own (``bench.server_proc``).

@@ -127,9 +127,9 @@ async def ramp(gate: Gate, size: Sizes, submit: Callable[[], Awaitable[bool]]) -
     wait until every one is at the gate or has ended (or the ramp times out).
 
     Why a window: 300 submitted at once start 300 sandboxes and 300 interpreters together; on
-    two cores that starved the server so long that the controller's polls timed out and the
-    osmosis server cancelled every rollout when their polling leases expired (the start cap
-    of issue 17 item 3 is the product's answer; here the driver paces itself)."""
+    two cores that starves the server so long that the controller's polls time out and the
+    osmosis server cancels every rollout when their polling leases expire (the backend's start
+    cap is the product's answer; here the driver paces itself)."""
     deadline = time.monotonic() + size.ramp_timeout_sec
     tasks: list[asyncio.Task[bool]] = []
 
