@@ -45,7 +45,7 @@ def environment_config(
     ``sdk="docker"`` uses the local Docker engine. ``host_network`` is Docker-only and an
     explicit opt-in: the sandbox shares the host's whole network, every loopback service
     included. Without it, a rollout's chat endpoint on this machine's loopback reaches local
-    sandboxes through the backend's policy relay (``relay.py``), and nothing else does. ``pool`` names
+    sandboxes through the backend's policy relay (``relay/policy_relay.py``), and nothing else does. ``pool`` names
     the warm pool trials claim sandboxes from (``HarborBackend.prewarm`` creates one pool
     per environment group, named after it, with ``pool_size`` running sandboxes, or sized
     from the observed claim rate with ``pool_size="auto"``). ``extra_kwargs``: Harbor's own

@@ -4,8 +4,8 @@ The ``sky.sandbox`` API shape is "every call is a blocking function that also of
 ``.aio`` coroutine". This module holds the two pieces that give the Docker emulation that
 shape: a dedicated executor (sized for many concurrent exec waits; the default executor is
 small and shared with the rest of the program) and `Dual`, which wraps a blocking function or
-method so it gains ``.aio``. It knows nothing about Docker, so every other ``docker_*`` module
-can use it without import cycles.
+method so it gains ``.aio``. It knows nothing about Docker, so any module of ``sandbox/docker/``
+can import it.
 """
 
 from __future__ import annotations

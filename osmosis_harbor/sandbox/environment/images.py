@@ -1,6 +1,6 @@
 """The environment's images: which reference, whether it exists, and its one build and push.
 
-A mixin of ``SandboxEnvironment`` (``environment.py``), overriding Harbor's image methods:
+A mixin of ``SandboxEnvironment`` (``sandbox_environment.py``), overriding Harbor's image methods:
 
 * one image per environment *content* (``environment_id``), whatever the task is called, so
   tasks sharing an ``environment/`` share one build;

@@ -8,7 +8,7 @@ ptrace it or read its key. Before the tests, the host runs its check: every mark
 the task's services ends, the verifier's toolchain is compared with the record made before the
 agent ran, and the findings come back signed (``report.py``), judged against what the task's real
 solution may change (``allowance.py``). The trial's state is ``session.py``; the environment's
-commands ``environment.py``.
+commands ``environment/verifier_guard.py``.
 """
 
 from osmosis_harbor.sandbox.guard.allowance import Allowance, Verdict, judge

@@ -89,7 +89,7 @@ class ImageBuildCoordinator:
 
     Concurrent callers for the same reference wait on one lock; once the image is known
     to exist the answer is cached, so later trials skip even the existence check, and this
-    process holds the image (``image_holds``): another process's clean-up leaves it.
+    process holds the image (``images/holds.py``): another process's clean-up leaves it.
     """
 
     def __init__(self) -> None:
@@ -200,7 +200,7 @@ def build_image(context_dir: Path, dockerfile: Path, ref: str, platform: str | N
     """Build ``ref`` from ``context_dir`` on the local engine (docker SDK, legacy builder).
 
     A build that failed because a ``FROM`` image is absent and unpullable raises
-    ``BaseImageMissingError`` naming that image (see ``base_images``)."""
+    ``BaseImageMissingError`` naming that image (see ``images/base_images.py``)."""
     try:
         _build(context_dir, dockerfile, ref, platform)
     except ImageBuildError as exc:

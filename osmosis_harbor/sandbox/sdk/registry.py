@@ -45,7 +45,7 @@ class SandboxImplementation:
     reach a server on this machine's loopback (an explicit opt-in, see the README's risks).
     ``relays_host_endpoint``: sandboxes run on this machine's Docker engine, on the sandboxes'
     bridge, so a rollout's chat endpoint on the host's loopback reaches them through the
-    policy relay (``relay.py``) and nothing else of the host does; on SkyPilot the endpoint
+    policy relay (``relay/policy_relay.py``) and nothing else of the host does; on SkyPilot the endpoint
     must be a public URL. ``local_images``: sandboxes run on the engine
     that builds task images, so without a registry images stay local (nothing is pushed).
     ``missing_hint``: what to install when the module cannot be imported. ``default_registry``:
