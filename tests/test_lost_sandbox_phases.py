@@ -23,7 +23,7 @@ from osmosis_ai.rollout.types import RolloutErrorCategory, RolloutStatus
 
 from osmosis_harbor.sandbox import docker as docker_sdk
 from osmosis_harbor.sandbox.docker import labels as L
-from osmosis_harbor.sandbox.docker.calls import Dual
+from osmosis_harbor.sandbox.sdk.calls import Dual
 from osmosis_harbor.tasks.refs import ResolvedTask
 
 from .rollout_server import client_for, serve

@@ -39,7 +39,6 @@ from osmosis_harbor.errors import (
 from osmosis_harbor.sandbox.docker import inventory
 from osmosis_harbor.sandbox.docker import labels as L
 from osmosis_harbor.sandbox.docker import reap as docker_reap
-from osmosis_harbor.sandbox.docker.calls import executor, executor_workers
 from osmosis_harbor.sandbox.docker.exec import Deadlines
 from osmosis_harbor.sandbox.docker.labels import (
     ContainerInfo,
@@ -51,6 +50,7 @@ from osmosis_harbor.sandbox.docker.network import SandboxNetwork, ensure_sandbox
 from osmosis_harbor.sandbox.docker.pools import PoolManager
 from osmosis_harbor.sandbox.docker.transport import share_one_pool
 from osmosis_harbor.sandbox.sdk.bounds import TMP_PATH, SandboxBounds
+from osmosis_harbor.sandbox.sdk.calls import executor, executor_workers
 from osmosis_harbor.sandbox.sdk.privileges import SandboxPrivileges
 
 log = logging.getLogger(__name__)

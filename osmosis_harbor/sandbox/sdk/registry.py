@@ -15,7 +15,7 @@ import importlib
 from dataclasses import dataclass
 from typing import cast
 
-from osmosis_harbor.errors import ConfigError, SandboxSdkMissingError
+from osmosis_harbor.errors import ConfigError, DockerSdkMissingError, SandboxSdkMissingError
 from osmosis_harbor.sandbox.sdk.protocol import SandboxSdk
 
 __all__ = [
@@ -99,6 +99,7 @@ register(
     SandboxImplementation(
         "docker",
         "osmosis_harbor.sandbox.docker",
+        missing_hint=DockerSdkMissingError.HINT,
         reaches_host=True,
         relays_host_endpoint=True,
         local_images=True,
