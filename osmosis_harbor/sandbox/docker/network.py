@@ -38,7 +38,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 SANDBOX_NETWORK = "osmosis-harbor-sandboxes"
-# The host-side interface, named so a firewall rule can name it (see the README's threat model).
+# The host-side interface, named so a firewall rule can name it (see docs/threat-model.md).
 BRIDGE_INTERFACE = "osmosis-sbx0"
 NETWORK_ROLE = f"{L.PREFIX}.network-role"
 BRIDGE_OPTIONS = {

@@ -1,5 +1,5 @@
 """The verifier guard: a task's own tests, run in the agent's sandbox, that a root workflow
-cannot forge (README, "What a workflow can and cannot do to its reward").
+cannot forge (docs/threat-model.md, "What a workflow can and cannot do to its reward").
 
 A static program (``guard.c``, built by ``binary.py``) is started while the sandbox is pristine
 and re-executes itself from a sealed memfd as a daemon holding a key the host made. Every command

@@ -2,7 +2,7 @@
 
 A sandbox API server answers 503 or 429, resets a connection or hangs; a call that failed that
 way may or may not have run on the server. Whether trying again is safe depends on the call,
-and is decided here, once (``CALL_SAFETY``, the README's retry table):
+and is decided here, once (``CALL_SAFETY``, the retry table in docs/operations.md):
 
 * ``ls``, ``read_bytes``: reads, always safe;
 * ``terminate``, ``delete_pool``: idempotent (a second terminate of a gone sandbox is a no-op),

@@ -42,7 +42,7 @@ class SandboxImplementation:
     """One registered implementation of the ``sky.sandbox`` surface.
 
     ``reaches_host``: a sandbox can share the host's network (``host_network=True``) and so
-    reach a server on this machine's loopback (an explicit opt-in, see the README's risks).
+    reach a server on this machine's loopback (an explicit opt-in, see docs/threat-model.md).
     ``relays_host_endpoint``: sandboxes run on this machine's Docker engine, on the sandboxes'
     bridge, so a rollout's chat endpoint on the host's loopback reaches them through the
     policy relay (``relay/policy_relay.py``) and nothing else of the host does; on SkyPilot the endpoint
