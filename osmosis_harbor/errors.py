@@ -47,6 +47,7 @@ __all__ = [
     "SandboxNetworkError",
     "SandboxNotFoundError",
     "SandboxSdkMissingError",
+    "DockerSdkMissingError",
     "TaskResolutionError",
     "TransferLimitError",
     "TrialPhaseError",
@@ -148,6 +149,15 @@ class SandboxSdkMissingError(SandboxError, RuntimeError):
         self.sdk = sdk
         self.cause = cause
         super().__init__(hint if cause is None else f"{hint} (import error: {cause})")
+
+
+class DockerSdkMissingError(SandboxSdkMissingError):
+    """Building or inspecting an image on the local engine needs docker-py, which is not installed."""
+
+    HINT = "this needs the Docker SDK for Python: pip install 'osmosis-harbor[docker]'"
+
+    def __init__(self, cause: BaseException | None = None) -> None:
+        super().__init__("docker", self.HINT, cause)
 
 
 class DockerEngineUnavailable(SandboxError, RuntimeError):

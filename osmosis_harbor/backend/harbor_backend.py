@@ -46,6 +46,7 @@ from osmosis_harbor.errors import BundleError, OsmosisHarborError, TaskResolutio
 from osmosis_harbor.harbor_compat import fastpaths as harbor_fastpaths
 from osmosis_harbor.keys import KeyCustody, default_trials_dirs, sweep_unscrubbed
 from osmosis_harbor.prewarm import PrewarmReport, ProgressCallback
+from osmosis_harbor.sandbox import environment_config
 from osmosis_harbor.sandbox.guard import add_guard_hooks
 from osmosis_harbor.sandbox.options import SandboxOptions
 from osmosis_harbor.sandbox.owner.context import SandboxOwner, owner_scope
@@ -354,8 +355,6 @@ def _starts(sdk_name: str, options: BackendOptions) -> SandboxStarts:
 
 
 def _default_environment() -> EnvironmentConfig:
-    from osmosis_harbor.sandbox import environment_config
-
     return environment_config()
 
 
