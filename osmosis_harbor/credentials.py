@@ -1,9 +1,10 @@
 """The rollout API key in host memory: per-rollout credentials, owned by a backend.
 
 Trials carry only the rollout id (Harbor serialises a trial's whole config into its directory);
-the workflow agent looks the endpoint and key up here at run time (``credentials_for``). The
-store belongs to its owner (``sandbox.owner.context.SandboxOwner``: a backend, a validation
-run), so two backends that see the same rollout id never read or drop each other's key. ``osmosis_harbor.keys`` covers the key on disk.
+the workflow agent looks the endpoint and key up in its owner's store at run time
+(``sandbox.owner.context.SandboxOwner.credentials``: a backend's, a validation run's), so two
+backends that see the same rollout id never read or drop each other's key. ``keys.py`` covers the
+key on disk.
 """
 
 from __future__ import annotations
