@@ -186,9 +186,10 @@ def write(out: Path, payload: dict[str, Any]) -> None:
 
 
 async def run_all(args: argparse.Namespace) -> int:
-    from osmosis_harbor.sandbox.images import builds as images
 
-    from .env import remove_images
+    from .env import BUILT_IMAGES, note_builds, remove_images
+
+    note_builds()
 
     payload: dict[str, Any] = {
         "meta": {
@@ -226,7 +227,7 @@ async def run_all(args: argparse.Namespace) -> int:
             payload["meta"]["wall_sec"] = round(time.perf_counter() - started, 3)
             write(args.out, payload)
     finally:
-        built = list(dict.fromkeys(images.BUILD_COORDINATOR.stats.built))
+        built = list(dict.fromkeys(BUILT_IMAGES))
         payload["meta"]["images_built"] = built
         if built and not args.keep_images:
             failed = remove_images(built)

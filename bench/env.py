@@ -10,7 +10,6 @@ describe the code path the tests prove correct.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import shutil
@@ -156,9 +155,24 @@ def outcome_ok(outcome: ExecutionOutcome) -> bool:
     return outcome.result.status.value == "success"
 
 
-def fresh_build_coordinator() -> contextlib.AbstractContextManager[images.ImageBuildStats]:
-    """Forget which images this process built or saw, as a new process would."""
-    return images.BUILD_COORDINATOR.as_new_process()
+BUILT_IMAGES: list[str] = []  # every image an owner of this run built, for removal at its end
+
+
+def note_builds() -> None:
+    """Note in ``BUILT_IMAGES`` what every owner's build coordinator builds (builds belong to
+    owners, and a run makes many)."""
+    ensure = images.ImageBuildCoordinator.ensure
+    if getattr(ensure, "notes_builds", False):
+        return
+
+    async def noting(self: images.ImageBuildCoordinator, ref: str, **kwargs: Any) -> bool:
+        built = await ensure(self, ref, **kwargs)
+        if built:
+            BUILT_IMAGES.append(ref)
+        return built
+
+    noting.notes_builds = True  # type: ignore[attr-defined]
+    images.ImageBuildCoordinator.ensure = noting  # type: ignore[method-assign]
 
 
 # ── hygiene ──────────────────────────────────────────────────────────────────────────────────
@@ -178,7 +192,6 @@ def remove_images(refs: list[str]) -> list[str]:
         kept = image_holds.remove_unheld(ref)
         if kept is not None:
             failed.append(kept)
-        images.BUILD_COORDINATOR.forget(ref)
     return failed
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .common import BenchResult, stopwatch
-from .env import TEMPLATE, dispose, fresh_build_coordinator, make_backend, remove_images, workdir
+from .env import TEMPLATE, dispose, make_backend, remove_images, workdir
 
 NAME = "prewarm"
 TITLE = "prewarm of N tasks sharing K environments, then again from a new process"
@@ -88,7 +88,7 @@ async def run(quick: bool) -> BenchResult:
             try:
                 cold = make_backend(work / f"cold-{r}", tasks_dir=dataset, task_mode="dataset")
                 try:
-                    with fresh_build_coordinator(), stopwatch() as t:
+                    with stopwatch() as t:  # a new backend: it knows no image, as a new process
                         report = await cold.prewarm(ids)
                 finally:
                     await dispose(cold)
@@ -105,7 +105,7 @@ async def run(quick: bool) -> BenchResult:
 
                 warm = make_backend(work / f"warm-{r}", tasks_dir=dataset, task_mode="dataset")
                 try:
-                    with fresh_build_coordinator(), stopwatch() as t:
+                    with stopwatch() as t:
                         again = await warm.prewarm(ids)
                 finally:
                     await dispose(warm)

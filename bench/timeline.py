@@ -130,7 +130,7 @@ def _targets() -> list[tuple[Any, str, Callable[..., str], bool]]:
     from osmosis_harbor.backend.harbor_backend import HarborBackend
     from osmosis_harbor.keys import KeyCustody
     from osmosis_harbor.sandbox.environment.sandbox_environment import SandboxEnvironment
-    from osmosis_harbor.sandbox.owner.sandboxes import LiveSandboxes
+    from osmosis_harbor.sandbox.owner.sandboxes import OwnedSandboxes
 
     # The environment is the first positional argument; ``env=`` is a keyword of exec itself.
     def env_start(*a: Any, **k: Any) -> str:
@@ -153,7 +153,7 @@ def _targets() -> list[tuple[Any, str, Callable[..., str], bool]]:
         (TrialRunner, "_close_trial", _fixed("close trial (seal, remove)"), False),
         (TrialRunner, "_finish", _fixed("trial result, then its sandboxes gone (settle)"), True),
         (KeyCustody, "seal", _fixed("key scrub (seal)"), False),
-        (LiveSandboxes, "end", lambda *a, **k: f"terminate {a[1] if len(a) > 1 else k.get('name')}", True),
+        (OwnedSandboxes, "end", lambda *a, **k: f"terminate {a[1] if len(a) > 1 else k.get('name')}", True),
         (Trial, "run", _fixed("Harbor Trial.run"), True),
         (Trial, "_setup_agent_environment", _fixed("agent environment setup"), True),
         (Trial, "_setup_agent", _fixed("agent setup"), True),

@@ -1,29 +1,18 @@
 """The rollout API key in host memory: per-rollout credentials, owned by a backend.
 
 Trials carry only the rollout id (Harbor serialises a trial's whole config into its directory);
-the workflow agent looks the endpoint and key up here at run time (``credentials_for``). The
-store belongs to its owner (a backend, a validation run), found through a ``ContextVar`` the
-owner sets around the trials it submits, so two backends that see the same rollout id never
-read or drop each other's key. ``osmosis_harbor.keys`` covers the key on disk.
+the workflow agent looks the endpoint and key up in its owner's store at run time
+(``sandbox.owner.context.SandboxOwner.credentials``: a backend's, a validation run's), so two
+backends that see the same rollout id never read or drop each other's key. ``keys.py`` covers the
+key on disk.
 """
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import threading
-from collections.abc import Iterator
 from dataclasses import dataclass
 
-__all__ = [
-    "CredentialStore",
-    "RolloutCredentials",
-    "credentials_for",
-    "credentials_scope",
-    "current_store",
-    "drop_credentials",
-    "hold_credentials",
-]
+__all__ = ["CredentialStore", "RolloutCredentials"]
 
 
 @dataclass(frozen=True)
@@ -43,8 +32,7 @@ class CredentialStore:
     """The endpoints and keys of one owner's running rollouts (a backend's, a validation run's).
 
     Keyed by rollout id within the owner only: two backends in one process that see the same
-    rollout id each keep their own. The owner opens ``credentials_scope`` around the trials it
-    submits; the workflow agent, running inside one, finds the store through a ``ContextVar``."""
+    rollout id each keep their own; the workflow agent finds its owner's (``context.current_owner``)."""
 
     def __init__(self) -> None:
         self._held: dict[str, RolloutCredentials] = {}
@@ -61,37 +49,3 @@ class CredentialStore:
     def drop(self, rollout_id: str) -> None:
         with self._guard:
             self._held.pop(rollout_id, None)
-
-
-_PROCESS_DEFAULT = CredentialStore()  # outside any owner's scope (a test driving an agent directly)
-_CURRENT: contextvars.ContextVar[CredentialStore | None] = contextvars.ContextVar(
-    "osmosis_harbor_credentials", default=None
-)
-
-
-@contextlib.contextmanager
-def credentials_scope(store: CredentialStore) -> Iterator[CredentialStore]:
-    """Trials submitted in this context read their rollout's credentials from ``store``."""
-    token = _CURRENT.set(store)
-    try:
-        yield store
-    finally:
-        _CURRENT.reset(token)
-
-
-def current_store() -> CredentialStore:
-    return _CURRENT.get() or _PROCESS_DEFAULT
-
-
-def hold_credentials(rollout_id: str, credentials: RolloutCredentials) -> None:
-    """Keep the rollout's endpoint and key in memory while its trial runs (the workflow agent
-    reads them at run time; trials carry only the rollout id)."""
-    current_store().hold(rollout_id, credentials)
-
-
-def credentials_for(rollout_id: str) -> RolloutCredentials | None:
-    return current_store().get(rollout_id)
-
-
-def drop_credentials(rollout_id: str) -> None:
-    current_store().drop(rollout_id)

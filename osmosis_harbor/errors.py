@@ -33,6 +33,7 @@ __all__ = [
     "IncompatibleTaskImageError",
     "InvalidRequestError",
     "LegacyArgumentError",
+    "NoOwnerError",
     "OsmosisHarborError",
     "PoolClaimError",
     "PoolExhaustedError",
@@ -92,6 +93,18 @@ class UnexpectedArgumentError(OsmosisHarborError, TypeError):
     def __init__(self, owner: str, names: Sequence[str]) -> None:
         self.names = list(names)
         super().__init__(f"{owner} got unexpected keyword argument(s): {', '.join(names)}")
+
+
+class NoOwnerError(OsmosisHarborError, RuntimeError):
+    """A call that needs an owner (a backend, a validation run, a command) ran outside every
+    owner's scope: what it would make would belong to nobody, so nobody would remove it."""
+
+    def __init__(self, call: str) -> None:
+        self.call = call
+        super().__init__(
+            f"{call} needs an owner: run it inside `with owner_scope(SandboxOwner.make(...))` "
+            "(osmosis_harbor.sandbox.owner.context), or through HarborBackend, validate, prewarm or sandbox-check"
+        )
 
 
 class UserError(OsmosisHarborError):

@@ -2,8 +2,8 @@
 
 Harbor serialises a trial's whole config (agent kwargs and env included) into the trial
 directory, so trials carry only the rollout id: the workflow agent looks the endpoint and key
-up in ``credentials`` at run time and hands them to the in-container process through its
-exec environment. The key lives in host memory only; the workflow gets it through its
+up in its owner's ``CredentialStore`` (``credentials.py``) at run time and hands them to the
+in-container process through its exec environment. The key lives in host memory only; the workflow gets it through its
 process environment and may still write it anywhere under ``/logs``, which Harbor copies
 into the trial directory, on success, on failure and on cancellation alike. So every
 trial directory that may receive the key is held in ``KeyCustody`` from before its trial

@@ -40,7 +40,7 @@ from osmosis_harbor.errors import (
 from osmosis_harbor.sandbox.environment.sandbox_environment import SandboxEnvironment
 from osmosis_harbor.sandbox.options import SandboxOptions
 from osmosis_harbor.sandbox.owner import pools
-from osmosis_harbor.sandbox.owner import sandboxes as live
+from osmosis_harbor.sandbox.owner.context import current_owner
 from osmosis_harbor.sandbox.owner.pools import pool_name_for
 from osmosis_harbor.tasks.materialize import MaterializedTask
 from osmosis_harbor.tasks.refs import ResolvedTask
@@ -293,7 +293,8 @@ class Prewarmer:
 
     async def _ensure_pool(self, name: str, image: str, env: SandboxEnvironment) -> str | None:
         # the owner's registry: its pools are in the ledger before they exist
-        return await pools.create(live.current(), self.sdk_name, name, image, self.pool_size, env.pool_shape())
+        owner = current_owner("prewarm's pool creation")
+        return await pools.create(owner.sandboxes, self.sdk_name, name, image, self.pool_size, env.pool_shape())
 
 
 __all__ = [

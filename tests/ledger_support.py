@@ -41,7 +41,7 @@ OWNER_SCRIPT = """
 import asyncio, sys
 from pathlib import Path
 from osmosis_harbor.sandbox import load_sandbox_sdk
-from osmosis_harbor.sandbox.owner.sandboxes import LiveSandboxes, sandboxes_scope
+from osmosis_harbor.sandbox.owner.context import SandboxOwner, owner_scope
 from tests.ledger_support import environment_for
 
 SDK, ROOT, IMAGE, POOL, FAIL_TERMINATE = sys.argv[1:6]
@@ -53,9 +53,10 @@ def refuse(handle_type):
     handle_type.terminate = property(lambda self: Refused())
 
 async def main():
-    sandboxes = LiveSandboxes()
+    owner = SandboxOwner.make("test")
+    sandboxes = owner.sandboxes
     sdk = load_sandbox_sdk(SDK)
-    with sandboxes_scope(sandboxes):
+    with owner_scope(owner):
         env = environment_for(SDK, Path(ROOT), IMAGE)
         await env.start(force_build=False)  # mid-rollout: a trial's sandbox in use
         await sandboxes.pool_pending(POOL, SDK)  # mid-prewarm: a pool made

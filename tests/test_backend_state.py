@@ -82,11 +82,11 @@ async def test_two_backends_keep_their_own_keys_and_sandboxes(
         assert (await http.post(f"{url_a}/rollout", json=_body(fake_chat, KEY_A, grade=False))).status_code == 202
         await asyncio.to_thread(
             wait_until,
-            lambda: _status(a).get("status") == RolloutStatus.RUNNING and a.lifecycle.sandboxes.names(),
+            lambda: _status(a).get("status") == RolloutStatus.RUNNING and a.owner.sandboxes.names(),
             timeout=180,
             what="backend A's rollout running in its sandbox",
         )
-        [a_sandbox] = a.lifecycle.sandboxes.names()
+        [a_sandbox] = a.owner.sandboxes.names()
         # The same rollout id on B, with another key: B's workflow gets B's key, and B's end of
         # the rollout drops only B's copy.
         fake_chat.requests.clear()
@@ -96,12 +96,12 @@ async def test_two_backends_keep_their_own_keys_and_sandboxes(
         assert status["status"] == RolloutStatus.SUCCESS and status["reward"] == 1.0, status.get("error")
         keys_seen = {r.authorization for r in fake_chat.requests if r.path.endswith("/chat/completions")}
         assert keys_seen == {f"Bearer {KEY_B}"}
-        held = a.credentials.get("same-id")
-        assert held is not None and held.api_key == KEY_A and b.credentials.get("same-id") is None
+        held = a.owner.credentials.get("same-id")
+        assert held is not None and held.api_key == KEY_A and b.owner.credentials.get("same-id") is None
         # B shuts down while A's rollout runs: A's sandbox is not B's to terminate.
         assert _running(a_sandbox)  # positive control: there is something B's sweep could hit
         await b.shutdown()
-        assert _running(a_sandbox) and a.lifecycle.sandboxes.registered(a_sandbox)
+        assert _running(a_sandbox) and a.owner.sandboxes.registered(a_sandbox)
         assert _status(a).get("status") == RolloutStatus.RUNNING
         await a.shutdown()
     assert not _running(a_sandbox)

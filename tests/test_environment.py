@@ -16,7 +16,7 @@ from harbor.models.task.task import Task
 from harbor.models.trial.paths import TrialPaths
 
 from osmosis_harbor.sandbox import SandboxEnvironment, SandboxSdkMissingError, environment_config, load_sandbox_sdk
-from osmosis_harbor.sandbox.images.builds import BUILD_COORDINATOR, registry_image_exists
+from osmosis_harbor.sandbox.images.builds import registry_image_exists
 from osmosis_harbor.sandbox.sdk.liveness import SandboxLostError
 
 from .support import make_task, managed_containers, wait_until
@@ -85,16 +85,16 @@ async def test_registry_path_builds_pushes_once_and_then_reuses(tmp_path: Path) 
     # Harbor's own check (docker manifest inspect without --insecure) cannot see a plain
     # http registry; that is the bug we fix. Ours answers from the engine.
     assert not registry_image_exists(ref)
-    with BUILD_COORDINATOR.as_new_process() as stats:
-        await asyncio.gather(*(env._resolve_image(force_build=False) for _ in range(4)))
-    assert stats.built == [ref]
+    # made outside any owner, the environment owns itself: its own builds, none known before
+    await asyncio.gather(*(env._resolve_image(force_build=False) for _ in range(4)))
+    assert env._owner.builds.stats.built == [ref]
     assert registry_image_exists(ref)
     assert not await SkypilotEnvironment._image_exists(env)  # Harbor's check still says "missing"
 
     docker.from_env().images.remove(ref, force=True)  # only the registry has it now
-    second = _environment(task, tmp_path, registry=REGISTRY)
-    with BUILD_COORDINATOR.as_new_process() as fresh:  # a new process: nothing known locally
-        await second.start(force_build=False)
+    second = _environment(task, tmp_path, registry=REGISTRY)  # a new owner: nothing known locally
+    await second.start(force_build=False)
+    fresh = second._owner.builds.stats
     try:
         assert fresh.built == [] and fresh.reused == [ref]
         assert (await second.exec("cat /marker")).return_code == 0
@@ -163,22 +163,25 @@ def _runs(container_id: str, command: str) -> bool:
 
 
 async def test_stop_inside_a_termination_scope_leaves_the_wait_to_settle(tmp_path: Path) -> None:
-    """Inside ``live.termination_scope`` a stop hands terminate(wait=True) to a task (the trial
-    goes on); the sandbox stays registered until ``settle`` has seen it gone. Outside a scope
-    the stop itself waits."""
-    from osmosis_harbor.sandbox.owner import sandboxes as live
+    """Inside a trial's scope a stop hands terminate(wait=True) to a task (the trial goes on);
+    the sandbox stays registered until ``settle`` has seen it gone. Outside a trial's scope the
+    stop itself waits."""
+    from osmosis_harbor.sandbox.owner.context import SandboxOwner, owner_scope, settle, trial_scope
 
     task = make_task(tmp_path / "ds", "defer", dockerfile="FROM debian:trixie-slim\n")
-    deferred = _environment(task, tmp_path)
-    inline = _environment(task, tmp_path)
-    await deferred.start(force_build=False)
-    await inline.start(force_build=False)
-    with live.termination_scope() as pending:
-        await deferred.stop(delete=True)
-    assert len(pending) == 1
-    await live.settle(pending)
-    assert not pending and not live.registered(deferred.sandbox_name)
-    await inline.stop(delete=True)
-    assert not live.registered(inline.sandbox_name)
+    owner = SandboxOwner.make("test")
+    with owner_scope(owner):
+        deferred = _environment(task, tmp_path)
+        inline = _environment(task, tmp_path)
+        await deferred.start(force_build=False)
+        await inline.start(force_build=False)
+        with trial_scope() as trial:
+            await deferred.stop(delete=True)
+        pending = trial.terminations
+        assert len(pending) == 1 and owner.sandboxes.registered(deferred.sandbox_name)
+        await settle(pending)
+        assert not pending and not owner.sandboxes.registered(deferred.sandbox_name)
+        await inline.stop(delete=True)
+        assert not owner.sandboxes.registered(inline.sandbox_name)
     names = [c["Names"][0] for c in managed_containers()]
     assert not [n for n in names if deferred.sandbox_name in n or inline.sandbox_name in n]

@@ -31,7 +31,6 @@ from harbor.models.trial.paths import TrialPaths
 from osmosis_harbor.errors import BaseImageMissingError, ImageBuildError
 from osmosis_harbor.sandbox import SandboxEnvironment, environment_config
 from osmosis_harbor.sandbox.environment import images as image_resolution
-from osmosis_harbor.sandbox.images.builds import BUILD_COORDINATOR
 from osmosis_harbor.sandbox.owner.pools import pool_name_for
 
 from .support import make_task
@@ -120,7 +119,7 @@ async def test_a_registry_build_runs_harbors_own_code_and_fails_as_our_errors(
     monkeypatch.setattr(image_resolution, "HARBOR_BUILD_ONCE", counting)
     failing = f"FROM debian:trixie-slim\nRUN echo broken-{uuid.uuid4().hex[:6]} && exit 3\n"
     env = _environment(make_task(tmp_path, "broken", dockerfile=failing), tmp_path, registry=REGISTRY)
-    with BUILD_COORDINATOR.as_new_process(), pytest.raises(ImageBuildError, match="docker build failed for") as caught:
+    with pytest.raises(ImageBuildError, match="docker build failed for") as caught:
         await env.prepare_image()
     cause = caught.value.__cause__  # Harbor's _build_and_push_image raised it: a plain RuntimeError
     assert type(cause) is RuntimeError and str(cause).startswith(f"docker build failed for {env.image_ref}")
@@ -144,7 +143,7 @@ async def test_a_registry_build_runs_harbors_own_code_and_fails_as_our_errors(
 
     absent = f"{REGISTRY}/absent-base-{uuid.uuid4().hex[:6]}:1"  # a pull attempt reaches only 127.0.0.1
     env = _environment(make_task(tmp_path, "no-base", dockerfile=f"FROM {absent}\n"), tmp_path, registry=REGISTRY)
-    with BUILD_COORDINATOR.as_new_process(), pytest.raises(BaseImageMissingError, match=f"base image {absent}"):
+    with pytest.raises(BaseImageMissingError, match=f"base image {absent}"):
         await env.prepare_image()
     assert builds.count("no-base") == 1  # a missing base stays missing: not built again
 

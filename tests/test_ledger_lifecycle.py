@@ -31,7 +31,8 @@ from osmosis_harbor.sandbox.emulator.client import extensions
 from osmosis_harbor.sandbox.ledger.leftovers import Action, reap_dead_owners
 from osmosis_harbor.sandbox.ledger.store import Kind, Ledger, State, default_ledger
 from osmosis_harbor.sandbox.owner import pools
-from osmosis_harbor.sandbox.owner.sandboxes import LiveSandboxes, sandboxes_scope
+from osmosis_harbor.sandbox.owner.context import SandboxOwner, owner_scope
+from osmosis_harbor.sandbox.owner.sandboxes import OwnedSandboxes
 
 from .emulator_support import (
     EmulatorServer,
@@ -39,7 +40,7 @@ from .emulator_support import (
     push_to_local_registry,
 )
 from .ledger_support import cleanup, environment_for, remove_own_emulator_sandboxes, start_owner
-from .support import REPO, TASKS
+from .support import REPO, TASKS, wait_until
 
 SDKS = ["skypilot-emulator", "docker"]
 # On Docker a dead owner's sandbox is also what any other process's background reap removes
@@ -175,8 +176,9 @@ async def test_a_failed_terminate_is_never_forgotten_and_retried_in_the_backgrou
     sdk_name: str, tmp_path: Path, ledger: Ledger, images: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     sdk = load_sandbox_sdk(sdk_name)
-    sandboxes = LiveSandboxes()
-    with sandboxes_scope(sandboxes):
+    owner = SandboxOwner.make("test")
+    sandboxes = owner.sandboxes
+    with owner_scope(owner):
         env = environment_for(sdk_name, tmp_path, images[sdk_name])
     await env.start(force_build=False)
     name, refusals = env.sandbox_name, {"left": 2}
@@ -200,8 +202,9 @@ async def test_the_shutdown_sweep_removes_a_sandbox_whose_terminate_kept_failing
     sdk_name: str, tmp_path: Path, ledger: Ledger, images: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     sdk = load_sandbox_sdk(sdk_name)
-    sandboxes = LiveSandboxes()
-    with sandboxes_scope(sandboxes):
+    owner = SandboxOwner.make("test")
+    sandboxes = owner.sandboxes
+    with owner_scope(owner):
         env = environment_for(sdk_name, tmp_path, images[sdk_name])
     await env.start(force_build=False)
     name, refusals = env.sandbox_name, {"left": 10**6}
@@ -221,8 +224,7 @@ async def test_the_shutdown_sweep_removes_a_sandbox_whose_terminate_kept_failing
 
 
 async def test_a_live_owners_sandbox_is_left_alone(ledger: Ledger, images: dict[str, str], tmp_path: Path) -> None:
-    sandboxes = LiveSandboxes()
-    with sandboxes_scope(sandboxes):
+    with owner_scope(SandboxOwner.make("test")):
         env = environment_for("skypilot-emulator", tmp_path, images["skypilot-emulator"])
     await env.start(force_build=False)
     try:
@@ -260,11 +262,11 @@ def test_the_next_backend_start_reaps_what_a_dead_owner_left(
 CLAIMER = """
 import asyncio, sys
 from osmosis_harbor.sandbox import load_sandbox_sdk
-from osmosis_harbor.sandbox.owner.sandboxes import LiveSandboxes
+from osmosis_harbor.sandbox.owner.sandboxes import OwnedSandboxes
 SDK, POOL, NAME = sys.argv[1:4]
 
 async def main():
-    sandboxes, sdk = LiveSandboxes(), load_sandbox_sdk(SDK)
+    sandboxes, sdk = OwnedSandboxes(), load_sandbox_sdk(SDK)
     await sandboxes.pending(NAME, sdk, SDK)  # in the shared ledger, under this live process
     await sandboxes.attach(NAME, await sdk.create.aio(name=NAME, pool=POOL, timeout=600))
     print(NAME, flush=True)
@@ -292,8 +294,8 @@ async def test_a_pool_a_live_owners_sandbox_holds_stays_in_the_ledger_for_the_ne
     sandbox and then deletes the pool."""
     monkeypatch.setenv("OSMOSIS_HARBOR_API_ATTEMPTS", "2")
     sdk_name, image, pool = "skypilot-emulator", images["skypilot-emulator"], _pool()
-    sandboxes = LiveSandboxes()
-    sandboxes.owner = _dead_owner()  # the pool's owner is a server that will not come back
+    sandboxes = OwnedSandboxes()
+    sandboxes.process = _dead_owner()  # the pool's owner is a server that will not come back
     await pools.create(sandboxes, sdk_name, pool, image, 1, {})
     mine = await load_sandbox_sdk(sdk_name).create.aio(name=f"hb-ledger-{uuid.uuid4().hex[:6]}", pool=pool, timeout=600)
     await sandboxes.pending(mine.name, load_sandbox_sdk(sdk_name), sdk_name)  # a member of its own, too
@@ -330,3 +332,58 @@ def _wait_for_a_member(pool: str) -> None:
     from .support import wait_until
 
     wait_until(lambda: extensions.get_pool(pool).idle >= 1, timeout=60, what=f"a ready member of {pool}")
+
+
+def _containers_named(fragment: str) -> list[str]:
+    import docker
+
+    client = docker.from_env()
+    try:
+        return [n.lstrip("/") for c in client.api.containers(all=True) for n in c["Names"] if fragment in n]
+    finally:
+        client.close()
+
+
+def test_a_sandbox_check_killed_mid_run_leaves_nothing_cleanup_cannot_find(
+    ledger: Ledger, images: dict[str, str]
+) -> None:
+    """``sandbox-check`` records its pools in the ledger before it creates them: killed (SIGTERM)
+    while its pool's member runs, it leaves a pool ``cleanup`` finds and removes, members too."""
+    checks = ["pool_claim_and_refill", "environment_cancelled_during_create_leaves_nothing"]
+    argv = [sys.executable, "-m", "osmosis_harbor", "sandbox-check", "--sdk", "docker", "--image", images["docker"]]
+    run = subprocess.Popen(
+        argv + [arg for name in checks for arg in ("--check", name)],
+        cwd=REPO,
+        env=dict(os.environ),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_until(
+            lambda: any(e.kind is Kind.POOL for e in ledger.entries()) or run.poll() is not None,
+            timeout=180,
+            what="sandbox-check's pool in the ledger",
+        )
+        assert run.poll() is None, "sandbox-check ended before its pool was recorded"
+        [entry] = [e for e in ledger.entries() if e.kind is Kind.POOL]
+        assert entry.owner.pid == run.pid and entry.name.startswith("sbchk-")
+        prefix = entry.name.split("-pool-")[0]  # the run's own name prefix: sbchk-<hex>
+        wait_until(
+            lambda: bool(_containers_named(f"ohpool_{entry.name}")) or run.poll() is not None,
+            timeout=180,
+            what="the pool's member running",
+        )
+        run.send_signal(signal.SIGSTOP)  # held while the positive control is read
+        assert _containers_named(prefix), "the run's pool and sandboxes exist (positive control)"
+        run.send_signal(signal.SIGTERM)
+        run.send_signal(signal.SIGCONT)
+        assert run.wait(timeout=60) == -signal.SIGTERM
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+    assert entry.name in [e.name for e in ledger.entries()]  # what it left, the ledger knows
+    done = cleanup("docker")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert _containers_named(prefix) == [] and ledger.entries() == []
+    assert ledger.pool_users("docker", entry.endpoint, entry.name) == []

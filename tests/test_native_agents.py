@@ -45,7 +45,7 @@ from osmosis_harbor.agents.native import (
     scoped_api_key,
 )
 from osmosis_harbor.sandbox import environment_config
-from osmosis_harbor.sandbox.owner.sandboxes import terminate_live_sandboxes
+from osmosis_harbor.sandbox.owner.context import SandboxOwner, owner_scope
 from osmosis_harbor.testing.scripted_policy import FakeChatServer
 from osmosis_harbor.trials.reading import Phase, read_trial
 
@@ -479,11 +479,12 @@ async def _run_trial(task: Path, agent, trials_dir: Path, queue: TrialQueue | No
         agent=agent,
         environment=environment_config("docker", host_network=True),
     )
+    owner = SandboxOwner.make("test")  # the trial's sandboxes: swept once it is done
     try:
-        result = await (queue or TrialQueue(n_concurrent=1)).submit(config)
+        with owner_scope(owner):
+            result = await (queue or TrialQueue(n_concurrent=1)).submit(config)
     finally:
-        if queue is None:
-            await terminate_live_sandboxes()
+        await owner.close()
     return result, trials_dir / config.trial_name
 
 
@@ -595,10 +596,7 @@ async def test_concurrent_rollouts_each_use_their_own_endpoint_and_key(
         return server, secret, result, trial_dir
 
     started = time.monotonic()
-    try:
-        runs = await asyncio.gather(rollout(0), rollout(1))
-    finally:
-        await terminate_live_sandboxes()
+    runs = await asyncio.gather(rollout(0), rollout(1))  # each trial's owner sweeps after it
     print(f"2 concurrent terminus-2 trials (tmux installed by the agent): {time.monotonic() - started:.1f}s")
     secrets = {secret for _, secret, _, _ in runs}
     for index, (server, secret, result, trial_dir) in enumerate(runs):

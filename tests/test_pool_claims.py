@@ -25,8 +25,9 @@ from osmosis_harbor.sandbox import emulator as sky
 from osmosis_harbor.sandbox.emulator.client import extensions
 from osmosis_harbor.sandbox.ledger.store import default_ledger
 from osmosis_harbor.sandbox.owner import pools
-from osmosis_harbor.sandbox.owner.sandboxes import LiveSandboxes, sandboxes_scope
-from osmosis_harbor.sandbox.owner.starts import SandboxStarts, starts_scope
+from osmosis_harbor.sandbox.owner.context import SandboxOwner, owner_scope
+from osmosis_harbor.sandbox.owner.sandboxes import OwnedSandboxes
+from osmosis_harbor.sandbox.owner.starts import SandboxStarts
 from osmosis_harbor.sandbox.sdk import records
 
 from .emulator_support import EmulatorServer, private_emulator, push_to_local_registry
@@ -84,7 +85,7 @@ def _record(name: str) -> Any:
     return next((r for r in sky.ls() if records.name_of(r) == name), None)
 
 
-async def _group_pool(sandboxes: LiveSandboxes, env: SandboxEnvironment, image: str, size: int) -> str | None:
+async def _group_pool(sandboxes: OwnedSandboxes, env: SandboxEnvironment, image: str, size: int) -> str | None:
     assert env.pool_name is not None
     return await pools.create(sandboxes, SDK, env.pool_name, image, size, env.pool_shape())
 
@@ -93,9 +94,11 @@ async def test_an_empty_pool_claim_waits_then_cold_creates_the_pools_image(
     image: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("OSMOSIS_HARBOR_POOL_CLAIM_WAIT_SEC", "1")
-    sandboxes, starts = LiveSandboxes(), SandboxStarts(4)
+    starts = SandboxStarts(4)
+    owner = SandboxOwner.make("test", starts=starts)
+    sandboxes = owner.sandboxes
     base = f"claims{uuid.uuid4().hex[:6]}"
-    with sandboxes_scope(sandboxes), starts_scope(starts):
+    with owner_scope(owner):
         task = _task(tmp_path, image)
         env = _environment(tmp_path, task, base)
         assert await _group_pool(sandboxes, env, image, 0) is None
@@ -132,8 +135,10 @@ async def test_a_warming_pool_is_usable_and_serves_within_the_wait(
 ) -> None:
     emulator.knobs(pool_warm_sec=2, pool_warm_timeout_sec=0)  # create_pool returns before it is warm
     monkeypatch.setenv("OSMOSIS_HARBOR_POOL_CLAIM_WAIT_SEC", "30")
-    sandboxes, starts = LiveSandboxes(), SandboxStarts(4)
-    with sandboxes_scope(sandboxes), starts_scope(starts):
+    starts = SandboxStarts(4)
+    owner = SandboxOwner.make("test", starts=starts)
+    sandboxes = owner.sandboxes
+    with owner_scope(owner):
         env = _environment(tmp_path, _task(tmp_path, image), f"warming{uuid.uuid4().hex[:6]}")
         note = await _group_pool(sandboxes, env, image, 1)
         assert note is not None and note.startswith("adopted, still warming") and "last seen 0/1" in note
@@ -152,10 +157,11 @@ async def test_a_batch_the_pool_cannot_serve_whole_is_split(
     image: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("OSMOSIS_HARBOR_POOL_CLAIM_WAIT_SEC", "0")
-    sandboxes = LiveSandboxes()
-    starts = SandboxStarts(8, batch_window_sec=60, batch_max=4)  # the batch closes when four joined
+    starts = SandboxStarts(8, batch_window_sec=60, batch_max=4)
+    owner = SandboxOwner.make("test", starts=starts)
+    sandboxes = owner.sandboxes  # the batch closes when four joined
     base = f"split{uuid.uuid4().hex[:6]}"
-    with sandboxes_scope(sandboxes), starts_scope(starts):
+    with owner_scope(owner):
         task = _task(tmp_path, image)
         envs = [_environment(tmp_path, task, base) for _ in range(4)]
         pool = envs[0].pool_name or ""
@@ -202,10 +208,11 @@ async def test_a_batch_call_that_faulted_after_making_members_leaves_none(
     image: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("OSMOSIS_HARBOR_POOL_CLAIM_WAIT_SEC", "10")
-    sandboxes = LiveSandboxes()
     starts = SandboxStarts(8, batch_window_sec=60, batch_max=2)
+    owner = SandboxOwner.make("test", starts=starts)
+    sandboxes = owner.sandboxes
     faulty = _FaultAfterBatch()
-    with sandboxes_scope(sandboxes), starts_scope(starts):
+    with owner_scope(owner):
         task, base = _task(tmp_path, image), f"fault{uuid.uuid4().hex[:6]}"
         envs = [_environment(tmp_path, task, base) for _ in range(2)]
         pool = envs[0].pool_name or ""
@@ -234,7 +241,7 @@ async def test_a_generic_pool_with_no_member_is_a_clear_error_and_leaves_nothing
     sky.create_pool(pool, image, replicas=0)
     try:
         task = _task(tmp_path, image, defined=False)
-        with sandboxes_scope(LiveSandboxes()):
+        with owner_scope(SandboxOwner.make("test")):
             env = _environment(tmp_path, task, pool)
             assert env.pool_name == pool  # claimed by its own name
             with pytest.raises(
@@ -244,7 +251,7 @@ async def test_a_generic_pool_with_no_member_is_a_clear_error_and_leaves_nothing
         assert _record(env.sandbox_name) is None and default_ledger().entries() == []
         sky.set_pool_size(pool, 1)  # positive control: with a member, the same task runs
         wait_until(lambda: extensions.get_pool(pool).idle == 1, timeout=60, what="a member")
-        with sandboxes_scope(LiveSandboxes()):
+        with owner_scope(SandboxOwner.make("test")):
             env = _environment(tmp_path, task, pool)
             await env.start(force_build=False)
             await env.stop(delete=True)

@@ -20,7 +20,6 @@ from osmosis_ai.rollout.types import RolloutErrorCategory, RolloutStatus
 from osmosis_harbor.backend import HarborBackend
 from osmosis_harbor.prewarm import PrewarmError
 from osmosis_harbor.sandbox import docker as docker_sdk
-from osmosis_harbor.sandbox.images.builds import BUILD_COORDINATOR
 from osmosis_harbor.testing.scripted_policy import FakeChatServer
 
 from .rollout_server import client_for, serve
@@ -91,8 +90,8 @@ async def test_prewarm_groups_builds_once_and_reuses(tmp_path: Path, sandbox_sdk
     assert {s for _, s in stages} >= {"image", "setup", "done"}
     # a second backend (as a new process would) builds nothing: every image is reused
     again = backend_for(tmp_path, tasks_dir=dataset, task_mode="dataset", sdk=sandbox_sdk)
-    with BUILD_COORDINATOR.as_new_process() as stats:
-        second = await again.prewarm(ids)
+    second = await again.prewarm(ids)  # its own owner: it knows no image the first one built
+    stats = again.owner.builds.stats
     assert second.built == 0 and second.reused == 2 and stats.built == []
     assert managed_containers(owner_pid=os.getpid()) == []
     assert sandbox_sdk.sandboxes_left() == []
@@ -399,4 +398,47 @@ async def test_a_shutdown_with_a_claimed_member_removes_the_member_then_the_pool
     with pytest.raises(docker_sdk.PoolNotFoundError):
         docker_sdk.get_pool(pool)
     assert sandbox_sdk.sandboxes_left() == [] and managed_containers(owner_pid=os.getpid()) == []
-    assert [e for e in backend.lifecycle.sandboxes.ledger.entries() if e.name == pool] == []
+    assert [e for e in backend.owner.sandboxes.ledger.entries() if e.name == pool] == []
+
+
+async def test_one_backends_shutdown_leaves_the_pool_another_backend_uses(
+    tmp_path: Path, fake_chat, sandbox_sdk: SdkPath
+) -> None:
+    """Two backends in one process prewarm one pool (pool names are shared warm capacity). A's
+    shutdown leaves it while B uses it (the ledger's pool users), B's next rollout claims from
+    it, and B's shutdown, the last user's, deletes it."""
+    sandbox_sdk.require_loopback_endpoint()
+    base = f"shared{uuid.uuid4().hex[:6]}"
+    a = backend_for(tmp_path / "a", pool=base, pool_size=1, sdk=sandbox_sdk)
+    b = backend_for(tmp_path / "b", pool=base, pool_size=1, sdk=sandbox_sdk)
+    ledger = b.owner.sandboxes.ledger
+    try:
+        await a.prewarm()
+        await b.prewarm()
+        (pool,) = set(b.lifecycle.task_pools.values())
+        assert set(a.lifecycle.task_pools.values()) == {pool}
+        users = {u.user for u in ledger.pool_users(sandbox_sdk.name, _endpoint(sandbox_sdk.name), pool)}
+        assert users == {a.owner.sandboxes.user, b.owner.sandboxes.user}
+        await a.shutdown()
+        assert docker_sdk.get_pool(pool).replicas == 1  # still there: B uses it
+        async with serve(b) as url, client_for(url) as client:
+            await asyncio.to_thread(
+                wait_until, lambda: docker_sdk.get_pool(pool).idle == 1, timeout=120, what="a ready member"
+            )
+            result = await _run(client, fake_chat, f"after-a-{uuid.uuid4().hex[:6]}")
+            assert result.status is RolloutStatus.SUCCESS, result.err_message
+            assert b.starts.claims[pool] == 1 and b.health()["pool_fallbacks"] == 0  # served by the pool
+    finally:
+        await b.shutdown()
+        await a.shutdown()
+    with pytest.raises(docker_sdk.PoolNotFoundError):
+        docker_sdk.get_pool(pool)
+    assert [e for e in ledger.entries() if e.name == pool] == []
+    assert ledger.pool_users(sandbox_sdk.name, _endpoint(sandbox_sdk.name), pool) == []
+    assert sandbox_sdk.sandboxes_left() == []
+
+
+def _endpoint(sdk_name: str) -> str:
+    from osmosis_harbor.sandbox.ledger.store import endpoint_for
+
+    return endpoint_for(sdk_name)

@@ -29,7 +29,7 @@ USER = textwrap.dedent(
     """
     import asyncio, sys
     from osmosis_harbor.sandbox import docker as docker_sdk
-    from osmosis_harbor.sandbox.images.builds import BUILD_COORDINATOR, local_image_exists
+    from osmosis_harbor.sandbox.images.builds import ImageBuildCoordinator, local_image_exists
 
     KIND, THING = sys.argv[1:3]
 
@@ -39,7 +39,7 @@ USER = textwrap.dedent(
                 return local_image_exists(THING)
             async def build():
                 raise AssertionError("the image is there: nothing to build")
-            await BUILD_COORDINATOR.ensure(THING, exists=exists, build=build)
+            await ImageBuildCoordinator().ensure(THING, exists=exists, build=build)
             print("using", flush=True)
             sys.stdin.readline()
         else:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from osmosis_harbor.sandbox import environment_config
-from osmosis_harbor.sandbox.images.builds import BUILD_COORDINATOR
+from osmosis_harbor.sandbox.owner.context import SandboxOwner
 from osmosis_harbor.tasks.discovery import discover_tasks, load_dataset
 from osmosis_harbor.validate import validate_tasks
 
@@ -118,7 +118,7 @@ def test_skypilot_without_its_sdk_says_what_to_install() -> None:
     assert "SkyPilot Platform installer" in proc.stderr and "sky api login" in proc.stderr
 
 
-async def test_tasks_sharing_an_environment_build_its_image_once(tmp_path: Path) -> None:
+async def test_tasks_sharing_an_environment_build_its_image_once(tmp_path: Path, monkeypatch) -> None:
     first = make_task(tmp_path / "ds", "a")
     for name in ("b", "c", "d"):
         make_task(tmp_path / "ds", name)
@@ -127,11 +127,18 @@ async def test_tasks_sharing_an_environment_build_its_image_once(tmp_path: Path)
             (first / "environment" / "Dockerfile").read_text()
         )
     tasks = load_dataset(tmp_path / "ds")
-    built_before = len(BUILD_COORDINATOR.stats.built)
+    made: list[SandboxOwner] = []
+    make = SandboxOwner.make
+
+    def noted(label: str, **kwargs) -> SandboxOwner:
+        made.append(make(label, **kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(SandboxOwner, "make", noted)
     report = await validate_tasks(tasks, environment=environment_config("docker"), n_concurrent=4)
     assert report.passed == 4, report.model_dump()
-    new_builds = BUILD_COORDINATOR.stats.built[built_before:]
-    assert len(new_builds) == 1, new_builds
+    [run] = [owner for owner in made if owner.label == "validate"]  # the run's owner builds
+    assert len(run.builds.stats.built) == 1, run.builds.stats
 
 
 # --force-build over an unpullable docker_image, with its control (the same task failing without

@@ -25,7 +25,6 @@ from harbor.models.agent.context import AgentContext
 
 from osmosis_harbor import settings
 from osmosis_harbor.agents.limits import limits_note
-from osmosis_harbor.credentials import credentials_for
 from osmosis_harbor.errors import (
     BundleInstallError,
     IncompatibleTaskImageError,
@@ -33,6 +32,7 @@ from osmosis_harbor.errors import (
     WrongBundleError,
 )
 from osmosis_harbor.sandbox.images.build_failure import last_lines
+from osmosis_harbor.sandbox.owner.context import current_owner
 from osmosis_harbor.shim import contract
 from osmosis_harbor.shim.errors import Redactor
 from osmosis_harbor.trials.contract_files import FileKind, read_json
@@ -203,7 +203,7 @@ class WorkflowAgent(BaseAgent):
     async def run(self, instruction: str, environment: BaseEnvironment, context: AgentContext) -> None:
         if self._steps:
             await self._stage_step_input(instruction, environment)
-        creds = credentials_for(self._rollout_id)
+        creds = current_owner("the workflow agent's rollout credentials").credentials.get(self._rollout_id)
         env = {**self._input_env, contract.ROLLOUT_ID_ENV: self._rollout_id}
         if self._shim_timeout_sec is not None:
             env[contract.AGENT_TIMEOUT_ENV] = str(self._shim_timeout_sec)

@@ -45,11 +45,8 @@ from osmosis_harbor.backend.tracker import RolloutState, RolloutTracker
 from osmosis_harbor.errors import SandboxLostError
 from osmosis_harbor.keys import KeyCustody
 from osmosis_harbor.sandbox.guard import GuardSession, guard_scope
-from osmosis_harbor.sandbox.owner import sandboxes as live
-from osmosis_harbor.sandbox.owner.head_start import head_start_scope
-from osmosis_harbor.sandbox.owner.starts import SandboxStarts, starts_scope
+from osmosis_harbor.sandbox.owner.context import settle, trial_scope
 from osmosis_harbor.sandbox.relay.refusals import RelayRecord
-from osmosis_harbor.sandbox.sdk.liveness import loss_scope
 from osmosis_harbor.trials.export import export_rollout_files
 from osmosis_harbor.trials.naming import trial_name as make_trial_name
 
@@ -111,14 +108,12 @@ class TrialRunner:
         *,
         infra_retries: int,
         gate: TrialGate,
-        starts: SandboxStarts,
     ) -> None:
         self.orchestrator = orchestrator
         self.tracker = tracker
         self.custody = custody
         self.infra_retries = infra_retries
         self.gate = gate
-        self.starts = starts
 
     async def run(self, attempt: Attempt, *, cleanup_success: bool) -> ExecutionOutcome:
         request, trial_dir = attempt.request, attempt.trial_dir
@@ -201,15 +196,11 @@ class TrialRunner:
         trial's task, so cancelling a rollout that waits there cancels its wait. ``head_start``:
         the trial's separate verifier gets its sandbox created while the agent runs
         (``sandbox.head_start``); one nobody took is terminated before the trial counts as done."""
-        # The trial's task inherits these scopes (the environments Harbor makes read them).
-        with (
-            live.termination_scope() as terminations,
-            starts_scope(self.starts),
-            loss_scope() as losses,
-            head_start_scope(head_start) as head,
-            guard_scope(guard),
-        ):
-            trial = asyncio.ensure_future(self._gated(config, turn, losses))
+        # The trial's task inherits these scopes (the environments Harbor makes read them), inside
+        # the backend's owner scope (``execute``).
+        with trial_scope(head_start=head_start) as scope, guard_scope(guard):
+            trial = asyncio.ensure_future(self._gated(config, turn, scope.losses))
+        terminations, head = scope.terminations, scope.head_start
         if state is not None:
             state.task = trial
         try:
@@ -222,7 +213,7 @@ class TrialRunner:
             if not trial.done():  # our own task was cancelled: take the trial down with us
                 trial.cancel()
                 await asyncio.gather(trial, return_exceptions=True)
-                await live.settle(terminations)
+                await settle(terminations)
                 raise
             current = asyncio.current_task()
             if current is not None and current.cancelling():
@@ -263,7 +254,7 @@ class TrialRunner:
             return await asyncio.shield(trial)
         finally:
             if trial.done():  # else we are being cancelled: the caller takes the trial down first
-                await live.settle(terminations)
+                await settle(terminations)
 
     async def _fresh_attempt(self, attempt: Attempt, config: TrialConfig, trial_dir: Path) -> tuple[TrialConfig, Path]:
         """The next attempt after a lost sandbox: a new trial name, so a new sandbox name (the

@@ -34,26 +34,22 @@ from osmosis_harbor.agents.native import native_agent_config, scoped_api_key
 from osmosis_harbor.backend.admission import endpoint_problem, relays_endpoint, request_problem
 from osmosis_harbor.backend.attempts import Attempt, TrialRunner
 from osmosis_harbor.backend.gate import TrialGate
-from osmosis_harbor.backend.lifecycle import BackendLifecycle, Workspace
+from osmosis_harbor.backend.lifecycle import BackendLifecycle
 from osmosis_harbor.backend.options import BackendKwargs, BackendOptions, locate_project
 from osmosis_harbor.backend.outcome import refused
 from osmosis_harbor.backend.plan import Planner, Refusal, RolloutPlan
 from osmosis_harbor.backend.tracker import TERMINAL, RolloutTracker
+from osmosis_harbor.backend.workspace import Workspace
 from osmosis_harbor.bundle import BundleInfo, build_bundle, inspect_bundle
-from osmosis_harbor.credentials import (
-    CredentialStore,
-    RolloutCredentials,
-    credentials_scope,
-    drop_credentials,
-    hold_credentials,
-)
+from osmosis_harbor.credentials import RolloutCredentials
 from osmosis_harbor.errors import BundleError, OsmosisHarborError, TaskResolutionError, VerifierGuardError
 from osmosis_harbor.harbor_compat import fastpaths as harbor_fastpaths
 from osmosis_harbor.keys import KeyCustody, default_trials_dirs, sweep_unscrubbed
 from osmosis_harbor.prewarm import PrewarmReport, ProgressCallback
 from osmosis_harbor.sandbox import environment_config
 from osmosis_harbor.sandbox.guard import add_guard_hooks
-from osmosis_harbor.sandbox.owner.sandboxes import sandboxes_scope
+from osmosis_harbor.sandbox.options import SandboxOptions
+from osmosis_harbor.sandbox.owner.context import SandboxOwner, owner_scope
 from osmosis_harbor.sandbox.owner.starts import SandboxStarts
 from osmosis_harbor.sandbox.relay.policy_relay import PolicyRelay, RelayRegistration
 from osmosis_harbor.sandbox.sdk.registry import implementation
@@ -84,7 +80,6 @@ class HarborBackend(ExecutionBackend):
         given = self.workspace.given_trials_dir()
         sweep_unscrubbed([d for d in (given,) if d is not None] + default_trials_dirs())
         self.custody = KeyCustody()
-        self.credentials = CredentialStore()  # this backend's rollouts' keys, by rollout id
         self.bundle: BundleInfo | None = _prepare_bundle(options)
         if options.is_native:
             # Validates native_agent_kwargs now (and warns once that oracle is not trainable).
@@ -97,6 +92,11 @@ class HarborBackend(ExecutionBackend):
             )
         _preload_model_client()
         self.tracker = RolloutTracker(options.orchestrator)
+        # What this backend owns (its sandboxes, pools, start bound, rollouts' keys, image builds),
+        # found by the environments and agents of its trials (owner_scope), never another's.
+        self.owner = SandboxOwner.make(
+            "backend", starts=_starts(SandboxOptions.of(self.environment_config).sdk, options)
+        )
         add_guard_hooks(options.orchestrator)  # where each trial's agent phase begins and ends
         self.lifecycle = BackendLifecycle(
             options,
@@ -106,6 +106,7 @@ class HarborBackend(ExecutionBackend):
             tracker=self.tracker,
             custody=self.custody,
             workspace=self.workspace,
+            owner=self.owner,
             planner=lambda: self.planner,
         )
         self.lifecycle.reap_leftovers()  # what dead owners left on this SDK (the ledger x ls)
@@ -119,23 +120,21 @@ class HarborBackend(ExecutionBackend):
         )
         # The queue's concurrency, ordered by us (retries first): see gate.py.
         self.gate = TrialGate(options.orchestrator._n_concurrent)
-        current = settings.current()
-        self.starts = SandboxStarts(
-            options.max_concurrent_starts or implementation(self.lifecycle.sdk_name).max_concurrent_starts,
-            batch_window_sec=current.claim_batch_window_ms / 1000,
-            batch_max=current.claim_batch_max,
-        )
-        self.lifecycle.starts = self.starts
         self.runner = TrialRunner(
             options.orchestrator,
             self.tracker,
             self.custody,
             infra_retries=options.infra_retries,
             gate=self.gate,
-            starts=self.starts,
         )
         # A loopback policy endpoint reaches local sandboxes through this, started on first use.
         self.relay = PolicyRelay()
+
+    @property
+    def starts(self) -> SandboxStarts:
+        """The backend's bound on sandbox starts (its owner's)."""
+        assert self.owner.starts is not None
+        return self.owner.starts
 
     @property
     def trials_dir(self) -> Path:
@@ -172,8 +171,8 @@ class HarborBackend(ExecutionBackend):
         self.tracker.admit(request.id, listener)
         started = time.monotonic()
         try:
-            # This backend's sandboxes and credentials, found by the trial's environment and agent.
-            with sandboxes_scope(self.lifecycle.sandboxes), credentials_scope(self.credentials):
+            # What the rollout's trial makes is this backend's (its environment and agent find it).
+            with owner_scope(self.owner):
                 outcome = await self._execute(request, ctx)
         except asyncio.CancelledError:
             self.tracker.finish(request.id, RolloutStatus.CANCELLED, error="cancelled")
@@ -292,7 +291,7 @@ class HarborBackend(ExecutionBackend):
         except OsmosisHarborError as exc:  # the engine or its network: the host's failure
             return refused(str(exc), {"failed_phase": "environment"}, RolloutErrorCategory.INTERNAL_ERROR)
         sandbox_url = relayed.sandbox_url if relayed is not None else None
-        hold_credentials(request.id, RolloutCredentials(url, key, sandbox_url))
+        self.owner.credentials.hold(request.id, RolloutCredentials(url, key, sandbox_url))
         key_scope = scoped_api_key(key) if self.options.is_native else contextlib.nullcontext("")
         try:
             with key_scope as key_env:
@@ -317,7 +316,7 @@ class HarborBackend(ExecutionBackend):
                 )
                 return await self.runner.run(attempt, cleanup_success=self.options.cleanup_successful_trials)
         finally:
-            drop_credentials(request.id)
+            self.owner.credentials.drop(request.id)
             if relayed is not None:
                 relayed.close()
             await asyncio.to_thread(shutil.rmtree, work, True)
@@ -342,6 +341,16 @@ def _resolver(options: BackendOptions, host_dirs: Callable[[], list[Path]]) -> T
         allow_local_git=allow_local_git,
         allow_private_git_hosts=allow_private if allow_private is not None else current.allow_private_git_hosts,
         trials_dirs=lambda: [*host_dirs(), *default_trials_dirs()],
+    )
+
+
+def _starts(sdk_name: str, options: BackendOptions) -> SandboxStarts:
+    """The bound on sandbox starts: the option, else the SDK's own default."""
+    current = settings.current()
+    return SandboxStarts(
+        options.max_concurrent_starts or implementation(sdk_name).max_concurrent_starts,
+        batch_window_sec=current.claim_batch_window_ms / 1000,
+        batch_max=current.claim_batch_max,
     )
 
 

@@ -3,7 +3,7 @@ shutdown that leaves no sandbox, pool or temporary directory behind.
 
 ``BackendLifecycle`` is a collaborator of ``HarborBackend`` (which delegates ``prewarm``,
 ``prewarm_lifespan``, ``health`` and ``shutdown`` to it): it concerns the backend as a whole
-(environment groups, warm pools, every sandbox the process owns), not one rollout. It is also
+(environment groups, warm pools, every sandbox the backend owns), not one rollout. It is also
 what ``Prewarmer`` works with (``osmosis_harbor.prewarm.PrewarmTarget``).
 """
 
@@ -12,9 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import shutil
 import tempfile
-import threading
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -31,6 +29,7 @@ from osmosis_harbor.backend.options import BackendOptions
 from osmosis_harbor.backend.plan import Planner, Refusal
 from osmosis_harbor.backend.startup import BackgroundPrewarm
 from osmosis_harbor.backend.tracker import RolloutTracker
+from osmosis_harbor.backend.workspace import Workspace
 from osmosis_harbor.bundle.info import BundleInfo
 from osmosis_harbor.errors import BundleInstallError, ConfigError
 from osmosis_harbor.keys import KeyCustody
@@ -38,8 +37,7 @@ from osmosis_harbor.prewarm import Prewarmer, PrewarmReport, ProgressCallback
 from osmosis_harbor.sandbox.ledger.leftovers import Leftover, reap_dead_owners
 from osmosis_harbor.sandbox.options import SandboxOptions, environment_label
 from osmosis_harbor.sandbox.owner import pools
-from osmosis_harbor.sandbox.owner.sandboxes import LiveSandboxes, sandboxes_scope
-from osmosis_harbor.sandbox.owner.starts import SandboxStarts, starts_scope
+from osmosis_harbor.sandbox.owner.context import SandboxOwner, owner_scope
 from osmosis_harbor.sandbox.sdk.registry import load_sandbox_sdk
 from osmosis_harbor.tasks.materialize import MaterializedTask
 from osmosis_harbor.tasks.refs import ResolvedTask, TaskMode
@@ -47,54 +45,7 @@ from osmosis_harbor.tasks.resolver import TaskResolver
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["BackendLifecycle", "Workspace"]
-
-
-class Workspace:
-    """The backend's temporary work root (per-rollout task copies, and the trials unless
-    ``trials_dir`` was given), made on first use: a backend that only prewarms, or fails to
-    construct, leaves no directory behind."""
-
-    def __init__(self, trials_dir: Path | None) -> None:
-        self._root: Path | None = None
-        self._lock = threading.Lock()
-        self._trials_dir = trials_dir
-        if trials_dir is not None:
-            trials_dir.mkdir(parents=True, exist_ok=True)
-
-    @property
-    def root(self) -> Path:
-        with self._lock:
-            if self._root is None:
-                self._root = Path(tempfile.mkdtemp(prefix="osmosis-harbor-"))
-            return self._root
-
-    @property
-    def trials_dir(self) -> Path:
-        if self._trials_dir is None:
-            trials = self.root / "trials"
-            trials.mkdir(exist_ok=True)
-            self._trials_dir = trials
-        return self._trials_dir
-
-    def given_trials_dir(self) -> Path | None:
-        return self._trials_dir
-
-    def host_dirs(self) -> list[Path]:
-        """The directories sandboxes' products land in (trials) or next to (the work root)."""
-        return [d for d in (self._trials_dir, self._root) if d is not None]
-
-    def remove(self) -> None:
-        """Remove the temporary root, except retained (failed) trials in it."""
-        root = self._root  # never made when no rollout ran: nothing to remove
-        if root is not None:
-            shutil.rmtree(root / "rollouts", ignore_errors=True)
-        for directory in (self._trials_dir, root):
-            try:
-                if directory is not None:
-                    directory.rmdir()  # only when empty: retained trials stay for inspection
-            except OSError:
-                pass
+__all__ = ["BackendLifecycle"]
 
 
 class BackendLifecycle:
@@ -110,6 +61,7 @@ class BackendLifecycle:
         tracker: RolloutTracker,
         custody: KeyCustody,
         workspace: Workspace,
+        owner: SandboxOwner,
         planner: Callable[[], Planner],
     ) -> None:
         self.options = options
@@ -119,7 +71,7 @@ class BackendLifecycle:
         self.sandbox_options = SandboxOptions.of(environment_config)
         self.tracker = tracker
         self.custody = custody
-        self.sandboxes = LiveSandboxes()  # this backend's, never another's (sandboxes_scope)
+        self.owner = owner  # the backend's: its sandboxes, pools and start bound, never another's
         self.workspace = workspace
         self._planner = planner
         self.accepting = True
@@ -127,7 +79,6 @@ class BackendLifecycle:
         self.prewarm_report: PrewarmReport | None = None
         self.task_pools: dict[str, str] = {}
         self._shutdown_run: asyncio.Future[None] | None = None  # the one shutdown, once started
-        self.starts: SandboxStarts | None = None  # the backend's start bound, which prewarm keeps too
         self.autoscaler: PoolAutoscaler | None = None  # pool_size="auto": started after prewarm
         self.startup: BackgroundPrewarm | None = None  # a prewarm the server serves during
 
@@ -217,7 +168,7 @@ class BackendLifecycle:
         ids = self.default_prewarm_task_ids(task_ids)
         policy = AutoscalePolicy.from_settings()
         size, auto = pools.prewarm_size(pool_size, self.sandbox_options.pool_size, policy.min_size)
-        with starts_scope(self.starts), sandboxes_scope(self.sandboxes):
+        with owner_scope(self.owner):
             report = await Prewarmer(self, pool_size=size, on_progress=on_progress).run(ids)
         self.prewarm_report = report
         self.failed_prewarm_tasks.update(report.failed_tasks)
@@ -235,9 +186,9 @@ class BackendLifecycle:
             await self.autoscaler.stop()
             self.autoscaler = None
         names = sorted(set(self.task_pools.values()))
-        if not names or self.starts is None:
+        if not names or self.owner.starts is None:
             return
-        claims = self.starts.claims
+        claims = self.owner.starts.claims
         self.autoscaler = PoolAutoscaler(
             load_sandbox_sdk(self.sdk_name), names, lambda: claims, policy, initial_size=initial_size
         )
@@ -290,8 +241,8 @@ class BackendLifecycle:
         await asyncio.to_thread(self.custody.seal_all, ended)
         if self.autoscaler is not None:  # before the pools go: no resize races their deletion
             await self.autoscaler.stop()
-        problems = await self.sandboxes.terminate_all()
-        problems += await pools.delete(self.sandboxes, self.sdk_name, self.task_pools.values())
+        problems = await self.owner.close()
+        problems += await pools.delete(self.owner.sandboxes, self.sdk_name, self.task_pools.values())
         self.task_pools.clear()
         self.workspace.remove()
         for problem in problems:

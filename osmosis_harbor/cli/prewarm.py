@@ -48,7 +48,7 @@ def cmd_prewarm(args: argparse.Namespace) -> int:
     except PrewarmError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    backend.lifecycle.sandboxes.release_pools()  # the pools outlive this command by design
+    backend.owner.sandboxes.release_pools()  # the pools outlive this command by design
     result_console().print(prewarm_table(report))
     if args.json:
         Path(args.json).write_text(report.model_dump_json(indent=2) + "\n")

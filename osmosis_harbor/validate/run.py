@@ -32,8 +32,8 @@ from osmosis_harbor.harbor_compat import fastpaths as harbor_fastpaths
 from osmosis_harbor.sandbox.guard import Allowance, GuardPlan, GuardSession, add_guard_hooks, guard_scope
 from osmosis_harbor.sandbox.images.builds import local_image_labels
 from osmosis_harbor.sandbox.options import SandboxOptions, environment_label
-from osmosis_harbor.sandbox.owner.sandboxes import LiveSandboxes, sandboxes_scope
-from osmosis_harbor.sandbox.owner.starts import SandboxStarts, starts_scope
+from osmosis_harbor.sandbox.owner.context import SandboxOwner, owner_scope
+from osmosis_harbor.sandbox.owner.starts import SandboxStarts
 from osmosis_harbor.tasks.discovery import TaskRef, check_task
 from osmosis_harbor.tasks.verifier_allowance import guard_plan, save_recorded
 from osmosis_harbor.trials.explain import explain
@@ -217,11 +217,10 @@ async def validate_tasks(
         notify(task.id, "passed" if rows[task.id].passed else "failed")
 
     impl = SandboxOptions.of(environment).impl
-    starts = SandboxStarts(max_concurrent_starts or impl.max_concurrent_starts)
-    sandboxes = LiveSandboxes()  # this run's sandboxes, not another run's or a backend's
+    # This run's sandboxes, start bound and builds, not another run's or a backend's.
+    owner = SandboxOwner.make("validate", starts=SandboxStarts(max_concurrent_starts or impl.max_concurrent_starts))
     try:
-        # The run's own start bound and registry: its trials' tasks inherit both.
-        with starts_scope(starts), sandboxes_scope(sandboxes):
+        with owner_scope(owner):  # its trials' tasks inherit it
             async with asyncio.TaskGroup() as group:
                 for task, config in runnable:
                     group.create_task(run_one(task, config))
@@ -229,7 +228,7 @@ async def validate_tasks(
         try:
             # Trials stop their own sandboxes, including on cancellation; this sweep catches
             # anything a cancelled start left behind so nothing outlives the command.
-            await asyncio.shield(sandboxes.terminate_all())
+            await asyncio.shield(owner.close())
         finally:  # a second cancellation (Ctrl-C twice) ends the wait, not the temp dir's removal
             if owns_dir and not keep_trials:
                 shutil.rmtree(root.parent, ignore_errors=True)

@@ -60,6 +60,7 @@ from osmosis_harbor.sandbox.conformance.core import (
     Observation,
 )
 from osmosis_harbor.sandbox.conformance.report import ConformanceReport
+from osmosis_harbor.sandbox.owner.context import owner_scope
 
 __all__ = [
     "CHECKS",
@@ -155,13 +156,14 @@ async def run_suite(
     ctx = ConformanceContext(sdk=sdk, image=image)
     chosen = selected_checks(only=only)
     try:
-        capabilities = await ctx.capabilities()
-        results = [
-            await run_check(item, ctx)
-            if include_pools or not item.pools
-            else _deselected(item, "pool checks deselected (--no-pools)")
-            for item in chosen
-        ]
+        with owner_scope(ctx.owner):  # what the environment checks make is the run's
+            capabilities = await ctx.capabilities()
+            results = [
+                await run_check(item, ctx)
+                if include_pools or not item.pools
+                else _deselected(item, "pool checks deselected (--no-pools)")
+                for item in chosen
+            ]
     finally:
         await ctx.close()
     return ConformanceReport(sdk=capabilities.sdk, image=image, capabilities=capabilities, results=results)

@@ -48,7 +48,7 @@ async def _ls_pool(ctx: ConformanceContext, name: str) -> Any | None:
 async def check_assume_empty_pool_claim_fails(ctx: ConformanceContext) -> Observation:
     """A claim of an empty pool: refused (SkyPilot's examples) or served; never read as a missing pool."""
     pool = ctx.unique("empty")
-    ctx.track_pool(pool)
+    await ctx.track_pool(pool)
     await ctx.sdk.create_pool.aio(pool, ctx.image, replicas=0)
     started = time.monotonic()
     try:
@@ -69,7 +69,7 @@ async def check_assume_empty_pool_claim_fails(ctx: ConformanceContext) -> Observ
 async def check_assume_create_pool_twice_raises(ctx: ConformanceContext) -> Observation:
     """create_pool twice with one shape: the second raises (SkyPilot's examples) or is idempotent."""
     pool = ctx.unique("twice")
-    ctx.track_pool(pool)
+    await ctx.track_pool(pool)
     await ctx.sdk.create_pool.aio(pool, ctx.image, replicas=0)
     try:
         await ctx.sdk.create_pool.aio(pool, ctx.image, replicas=0)
@@ -83,7 +83,7 @@ async def check_assume_create_pool_twice_raises(ctx: ConformanceContext) -> Obse
 async def check_assume_delete_pool_with_claimed_member_fails(ctx: ConformanceContext) -> Observation:
     """delete_pool with a claimed member: refused (500, retried as an API fault) or done."""
     pool = ctx.unique("busy")
-    ctx.track_pool(pool)
+    await ctx.track_pool(pool)
     await ctx.sdk.create_pool.aio(pool, ctx.image, replicas=1)
     member = await ctx.new_sandbox("busy-member", pool=pool)
     try:

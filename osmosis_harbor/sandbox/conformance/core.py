@@ -16,6 +16,9 @@ from typing import Any, NoReturn
 from pydantic import BaseModel, computed_field
 
 from osmosis_harbor.sandbox.conformance.capabilities import Capabilities, probe
+from osmosis_harbor.sandbox.owner.context import SandboxOwner
+from osmosis_harbor.sandbox.sdk.errors import is_missing
+from osmosis_harbor.sandbox.sdk.registry import name_of
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +109,9 @@ class ConformanceContext:
     sdk: Any
     image: str
     prefix: str = field(default_factory=lambda: f"sbchk-{uuid.uuid4().hex[:6]}")
+    # The run's owner: the environments its checks make are its, and so are its pools, in the
+    # ledger before they exist (a run killed mid-way leaves nothing ``cleanup`` cannot find).
+    owner: SandboxOwner = field(default_factory=lambda: SandboxOwner.make("sandbox-check"))
     _sandboxes: list[Any] = field(default_factory=list)
     _pools: list[str] = field(default_factory=list)
     _shared: Any | None = None
@@ -151,8 +157,13 @@ class ConformanceContext:
             self._capabilities = probe(self.sdk, handle, handle_error=error)
         return self._capabilities
 
-    def track_pool(self, name: str) -> None:
+    async def track_pool(self, name: str) -> None:
+        """Before ``create_pool``: the pool goes into the ledger (for a registered SDK) and is
+        deleted when the run ends."""
         self._pools.append(name)
+        sdk_name = name_of(self.sdk)
+        if sdk_name is not None:
+            await self.owner.sandboxes.pool_pending(name, sdk_name)
 
     async def run(
         self,
@@ -188,11 +199,17 @@ class ConformanceContext:
                 await sandbox.terminate.aio(wait=True)
             except Exception as exc:  # noqa: BLE001 - cleanup is best effort
                 log.warning("conformance cleanup: terminate %s failed: %s", getattr(sandbox, "name", "?"), exc)
-        for pool in self._pools:
+        sdk_name = name_of(self.sdk)
+        for pool in dict.fromkeys(self._pools):
             try:
                 await self.sdk.delete_pool.aio(pool)
             except Exception as exc:  # noqa: BLE001 - a check may already have deleted it
-                log.debug("conformance cleanup: delete_pool %s: %s", pool, exc)
+                if not is_missing(exc):
+                    log.warning("conformance cleanup: delete_pool %s: %s (it stays in the ledger)", pool, exc)
+                    continue
+            if sdk_name is not None:
+                await self.owner.sandboxes.pool_gone(pool, sdk_name)
+        await self.owner.close()
         self._sandboxes.clear()
         self._pools.clear()
         self._shared = None

@@ -30,9 +30,9 @@ from osmosis_harbor.sandbox.conformance.core import (
 )
 from osmosis_harbor.sandbox.conformance.limit_checks import BOUNDS_SCRIPT, parse_bounds
 from osmosis_harbor.sandbox.environment.sandbox_environment import SandboxEnvironment
-from osmosis_harbor.sandbox.images.builds import BUILD_COORDINATOR, remove_local_image
+from osmosis_harbor.sandbox.images.builds import remove_local_image
 from osmosis_harbor.sandbox.options import IMPORT_PATH
-from osmosis_harbor.sandbox.owner import sandboxes as live
+from osmosis_harbor.sandbox.owner.context import owner_scope
 from osmosis_harbor.sandbox.owner.pools import pool_keywords, pool_name_for
 from osmosis_harbor.sandbox.relay.policy_relay import PolicyRelay
 from osmosis_harbor.sandbox.sdk import records
@@ -79,15 +79,16 @@ def _environment(ctx: ConformanceContext, task_dir: Path, **kwargs: object) -> S
     trial_paths = TrialPaths(task_dir.parent / f"trial-{uuid.uuid4().hex[:8]}")
     trial_paths.mkdir()
     config = EnvironmentConfig(import_path=IMPORT_PATH, kwargs={"sdk": _sdk_name(ctx), **kwargs})
-    env = EnvironmentFactory.create_environment_from_config(
-        config,
-        environment_dir=task.paths.environment_dir,
-        environment_name=task.name,
-        session_id=ctx.unique("env"),
-        trial_paths=trial_paths,
-        task_env_config=task.config.environment,
-        network_policy=task.config.environment.resolve_baseline(),
-    )
+    with owner_scope(ctx.owner):  # the run's, whoever runs the check
+        env = EnvironmentFactory.create_environment_from_config(
+            config,
+            environment_dir=task.paths.environment_dir,
+            environment_name=task.name,
+            session_id=ctx.unique("env"),
+            trial_paths=trial_paths,
+            task_env_config=task.config.environment,
+            network_policy=task.config.environment.resolve_baseline(),
+        )
     assert isinstance(env, SandboxEnvironment)
 
     async def stop() -> None:
@@ -110,7 +111,7 @@ async def check_environment_image_by_content_hash(ctx: ConformanceContext) -> st
     expect(first.environment_id in first.image_ref, f"{first.image_ref} does not name {first.environment_id}")
 
     async def forget() -> None:
-        BUILD_COORDINATOR.forget(first.image_ref)
+        ctx.owner.builds.forget(first.image_ref)
         if impl.local_images and not current_settings().registry:
             await asyncio.to_thread(remove_local_image, first.image_ref)
 
@@ -127,7 +128,7 @@ async def check_environment_claims_its_group_pool(ctx: ConformanceContext) -> st
     env = _environment(ctx, _task(ctx, "pooled"), pool=f"{ctx.prefix}-pool")
     expect(env.pool_name == pool_name_for(f"{ctx.prefix}-pool", env.group_key), f"pool name {env.pool_name}")
     assert env.pool_name is not None
-    ctx.track_pool(env.pool_name)
+    await ctx.track_pool(env.pool_name)
     keywords = pool_keywords(ctx.sdk, env.pool_name, env.pool_shape())
     await ctx.sdk.create_pool.aio(env.pool_name, ctx.image, replicas=1, **keywords)
     await env.start(force_build=False)
@@ -148,7 +149,7 @@ async def check_environment_runs_undefined_task_from_a_generic_pool(ctx: Conform
     pool = ctx.unique("generic")
     env = _environment(ctx, task, pool=pool)
     expect(env.pool_name == pool, f"claims from {env.pool_name!r}, not the named pool {pool!r}")
-    ctx.track_pool(pool)
+    await ctx.track_pool(pool)
     await ctx.sdk.create_pool.aio(pool, ctx.image, replicas=1)
     await env.start(force_build=False)
     out = await env.exec("cat marker.txt")
@@ -163,7 +164,7 @@ async def check_environment_cancelled_during_create_leaves_nothing(ctx: Conforma
     starting = asyncio.ensure_future(env.start(force_build=False))
 
     async def creating() -> bool:
-        return live.registered(env.sandbox_name) or starting.done()
+        return ctx.owner.sandboxes.registered(env.sandbox_name) or starting.done()
 
     await poll(creating, timeout=60, what="the sandbox create to begin")
     starting.cancel()
@@ -173,7 +174,7 @@ async def check_environment_cancelled_during_create_leaves_nothing(ctx: Conforma
         return (await sandbox_state(ctx.sdk, env.sandbox_name)).status is None
 
     await poll(gone, timeout=60, what=f"sandbox {env.sandbox_name} to be gone after the cancellation")
-    expect(not live.registered(env.sandbox_name), "the cancelled sandbox is still registered as live")
+    expect(not ctx.owner.sandboxes.registered(env.sandbox_name), "the cancelled sandbox is still registered as live")
     return env.sandbox_name
 
 

@@ -49,7 +49,7 @@ async def _listed_pool(ctx: ConformanceContext, name: str) -> str | None:
 async def check_pool_claim_and_refill(ctx: ConformanceContext) -> str:
     """A pool claim is fast, gets the create env, is listed with its pool, and the pool refills."""
     pool = ctx.unique("pool")
-    ctx.track_pool(pool)
+    await ctx.track_pool(pool)
     await ctx.sdk.create_pool.aio(pool, ctx.image, replicas=1)
     exc = await expect_raises(
         ctx.sdk.create.aio(name=ctx.unique("bad"), pool=pool, image=ctx.image, timeout=60), "image with pool"
@@ -78,7 +78,7 @@ async def check_pool_resize(ctx: ConformanceContext) -> str:
     """set_pool_size grows the ready members (two claims are served at once); delete_pool works
     once its claimed sandboxes are gone."""
     pool = ctx.unique("resize")
-    ctx.track_pool(pool)
+    await ctx.track_pool(pool)
     await ctx.sdk.create_pool.aio(pool, ctx.image, replicas=1)
     await ctx.sdk.set_pool_size.aio(pool, 2)
     idle = await _idle(ctx, pool)

@@ -8,7 +8,7 @@ A mixin of ``SandboxEnvironment`` (``sandbox_environment.py``), overriding Harbo
 * with the Docker SDK and no registry, images stay on the local engine (never pushed); with a
   registry, Harbor's own build and push run, once per attempt of our retry, which knows that
   a missing base image stays missing;
-* concurrent trials of one environment build it once (``images.BUILD_COORDINATOR``).
+* concurrent trials of one environment build it once per owner (``SandboxOwner.builds``).
 
 The engine calls themselves are ``images.py``'s.
 """
@@ -26,13 +26,13 @@ from osmosis_harbor.errors import BaseImageMissingError, DockerSdkMissingError, 
 from osmosis_harbor.sandbox.images.base_images import missing_base_error
 from osmosis_harbor.sandbox.images.build_failure import last_lines, parse_build_failure
 from osmosis_harbor.sandbox.images.builds import (
-    BUILD_COORDINATOR,
     build_detached,
     build_image,
     local_image_exists,
     registry_image_exists,
     remove_failed_build_containers,
 )
+from osmosis_harbor.sandbox.owner.context import SandboxOwner
 from osmosis_harbor.sandbox.sdk.registry import SandboxImplementation
 from osmosis_harbor.shim import contract
 
@@ -76,6 +76,7 @@ class ImageResolution(SkypilotEnvironment):
     _registry: str | None
     _platform: str
     _pool: str | None
+    _owner: SandboxOwner
 
     @property
     def _local_only(self) -> bool:
@@ -163,7 +164,7 @@ class ImageResolution(SkypilotEnvironment):
         if self.task_env_config.docker_image and not (force_build and self._dockerfile_path.is_file()):
             return self.task_env_config.docker_image, False
         ref = self._image_ref
-        built = await BUILD_COORDINATOR.ensure(
+        built = await self._owner.builds.ensure(
             ref, exists=self._image_exists, build=self._build_and_push_image, force_build=force_build
         )
         return ref, built
@@ -171,7 +172,7 @@ class ImageResolution(SkypilotEnvironment):
     @override
     async def _resolve_image(self, force_build: bool) -> str | None:
         """Harbor's, except that concurrent trials of one environment build it once
-        (``BUILD_COORDINATOR``); Harbor has no lock against parallel builds."""
+        (its owner's ``ImageBuildCoordinator``); Harbor has no lock against parallel builds."""
         if self._pool:
             return None  # the pool supplies the image
         return (await self.prepare_image(force_build))[0]

@@ -7,9 +7,9 @@ trial stopping it: then `SandboxLostError`, which trials read as an ``internal_e
 ``infra_retries`` may retry on a fresh sandbox; or, when ``ls`` says it was evicted past its own
 disk bound, `SandboxDiskBoundError`, the workflow's ``agent_error``. An API fault mid-call also
 loses the sandbox to the trial, as the call may have run (``sdk/faults.py``). Every loss raised
-is also handed to the trial's ``liveness.loss_scope`` (``backend/losses.py`` says why). The
-SDK-side half, what ``ls`` says and the loss scope, sits in ``sdk/`` below the environment, so
-``sdk/faults.py`` and the owner's modules use it without depending on the environment.
+is also handed to the trial's scope (``owner.context.record_loss``; ``backend/losses.py`` says why).
+What ``ls`` says sits in ``sdk/liveness.py`` below the environment, so ``sdk/faults.py`` and the
+owner's modules use it without depending on the environment.
 """
 
 from __future__ import annotations
@@ -25,10 +25,11 @@ from harbor.environments.skypilot import SkypilotEnvironment
 from tenacity import AsyncRetrying, RetryCallState, retry_if_result, stop_after_delay, wait_exponential
 
 from osmosis_harbor.errors import SandboxDiskBoundError, SandboxLostError
+from osmosis_harbor.sandbox.owner.context import record_loss
 from osmosis_harbor.sandbox.owner.head_start import VERIFIER_SESSION_MARK
 from osmosis_harbor.sandbox.sdk.errors import is_api_fault, is_missing
 from osmosis_harbor.sandbox.sdk.faults import retry_safe
-from osmosis_harbor.sandbox.sdk.liveness import SandboxState, record_loss, sandbox_state
+from osmosis_harbor.sandbox.sdk.liveness import SandboxState, sandbox_state
 from osmosis_harbor.sandbox.sdk.protocol import SandboxSdk
 
 __all__ = ["LOSS_SETTLE_SEC", "LossDetection"]
@@ -83,7 +84,7 @@ class LossDetection(SkypilotEnvironment):
                 # this sandbox is lost to the trial; a retry gets a fresh one (``sdk/faults.py``).
                 reason = f"the sandbox API failed mid-call: {exc}"
                 self._lost = SandboxLostError.of_role(self.loss_role, self._sandbox_name, reason)
-                record_loss(self._lost)  # Harbor may wrap or swallow the raise (liveness.loss_scope)
+                record_loss(self._lost)  # Harbor may wrap or swallow the raise (context.record_loss)
                 raise SandboxLostError.of_role(self.loss_role, self._sandbox_name, reason) from exc
             raise
         if isinstance(result, ExecResult) and result.return_code != 0:
@@ -110,7 +111,7 @@ class LossDetection(SkypilotEnvironment):
             self._evicted = SandboxDiskBoundError(self._sandbox_name, state.message or "")
             raise SandboxDiskBoundError(self._sandbox_name, self._evicted.message) from cause
         self._lost = SandboxLostError.of_role(self.loss_role, self._sandbox_name, state.loss_reason())
-        record_loss(self._lost)  # Harbor may wrap or swallow the raise (liveness.loss_scope)
+        record_loss(self._lost)  # Harbor may wrap or swallow the raise (context.record_loss)
         raise SandboxLostError.of_role(self.loss_role, self._sandbox_name, self._lost.reason) from cause
 
     async def _settled_state(self, settle_sec: float) -> SandboxState:

@@ -5,7 +5,7 @@ A mixin of ``SandboxEnvironment`` (``sandbox_environment.py``), overriding Harbo
 * Harbor's ``_create_sandbox`` calls its module-global ``sky_sandbox``; ours calls the chosen
   SDK (a copy of Harbor's two create calls, plus host networking), inside the submitter's
   start bound (``starts.py``), with the sandbox in the owner's registry and ledger
-  (``live.LiveSandboxes``) *before* the create call;
+  (``sandboxes.OwnedSandboxes``) *before* the create call;
 * a create that fails or is cancelled never leaves a sandbox behind: ``ls`` decides whether it
   was made, and the ledger keeps it until then;
 * a pool claim goes through ``pools.claim`` (batched when the submitter batches claims): one the
@@ -26,10 +26,10 @@ from harbor.environments.base import BaseEnvironment
 from harbor.environments.skypilot import _SANDBOX_TTL_SEC, SkypilotEnvironment, _sanitize_dns_name
 
 from osmosis_harbor.sandbox.owner import pools
-from osmosis_harbor.sandbox.owner import sandboxes as live
-from osmosis_harbor.sandbox.owner.head_start import VERIFIER_SESSION_MARK, current_head_start
-from osmosis_harbor.sandbox.owner.sandboxes import LiveSandboxes
-from osmosis_harbor.sandbox.owner.starts import SandboxStarts, current_starts
+from osmosis_harbor.sandbox.owner.context import SandboxOwner, current_trial, defer_termination
+from osmosis_harbor.sandbox.owner.head_start import VERIFIER_SESSION_MARK
+from osmosis_harbor.sandbox.owner.sandboxes import OwnedSandboxes
+from osmosis_harbor.sandbox.owner.starts import SandboxStarts
 from osmosis_harbor.sandbox.sdk.faults import create_checked
 from osmosis_harbor.sandbox.sdk.protocol import SandboxSdk
 from osmosis_harbor.sandbox.sdk.registry import SandboxImplementation
@@ -44,7 +44,9 @@ class SandboxLifecycle(SkypilotEnvironment):
 
     _sdk: SandboxSdk
     _sdk_name: str
-    _sandboxes: LiveSandboxes
+    _owner: SandboxOwner
+    _owns_itself: bool
+    _sandboxes: OwnedSandboxes
     _pool: str | None
     _pool_base: str | None
     _generic_pool: bool
@@ -73,7 +75,8 @@ class SandboxLifecycle(SkypilotEnvironment):
         never leaves a sandbox behind when cancelled mid-create. A separate verifier takes its
         trial's head-started sandbox when there is one (``head_start.py``); an agent's sandbox,
         once up, gives its trial's verifier that head start."""
-        head = current_head_start()
+        trial = current_trial()
+        head = trial.head_start if trial is not None else None
         created = await head.take(self.session_id, self._create_shape(image)) if head is not None else None
         if created is None:
             name, sandbox = await self._create_named(self._sandbox_name, image)
@@ -152,7 +155,7 @@ class SandboxLifecycle(SkypilotEnvironment):
     async def _bounded_create(self, image: str | None, name: str) -> Any:
         """The SDK's create, or a pool claim, inside the start bound of whoever submitted this
         trial; each call retried after an API fault only as ``create_checked`` allows."""
-        starts = current_starts()
+        starts = self._owner.starts
         if not self._pool:
             return await create_checked(
                 self._sdk, name, lambda: _in_slot(starts, lambda: self._create_fresh(image, name))
@@ -251,16 +254,19 @@ class SandboxLifecycle(SkypilotEnvironment):
                 self.logger.debug(f"{dropped} staged upload(s) not sent: the sandbox is stopping")
             self._archive_transfers = None
         await super().stop(delete)
+        if self._owns_itself:  # no backend sweeps after it: a failed terminate gets its last try here
+            for failure in await self._owner.close():
+                self.logger.warning(f"could not terminate sandbox {failure} (it stays in the ledger)")
 
     @override
     async def _terminate_sandbox(self) -> None:  # type: ignore[override]  # Harbor's is tenacity-wrapped
-        """Through the owner's registry (``live.LiveSandboxes.end``): retried on API faults, and
-        a failure is never forgotten (retried in the background, by the shutdown sweep, and
-        kept in the ledger). In the background when the caller opened a
-        ``live.termination_scope`` (it settles it before reporting), inline otherwise."""
+        """Through the owner's registry (``OwnedSandboxes.end``): retried on API faults, and a
+        failure is never forgotten (retried in the background, by the shutdown sweep, and kept
+        in the ledger). In the background inside a trial's scope (``context.trial_scope``: its
+        owner settles it before reporting), inline otherwise."""
         self._require_sandbox()
         sandboxes, name = self._sandboxes, self._sandbox_name
-        if not live.defer_termination(lambda: sandboxes.end(name)):
+        if not defer_termination(lambda: sandboxes.end(name)):
             await sandboxes.end(name)
 
 

@@ -46,7 +46,7 @@ from osmosis_harbor.sandbox.environment.preparation import REMOVE_REWARDS_COMMAN
 from osmosis_harbor.sandbox.environment.verifier_guard import GuardedExecs, baked_guard
 from osmosis_harbor.sandbox.guard.session import current_guard
 from osmosis_harbor.sandbox.options import DEFAULT_PLATFORM, IMPORT_PATH, SandboxOptions
-from osmosis_harbor.sandbox.owner import sandboxes as live
+from osmosis_harbor.sandbox.owner.context import SandboxOwner, owner_if_any
 from osmosis_harbor.sandbox.owner.pools import environment_group_key, pool_name_for
 from osmosis_harbor.sandbox.sdk.bounds import DefaultBounds
 from osmosis_harbor.sandbox.sdk.errors import is_missing
@@ -144,8 +144,12 @@ class SandboxEnvironment(
         self._archive_transfers: ArchiveTransfers | None = None
         self._known_ready: set[str] = set()  # dirs known to exist, empty and 0777 (see _skippable)
         self._scope: list[str] | None = None  # the paths the running preparation command touches
-        # The registry of whoever submitted this trial (a backend's, a validation run's).
-        self._sandboxes = live.current()
+        # Whoever submitted this trial owns its sandboxes (a backend, a validation run); made by
+        # Harbor's own CLI outside every owner, the environment owns itself (closed at stop).
+        submitter = owner_if_any()
+        self._owner = submitter or SandboxOwner.make(f"environment {session_id}")
+        self._owns_itself = submitter is None
+        self._sandboxes = self._owner.sandboxes
         self._guard = None
         BaseEnvironment.__init__(
             self,
@@ -166,6 +170,12 @@ class SandboxEnvironment(
         self._guard_baked = baked_guard(self._dockerfile_path) if self._guard is not None else None
         if self._pool_base and not self._generic_pool:
             self._pool = pool_name_for(self._pool_base, self.group_key)
+
+    @classmethod
+    @override
+    def preflight(cls) -> None:
+        """Harbor's refuses unless SkyPilot's SDK is installed; ours picks the SDK per environment
+        (``sdk=``), and loading it (in the constructor) says what to install when it is missing."""
 
     @property
     def group_key(self) -> str:

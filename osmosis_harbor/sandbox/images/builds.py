@@ -1,5 +1,5 @@
 """Task images: existence checks that work against insecure/local registries, and
-building each environment image exactly once per process however many trials ask.
+building each environment image exactly once per owner however many trials ask.
 
 Harbor's ``SkypilotEnvironment`` asks ``docker manifest inspect`` whether an image exists.
 Without ``--insecure`` that fails against a plain-http registry such as
@@ -16,7 +16,8 @@ import contextlib
 import logging
 import re
 import threading
-from collections.abc import Awaitable, Callable, Iterator
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -79,49 +80,45 @@ def registry_image_exists(ref: str) -> bool:
 
 @dataclass
 class ImageBuildStats:
-    """What this process did per image reference (for prewarm reports and benchmarks)."""
+    """What one owner did per image reference (for prewarm reports and benchmarks)."""
 
     built: list[str] = field(default_factory=list)
     reused: list[str] = field(default_factory=list)
 
 
 class ImageBuildCoordinator:
-    """Ensures an image reference is built (and pushed) at most once per process.
+    """Ensures an image reference is built (and pushed) at most once per owner.
 
-    Concurrent callers for the same reference wait on one lock; once the image is known
-    to exist the answer is cached, so later trials skip even the existence check, and this
-    process holds the image (``images/holds.py``): another process's clean-up leaves it.
+    It belongs to an owner (a backend, a validation run: ``sandbox.owner.context``), never to
+    the process, so one backend's builds never make another's ``force_build`` a no-op.
+    Concurrent callers for the same reference wait on one lock (dropped once nobody waits);
+    once the image is known to exist the answer is cached, so later trials skip even the
+    existence check, and this process holds the image (``images/holds.py``): another process's
+    clean-up leaves it.
     """
 
     def __init__(self) -> None:
-        self._locks: dict[tuple[int, str], asyncio.Lock] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._users: Counter[str] = Counter()
         self._guard = threading.Lock()
         self._present: set[str] = set()
         self._built_here: set[str] = set()
         self.stats = ImageBuildStats()
 
-    def _lock_for(self, ref: str) -> asyncio.Lock:
-        key = (id(asyncio.get_running_loop()), ref)
+    @contextlib.asynccontextmanager
+    async def _locked(self, ref: str) -> AsyncIterator[None]:
         with self._guard:
-            lock = self._locks.get(key)
-            if lock is None:
-                lock = self._locks[key] = asyncio.Lock()
-            return lock
-
-    @contextlib.contextmanager
-    def as_new_process(self) -> Iterator[ImageBuildStats]:
-        """Inside the block, know nothing about images, as a freshly started process would
-        (tests and benchmarks of "a second prewarm builds nothing"); yields the block's own
-        stats. What this process knew before is back afterwards."""
-        with self._guard:
-            saved = self._present, self._built_here, self.stats
-            self._present, self._built_here, self.stats = set(), set(), ImageBuildStats()
-            fresh = self.stats
+            lock = self._locks.setdefault(ref, asyncio.Lock())
+            self._users[ref] += 1
         try:
-            yield fresh
+            async with lock:
+                yield
         finally:
             with self._guard:
-                self._present, self._built_here, self.stats = saved
+                self._users[ref] -= 1
+                if self._users[ref] <= 0:
+                    del self._users[ref]
+                    self._locks.pop(ref, None)
 
     def forget(self, ref: str) -> None:
         """Drop the cached 'present' answer (e.g. after the image was deleted)."""
@@ -138,12 +135,12 @@ class ImageBuildCoordinator:
     ) -> bool:
         """Make ``ref`` available; returns True when this call built it.
 
-        ``force_build`` distrusts what the registry says, not what this process built:
-        a forced run still builds each environment once, not once per trial.
+        ``force_build`` distrusts what the registry says, not what this owner built: a forced
+        run still builds each environment once, not once per trial.
         """
         if self._satisfied(ref, force_build):
             return False
-        async with self._lock_for(ref):
+        async with self._locked(ref):
             if self._satisfied(ref, force_build):
                 return False
             if not force_build and await exists():
@@ -163,9 +160,6 @@ class ImageBuildCoordinator:
     def _satisfied(self, ref: str, force_build: bool) -> bool:
         with self._guard:
             return ref in (self._built_here if force_build else self._present)
-
-
-BUILD_COORDINATOR = ImageBuildCoordinator()
 
 
 async def build_detached(build: Callable[..., None], *args: Any) -> None:

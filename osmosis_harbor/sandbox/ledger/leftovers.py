@@ -4,7 +4,8 @@ A host process killed mid-rollout or mid-prewarm (SIGKILL, OOM, a lost node) can
 its sandboxes or delete its pools; on SkyPilot they would bill until their TTL. The ledger
 (``ledger/store.py``) says what each owner made; an entry whose owner is dead (``Owner.is_dead``: the
 pid is gone or reused, on this host) is looked up in the SDK's ``ls`` (sandboxes) or pool
-listing, removed when it is there and dropped from the ledger either way. Entries of live owners
+listing, removed when it is there and dropped from the ledger either way. A pool a live owner
+still uses (the ledger's pool users) is not a leftover. Entries of live owners
 (another server, another backend of a live process) and of other hosts are left alone. Run by
 ``HarborBackend`` at start and by ``python -m osmosis_harbor cleanup --env SDK``. The Docker
 SDK's own labels (``docker/reap.py``) remain a second source for sandboxes the ledger never saw.
@@ -123,13 +124,18 @@ def _reap_one(sdk: SandboxSdk, entry: LedgerEntry, ledger: Ledger, listed: dict[
     return Leftover(**base, action=gone)
 
 
+def _in_use(ledger: Ledger, entry: LedgerEntry) -> bool:
+    """A dead owner's pool that a live owner still uses is that owner's to delete, not a leftover."""
+    return entry.kind is Kind.POOL and bool(ledger.live_pool_users(entry.sdk, entry.endpoint, entry.name))
+
+
 def reap_dead_owners(sdk_name: str, *, ledger: Ledger | None = None, dry_run: bool = False) -> list[Leftover]:
     """Remove (or, ``dry_run``, list) every sandbox and pool of ``sdk_name`` whose owner is dead,
     sandboxes first (a pool they were claimed from cannot be deleted before them). The SDK is
     loaded only when the ledger names something to check."""
     ledger = ledger or default_ledger()
     entries = ledger.entries(sdk=sdk_name, endpoint=endpoint_for(sdk_name))
-    dead = [e for e in entries if e.state is not State.HANDED_OVER and e.owner.is_dead()]
+    dead = [e for e in entries if e.state is not State.HANDED_OVER and e.owner.is_dead() and not _in_use(ledger, e)]
     if not dead:
         return []
     dead.sort(key=lambda e: e.kind is Kind.POOL)

@@ -39,7 +39,7 @@ from pydantic import BaseModel, ConfigDict
 from osmosis_harbor import settings
 from osmosis_harbor.owner_process import Owner
 
-__all__ = ["Kind", "Ledger", "LedgerEntry", "State", "default_ledger", "endpoint_for"]
+__all__ = ["Kind", "Ledger", "LedgerEntry", "PoolUser", "State", "default_ledger", "endpoint_for"]
 
 BUSY_TIMEOUT_SEC = 30.0
 
@@ -61,6 +61,16 @@ CREATE TABLE IF NOT EXISTS things (
     attempts INTEGER NOT NULL DEFAULT 0,
     last_error TEXT,
     PRIMARY KEY (kind, sdk, endpoint, name)
+);
+CREATE TABLE IF NOT EXISTS pool_users (
+    sdk TEXT NOT NULL,
+    endpoint TEXT NOT NULL,
+    pool TEXT NOT NULL,
+    user TEXT NOT NULL,
+    owner_host TEXT NOT NULL,
+    owner_pid INTEGER NOT NULL,
+    owner_start TEXT,
+    PRIMARY KEY (sdk, endpoint, pool, user)
 )
 """
 
@@ -94,6 +104,15 @@ class LedgerEntry(BaseModel):
     last_error: str | None = None
 
 
+class PoolUser(BaseModel):
+    """One owner (``user``: its id, unique per backend or run) using a pool, and its process."""
+
+    model_config = ConfigDict(frozen=True)
+
+    user: str
+    owner: Owner
+
+
 class Ledger:
     """The ledger file at ``path`` (created on first use, with its directory)."""
 
@@ -103,7 +122,7 @@ class Ledger:
         path.parent.mkdir(parents=True, exist_ok=True)
         with self._connect() as db:
             db.execute("PRAGMA journal_mode=WAL")
-            db.execute(_SCHEMA)
+            db.executescript(_SCHEMA)
 
     def _connection(self) -> sqlite3.Connection:
         """This thread's connection (made on first use, and again in a forked child)."""
@@ -151,6 +170,46 @@ class Ledger:
                 "DELETE FROM things WHERE kind = ? AND sdk = ? AND endpoint = ? AND name = ?",
                 (kind, sdk, endpoint, name),
             )
+
+    # ── who uses a pool: pool names are shared warm capacity, so a pool has many users ──────
+    def use_pool(self, sdk: str, endpoint: str, pool: str, user: str, owner: Owner) -> None:
+        """``user`` (an owner of process ``owner``) uses ``pool``: no other owner's shutdown
+        deletes it while ``user`` is alive and has not released it."""
+        with self._connect() as db:
+            db.execute(
+                "INSERT OR REPLACE INTO pool_users VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (sdk, endpoint, pool, user, owner.host, owner.pid, owner.start),
+            )
+
+    def release_pool(self, sdk: str, endpoint: str, pool: str, user: str) -> None:
+        with self._connect() as db:
+            db.execute(
+                "DELETE FROM pool_users WHERE sdk = ? AND endpoint = ? AND pool = ? AND user = ?",
+                (sdk, endpoint, pool, user),
+            )
+
+    def pool_users(self, sdk: str, endpoint: str, pool: str) -> list[PoolUser]:
+        """The owners using ``pool``, dead processes' included (``Owner.is_dead`` tells)."""
+        with self._connect() as db:
+            rows = db.execute(
+                "SELECT user, owner_host, owner_pid, owner_start FROM pool_users "
+                "WHERE sdk = ? AND endpoint = ? AND pool = ? ORDER BY user",
+                (sdk, endpoint, pool),
+            ).fetchall()
+        return [PoolUser(user=user, owner=Owner(host=host, pid=pid, start=start)) for user, host, pid, start in rows]
+
+    def live_pool_users(self, sdk: str, endpoint: str, pool: str, *, besides: str | None = None) -> list[PoolUser]:
+        """The users of ``pool`` other than ``besides`` whose process lives; a dead process's
+        use does not count, and its row goes."""
+        live = []
+        for use in self.pool_users(sdk, endpoint, pool):
+            if use.user == besides:
+                continue
+            if use.owner.is_dead():
+                self.release_pool(sdk, endpoint, pool, use.user)
+            else:
+                live.append(use)
+        return live
 
     def entries(self, sdk: str | None = None, endpoint: str | None = None) -> list[LedgerEntry]:
         """Every row, or those of one SDK (and endpoint), oldest first."""

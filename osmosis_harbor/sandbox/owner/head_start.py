@@ -23,20 +23,18 @@ verifier takes it only if it asks for exactly the create options it was made wit
 resources, network, environment); otherwise it is terminated and the verifier creates its own.
 
 A head start nobody takes (the workflow failed, the trial was cancelled) is terminated when
-the trial ends (``HeadStart.close``). Its create runs inside the submitter's start bound, so it
+the trial ends (``HeadStart.close``); it lives in the trial's scope (``context.trial_scope``). Its create runs inside the submitter's start bound, so it
 counts as a start like any other.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import contextvars
 import logging
-from collections.abc import Awaitable, Callable, Hashable, Iterator
+from collections.abc import Awaitable, Callable, Hashable
 from typing import Any
 
-__all__ = ["HeadStart", "current_head_start", "head_start_scope"]
+__all__ = ["HeadStart", "VERIFIER_SESSION_MARK"]
 
 log = logging.getLogger(__name__)
 
@@ -117,25 +115,3 @@ class HeadStart:
 
 async def _completed(create: Callable[[], Awaitable[Created]]) -> Created:
     return await create()
-
-
-_CURRENT: contextvars.ContextVar[HeadStart | None] = contextvars.ContextVar(
-    "osmosis_harbor_verifier_head_start", default=None
-)
-
-
-@contextlib.contextmanager
-def head_start_scope(enabled: bool) -> Iterator[HeadStart | None]:
-    """Give the trial submitted in this context (and the tasks it spawns) a head start for its
-    separate verifier's sandbox; yields it (None when not enabled) for the caller to close."""
-    head = HeadStart() if enabled else None
-    token = _CURRENT.set(head)
-    try:
-        yield head
-    finally:
-        _CURRENT.reset(token)
-
-
-def current_head_start() -> HeadStart | None:
-    """The head start of the trial being run here, if its submitter gave it one."""
-    return _CURRENT.get()

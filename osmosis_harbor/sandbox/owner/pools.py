@@ -5,7 +5,7 @@ A pool is per *environment group*: sandboxes are interchangeable when their imag
 resources are (``environment_group_key``). A user's ``pool="warm"`` is a base name: prewarm
 creates ``warm-<group>`` (``pool_name_for``) for each group, sized ``pool_size`` (or at the
 autoscaler's minimum for ``"auto"``), and every trial of that group claims from it. Every
-pool goes into the owner's ledger before it is created (``owner.sandboxes``), so a host
+pool goes into the owner's ledger before it is created (``owner.sandboxes.OwnedSandboxes``), so a host
 that dies mid-prewarm leaves nothing the next start or ``cleanup`` cannot find.
 
 What SkyPilot's pools do, and how this survives it (the Docker SDK is more forgiving; code here
@@ -39,7 +39,7 @@ from typing import Any, Literal
 
 from osmosis_harbor import settings
 from osmosis_harbor.errors import ConfigError, PoolClaimError
-from osmosis_harbor.sandbox.owner.sandboxes import LiveSandboxes
+from osmosis_harbor.sandbox.owner.sandboxes import OwnedSandboxes
 from osmosis_harbor.sandbox.sdk import records
 from osmosis_harbor.sandbox.sdk.errors import is_invalid, is_missing
 from osmosis_harbor.sandbox.sdk.faults import create_checked, retry_safe
@@ -121,7 +121,7 @@ def pool_keywords(sdk: SandboxSdk, name: str, shape: dict[str, Any]) -> dict[str
 
 
 async def create(
-    sandboxes: LiveSandboxes, sdk_name: str, name: str, image: str, size: int, shape: dict[str, Any]
+    sandboxes: OwnedSandboxes, sdk_name: str, name: str, image: str, size: int, shape: dict[str, Any]
 ) -> str | None:
     """Create the pool ``name`` of ``image`` at ``size``, in the owner's ledger before the SDK is
     asked (``shape``: cpus, memory, network, from the group's environment). A pool that exists
@@ -223,9 +223,10 @@ async def claim(request: ClaimRequest) -> tuple[Any, bool]:
     return await create_checked(request.sdk, request.name, request.fallback), True
 
 
-async def delete(sandboxes: LiveSandboxes, sdk_name: str, pools: Iterable[str]) -> list[str]:
+async def delete(sandboxes: OwnedSandboxes, sdk_name: str, pools: Iterable[str]) -> list[str]:
     """Delete ``pools`` and close them in the ledger; returns what could not be deleted, one line
-    each. SkyPilot refuses (500) while a sandbox claimed from a pool exists, so the owner's own
+    each. A pool another live owner uses (the ledger's pool users: pool names are shared warm
+    capacity) is left to it, this owner's use released. SkyPilot refuses (500) while a sandbox claimed from a pool exists, so the owner's own
     members (and dead owners') are terminated first and the 500 is retried; a pool that still
     cannot be deleted (a live owner's sandbox holds it) stays in the ledger, marked, for the
     next start or ``cleanup``."""
@@ -235,6 +236,9 @@ async def delete(sandboxes: LiveSandboxes, sdk_name: str, pools: Iterable[str]) 
     sdk = load_sandbox_sdk(sdk_name)
     problems = []
     for pool in names:
+        if await sandboxes.pool_shared(pool, sdk_name):
+            log.info("pool %s is still used by another live owner: left to it", pool)
+            continue
         try:
             await _end_members(sandboxes, sdk, sdk_name, pool)
             await retry_safe("delete_pool", sdk.delete_pool.aio, pool)
@@ -247,7 +251,7 @@ async def delete(sandboxes: LiveSandboxes, sdk_name: str, pools: Iterable[str]) 
     return problems
 
 
-async def _end_members(sandboxes: LiveSandboxes, sdk: SandboxSdk, sdk_name: str, pool: str) -> None:
+async def _end_members(sandboxes: OwnedSandboxes, sdk: SandboxSdk, sdk_name: str, pool: str) -> None:
     """Terminate the sandboxes claimed from ``pool`` that are this owner's or a dead owner's."""
     for record in await retry_safe("ls", sdk.ls.aio):
         if records.pool_of(record) == pool:

@@ -8,24 +8,18 @@ failed create made nothing). A terminate that fails is retried in the background
 and again by ``terminate_all`` (the owner's shutdown sweep); what even that cannot remove stays
 in the ledger, for the next start or ``cleanup`` to reap once this process is gone.
 
-A registry belongs to its owner, never to the process: the owner opens ``sandboxes_scope``
-around the trials it submits, and the environments Harbor constructs inside them find it
-through a ``ContextVar``; one backend's shutdown never touches another's sandboxes. Outside
-any scope (a test driving an environment directly) a process default registry is used.
-
-Terminations can also leave a trial's critical path (``termination_scope``): inside a scope an
-environment's stop hands its termination to a task and returns, so the queue slot frees while
-the sandbox goes away; whoever opened the scope awaits the tasks (``settle``) before reporting.
+A registry belongs to its owner (``context.SandboxOwner``: a backend, a validation run, a
+command), never to the process: one backend's shutdown never touches another's sandboxes. Its
+pools are recorded with their users (``Ledger.use_pool``): pool names are shared warm capacity,
+so a shutdown deletes a pool only when no other live owner uses it (``pools.delete``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import contextvars
 import logging
 import threading
-from collections.abc import Callable, Coroutine, Iterator
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,16 +32,7 @@ from osmosis_harbor.sandbox.sdk.faults import retry_safe, terminate_by_name, ter
 from osmosis_harbor.sandbox.sdk.liveness import sandbox_state
 from osmosis_harbor.sandbox.sdk.protocol import SandboxSdk
 
-__all__ = [
-    "LiveSandboxes",
-    "current",
-    "defer_termination",
-    "registered",
-    "sandboxes_scope",
-    "settle",
-    "terminate_live_sandboxes",
-    "termination_scope",
-]
+__all__ = ["OwnedSandboxes"]
 
 logger = logging.getLogger(__name__)
 
@@ -69,15 +54,19 @@ class _StillThere(Exception):
     """A background terminate attempt failed (tenacity retries on this)."""
 
 
-class LiveSandboxes:
-    """One owner's sandboxes, mirrored in the ledger until the SDK said they are gone."""
+class OwnedSandboxes:
+    """One owner's sandboxes and pools, mirrored in the ledger until the SDK said they are gone.
 
-    def __init__(self, ledger: Ledger | None = None) -> None:
+    ``user`` names the owner among the pool's users (unique per owner, so two backends of one
+    process are two users); ``process`` is the owner's process, by which a reaper judges it."""
+
+    def __init__(self, ledger: Ledger | None = None, *, user: str | None = None) -> None:
         self._ledger = ledger
         self._live: dict[str, _Live] = {}
         self._pools: dict[str, str] = {}  # pool name -> SDK name, while this owner holds it
         self._guard = threading.Lock()
-        self.owner = Owner.current()
+        self.process = Owner.current()
+        self.user = user or uuid.uuid4().hex
 
     @property
     def ledger(self) -> Ledger:
@@ -97,7 +86,7 @@ class LiveSandboxes:
     async def pending(self, name: str, sdk: SandboxSdk, sdk_name: str) -> None:
         """Before the create call: in the ledger first, then in memory."""
         endpoint = endpoint_for(sdk_name)
-        await asyncio.to_thread(self.ledger.record, Kind.SANDBOX, sdk_name, endpoint, name, self.owner)
+        await asyncio.to_thread(self.ledger.record, Kind.SANDBOX, sdk_name, endpoint, name, self.process)
         with self._guard:
             self._live[name] = _Live(sdk=sdk, sdk_name=sdk_name, endpoint=endpoint)
 
@@ -107,7 +96,7 @@ class LiveSandboxes:
             live = self._live.pop(old, None)
         if live is None:
             return
-        await asyncio.to_thread(self.ledger.record, Kind.SANDBOX, live.sdk_name, live.endpoint, new, self.owner)
+        await asyncio.to_thread(self.ledger.record, Kind.SANDBOX, live.sdk_name, live.endpoint, new, self.process)
         await asyncio.to_thread(self.ledger.forget, Kind.SANDBOX, live.sdk_name, live.endpoint, old)
         with self._guard:
             self._live[new] = live
@@ -194,16 +183,33 @@ class LiveSandboxes:
 
     # ── warm pools: recorded like sandboxes, deleted at the owner's shutdown ──────────────
     async def pool_pending(self, name: str, sdk_name: str) -> None:
-        """Before ``create_pool``: a pool this owner makes (and deletes, or hands over)."""
-        await asyncio.to_thread(self.ledger.record, Kind.POOL, sdk_name, endpoint_for(sdk_name), name, self.owner)
+        """Before ``create_pool``: a pool this owner makes or adopts, and uses (it deletes it,
+        unless another live owner uses it too, or hands it over)."""
+        endpoint = endpoint_for(sdk_name)
+        await asyncio.to_thread(self.ledger.use_pool, sdk_name, endpoint, name, self.user, self.process)
+        await asyncio.to_thread(self.ledger.record, Kind.POOL, sdk_name, endpoint, name, self.process)
         with self._guard:
             self._pools[name] = sdk_name
+
+    async def pool_shared(self, name: str, sdk_name: str) -> bool:
+        """Whether another live owner uses ``name``; if so this owner lets go of it (its use
+        released, the pool left to the last user: the ledger keeps it, for that user or a reaper)."""
+        endpoint = endpoint_for(sdk_name)
+        others = await asyncio.to_thread(self.ledger.live_pool_users, sdk_name, endpoint, name, besides=self.user)
+        if not others:
+            return False
+        await asyncio.to_thread(self.ledger.release_pool, sdk_name, endpoint, name, self.user)
+        with self._guard:
+            self._pools.pop(name, None)
+        return True
 
     async def pool_made(self, name: str, sdk_name: str) -> None:
         await asyncio.to_thread(self.ledger.mark, Kind.POOL, sdk_name, endpoint_for(sdk_name), name, State.RUNNING)
 
     async def pool_gone(self, name: str, sdk_name: str) -> None:
-        await asyncio.to_thread(self.ledger.forget, Kind.POOL, sdk_name, endpoint_for(sdk_name), name)
+        endpoint = endpoint_for(sdk_name)
+        await asyncio.to_thread(self.ledger.forget, Kind.POOL, sdk_name, endpoint, name)
+        await asyncio.to_thread(self.ledger.release_pool, sdk_name, endpoint, name, self.user)
         with self._guard:
             self._pools.pop(name, None)
 
@@ -224,7 +230,7 @@ class LiveSandboxes:
         endpoint = endpoint_for(sdk_name)
         entries = await asyncio.to_thread(self.ledger.entries, sdk_name, endpoint)
         entry = next((e for e in entries if e.kind is Kind.SANDBOX and e.name == name), None)
-        if entry is None or not (entry.owner == self.owner or entry.owner.is_dead()):
+        if entry is None or not (entry.owner == self.process or entry.owner.is_dead()):
             return False
         await terminate_record(sdk, record)
         await asyncio.to_thread(self.ledger.forget, Kind.SANDBOX, sdk_name, endpoint, name)
@@ -238,6 +244,7 @@ class LiveSandboxes:
             pools, self._pools = dict(self._pools), {}
         for name, sdk_name in pools.items():
             self.ledger.mark(Kind.POOL, sdk_name, endpoint_for(sdk_name), name, State.HANDED_OVER)
+            self.ledger.release_pool(sdk_name, endpoint_for(sdk_name), name, self.user)
         return sorted(pools)
 
     async def terminate_all(self) -> list[str]:
@@ -253,84 +260,3 @@ class LiveSandboxes:
         for failure in failures:
             logger.warning("could not terminate sandbox %s (it stays in the ledger)", failure)
         return failures
-
-
-_PROCESS_DEFAULT: LiveSandboxes | None = None
-_PROCESS_GUARD = threading.Lock()
-_CURRENT: contextvars.ContextVar[LiveSandboxes | None] = contextvars.ContextVar(
-    "osmosis_harbor_live_sandboxes", default=None
-)
-
-
-@contextlib.contextmanager
-def sandboxes_scope(sandboxes: LiveSandboxes) -> Iterator[LiveSandboxes]:
-    """Register the sandboxes of environments created in this context with ``sandboxes``."""
-    token = _CURRENT.set(sandboxes)
-    try:
-        yield sandboxes
-    finally:
-        _CURRENT.reset(token)
-
-
-def current() -> LiveSandboxes:
-    """The registry of whoever submitted the trial running here (else the process default)."""
-    scoped = _CURRENT.get()
-    if scoped is not None:
-        return scoped
-    global _PROCESS_DEFAULT
-    with _PROCESS_GUARD:
-        if _PROCESS_DEFAULT is None:
-            _PROCESS_DEFAULT = LiveSandboxes()
-        return _PROCESS_DEFAULT
-
-
-def registered(name: str) -> bool:
-    return current().registered(name)
-
-
-async def terminate_live_sandboxes() -> list[str]:
-    """The current registry's shutdown sweep (``LiveSandboxes.terminate_all``)."""
-    return await current().terminate_all()
-
-
-_SCOPE: contextvars.ContextVar[list[asyncio.Task[None]] | None] = contextvars.ContextVar(
-    "osmosis_harbor_termination_scope", default=None
-)
-
-
-@contextlib.contextmanager
-def termination_scope() -> Iterator[list[asyncio.Task[None]]]:
-    """Let the stops of environments started in this context (and the tasks it spawns)
-    terminate in the background; the caller must ``settle`` the returned tasks."""
-    pending: list[asyncio.Task[None]] = []
-    token = _SCOPE.set(pending)
-    try:
-        yield pending
-    finally:
-        _SCOPE.reset(token)
-
-
-def defer_termination(termination: Callable[[], Coroutine[Any, Any, Any]]) -> bool:
-    """Run ``termination()`` in the background when a scope is open (False: run it yourself)."""
-    pending = _SCOPE.get()
-    if pending is None:
-        return False
-
-    async def run() -> None:
-        await termination()
-
-    pending.append(asyncio.ensure_future(run()))
-    return True
-
-
-async def settle(pending: list[asyncio.Task[None]]) -> None:
-    """Wait for deferred terminations, even if the waiter is cancelled meanwhile."""
-    while pending:
-        batch = list(pending)
-        pending.clear()
-        gathered = asyncio.gather(*batch, return_exceptions=True)
-        try:
-            await asyncio.shield(gathered)
-        except asyncio.CancelledError:
-            await gathered
-            raise

@@ -2,24 +2,20 @@
 
 Trial concurrency bounds how many trials run; it does not bound how many sandboxes *start* at
 once, and a burst of trials starting together can exhaust a provider's create rate (one Modal
-campaign had to cap starts at 128). ``SandboxStarts`` is that second bound. It belongs to a
-backend or a run, never to the process: the owner opens ``starts_scope`` around the submission
-of its trials, and the environments Harbor constructs inside them find it through a
-``ContextVar`` (as ``live.termination_scope`` reaches them). Outside any scope, starts are
-unbounded, as before.
+campaign had to cap starts at 128). ``SandboxStarts`` is that second bound. It belongs to an
+owner (``context.SandboxOwner``: a backend, a run), never to the process.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 from osmosis_harbor.sandbox.owner.batching import ClaimBatcher
 
-__all__ = ["SandboxStarts", "current_starts", "starts_scope"]
+__all__ = ["SandboxStarts"]
 
 
 class SandboxStarts:
@@ -70,23 +66,3 @@ class SandboxStarts:
             "batch_claims": self.batches.calls if self.batches is not None else 0,
             "pool_fallbacks": sum(self.fallbacks.values()),
         }
-
-
-_CURRENT: contextvars.ContextVar[SandboxStarts | None] = contextvars.ContextVar(
-    "osmosis_harbor_sandbox_starts", default=None
-)
-
-
-@contextlib.contextmanager
-def starts_scope(starts: SandboxStarts | None) -> Iterator[None]:
-    """Bound the sandbox starts of trials submitted in this context (and the tasks it spawns)."""
-    token = _CURRENT.set(starts)
-    try:
-        yield
-    finally:
-        _CURRENT.reset(token)
-
-
-def current_starts() -> SandboxStarts | None:
-    """The bound of the trial being started here, if its owner set one."""
-    return _CURRENT.get()

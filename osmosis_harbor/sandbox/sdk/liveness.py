@@ -13,16 +13,13 @@ ephemeral-storage limit, which the local SDKs give too, in the record's ``status
 the workflow's doing: `SandboxDiskBoundError`, an ``agent_error``. An eviction for the node's
 own pressure ("The node was low on resource") stays a loss.
 
-The environment also hands every loss it raises to the trial's `loss_scope`, since Harbor does
-not always let the error reach the trial's result (``backend/losses.py`` says how it is read).
+The environment also hands every loss it raises to the trial's scope (``owner.context.record_loss``),
+since Harbor does not always let the error reach the trial's result (``backend/losses.py`` says how it is read).
 """
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import re
-from collections.abc import Iterator
 
 from pydantic import BaseModel
 
@@ -30,7 +27,7 @@ from osmosis_harbor.errors import SandboxLostError
 from osmosis_harbor.sandbox.sdk import records
 from osmosis_harbor.sandbox.sdk.protocol import SandboxSdk
 
-__all__ = ["SandboxLostError", "SandboxState", "loss_scope", "record_loss", "sandbox_state"]
+__all__ = ["SandboxLostError", "SandboxState", "sandbox_state"]
 
 # Statuses of a sandbox that can still run commands ("running" for Docker, "RUNNING" / "READY"
 # style names for SkyPilot pods; compared case-insensitively).
@@ -76,26 +73,3 @@ async def sandbox_state(sdk: SandboxSdk, name: str) -> SandboxState:
                 message=str(message)[:500] if message else None,
             )
     return SandboxState(name=name, status=None)
-
-
-_LOSSES: contextvars.ContextVar[list[SandboxLostError] | None] = contextvars.ContextVar(
-    "osmosis_harbor_sandbox_losses", default=None
-)
-
-
-@contextlib.contextmanager
-def loss_scope() -> Iterator[list[SandboxLostError]]:
-    """The losses of sandboxes made under this scope (a trial's task inherits it)."""
-    losses: list[SandboxLostError] = []
-    token = _LOSSES.set(losses)
-    try:
-        yield losses
-    finally:
-        _LOSSES.reset(token)
-
-
-def record_loss(loss: SandboxLostError) -> None:
-    """Tell the current trial's scope (if any) that its sandbox was lost."""
-    losses = _LOSSES.get()
-    if losses is not None:
-        losses.append(loss)

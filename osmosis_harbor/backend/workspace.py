@@ -1,0 +1,58 @@
+"""The backend's temporary work root: per-rollout task copies, and the trials unless a
+``trials_dir`` was given."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import threading
+from pathlib import Path
+
+__all__ = ["Workspace"]
+
+
+class Workspace:
+    """The backend's temporary work root (per-rollout task copies, and the trials unless
+    ``trials_dir`` was given), made on first use: a backend that only prewarms, or fails to
+    construct, leaves no directory behind."""
+
+    def __init__(self, trials_dir: Path | None) -> None:
+        self._root: Path | None = None
+        self._lock = threading.Lock()
+        self._trials_dir = trials_dir
+        if trials_dir is not None:
+            trials_dir.mkdir(parents=True, exist_ok=True)
+
+    @property
+    def root(self) -> Path:
+        with self._lock:
+            if self._root is None:
+                self._root = Path(tempfile.mkdtemp(prefix="osmosis-harbor-"))
+            return self._root
+
+    @property
+    def trials_dir(self) -> Path:
+        if self._trials_dir is None:
+            trials = self.root / "trials"
+            trials.mkdir(exist_ok=True)
+            self._trials_dir = trials
+        return self._trials_dir
+
+    def given_trials_dir(self) -> Path | None:
+        return self._trials_dir
+
+    def host_dirs(self) -> list[Path]:
+        """The directories sandboxes' products land in (trials) or next to (the work root)."""
+        return [d for d in (self._trials_dir, self._root) if d is not None]
+
+    def remove(self) -> None:
+        """Remove the temporary root, except retained (failed) trials in it."""
+        root = self._root  # never made when no rollout ran: nothing to remove
+        if root is not None:
+            shutil.rmtree(root / "rollouts", ignore_errors=True)
+        for directory in (self._trials_dir, root):
+            try:
+                if directory is not None:
+                    directory.rmdir()  # only when empty: retained trials stay for inspection
+            except OSError:
+                pass

@@ -1,0 +1,166 @@
+"""The one owner context: who owns what a trial makes, found by the code Harbor runs.
+
+An owner is a backend, a validation run or a command (``sandbox-check``, ``prewarm``): it holds
+its sandboxes and pools (``OwnedSandboxes``), its start bound and batch claims
+(``SandboxStarts``), its rollouts' credentials and its image builds. Harbor constructs our
+environments and agents itself, so the owner cannot be passed down: it opens ``owner_scope``
+around the trials it submits, and everything they run finds it through one ``ContextVar``.
+A trial's own state (its deferred terminations, its sandbox losses, its verifier head start)
+rides in the same variable (``trial_scope``).
+
+There is no process-wide owner: a call that needs one outside every scope raises
+``NoOwnerError``, since what it made would belong to nobody and nobody would remove it. The one
+exception is an environment Harbor's own CLI makes (``harbor run -e ...``, no backend): it owns
+itself (``SandboxEnvironment`` makes a private owner and closes it at ``stop``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import uuid
+from collections.abc import Callable, Coroutine, Iterator
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from osmosis_harbor.credentials import CredentialStore
+from osmosis_harbor.errors import NoOwnerError, SandboxLostError
+from osmosis_harbor.sandbox.images.builds import ImageBuildCoordinator
+from osmosis_harbor.sandbox.ledger.store import Ledger
+from osmosis_harbor.sandbox.owner.head_start import HeadStart
+from osmosis_harbor.sandbox.owner.sandboxes import OwnedSandboxes
+from osmosis_harbor.sandbox.owner.starts import SandboxStarts
+
+__all__ = [
+    "SandboxOwner",
+    "TrialScope",
+    "current_owner",
+    "current_trial",
+    "defer_termination",
+    "owner_if_any",
+    "owner_scope",
+    "record_loss",
+    "settle",
+    "trial_scope",
+]
+
+
+@dataclass(eq=False)
+class SandboxOwner:
+    """Everything one backend, validation run or command owns (``make`` builds one)."""
+
+    label: str
+    sandboxes: OwnedSandboxes
+    starts: SandboxStarts | None = None  # None: sandbox starts are unbounded
+    credentials: CredentialStore = field(default_factory=CredentialStore)
+    builds: ImageBuildCoordinator = field(default_factory=ImageBuildCoordinator)
+
+    @classmethod
+    def make(cls, label: str, *, starts: SandboxStarts | None = None, ledger: Ledger | None = None) -> SandboxOwner:
+        """A new owner, ``label`` saying who it is in errors and logs (``"backend"``)."""
+        user = f"{label.replace(' ', '-')[:24]}-{uuid.uuid4().hex[:12]}"
+        return cls(label=label, sandboxes=OwnedSandboxes(ledger, user=user), starts=starts)
+
+    async def close(self) -> list[str]:
+        """The owner's final sweep: every sandbox it still has; returns what could not go."""
+        return await self.sandboxes.terminate_all()
+
+
+@dataclass(frozen=True)
+class TrialScope:
+    """One trial's state: the terminations it deferred (``settle`` them before reporting), the
+    losses of its sandboxes (``backend.losses`` reads them), its verifier's head start."""
+
+    terminations: list[asyncio.Task[None]] = field(default_factory=list)
+    losses: list[SandboxLostError] = field(default_factory=list)
+    head_start: HeadStart | None = None
+
+
+@dataclass(frozen=True)
+class _Scope:
+    owner: SandboxOwner
+    trial: TrialScope | None = None
+
+
+_CURRENT: contextvars.ContextVar[_Scope | None] = contextvars.ContextVar("osmosis_harbor_owner", default=None)
+
+
+@contextlib.contextmanager
+def owner_scope(owner: SandboxOwner) -> Iterator[SandboxOwner]:
+    """What is made in this context (and the tasks it spawns) belongs to ``owner``."""
+    token = _CURRENT.set(_Scope(owner))
+    try:
+        yield owner
+    finally:
+        _CURRENT.reset(token)
+
+
+def current_owner(call: str) -> SandboxOwner:
+    """The owner of the code running here; ``call`` names what needs it, for the error."""
+    scope = _CURRENT.get()
+    if scope is None:
+        raise NoOwnerError(call)
+    return scope.owner
+
+
+def owner_if_any() -> SandboxOwner | None:
+    """The owner of the code running here, if any (for the environment that owns itself)."""
+    scope = _CURRENT.get()
+    return None if scope is None else scope.owner
+
+
+@contextlib.contextmanager
+def trial_scope(*, head_start: bool = False) -> Iterator[TrialScope]:
+    """One trial's scope inside its owner's (the trial's task inherits it); ``head_start``:
+    its separate verifier's sandbox is created while the agent runs (``head_start.py``)."""
+    scope = _CURRENT.get()
+    if scope is None:
+        raise NoOwnerError("a trial's scope")
+    trial = TrialScope(head_start=HeadStart() if head_start else None)
+    token = _CURRENT.set(replace(scope, trial=trial))
+    try:
+        yield trial
+    finally:
+        _CURRENT.reset(token)
+
+
+def current_trial() -> TrialScope | None:
+    """The scope of the trial running here, if its owner opened one."""
+    scope = _CURRENT.get()
+    return None if scope is None else scope.trial
+
+
+def record_loss(loss: SandboxLostError) -> None:
+    """Tell the current trial (if any) that its sandbox was lost: Harbor may wrap or swallow
+    the raise, so the backend reads the trial's losses too."""
+    trial = current_trial()
+    if trial is not None:
+        trial.losses.append(loss)
+
+
+def defer_termination(termination: Callable[[], Coroutine[Any, Any, Any]]) -> bool:
+    """Run ``termination()`` in the background inside a trial's scope, so the trial's queue slot
+    frees while its sandbox goes (False: no trial scope, run it yourself)."""
+    trial = current_trial()
+    if trial is None:
+        return False
+
+    async def run() -> None:
+        await termination()
+
+    trial.terminations.append(asyncio.ensure_future(run()))
+    return True
+
+
+async def settle(pending: list[asyncio.Task[None]]) -> None:
+    """Wait for deferred terminations, even if the waiter is cancelled meanwhile."""
+    while pending:
+        batch = list(pending)
+        pending.clear()
+        gathered = asyncio.gather(*batch, return_exceptions=True)
+        try:
+            await asyncio.shield(gathered)
+        except asyncio.CancelledError:
+            await gathered
+            raise
