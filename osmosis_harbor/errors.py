@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import ClassVar
 
+from harbor.utils.optional_import import MissingExtraError
 from osmosis_ai.rollout.types import RolloutErrorCategory
 
 __all__ = [
@@ -46,6 +47,7 @@ __all__ = [
     "SandboxNetworkError",
     "SandboxNotFoundError",
     "SandboxSdkMissingError",
+    "SandboxUnavailableError",
     "TaskResolutionError",
     "TransferLimitError",
     "TrialPhaseError",
@@ -128,16 +130,27 @@ class SandboxNetworkError(SandboxError):
     """The sandboxes' Docker network exists but cannot be used (no IPv4 gateway, not a bridge)."""
 
 
-class SandboxSdkMissingError(SandboxError, RuntimeError):
-    """The requested sandbox SDK cannot be imported here."""
+class SandboxSdkMissingError(SandboxError, RuntimeError, MissingExtraError):
+    """The requested sandbox SDK cannot be imported here. Also Harbor's own missing-SDK type
+    (``MissingExtraError``, an ImportError), so code that catches Harbor's catches ours;
+    ``package`` is the module that is missing, ``extra`` the SDK's name (no Harbor extra
+    provides ``sky.sandbox``: the message says what does)."""
 
-    def __init__(self, sdk: str, hint: str, cause: BaseException | None = None) -> None:
+    def __init__(self, sdk: str, hint: str, cause: BaseException | None = None, *, package: str = "") -> None:
         self.sdk = sdk
         self.cause = cause
-        super().__init__(hint if cause is None else f"{hint} (import error: {cause})")
+        self.package = package or sdk
+        self.extra = sdk
+        # Harbor's __init__ writes its own pip-extra message: ours says what to install.
+        ImportError.__init__(self, hint if cause is None else f"{hint} (import error: {cause})")
 
 
-class DockerEngineUnavailable(SandboxError, RuntimeError):
+class SandboxUnavailableError(SandboxError, RuntimeError):
+    """What a sandbox SDK talks to is not there (no engine, no emulator, no SkyPilot login):
+    the message says what to start or run."""
+
+
+class DockerEngineUnavailable(SandboxUnavailableError):
     """The Docker engine cannot be reached."""
 
     def __init__(self, url: str, cause: BaseException) -> None:

@@ -8,7 +8,9 @@ CLI, copy a command its verifier builds, and subclass its agent base. Each such 
 here: the Harbor object, the name, the shape we rely on (parameter names and kinds, or what kind
 of attribute it is), how we use it and why. ``tests/test_harbor_surface.py`` checks each against
 the installed Harbor, and checks that the list is complete, so a Harbor release that renames or
-reshapes one fails there, by name, instead of inside a trial.
+reshapes one fails there, by name, instead of inside a trial. An entry holds on the Harbor
+lines it names (``lines``, ``version.py``): where 0.25 and 0.26 differ, each has its own entry,
+and the test checks the installed line's (`surface_for`).
 """
 
 from __future__ import annotations
@@ -22,7 +24,18 @@ from enum import StrEnum
 from functools import cached_property
 from typing import Any
 
-__all__ = ["SURFACE", "HarborName", "Use", "assigned_in_init", "current_shape", "resolve", "shape_of"]
+from osmosis_harbor.harbor_compat.version import HARBOR, LINES
+
+__all__ = [
+    "SURFACE",
+    "HarborName",
+    "Use",
+    "assigned_in_init",
+    "current_shape",
+    "resolve",
+    "shape_of",
+    "surface_for",
+]
 
 
 class Use(StrEnum):
@@ -37,7 +50,8 @@ class Use(StrEnum):
 class HarborName:
     """``owner`` is ``module`` or ``module:Class``; ``shape`` is the canonical signature (names
     and kinds, no annotations or defaults: `shape_of`) or ``property`` / ``cached_property`` /
-    ``attribute`` (assigned in the owner's ``__init__``) / ``constant``."""
+    ``attribute`` (assigned in the owner's ``__init__``) / ``constant`` / ``class``; ``lines``: the Harbor
+    lines it holds on (all by default)."""
 
     owner: str
     name: str
@@ -45,6 +59,7 @@ class HarborName:
     uses: tuple[Use, ...]
     where: str
     why: str
+    lines: tuple[str, ...] = tuple(LINES)
 
     @property
     def label(self) -> str:
@@ -63,8 +78,11 @@ GUARD = "sandbox/environment/verifier_guard.py"
 OVR, C, R, S, K = Use.OVERRIDE, Use.CALL, Use.READ, Use.SET, Use.COPY
 
 
-def _set(name: str, why: str) -> HarborName:
-    return HarborName(SKY, name, "attribute", (S, R), ENV, why)
+V025, V026 = ("0.25",), ("0.26",)
+
+
+def _set(name: str, why: str, lines: tuple[str, ...] = tuple(LINES)) -> HarborName:
+    return HarborName(SKY, name, "attribute", (S, R), ENV, why, lines)
 
 
 SURFACE: tuple[HarborName, ...] = (
@@ -78,8 +96,19 @@ SURFACE: tuple[HarborName, ...] = (
         ENV,
         "skipped: it refuses to run unless Harbor imported sky.sandbox at import time; ours takes "
         "the same keywords and sets the attributes below itself",
+        V025,
     ),
-    _set("_pool", "the pool a launch claims from; Harbor's _validate_definition reads it during init"),
+    HarborName(
+        SKY,
+        "__init__",
+        "(self, *args, **kwargs)",
+        (K,),
+        ENV,
+        "skipped: it refuses to run unless Harbor imported sky.sandbox at import time; ours takes "
+        "SkypilotOptions' fields (SandboxOptions has each) and sets the attributes below itself",
+        V026,
+    ),
+    _set("_pool", "the pool a launch claims from; Harbor's _validate_definition reads it during init", V025),
     _set("_registry", "where images are pushed (Harbor's _image_ref and ours)"),
     _set("_context_name", "passed to create"),
     _set("_namespace", "passed to create"),
@@ -101,6 +130,48 @@ SURFACE: tuple[HarborName, ...] = (
         "called directly in place of SkypilotEnvironment.__init__",
     ),
     HarborName(BASE, "_persistent_env", "attribute", (R,), ENV, "the trial's env, passed to create as Harbor does"),
+    HarborName(
+        BASE, "_enable_environment_dir_upload", "attribute", (R,), ENV, "Harbor's pool rule (_validate_definition)"
+    ),
+    # ── options and preflight ────────────────────────────────────────────────────────────────
+    HarborName(
+        BASE,
+        "options",
+        "attribute",
+        (S, R),
+        ENV,
+        "set (our SandboxOptions) before BaseEnvironment.__init__, which then keeps it and reads auto_mounting",
+        V026,
+    ),
+    HarborName(BASE, "options_model", "constant", (R,), ENV, "the model Harbor validates --ek with (None)", V026),
+    HarborName(SKY, "options_model", "class", (OVR,), ENV, "SandboxOptions in place of SkypilotOptions", V026),
+    HarborName(
+        BASE,
+        "parse_options",
+        "(kwargs)",
+        (OVR,),
+        ENV,
+        "SandboxOptions.build: our kwargs carry Harbor's own keywords beside ours",
+        V026,
+    ),
+    HarborName(BASE, "options_schema", "()", (C,), ENV, "`harbor environments schema` shows SandboxOptions", V026),
+    HarborName(
+        BASE, "preflight", "(kwargs)", (OVR, C), ENV, "Harbor's options check, then the chosen SDK's check", V026
+    ),
+    HarborName(
+        SKY, "preflight", "()", (OVR,), ENV, "not run: it exits without sky.sandbox whatever the chosen SDK", V025
+    ),
+    HarborName(
+        SKY, "preflight", "(kwargs)", (OVR,), ENV, "not run: it exits without sky.sandbox whatever the chosen SDK", V026
+    ),
+    HarborName(
+        "harbor.utils.optional_import:MissingExtraError",
+        "__init__",
+        "(self, *, package, extra, hint)",
+        (K,),
+        "errors.py",
+        "SandboxSdkMissingError subclasses it and sets package and extra itself (its message is ours)",
+    ),
     HarborName(BASE, "environment_id", "cached_property", (R,), ENV, "content hash: image tags and pool groups"),
     # ── images ──────────────────────────────────────────────────────────────────────────────
     HarborName(SKY, "_image_ref", "property", (OVR, C), IMAGES, "one image per environment content; local names"),
@@ -118,7 +189,14 @@ SURFACE: tuple[HarborName, ...] = (
     ),
     HarborName(SKY, "_resolve_image", "(self, force_build)", (OVR,), IMAGES, "each image built once across trials"),
     HarborName(SKY, "_dockerfile_path", "property", (R,), IMAGES, "what is built, and the baked-bundle marker"),
-    HarborName(SKY, "_validate_definition", "(self)", (C,), ENV, "Harbor's check, run by init, reads _pool"),
+    HarborName(
+        SKY,
+        "_validate_definition",
+        "(self)",
+        (OVR, K),
+        ENV,
+        "Harbor's rule for the pool this environment claims (0.26's reads its options' pool, our base name)",
+    ),
     # ── sandbox lifecycle ────────────────────────────────────────────────────────────────────
     HarborName(
         SKY,
@@ -358,6 +436,11 @@ SURFACE: tuple[HarborName, ...] = (
 )
 
 
+def surface_for(line: str = HARBOR.name) -> tuple[HarborName, ...]:
+    """The entries that hold on Harbor ``line`` (the installed one by default)."""
+    return tuple(entry for entry in SURFACE if line in entry.lines)
+
+
 def resolve(owner: str) -> Any:
     """The Harbor module or class ``module[:Class]`` names (ImportError/AttributeError if gone)."""
     module, _, qualname = owner.partition(":")
@@ -401,6 +484,12 @@ def current_shape(entry: HarborName) -> str:
         value = getattr(owner, entry.name)
         return shape_of(value) if callable(value) else "constant"
     raw = inspect.getattr_static(owner, entry.name)
+    if isinstance(raw, type):
+        return "class"
+    if isinstance(raw, (classmethod, staticmethod)):
+        return shape_of(getattr(owner, entry.name))
+    if not callable(raw) and not isinstance(raw, (property, cached_property)):
+        return "constant"
     if isinstance(raw, property):
         return "property"
     if isinstance(raw, cached_property):
