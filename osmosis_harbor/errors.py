@@ -209,6 +209,13 @@ class TrialPhaseError(OsmosisHarborError):
     phase: ClassVar[str | None] = None
     category: ClassVar[RolloutErrorCategory] = RolloutErrorCategory.INTERNAL_ERROR
     detailed: ClassVar[bool] = False
+    # Whether a retry of the trial can help (Harbor 0.26's error policy, ``harbor_compat/
+    # error_policies.py``): the infrastructure's failures, None meaning "an internal_error".
+    retryable: ClassVar[bool | None] = None
+
+    @classmethod
+    def should_retry(cls) -> bool:
+        return cls.category is RolloutErrorCategory.INTERNAL_ERROR if cls.retryable is None else cls.retryable
 
 
 class ImageBuildError(TrialPhaseError, RuntimeError):
@@ -230,6 +237,7 @@ class BaseImageMissingError(ImageBuildError):
     noise), and retrying the build is pointless."""
 
     detailed = False
+    retryable = False
 
 
 class BundleInstallError(TrialPhaseError, RuntimeError):
@@ -360,6 +368,11 @@ def _trial_errors(base: type[TrialPhaseError] = TrialPhaseError) -> dict[str, ty
     for sub in base.__subclasses__():
         found.update(_trial_errors(sub))
     return found
+
+
+def trial_errors() -> dict[str, type[TrialPhaseError]]:
+    """Every error raised inside a trial, by the class name Harbor records."""
+    return _trial_errors()
 
 
 def recorded_error(exception_type: str | None) -> type[TrialPhaseError] | None:

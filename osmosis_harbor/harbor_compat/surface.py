@@ -352,6 +352,34 @@ SURFACE: tuple[HarborName, ...] = (
         "the rule selection behind `harbor lint`, private to Harbor's CLI",
     ),
     HarborName("harbor.lint", "lint_task", "(root, *, selected_rules)", (C,), "validate/lint.py", "Harbor's lint"),
+    # ── error policies (0.26): ours joined to Harbor's table ────────────────────────────────
+    HarborName(
+        "harbor.models.trial.error_policy",
+        "ERROR_POLICIES",
+        "constant",
+        (R, S),
+        "harbor_compat/error_policies.py",
+        "our trial errors' policies added beside Harbor's; policy_for and default_retry_exclusions read it per call",
+        V026,
+    ),
+    HarborName(
+        "harbor.models.trial.error_policy",
+        "ErrorPolicy",
+        "(should_retry, should_grade, has_valid_reward)",
+        (C,),
+        "harbor_compat/error_policies.py",
+        "each of our policies",
+        V026,
+    ),
+    HarborName(
+        "harbor.models.trial.error_policy",
+        "policy_for",
+        "(exception_type, override)",
+        (R,),
+        "harbor_compat/error_policies.py",
+        "Harbor's lookup, a user's override applied on top of the table's entry",
+        V026,
+    ),
     # ── factories, queue, tasks, agents ──────────────────────────────────────────────────────
     HarborName(
         "harbor.environments.factory:EnvironmentFactory",

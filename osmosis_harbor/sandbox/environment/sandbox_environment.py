@@ -65,6 +65,7 @@ from harbor.models.trial.paths import TrialPaths
 
 from osmosis_harbor import settings
 from osmosis_harbor.errors import SandboxDiskBoundError, SandboxLostError
+from osmosis_harbor.harbor_compat import error_policies
 from osmosis_harbor.harbor_compat.version import HARBOR
 from osmosis_harbor.sandbox.environment.exec_records import ExecRecords
 from osmosis_harbor.sandbox.environment.images import ImageResolution, declares_baked_layout
@@ -126,6 +127,7 @@ class SandboxEnvironment(
         Harbor's ``SkypilotEnvironment.preflight`` is not run: it requires ``sky.sandbox``
         whatever the SDK. Harbor 0.25 passes no kwargs, so which SDK is chosen is unknown
         here and nothing is checked (a missing SDK still fails the trial, by name)."""
+        error_policies.install()  # before Harbor's job runs a trial: our errors' policies
         if HARBOR.options_model:
             cast(Any, super(SkypilotEnvironment, cls)).preflight(kwargs)  # Harbor's base: parse_options
         if kwargs is not None:
@@ -166,6 +168,7 @@ class SandboxEnvironment(
         auto_mounting: bool = False,
         **kwargs: Any,
     ) -> None:
+        error_policies.install()  # a trial of ours classifies its errors by our policies (idempotent)
         # Harbor passes our config's kwargs and its own keywords in one call: ours are named
         # above, checked once here (SandboxOptions), and Harbor's go on to BaseEnvironment.
         options = SandboxOptions.build(
