@@ -169,6 +169,19 @@ def test_on_025_the_policy_table_drives_neither_retries_nor_grading() -> None:
     assert {f.name for f in fields(ErrorPolicy)} == {"cause", "retry", "grade"}
 
 
+def test_harbors_pack_commands_are_judged_as_the_installed_harbor_judges_them() -> None:
+    import logging
+
+    from osmosis_harbor.harbor_compat.tar_pack import pack_succeeded
+
+    log = logging.getLogger("test")
+    changed = "tar: ./agent.log: file changed as we read it"
+    assert pack_succeeded(0, stdout="", stderr="", logger=log)
+    assert pack_succeeded(1, stdout="", stderr=changed, logger=log) is HARBOR.tar_pack_tolerant
+    assert not pack_succeeded(1, stdout="", stderr=f"{changed}\ntar: ./x: Cannot open: Permission denied", logger=log)
+    assert not pack_succeeded(2, stdout="", stderr=changed, logger=log)
+
+
 # ── Harbor's own CLI with our environment ──────────────────────────────────────────────────────
 @pytest.mark.slow
 def test_harbor_run_with_our_environment_on_a_local_sdk(tmp_path: Path, sandbox_sdk: SdkPath) -> None:

@@ -352,6 +352,15 @@ SURFACE: tuple[HarborName, ...] = (
         "the rule selection behind `harbor lint`, private to Harbor's CLI",
     ),
     HarborName("harbor.lint", "lint_task", "(root, *, selected_rules)", (C,), "validate/lint.py", "Harbor's lint"),
+    HarborName(
+        "harbor.environments.tar_transfer",
+        "tar_pack_succeeded",
+        "(return_code, *, stdout, stderr, logger)",
+        (C,),
+        "harbor_compat/tar_pack.py",
+        "Harbor's pack commands judged as Harbor judges them (filtered downloads)",
+        V026,
+    ),
     # ── error policies (0.26): ours joined to Harbor's table ────────────────────────────────
     HarborName(
         "harbor.models.trial.error_policy",
