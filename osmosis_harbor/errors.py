@@ -17,7 +17,6 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import ClassVar
 
-from harbor.utils.optional_import import MissingExtraError
 from osmosis_ai.rollout.types import RolloutErrorCategory
 
 __all__ = [
@@ -130,19 +129,21 @@ class SandboxNetworkError(SandboxError):
     """The sandboxes' Docker network exists but cannot be used (no IPv4 gateway, not a bridge)."""
 
 
-class SandboxSdkMissingError(SandboxError, RuntimeError, MissingExtraError):
-    """The requested sandbox SDK cannot be imported here. Also Harbor's own missing-SDK type
-    (``MissingExtraError``, an ImportError), so code that catches Harbor's catches ours;
-    ``package`` is the module that is missing, ``extra`` the SDK's name (no Harbor extra
-    provides ``sky.sandbox``: the message says what does)."""
+class SandboxSdkMissingError(SandboxError, RuntimeError):
+    """The requested sandbox SDK cannot be imported here. What the registry raises is also
+    Harbor's own missing-SDK type (``harbor_compat/missing_sdk.py``: ``MissingExtraError``, an
+    ImportError), so code that catches Harbor's catches ours; ``package`` is the module that is
+    missing, ``extra`` the SDK's name (no Harbor extra provides ``sky.sandbox``: the message
+    says what does)."""
 
     def __init__(self, sdk: str, hint: str, cause: BaseException | None = None, *, package: str = "") -> None:
         self.sdk = sdk
         self.cause = cause
         self.package = package or sdk
         self.extra = sdk
-        # Harbor's __init__ writes its own pip-extra message: ours says what to install.
-        ImportError.__init__(self, hint if cause is None else f"{hint} (import error: {cause})")
+        # Not super(): Harbor's MissingExtraError.__init__ (later in a subclass's MRO) writes its
+        # own pip-extra message, and ours says what to install.
+        RuntimeError.__init__(self, hint if cause is None else f"{hint} (import error: {cause})")
 
 
 class SandboxUnavailableError(SandboxError, RuntimeError):

@@ -169,8 +169,8 @@ SURFACE: tuple[HarborName, ...] = (
         "__init__",
         "(self, *, package, extra, hint)",
         (K,),
-        "errors.py",
-        "SandboxSdkMissingError subclasses it and sets package and extra itself (its message is ours)",
+        "harbor_compat/missing_sdk.py",
+        "the registry's SandboxSdkMissingError subclasses it, setting package and extra itself (its message is ours)",
     ),
     HarborName(BASE, "environment_id", "cached_property", (R,), ENV, "content hash: image tags and pool groups"),
     # ── images ──────────────────────────────────────────────────────────────────────────────

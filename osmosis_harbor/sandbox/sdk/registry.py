@@ -96,7 +96,9 @@ class SandboxImplementation:
         except Exception as exc:  # a broken ~/.sky config raises more than ImportError
             if self.missing_hint is None:
                 raise
-            raise SandboxSdkMissingError(self.name, self.missing_hint, exc, package=self.module) from exc
+            from osmosis_harbor.harbor_compat.missing_sdk import HarborSandboxSdkMissingError
+
+            raise HarborSandboxSdkMissingError(self.name, self.missing_hint, exc, package=self.module) from exc
 
 
 _REGISTRY: dict[str, SandboxImplementation] = {}
