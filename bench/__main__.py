@@ -221,7 +221,7 @@ async def run_all(args: argparse.Namespace) -> int:
             hygiene(result)
             render(result)
             payload["benchmarks"][name] = result.to_json()
-            if name in TOP_LEVEL and result.headline:  # the figures issue 17 names, at the top level
+            if name in TOP_LEVEL and result.headline:  # the headline figures, at the top level
                 payload[name] = dict(result.headline)
             payload["meta"]["wall_sec"] = round(time.perf_counter() - started, 3)
             write(args.out, payload)

@@ -172,7 +172,7 @@ def managed_containers(owner_pid: int | None = None) -> list[dict[str, Any]]:
 
 def remove_images(refs: list[str]) -> list[str]:
     """Remove image tags this run built, except those another live process uses (they are
-    content-addressed and shared: ``image_holds``); returns the ones kept or not removed."""
+    content-addressed and shared: ``images/holds.py``); returns the ones kept or not removed."""
     failed: list[str] = []
     for ref in refs:
         kept = image_holds.remove_unheld(ref)

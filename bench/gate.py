@@ -16,7 +16,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from osmosis_harbor.sandbox.docker.network import sandbox_network
+from osmosis_harbor.sandbox.docker.engine import sandbox_network
 
 HOLD_LIMIT_SEC = 1800.0
 

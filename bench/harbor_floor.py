@@ -1,6 +1,6 @@
 """Harbor's own host CPU per trial: the floor under any rollout that runs as a Harbor trial.
 
-Why: issue 17 asks for 0.03 s of host CPU per rollout. A rollout is a trial of Harbor's real
+Why: the target is 0.03 s of host CPU per rollout. A rollout is a trial of Harbor's real
 ``TrialQueue`` and ``Trial``, which load the task, write its lock, hash it, set up logging and
 write results whatever the sandbox does. This measures that share alone: trials of the repo's
 ``hello-reward-txt`` task with the oracle agent, on ``bench.null_environment`` (no sandbox, no

@@ -1,7 +1,7 @@
 """``python -m bench --only incumbent``: ours beside osmosis-ai 0.3.8's own Harbor backend, one run.
 
-Why: issue 17 asks how far ours is from the incumbent (``osmosis_ai.rollout.backend.harbor``)
-on the same engine and workload: host CPU per rollout (at most 0.15x), sequential latency
+Why: how far ours is from the incumbent (``osmosis_ai.rollout.backend.harbor``) on the same
+engine and workload, against the targets: host CPU per rollout (at most 0.15x), sequential latency
 (at most 0.20x) and throughput at concurrency 4 (at least 5x). Ratios only mean something
 from one run on one machine, so both backends run here, one after the other, each served by
 the real osmosis server in a process of its own (``bench.server_proc``).
@@ -39,21 +39,26 @@ What "the same engine" takes for the incumbent, exactly:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import shutil
 import statistics
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harbor.trial.queue import TrialQueue
+
+from osmosis_harbor.sandbox import environment_config
 from osmosis_harbor.testing.scripted_policy import FakeChatServer
 
 from .common import BenchResult
 from .env import GR, PROJECT, WF, grader_task, workdir
-from .scale import GRADED_PROMPT, _submit
 from .server_proc import ServerProcess, ServerSpec
 from .soak import controller
+from .workload import GRADED_PROMPT, submit_rollout
 
 NAME = "incumbent"
 TITLE = "ours beside osmosis-ai 0.3.8's Harbor backend: CPU per rollout, sequential latency, throughput at 4"
@@ -109,7 +114,6 @@ def ensure_uv_image() -> None:
     ``harbor`` extra installs beside this interpreter (``uv>=0.13.4,<0.14``)."""
     import io
     import shutil as sh
-    import sys
     import tarfile
 
     import docker
@@ -134,24 +138,19 @@ def ensure_uv_image() -> None:
     api.import_image_from_data(buf.getvalue(), repository=repository, tag=tag)
 
 
-def make_incumbent(work: Path, n_concurrent: int) -> Any:
+def make_incumbent(spec: ServerSpec) -> Any:
     """osmosis-ai 0.3.8's ``HarborBackend`` on the graded template task, the fixture project's
     workflow and grader, our Docker sandboxes with host networking."""
-    import sys
-
-    from harbor.trial.queue import TrialQueue
-
-    from osmosis_harbor.sandbox import environment_config
-
     _harbor_024_compat()
     ensure_uv_image()
+    # Imported only once the 0.24 name it needs is back in Harbor's module.
     from osmosis_ai.rollout.backend.harbor import HarborBackend as IncumbentBackend
 
     if str(PROJECT) not in sys.path:  # the incumbent imports the workflow and grader classes
         sys.path.insert(0, str(PROJECT))
-    task = grader_task(work)
+    task = grader_task(spec.work)
     backend = IncumbentBackend(
-        orchestrator=TrialQueue(n_concurrent=n_concurrent),
+        orchestrator=TrialQueue(n_concurrent=spec.n_concurrent),
         tasks_dir=task,
         patch_dockerfile_with_sdk=False,  # done below, as its patch does, with the image's Python
         agent=f"{WF}:ListWorkflow",
@@ -160,7 +159,7 @@ def make_incumbent(work: Path, n_concurrent: int) -> Any:
         grader_config=f"{GR}:fixture_grader_config",
         code_dir=PROJECT,
         environment_config=environment_config("docker", host_network=True),
-        trials_dir=work / "trials",
+        trials_dir=spec.work / "trials",
         cleanup_successful_trials=True,
     )
     _preinstall_sdk(task / "environment", list(backend.bundle.requirements))
@@ -200,14 +199,15 @@ async def measure(backend: str, work: Path, chat: FakeChatServer, size: Sizes) -
         Path(tempfile.mkdtemp(prefix=f"{backend}-", dir=work)),
         n_concurrent=CONCURRENCY,
         graded=True,
-        backend="ours" if backend == "ours-pool" else backend,
         pool_size=POOL_SIZE if backend == "ours-pool" else 0,
     )
+    if backend == "incumbent":
+        spec = dataclasses.replace(spec, make=make_incumbent, dispose=dispose_incumbent)
     total = 2 + size.sequential + size.batch
     async with ServerProcess(spec) as server, controller(server.url, total) as client:
 
         async def one() -> bool:
-            return await _submit(client, chat.base_url, GRADED_PROMPT, grade=True, timeout=None)
+            return await submit_rollout(client, chat.base_url, GRADED_PROMPT, grade=True, timeout=None)
 
         oks = [await one() for _ in range(2)]  # warm-ups: image build, bundle, first imports
         for _ in range(size.sequential):

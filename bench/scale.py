@@ -35,21 +35,18 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from osmosis_ai.rollout.client import RolloutClient
-
 from osmosis_harbor.testing.scripted_policy import FakeChatServer
 
 from . import harbor_floor
 from .common import BenchResult, percentile
-from .env import new_id, workdir
+from .env import workdir
 from .gate import Gate
 from .server_proc import ServerProcess, ServerSpec
 from .soak import controller
+from .workload import GRADED_PROMPT, submit_rollout
 
 NAME = "scale"
 TITLE = "one server process with N rollouts in flight: host CPU, idle cost, memory, loop lag"
-ANSWER = "osmosis"
-GRADED_PROMPT = f"Write {ANSWER} to answer.txt\nreply: echo {ANSWER} > answer.txt"
 DEFAULT_N = 300
 QUICK_N = 24
 CPU_CONCURRENCY = 4
@@ -90,21 +87,6 @@ class ScaleFigures:
     lag_samples_ms: list[float] = field(default_factory=list)
 
 
-async def _submit(client: RolloutClient, chat_url: str, text: str, *, grade: bool, timeout: float | None) -> bool:
-    rollout_id = new_id("scale")
-    handle = await client.run_rollout_async(
-        initial_messages=[{"role": "user", "content": text}],
-        chat_completions_url=chat_url,
-        rollout_id=rollout_id,
-        llm_api_key="sk-bench-not-a-secret",
-        label=ANSWER if grade else None,
-        grade=grade,
-        agent_timeout_sec=timeout,
-    )
-    result = await handle.wait_for_completion()
-    return result.status.value == "success"
-
-
 @dataclass
 class CpuFigures:
     """A graded rollout's server CPU, in all and per thread family (event loop, executors, relay)."""
@@ -122,12 +104,12 @@ async def cpu_phase(
     )
     async with ServerProcess(spec) as server, controller(server.url, rollouts + 2) as client:
         for _ in range(2):
-            await _submit(client, chat.base_url, GRADED_PROMPT, grade=True, timeout=None)
+            await submit_rollout(client, chat.base_url, GRADED_PROMPT, grade=True, timeout=None)
         if profile_to is not None:
             await server.ask("profile-start")
         before, threads_before = server.cpu_sec(), await server.cpu_by_thread()
         oks = await asyncio.gather(
-            *(_submit(client, chat.base_url, GRADED_PROMPT, grade=True, timeout=None) for _ in range(rollouts))
+            *(submit_rollout(client, chat.base_url, GRADED_PROMPT, grade=True, timeout=None) for _ in range(rollouts))
         )
         spent, by_thread = server.cpu_sec() - before, await server.cpu_by_thread()
         if profile_to is not None:
@@ -145,9 +127,9 @@ async def ramp(gate: Gate, size: Sizes, submit: Callable[[], Awaitable[bool]]) -
     wait until every one is at the gate or has ended (or the ramp times out).
 
     Why a window: 300 submitted at once start 300 sandboxes and 300 interpreters together; on
-    two cores that starved the server so long that the controller's polls timed out and the
-    osmosis server cancelled every rollout when their polling leases expired (the start cap
-    of issue 17 item 3 is the product's answer; here the driver paces itself)."""
+    two cores that starves the server so long that the controller's polls time out and the
+    osmosis server cancels every rollout when their polling leases expire (the backend's start
+    cap is the product's answer; here the driver paces itself)."""
     deadline = time.monotonic() + size.ramp_timeout_sec
     tasks: list[asyncio.Task[bool]] = []
 
@@ -173,11 +155,13 @@ async def scale_phase(work: Path, chat: FakeChatServer, size: Sizes) -> ScaleFig
     try:
         async with ServerProcess(spec) as server, controller(server.url, size.n + 2) as client:
             figures.server_pid = server.pid
-            await _submit(client, chat.base_url, "warm up\nreply: true", grade=False, timeout=None)
+            await submit_rollout(client, chat.base_url, "warm up\nreply: true", grade=False, timeout=None)
             await server.ask("lag")
             cpu0, rss0, t0 = server.cpu_sec(), server.rss_mib(), time.monotonic()
             text = f"wait at the gate\nreply: {gate.command}"
-            tasks = await ramp(gate, size, lambda: _submit(client, chat.base_url, text, grade=False, timeout=1800))
+            tasks = await ramp(
+                gate, size, lambda: submit_rollout(client, chat.base_url, text, grade=False, timeout=1800)
+            )
             figures.in_flight = len(gate.arrivals)
             figures.ramp_sec = time.monotonic() - t0
             ramp_lag = await server.ask("lag")

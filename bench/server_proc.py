@@ -19,26 +19,48 @@ import os
 import re
 import threading
 from collections import defaultdict
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
+
+from osmosis_harbor.serving.local import serve_locally
+
+from .env import dispose, grader_task, make_backend
 
 LAG_PERIOD_SEC = 0.05
 _TICKS = os.sysconf("SC_CLK_TCK")
 _THREAD_NUMBER = re.compile(r"[_-]\d+$")  # ThreadPoolExecutor's and asyncio's worker numbers
 
 
+def make_ours(spec: ServerSpec) -> Any:
+    """Our ``HarborBackend`` as ``bench.env.make_backend`` builds it, for ``spec``."""
+    tasks_dir = grader_task(spec.work) if spec.graded else None
+    pool = {"pool": f"bench{os.getpid()}", "pool_size": spec.pool_size} if spec.pool_size else {}
+    return make_backend(
+        spec.work,
+        n_concurrent=spec.n_concurrent,
+        grader="AnswerGrader" if spec.graded else None,
+        sdk=spec.sdk,
+        **({"tasks_dir": tasks_dir} if tasks_dir else {}),
+        **pool,
+    )
+
+
 @dataclass(frozen=True)
 class ServerSpec:
-    """What the child serves: the template task, graded by the Osmosis grader or not."""
+    """What the child serves: the template task, graded by the Osmosis grader or not, with the
+    backend ``make`` builds and ``dispose`` ends (module-level functions: the spec crosses a
+    spawn)."""
 
     work: Path
     n_concurrent: int
     graded: bool = False
-    backend: str = "ours"  # or "incumbent": osmosis-ai 0.3.8's own Harbor backend (bench.incumbent)
     sdk: str = "docker"  # ours: the sandbox SDK (docker or skypilot-emulator)
     pool_size: int = 0  # ours: > 0 claims from a warm pool of this size, made by the prewarm at start
+    make: Callable[[ServerSpec], Any] = make_ours
+    dispose: Callable[[Any], Awaitable[None]] = dispose
 
 
 class LagProbe:
@@ -79,25 +101,7 @@ class _Profiler:
 
 
 async def _serve(spec: ServerSpec, conn: Connection) -> None:
-    from osmosis_harbor.serving.local import serve_locally
-
-    from .env import dispose, grader_task, make_backend
-
-    if spec.backend == "incumbent":
-        from .incumbent import make_incumbent
-
-        backend = make_incumbent(spec.work, spec.n_concurrent)
-    else:
-        tasks_dir = grader_task(spec.work) if spec.graded else None
-        pool = {"pool": f"bench{os.getpid()}", "pool_size": spec.pool_size} if spec.pool_size else {}
-        backend = make_backend(
-            spec.work,
-            n_concurrent=spec.n_concurrent,
-            grader="AnswerGrader" if spec.graded else None,
-            sdk=spec.sdk,
-            **({"tasks_dir": tasks_dir} if tasks_dir else {}),
-            **pool,
-        )
+    backend = spec.make(spec)
     probe = LagProbe()
     probe_task = asyncio.create_task(probe.run())
     profiler: _Profiler | None = None
@@ -121,12 +125,7 @@ async def _serve(spec: ServerSpec, conn: Connection) -> None:
                     conn.send({thread.native_id: thread.name for thread in threading.enumerate()})
     finally:
         probe_task.cancel()
-        if spec.backend == "incumbent":
-            from .incumbent import dispose_incumbent
-
-            await dispose_incumbent(backend)
-        else:
-            await dispose(backend)
+        await spec.dispose(backend)
 
 
 def _child(spec: ServerSpec, conn: Connection) -> None:

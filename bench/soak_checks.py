@@ -11,7 +11,8 @@ from pathlib import Path
 
 from osmosis_ai.rollout.types import RolloutStatus
 
-from osmosis_harbor.keys import MARKER, Redactor
+from osmosis_harbor.keys import MARKER
+from osmosis_harbor.shim.errors import Redactor
 
 from .env import managed_containers
 from .soak_plan import Observed, Plan, SoakReport

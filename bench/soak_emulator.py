@@ -1,4 +1,4 @@
-"""The API-fault soak on the skypilot-emulator (issue 16): N graded rollouts through the real
+"""The API-fault soak on the skypilot-emulator: N graded rollouts through the real
 server while the emulator's API fails about 5 % of the calls and evicts about 5 % of the
 rollouts' sandboxes; every rollout must end as its plan says, with nothing left anywhere.
 

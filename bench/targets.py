@@ -66,7 +66,7 @@ TARGETS: tuple[Target, ...] = (
         0.05,
     ),
     Target("  same, simulated latency", "throughput", "claim_to_first_exec_sec_latency", "s", None),
-    # issue 17: one process with N rollouts in flight (``bench.scale``)
+    # one process with N rollouts in flight (``bench.scale``)
     Target("scale: rollouts in flight at once", "scale", "in_flight", "calls", None),
     Target("scale: host CPU per completed rollout (wait excluded)", "scale", "host_cpu_per_rollout_s", "s", 0.03),
     Target("scale: idle CPU per in-flight rollout per second", "scale", "idle_cpu_ms_per_rollout_s", "ms", 1.0),
@@ -81,7 +81,7 @@ TARGETS: tuple[Target, ...] = (
         "s",
         None,
     ),
-    # issue 17: the side-by-side with osmosis-ai 0.3.8's own Harbor backend (``bench.incumbent``)
+    # the side-by-side with osmosis-ai 0.3.8's own Harbor backend (``bench.incumbent``)
     Target("ours / incumbent: host CPU per graded rollout", "incumbent", "cpu_ratio", "x", 0.15),
     Target("ours / incumbent: sequential latency", "incumbent", "latency_ratio", "x", 0.20),
     Target("ours / incumbent: throughput at concurrency 4", "incumbent", "throughput_ratio", "x", 5.0, operator.ge),
@@ -145,7 +145,7 @@ def evaluate(benchmarks: Mapping[str, Mapping[str, Any]], latency_ms: float) -> 
 
 
 def render(rows: list[dict[str, Any]]) -> None:
-    table = Table(title="targets (issues 10 and 17; this run, same-run baselines)", title_justify="left")
+    table = Table(title="targets (this run, same-run baselines)", title_justify="left")
     table.add_column("figure", overflow="fold")
     table.add_column("measured", justify="right")
     table.add_column("target", justify="right")

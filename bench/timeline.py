@@ -34,7 +34,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .env import grader_elapsed, shim_elapsed
+from osmosis_harbor.serving.local import serve_locally
+from osmosis_harbor.testing.scripted_policy import FakeChatServer
+
+from .env import dispose, grader_elapsed, grader_task, make_backend, shim_elapsed, workdir
+from .soak import controller
+from .workload import GRADED_PROMPT, submit_rollout
 
 __all__ = ["Span", "Timeline", "timeline_patches"]
 
@@ -223,13 +228,6 @@ def medians(runs: list[list[Span]]) -> dict[str, float]:
 
 
 async def run(sdk: str, n: int, pool: bool) -> str:
-    from osmosis_harbor.serving.local import serve_locally
-    from osmosis_harbor.testing.scripted_policy import FakeChatServer
-
-    from .env import dispose, grader_task, make_backend, workdir
-    from .scale import GRADED_PROMPT, _submit
-    from .soak import controller
-
     work = workdir("timeline")
     chat = FakeChatServer(default_reply="true")
     pool_kwargs: dict[str, Any] = {"pool": f"tl{int(time.time())}", "pool_size": 2} if pool else {}
@@ -245,12 +243,14 @@ async def run(sdk: str, n: int, pool: bool) -> str:
     try:
         await backend.prewarm()
         async with serve_locally(backend) as url, controller(url, n + 1) as client:
-            assert await _submit(client, chat.base_url, GRADED_PROMPT, grade=True, timeout=None), "warm-up failed"
+            assert await submit_rollout(client, chat.base_url, GRADED_PROMPT, grade=True, timeout=None), (
+                "warm-up failed"
+            )
             runs: list[list[Span]] = []
             with timeline_patches() as timeline:
                 for _ in range(n):
                     t0 = time.perf_counter()
-                    ok = await _submit(client, chat.base_url, GRADED_PROMPT, grade=True, timeout=None)
+                    ok = await submit_rollout(client, chat.base_url, GRADED_PROMPT, grade=True, timeout=None)
                     total = time.perf_counter() - t0
                     spans = timeline.take()
                     runs.append(spans + [Span("submit to result", t0, t0 + total)])

@@ -1,8 +1,8 @@
 """Transfer out of a sandbox: 100,000 small files against the same bytes in one file.
 
-Why: every byte a sandbox sends back goes through our own extractor (``sandbox/extract``:
+Why: every byte a sandbox sends back goes through our own extractor (``sandbox/transfer/extract``:
 dir fds, ``O_NOFOLLOW | O_EXCL``, bounds), and a tree of many small files is where its
-per-entry cost shows (issue 14 measured 380 s for 100,000 files before it). The one-file
+per-entry cost shows. The one-file
 transfer of the same bytes is the baseline; the ratio is the per-entry overhead.
 
 How: a sandbox of the template task holds ``/logs/agent`` as N files of 100 bytes (made by

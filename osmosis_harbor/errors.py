@@ -47,6 +47,7 @@ __all__ = [
     "SandboxNotFoundError",
     "SandboxSdkMissingError",
     "SandboxUnavailableError",
+    "DockerSdkMissingError",
     "TaskResolutionError",
     "TransferLimitError",
     "TrialPhaseError",
@@ -144,6 +145,15 @@ class SandboxSdkMissingError(SandboxError, RuntimeError):
         # Not super(): Harbor's MissingExtraError.__init__ (later in a subclass's MRO) writes its
         # own pip-extra message, and ours says what to install.
         RuntimeError.__init__(self, hint if cause is None else f"{hint} (import error: {cause})")
+
+
+class DockerSdkMissingError(SandboxSdkMissingError):
+    """Building or inspecting an image on the local engine needs docker-py, which is not installed."""
+
+    HINT = "this needs the Docker SDK for Python: pip install 'osmosis-harbor[docker]'"
+
+    def __init__(self, cause: BaseException | None = None) -> None:
+        super().__init__("docker", self.HINT, cause, package="docker")
 
 
 class SandboxUnavailableError(SandboxError, RuntimeError):

@@ -2,8 +2,8 @@
 
 Harbor serialises a trial's whole config (agent kwargs and env included) into the trial
 directory, so trials carry only the rollout id: the workflow agent looks the endpoint and key
-up here (``credentials_for``) at run time and hands them to the in-container process through
-its exec environment. The key lives in host memory only; the workflow gets it through its
+up in ``credentials`` at run time and hands them to the in-container process through its
+exec environment. The key lives in host memory only; the workflow gets it through its
 process environment and may still write it anywhere under ``/logs``, which Harbor copies
 into the trial directory, on success, on failure and on cancellation alike. So every
 trial directory that may receive the key is held in ``KeyCustody`` from before its trial
@@ -32,31 +32,14 @@ from typing import BinaryIO
 
 from pydantic import ValidationError
 
-from osmosis_harbor.credentials import (
-    CredentialStore,
-    RolloutCredentials,
-    credentials_for,
-    credentials_scope,
-    current_store,
-    drop_credentials,
-    hold_credentials,
-)
 from osmosis_harbor.owner_process import Owner
 from osmosis_harbor.shim.errors import REDACTED, Redactor
 
 __all__ = [
     "MARKER",
-    "CredentialStore",
     "KeyCustody",
-    "Redactor",
-    "RolloutCredentials",
     "ScrubReport",
-    "credentials_for",
-    "credentials_scope",
-    "current_store",
     "default_trials_dirs",
-    "drop_credentials",
-    "hold_credentials",
     "scrub_tree",
     "sweep_unscrubbed",
 ]

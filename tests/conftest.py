@@ -168,7 +168,7 @@ def sdk_calls(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
     would cost as a round trip to the SkyPilot API server."""
     from osmosis_harbor.sandbox import docker as docker_sdk
     from osmosis_harbor.sandbox.docker import exec as exec_module
-    from osmosis_harbor.sandbox.docker.calls import Dual
+    from osmosis_harbor.sandbox.sdk.calls import Dual
 
     counter: Counter[str] = Counter()
 

@@ -1,4 +1,4 @@
-"""Remote task refs through ``HarborBackend`` and the real osmosis server (README, "Rollouts"):
+"""Remote task refs through ``HarborBackend`` and the real osmosis server (docs/rollouts.md, "What a rollout runs"):
 a git task (``metadata["harbor_task"]`` + ``git_url`` + ``git_commit_id``, from a real git
 repository this test makes with ``git init``) and a registry package (``org/name@sha256:...``,
 found in Harbor's own package cache, the registry itself unreachable and refused).

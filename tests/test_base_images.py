@@ -310,7 +310,7 @@ def test_the_script_ships_in_the_wheel(tmp_path: Path) -> None:
     (wheel,) = tmp_path.glob("osmosis_harbor-*.whl")
     with zipfile.ZipFile(wheel) as archive:
         archive.extract("osmosis_harbor/sandbox/images/base-images.sh", tmp_path / "unpacked")
-    script = tmp_path / "unpacked" / "osmosis_harbor" / "sandbox" / "base-images.sh"
+    script = tmp_path / "unpacked" / "osmosis_harbor" / "sandbox" / "images" / "base-images.sh"
     proc = subprocess.run(["bash", str(script), "--names"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and set(proc.stdout.split()) == set(EXPECTED)
 

@@ -1,4 +1,4 @@
-"""The benchmarks' promise (README, "Benchmarks"): every sandbox, pool and image a run creates
+"""The benchmarks' promise (docs/performance.md, "Benchmarks"): every sandbox, pool and image a run creates
 is removed. ``overhead``, ``throughput``, ``bundle``, ``prewarm`` and ``admission`` run in one
 ``python -m bench --quick`` process with their sizes cut to the smallest that still runs every
 code path (``soak`` and latency have their own tests); then nothing of that process is left:

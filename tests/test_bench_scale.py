@@ -67,7 +67,7 @@ def test_the_scale_figures_land_under_a_top_level_scale_key(tmp_path: Path, monk
 async def test_the_graded_cpu_phase_splits_the_servers_cpu_by_thread_family(
     tmp_path: Path, fake_chat: FakeChatServer
 ) -> None:
-    """Where a graded rollout's host CPU goes by thread (the README's split): the event loop, the
+    """Where a graded rollout's host CPU goes by thread (docs/performance.md's split): the event loop, the
     default executor behind ``to_thread``, the Docker SDK's pool and the policy relay each
     spent some, named by family (no worker numbers), and the families add up to the total."""
     import re

@@ -1,4 +1,4 @@
-"""Every command exits 130 on Ctrl-C (README, "Bundles"), with one line and no sandbox left.
+"""Every command exits 130 on Ctrl-C (README, "The command line"), with one line and no sandbox left.
 
 A real SIGINT reaches ``rollout`` while its workflow runs in a sandbox (the command's own
 osmosis server is in the same process) and ``sandbox-check`` while its sandboxes run;

@@ -24,8 +24,9 @@ from harbor.trial.queue import TrialQueue
 from osmosis_ai.rollout.types import RolloutErrorCategory, RolloutStatus
 
 from osmosis_harbor.backend import HarborBackend
-from osmosis_harbor.keys import MARKER, Redactor
+from osmosis_harbor.keys import MARKER
 from osmosis_harbor.sandbox import environment_config
+from osmosis_harbor.shim.errors import Redactor
 
 from .rollout_server import client_for, serve
 from .support import FIXTURES, TASKS, managed_containers

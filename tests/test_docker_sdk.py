@@ -30,8 +30,8 @@ import pytest
 from osmosis_harbor.sandbox import conformance
 from osmosis_harbor.sandbox import docker as docker_sdk
 from osmosis_harbor.sandbox.docker import labels as L
-from osmosis_harbor.sandbox.docker.calls import Dual
 from osmosis_harbor.sandbox.docker.labels import Owner, Role
+from osmosis_harbor.sandbox.sdk.calls import Dual
 
 REPO = Path(__file__).resolve().parent.parent
 CHECKS = [c.name for c in conformance.selected_checks(include_pools=True)]

@@ -18,18 +18,8 @@ from harbor.models.task.task import Task
 from harbor.models.trial.paths import TrialPaths
 
 import osmosis_harbor
-from osmosis_harbor.harbor_compat.surface import (
-    BASE,
-    SKY,
-    SURFACE,
-    HarborName,
-    Use,
-    assigned_in_init,
-    current_shape,
-    resolve,
-    shape_of,
-    surface_for,
-)
+from osmosis_harbor.harbor_compat.shapes import assigned_in_init, current_shape, resolve, shape_of
+from osmosis_harbor.harbor_compat.surface import BASE, SKY, SURFACE, HarborName, Use, surface_for
 from osmosis_harbor.harbor_compat.version import HARBOR, LINES, line_of
 from osmosis_harbor.sandbox import SandboxEnvironment, environment_config
 
@@ -128,7 +118,7 @@ def test_every_harbor_method_we_override_is_listed_with_harbors_shape() -> None:
             continue
         entries = _listed(name, {owner})
         assert entries, (
-            f"{owner}.{name} is overridden in sandbox/environment/sandbox_environment.py but not listed in harbor_surface"
+            f"{owner}.{name} is overridden in sandbox/environment/sandbox_environment.py but not listed in harbor_compat/surface.py"
         )
         if name == "__init__":
             continue
@@ -165,7 +155,7 @@ def test_every_harbor_private_name_our_environment_touches_is_listed() -> None:
     assert {"_resolve_user", "_persistent_env", "_run_shell"} <= harbor_names  # control: the scan sees them
     missing = sorted(n for n in harbor_names if not _listed(n, HARBOR_ENVIRONMENT_OWNERS))
     assert not missing, (
-        f"sandbox/environment/sandbox_environment.py touches Harbor's {missing}, not listed in harbor_surface"
+        f"sandbox/environment/sandbox_environment.py touches Harbor's {missing}, not listed in harbor_compat/surface.py"
     )
 
 

@@ -25,8 +25,9 @@ from osmosis_ai.rollout.server import create_rollout_server
 from osmosis_ai.rollout.types import RolloutErrorCategory, RolloutStatus
 
 from osmosis_harbor.backend import HarborBackend
-from osmosis_harbor.keys import MARKER, KeyCustody, Redactor
+from osmosis_harbor.keys import MARKER, KeyCustody
 from osmosis_harbor.serving.server import draining_server
+from osmosis_harbor.shim.errors import Redactor
 from osmosis_harbor.testing.scripted_policy import FakeChatServer
 
 from .rollout_server import client_for, http_to, serve

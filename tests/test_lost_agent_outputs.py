@@ -1,5 +1,5 @@
 """The agent's sandbox lost after the workflow ran, before its outputs reached the host, through
-the real server (README, "Lost sandboxes").
+the real server (docs/operations.md, "Lost sandboxes").
 
 Harbor's agent timing has ended when it downloads ``/logs/agent`` (best-effort: it swallows the
 failure) and collects the artifacts, and its verifier runs next. Read by "the last phase that

@@ -1,4 +1,4 @@
-"""Whose sandbox was lost, and when, decides whose failure it is (README, "Lost sandboxes"), read
+"""Whose sandbox was lost, and when, decides whose failure it is (docs/operations.md, "Lost sandboxes"), read
 through ``build_outcome`` with Harbor's own ``TrialResult`` and a trial directory as a sandbox left
 it. The host records the first loss it saw with its role (the error's class) and its moment
 (``backend.losses``); Harbor's phase timings alone cannot tell a loss while its agent ran from one

@@ -1,5 +1,5 @@
 """A sandbox lost while Harbor's verifier adds the tests directory or downloads the verifier
-directory is a lost sandbox, through the real server (README, "Lost sandboxes").
+directory is a lost sandbox, through the real server (docs/operations.md, "Lost sandboxes").
 
 Harbor wraps a failure of either transfer in its own ``AddTestsDirError`` /
 ``DownloadVerifierDirError`` (the loss being their cause), which alone would read as an

@@ -1,4 +1,4 @@
-"""A sandbox lost in the ``environment`` and ``agent_setup`` phases (README, "Lost sandboxes";
+"""A sandbox lost in the ``environment`` and ``agent_setup`` phases (docs/operations.md, "Lost sandboxes";
 the agent and verifier phases are in ``tests/test_lost_sandbox.py``): ``internal_error`` naming
 the sandbox and the phase, through the real server. Beside them, a third rollout on the same
 backend shows ``patch_dockerfile_with_sdk=False`` itself works (README, "Rollouts"): the image is
@@ -23,7 +23,7 @@ from osmosis_ai.rollout.types import RolloutErrorCategory, RolloutStatus
 
 from osmosis_harbor.sandbox import docker as docker_sdk
 from osmosis_harbor.sandbox.docker import labels as L
-from osmosis_harbor.sandbox.docker.calls import Dual
+from osmosis_harbor.sandbox.sdk.calls import Dual
 from osmosis_harbor.tasks.refs import ResolvedTask
 
 from .rollout_server import client_for, serve

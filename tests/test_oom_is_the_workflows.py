@@ -1,4 +1,4 @@
-"""README ("Lost sandboxes"): a workflow OOM-killed inside the task's memory limit is the
+"""docs/operations.md ("Lost sandboxes"): a workflow OOM-killed inside the task's memory limit is the
 workflow's ``agent_error``, not a lost sandbox (``internal_error``): the sandbox still runs.
 
 The task is the bundled template with ``[environment] memory_mb = 256``; the workflow fills

@@ -26,12 +26,8 @@ import pytest
 
 from osmosis_harbor.backend.options import BackendOptions
 from osmosis_harbor.errors import ConfigError, SandboxNetworkError
-from osmosis_harbor.sandbox.docker.network import (
-    BRIDGE_INTERFACE,
-    SANDBOX_NETWORK,
-    ensure_sandbox_network,
-    sandbox_network,
-)
+from osmosis_harbor.sandbox.docker.engine import sandbox_network
+from osmosis_harbor.sandbox.docker.network import BRIDGE_INTERFACE, SANDBOX_NETWORK, ensure_sandbox_network
 from osmosis_harbor.sandbox.relay.http import forwardable_path
 from osmosis_harbor.sandbox.relay.limits import Blame, RelayAdmission, RelayLimits
 from osmosis_harbor.sandbox.relay.policy_relay import PolicyRelay

@@ -26,7 +26,7 @@ from osmosis_ai.rollout.types import RolloutStatus
 
 from osmosis_harbor.backend import HarborBackend
 from osmosis_harbor.sandbox import environment_config
-from osmosis_harbor.sandbox.docker.network import sandbox_network
+from osmosis_harbor.sandbox.docker.engine import sandbox_network
 from osmosis_harbor.testing.scripted_policy import FakeChatServer
 
 from .rollout_server import client_for, serve

@@ -1,8 +1,9 @@
-"""The README, run as written: every fenced ``bash`` and ``python`` block is extracted from
-README.md itself (so the two cannot drift) and exercised, with its documented result checked.
+"""The README and docs/, run as written: every fenced ``bash`` and ``python`` block is extracted
+from README.md and docs/*.md themselves (so the two cannot drift) and exercised, with its
+documented result checked.
 
 ``test_every_block_is_exercised`` fails when a block is added, removed or moved to another
-section without a runner here: a new example in the README needs a test before it lands."""
+section or file without a runner here: a new example needs a test before it lands."""
 
 from __future__ import annotations
 
@@ -30,11 +31,13 @@ from .support import REPO, TASKS, wait_until
 pytestmark = pytest.mark.slow
 
 README = REPO / "README.md"
+DOCS = REPO / "docs"
 _BLOCK = re.compile(r"^(?P<heading>#{1,4} [^\n]*)$|^```(?P<lang>\w*)\n(?P<body>.*?)^```$", re.M | re.S)
 
 
 @dataclass(frozen=True)
 class Block:
+    doc: str  # the file, relative to the repository
     section: str
     lang: str
     body: str
@@ -46,19 +49,26 @@ class Block:
         return [line for line in joined.splitlines() if line.strip() and not line.lstrip().startswith("#")]
 
 
+def documents() -> list[Path]:
+    """The files whose runnable blocks are checked: the README and every page under docs/."""
+    return [README, *sorted(DOCS.glob("*.md"))]
+
+
 def readme_blocks() -> list[Block]:
-    blocks, section = [], ""
-    for match in _BLOCK.finditer(README.read_text()):
-        if match["heading"]:
-            section = match["heading"].lstrip("#").strip()
-        elif match["lang"] in ("bash", "sh", "python"):
-            blocks.append(Block(section, match["lang"], match["body"]))
+    blocks = []
+    for path in documents():
+        doc, section = str(path.relative_to(REPO)), ""
+        for match in _BLOCK.finditer(path.read_text()):
+            if match["heading"]:
+                section = match["heading"].lstrip("#").strip()
+            elif match["lang"] in ("bash", "sh", "python"):
+                blocks.append(Block(doc, section, match["lang"], match["body"]))
     return blocks
 
 
-def block(section: str, lang: str) -> Block:
-    found = [b for b in readme_blocks() if b.section == section and b.lang == lang]
-    assert len(found) == 1, f"README: expected one {lang} block under {section!r}, found {len(found)}"
+def block(section: str, lang: str, doc: str = "README.md") -> Block:
+    found = [b for b in readme_blocks() if (b.doc, b.section, b.lang) == (doc, section, lang)]
+    assert len(found) == 1, f"{doc}: expected one {lang} block under {section!r}, found {len(found)}"
     return found[0]
 
 
@@ -255,7 +265,7 @@ RUNNERS: dict[tuple[str, str], Callable[[Path], None]] = {
     ("Oracle validation of a dataset", "bash"): lambda t: run_validate_synopsis(
         block("Oracle validation of a dataset", "bash"), t
     ),
-    ("The sandbox layer", "python"): lambda t: run_sandbox_layer(block("The sandbox layer", "python"), t),
+    ("The SkyPilot path", "python"): lambda t: run_sandbox_layer(block("The SkyPilot path", "python"), t),
     ("Rollouts: `HarborBackend`", "python"): lambda t: run_server_example(
         block("Rollouts: `HarborBackend`", "python"), block("Shutdown", "python"), t
     ),
@@ -272,14 +282,26 @@ RUNNERS: dict[tuple[str, str], Callable[[Path], None]] = {
     ),
 }
 
+# Runnable blocks of docs/*.md, keyed by (file, section, language); their reference pages hold
+# none today (commands there are inline, and examples are ``text``).
+DOC_RUNNERS: dict[tuple[str, str, str], Callable[[Path], None]] = {}
+
 
 def test_every_block_is_exercised() -> None:
-    found = sorted({(b.section, b.lang) for b in readme_blocks()})
+    assert (DOCS / "architecture.md").is_file(), "docs/ is where the README's reference moved"
+    blocks = readme_blocks()
+    in_docs = sorted({(b.doc, b.section, b.lang) for b in blocks if b.doc != "README.md"})
+    assert in_docs == sorted(DOC_RUNNERS), "docs/ blocks and their runners differ: add a runner for a new block"
+    found = sorted({(b.section, b.lang) for b in blocks if b.doc == "README.md"})
     assert found == sorted(RUNNERS), "README blocks and their runners differ: add a runner for a new block"
 
 
 @pytest.mark.parametrize(
-    "key", [k for k, runner in RUNNERS.items() if runner is not None], ids=lambda k: f"{k[0]}:{k[1]}"
+    "key",
+    [k for k, runner in RUNNERS.items() if runner is not None] + list(DOC_RUNNERS),
+    ids=lambda k: ":".join(k),
 )
-def test_readme_block_runs_as_written(key: tuple[str, str], tmp_path: Path) -> None:
-    RUNNERS[key](tmp_path)
+def test_readme_block_runs_as_written(key: tuple[str, ...], tmp_path: Path) -> None:
+    runner = RUNNERS[key] if len(key) == 2 else DOC_RUNNERS[key]  # type: ignore[index]
+    assert runner is not None
+    runner(tmp_path)

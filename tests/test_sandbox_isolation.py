@@ -34,7 +34,7 @@ import pytest
 from osmosis_harbor.sandbox import load_sandbox_sdk
 from osmosis_harbor.sandbox.conformance.core import ConformanceContext
 from osmosis_harbor.sandbox.docker import network as sandbox_networks
-from osmosis_harbor.sandbox.docker.engine import get_engine
+from osmosis_harbor.sandbox.docker.engine import get_engine, sandbox_network
 from osmosis_harbor.sandbox.sdk.privileges import SandboxPrivileges
 
 from .emulator_support import push_to_local_registry
@@ -141,7 +141,7 @@ def _image_for(path: SdkPath) -> str:
 
 async def test_a_sandbox_cannot_spoof_arp_or_read_its_neighbours_traffic(sandbox_sdk: SdkPath) -> None:
     ctx = ConformanceContext(sdk=load_sandbox_sdk(sandbox_sdk.name), image=_image_for(sandbox_sdk))
-    bridge = sandbox_networks.sandbox_network()
+    bridge = sandbox_network()
     try:
         outcome = await attack(ctx, bridge.gateway, sandbox_networks.BRIDGE_INTERFACE)
     finally:

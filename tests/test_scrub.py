@@ -14,7 +14,8 @@ from urllib.parse import quote
 import pytest
 
 from osmosis_harbor import keys
-from osmosis_harbor.keys import MARKER, KeyCustody, Redactor, scrub_tree
+from osmosis_harbor.keys import MARKER, KeyCustody, scrub_tree
+from osmosis_harbor.shim.errors import Redactor
 
 KEY = 'sk-scrub/0123456789abcdef+"q"\\ é&x=1'
 NAME = quote(KEY, safe="")  # the key's URL-encoded spelling: a file name can hold it ("/" cannot)

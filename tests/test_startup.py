@@ -255,7 +255,11 @@ def test_an_emulator_server_stops_with_the_backend_that_started_it(
     assert not process_alive(started.pid)
 
     other = subprocess.run(  # another process starts one and exits: the server outlives it
-        [sys.executable, "-c", "from osmosis_harbor.sandbox.emulator import launcher; print(launcher.server_url())"],
+        [
+            sys.executable,
+            "-c",
+            "from osmosis_harbor.sandbox.emulator.server import launcher; print(launcher.server_url())",
+        ],
         env={**os.environ},
         capture_output=True,
         text=True,

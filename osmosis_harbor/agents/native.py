@@ -62,7 +62,6 @@ __all__ = [
     "NO_KEY_PLACEHOLDER",
     "NativeAgentWiringWarning",
     "NotTrainableWarning",
-    "TRAINABLE_NATIVE_AGENTS",
     "TrajectoryError",
     "native_agent_config",
     "sample_from_trajectory",
@@ -72,7 +71,6 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 NATIVE_AGENTS = ("oracle", "terminus-2", "mini-swe-agent")
-TRAINABLE_NATIVE_AGENTS = ("terminus-2", "mini-swe-agent")
 DEFAULT_MODEL_NAME = "openai/osmosis-rollout"
 API_FORMAT = ModelApiFormat.OPENAI_CHAT_COMPLETIONS
 # mini-swe-agent reads the key from the OpenAI client's variable once the chat-completions

@@ -23,8 +23,9 @@ from harbor.agents.base import BaseAgent
 from harbor.environments.base import BaseEnvironment
 from harbor.models.agent.context import AgentContext
 
-from osmosis_harbor import keys, settings
+from osmosis_harbor import settings
 from osmosis_harbor.agents.limits import limits_note
+from osmosis_harbor.credentials import credentials_for
 from osmosis_harbor.errors import (
     BundleInstallError,
     IncompatibleTaskImageError,
@@ -202,7 +203,7 @@ class WorkflowAgent(BaseAgent):
     async def run(self, instruction: str, environment: BaseEnvironment, context: AgentContext) -> None:
         if self._steps:
             await self._stage_step_input(instruction, environment)
-        creds = keys.credentials_for(self._rollout_id)
+        creds = credentials_for(self._rollout_id)
         env = {**self._input_env, contract.ROLLOUT_ID_ENV: self._rollout_id}
         if self._shim_timeout_sec is not None:
             env[contract.AGENT_TIMEOUT_ENV] = str(self._shim_timeout_sec)

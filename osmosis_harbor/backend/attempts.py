@@ -3,7 +3,7 @@
 ``TrialRunner.run`` holds the trial directory in key custody from before the trial starts
 until it is scrubbed (``osmosis_harbor.keys``), submits the trial, runs it again on a fresh
 sandbox when the infrastructure failed the first one (a lost sandbox, or the policy relay
-refusing the rollout's calls through no fault of its own: ``sandbox.relay_record``; at most
+refusing the rollout's calls through no fault of its own: ``sandbox.relay.refusals``; at most
 ``infra_retries`` times, never after a workflow's own failure), and reads the last trial into
 the rollout's ``ExecutionOutcome``.
 A trial reaches the queue only while its rollout holds a slot of the backend's ``TrialGate``

@@ -29,7 +29,7 @@ from osmosis_ai.rollout.types import (
     RolloutStatus,
 )
 
-from osmosis_harbor import keys, settings
+from osmosis_harbor import settings
 from osmosis_harbor.agents.native import native_agent_config, scoped_api_key
 from osmosis_harbor.backend.admission import endpoint_problem, relays_endpoint, request_problem
 from osmosis_harbor.backend.attempts import Attempt, TrialRunner
@@ -40,12 +40,19 @@ from osmosis_harbor.backend.outcome import refused
 from osmosis_harbor.backend.plan import Planner, Refusal, RolloutPlan
 from osmosis_harbor.backend.tracker import TERMINAL, RolloutTracker
 from osmosis_harbor.bundle import BundleInfo, build_bundle, inspect_bundle
-from osmosis_harbor.credentials import CredentialStore, credentials_scope
+from osmosis_harbor.credentials import (
+    CredentialStore,
+    RolloutCredentials,
+    credentials_scope,
+    drop_credentials,
+    hold_credentials,
+)
 from osmosis_harbor.errors import BundleError, OsmosisHarborError, TaskResolutionError, VerifierGuardError
 from osmosis_harbor.harbor_compat import error_policies
 from osmosis_harbor.harbor_compat import fastpaths as harbor_fastpaths
 from osmosis_harbor.keys import KeyCustody, default_trials_dirs, sweep_unscrubbed
 from osmosis_harbor.prewarm import PrewarmReport, ProgressCallback
+from osmosis_harbor.sandbox import environment_config
 from osmosis_harbor.sandbox.guard import add_guard_hooks
 from osmosis_harbor.sandbox.owner.sandboxes import sandboxes_scope
 from osmosis_harbor.sandbox.owner.starts import SandboxStarts
@@ -287,7 +294,7 @@ class HarborBackend(ExecutionBackend):
         except OsmosisHarborError as exc:  # the engine or its network: the host's failure
             return refused(str(exc), {"failed_phase": "environment"}, RolloutErrorCategory.INTERNAL_ERROR)
         sandbox_url = relayed.sandbox_url if relayed is not None else None
-        keys.hold_credentials(request.id, keys.RolloutCredentials(url, key, sandbox_url))
+        hold_credentials(request.id, RolloutCredentials(url, key, sandbox_url))
         key_scope = scoped_api_key(key) if self.options.is_native else contextlib.nullcontext("")
         try:
             with key_scope as key_env:
@@ -312,7 +319,7 @@ class HarborBackend(ExecutionBackend):
                 )
                 return await self.runner.run(attempt, cleanup_success=self.options.cleanup_successful_trials)
         finally:
-            keys.drop_credentials(request.id)
+            drop_credentials(request.id)
             if relayed is not None:
                 relayed.close()
             await asyncio.to_thread(shutil.rmtree, work, True)
@@ -341,8 +348,6 @@ def _resolver(options: BackendOptions, host_dirs: Callable[[], list[Path]]) -> T
 
 
 def _default_environment() -> EnvironmentConfig:
-    from osmosis_harbor.sandbox import environment_config
-
     return environment_config()
 
 

@@ -18,10 +18,7 @@ from harbor.models.trial.result import ExceptionInfo, TrialResult
 
 from osmosis_harbor.errors import SandboxLostError
 
-__all__ = ["HARBOR_WRAPPERS", "recognise_loss"]
-
-# Harbor's exceptions that carry a failed transfer (a lost sandbox among its causes) as theirs.
-HARBOR_WRAPPERS = frozenset({"AddTestsDirError", "DownloadVerifierDirError"})
+__all__ = ["recognise_loss"]
 
 
 def recognise_loss(result: TrialResult, losses: Sequence[SandboxLostError]) -> TrialResult:

@@ -2,7 +2,9 @@
 base-images | emulator``.
 
 One module per command; user errors (``OsmosisHarborError``) print one line on stderr and exit
-with status 2. Anything else is a bug: it shows its traceback (under ``-v`` in full).
+with status 2. Anything else is a bug: it shows its traceback (under ``-v`` in full). Each
+command imports its machinery (the backend, Harbor's queue, an SDK) when it runs, so ``--help``
+and a mistyped command answer at once.
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ from rich.console import Console
 
 from osmosis_harbor import settings
 from osmosis_harbor.errors import UserError
+from osmosis_harbor.sandbox import environment_config
 from osmosis_harbor.sandbox.sdk.registry import SDK_NAMES
 
 EXIT_USAGE = 2
@@ -21,8 +22,6 @@ def environment_for(args: argparse.Namespace) -> EnvironmentConfig:
 
     A policy endpoint on this machine's loopback reaches local Docker sandboxes through the
     backend's policy relay, never through the host's network."""
-    from osmosis_harbor.sandbox import environment_config
-
     pool = getattr(args, "pool", None)
     return environment_config(
         args.env,

@@ -5,7 +5,7 @@ carried artifact (a graded rollout carries three: ``/logs/agent``, ``/logs/artif
 agent's working directory) through ``copy_via_tar``: the tree is packed into a temporary tar
 file and extracted with tarfile's ``data`` filter, which keeps links inside the copy, refuses the
 rest and special files, and tames modes. That is about 3.7 ms of host CPU for a 3-file
-directory, against 0.6 ms for the same files copied directly (issue 17).
+directory, against 0.6 ms for the same files copied directly.
 
 What this does: for a tree that holds only directories and regular files with a single link
 each (what our hardened extraction leaves in a trial directory), there is nothing for the filter
@@ -17,7 +17,7 @@ set when it is made, so a non-empty one ends up with the time its last entry was
 when extracting). Anything else (a link of either kind, a special file, a name that is not
 ASCII, an entry we cannot read, a source that is a file, missing or a link) goes to Harbor's
 own ``copy_via_tar`` unchanged, refusals and messages included. ``tests/test_artifact_copy.py``
-compares both on generated trees. It is installed like the other Harbor fast paths (``harbor_fastpaths``), only
+compares both on generated trees. It is installed like the other Harbor fast paths (``fastpaths``), only
 over the ``copy_via_tar`` source and the Python ``data`` filter it was verified against.
 """
 

@@ -5,8 +5,8 @@ Why: every Harbor trial loads its task again (``Task.__init__``), hashes it for 
 verifier. All of these walk the task through ``TaskFileFilter.is_excluded`` and
 ``validate_input_tree``, written with ``pathlib`` (``relative_to``, ``resolve``,
 ``is_relative_to``), which on Python 3.12 build dozens of path objects per call. For a 9-file
-task copy that is about 45 ms of host CPU per trial, most of the host CPU a graded rollout costs
-(issue 17). Harbor 0.25 offers no way to hand a trial an already checked task.
+task copy that is about 45 ms of host CPU per trial, most of the host CPU a graded rollout costs.
+Harbor 0.25 offers no way to hand a trial an already checked task.
 
 What this does: it installs string-based versions of those five functions in Harbor's classes
 and modules. Each one computes exactly what Harbor's does, in the same order, raising the same
@@ -24,75 +24,17 @@ import hashlib
 import inspect
 import logging
 import os
-import stat
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from errno import EBADF, ELOOP, ENOENT, ENOTDIR
 from pathlib import Path
 from typing import Any
 
-from osmosis_harbor.harbor_compat import artifact_copy
+from osmosis_harbor import settings
+from osmosis_harbor.harbor_compat import artifact_copy, string_paths
 from osmosis_harbor.harbor_compat.lock_facts import task_package_version, task_verifier_environment_mode
 
 log = logging.getLogger(__name__)
-
-_IGNORED_ERRNOS = (ENOENT, ENOTDIR, EBADF, ELOOP)
-
-
-# ── path helpers with pathlib's exact semantics ───────────────────────────────────────────────
-def _resolve(path: str) -> str:
-    """``str(Path(path).resolve())``, errors included (``RuntimeError`` on a link loop)."""
-    return str(Path(path).resolve())
-
-
-def _resolve_below(path: str, root: str) -> str:
-    """``_resolve(path)`` for a normalized ``path`` within ``root``, ``root`` being resolved
-    already (``TaskFileFilter`` resolves its task directory when made): only the components
-    below ``root`` are looked at, and any link among them takes the exact route."""
-    relative = _relative(path, root)
-    if relative == ".":
-        return _resolve(path)
-    current = root
-    for part in relative.split("/"):
-        current = _child(current, part)
-        try:
-            if stat.S_ISLNK(os.lstat(current).st_mode):
-                return _resolve(path)
-        except OSError:
-            return _resolve(path)
-    return path
-
-
-def _is_dir(path: str) -> bool:
-    """``Path(path).is_dir()``: follows links; missing, dangling or looping is ``False``."""
-    try:
-        return stat.S_ISDIR(os.stat(path).st_mode)
-    except OSError as exc:
-        if exc.errno not in _IGNORED_ERRNOS:
-            raise
-        return False
-    except ValueError:
-        return False
-
-
-def _within(path: str, root: str) -> bool:
-    """``Path(path).is_relative_to(root)`` for normalized absolute paths."""
-    return path == root or path.startswith(root if root.endswith("/") else root + "/")
-
-
-def _relative(path: str, root: str) -> str:
-    """``Path(path).relative_to(root).as_posix()`` for a normalized ``path`` within ``root``."""
-    if path == root:
-        return "."
-    return path[len(root) :] if root.endswith("/") else path[len(root) + 1 :]
-
-
-def _child(parent: str, name: str) -> str:
-    """``str(Path(parent) / name)`` as ``iterdir`` yields it."""
-    if parent == ".":
-        return name
-    return parent + name if parent.endswith("/") else parent + "/" + name
 
 
 # ── harbor.utils.path_safety.validate_input_tree ──────────────────────────────────────────────
@@ -101,17 +43,17 @@ def validate_input_tree(path: Path, root: Path, *, exclude: Callable[[Path], boo
 
     The one shortcut: an entry that is not a link, inside a directory already resolved, resolves
     to that directory's resolved path plus its name, so only links (and the top) are resolved."""
-    root_s = _resolve(os.fspath(root))
+    root_s = string_paths.resolve(os.fspath(root))
     checked: set[str] = set()
 
     def visit(candidate: str, resolved: str | None, ancestors: frozenset[str]) -> None:
         if exclude is not None and exclude(Path(candidate)):
             return
         if resolved is None:
-            resolved = _resolve(candidate)
-        if not _within(resolved, root_s):
+            resolved = string_paths.resolve(candidate)
+        if not string_paths.within(resolved, root_s):
             raise ValueError(f"Input paths must stay within the task: {candidate}")
-        if not _is_dir(candidate):
+        if not string_paths.is_dir(candidate):
             return
         if resolved in ancestors:
             raise ValueError(f"Input directory links must not form cycles: {candidate}")
@@ -121,7 +63,7 @@ def validate_input_tree(path: Path, root: Path, *, exclude: Callable[[Path], boo
         with os.scandir(candidate) as entries:
             children = [(entry.name, entry.is_symlink()) for entry in entries]
         for name, is_link in children:
-            visit(_child(candidate, name), None if is_link else _child(resolved, name), inner)
+            visit(string_paths.child(candidate, name), None if is_link else string_paths.child(resolved, name), inner)
         checked.add(resolved)
 
     visit(str(Path(path)), None, frozenset())
@@ -134,7 +76,7 @@ def select_files(source_dir: Path | str, *, exclude: Callable[[Path], bool] | No
     from harbor.utils.file_selection import FileSelection
 
     source = os.path.abspath(source_dir)
-    if not _is_dir(source):
+    if not string_paths.is_dir(source):
         raise FileNotFoundError(f"Source directory {Path(source)} does not exist")
     if exclude is not None and exclude(Path(source)):
         return FileSelection(Path(source), ())
@@ -144,12 +86,12 @@ def select_files(source_dir: Path | str, *, exclude: Callable[[Path], bool] | No
     def visit(directory: str) -> None:
         nonlocal includes_all_entries
         for name in sorted(os.listdir(directory)):
-            path = _child(directory, name)
+            path = string_paths.child(directory, name)
             if exclude is not None and exclude(Path(path)):
                 includes_all_entries = False
                 continue
-            retained.append(Path(_relative(path, source)))
-            if _is_dir(path) and not os.path.islink(path):
+            retained.append(Path(string_paths.relative(path, source)))
+            if string_paths.is_dir(path) and not os.path.islink(path):
                 visit(path)
 
     visit(source)
@@ -170,27 +112,27 @@ def _matches(self: Any, path: Path) -> bool:
     ``.harborignore`` of a directory in scope (``tests/``, ``solution/``, their step forms)."""
     root = str(self.task_dir)
     target = str(path)
-    relative = _relative(target, root)
+    relative = string_paths.relative(target, root)
     parts = [] if relative == "." else relative.split("/")
     if (parts[-1] if parts else "") == self.IGNORE_FILENAME:
         return True
-    target_is_dir = _is_dir(target)
+    target_is_dir = string_paths.is_dir(target)
     if not _in_scope(relative + ("/" if target_is_dir else "")):
         return False
     specs: list[tuple[str, Any]] = []
     candidate = root
     for index, part in enumerate(parts):
-        if _in_scope(_relative(candidate, root) + "/"):
+        if _in_scope(string_paths.relative(candidate, root) + "/"):
             specs.append((candidate, self._spec_for(Path(candidate))))
-        candidate = _child(candidate, part)
+        candidate = string_paths.child(candidate, part)
         suffix = "/" if index < len(parts) - 1 or target_is_dir else ""
-        if not _in_scope(_relative(candidate, root) + suffix):
+        if not _in_scope(string_paths.relative(candidate, root) + suffix):
             continue
         excluded = False
         for directory, spec in specs:
             if not spec.patterns:
                 continue  # an empty spec never decides (check_file's include stays None)
-            match = spec.check_file(_relative(candidate, directory) + suffix)
+            match = spec.check_file(string_paths.relative(candidate, directory) + suffix)
             if match.include is not None:
                 excluded = match.include
         if excluded:
@@ -202,12 +144,12 @@ def is_excluded(self: Any, path: Path | str) -> bool:
     """``TaskFileFilter.is_excluded``: the path, or the task-internal target of a link to it, is ignored."""
     absolute = os.path.abspath(path)
     root = str(self.task_dir)
-    if not _within(absolute, root):
+    if not string_paths.within(absolute, root):
         return False
     if self._matches(Path(absolute)):
         return True
-    resolved = _resolve_below(absolute, root)
-    return resolved != absolute and _within(resolved, root) and bool(self._matches(Path(resolved)))
+    resolved = string_paths.resolve_below(absolute, root)
+    return resolved != absolute and string_paths.within(resolved, root) and bool(self._matches(Path(resolved)))
 
 
 # ── harbor.publisher.packager.Packager.collect_files ──────────────────────────────────────────
@@ -245,7 +187,7 @@ def collect_files(task_dir: Path) -> list[Path]:
     else:
         spec = _gitignore_spec(tuple(packager.DEFAULT_IGNORES))
     root = str(task_dir)
-    relative = [(_relative(str(f), root), f) for f in files]
+    relative = [(string_paths.relative(str(f), root), f) for f in files]
     kept = [(rel, f) for rel, f in relative if not spec.match_file(rel)]
     kept.sort(key=lambda pair: pair[0])
     return [f for _, f in kept]
@@ -377,8 +319,6 @@ def original(label: str) -> Any:
 def install() -> tuple[str, ...]:
     """Replace each Harbor function whose source is the verified one; idempotent, thread-safe.
     Returns the labels now replaced. A no-op when ``OSMOSIS_HARBOR_HARBOR_FASTPATHS`` is off."""
-    from osmosis_harbor import settings
-
     if not settings.current().harbor_fastpaths:
         return installed()
     with _lock:

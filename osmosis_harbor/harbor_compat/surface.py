@@ -1,7 +1,8 @@
 """Every Harbor name we depend on beyond a plain call of its documented API, in one place.
 
-Harbor's ``SkypilotEnvironment`` is subclassed, not wrapped (``environment.py``): trials take
-Harbor's own code path, and that couples us to its private names. We skip its ``__init__`` and
+Harbor's ``SkypilotEnvironment`` is subclassed, not wrapped
+(``sandbox/environment/sandbox_environment.py``): trials take Harbor's own code path, and that
+couples us to its private names. We skip its ``__init__`` and
 set its attributes ourselves, override its private methods, call others, and carry a copy of
 ``_create_sandbox`` with the SDK swapped in. Elsewhere we call a private helper of Harbor's lint
 CLI, copy a command its verifier builds, and subclass its agent base. Each such name is listed
@@ -15,27 +16,12 @@ and the test checks the installed line's (`surface_for`).
 
 from __future__ import annotations
 
-import ast
-import importlib
-import inspect
-import textwrap
 from dataclasses import dataclass
 from enum import StrEnum
-from functools import cached_property
-from typing import Any
 
 from osmosis_harbor.harbor_compat.version import HARBOR, LINES
 
-__all__ = [
-    "SURFACE",
-    "HarborName",
-    "Use",
-    "assigned_in_init",
-    "current_shape",
-    "resolve",
-    "shape_of",
-    "surface_for",
-]
+__all__ = ["BASE", "SKY", "SURFACE", "HarborName", "Use", "surface_for"]
 
 
 class Use(StrEnum):
@@ -49,9 +35,9 @@ class Use(StrEnum):
 @dataclass(frozen=True)
 class HarborName:
     """``owner`` is ``module`` or ``module:Class``; ``shape`` is the canonical signature (names
-    and kinds, no annotations or defaults: `shape_of`) or ``property`` / ``cached_property`` /
-    ``attribute`` (assigned in the owner's ``__init__``) / ``constant`` / ``class``; ``lines``: the Harbor
-    lines it holds on (all by default)."""
+    and kinds, no annotations or defaults: ``shapes.shape_of``) or ``property`` / ``cached_property`` /
+    ``attribute`` (assigned in the owner's ``__init__``) / ``constant`` / ``class``; ``lines``: the
+    Harbor lines it holds on (all by default)."""
 
     owner: str
     name: str
@@ -476,59 +462,3 @@ SURFACE: tuple[HarborName, ...] = (
 def surface_for(line: str = HARBOR.name) -> tuple[HarborName, ...]:
     """The entries that hold on Harbor ``line`` (the installed one by default)."""
     return tuple(entry for entry in SURFACE if line in entry.lines)
-
-
-def resolve(owner: str) -> Any:
-    """The Harbor module or class ``module[:Class]`` names (ImportError/AttributeError if gone)."""
-    module, _, qualname = owner.partition(":")
-    obj: Any = importlib.import_module(module)
-    for part in filter(None, qualname.split(".")):
-        obj = getattr(obj, part)
-    return obj
-
-
-def shape_of(obj: Any) -> str:
-    """A callable's parameter names and kinds, without annotations or defaults."""
-    sig = inspect.signature(obj)
-    params = [
-        p.replace(annotation=inspect.Parameter.empty, default=inspect.Parameter.empty) for p in sig.parameters.values()
-    ]
-    return str(sig.replace(parameters=params, return_annotation=inspect.Signature.empty))
-
-
-def assigned_in_init(cls: type) -> set[str]:
-    """The ``self.<name>`` attributes ``cls.__init__`` itself assigns (read from its source)."""
-    tree = ast.parse(textwrap.dedent(inspect.getsource(vars(cls)["__init__"])))
-    names: set[str] = set()
-    for node in ast.walk(tree):
-        targets = (
-            node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
-        )
-        for target in targets:
-            if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self":
-                names.add(target.attr)
-    return names
-
-
-def current_shape(entry: HarborName) -> str:
-    """What the installed Harbor has under ``entry``'s name, in ``entry.shape``'s terms."""
-    owner = resolve(entry.owner)
-    if entry.shape == "attribute":
-        return "attribute" if entry.name in assigned_in_init(owner) else "missing"
-    if not hasattr(owner, entry.name):
-        return "missing"
-    if not inspect.isclass(owner):
-        value = getattr(owner, entry.name)
-        return shape_of(value) if callable(value) else "constant"
-    raw = inspect.getattr_static(owner, entry.name)
-    if isinstance(raw, type):
-        return "class"
-    if isinstance(raw, (classmethod, staticmethod)):
-        return shape_of(getattr(owner, entry.name))
-    if not callable(raw) and not isinstance(raw, (property, cached_property)):
-        return "constant"
-    if isinstance(raw, property):
-        return "property"
-    if isinstance(raw, cached_property):
-        return "cached_property"
-    return shape_of(getattr(owner, entry.name))

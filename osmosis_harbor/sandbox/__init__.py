@@ -6,14 +6,16 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from harbor.models.trial.config import EnvironmentConfig
 
 from osmosis_harbor.errors import SandboxSdkMissingError
-from osmosis_harbor.sandbox.environment.sandbox_environment import SandboxEnvironment
 from osmosis_harbor.sandbox.options import IMPORT_PATH, SandboxOptions
 from osmosis_harbor.sandbox.sdk.registry import DEFAULT_SDK, SDK_NAMES, load_sandbox_sdk
+
+if TYPE_CHECKING:
+    from osmosis_harbor.sandbox.environment.sandbox_environment import SandboxEnvironment
 
 __all__ = [
     "SandboxEnvironment",
@@ -45,7 +47,7 @@ def environment_config(
     ``sdk="docker"`` uses the local Docker engine. ``host_network`` is Docker-only and an
     explicit opt-in: the sandbox shares the host's whole network, every loopback service
     included. Without it, a rollout's chat endpoint on this machine's loopback reaches local
-    sandboxes through the backend's policy relay (``relay.py``), and nothing else does. ``pool`` names
+    sandboxes through the backend's policy relay (``relay/policy_relay.py``), and nothing else does. ``pool`` names
     the warm pool trials claim sandboxes from (``HarborBackend.prewarm`` creates one pool
     per environment group, named after it, with ``pool_size`` running sandboxes, or sized
     from the observed claim rate with ``pool_size="auto"``). ``extra_kwargs``: Harbor's own
@@ -66,3 +68,13 @@ def environment_config(
     return EnvironmentConfig(
         import_path=IMPORT_PATH, kwargs=options.to_kwargs(), force_build=force_build, delete=delete
     )
+
+
+def __getattr__(name: str) -> Any:
+    """``SandboxEnvironment`` on first use: the environment stack is Harbor's and the chosen SDK's,
+    which a caller that only builds a config (or a SkyPilot user without docker-py) need not load."""
+    if name == "SandboxEnvironment":
+        from osmosis_harbor.sandbox.environment.sandbox_environment import SandboxEnvironment
+
+        return SandboxEnvironment
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

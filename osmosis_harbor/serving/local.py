@@ -62,6 +62,7 @@ async def serve_locally(
     uvicorn holds SIGINT and SIGTERM while it serves (it raises them again once it has shut
     down), so the block itself never sees Ctrl-C: ``on_signal`` is called, on the event loop,
     when one arrives."""
+    # FastAPI and the osmosis server load only when a backend is served, not for local trajectories.
     from osmosis_ai.rollout.server import create_rollout_server
 
     from osmosis_harbor.serving.server import add_status_route

@@ -1,6 +1,6 @@
 """Task copies prepared once per template, from which each rollout's copy is hard-linked.
 
-Why: every rollout of a task used to copy the task afresh and stage the same files in the
+Why: copying the task afresh for every rollout would stage the same files in each
 copy (the patched Dockerfile, the bundle wheel and its requirements, the isolated verifier's
 ``task.toml``, the generated ``test.sh`` and grade script): byte copies, a walk for links,
 TOML rewrites and a wheel compared byte for byte, the same result each time. Only

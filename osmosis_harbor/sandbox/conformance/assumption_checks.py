@@ -5,7 +5,7 @@ when our code survives what it saw either way: an empty pool's claim that is ser
 SDK cold-starts one) is not what SkyPilot's examples show, but our claim path copes. It fails
 where our code would not: a refusal read as "no such pool" (the claim would give up instead of
 falling back), a ``create_pool`` twice refused as a bad request (prewarm could not adopt the
-pool), a "not found" or a refused request our error reading (``sdk_errors``) does not recognise,
+pool), a "not found" or a refused request our error reading (``sdk/errors.py``) does not recognise,
 an ``ls()`` record we cannot terminate. One run of ``sandbox-check --sdk skypilot`` is the proof
 on the real SDK.
 """

@@ -89,7 +89,7 @@ async def check_file_overwrite(ctx: ConformanceContext) -> str:
 
 @check()
 async def check_file_missing_raises(ctx: ConformanceContext) -> str:
-    """Reading a missing file raises an error read as "not found" (``sdk_errors``)."""
+    """Reading a missing file raises an error read as "not found" (``sdk/errors.py``)."""
     exc = await expect_raises((await ctx.shared()).read_bytes.aio("/tmp/sbchk/does-not-exist"), "missing file")
     expect(is_missing(exc), f"raised {type(exc).__name__}, read as {meaning(exc)}: {exc}")
     return type(exc).__name__

@@ -54,7 +54,6 @@ from osmosis_harbor.errors import (
 from osmosis_harbor.sandbox.docker import labels as L
 from osmosis_harbor.sandbox.docker import pools as pools_mod
 from osmosis_harbor.sandbox.docker import reap as docker_reap
-from osmosis_harbor.sandbox.docker.calls import Dual, dual
 from osmosis_harbor.sandbox.docker.engine import Engine, get_engine
 
 # Part of the SDK's contract (the exit code a timed-out exec reports), so callers find it here.
@@ -78,6 +77,7 @@ from osmosis_harbor.sandbox.docker.labels import (
 )
 from osmosis_harbor.sandbox.docker.reap import disable_auto_reap, pause_auto_reap
 from osmosis_harbor.sandbox.docker.sandbox import DockerSandbox
+from osmosis_harbor.sandbox.sdk.calls import Dual, dual
 
 __all__ = [
     "TIMEOUT_EXIT_CODE",

@@ -54,7 +54,7 @@ class _Watched:
 
 @dataclass
 class WatchStats:
-    """What the watch has cost so far (for the README's figures and the tests)."""
+    """What the watch has cost so far (for the figures in docs/ and the tests)."""
 
     walks: int = 0
     walk_sec: float = 0.0

@@ -39,7 +39,6 @@ from osmosis_harbor.errors import (
 from osmosis_harbor.sandbox.docker import inventory
 from osmosis_harbor.sandbox.docker import labels as L
 from osmosis_harbor.sandbox.docker import reap as docker_reap
-from osmosis_harbor.sandbox.docker.calls import executor, executor_workers
 from osmosis_harbor.sandbox.docker.exec import Deadlines
 from osmosis_harbor.sandbox.docker.labels import (
     ContainerInfo,
@@ -47,10 +46,11 @@ from osmosis_harbor.sandbox.docker.labels import (
 )
 from osmosis_harbor.sandbox.docker.layer_bound import LayerBound
 from osmosis_harbor.sandbox.docker.lean_http import install_lean_requests
-from osmosis_harbor.sandbox.docker.network import ensure_sandbox_network
+from osmosis_harbor.sandbox.docker.network import SandboxNetwork, ensure_sandbox_network
 from osmosis_harbor.sandbox.docker.pools import PoolManager
 from osmosis_harbor.sandbox.docker.transport import share_one_pool
 from osmosis_harbor.sandbox.sdk.bounds import TMP_PATH, SandboxBounds
+from osmosis_harbor.sandbox.sdk.calls import executor, executor_workers
 from osmosis_harbor.sandbox.sdk.privileges import SandboxPrivileges
 
 log = logging.getLogger(__name__)
@@ -213,8 +213,8 @@ class Engine:
         return container_id
 
     def sandbox_bridge(self, *, refresh: bool = False) -> str:
-        """The sandboxes' bridge network's name: found (or made) once per engine, two engine
-        requests that every create used to repeat; a create that finds it gone asks again."""
+        """The sandboxes' bridge network's name: found (or made) once per engine, which saves
+        every create two engine requests; a create that finds it gone asks again."""
         with self._seed_lock:
             known = None if refresh else self._bridge
         if known is None:
@@ -261,7 +261,7 @@ class Engine:
 
     def _image_id(self, image: str) -> str:
         """The id of the image ``image`` names, looked up at most once per ``IMAGE_ID_RECHECK_SEC``
-        per reference: every create used to ask the engine (one request of a sandbox's four).
+        per reference, so a create does not ask the engine (one request of a sandbox's four).
         A tag moved to another image is seen within that time (at once when the old image is
         gone: a create that finds no image forgets the reference); the content-addressed
         references our task images have never move."""
@@ -404,3 +404,8 @@ def get_engine() -> Engine:
         if _engine_instance is None:
             _engine_instance = Engine()
         return _engine_instance
+
+
+def sandbox_network() -> SandboxNetwork:
+    """The sandboxes' bridge on this process's Docker engine, created if missing."""
+    return ensure_sandbox_network(get_engine().api)

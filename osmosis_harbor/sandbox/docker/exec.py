@@ -28,8 +28,8 @@ import docker.errors
 from docker import APIClient
 
 from osmosis_harbor import settings
-from osmosis_harbor.sandbox.docker.calls import executor, run_blocking
 from osmosis_harbor.sandbox.docker.output import OutputTail
+from osmosis_harbor.sandbox.sdk.calls import executor, run_blocking
 
 log = logging.getLogger(__name__)
 

@@ -6,10 +6,10 @@ pools, hooks, header merges, URL parsing), about 1.6 ms of client CPU per reques
 0.4-0.5 ms for the same request over ``http.client`` on the same Unix socket. A graded rollout
 makes a dozen plain requests (container create, start and remove for two sandboxes; exec create
 and inspect for three commands), and the client is the largest single share of a rollout's host
-CPU that is ours to cut (issue 17).
+CPU that is ours to cut.
 
 What changes and what does not: only the transport. The answer comes back as a real
-``requests.Response``, so docker-py parses it and raises its own errors from it exactly as before
+``requests.Response``, so docker-py parses it and raises its own errors from it as over ``requests``
 (``NotFound``, ``Conflict``, ``APIError`` with the engine's message); a failure to connect or a
 dropped connection is ``requests.exceptions.ConnectionError``, a read past the timeout
 ``requests.exceptions.ReadTimeout``, as ``requests`` would raise them. As with docker-py's pool,

@@ -7,8 +7,8 @@ labelled bridge, ``osmosis-harbor-sandboxes``, created on first use with inter-c
 traffic disabled (``enable_icc=false``) and masquerading on (the internet stays reachable).
 The host is reached on the bridge's gateway address only where something listens on it: the
 policy relay (``osmosis_harbor.sandbox.relay.policy_relay``). Anything that creates containers for
-sandboxes on this engine (the SkyPilot emulator too) calls ``sandbox_network()`` so that all
-of them share the network and the gateway the relay listens on.
+sandboxes on this engine (the SkyPilot emulator too) calls ``engine.sandbox_network()`` so that
+all of them share the network and the gateway the relay listens on.
 
 The network lives in the engine, like everything else of this emulation, so any process finds
 it by name; creation is idempotent across processes (the engine's duplicate check, and if two
@@ -33,13 +33,12 @@ __all__ = [
     "SANDBOX_NETWORK",
     "SandboxNetwork",
     "ensure_sandbox_network",
-    "sandbox_network",
 ]
 
 log = logging.getLogger(__name__)
 
 SANDBOX_NETWORK = "osmosis-harbor-sandboxes"
-# The host-side interface, named so a firewall rule can name it (see the README's threat model).
+# The host-side interface, named so a firewall rule can name it (see docs/threat-model.md).
 BRIDGE_INTERFACE = "osmosis-sbx0"
 NETWORK_ROLE = f"{L.PREFIX}.network-role"
 BRIDGE_OPTIONS = {
@@ -56,13 +55,6 @@ class SandboxNetwork:
 
     name: str
     gateway: str
-
-
-def sandbox_network() -> SandboxNetwork:
-    """The sandboxes' bridge on this process's Docker engine, created if missing."""
-    from osmosis_harbor.sandbox.docker.engine import get_engine
-
-    return ensure_sandbox_network(get_engine().api)
 
 
 def ensure_sandbox_network(api: Any, name: str = SANDBOX_NETWORK) -> SandboxNetwork:

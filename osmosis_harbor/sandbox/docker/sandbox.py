@@ -8,7 +8,6 @@ from typing import BinaryIO
 import docker.errors
 
 from osmosis_harbor.errors import SandboxNotFoundError
-from osmosis_harbor.sandbox.docker.calls import dual, executor
 from osmosis_harbor.sandbox.docker.engine import Engine
 from osmosis_harbor.sandbox.docker.exec import (
     ExecMethod,
@@ -17,6 +16,7 @@ from osmosis_harbor.sandbox.docker.exec import (
     exec_timeout,
 )
 from osmosis_harbor.sandbox.docker.files import SandboxFiles
+from osmosis_harbor.sandbox.sdk.calls import dual, executor
 
 __all__ = ["DockerSandbox"]
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from osmosis_harbor.sandbox.docker.calls import Dual, dual
 from osmosis_harbor.sandbox.emulator.client.handles import AsyncExecHandle, EmulatorSandbox, ExecHandle, sandboxes_from
 from osmosis_harbor.sandbox.emulator.client.http import session
 from osmosis_harbor.sandbox.emulator.errors import (
@@ -49,6 +48,7 @@ from osmosis_harbor.sandbox.emulator.errors import (
     SandboxNotFoundError,
 )
 from osmosis_harbor.sandbox.emulator.wire import CreateRequest, PoolCreateRequest, PoolInfo, PoolResize, SandboxInfo
+from osmosis_harbor.sandbox.sdk.calls import Dual, dual
 
 __all__ = [
     "ApiConnectionError",

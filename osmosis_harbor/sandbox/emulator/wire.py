@@ -15,7 +15,6 @@ __all__ = [
     "DEFAULT_EXEC_TIMEOUT_SEC",
     "MAX_EXEC_TIMEOUT_SEC",
     "CreateRequest",
-    "ErrorBody",
     "ExecRequest",
     "ExecResult",
     "ExecStarted",
@@ -129,11 +128,6 @@ class PoolInfo(_Wire):
 
 class SecretValue(_Wire):
     value: str = Field(repr=False)
-
-
-class ErrorBody(_Wire):
-    kind: str
-    message: str
 
 
 class FaultRule(_Wire):

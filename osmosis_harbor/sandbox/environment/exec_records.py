@@ -1,9 +1,9 @@
 """An exec whose result read failed is read again from its record in the sandbox, never re-run.
 
 On SkyPilot an exec is a launch and then a result read (``handle.wait()``, ``stdout.read()``),
-each its own API call. A connection reset or a 503 on the read used to lose the sandbox to the
-trial (the command may have run, and running it again is unsafe), so a rollout ended
-``internal_error`` or used up an ``infra_retries`` attempt for a fault of the API alone. SkyPilot
+each its own API call. A connection reset or a 503 on the read would lose the sandbox to the
+trial (the command may have run, and running it again is unsafe), so a rollout would end
+``internal_error`` or use up an ``infra_retries`` attempt for a fault of the API alone. SkyPilot
 documents no way to read an exec's result again: a handle's ``wait()`` polls, but nothing says a
 poll that failed may be repeated, or that the result outlives it. So the result is recorded where
 the command ran: each exec runs under a small POSIX ``sh`` wrapper that keeps the command's exit

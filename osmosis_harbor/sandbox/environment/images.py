@@ -1,6 +1,6 @@
 """The environment's images: which reference, whether it exists, and its one build and push.
 
-A mixin of ``SandboxEnvironment`` (``environment.py``), overriding Harbor's image methods:
+A mixin of ``SandboxEnvironment`` (``sandbox_environment.py``), overriding Harbor's image methods:
 
 * one image per environment *content* (``environment_id``), whatever the task is called, so
   tasks sharing an ``environment/`` share one build;
@@ -22,7 +22,7 @@ from typing import override
 from harbor.environments.skypilot import SkypilotEnvironment
 from tenacity import retry, retry_if_exception, stop_after_attempt, wait_exponential
 
-from osmosis_harbor.errors import BaseImageMissingError, ImageBuildError
+from osmosis_harbor.errors import BaseImageMissingError, DockerSdkMissingError, ImageBuildError
 from osmosis_harbor.sandbox.images.base_images import missing_base_error
 from osmosis_harbor.sandbox.images.build_failure import last_lines, parse_build_failure
 from osmosis_harbor.sandbox.images.builds import (
@@ -58,6 +58,15 @@ def _worth_retrying(error: BaseException) -> bool:
     """A failed build is tried once more, except a missing base image (it stays missing) and a
     cancellation (tenacity would otherwise swallow it and build again)."""
     return isinstance(error, Exception) and not isinstance(error, BaseImageMissingError)
+
+
+def _local_image_known(ref: str) -> bool:
+    """Whether the local engine has ``ref``; False where docker-py cannot ask (an error report
+    must not fail on the question)."""
+    try:
+        return local_image_exists(ref)
+    except DockerSdkMissingError:
+        return False
 
 
 class ImageResolution(SkypilotEnvironment):
@@ -100,7 +109,10 @@ class ImageResolution(SkypilotEnvironment):
         ref = self._image_ref
         if self._local_only:
             return await asyncio.to_thread(local_image_exists, ref)
-        return await asyncio.to_thread(registry_image_exists, ref)
+        try:
+            return await asyncio.to_thread(registry_image_exists, ref)
+        except DockerSdkMissingError:
+            return await super()._image_exists()  # no docker-py: Harbor's own CLI check
 
     @retry(
         stop=stop_after_attempt(2),
@@ -132,7 +144,7 @@ class ImageResolution(SkypilotEnvironment):
         notice), then the step's output tail (phase ``environment``)."""
         lines = harbor_message.splitlines()
         last = next((line for line in reversed(lines) if line.strip()), "")
-        missing = missing_base_error(self._dockerfile_path, ref, local_image_exists, last)
+        missing = missing_base_error(self._dockerfile_path, ref, _local_image_known, last)
         if missing is not None:
             return missing
         prefix = f"docker build failed for {ref}: "

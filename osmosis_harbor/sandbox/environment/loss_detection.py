@@ -1,15 +1,15 @@
-"""The environment side of ``liveness.py``: every command and transfer, awaited through
+"""The environment side of ``sdk/liveness.py``: every command and transfer, awaited through
 `LossDetection._guarded`, tells a lost sandbox apart from the workflow's own failure.
 
-A mixin of ``SandboxEnvironment`` (``environment.py``). After a call fails (an error, or a
+A mixin of ``SandboxEnvironment`` (``sandbox_environment.py``). After a call fails (an error, or a
 non-zero exit), the SDK's ``ls`` says whether the sandbox is gone or stopped without this
 trial stopping it: then `SandboxLostError`, which trials read as an ``internal_error`` and
 ``infra_retries`` may retry on a fresh sandbox; or, when ``ls`` says it was evicted past its own
 disk bound, `SandboxDiskBoundError`, the workflow's ``agent_error``. An API fault mid-call also
-loses the sandbox to the trial, as the call may have run (``api_faults.py``). Every loss raised
-is also handed to the trial's ``liveness.loss_scope``: Harbor may wrap the raise or swallow it.
-Kept apart from ``liveness.py``, which the SDK-side modules (``api_faults``, ``live``) import
-without Harbor.
+loses the sandbox to the trial, as the call may have run (``sdk/faults.py``). Every loss raised
+is also handed to the trial's ``liveness.loss_scope`` (``backend/losses.py`` says why). The
+SDK-side half, what ``ls`` says and the loss scope, sits in ``sdk/`` below the environment, so
+``sdk/faults.py`` and the owner's modules use it without depending on the environment.
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ class LossDetection(SkypilotEnvironment):
             await self._raise_if_lost(exc, killed=not is_missing(exc))
             if is_api_fault(exc) and not self._stopping:
                 # The call may have run (an exec is never retried): its effects are unknown, so
-                # this sandbox is lost to the trial; a retry gets a fresh one (api_faults.py).
+                # this sandbox is lost to the trial; a retry gets a fresh one (``sdk/faults.py``).
                 reason = f"the sandbox API failed mid-call: {exc}"
                 self._lost = SandboxLostError.of_role(self.loss_role, self._sandbox_name, reason)
                 record_loss(self._lost)  # Harbor may wrap or swallow the raise (liveness.loss_scope)

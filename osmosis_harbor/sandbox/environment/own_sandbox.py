@@ -1,6 +1,6 @@
 """The environment's sandbox: created or claimed, and terminated, through the owner's ledger.
 
-A mixin of ``SandboxEnvironment`` (``environment.py``), overriding Harbor's lifecycle methods:
+A mixin of ``SandboxEnvironment`` (``sandbox_environment.py``), overriding Harbor's lifecycle methods:
 
 * Harbor's ``_create_sandbox`` calls its module-global ``sky_sandbox``; ours calls the chosen
   SDK (a copy of Harbor's two create calls, plus host networking), inside the submitter's
@@ -11,7 +11,7 @@ A mixin of ``SandboxEnvironment`` (``environment.py``), overriding Harbor's life
 * a pool claim goes through ``pools.claim`` (batched when the submitter batches claims): one the
   pool cannot serve is tried again, then becomes a cold create of the pool's image, this
   environment's own (``health()`` counts these fallbacks);
-* a terminate is retried on API faults and never forgotten (``live.py``).
+* a terminate is retried on API faults and never forgotten (``owner/sandboxes.py``).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Harbor's preparation commands, elided where they change nothing.
 
-A mixin of ``SandboxEnvironment`` (``environment.py``). Before the agent and the verifier
+A mixin of ``SandboxEnvironment`` (``sandbox_environment.py``). Before the agent and the verifier
 run, Harbor makes and empties its log dirs, clears stale reward files and makes ``test.sh``
 executable, each with a command in the sandbox. A sandbox from an image with the bundle
 baked in starts with those dirs empty and world-writable (``contract.LAYOUT_DIRS``); until a

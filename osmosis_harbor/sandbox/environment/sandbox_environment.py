@@ -1,47 +1,24 @@
 """Harbor environment for SkyPilot sandboxes, with the SDK chosen per environment.
 
-This subclasses Harbor's own ``SkypilotEnvironment`` so that trials take exactly the code
-path they take in production (exec wrapping, users, env merging, file transfer, pools,
-environment-dir uploads). What we change:
+It subclasses Harbor's ``SkypilotEnvironment`` so that trials take the code path they take in
+production. The class itself takes the SDK as a kwarg (``sdk="skypilot"`` or ``"docker"``)
+instead of Harbor's import-time module global, reads ``pool`` as a base name (a task claims its
+environment group's pool), accepts ``host_network=True`` for the Docker SDK only, and routes
+files as archives: over the handle's archive calls when it has them, else over one file call
+plus one command, with what comes back extracted by our own code, never ``tarfile``.
 
-* the sandbox SDK is an explicit kwarg (``sdk="skypilot"`` for SkyPilot's Platform SDK,
-  ``sdk="docker"`` for our Docker-backed implementation of the same surface) instead of
-  Harbor's import-time module global;
-* image existence is answered correctly for insecure/local registries, and concurrent
-  trials of one environment build and push its image once (``images.py``);
-* with the Docker SDK and no registry, images stay on the local engine (no push needed:
-  the sandbox runs on the engine that built them); with a registry, Harbor's own build and
-  push run;
-* ``pool`` is a base name: a task claims its environment group's pool; a task with no
-  environment definition claims the named pool itself, whose image is generic, as in Harbor;
-* the Docker SDK accepts ``host_network=True``, an explicit opt-in that gives a sandbox the
-  host's whole network (a local chat-completions endpoint reaches Docker sandboxes through
-  the backend's policy relay without it: ``relay.py``);
-* a task that names no CPU or memory gets Harbor's documented sizing (``bounds.py``);
-* a command or file transfer that fails in a sandbox that is gone, or stopped without this
-  trial stopping it, raises `SandboxLostError` (``liveness.py``) instead of looking like the
-  workflow's failure;
-* files and directories move as archives: uploads are written behind and log-tree reads
-  share one snapshot (``transfers.py``), over the handle's archive calls when it offers them
-  (``protocol.ArchiveSandbox``: one call each way), else over a file write or read plus one
-  command (``exec_archives.py``: SkyPilot's SDK has no archive calls); with
-  ``exec_archives`` off, such an SDK runs Harbor's own sandbox-side commands;
-* either way, what comes back is bounded and extracted by our own code (``downloads.py``,
-  ``extract/``), never by ``tarfile``.
+Each other concern is a mixin that says its own part:
 
-Each concern is a mixin of its own, this class composing them with the SDK choice, the
-group key and the command and archive routing:
+* ``environment/images.py`` (``ImageResolution``): image reference, existence, build, push;
+* ``environment/own_sandbox.py`` (``SandboxLifecycle``): create, claim, stop, terminate;
+* ``sdk/bounds.py`` (``DefaultBounds``): Harbor's documented default sizing;
+* ``environment/loss_detection.py`` (``LossDetection``): lost sandboxes, not failed commands;
+* ``environment/preparation.py`` (``PreparationElisions``): preparation skipped on fresh dirs;
+* ``environment/exec_records.py`` (``ExecRecords``): a result re-read after an API fault;
+* ``environment/verifier_guard.py`` (``GuardedExecs``): the verifier guard's commands;
+* ``transfer/filtered.py`` (``FilteredDownloads``): downloads with exclusions.
 
-* ``image_resolution.py``: image reference, existence, build and push (``ImageResolution``);
-* ``sandbox_lifecycle.py``: create, claim, stop and terminate through the ledger;
-* ``bounds.py``: Harbor's documented default sizing (``DefaultBounds``);
-* ``loss_detection.py``: lost sandboxes told apart from failed commands (``liveness.py``);
-* ``preparation.py``: Harbor's preparation commands elided on known-fresh dirs;
-* ``exec_records.py``: an exec's result re-read from the sandbox after an API fault on its read;
-* ``transfers.py`` / ``exec_archives.py`` / ``downloads.py`` / ``filtered.py``: what moves files;
-* ``options.py`` (the typed options) and ``pools.py`` (warm pools) serve the host side too.
-
-Every Harbor name this touches is listed, with why, in ``harbor_surface.py``.
+Every Harbor name this touches is listed, with why, in ``harbor_compat/surface.py``.
 """
 
 from __future__ import annotations
@@ -188,7 +165,7 @@ class SandboxEnvironment(
         self._impl = options.impl
         self._sdk: SandboxSdk = self._impl.load()
         self._host_network = options.host_network
-        # The attributes SkypilotEnvironment.__init__ sets (``harbor_surface``, use "set").
+        # The attributes SkypilotEnvironment.__init__ sets (``harbor_compat/surface.py``, use "set").
         # Its own __init__ refuses to run unless Harbor imported sky.sandbox at import time; the
         # SDK is ours to choose, so we set them here and go straight to BaseEnvironment.__init__.
         self._pool_base = options.pool

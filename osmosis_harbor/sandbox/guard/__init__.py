@@ -1,5 +1,5 @@
 """The verifier guard: a task's own tests, run in the agent's sandbox, that a root workflow
-cannot forge (README, "What a workflow can and cannot do to its reward").
+cannot forge (docs/threat-model.md, "What a workflow can and cannot do to its reward").
 
 A static program (``guard.c``, built by ``binary.py``) is started while the sandbox is pristine
 and re-executes itself from a sealed memfd as a daemon holding a key the host made. Every command
@@ -8,7 +8,7 @@ ptrace it or read its key. Before the tests, the host runs its check: every mark
 the task's services ends, the verifier's toolchain is compared with the record made before the
 agent ran, and the findings come back signed (``report.py``), judged against what the task's real
 solution may change (``allowance.py``). The trial's state is ``session.py``; the environment's
-commands ``environment.py``.
+commands ``environment/verifier_guard.py``.
 """
 
 from osmosis_harbor.sandbox.guard.allowance import Allowance, Verdict, judge

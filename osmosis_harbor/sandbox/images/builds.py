@@ -19,21 +19,22 @@ import threading
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import docker
-import docker.errors
-
-from osmosis_harbor.errors import ImageBuildError
+from osmosis_harbor.errors import DockerSdkMissingError, ImageBuildError
 from osmosis_harbor.sandbox.images import holds as image_holds
 from osmosis_harbor.sandbox.images.base_images import missing_base_error
 from osmosis_harbor.sandbox.images.build_failure import parse_build_failure
+from osmosis_harbor.sandbox.images.docker_py import docker_py
+
+if TYPE_CHECKING:
+    import docker
 
 logger = logging.getLogger(__name__)
 
 
 def _docker_client() -> docker.DockerClient:
-    return docker.from_env()
+    return docker_py().from_env()
 
 
 def local_image_exists(ref: str) -> bool:
@@ -41,7 +42,7 @@ def local_image_exists(ref: str) -> bool:
     try:
         _docker_client().images.get(ref)
         return True
-    except docker.errors.ImageNotFound:
+    except docker_py().errors.ImageNotFound:
         return False
 
 
@@ -50,7 +51,7 @@ def local_image_labels(ref: str) -> dict[str, str] | None:
     engine cannot be asked."""
     try:
         return dict(_docker_client().images.get(ref).labels or {})
-    except docker.errors.DockerException:
+    except docker_py().errors.DockerException:
         return None
 
 
@@ -58,7 +59,7 @@ def remove_local_image(ref: str) -> None:
     """Remove ``ref`` from the local engine, if it is there."""
     try:
         _docker_client().images.remove(ref, force=True)
-    except docker.errors.ImageNotFound:
+    except docker_py().errors.ImageNotFound:
         pass
 
 
@@ -72,7 +73,7 @@ def registry_image_exists(ref: str) -> bool:
     try:
         _docker_client().images.get_registry_data(ref)
         return True
-    except (docker.errors.NotFound, docker.errors.APIError):
+    except (docker_py().errors.NotFound, docker_py().errors.APIError):
         return False
 
 
@@ -89,7 +90,7 @@ class ImageBuildCoordinator:
 
     Concurrent callers for the same reference wait on one lock; once the image is known
     to exist the answer is cached, so later trials skip even the existence check, and this
-    process holds the image (``image_holds``): another process's clean-up leaves it.
+    process holds the image (``images/holds.py``): another process's clean-up leaves it.
     """
 
     def __init__(self) -> None:
@@ -200,7 +201,7 @@ def build_image(context_dir: Path, dockerfile: Path, ref: str, platform: str | N
     """Build ``ref`` from ``context_dir`` on the local engine (docker SDK, legacy builder).
 
     A build that failed because a ``FROM`` image is absent and unpullable raises
-    ``BaseImageMissingError`` naming that image (see ``base_images``)."""
+    ``BaseImageMissingError`` naming that image (see ``images/base_images.py``)."""
     try:
         _build(context_dir, dockerfile, ref, platform)
     except ImageBuildError as exc:
@@ -230,7 +231,7 @@ def _build(context_dir: Path, dockerfile: Path, ref: str, platform: str | None) 
                 error = str(chunk["error"]).strip()
                 failure = parse_build_failure(ref, "".join(log), error)
                 raise ImageBuildError(failure.message(), engine_error=error)
-    except docker.errors.APIError as exc:
+    except docker_py().errors.APIError as exc:
         error = str(exc.explanation or exc)
         raise ImageBuildError(f"docker build failed for {ref}: {error}", engine_error=error) from exc
 
@@ -254,14 +255,17 @@ def remove_failed_build_containers(build_output: str) -> list[str]:
     failing ``RUN`` step leaves its stopped intermediate container on the engine, one per failed
     attempt, forever. Only the ids the build itself printed (`` ---> Running in <id>``) are
     touched, so nobody else's containers are. Returns the ids removed."""
-    client = _docker_client()
+    try:
+        client = _docker_client()
+    except DockerSdkMissingError:
+        return []  # without docker-py the leftovers stay for `docker container prune`
     removed: list[str] = []
     for container_id in dict.fromkeys(_RUNNING_IN.findall(build_output)):
         try:
             client.api.remove_container(container_id, force=True)
-        except docker.errors.NotFound:
+        except docker_py().errors.NotFound:
             continue  # the step succeeded and the builder removed it already
-        except docker.errors.APIError:
+        except docker_py().errors.APIError:
             continue  # best effort: a leftover is not worth failing the build report over
         removed.append(container_id)
     return removed
@@ -280,7 +284,7 @@ def publish_local_image(image: str, registry: str) -> str:
     repository, _, tag = ref.rpartition(":")
     try:
         _docker_client().images.get(image).tag(repository, tag)
-    except docker.errors.ImageNotFound as exc:
+    except docker_py().errors.ImageNotFound as exc:
         raise ImageBuildError(f"image {image!r} is not on the local engine: build or load it first") from exc
     push_image(ref)
     return ref

@@ -15,11 +15,14 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from typing import TYPE_CHECKING, Any
 
-import docker
-import docker.errors
-
+from osmosis_harbor.errors import DockerSdkMissingError
 from osmosis_harbor.owner_process import Owner
+from osmosis_harbor.sandbox.images.docker_py import docker_py
+
+if TYPE_CHECKING:
+    import docker
 
 __all__ = ["HOLD_LABEL", "hold", "holders", "remove_unheld"]
 
@@ -30,7 +33,7 @@ _VOLUME_PREFIX = "ohimage_"
 
 
 def _client() -> docker.DockerClient:
-    return docker.from_env()
+    return docker_py().from_env()
 
 
 def _volume_name(ref: str, owner: Owner) -> str:
@@ -41,6 +44,10 @@ def hold(ref: str) -> None:
     """Record that this process uses ``ref`` (idempotent; a dead predecessor's hold of the same
     pid is replaced). Dead processes' holds of any image go at the same time, so they do not
     pile up on the engine."""
+    try:
+        docker = docker_py()
+    except DockerSdkMissingError:
+        return  # no docker-py: this process built nothing on a local engine to hold
     owner = Owner.current()
     name = _volume_name(ref, owner)
     try:
@@ -59,8 +66,9 @@ def hold(ref: str) -> None:
         log.warning("cannot record that this process uses image %s: %s", ref, exc)
 
 
-def _live_holds(api: docker.APIClient, label: str) -> list[Owner]:
+def _live_holds(api: Any, label: str) -> list[Owner]:
     """The owners of the live holds matching the volume filter ``label``; dead ones are removed."""
+    docker = docker_py()
     live = []
     for volume in api.volumes(filters={"label": label}).get("Volumes") or []:
         owner = Owner.from_labels(volume.get("Labels") or {})
@@ -82,6 +90,7 @@ def holders(ref: str, *, besides: Owner | None = None) -> list[Owner]:
 def remove_unheld(ref: str) -> str | None:
     """Remove the image ``ref`` unless another live process holds it (or a container uses it);
     returns why it was kept, or None once it is gone."""
+    docker = docker_py()
     me = Owner.current()
     others = holders(ref, besides=me)
     if others:

@@ -2,7 +2,7 @@
 
 A host process killed mid-rollout or mid-prewarm (SIGKILL, OOM, a lost node) cannot terminate
 its sandboxes or delete its pools; on SkyPilot they would bill until their TTL. The ledger
-(``ledger.py``) says what each owner made; an entry whose owner is dead (``Owner.is_dead``: the
+(``ledger/store.py``) says what each owner made; an entry whose owner is dead (``Owner.is_dead``: the
 pid is gone or reused, on this host) is looked up in the SDK's ``ls`` (sandboxes) or pool
 listing, removed when it is there and dropped from the ledger either way. Entries of live owners
 (another server, another backend of a live process) and of other hosts are left alone. Run by
@@ -54,7 +54,7 @@ class Leftover(BaseModel):
 
 
 def _safe[T](call: Callable[..., T], *args: Any) -> T:
-    """A blocking SDK call that is safe to retry (``api_faults.CALL_SAFETY``), retried."""
+    """A blocking SDK call that is safe to retry (``sdk.faults.CALL_SAFETY``), retried."""
     current = settings.current()
     retrying = Retrying(
         retry=retry_if_exception(is_api_fault),

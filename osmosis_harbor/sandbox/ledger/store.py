@@ -1,7 +1,7 @@
 """A crash-safe record of every sandbox and pool this host creates, shared by its processes.
 
 On SkyPilot a sandbox nobody remembers is a pod that bills until its TTL: a host killed with
-SIGKILL remembers nothing, and a terminate that failed used to be forgotten. So a row is
+SIGKILL remembers nothing, and a terminate that failed is easily forgotten. So a row is
 written *before* each create call (the SDK and its endpoint, the name, the owner process, when,
 the state) and removed only once the SDK said the thing is gone. Whatever a dead owner left is
 then known to the next start and to ``cleanup``, which cross-check it with the SDK's ``ls``

@@ -8,7 +8,7 @@ its image and shape are the task's, decided before the agent starts. So, once th
 sandbox is up, the same create is made for the verifier's sandbox in the background, and the
 verifier environment takes that sandbox instead of creating one.
 
-Why this keeps the reward the grader's (README, "What a workflow can and cannot do to its
+Why this keeps the reward the grader's (docs/threat-model.md, "What a workflow can and cannot do to its
 reward"): the head-started sandbox is made by the host, from the host's image and create options,
 before the workflow has produced anything; the workflow gets no handle, name or credential of
 it, and sandboxes cannot reach each other (SkyPilot's isolation; the Docker bridge's

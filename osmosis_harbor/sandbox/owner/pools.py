@@ -1,11 +1,11 @@
-"""Warm pools on the host side: one home for what prewarm, the rollout plan, the backend's
-lifecycle, the environment's claim and ``cleanup`` each did with pools on their own.
+"""Warm pools on the host side: what prewarm, the rollout plan, the backend's lifecycle, the
+environment's claim and ``cleanup`` do with pools, in one place.
 
 A pool is per *environment group*: sandboxes are interchangeable when their image content and
 resources are (``environment_group_key``). A user's ``pool="warm"`` is a base name: prewarm
 creates ``warm-<group>`` (``pool_name_for``) for each group, sized ``pool_size`` (or at the
 autoscaler's minimum for ``"auto"``), and every trial of that group claims from it. Every
-pool goes into the owner's ledger before it is created (``live.LiveSandboxes``), so a host
+pool goes into the owner's ledger before it is created (``owner.sandboxes``), so a host
 that dies mid-prewarm leaves nothing the next start or ``cleanup`` cannot find.
 
 What SkyPilot's pools do, and how this survives it (the Docker SDK is more forgiving; code here

@@ -1,7 +1,7 @@
 """The policy relay's HTTP side: an HTTP/1.1 server that forwards a token's requests to its endpoint.
 
 A sandbox calls ``http://<gateway>:<port>/<token>/<path>``. The token names one registered
-route (``relay.py``); the rest of the path must lie under the path of the rollout's original
+route (``policy_relay.py``); the rest of the path must lie under the path of the rollout's original
 chat URL (clients append ``/chat/completions`` and the like to that base). Anything else is
 refused without touching an upstream: an unknown token (403), a path outside the prefix or
 with dot segments, however encoded (404). What passes is forwarded to that one upstream with
@@ -9,7 +9,7 @@ its headers (the Authorization header included: the policy endpoint checks the k
 and the response is streamed back, bounded.
 
 Every sandbox shares this server, so a connection counts against its sandbox from its first
-byte (``relay_limits``), its request head must arrive within the header timeout and its body
+byte (``relay/limits.py``), its request head must arrive within the header timeout and its body
 within the body timeout, and a body is held (whole, before the upstream sees any of it) only
 within the byte bounds. Refusals and failures are written to the rollout's ``RelayRecord``,
 with whose fault they were. uvicorn offers none of this (one limit for all connections, counted

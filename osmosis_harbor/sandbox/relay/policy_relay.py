@@ -2,19 +2,19 @@
 else of the host.
 
 A policy endpoint on the host's loopback (the scripted policy of a demo, a local inference
-server) used to need ``host_network=True``, which also hands the workflow every other loopback
-service: the rollout server's cancel and status API, the local registry, anything. Instead,
-local sandboxes sit on their own bridge (``docker/network.py``) and the host runs this relay on
-that bridge's gateway address, on an ephemeral port. Each rollout registers its chat URL and
+server) is out of a sandbox's reach unless it shares the host's network, which would also hand
+the workflow every other loopback service: the rollout server's cancel and status API, the local
+registry, anything. So local sandboxes sit on their own bridge (``docker/network.py``) and the
+host runs this relay on that bridge's gateway address, on an ephemeral port. Each rollout registers its chat URL and
 gets an unguessable token; the sandbox is given ``http://<gateway>:<port>/<token><path>``, and
-the relay forwards only requests under that path, to that one upstream (``relay_app.py``).
+the relay forwards only requests under that path, to that one upstream (``relay/http.py``).
 The token is dropped when the rollout ends, so a URL the workflow wrote down is dead afterwards.
 
 The relay is owned by whoever runs rollouts (a ``HarborBackend``), starts on the first
 registration and stops with its owner. It serves from a thread of its own, with its own event
 loop, so no request, however slow, touches the caller's event loop. Its bounds per sandbox and
-per rollout are ``relay_limits``; what it refused of a rollout's calls is in the registration's
-``record`` (``relay_record``), which the rollout's outcome reads.
+per rollout are ``relay/limits.py``'s; what it refused of a rollout's calls is in the registration's
+``record`` (``relay/refusals.py``), which the rollout's outcome reads.
 """
 
 from __future__ import annotations
@@ -46,7 +46,8 @@ _BACKLOG = 1024  # connections the kernel queues before the relay's loop accepts
 
 def sandbox_gateway() -> str:
     """Where local sandboxes reach this host: the gateway of their Docker bridge."""
-    from osmosis_harbor.sandbox.docker.network import sandbox_network
+    # Only the local SDKs call this: the Docker SDK is the optional ``docker`` extra.
+    from osmosis_harbor.sandbox.docker.engine import sandbox_network
 
     return sandbox_network().gateway
 

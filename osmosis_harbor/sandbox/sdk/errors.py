@@ -22,7 +22,6 @@ __all__ = [
     "TRANSIENT_STATUS",
     "Meaning",
     "is_api_fault",
-    "is_conflict",
     "is_invalid",
     "is_missing",
     "meaning",
@@ -90,10 +89,6 @@ def is_api_fault(exc: BaseException) -> bool:
 def is_missing(exc: BaseException) -> bool:
     """The sandbox, pool or path is not there (404, ``LookupError``, ``FileNotFoundError``)."""
     return meaning(exc) is Meaning.MISSING
-
-
-def is_conflict(exc: BaseException) -> bool:
-    return meaning(exc) is Meaning.CONFLICT
 
 
 def is_invalid(exc: BaseException) -> bool:

@@ -2,7 +2,7 @@
 
 A sandbox API server answers 503 or 429, resets a connection or hangs; a call that failed that
 way may or may not have run on the server. Whether trying again is safe depends on the call,
-and is decided here, once (``CALL_SAFETY``, the README's retry table):
+and is decided here, once (``CALL_SAFETY``, the retry table in docs/operations.md):
 
 * ``ls``, ``read_bytes``: reads, always safe;
 * ``terminate``, ``delete_pool``: idempotent (a second terminate of a gone sandbox is a no-op),
@@ -19,7 +19,7 @@ and is decided here, once (``CALL_SAFETY``, the README's retry table):
 Retries are jittered and bounded (``Settings.api_attempts``, ``Settings.api_retry_max_wait``).
 An SDK may retry a refusal itself before this layer sees it (the emulator does, like
 SkyPilot's client); this layer adds the retries of calls the SDK cannot know are safe. What
-counts as an API fault is ``sdk_errors.is_api_fault``: by HTTP status and SkyPilot's documented
+counts as an API fault is ``sdk.errors.is_api_fault``: by HTTP status and SkyPilot's documented
 error names, or by builtin family for the Docker SDK.
 """
 

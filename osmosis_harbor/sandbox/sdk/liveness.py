@@ -13,12 +13,8 @@ ephemeral-storage limit, which the local SDKs give too, in the record's ``status
 the workflow's doing: `SandboxDiskBoundError`, an ``agent_error``. An eviction for the node's
 own pressure ("The node was low on resource") stays a loss.
 
-Harbor does not always let that error reach the trial's result: it wraps a failed test upload
-or verifier download (``AddTestsDirError``, ``DownloadVerifierDirError``, the loss as their
-``__cause__``) and swallows a failed agent-log download as best-effort (then the verifier
-finds no sample, which would read as the workflow's failure). So the environment also hands
-every loss it raises to the trial's `loss_scope`, and the backend reads the trial through it
-(``backend.losses``): what the host saw, whatever Harbor recorded.
+The environment also hands every loss it raises to the trial's `loss_scope`, since Harbor does
+not always let the error reach the trial's result (``backend/losses.py`` says how it is read).
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ import importlib
 from dataclasses import dataclass
 from typing import cast
 
-from osmosis_harbor.errors import ConfigError, SandboxSdkMissingError, SandboxUnavailableError
+from osmosis_harbor.errors import ConfigError, DockerSdkMissingError, SandboxSdkMissingError, SandboxUnavailableError
 from osmosis_harbor.sandbox.sdk.protocol import SandboxSdk
 
 __all__ = [
@@ -42,10 +42,10 @@ class SandboxImplementation:
     """One registered implementation of the ``sky.sandbox`` surface.
 
     ``reaches_host``: a sandbox can share the host's network (``host_network=True``) and so
-    reach a server on this machine's loopback (an explicit opt-in, see the README's risks).
+    reach a server on this machine's loopback (an explicit opt-in, see docs/threat-model.md).
     ``relays_host_endpoint``: sandboxes run on this machine's Docker engine, on the sandboxes'
     bridge, so a rollout's chat endpoint on the host's loopback reaches them through the
-    policy relay (``relay.py``) and nothing else of the host does; on SkyPilot the endpoint
+    policy relay (``relay/policy_relay.py``) and nothing else of the host does; on SkyPilot the endpoint
     must be a public URL. ``local_images``: sandboxes run on the engine
     that builds task images, so without a registry images stay local (nothing is pushed).
     ``missing_hint``: what to install when the module cannot be imported. ``default_registry``:
@@ -115,6 +115,7 @@ register(
     SandboxImplementation(
         "docker",
         "osmosis_harbor.sandbox.docker",
+        missing_hint=DockerSdkMissingError.HINT,
         reaches_host=True,
         relays_host_endpoint=True,
         local_images=True,

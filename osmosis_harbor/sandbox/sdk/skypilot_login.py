@@ -6,6 +6,7 @@ runs only when SkyPilot's SDK is the one chosen (``registry.SandboxImplementatio
 
 from __future__ import annotations
 
+import importlib
 import os
 
 from osmosis_harbor.errors import SandboxUnavailableError
@@ -19,8 +20,7 @@ def check_logged_in() -> None:
     if os.environ.get("SKYPILOT_API_SERVER_ENDPOINT"):
         return
     try:
-        from sky.server import common as server_common  # type: ignore[import-not-found]
-
+        server_common = importlib.import_module("sky.server.common")  # SkyPilot's client, when installed
         if server_common.get_server_url():
             return
     except Exception:  # a missing or broken client config: no login

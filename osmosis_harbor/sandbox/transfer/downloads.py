@@ -1,6 +1,6 @@
 """Bounded downloads from a sandbox for ``SandboxEnvironment``, on either transfer path.
 
-* Archive capability (``transfers.py``): `fetch_archive` streams a tree's tar into a host
+* Archive capability (``transfer/archives.py``): `fetch_archive` streams a tree's tar into a host
   file when the handle can (``stream_archive``, the Docker SDK), refusing it past the bound
   as it streams; a handle that returns the tar whole has it checked on arrival.
 * Harbor's own path (SkyPilot's SDK: no archive calls): the sandbox side is Harbor's (``tar

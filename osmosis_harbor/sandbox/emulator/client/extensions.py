@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from urllib.parse import quote
 
-from osmosis_harbor.sandbox.docker.calls import dual
 from osmosis_harbor.sandbox.emulator.client.http import session
 from osmosis_harbor.sandbox.emulator.wire import PoolInfo
+from osmosis_harbor.sandbox.sdk.calls import dual
 
 __all__ = ["get_pool", "list_pools", "terminate_by_name"]
 

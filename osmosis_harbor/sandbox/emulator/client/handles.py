@@ -16,7 +16,6 @@ from types import TracebackType
 from typing import Any
 from urllib.parse import quote
 
-from osmosis_harbor.sandbox.docker.calls import dual, run_blocking
 from osmosis_harbor.sandbox.emulator.client.http import session
 from osmosis_harbor.sandbox.emulator.wire import (
     DEFAULT_EXEC_TIMEOUT_SEC,
@@ -26,6 +25,7 @@ from osmosis_harbor.sandbox.emulator.wire import (
     SandboxInfo,
     SnapshotResult,
 )
+from osmosis_harbor.sandbox.sdk.calls import dual, run_blocking
 
 __all__ = ["AsyncExecHandle", "EmulatorSandbox", "ExecHandle"]
 

@@ -29,7 +29,6 @@ from tenacity import Retrying, retry_if_result, stop_after_delay, wait_exponenti
 
 from osmosis_harbor import settings
 from osmosis_harbor.errors import SandboxUnavailableError
-from osmosis_harbor.sandbox.docker.engine import check_reachable as check_engine
 from osmosis_harbor.sandbox.emulator.errors import EmulatorStartError
 from osmosis_harbor.sandbox.emulator.server.process import ServerState, read_state
 
@@ -57,6 +56,8 @@ def check_reachable() -> None:
     started here: the first call starts the server, as SkyPilot's client starts its own)."""
     current = settings.current()
     if not current.emulator_url:
+        from osmosis_harbor.sandbox.docker.engine import check_reachable as check_engine  # docker-py: the extra
+
         check_engine()
         return
     url = current.emulator_url.rstrip("/")

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 
 from osmosis_harbor.owner_process import Owner
 from osmosis_harbor.sandbox import docker as docker_sdk
-from osmosis_harbor.sandbox.docker.calls import run_blocking
 from osmosis_harbor.sandbox.docker.labels import POOL_SPEC, validate_name
 from osmosis_harbor.sandbox.emulator.errors import (
     InvalidRequestError,
@@ -27,6 +26,7 @@ from osmosis_harbor.sandbox.emulator.errors import (
 )
 from osmosis_harbor.sandbox.emulator.server import images
 from osmosis_harbor.sandbox.emulator.wire import Knobs, PoolCreateRequest, PoolInfo
+from osmosis_harbor.sandbox.sdk.calls import run_blocking
 
 __all__ = ["AccountPools", "pool_info"]
 

@@ -110,6 +110,7 @@ def serve(
     secret_names: Sequence[str] = (),
 ) -> None:
     """Serve until interrupted (or re-executed by a restart)."""
+    # The server side needs the ``docker`` extra; clients import this module for ``read_state``.
     import uvicorn
 
     from osmosis_harbor.sandbox.docker import disable_auto_reap

@@ -36,7 +36,6 @@ from collections.abc import Sequence
 
 from osmosis_harbor.owner_process import Owner
 from osmosis_harbor.sandbox import docker as docker_sdk
-from osmosis_harbor.sandbox.docker.calls import run_blocking
 from osmosis_harbor.sandbox.docker.exec import ExecRun
 from osmosis_harbor.sandbox.docker.labels import validate_name
 from osmosis_harbor.sandbox.emulator.errors import (
@@ -56,6 +55,7 @@ from osmosis_harbor.sandbox.emulator.wire import (
     Knobs,
     SandboxInfo,
 )
+from osmosis_harbor.sandbox.sdk.calls import run_blocking
 
 __all__ = ["EMULATOR_OWNER_HOST", "Emulator", "check_exec_timeout"]
 

@@ -1,7 +1,7 @@
 """Extracting a tar made in a sandbox onto the host: our own code, never ``tarfile.extract*``.
 
 ``tarfile`` only reads headers here (stream mode, member by member); `Beneath` writes. What
-arrives (see the README's threat model):
+arrives (see docs/threat-model.md):
 
 * regular files (mode 0644, or 0755 when any execute bit was set) and directories (0755);
 * hardlinks as copies of a regular file this same extraction already wrote;

@@ -1,11 +1,10 @@
-"""Blocking calls with ``.aio`` twins, run on the Docker SDK's own thread pool.
+"""Blocking calls with ``.aio`` twins, run on the SDK calls' own thread pool.
 
 The ``sky.sandbox`` API shape is "every call is a blocking function that also offers an
-``.aio`` coroutine". This module holds the two pieces that give the Docker emulation that
-shape: a dedicated executor (sized for many concurrent exec waits; the default executor is
-small and shared with the rest of the program) and `Dual`, which wraps a blocking function or
-method so it gains ``.aio``. It knows nothing about Docker, so every other ``docker_*`` module
-can use it without import cycles.
+``.aio`` coroutine". This module gives our SDKs (the Docker SDK and the emulator's client) that
+shape: a dedicated executor (sized for many concurrent exec waits; the default executor is small
+and shared with the rest of the program) and `Dual`, which wraps a blocking function or method so
+it gains ``.aio``. It imports neither Docker nor HTTP, so either SDK can use it.
 """
 
 from __future__ import annotations
