@@ -1,19 +1,58 @@
 """Developer sessions. The test suite itself runs with ``.venv/bin/python -m pytest``
-(see README); nox adds the lint, benchmark and sandbox-CI sessions on top of the same venv."""
+(see README); nox adds the lint, benchmark and sandbox-CI sessions on top of the same venv,
+and a session per supported Harbor line: 0.25 in ``.venv`` (the default install), 0.26 in
+``.venv26`` (``scripts/bootstrap.sh --harbor 0.26``)."""
 
 from __future__ import annotations
+
+import subprocess
 
 import nox
 
 nox.options.default_venv_backend = "none"  # reuse .venv: bootstrap.sh owns installs
 PY = ".venv/bin/python"
+PY026 = ".venv26/bin/python"
+HARBOR_UNAVAILABLE = 3  # bootstrap.sh --harbor: no such Harbor on the configured index
+
+# What the Harbor 0.26 leg runs by default: every difference between the lines, and the key
+# end-to-end paths, each on both local SDKs where the test is parametrized by SDK.
+HARBOR_026_TESTS = (
+    "tests/test_harbor_surface.py",
+    "tests/test_harbor_lines.py",  # preflight, options, error policies, harbor run, a lost sandbox
+    "tests/test_backend_e2e.py::test_template_mode_with_grader",  # graded and ungraded rollouts
+    "tests/test_backend_e2e.py::test_grader_timeout_is_a_timeout",  # a verifier timeout
+    "tests/test_public_formats.py::test_oracle_verdicts_on_public_task_formats",  # validate, multi-step
+    "tests/test_public_formats.py::test_nop_verdicts_on_public_task_formats",
+    "tests/test_prewarm_and_lifecycle.py::test_server_with_prewarm_lifespan_serves_from_a_warm_pool",
+    "tests/test_reward_integrity.py",
+    "tests/test_lost_sandbox.py",  # a lost sandbox, infra_retries
+)
 
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """The whole test suite."""
+    """The whole test suite (on Harbor 0.25, the default install)."""
     session.run("bash", "scripts/bootstrap.sh", external=True)
     session.run(PY, "-m", "pytest", "-q", *session.posargs, external=True)
+
+
+@nox.session(name="tests-harbor-0.25", default=False)
+def tests_harbor_025(session: nox.Session) -> None:
+    """The whole test suite on Harbor 0.25: ``tests``, by its line's name."""
+    tests(session)
+
+
+@nox.session(name="tests-harbor-0.26")
+def tests_harbor_026(session: nox.Session) -> None:
+    """The key tests on Harbor 0.26 (``HARBOR_026_TESTS``; pass test paths to run others, the
+    whole suite with ``-- tests``). Skipped, saying why, when the package index has no 0.26."""
+    session.log("bootstrap.sh --harbor 0.26")
+    status = subprocess.run(["bash", "scripts/bootstrap.sh", "--harbor", "0.26"], check=False).returncode
+    if status == HARBOR_UNAVAILABLE:
+        session.skip("Harbor 0.26 is not installable from the configured package index (bootstrap said why)")
+    if status != 0:
+        session.error(f"bootstrap.sh --harbor 0.26 failed (exit status {status})")
+    session.run(PY026, "-m", "pytest", "-q", *(session.posargs or HARBOR_026_TESTS), external=True)
 
 
 @nox.session

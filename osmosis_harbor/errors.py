@@ -47,6 +47,7 @@ __all__ = [
     "SandboxNetworkError",
     "SandboxNotFoundError",
     "SandboxSdkMissingError",
+    "SandboxUnavailableError",
     "DockerSdkMissingError",
     "TaskResolutionError",
     "TransferLimitError",
@@ -143,12 +144,20 @@ class SandboxNetworkError(SandboxError):
 
 
 class SandboxSdkMissingError(SandboxError, RuntimeError):
-    """The requested sandbox SDK cannot be imported here."""
+    """The requested sandbox SDK cannot be imported here. What the registry raises is also
+    Harbor's own missing-SDK type (``harbor_compat/missing_sdk.py``: ``MissingExtraError``, an
+    ImportError), so code that catches Harbor's catches ours; ``package`` is the module that is
+    missing, ``extra`` the SDK's name (no Harbor extra provides ``sky.sandbox``: the message
+    says what does)."""
 
-    def __init__(self, sdk: str, hint: str, cause: BaseException | None = None) -> None:
+    def __init__(self, sdk: str, hint: str, cause: BaseException | None = None, *, package: str = "") -> None:
         self.sdk = sdk
         self.cause = cause
-        super().__init__(hint if cause is None else f"{hint} (import error: {cause})")
+        self.package = package or sdk
+        self.extra = sdk
+        # Not super(): Harbor's MissingExtraError.__init__ (later in a subclass's MRO) writes its
+        # own pip-extra message, and ours says what to install.
+        RuntimeError.__init__(self, hint if cause is None else f"{hint} (import error: {cause})")
 
 
 class DockerSdkMissingError(SandboxSdkMissingError):
@@ -157,10 +166,15 @@ class DockerSdkMissingError(SandboxSdkMissingError):
     HINT = "this needs the Docker SDK for Python: pip install 'osmosis-harbor[docker]'"
 
     def __init__(self, cause: BaseException | None = None) -> None:
-        super().__init__("docker", self.HINT, cause)
+        super().__init__("docker", self.HINT, cause, package="docker")
 
 
-class DockerEngineUnavailable(SandboxError, RuntimeError):
+class SandboxUnavailableError(SandboxError, RuntimeError):
+    """What a sandbox SDK talks to is not there (no engine, no emulator, no SkyPilot login):
+    the message says what to start or run."""
+
+
+class DockerEngineUnavailable(SandboxUnavailableError):
     """The Docker engine cannot be reached."""
 
     def __init__(self, url: str, cause: BaseException) -> None:
@@ -219,6 +233,13 @@ class TrialPhaseError(OsmosisHarborError):
     phase: ClassVar[str | None] = None
     category: ClassVar[RolloutErrorCategory] = RolloutErrorCategory.INTERNAL_ERROR
     detailed: ClassVar[bool] = False
+    # Whether a retry of the trial can help (Harbor 0.26's error policy, ``harbor_compat/
+    # error_policies.py``): the infrastructure's failures, None meaning "an internal_error".
+    retryable: ClassVar[bool | None] = None
+
+    @classmethod
+    def should_retry(cls) -> bool:
+        return cls.category is RolloutErrorCategory.INTERNAL_ERROR if cls.retryable is None else cls.retryable
 
 
 class ImageBuildError(TrialPhaseError, RuntimeError):
@@ -240,6 +261,7 @@ class BaseImageMissingError(ImageBuildError):
     noise), and retrying the build is pointless."""
 
     detailed = False
+    retryable = False
 
 
 class BundleInstallError(TrialPhaseError, RuntimeError):
@@ -370,6 +392,11 @@ def _trial_errors(base: type[TrialPhaseError] = TrialPhaseError) -> dict[str, ty
     for sub in base.__subclasses__():
         found.update(_trial_errors(sub))
     return found
+
+
+def trial_errors() -> dict[str, type[TrialPhaseError]]:
+    """Every error raised inside a trial, by the class name Harbor records."""
+    return _trial_errors()
 
 
 def recorded_error(exception_type: str | None) -> type[TrialPhaseError] | None:

@@ -5,7 +5,10 @@
 #   2. a running Docker engine (on Debian as root: apt-get install docker.io, start dockerd);
 #   3. the offline base images the bundled tasks and the tests use (scripts/base-images.sh:
 #      debian:trixie-slim, python:3.12-slim, ubuntu:24.04, python:3.13-slim; one debootstrap);
-#   4. a local image registry on 127.0.0.1:5000 for the build-and-push path.
+#   4. a local image registry on 127.0.0.1:5000 for the build-and-push path;
+#   5. with --harbor 0.26: a second virtualenv (.venv26) with Harbor 0.26 in place of the default
+#      0.25, for the suite's Harbor 0.26 leg (noxfile.py). Exit status 3 when no Harbor 0.26 wheel
+#      is installable from the configured package index (that leg is then skipped, and says so).
 # A second run does only cheap checks (a few seconds).
 set -euo pipefail
 
@@ -86,6 +89,39 @@ ensure_venv() {
   echo "$want" >"$stamp"
 }
 
+# ── 1c. A second Harbor line (--harbor 0.26): .venv26 ───────────────────────────────────────
+HARBOR_UNAVAILABLE=3
+
+ensure_harbor_venv() {
+  local line="$1" dir=".venv${1#0.}" stamp want spec  # 0.26: .venv26
+  spec="harbor>=${line},<0.$(( ${line#0.} + 1 ))"
+  stamp="$dir/.osmosis-harbor-installed"
+  want="$( (cat pyproject.toml; cat .venv/.osmosis-harbor-installed; echo "$spec") | sha256sum | cut -c1-16)"
+  if [ -x "$dir/bin/python" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
+    return 0
+  fi
+  # Installed from the configured package index only: find out first whether it has this Harbor.
+  if ! .venv/bin/python -m pip download -q --no-deps "$spec" -d "$STATE/harbor-$line" >"$STATE/harbor-$line.log" 2>&1; then
+    log "no Harbor $line is installable from the configured package index ($spec; see 'pip config list'; log: $STATE/harbor-$line.log): the Harbor $line leg is skipped"
+    exit "$HARBOR_UNAVAILABLE"
+  fi
+  # .venv with Harbor upgraded: the two legs differ in Harbor and what it needs, nothing else,
+  # in seconds rather than a fresh install's minutes. Its scripts are pointed at the copy.
+  log "making $dir: a copy of .venv with $spec"
+  rm -rf "$dir" "$dir.tmp"
+  cp -a .venv "$dir.tmp"
+  grep -rlI "$ROOT/.venv" "$dir.tmp/bin" | xargs -r sed -i "s#$ROOT/\.venv\b#$ROOT/$dir#g"
+  mv "$dir.tmp" "$dir"
+  if ! { "$dir/bin/python" -m pip install -q "$spec" \
+         && "$dir/bin/python" -m pip install -q --no-deps --no-build-isolation -e .; } >"$STATE/pip-install-$line.log" 2>&1; then
+    tail -40 "$STATE/pip-install-$line.log" >&2
+    die "pip install into $dir failed (full log: $STATE/pip-install-$line.log)"
+  fi
+  "$dir/bin/python" -c "import importlib.metadata as m, sys; v = m.version('harbor'); sys.exit(not v.startswith('$line.'))" \
+    || die "$dir has no Harbor $line after the install (log: $STATE/pip-install-$line.log)"
+  echo "$want" >"$stamp"
+}
+
 # ── 1b. The verifier guard (osmosis_harbor/sandbox/guard): a static program built with cc ──
 ensure_guard() {
   if ! have cc; then
@@ -155,11 +191,18 @@ YML
   die "docker-registry did not come up (log: $dir/registry.log)"
 }
 
-# Usage: scripts/bootstrap.sh [--then COMMAND ARGS...]
+# Usage: scripts/bootstrap.sh [--harbor 0.26] [--then COMMAND ARGS...]
 THEN=()
+HARBOR_LINE=""
+if [ "${1:-}" = "--harbor" ]; then
+  HARBOR_LINE="${2:-}"
+  [ "$HARBOR_LINE" = 0.26 ] || die "--harbor takes 0.26 (the default venv has Harbor 0.25)"
+  shift 2
+fi
 if [ "${1:-}" = "--then" ]; then shift; THEN=("$@"); fi
 
 ensure_venv
+if [ -n "$HARBOR_LINE" ]; then ensure_harbor_venv "$HARBOR_LINE"; fi
 ensure_guard
 ensure_docker
 bash "$ROOT/scripts/base-images.sh"   # its default list; more: scripts/base-images.sh --list

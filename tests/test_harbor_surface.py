@@ -1,7 +1,8 @@
 """Harbor's names we read, override or copy (``harbor_compat/surface.py``) still exist in the
 installed Harbor with the shape we rely on, and the list is complete: every Harbor method our
 environment overrides, every Harbor attribute it reads, every private name we import. A Harbor
-release that changes one fails here, by name, instead of inside a trial."""
+release that changes one fails here, by name, instead of inside a trial. Each check is of the
+installed Harbor line's entries (``surface_for``): CI runs this module on 0.25 and on 0.26."""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ from harbor.models.trial.paths import TrialPaths
 
 import osmosis_harbor
 from osmosis_harbor.harbor_compat.shapes import assigned_in_init, current_shape, resolve, shape_of
-from osmosis_harbor.harbor_compat.surface import BASE, SKY, SURFACE, HarborName, Use
+from osmosis_harbor.harbor_compat.surface import BASE, SKY, SURFACE, HarborName, Use, surface_for
+from osmosis_harbor.harbor_compat.version import HARBOR, LINES, line_of
 from osmosis_harbor.sandbox import SandboxEnvironment, environment_config
 
 from .support import make_task
@@ -28,7 +30,7 @@ HARBOR_ENVIRONMENT_OWNERS = {SKY, BASE}
 
 
 def _listed(name: str, owners: set[str]) -> list[HarborName]:
-    return [e for e in SURFACE if e.name == name and e.owner in owners]
+    return [e for e in surface_for() if e.name == name and e.owner in owners]
 
 
 def _harbor_owner(name: str) -> str | None:
@@ -39,9 +41,24 @@ def _harbor_owner(name: str) -> str | None:
     return None
 
 
-@pytest.mark.parametrize("entry", SURFACE, ids=lambda e: e.label)
+@pytest.mark.parametrize("entry", surface_for(), ids=lambda e: e.label)
 def test_each_harbor_name_still_has_the_shape_we_rely_on(entry: HarborName) -> None:
     assert current_shape(entry) == entry.shape, f"{entry.label} ({', '.join(entry.uses)} in {entry.where}): {entry.why}"
+
+
+def test_the_installed_line_is_a_supported_one_and_entries_name_only_known_lines() -> None:
+    from importlib.metadata import version
+
+    assert line_of(version("harbor")) is HARBOR
+    assert line_of("0.25.1.dev202610260541").name == "0.25" and line_of("0.26.0").name == "0.26"
+    with pytest.raises(ImportError, match="supports harbor 0.25 and 0.26"):
+        line_of("0.27.0")
+    assert {line for e in SURFACE for line in e.lines} == set(LINES)
+    # Where the lines differ, each has its own entry: one name never has two on one line.
+    for line in LINES:
+        labels = [e.label for e in surface_for(line)]
+        assert len(labels) == len(set(labels)), line
+    assert len(surface_for("0.25")) != len(surface_for("0.26"))  # control: the filter filters
 
 
 def test_the_check_fails_on_a_changed_shape_and_a_missing_name() -> None:
@@ -56,7 +73,7 @@ def test_the_check_fails_on_a_changed_shape_and_a_missing_name() -> None:
 def test_we_set_every_attribute_skypilot_init_sets(tmp_path: Path) -> None:
     """Its __init__ is skipped: a new attribute there would be missing on ours."""
     harbor_sets = assigned_in_init(SkypilotEnvironment)
-    listed = {e.name for e in SURFACE if e.owner == SKY and Use.SET in e.uses}
+    listed = {e.name for e in surface_for() if e.owner == SKY and Use.SET in e.uses}
     assert harbor_sets == listed, f"SkypilotEnvironment.__init__ now sets {sorted(harbor_sets - listed)}"
     task = Task(make_task(tmp_path, "surface"))
     trial_paths = TrialPaths(tmp_path / f"trial-{uuid.uuid4().hex[:6]}")
@@ -71,9 +88,17 @@ def test_we_set_every_attribute_skypilot_init_sets(tmp_path: Path) -> None:
     )
     assert isinstance(env, SandboxEnvironment)
     assert not [name for name in sorted(harbor_sets) if not hasattr(env, name)]
-    # Ours takes every keyword Harbor's does (an environment kwarg Harbor adds is not dropped).
-    harbor_keywords = set(inspect.signature(SkypilotEnvironment.__init__).parameters) - {"kwargs"}
-    assert harbor_keywords <= set(inspect.signature(SandboxEnvironment.__init__).parameters)
+    # Ours takes every keyword Harbor's does (an environment kwarg Harbor adds is not dropped):
+    # its __init__'s on 0.25, its options model's fields on 0.26.
+    ours = set(inspect.signature(SandboxEnvironment.__init__).parameters)
+    if HARBOR.options_model:
+        # suppress_override_warnings: deprecated by Harbor, no effect; ours refuses it on both lines
+        harbor_keywords = set(vars(SkypilotEnvironment)["options_model"].model_fields) - {"suppress_override_warnings"}
+        assert {"pool", "registry", "auto_mounting"} <= harbor_keywords  # control
+        assert harbor_keywords <= ours & set(type(env.options).model_fields)
+    else:
+        harbor_keywords = set(inspect.signature(SkypilotEnvironment.__init__).parameters) - {"kwargs"}
+        assert harbor_keywords <= ours
 
 
 def _our_overrides() -> dict[str, object]:
@@ -98,7 +123,7 @@ def test_every_harbor_method_we_override_is_listed_with_harbors_shape() -> None:
         if name == "__init__":
             continue
         assert Use.OVERRIDE in entries[0].uses, f"{owner}.{name} is overridden, listed as {entries[0].uses}"
-        if callable(ours):
+        if callable(ours) and not isinstance(ours, type):
             assert shape_of(getattr(SandboxEnvironment, name)) == entries[0].shape, f"our {name} differs from Harbor's"
 
 

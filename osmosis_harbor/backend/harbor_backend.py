@@ -43,6 +43,7 @@ from osmosis_harbor.backend.workspace import Workspace
 from osmosis_harbor.bundle import BundleInfo, build_bundle, inspect_bundle
 from osmosis_harbor.credentials import RolloutCredentials
 from osmosis_harbor.errors import BundleError, OsmosisHarborError, TaskResolutionError, VerifierGuardError
+from osmosis_harbor.harbor_compat import error_policies
 from osmosis_harbor.harbor_compat import fastpaths as harbor_fastpaths
 from osmosis_harbor.keys import KeyCustody, default_trials_dirs, sweep_unscrubbed
 from osmosis_harbor.prewarm import PrewarmReport, ProgressCallback
@@ -69,6 +70,7 @@ class HarborBackend(ExecutionBackend):
         options = BackendOptions.parse(**kwargs)
         self.options = options
         harbor_fastpaths.install()  # Harbor's per-trial task checks, same answers, less host CPU
+        error_policies.install()  # Harbor 0.26 retries and grades our trial errors as their category says
         self.orchestrator = options.orchestrator
         self.task_mode = options.task_mode
         self.agent = options.agent

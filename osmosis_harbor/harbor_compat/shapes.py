@@ -58,6 +58,12 @@ def current_shape(entry: HarborName) -> str:
         value = getattr(owner, entry.name)
         return shape_of(value) if callable(value) else "constant"
     raw = inspect.getattr_static(owner, entry.name)
+    if isinstance(raw, type):
+        return "class"
+    if isinstance(raw, (classmethod, staticmethod)):
+        return shape_of(getattr(owner, entry.name))
+    if not callable(raw) and not isinstance(raw, (property, cached_property)):
+        return "constant"
     if isinstance(raw, property):
         return "property"
     if isinstance(raw, cached_property):

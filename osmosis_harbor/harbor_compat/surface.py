@@ -9,7 +9,9 @@ CLI, copy a command its verifier builds, and subclass its agent base. Each such 
 here: the Harbor object, the name, the shape we rely on (parameter names and kinds, or what kind
 of attribute it is), how we use it and why. ``tests/test_harbor_surface.py`` checks each against
 the installed Harbor, and checks that the list is complete, so a Harbor release that renames or
-reshapes one fails there, by name, instead of inside a trial.
+reshapes one fails there, by name, instead of inside a trial. An entry holds on the Harbor
+lines it names (``lines``, ``version.py``): where 0.25 and 0.26 differ, each has its own entry,
+and the test checks the installed line's (`surface_for`).
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-__all__ = ["BASE", "SKY", "SURFACE", "HarborName", "Use"]
+from osmosis_harbor.harbor_compat.version import HARBOR, LINES
+
+__all__ = ["BASE", "SKY", "SURFACE", "HarborName", "Use", "surface_for"]
 
 
 class Use(StrEnum):
@@ -32,7 +36,8 @@ class Use(StrEnum):
 class HarborName:
     """``owner`` is ``module`` or ``module:Class``; ``shape`` is the canonical signature (names
     and kinds, no annotations or defaults: ``shapes.shape_of``) or ``property`` / ``cached_property`` /
-    ``attribute`` (assigned in the owner's ``__init__``) / ``constant``."""
+    ``attribute`` (assigned in the owner's ``__init__``) / ``constant`` / ``class``; ``lines``: the
+    Harbor lines it holds on (all by default)."""
 
     owner: str
     name: str
@@ -40,6 +45,7 @@ class HarborName:
     uses: tuple[Use, ...]
     where: str
     why: str
+    lines: tuple[str, ...] = tuple(LINES)
 
     @property
     def label(self) -> str:
@@ -58,8 +64,11 @@ GUARD = "sandbox/environment/verifier_guard.py"
 OVR, C, R, S, K = Use.OVERRIDE, Use.CALL, Use.READ, Use.SET, Use.COPY
 
 
-def _set(name: str, why: str) -> HarborName:
-    return HarborName(SKY, name, "attribute", (S, R), ENV, why)
+V025, V026 = ("0.25",), ("0.26",)
+
+
+def _set(name: str, why: str, lines: tuple[str, ...] = tuple(LINES)) -> HarborName:
+    return HarborName(SKY, name, "attribute", (S, R), ENV, why, lines)
 
 
 SURFACE: tuple[HarborName, ...] = (
@@ -73,8 +82,19 @@ SURFACE: tuple[HarborName, ...] = (
         ENV,
         "skipped: it refuses to run unless Harbor imported sky.sandbox at import time; ours takes "
         "the same keywords and sets the attributes below itself",
+        V025,
     ),
-    _set("_pool", "the pool a launch claims from; Harbor's _validate_definition reads it during init"),
+    HarborName(
+        SKY,
+        "__init__",
+        "(self, *args, **kwargs)",
+        (K,),
+        ENV,
+        "skipped: it refuses to run unless Harbor imported sky.sandbox at import time; ours takes "
+        "SkypilotOptions' fields (SandboxOptions has each) and sets the attributes below itself",
+        V026,
+    ),
+    _set("_pool", "the pool a launch claims from; Harbor's _validate_definition reads it during init", V025),
     _set("_registry", "where images are pushed (Harbor's _image_ref and ours)"),
     _set("_context_name", "passed to create"),
     _set("_namespace", "passed to create"),
@@ -96,6 +116,48 @@ SURFACE: tuple[HarborName, ...] = (
         "called directly in place of SkypilotEnvironment.__init__",
     ),
     HarborName(BASE, "_persistent_env", "attribute", (R,), ENV, "the trial's env, passed to create as Harbor does"),
+    HarborName(
+        BASE, "_enable_environment_dir_upload", "attribute", (R,), ENV, "Harbor's pool rule (_validate_definition)"
+    ),
+    # ── options and preflight ────────────────────────────────────────────────────────────────
+    HarborName(
+        BASE,
+        "options",
+        "attribute",
+        (S, R),
+        ENV,
+        "set (our SandboxOptions) before BaseEnvironment.__init__, which then keeps it and reads auto_mounting",
+        V026,
+    ),
+    HarborName(BASE, "options_model", "constant", (R,), ENV, "the model Harbor validates --ek with (None)", V026),
+    HarborName(SKY, "options_model", "class", (OVR,), ENV, "SandboxOptions in place of SkypilotOptions", V026),
+    HarborName(
+        BASE,
+        "parse_options",
+        "(kwargs)",
+        (OVR,),
+        ENV,
+        "SandboxOptions.build: our kwargs carry Harbor's own keywords beside ours",
+        V026,
+    ),
+    HarborName(BASE, "options_schema", "()", (C,), ENV, "`harbor environments schema` shows SandboxOptions", V026),
+    HarborName(
+        BASE, "preflight", "(kwargs)", (OVR, C), ENV, "Harbor's options check, then the chosen SDK's check", V026
+    ),
+    HarborName(
+        SKY, "preflight", "()", (OVR,), ENV, "not run: it exits without sky.sandbox whatever the chosen SDK", V025
+    ),
+    HarborName(
+        SKY, "preflight", "(kwargs)", (OVR,), ENV, "not run: it exits without sky.sandbox whatever the chosen SDK", V026
+    ),
+    HarborName(
+        "harbor.utils.optional_import:MissingExtraError",
+        "__init__",
+        "(self, *, package, extra, hint)",
+        (K,),
+        "harbor_compat/missing_sdk.py",
+        "the registry's SandboxSdkMissingError subclasses it, setting package and extra itself (its message is ours)",
+    ),
     HarborName(BASE, "environment_id", "cached_property", (R,), ENV, "content hash: image tags and pool groups"),
     # ── images ──────────────────────────────────────────────────────────────────────────────
     HarborName(SKY, "_image_ref", "property", (OVR, C), IMAGES, "one image per environment content; local names"),
@@ -113,7 +175,14 @@ SURFACE: tuple[HarborName, ...] = (
     ),
     HarborName(SKY, "_resolve_image", "(self, force_build)", (OVR,), IMAGES, "each image built once across trials"),
     HarborName(SKY, "_dockerfile_path", "property", (R,), IMAGES, "what is built, and the baked-bundle marker"),
-    HarborName(SKY, "_validate_definition", "(self)", (C,), ENV, "Harbor's check, run by init, reads _pool"),
+    HarborName(
+        SKY,
+        "_validate_definition",
+        "(self)",
+        (OVR, K),
+        ENV,
+        "Harbor's rule for the pool this environment claims (0.26's reads its options' pool, our base name)",
+    ),
     # ── sandbox lifecycle ────────────────────────────────────────────────────────────────────
     HarborName(
         SKY,
@@ -269,6 +338,43 @@ SURFACE: tuple[HarborName, ...] = (
         "the rule selection behind `harbor lint`, private to Harbor's CLI",
     ),
     HarborName("harbor.lint", "lint_task", "(root, *, selected_rules)", (C,), "validate/lint.py", "Harbor's lint"),
+    HarborName(
+        "harbor.environments.tar_transfer",
+        "tar_pack_succeeded",
+        "(return_code, *, stdout, stderr, logger)",
+        (C,),
+        "harbor_compat/tar_pack.py",
+        "Harbor's pack commands judged as Harbor judges them (filtered downloads)",
+        V026,
+    ),
+    # ── error policies (0.26): ours joined to Harbor's table ────────────────────────────────
+    HarborName(
+        "harbor.models.trial.error_policy",
+        "ERROR_POLICIES",
+        "constant",
+        (R, S),
+        "harbor_compat/error_policies.py",
+        "our trial errors' policies added beside Harbor's; policy_for and default_retry_exclusions read it per call",
+        V026,
+    ),
+    HarborName(
+        "harbor.models.trial.error_policy",
+        "ErrorPolicy",
+        "(should_retry, should_grade, has_valid_reward)",
+        (C,),
+        "harbor_compat/error_policies.py",
+        "each of our policies",
+        V026,
+    ),
+    HarborName(
+        "harbor.models.trial.error_policy",
+        "policy_for",
+        "(exception_type, override)",
+        (R,),
+        "harbor_compat/error_policies.py",
+        "Harbor's lookup, a user's override applied on top of the table's entry",
+        V026,
+    ),
     # ── factories, queue, tasks, agents ──────────────────────────────────────────────────────
     HarborName(
         "harbor.environments.factory:EnvironmentFactory",
@@ -351,3 +457,8 @@ SURFACE: tuple[HarborName, ...] = (
         "none",
     ),
 )
+
+
+def surface_for(line: str = HARBOR.name) -> tuple[HarborName, ...]:
+    """The entries that hold on Harbor ``line`` (the installed one by default)."""
+    return tuple(entry for entry in SURFACE if line in entry.lines)

@@ -50,6 +50,7 @@ class SandboxOptions(BaseModel):
     secrets: list[str] | None = None
     platform: str = DEFAULT_PLATFORM
     host_network: bool = False
+    auto_mounting: bool = False  # Harbor's own (bind its output dirs); Harbor 0.26 reads it here
     harbor: dict[str, Any] = {}  # Harbor's own keywords (``harbor_keywords``), passed through
 
     def _check(self) -> SandboxOptions:

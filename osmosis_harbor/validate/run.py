@@ -28,6 +28,7 @@ from pydantic import BaseModel
 
 from osmosis_harbor import settings
 from osmosis_harbor.errors import ConfigError, DatasetError
+from osmosis_harbor.harbor_compat import error_policies
 from osmosis_harbor.harbor_compat import fastpaths as harbor_fastpaths
 from osmosis_harbor.sandbox.guard import Allowance, GuardPlan, GuardSession, add_guard_hooks, guard_scope
 from osmosis_harbor.sandbox.images.builds import local_image_labels
@@ -190,6 +191,7 @@ async def validate_tasks(
         return hook
 
     harbor_fastpaths.install()  # Harbor's per-trial task checks, same answers, less host CPU
+    error_policies.install()  # Harbor 0.26 retries and grades our trial errors as their category says
     queue = TrialQueue(n_concurrent=max(1, n_concurrent))
     for event, stage in stages.items():
         queue.add_hook(event, hook_for(stage))

@@ -65,6 +65,20 @@ def _engine_url() -> str:
     return settings.current().docker_host
 
 
+def check_reachable() -> None:
+    """The engine answers a ping (``sdk="docker"``'s preflight), without making the process's
+    `Engine`: a run that never starts a sandbox here keeps no client."""
+    url = _engine_url()
+    try:
+        client = docker.from_env(version="auto", timeout=10)
+        try:
+            client.ping()
+        finally:
+            client.close()
+    except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+        raise DockerEngineUnavailable(url, exc) from exc
+
+
 def _is_loopback_registry(image: str) -> bool:
     """Pulls are only attempted from registries on this machine (network rule: loopback only)."""
     first = image.split("/", 1)[0] if "/" in image else ""

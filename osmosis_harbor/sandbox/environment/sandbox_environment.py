@@ -27,10 +27,14 @@ import contextlib
 import errno
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, BinaryIO, override
+from typing import Any, BinaryIO, cast, override
 
 from harbor.environments.base import BaseEnvironment, ExecResult
-from harbor.environments.definition import has_agent_environment_definition, parse_dockerfile_workdir
+from harbor.environments.definition import (
+    has_agent_environment_definition,
+    parse_dockerfile_workdir,
+    require_agent_environment_definition,
+)
 from harbor.environments.skypilot import _REMOTE_TRANSFER_DIR, SkypilotEnvironment, _sanitize_dns_name
 from harbor.models.task.config import EnvironmentConfig as TaskEnvironmentConfig
 from harbor.models.task.config import NetworkMode
@@ -38,6 +42,8 @@ from harbor.models.trial.paths import TrialPaths
 
 from osmosis_harbor import settings
 from osmosis_harbor.errors import SandboxDiskBoundError, SandboxLostError
+from osmosis_harbor.harbor_compat import error_policies
+from osmosis_harbor.harbor_compat.version import HARBOR
 from osmosis_harbor.sandbox.environment.exec_records import ExecRecords
 from osmosis_harbor.sandbox.environment.images import ImageResolution, declares_baked_layout
 from osmosis_harbor.sandbox.environment.loss_detection import LossDetection
@@ -81,6 +87,44 @@ class SandboxEnvironment(
 ):
     """Harbor's SkyPilot sandbox environment over a selectable ``sky.sandbox`` SDK."""
 
+    # Harbor 0.26 validates a run's kwargs (``--ek``) and shows `harbor environments schema`
+    # through this model; 0.25 has no options model and ignores it.
+    options_model = SandboxOptions
+
+    @classmethod
+    def parse_options(cls, kwargs: dict[str, Any] | None = None) -> SandboxOptions:
+        """The kwargs as our options (`ConfigError`, a ValueError, naming what is wrong): they
+        carry Harbor's own keywords beside ours, which Harbor's model check would refuse."""
+        return SandboxOptions.build(**(kwargs or {}))
+
+    @classmethod
+    def preflight(cls, kwargs: dict[str, Any] | None = None) -> None:
+        """Before Harbor queues trials: the kwargs are valid, and the chosen SDK has what it
+        needs here (``SandboxImplementation.preflight``), exiting with the way out if not.
+        Harbor's ``SkypilotEnvironment.preflight`` is not run: it requires ``sky.sandbox``
+        whatever the SDK. Harbor 0.25 passes no kwargs, so which SDK is chosen is unknown
+        here and nothing is checked (a missing SDK still fails the trial, by name)."""
+        error_policies.install()  # before Harbor's job runs a trial: our errors' policies
+        if HARBOR.options_model:
+            cast(Any, super(SkypilotEnvironment, cls)).preflight(kwargs)  # Harbor's base: parse_options
+        if kwargs is not None:
+            cls.parse_options(kwargs).impl.preflight()
+
+    @override
+    def _validate_definition(self) -> None:
+        """Harbor's rule, for the pool this environment claims: a generic pool supplies the
+        image, so no definition is needed; a group pool's image is this environment's own,
+        so the task's definition is (Harbor 0.26 reads its options' pool, our base name)."""
+        if self._pool:
+            if not self._enable_environment_dir_upload:
+                raise ValueError(
+                    "SkyPilot warm pools do not support dedicated verifier images or build definitions "
+                    "because the pool supplies its own image. Remove the 'pool' environment kwarg to use "
+                    "the verifier image or build definition."
+                )
+            return
+        require_agent_environment_definition(self.environment_dir, docker_image=self.task_env_config.docker_image)
+
     def __init__(
         self,
         environment_dir: Path,
@@ -98,8 +142,10 @@ class SandboxEnvironment(
         namespace: str | None = None,
         secrets: list[str] | None = None,
         platform: str = DEFAULT_PLATFORM,
+        auto_mounting: bool = False,
         **kwargs: Any,
     ) -> None:
+        error_policies.install()  # a trial of ours classifies its errors by our policies (idempotent)
         # Harbor passes our config's kwargs and its own keywords in one call: ours are named
         # above, checked once here (SandboxOptions), and Harbor's go on to BaseEnvironment.
         options = SandboxOptions.build(
@@ -112,6 +158,7 @@ class SandboxEnvironment(
             namespace=namespace,
             secrets=secrets,
             platform=platform,
+            auto_mounting=auto_mounting,
         )
         self._options = options
         self._sdk_name = options.sdk
@@ -151,6 +198,7 @@ class SandboxEnvironment(
         self._owns_itself = submitter is None
         self._sandboxes = self._owner.sandboxes
         self._guard = None
+        # Harbor 0.26's __init__ takes ``self.options`` as set (it is, above) and reads it.
         BaseEnvironment.__init__(
             self,
             environment_dir=environment_dir,
@@ -158,6 +206,7 @@ class SandboxEnvironment(
             session_id=session_id,
             trial_paths=trial_paths,
             task_env_config=task_env_config,
+            auto_mounting=options.auto_mounting,
             **kwargs,
         )
         self._workdir = parse_dockerfile_workdir(self._dockerfile_path)

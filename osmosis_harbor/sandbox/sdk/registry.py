@@ -15,7 +15,7 @@ import importlib
 from dataclasses import dataclass
 from typing import cast
 
-from osmosis_harbor.errors import ConfigError, DockerSdkMissingError, SandboxSdkMissingError
+from osmosis_harbor.errors import ConfigError, DockerSdkMissingError, SandboxSdkMissingError, SandboxUnavailableError
 from osmosis_harbor.sandbox.sdk.protocol import SandboxSdk
 
 __all__ = [
@@ -31,7 +31,7 @@ __all__ = [
 SKYPILOT_SDK_MISSING = (
     "The SkyPilot Sandbox SDK ('sky.sandbox') is not installed in this environment. "
     "It ships with the SkyPilot Platform installer, not with PyPI's 'skypilot' (which "
-    "cannot be installed next to harbor 0.25 and has no 'sky.sandbox'). Install the "
+    "cannot be installed next to Harbor 0.25 or 0.26 and has no 'sky.sandbox'). Install the "
     "Platform Sandbox SDK into this virtualenv, run 'sky api login -e <endpoint>', and "
     'retry; or use the local Docker sandbox with --env docker / sdk="docker".'
 )
@@ -56,7 +56,9 @@ class SandboxImplementation:
     command started, so each exec keeps its result in the sandbox for a re-read
     (``exec_records.py``). ``local_server``: ``module:function`` stopping what this process
     started on this machine to serve the SDK (the emulator's on-demand server), called by
-    ``stop_local_servers`` when a backend shuts down."""
+    ``stop_local_servers`` when a backend shuts down. ``ready_check``: ``module:function``
+    raising `SandboxUnavailableError` when what the SDK talks to is not there (the engine, the
+    emulator, a SkyPilot login), run by `preflight` after the import."""
 
     name: str
     module: str
@@ -68,6 +70,18 @@ class SandboxImplementation:
     max_concurrent_starts: int = 8
     records_exec_results: bool = False
     local_server: str | None = None
+    ready_check: str | None = None
+
+    def preflight(self) -> None:
+        """Exit with the way out (``SystemExit``, as Harbor's preflight does) unless this SDK
+        can be imported and what it talks to is there: checked before a run queues trials."""
+        try:
+            self.load()
+            if self.ready_check is not None:
+                module, _, function = self.ready_check.partition(":")
+                getattr(importlib.import_module(module), function)()
+        except (SandboxSdkMissingError, SandboxUnavailableError) as exc:
+            raise SystemExit(f"sdk={self.name!r}: {exc}") from None
 
     def stop_local_servers(self) -> list[str]:
         """Stop the local servers this process started for this SDK (none for most SDKs)."""
@@ -82,7 +96,9 @@ class SandboxImplementation:
         except Exception as exc:  # a broken ~/.sky config raises more than ImportError
             if self.missing_hint is None:
                 raise
-            raise SandboxSdkMissingError(self.name, self.missing_hint, exc) from exc
+            from osmosis_harbor.harbor_compat.missing_sdk import HarborSandboxSdkMissingError
+
+            raise HarborSandboxSdkMissingError(self.name, self.missing_hint, exc, package=self.module) from exc
 
 
 _REGISTRY: dict[str, SandboxImplementation] = {}
@@ -104,6 +120,7 @@ register(
         relays_host_endpoint=True,
         local_images=True,
         max_concurrent_starts=8,
+        ready_check="osmosis_harbor.sandbox.docker.engine:check_reachable",
     )
 )
 register(
@@ -113,6 +130,7 @@ register(
         missing_hint=SKYPILOT_SDK_MISSING,
         max_concurrent_starts=128,
         records_exec_results=True,
+        ready_check="osmosis_harbor.sandbox.sdk.skypilot_login:check_logged_in",
     )
 )
 # SkyPilot's SDK served by a local emulator (sandbox/emulator/): SkyPilot's limits on this machine.
@@ -126,6 +144,7 @@ register(
         max_concurrent_starts=32,
         records_exec_results=True,
         local_server="osmosis_harbor.sandbox.emulator.server.launcher:stop_started_servers",
+        ready_check="osmosis_harbor.sandbox.emulator.server.launcher:check_reachable",
     )
 )
 DEFAULT_SDK = "skypilot"

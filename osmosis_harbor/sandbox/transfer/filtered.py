@@ -21,6 +21,7 @@ from harbor.environments.base import _ENV_TRANSFER_TAR_DIR, _TRANSFER_PACK_TIMEO
 from harbor.models.task.config import TaskOS
 from harbor.utils.path_filter import filter_paths_by_patterns
 
+from osmosis_harbor.harbor_compat.tar_pack import pack_succeeded
 from osmosis_harbor.sandbox.transfer.extract import extract_archive
 
 __all__ = ["FilteredDownloads", "download_filtered", "download_with_exclusions"]
@@ -52,7 +53,7 @@ async def download_with_exclusions(
         user="root",
     )
     try:
-        if result.return_code != 0:
+        if not pack_succeeded(result.return_code, stdout=result.stdout, stderr=result.stderr, logger=env.logger):
             raise RuntimeError(
                 f"Failed to create transfer archive for {source_dir!r} with code {result.return_code}: "
                 f"{result.stderr or result.stdout or 'no output'}"
@@ -99,7 +100,7 @@ async def download_filtered(
             timeout_sec=_TRANSFER_PACK_TIMEOUT_SEC,
             user="root",
         )
-        if packed.return_code != 0:
+        if not pack_succeeded(packed.return_code, stdout=packed.stdout, stderr=packed.stderr, logger=env.logger):
             raise RuntimeError(
                 f"Failed to create filtered transfer archive for {source_dir!r} with code {packed.return_code}: "
                 f"{packed.stderr or packed.stdout or 'no output'}"

@@ -28,10 +28,11 @@ import httpx
 from tenacity import Retrying, retry_if_result, stop_after_delay, wait_exponential
 
 from osmosis_harbor import settings
+from osmosis_harbor.errors import SandboxUnavailableError
 from osmosis_harbor.sandbox.emulator.errors import EmulatorStartError
 from osmosis_harbor.sandbox.emulator.server.process import ServerState, read_state
 
-__all__ = ["STATE_FILE", "server_url", "stop_started_servers"]
+__all__ = ["STATE_FILE", "check_reachable", "server_url", "stop_started_servers"]
 
 STATE_FILE = "server.json"
 START_TIMEOUT_SEC = 60.0
@@ -47,6 +48,28 @@ def server_url() -> str:
     if current.emulator_url:
         return current.emulator_url.rstrip("/")
     return _ensure_local_server(current.emulator_dir())
+
+
+def check_reachable() -> None:
+    """``sdk="skypilot-emulator"``'s preflight: the server named by ``OSMOSIS_HARBOR_EMULATOR_URL``
+    answers; without it, the engine an on-demand server runs its sandboxes on does (nothing is
+    started here: the first call starts the server, as SkyPilot's client starts its own)."""
+    current = settings.current()
+    if not current.emulator_url:
+        from osmosis_harbor.sandbox.docker.engine import check_reachable as check_engine  # docker-py: the extra
+
+        check_engine()
+        return
+    url = current.emulator_url.rstrip("/")
+    try:
+        answered = httpx.get(f"{url}/healthz", timeout=5.0).status_code == 200
+    except httpx.HTTPError:
+        answered = False
+    if not answered:
+        raise SandboxUnavailableError(
+            f"the skypilot-emulator server at {url} (OSMOSIS_HARBOR_EMULATOR_URL) does not answer: start it "
+            "with 'python -m osmosis_harbor emulator', or unset the variable to have one started on demand"
+        )
 
 
 @contextlib.contextmanager
