@@ -220,12 +220,6 @@ class SandboxEnvironment(
         if self._pool_base and not self._generic_pool:
             self._pool = pool_name_for(self._pool_base, self.group_key)
 
-    @classmethod
-    @override
-    def preflight(cls) -> None:
-        """Harbor's refuses unless SkyPilot's SDK is installed; ours picks the SDK per environment
-        (``sdk=``), and loading it (in the constructor) says what to install when it is missing."""
-
     @property
     def group_key(self) -> str:
         """The environment group this sandbox belongs to (see ``environment_group_key``)."""
