@@ -88,7 +88,7 @@ def test_create_pool_on_an_existing_name_raises(image: str) -> None:
 
 
 def test_a_pool_not_warm_in_time_raises_and_keeps_warming(emulator: EmulatorServer, image: str) -> None:
-    emulator.knobs(pool_warm_sec=2, pool_warm_timeout_sec=0)
+    emulator.knobs(pool_warm_sec=10, pool_warm_timeout_sec=0)  # warm well after a loaded engine has started both
     pool = _name("slow")
     with pytest.raises(sky.PoolWarmTimeoutError, match=r"didn't fully warm within the SDK timeout.*last seen 0/2"):
         sky.create_pool(pool, image, replicas=2)

@@ -133,7 +133,7 @@ async def test_an_empty_pool_claim_waits_then_cold_creates_the_pools_image(
 async def test_a_warming_pool_is_usable_and_serves_within_the_wait(
     emulator: EmulatorServer, image: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    emulator.knobs(pool_warm_sec=2, pool_warm_timeout_sec=0)  # create_pool returns before it is warm
+    emulator.knobs(pool_warm_sec=10, pool_warm_timeout_sec=0)  # create_pool returns long before it is warm
     monkeypatch.setenv("OSMOSIS_HARBOR_POOL_CLAIM_WAIT_SEC", "30")
     starts = SandboxStarts(4)
     owner = SandboxOwner.make("test", starts=starts)
