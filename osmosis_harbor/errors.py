@@ -2,8 +2,8 @@
 
 The command line turns exactly these into one ``error: ...`` line (exit status 2), and
 ``HarborBackend.execute`` refuses a rollout with their message; anything else is a bug and keeps
-its traceback. Several also subclass the builtin their callers caught before the base existed
-(``ValueError``, ``LookupError``, ...), so ``except ValueError`` around a constructor still works.
+its traceback. Several also subclass a builtin (``ValueError``, ``LookupError``, ...), so
+``except ValueError`` around a constructor works.
 
 ``TrialPhaseError`` subclasses are raised inside a Harbor trial, which records only the class
 *name*; ``recorded_error`` maps that name back to the class, whose ``phase`` and ``category`` say
@@ -297,11 +297,9 @@ class SandboxLostError(TrialPhaseError, SandboxError, RuntimeError):
     """The sandbox is gone, or stopped without this trial stopping it: the infrastructure's
     doing, not the workflow's (see ``osmosis_harbor.sandbox.sdk.liveness``).
 
-    Harbor records only the class name, so whose sandbox it was travels in it: the environment
-    raises `AgentSandboxLostError` or `VerifierSandboxLostError` (``role``), never this base.
-    ``observed_at``: when the host saw the loss, which says what the trial was doing then
-    (Harbor's phase timings alone cannot: its agent timing ends before the agent's outputs are
-    downloaded)."""
+    Harbor records only the class name, so the subclass says whose sandbox it was (``role``).
+    ``observed_at``: when the host saw it, which tells what the trial was doing (Harbor's agent
+    timing ends before the agent's outputs are downloaded)."""
 
     role: ClassVar[str | None] = None
 
@@ -319,10 +317,8 @@ class SandboxLostError(TrialPhaseError, SandboxError, RuntimeError):
 
 
 class AgentSandboxLostError(SandboxLostError):
-    """The agent's sandbox (Harbor's ``{trial}__env``) was lost. Until the host has the
-    workflow's outputs (Harbor downloads ``/logs/agent`` and the artifacts after the agent's
-    timing ends) this is the workflow's ``internal_error``, whatever phase had started; only in
-    a verification run in that same sandbox (Harbor's ``shared`` mode) is it the grading's."""
+    """The agent's sandbox (Harbor's ``{trial}__env``) was lost: the workflow's ``internal_error``
+    until the host has its outputs, then (a verification in that same sandbox) the grading's."""
 
     role = "agent"
 

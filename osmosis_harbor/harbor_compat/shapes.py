@@ -10,7 +10,7 @@ import textwrap
 from functools import cached_property
 from typing import Any
 
-from osmosis_harbor.harbor_compat.surface import HarborName
+from osmosis_harbor.harbor_compat.names import HarborName
 
 __all__ = ["assigned_in_init", "current_shape", "resolve", "shape_of"]
 

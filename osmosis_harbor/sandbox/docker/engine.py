@@ -15,14 +15,11 @@ the lazy singleton.
 from __future__ import annotations
 
 import hashlib
-import io
 import ipaddress
 import logging
 import os
-import tarfile
 import threading
 import time
-import uuid
 from typing import Any
 
 import docker
@@ -48,8 +45,9 @@ from osmosis_harbor.sandbox.docker.layer_bound import LayerBound
 from osmosis_harbor.sandbox.docker.lean_http import install_lean_requests
 from osmosis_harbor.sandbox.docker.network import SandboxNetwork, ensure_sandbox_network
 from osmosis_harbor.sandbox.docker.pools import PoolManager
+from osmosis_harbor.sandbox.docker.tmp_volume import read_image_tmp, tmp_mount
 from osmosis_harbor.sandbox.docker.transport import share_one_pool
-from osmosis_harbor.sandbox.sdk.bounds import TMP_PATH, SandboxBounds
+from osmosis_harbor.sandbox.sdk.bounds import SandboxBounds
 from osmosis_harbor.sandbox.sdk.calls import executor, executor_workers
 from osmosis_harbor.sandbox.sdk.privileges import SandboxPrivileges
 
@@ -164,7 +162,7 @@ class Engine:
                 mem_limit=bounds.memory_bytes,
                 memswap_limit=bounds.memory_bytes,
                 pids_limit=bounds.pids_limit,
-                mounts=[_tmp_mount(bounds)],
+                mounts=[tmp_mount(bounds)],
                 network_mode=network_mode,
                 storage_opt=self.layers.option(bounds),
                 **privileges.host_config(),
@@ -241,20 +239,7 @@ class Engine:
         with self._seed_lock:
             if image_id in self._tmp_seeds:
                 return self._tmp_seeds[image_id]
-        probe = self.api.create_container(
-            image_id,
-            command=["true"],
-            name=f"ohseed_{uuid.uuid4().hex[:12]}",
-            host_config=self.api.create_host_config(network_mode="none"),
-        )["Id"]
-        try:
-            stream, _ = self.api.get_archive(probe, TMP_PATH)
-            archive: bytes | None = b"".join(stream)
-        except docker.errors.NotFound:  # the image has no /tmp at all
-            archive = None
-        finally:
-            self.api.remove_container(probe, force=True, v=True)
-        seed = archive if archive is not None and _has_children(archive) else None
+        seed = read_image_tmp(self.api, image_id)
         with self._seed_lock:
             self._tmp_seeds[image_id] = seed
         return seed
@@ -372,26 +357,6 @@ class Engine:
             return
         self._last_auto_reap = time.monotonic()
         executor().submit(docker_reap.background_reap, self)
-
-
-def _tmp_mount(bounds: SandboxBounds) -> docker.types.Mount:
-    """An anonymous tmpfs *volume* (not HostConfig.Tmpfs): the engine's archive API, which
-    ``write_bytes`` / ``read_bytes`` use, reaches into volumes but not into tmpfs mounts."""
-    return docker.types.Mount(
-        target=TMP_PATH,
-        source=None,
-        type="volume",
-        labels={L.MANAGED: "1", L.TMP_VOLUME: "1"},  # reaped once dangling (reap.remove_dangling_tmp_volumes)
-        driver_config=docker.types.DriverConfig(
-            "local", {"type": "tmpfs", "device": "tmpfs", "o": f"size={bounds.tmp_mb}m,mode=1777"}
-        ),
-    )
-
-
-def _has_children(archive: bytes) -> bool:
-    """Whether a directory's tar holds anything besides the directory itself."""
-    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-        return any("/" in member.name.strip("/") for member in tar)
 
 
 _engine_lock = threading.Lock()
