@@ -194,3 +194,30 @@ def test_a_pools_live_users_exclude_the_asker_and_dead_owners(tmp_path: Path) ->
     assert [u.user for u in ledger.pool_users("docker", "e", "warm-1")] == ["a", "b"]  # the dead one's row went
     ledger.release_pool("docker", "e", "warm-1", "b")
     assert ledger.live_pool_users("docker", "e", "warm-1", besides="a") == []
+
+
+@pytest.mark.parametrize("adopting", [True, False], ids=["ours", "control-without-adoption"])
+async def test_stop_terminates_a_handle_that_our_create_did_not_make(
+    tmp_path: Path, sandbox_image: str, adopting: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Harbor's stop terminates whatever ``_sandbox`` holds; so does ours, though the handle
+    reached it without our create (control: without the adoption, the sandbox outlives stop)."""
+    if not adopting:
+
+        async def ignore(self: SandboxEnvironment, name: str) -> None:
+            return None
+
+        monkeypatch.setattr(SandboxEnvironment, "_adopt_held_handle", ignore)
+    owner = SandboxOwner.make("test")
+    with owner_scope(owner):
+        env = _environment(make_task(tmp_path / "ds", "held"), tmp_path)
+        handle = await env._sdk.create.aio(name=env.sandbox_name, image=sandbox_image, timeout=300)
+        env._sandbox = handle
+        try:
+            await env.stop(delete=True)
+            listed = {record.name for record in await env._sdk.ls.aio()}
+            assert (env.sandbox_name in listed) is not adopting
+        finally:
+            if not adopting:
+                handle.terminate()
+        assert await owner.close() == []

@@ -266,8 +266,18 @@ class SandboxLifecycle(SkypilotEnvironment):
         owner settles it before reporting), inline otherwise."""
         self._require_sandbox()
         sandboxes, name = self._sandboxes, self._sandbox_name
+        if not sandboxes.registered(name):
+            await self._adopt_held_handle(name)
         if not defer_termination(lambda: sandboxes.end(name)):
             await sandboxes.end(name)
+
+    async def _adopt_held_handle(self, name: str) -> None:
+        """A handle that reached ``_sandbox`` without our create (set by a caller, as Harbor's own
+        tests and tools may): Harbor's stop terminates what it holds, so it joins the owner's
+        ledger and registry and is ended like ours, a failure kept and retried, never dropped."""
+        self.logger.warning(f"sandbox {name} was not created through this owner: recording it, then terminating it")
+        await self._sandboxes.pending(name, self._sdk, self._sdk_name)
+        await self._sandboxes.attach(name, self._sandbox)
 
 
 async def _in_slot(starts: SandboxStarts | None, call: Callable[[], Awaitable[Any]]) -> Any:
