@@ -61,9 +61,13 @@ find_python() {
   echo "$fallback"
 }
 
+# The Harbor line .venv holds: the suite, the lint and mypy run on it; the other line's leg runs in
+# .venv26 (--harbor 0.26). Pinned, since a fresh resolve of `harbor>=0.25,<0.27` takes the newest.
+DEFAULT_HARBOR="harbor>=0.25,<0.26"
+
 ensure_venv() {
   local stamp=".venv/.osmosis-harbor-installed" want
-  want="$(cat pyproject.toml | sha256sum | cut -c1-16)"
+  want="$( (cat pyproject.toml; echo "$DEFAULT_HARBOR") | sha256sum | cut -c1-16)"
   if [ -x .venv/bin/python ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
     return 0
   fi
@@ -82,7 +86,7 @@ ensure_venv() {
   fi
   log "installing osmosis-harbor[dev,docker] into .venv"
   .venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
-  if ! .venv/bin/python -m pip install -q -e '.[dev,docker]' >"$STATE/pip-install.log" 2>&1; then
+  if ! .venv/bin/python -m pip install -q -e '.[dev,docker]' "$DEFAULT_HARBOR" >"$STATE/pip-install.log" 2>&1; then
     tail -40 "$STATE/pip-install.log" >&2
     die "pip install failed (full log: $STATE/pip-install.log)"
   fi
