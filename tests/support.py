@@ -152,28 +152,36 @@ def make_task(
     return task
 
 
-@contextlib.asynccontextmanager
-async def started_environment(root: Path, task_id: str) -> AsyncIterator[SandboxEnvironment]:
-    """A started Docker sandbox environment for a small task with ``WORKDIR /work``, made the
-    way Harbor makes a trial's (its factory, a trial's paths), stopped and deleted afterwards."""
+def made_environment(task_dir: Path, trial_dir: Path, session_prefix: str) -> SandboxEnvironment:
+    """A Docker sandbox environment for the task at ``task_dir``, made the way Harbor makes a
+    trial's (its factory, a trial's paths under ``trial_dir``), not started."""
     from harbor.environments.factory import EnvironmentFactory
     from harbor.models.task.task import Task
     from harbor.models.trial.paths import TrialPaths
 
     from osmosis_harbor.sandbox import SandboxEnvironment, environment_config
 
-    task = Task(make_task(root / "ds", task_id, dockerfile="FROM debian:trixie-slim\nWORKDIR /work\n"))
-    trial_paths = TrialPaths(root / "trial")
+    task = Task(task_dir)
+    trial_paths = TrialPaths(trial_dir)
     trial_paths.mkdir()
     environment = EnvironmentFactory.create_environment_from_config(
         environment_config("docker"),
         environment_dir=task.paths.environment_dir,
         environment_name=task.name,
-        session_id=f"{task_id}-{uuid.uuid4().hex[:8]}",
+        session_id=f"{session_prefix}-{uuid.uuid4().hex[:8]}",
         trial_paths=trial_paths,
         task_env_config=task.config.environment,
     )
     assert isinstance(environment, SandboxEnvironment)
+    return environment
+
+
+@contextlib.asynccontextmanager
+async def started_environment(root: Path, task_id: str) -> AsyncIterator[SandboxEnvironment]:
+    """A started Docker sandbox environment for a small task with ``WORKDIR /work``
+    (``made_environment``), stopped and deleted afterwards."""
+    task_dir = make_task(root / "ds", task_id, dockerfile="FROM debian:trixie-slim\nWORKDIR /work\n")
+    environment = made_environment(task_dir, root / "trial", task_id)
     await environment.start(force_build=False)
     try:
         yield environment

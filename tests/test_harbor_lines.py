@@ -30,14 +30,14 @@ from harbor.utils.optional_import import MissingExtraError
 from osmosis_harbor.errors import AgentSandboxLostError, SandboxSdkMissingError, SandboxUnavailableError
 from osmosis_harbor.harbor_compat import error_policies
 from osmosis_harbor.harbor_compat.version import HARBOR
-from osmosis_harbor.sandbox import SandboxEnvironment, environment_config
+from osmosis_harbor.sandbox import SandboxEnvironment
 from osmosis_harbor.sandbox.docker import labels as L
 from osmosis_harbor.sandbox.options import IMPORT_PATH, SandboxOptions
 from osmosis_harbor.sandbox.sdk.registry import implementation
 from osmosis_harbor.sandbox.sdk.skypilot_login import check_logged_in
 
 from .sdk_paths import DOCKER, SdkPath
-from .support import TASKS, make_task, managed_containers, wait_until
+from .support import TASKS, made_environment, make_task, managed_containers, wait_until
 
 on_026 = pytest.mark.skipif(not HARBOR.options_model, reason="Harbor 0.25 has no options model or error policies")
 on_025 = pytest.mark.skipif(HARBOR.options_model, reason="Harbor 0.26 has both")
@@ -111,21 +111,8 @@ def test_harbor_validates_and_shows_our_options() -> None:
 
 def test_our_environment_takes_harbors_own_options(tmp_path: Path) -> None:
     """``auto_mounting`` is Harbor's: 0.26 reads it off our options, 0.25 off its keyword."""
-    from harbor.models.task.task import Task
-    from harbor.models.trial.paths import TrialPaths
-
-    task = Task(make_task(tmp_path, "options"))
-    paths = TrialPaths(tmp_path / "trial")
-    paths.mkdir()
-    env = EnvironmentFactory.create_environment_from_config(
-        environment_config("docker"),
-        environment_dir=task.paths.environment_dir,
-        environment_name=task.name,
-        session_id=f"options-{uuid.uuid4().hex[:8]}",
-        trial_paths=paths,
-        task_env_config=task.config.environment,
-    )
-    assert isinstance(env, SandboxEnvironment) and env.auto_mounting is False
+    env = made_environment(make_task(tmp_path, "options"), tmp_path / "trial", "options")
+    assert env.auto_mounting is False
     assert env.options.auto_mounting is False and env.options.sdk == "docker"
 
 

@@ -12,18 +12,15 @@ import uuid
 from pathlib import Path
 
 import pytest
-from harbor.environments.factory import EnvironmentFactory
 from harbor.environments.skypilot import SkypilotEnvironment
-from harbor.models.task.task import Task
-from harbor.models.trial.paths import TrialPaths
 
 import osmosis_harbor
 from osmosis_harbor.harbor_compat.shapes import assigned_in_init, current_shape, resolve, shape_of
 from osmosis_harbor.harbor_compat.surface import BASE, SKY, SURFACE, HarborName, Use, surface_for
 from osmosis_harbor.harbor_compat.version import HARBOR, LINES, line_of
-from osmosis_harbor.sandbox import SandboxEnvironment, environment_config
+from osmosis_harbor.sandbox import SandboxEnvironment
 
-from .support import make_task
+from .support import made_environment, make_task
 
 PACKAGE = Path(osmosis_harbor.__file__).parent
 HARBOR_ENVIRONMENT_OWNERS = {SKY, BASE}
@@ -75,18 +72,7 @@ def test_we_set_every_attribute_skypilot_init_sets(tmp_path: Path) -> None:
     harbor_sets = assigned_in_init(SkypilotEnvironment)
     listed = {e.name for e in surface_for() if e.owner == SKY and Use.SET in e.uses}
     assert harbor_sets == listed, f"SkypilotEnvironment.__init__ now sets {sorted(harbor_sets - listed)}"
-    task = Task(make_task(tmp_path, "surface"))
-    trial_paths = TrialPaths(tmp_path / f"trial-{uuid.uuid4().hex[:6]}")
-    trial_paths.mkdir()
-    env = EnvironmentFactory.create_environment_from_config(
-        environment_config("docker"),
-        environment_dir=task.paths.environment_dir,
-        environment_name=task.name,
-        session_id=f"surface-{uuid.uuid4().hex[:8]}",
-        trial_paths=trial_paths,
-        task_env_config=task.config.environment,
-    )
-    assert isinstance(env, SandboxEnvironment)
+    env = made_environment(make_task(tmp_path, "surface"), tmp_path / f"trial-{uuid.uuid4().hex[:6]}", "surface")
     assert not [name for name in sorted(harbor_sets) if not hasattr(env, name)]
     # Ours takes every keyword Harbor's does (an environment kwarg Harbor adds is not dropped):
     # its __init__'s on 0.25, its options model's fields on 0.26.

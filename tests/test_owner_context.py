@@ -13,9 +13,6 @@ from pathlib import Path
 import docker
 import docker.errors
 import pytest
-from harbor.environments.factory import EnvironmentFactory
-from harbor.models.task.task import Task
-from harbor.models.trial.paths import TrialPaths
 
 from osmosis_harbor.errors import NoOwnerError
 from osmosis_harbor.owner_process import Owner
@@ -31,23 +28,11 @@ from osmosis_harbor.sandbox.owner.context import (
     trial_scope,
 )
 
-from .support import REPO, make_task
+from .support import REPO, made_environment, make_task
 
 
 def _environment(task_dir: Path, tmp_path: Path) -> SandboxEnvironment:
-    task = Task(task_dir)
-    trial_paths = TrialPaths(tmp_path / f"trial-{uuid.uuid4().hex[:6]}")
-    trial_paths.mkdir()
-    env = EnvironmentFactory.create_environment_from_config(
-        environment_config("docker"),
-        environment_dir=task.paths.environment_dir,
-        environment_name=task.name,
-        session_id=f"ownertest-{uuid.uuid4().hex[:8]}",
-        trial_paths=trial_paths,
-        task_env_config=task.config.environment,
-    )
-    assert isinstance(env, SandboxEnvironment)
-    return env
+    return made_environment(task_dir, tmp_path / f"trial-{uuid.uuid4().hex[:6]}", "ownertest")
 
 
 async def test_outside_every_owner_a_call_that_needs_one_raises_naming_it() -> None:
