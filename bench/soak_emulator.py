@@ -77,6 +77,7 @@ class EmulatorSoakConfig:
     rate_503: float = 0.02
     rate_429: float = 0.02
     rate_reset: float = 0.01
+    rate_reset_after: float = 0.01  # the call ran, its answer lost: an exec launch is relaunched
     targeted: bool = True
     concurrency: int = 4
     infra_retries: int = 1
@@ -97,7 +98,7 @@ class EmulatorSoakConfig:
 
     @property
     def api_fault_rate(self) -> float:
-        return self.rate_503 + self.rate_429 + self.rate_reset
+        return self.rate_503 + self.rate_429 + self.rate_reset + self.rate_reset_after
 
 
 def make_plans(config: EmulatorSoakConfig) -> list[Plan]:
@@ -137,6 +138,7 @@ def configure_faults(run: EmulatorRun, config: EmulatorSoakConfig) -> None:
         "rate_503": config.rate_503,
         "rate_429": config.rate_429,
         "rate_reset": config.rate_reset,
+        "rate_reset_after": config.rate_reset_after,
         "retry_after_sec": 0.2,
     }
     with httpx.Client(base_url=run.url, timeout=30) as http:
@@ -148,7 +150,7 @@ def configure_faults(run: EmulatorRun, config: EmulatorSoakConfig) -> None:
 
 def quiet_faults(run: EmulatorRun) -> None:
     """No more faults: what is checked after the soak is checked through a calm API."""
-    knobs = run.admin()["knobs"] | {"rate_503": 0.0, "rate_429": 0.0, "rate_reset": 0.0}
+    knobs = run.admin()["knobs"] | {"rate_503": 0.0, "rate_429": 0.0, "rate_reset": 0.0, "rate_reset_after": 0.0}
     httpx.put(f"{run.url}/admin/knobs", json=knobs, timeout=30).raise_for_status()
 
 
@@ -214,7 +216,7 @@ def check_faults(report: SoakReport, home: Path, run: EmulatorRun, findings: Fau
         findings.faulted_rollouts += faulted
         findings.api_losses += sum(API_LOSS in r for r in losses(seen, lost))
         report.mismatches += expected_mismatches(plan, seen, lost, faulted)
-    unsafe = findings.injected.get("reset", 0) + findings.injected.get("hang", 0)
+    unsafe = sum(findings.injected.get(kind, 0) for kind in ("reset", "reset-after", "hang"))
     if findings.api_losses > unsafe:
         findings.unexplained.append(
             f"{findings.api_losses} losses put down to API faults, but the emulator reset only {unsafe} calls"
@@ -337,7 +339,31 @@ def to_bench(result: EmulatorSoak, config: EmulatorSoakConfig) -> BenchResult:
     for line in f.unexplained:
         bench.warn(f"UNEXPLAINED: {line}")
     bench.info["unexplained API losses (must be 0)"] = len(f.unexplained)
+    for key, value in summary(result.report).items():
+        bench.headline_value(key, value)
     return bench
+
+
+def summary(report: SoakReport) -> dict[str, int]:
+    """The soak's verdict figures (``--out``'s top-level ``soak_emulator``): everything but
+    ``n`` and ``internal_error_planned`` must be 0; planned ones are the double evictions."""
+    internal = [
+        plan
+        for plan in report.plans
+        if (got := report.observed[plan.rollout_id].result) is not None
+        and got.err_category is not None
+        and got.err_category.value == "internal_error"
+    ]
+    planned = sum(plan.kind is Kind.KILLED for plan in internal)
+    return {
+        "n": len(report.plans),
+        "lost": report.accepted - report.terminal,
+        "mismatches": len(report.mismatches),
+        "leftovers": len(report.leftovers),
+        "key_hits": len(report.key_hits),
+        "internal_error_planned": planned,
+        "internal_error_unplanned": len(internal) - planned,
+    }
 
 
 def sizes(quick: bool, soak_n: int | None) -> EmulatorSoakConfig:

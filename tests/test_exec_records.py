@@ -1,5 +1,7 @@
-"""An exec whose result read fails is read again from its record in the sandbox, never re-run
-(``sandbox/environment/exec_records.py``), on the skypilot-emulator with faults injected by its server.
+"""An exec whose result read fails is read again from its record in the sandbox, never re-run,
+and an exec whose launch's answer is lost is launched again under the same record, which runs
+the command once (``sandbox/environment/exec_records.py``), on the skypilot-emulator with faults
+injected by its server.
 
 The fault is aimed at exactly one exec: the test wraps the emulator SDK's exec launch and, once
 the server accepted the command (its exec id known), queues a reset or a 503 on that exec's
@@ -19,6 +21,7 @@ import pytest
 
 from osmosis_harbor.errors import SandboxLostError
 from osmosis_harbor.sandbox.emulator.client import handles
+from osmosis_harbor.sandbox.environment import exec_records
 from osmosis_harbor.sandbox.environment.exec_records import RECORDS_DIR, parse_status
 
 from .emulator_support import EmulatorServer, push_to_local_registry
@@ -69,8 +72,8 @@ async def test_a_fault_on_an_execs_result_read_is_survived_and_the_command_ran_o
             assert (result.return_code, result.stdout, result.stderr) == (3, "out\n", "err\n")
             ran = await env.exec("cat /tmp/ran; rm /tmp/ran")
             assert ran.stdout == f"{MARK}\n", kind  # dispatched once, never again
-            # the host held the result: the next exec removed its record
-            listing = await env.exec(f"ls {RECORDS_DIR} | grep -c {hit[0]} || true")
+            # the host held the result: the next exec removed its output, kept its claim
+            listing = await env.exec(f"ls {RECORDS_DIR}/*/out | grep -c {hit[0]} || true")
             assert listing.stdout == "0\n"
 
         # where no record can be made, the command still runs as it would unrecorded
@@ -83,6 +86,62 @@ async def test_a_fault_on_an_execs_result_read_is_survived_and_the_command_ran_o
         with pytest.raises(SandboxLostError, match="API failed mid-call"):
             await env.exec(COMMAND)
         assert len(hit) == 1
+    finally:
+        await env.stop(delete=True)
+
+
+def fault_on_launch(emulator: EmulatorServer, kind: str, sandbox: str) -> None:
+    """``kind`` on the next exec launch in ``sandbox`` (``reset-after``: the command starts and
+    the answer is lost; ``reset``: the request never reaches the server)."""
+    emulator.fault(kind, path=f"/sandboxes/{sandbox}/exec", method="POST", count=1)
+
+
+async def test_a_launch_whose_answer_was_lost_runs_its_command_once(
+    emulator_server: EmulatorServer, sandbox_image: str, tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Started (``reset-after``): the relaunch attaches to the running command's record; never
+    started (``reset``): the relaunch runs it. Either way once, with its own result."""
+    env = environment_for("skypilot-emulator", tmp_path, push_to_local_registry(sandbox_image))
+    await env.start(force_build=False)
+    try:
+        slow = f"sleep 1; {COMMAND}"  # still running when the relaunch arrives
+        for kind in ("reset-after", "reset"):
+            faults = emulator_server.stats()["faults"].get(kind, 0)
+            fault_on_launch(emulator_server, kind, env.sandbox_name)
+            result = await env.exec(slow)
+            assert emulator_server.stats()["faults"][kind] == faults + 1  # the launch failed
+            assert (result.return_code, result.stdout, result.stderr) == (3, "out\n", "err\n"), kind
+            ran = await env.exec("cat /tmp/ran; rm /tmp/ran")
+            assert ran.stdout == f"{MARK}\n", kind  # ran once, whichever launch ran it
+
+        # a read record's claim outlives its output: a late launch of it attaches, never reruns
+        late = await env.exec(f"ls {RECORDS_DIR} | wc -l")
+        assert int(late.stdout) >= 2
+
+        # where no record can be made, a relaunch cannot know what ran: the fault stands
+        await env.exec(f"rm -rf {RECORDS_DIR} && touch {RECORDS_DIR}")
+        fault_on_launch(emulator_server, "reset-after", env.sandbox_name)
+        with pytest.raises(SandboxLostError, match="API failed mid-call"):
+            await env.exec(COMMAND)
+    finally:
+        await env.stop(delete=True)
+
+
+async def test_without_the_records_claim_a_relaunch_runs_the_command_twice(
+    emulator_server: EmulatorServer, sandbox_image: str, tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Positive control: the same lost answer, with the wrapper's exclusive ``mkdir`` made a
+    ``mkdir -p`` (every launch claims), runs the command twice."""
+    claimless = exec_records._WRAPPER.replace('mkdir "$d"', 'mkdir -p "$d"')
+    assert claimless != exec_records._WRAPPER
+    monkeypatch.setattr(exec_records, "_WRAPPER", claimless)
+    env = environment_for("skypilot-emulator", tmp_path, push_to_local_registry(sandbox_image))
+    await env.start(force_build=False)
+    try:
+        fault_on_launch(emulator_server, "reset-after", env.sandbox_name)
+        await env.exec(COMMAND)
+        ran = await env.exec("cat /tmp/ran")
+        assert ran.stdout == f"{MARK}\n{MARK}\n"
     finally:
         await env.stop(delete=True)
 

@@ -15,7 +15,7 @@ def add_emulator_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]
     e.add_argument("--cold-create-sec", type=float, default=0.0, help="time a create without a pool takes")
     e.add_argument("--pool-claim-sec", type=float, default=0.0, help="time a claim from a warm pool takes")
     e.add_argument("--seed", type=int, default=0, help="seed of the injected-fault sequence")
-    for kind in ("503", "429", "reset", "hang"):
+    for kind in ("503", "429", "reset", "reset-after", "hang"):
         e.add_argument(f"--rate-{kind}", type=float, default=0.0, help=f"chance per call of a {kind} fault")
     e.add_argument("--evict-rate", type=float, default=0.0, help="chance per call that a sandbox is evicted")
     e.add_argument("--pool-warm-sec", type=float, default=0.0, help="time a pool member takes to become ready")
@@ -52,6 +52,7 @@ def cmd_emulator(args: argparse.Namespace) -> int:
             rate_503=args.rate_503,
             rate_429=args.rate_429,
             rate_reset=args.rate_reset,
+            rate_reset_after=args.rate_reset_after,
             rate_hang=args.rate_hang,
             evict_rate=args.evict_rate,
             pool_warm_sec=args.pool_warm_sec,

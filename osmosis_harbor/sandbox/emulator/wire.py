@@ -134,7 +134,7 @@ class FaultRule(_Wire):
     """Queue ``count`` faults of ``kind`` for the next calls whose path starts with ``path``
     (and whose method is ``method``, when given): deterministic, for tests."""
 
-    kind: str = Field(pattern="^(503|429|reset|hang|evict)$")
+    kind: str = Field(pattern="^(503|429|reset|reset-after|hang|evict)$")
     path: str = "/"
     method: str | None = None
     count: int = Field(1, ge=1)
@@ -144,7 +144,9 @@ class Knobs(_Wire):
     """The server's realism knobs (``PUT /admin/knobs``; also the CLI flags).
 
     Rates are probabilities per API call drawn from a ``seed``-ed generator, so a run's fault
-    pattern repeats. ``hang_sec``: how long a "hang" fault holds a call before answering 503.
+    pattern repeats. ``rate_reset_after``: the call runs, then its connection is reset before the
+    answer (a load balancer dropping a response): the client cannot tell it from a plain reset.
+    ``hang_sec``: how long a "hang" fault holds a call before answering 503.
     ``evict_rate``: the chance per API call that one random live sandbox is evicted."""
 
     latency_ms: float = Field(80.0, ge=0)
@@ -154,6 +156,7 @@ class Knobs(_Wire):
     rate_503: float = Field(0.0, ge=0, le=1)
     rate_429: float = Field(0.0, ge=0, le=1)
     rate_reset: float = Field(0.0, ge=0, le=1)
+    rate_reset_after: float = Field(0.0, ge=0, le=1)
     rate_hang: float = Field(0.0, ge=0, le=1)
     evict_rate: float = Field(0.0, ge=0, le=1)
     retry_after_sec: float = Field(1.0, ge=0)

@@ -1,4 +1,5 @@
-"""An exec whose result read failed is read again from its record in the sandbox, never re-run.
+"""An exec whose launch or result read met an API fault is resolved through its record in the
+sandbox: the command runs once, and its result reaches the host.
 
 On SkyPilot an exec is a launch and then a result read (``handle.wait()``, ``stdout.read()``),
 each its own API call. A connection reset or a 503 on the read would lose the sandbox to the
@@ -10,15 +11,21 @@ the command ran: each exec runs under a small POSIX ``sh`` wrapper that keeps th
 status and its output in a directory of its own (``RECORDS_DIR/<exec id>``, the id made by the
 host), and passes both through unchanged. After a fault on the read, the host waits for the
 status file through the file API (``read_bytes``: a read, retried on API faults as any read is),
-then reads the output back, bounded, with a fresh read-only exec (safe to repeat). The command
-itself is never dispatched twice.
+then reads the output back, bounded, with a fresh read-only exec (safe to repeat).
+
+A fault on the *launch* (a reset, a timeout, a 503 the SDK gave up on) may have lost the answer
+of a command that started, or a request that never arrived. The host launches it again under the
+same record: the wrapper claims the record with one ``mkdir``, so whichever launch arrives first
+runs the command and any other waits for its status and passes its result through (started:
+attached to; never started: run now). A relaunch that finds no record possible refuses, and the
+original fault stands.
 
 What is re-read is sandbox output, as the original result was: the exit status must parse as an
 integer from 0 to 255 and each stream is cut at ``Settings.exec_output_max_bytes`` (the bound a
 local exec's output has); a record that does not
 parse, or never appears within the exec's own timeout, leaves the original fault standing (the
-sandbox is lost to the trial, as before). A record is removed by the next exec in the sandbox once
-the host holds its result.
+sandbox is lost to the trial). Once the host holds a result, the next exec removes the record's
+output and keeps its dir and status: the claim a late launch of it still meets.
 
 Only SDKs whose results cross an API (``SandboxImplementation.records_exec_results``) get records:
 the local Docker engine answers an exec in one call.
@@ -54,18 +61,33 @@ RECORDS_DIR = "/var/tmp/.osmosis-harbor-execs"
 # How long past its own timeout a command's record may take to appear (the wrapper's last writes).
 RECORD_GRACE_SEC = 30.0
 
-# $1: the record dir; $2: records already read, to remove; $3: the bound; then the command's
-# argv. Each stream keeps its last $3 bytes only (tail -c), so a command printing gigabytes writes
-# no more than that to the sandbox's disk. The command does not inherit fd 3 (the stdout pipe's
-# second handle): a service it leaves behind with its own streams redirected must not hold the
-# pipe open, or the exec would wait for it. A record that cannot be made runs the command
-# unrecorded (a read fault then loses the sandbox, as before).
+# $1: the record dir; $2: records already read; $3: the bound; $4: "launch", or "relaunch" after a
+# launch whose answer was lost; then the command's argv. The record dir is claimed by one
+# ``mkdir``: of two launches of one record (the lost one arriving late, or the relaunch), one runs
+# the command and the other waits for its status and passes its result through, so a relaunch
+# never runs a command twice. Read records keep their dir and status (a claim a late launch still
+# meets) and lose their output. Each stream keeps its last $3 bytes only (tail -c): a command
+# printing gigabytes writes no more than that to the sandbox's disk. The command does not inherit
+# fd 3 (the stdout pipe's second handle): a service it leaves behind with its own streams
+# redirected must not hold the pipe open. Where no record can be made, a first launch runs the
+# command unrecorded and a relaunch refuses (``RELAUNCH_REFUSED``): it cannot know what ran.
+RELAUNCH_REFUSED = 125
+_REFUSAL = "osmosis-harbor: no exec record to resume"
 _WRAPPER = (
-    'd=$1; old=$2; b=$3; shift 3; for o in $old; do rm -rf "' + RECORDS_DIR + '/$o"; done; '
-    '{ mkdir -p "$d" && : >"$d/out" && : >"$d/err"; } 2>/dev/null || exec "$@"; '
+    'd=$1; old=$2; b=$3; m=$4; shift 4; for o in $old; do rm -f "'
+    + RECORDS_DIR
+    + '/$o/out" "'
+    + RECORDS_DIR
+    + '/$o/err"; done; '
+    'if { mkdir -p "' + RECORDS_DIR + '" && mkdir "$d"; } 2>/dev/null; then '
+    '{ : >"$d/out" && : >"$d/err"; } 2>/dev/null || exec "$@"; '
     '{ { "$@" 3>&-; echo "$?" >"$d/rc.part"; } 2>&1 1>&3 | tail -c "$b" >"$d/err"; } 3>&1 | tail -c "$b" >"$d/out"; '
     'rc=$(cat "$d/rc.part" 2>/dev/null) || rc=1; mv -f "$d/rc.part" "$d/rc"; '
-    'cat "$d/out"; cat "$d/err" >&2; exit "$rc"'
+    'cat "$d/out"; cat "$d/err" >&2; exit "$rc"; '
+    'elif [ -d "$d" ]; then while [ ! -e "$d/rc" ]; do sleep 0.1 2>/dev/null || sleep 1; done; '
+    'cat "$d/out" 2>/dev/null; cat "$d/err" >&2 2>/dev/null; exit "$(cat "$d/rc")"; '
+    'elif [ "$m" = launch ]; then exec "$@"; '
+    'else echo "' + _REFUSAL + '" >&2; exit ' + str(RELAUNCH_REFUSED) + "; fi"
 )
 # $1: the record dir; $2: the bound. Read-only: safe to run again after a fault of its own.
 _REREAD = 'head -c "$2" "$1/out"; head -c "$2" "$1/err" >&2'
@@ -92,10 +114,20 @@ class _Text:
 
 class RecordedExec:
     """The handle Harbor gets for a recorded exec: ``wait()`` reads the whole result (status,
-    then both streams) from the SDK's handle, or, after an API fault, from the record."""
+    then both streams) from the SDK's handle, or, after an API fault, from the record.
+    ``launch_fault``: the fault that lost a first launch's answer, raised when the relaunch finds
+    no record to resume (nothing can say whether the command ran)."""
 
-    def __init__(self, handle: Any, environment: ExecRecords, record: str, deadline: float) -> None:
+    def __init__(
+        self,
+        handle: Any,
+        environment: ExecRecords,
+        record: str,
+        deadline: float,
+        launch_fault: BaseException | None = None,
+    ) -> None:
         self._handle = handle
+        self._launch_fault = launch_fault
         self._environment = environment
         self._record = record
         self._deadline = deadline
@@ -113,9 +145,24 @@ class RecordedExec:
             log.info("reading the result of exec %s failed (%s): reading its record instead", self._record, exc)
             recovered = await self._environment.reread(self._record, self._deadline, exc)
             code, stdout, stderr = recovered.return_code, recovered.stdout, recovered.stderr
+        if self._launch_fault is not None and code == RELAUNCH_REFUSED and _REFUSAL in (stderr or ""):
+            log.info("exec %s: its launch's answer was lost and no record says what ran", self._record)
+            raise self._launch_fault
         self._environment.record_read(self._record)
         self.stdout, self.stderr = _Text(stdout), _Text(stderr)
         return code
+
+
+def _relaunching() -> AsyncRetrying:
+    """A launch whose answer an API fault lost is launched again under the same record: the
+    record's claim runs the command once whichever launch arrives first (``_WRAPPER``)."""
+    current = settings.current()
+    return AsyncRetrying(
+        retry=retry_if_exception(is_api_fault),
+        stop=stop_after_attempt(current.api_attempts),
+        wait=wait_exponential(multiplier=0.2, max=current.api_retry_max_wait),
+        reraise=True,
+    )
 
 
 def parse_status(data: bytes) -> int | None:
@@ -141,9 +188,22 @@ class ExecRecords(SkypilotEnvironment):
         record = uuid.uuid4().hex
         done, self._records_read = " ".join(self._records_read), []
         bound = str(settings.current().exec_output_max_bytes)
-        wrapped = ["sh", "-c", _WRAPPER, "sh", f"{RECORDS_DIR}/{record}", done, bound, *argv]
-        handle = await super()._dispatch_exec(wrapped, workdir=workdir, timeout_seconds=timeout_seconds, env=env)
-        return RecordedExec(handle, self, record, time.monotonic() + timeout_seconds + RECORD_GRACE_SEC)
+        deadline = time.monotonic() + timeout_seconds + RECORD_GRACE_SEC
+        launch_fault: BaseException | None = None
+        async for attempt in _relaunching():
+            with attempt:
+                mode = "launch" if launch_fault is None else "relaunch"
+                wrapped = ["sh", "-c", _WRAPPER, "sh", f"{RECORDS_DIR}/{record}", done, bound, mode, *argv]
+                try:
+                    handle = await super()._dispatch_exec(
+                        wrapped, workdir=workdir, timeout_seconds=timeout_seconds, env=env
+                    )
+                except Exception as exc:
+                    if is_api_fault(exc):
+                        log.info("the launch of exec %s failed (%s): relaunching it under its record", record, exc)
+                        launch_fault = launch_fault or exc
+                    raise
+        return RecordedExec(handle, self, record, deadline, launch_fault)
 
     def record_read(self, record: str) -> None:
         """The host holds ``record``'s result: the next exec removes it from the sandbox."""

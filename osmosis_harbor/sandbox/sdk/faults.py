@@ -10,11 +10,11 @@ and is decided here, once (``CALL_SAFETY``, the retry table in docs/operations.m
 * ``write_bytes``: the same bytes written again, safe;
 * ``create`` (by name): safe only when ``ls`` shows the first call did not happen
   (``create_checked``); when it did, the half-made sandbox is terminated by name first;
-* ``exec``: never retried once it may have started (the command may have run); a fault on its
+* ``exec``: never retried bare once it may have started (the command may have run). Where the
+  SDK's results cross an API, each exec runs under a record whose claim makes a relaunch safe and
+  whose result survives a failed read (``environment/exec_records.py``); elsewhere a fault on its
   launch becomes a `SandboxLostError`, so the rollout is retried on a fresh sandbox
-  (``infra_retries``) or reported as an ``internal_error``. A fault on the *result read* of an
-  accepted exec is survived where the SDK's results cross an API: the result is read again from
-  the exec's record in the sandbox, never by running the command again (``exec_records.py``).
+  (``infra_retries``) or reported as an ``internal_error``.
 
 Retries are jittered and bounded (``Settings.api_attempts``, ``Settings.api_retry_max_wait``).
 An SDK may retry a refusal itself before this layer sees it (the emulator does, like

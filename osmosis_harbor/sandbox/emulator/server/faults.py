@@ -2,7 +2,8 @@
 
 Every fault is something the *server* does on the wire, so the client meets exactly what an
 HTTP session against SkyPilot's API server would meet: a 503 or a 429 with ``Retry-After``, a
-connection reset (a TCP RST, the socket closed with ``SO_LINGER`` 0, no response at all), a
+connection reset (a TCP RST, the socket closed with ``SO_LINGER`` 0, no response at all), the
+same reset after the call ran (its answer lost on the way back: "reset-after"), a
 call that hangs past the client's timeout, or a sandbox evicted under the call. Faults are
 drawn per call from a generator seeded by ``Knobs.seed`` (a run's pattern repeats), or queued
 deterministically with `FaultRule` for tests. ``/admin`` and ``/healthz`` are never faulted
@@ -90,7 +91,14 @@ class FaultInjector:
                     self._queue.remove(rule)
                 return rule.kind
         k = self.knobs
-        for kind, rate in (("503", k.rate_503), ("429", k.rate_429), ("reset", k.rate_reset), ("hang", k.rate_hang)):
+        rates = (
+            ("503", k.rate_503),
+            ("429", k.rate_429),
+            ("reset", k.rate_reset),
+            ("reset-after", k.rate_reset_after),
+            ("hang", k.rate_hang),
+        )
+        for kind, rate in rates:
             if rate and self._rng.random() < rate:
                 return kind
         if k.evict_rate and self._rng.random() < k.evict_rate:
@@ -145,11 +153,19 @@ class FaultMiddleware:
         elif fault == "reset":
             await _reset(send)
             return
+        elif fault == "reset-after":
+            await self._app(scope, receive, _discarding)
+            await _reset(send)
+            return
         elif fault == "hang":
             await asyncio.sleep(knobs.hang_sec)
             await _error(send, 503, "unavailable", "the API server timed out", knobs.retry_after_sec)
             return
         await self._app(scope, receive, send)
+
+
+async def _discarding(message: Message) -> None:
+    """A response the client never gets (``reset-after``): the call ran, its answer is lost."""
 
 
 async def _error(send: Send, status: int, kind: str, message: str, retry_after: float) -> None:
