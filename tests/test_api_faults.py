@@ -169,11 +169,14 @@ async def test_a_create_that_made_its_sandbox_is_not_doubled(emulator: EmulatorS
         await sb.terminate.aio()
 
 
-async def test_an_exec_is_never_retried_and_its_fault_is_a_lost_sandbox(
+async def test_an_unrecorded_exec_is_never_retried_and_its_fault_is_a_lost_sandbox(
     emulator: EmulatorServer, image: str, tmp_path
 ) -> None:
+    """Without an exec record (the local engine's case) a launch fault loses the sandbox; with
+    one, the launch is resumed through the record (``tests/test_exec_records.py``)."""
     env = environment_for("skypilot-emulator", tmp_path, image)
     await env.start(force_build=False)
+    env._records_exec_results = False
     try:
         emulator.fault("reset", path=f"/sandboxes/{env.sandbox_name}/exec", count=1)
         with pytest.raises(SandboxLostError, match="API failed mid-call"):
