@@ -30,10 +30,11 @@ What "the same engine" takes for the incumbent, exactly:
   ``patch_dockerfile_with_sdk=False``, so each trial installs only the wheel, as patched.
 * Its own environments cannot run here: Harbor's ``docker`` needs the docker compose v2
   plugin (absent), Harbor's ``skypilot`` needs ``sky.sandbox`` (absent). So its trials run in
-  our sandbox environment on the local Docker engine (``environment_config("docker")``), the
-  same engine ours uses, with ``host_network=True``: the incumbent has no policy relay, and
-  the scripted policy listens on the host's loopback. Ours runs as it ships (bridge network,
-  the chat call through our relay, whose CPU is in our server's figure).
+  a plain reference environment on the same engine, on docker-py's defaults
+  (``bench.reference_environment``), which shares nothing with our sandbox layer: our cuts
+  there do not lower its column. It uses host networking: the incumbent has no policy relay,
+  and the scripted policy listens on the host's loopback. Ours runs as it ships (bridge
+  network, the chat call through our relay, whose CPU is in our server's figure).
 """
 
 from __future__ import annotations
@@ -49,13 +50,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harbor.models.trial.config import EnvironmentConfig
 from harbor.trial.queue import TrialQueue
 
-from osmosis_harbor.sandbox import environment_config
 from osmosis_harbor.testing.scripted_policy import FakeChatServer
 
 from .common import BenchResult
 from .env import GR, PROJECT, WF, grader_task, workdir
+from .reference_environment import IMPORT_PATH as REFERENCE_ENVIRONMENT
 from .server_proc import ServerProcess, ServerSpec
 from .soak import controller
 from .workload import GRADED_PROMPT, submit_rollout
@@ -140,7 +142,7 @@ def ensure_uv_image() -> None:
 
 def make_incumbent(spec: ServerSpec) -> Any:
     """osmosis-ai 0.3.8's ``HarborBackend`` on the graded template task, the fixture project's
-    workflow and grader, our Docker sandboxes with host networking."""
+    workflow and grader, in the reference Docker environment (host networking)."""
     _harbor_024_compat()
     ensure_uv_image()
     # Imported only once the 0.24 name it needs is back in Harbor's module.
@@ -158,7 +160,7 @@ def make_incumbent(spec: ServerSpec) -> Any:
         grader=f"{GR}:AnswerGrader",
         grader_config=f"{GR}:fixture_grader_config",
         code_dir=PROJECT,
-        environment_config=environment_config("docker", host_network=True),
+        environment_config=EnvironmentConfig(import_path=REFERENCE_ENVIRONMENT),
         trials_dir=spec.work / "trials",
         cleanup_successful_trials=True,
     )

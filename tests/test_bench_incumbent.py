@@ -38,3 +38,37 @@ def test_the_incumbents_sdk_patch_keeps_its_paths_and_uses_the_images_python(tmp
     assert f"COPY --from={UV_IMAGE} /uv {SDK_UV}" in text
     assert f"{SDK_UV} venv {SDK_VENV} --python python3 " in text and "--python 3.12" not in text
     assert (tmp_path / SDK_REQUIREMENTS_FILENAME).read_text() == "osmosis-ai==0.3.8\npydantic>=2\n"
+
+
+async def test_the_reference_environment_runs_harbors_trial_and_leaves_nothing(tmp_path: Path) -> None:
+    """The incumbent's environment (``bench.reference_environment``) is a working Harbor
+    environment of its own: an oracle trial through the real ``TrialQueue`` builds the task's
+    image, solves and verifies it (reward 1; a nop agent's 0 shows the reward is the task's),
+    and its containers are gone after."""
+    import docker
+    from harbor.models.trial.config import AgentConfig, EnvironmentConfig, TaskConfig, TrialConfig
+    from harbor.trial.queue import TrialQueue
+
+    from bench.reference_environment import IMPORT_PATH, LABEL
+
+    from .support import make_task
+
+    task = make_task(tmp_path, "reference")
+    queue = TrialQueue(n_concurrent=2)
+    rewards = {}
+    for agent in ("oracle", "nop"):
+        config = TrialConfig(
+            task=TaskConfig(path=task),
+            trials_dir=tmp_path / "trials",
+            agent=AgentConfig(name=agent),
+            environment=EnvironmentConfig(import_path=IMPORT_PATH),
+        )
+        result = await queue.submit(config)
+        assert result.exception_info is None, result.exception_info
+        assert result.verifier_result is not None
+        rewards[agent] = result.verifier_result.rewards
+    assert rewards == {"oracle": {"reward": 1.0}, "nop": {"reward": 0.0}}
+    client = docker.from_env()
+    assert client.containers.list(all=True, filters={"label": LABEL}) == []
+    for image in client.images.list(name="bench-reference/reference"):  # this test's own build
+        client.images.remove(image.id, force=True)
