@@ -29,6 +29,7 @@ from osmosis_harbor.sandbox.owner.context import SandboxOwner, owner_scope
 from osmosis_harbor.sandbox.owner.sandboxes import OwnedSandboxes
 from osmosis_harbor.sandbox.owner.starts import SandboxStarts
 from osmosis_harbor.sandbox.sdk import records
+from osmosis_harbor.sandbox.sdk.registry import load_sandbox_sdk
 
 from .emulator_support import EmulatorServer, private_emulator, push_to_local_registry
 from .support import make_task, wait_until
@@ -63,14 +64,14 @@ def _task(root: Path, image: str, *, defined: bool = True) -> Path:
     return task_dir
 
 
-def _environment(root: Path, task_dir: Path, pool: str) -> SandboxEnvironment:
+def _environment(root: Path, task_dir: Path, pool: str, sdk: str = SDK) -> SandboxEnvironment:
     """A trial of ``task_dir`` claiming from ``pool``: its group's pool for a defined task, the
     named generic pool for one with no environment definition."""
     task = Task(task_dir)
     trial_paths = TrialPaths(root / f"trial-{uuid.uuid4().hex[:6]}")
     trial_paths.mkdir()
     env = EnvironmentFactory.create_environment_from_config(
-        environment_config(SDK, pool=pool),
+        environment_config(sdk, pool=pool),
         environment_dir=task.paths.environment_dir,
         environment_name=task.name,
         session_id=f"claims-{uuid.uuid4().hex[:8]}",
@@ -275,3 +276,45 @@ def test_block_network_goes_to_create_pool_only_where_its_signature_has_it() -> 
 
     with pytest.raises(ConfigError):
         pools.pool_keywords(KeywordsOnly(), "p", blocked)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("sdk", ["docker", SDK])
+async def test_a_task_with_a_dockerfile_claims_from_a_named_generic_pool_as_harbor_does(
+    sdk: str, image: str, sandbox_image: str, tmp_path: Path
+) -> None:
+    """``pool=`` naming an existing generic pool, for a task with an environment definition and no
+    group pool prewarmed: claimed from that pool, with ``environment/`` uploaded (Harbor's
+    ``SkypilotEnvironment`` behaviour). Without the pool, the error names both pools."""
+    module = load_sandbox_sdk(sdk)
+    image = image if sdk == SDK else sandbox_image  # the engine's own image needs no registry
+    pool = f"generic{uuid.uuid4().hex[:6]}"
+    task = _task(tmp_path, image)
+    (task / "environment" / "payload.txt").write_text("from the task\n")
+
+    def record(name: str) -> Any:
+        return next((r for r in module.ls() if records.name_of(r) == name), None)
+
+    with owner_scope(SandboxOwner.make("test")):
+        env = _environment(tmp_path, task, pool, sdk)
+        group = env.pool_name
+        assert group is not None and group != pool  # a defined task asks for its group's pool first
+        with pytest.raises(LookupError, match=f"{group}.*nor does a pool named '{pool}'.*prewarm"):
+            await env.start(force_build=False)  # control: neither pool exists
+        assert record(env.sandbox_name) is None
+    module.create_pool(pool, image, replicas=1)
+    try:
+        if sdk == SDK:
+            wait_until(lambda: extensions.get_pool(pool).idle == 1, timeout=60, what="a member")
+        with owner_scope(SandboxOwner.make("test")):
+            env = _environment(tmp_path, task, pool, sdk)
+            await env.start(force_build=False)
+            try:
+                assert records.pool_of(record(env.sandbox_name)) == pool  # the named pool's member
+                assert env.pool_name == pool
+                out = await env.exec("cat payload.txt")
+                assert (out.stdout or "").strip() == "from the task"  # environment/ was uploaded
+            finally:
+                await env.stop(delete=True)
+    finally:
+        module.delete_pool(pool)
+    assert default_ledger().entries() == []

@@ -160,10 +160,40 @@ class SandboxLifecycle(SkypilotEnvironment):
             return await create_checked(
                 self._sdk, name, lambda: _in_slot(starts, lambda: self._create_fresh(image, name))
             )
-        sandbox, fell_back = await pools.claim(self._claim_request(starts, name))
+        try:
+            sandbox, fell_back = await pools.claim(self._claim_request(starts, name))
+        except pools.MissingPoolError as missing:
+            if missing.generic or not self._pool_base:
+                raise
+            sandbox, fell_back = await self._claim_named_pool(starts, name, missing)
         if starts is not None:
             starts.note_claim(self._pool, fell_back=fell_back)
         return sandbox
+
+    async def _claim_named_pool(
+        self, starts: SandboxStarts | None, name: str, missing: pools.MissingPoolError
+    ) -> tuple[Any, bool]:
+        """No group pool was prewarmed: claim from the pool the user named, as Harbor does (its
+        image is the pool's own, generic, and ``environment/`` is uploaded after the start); if
+        that pool does not exist either, the group pool's error, which names both, stands."""
+        if not self._enable_environment_dir_upload:  # Harbor's rule: a generic pool needs the upload
+            raise missing
+        group, base = self._pool, self._pool_base
+        self._pool, self._generic_pool = base, True
+        try:
+            claimed = await pools.claim(self._claim_request(starts, name))
+        except pools.MissingPoolError:
+            self._pool, self._generic_pool = group, False
+            raise missing from None
+        self.logger.warning(
+            "warm pool %s (this task's environment group) does not exist: claimed from pool %s, as "
+            "Harbor does; the sandbox runs that pool's image with environment/ uploaded, not the "
+            "task's own image (prewarm with --pool %s to claim the task's image instead)",
+            group,
+            base,
+            base,
+        )
+        return claimed
 
     def _claim_request(self, starts: SandboxStarts | None, name: str) -> pools.ClaimRequest:
         """A claim from this environment's pool: batched when the submitter batches claims (the

@@ -47,6 +47,7 @@ from osmosis_harbor.sandbox.sdk.protocol import SandboxSdk
 from osmosis_harbor.sandbox.sdk.registry import load_sandbox_sdk
 
 __all__ = [
+    "MissingPoolError",
     "ClaimRequest",
     "claim",
     "create",
@@ -177,16 +178,26 @@ class ClaimRequest:
     generic: bool
 
 
-def _missing_pool(request: ClaimRequest, exc: Exception) -> LookupError:
+class MissingPoolError(LookupError):
+    """The pool a claim named does not exist (``generic``: it was the named pool itself)."""
+
+    def __init__(self, message: str, *, generic: bool) -> None:
+        super().__init__(message)
+        self.generic = generic
+
+
+def _missing_pool(request: ClaimRequest, exc: Exception) -> MissingPoolError:
     if request.generic:
-        return LookupError(
+        return MissingPoolError(
             f"warm pool {request.pool!r} does not exist: a task with no environment definition "
-            f"runs only from an existing pool with a generic image ({exc})"
+            f"runs only from an existing pool with a generic image ({exc})",
+            generic=True,
         )
-    return LookupError(
+    return MissingPoolError(
         f"warm pool {request.pool!r} (pool {request.base!r} for this task's environment group) "
-        f"does not exist: create it first with `python -m osmosis_harbor prewarm <tasks> "
-        f"--pool {request.base}`, or run without --pool ({exc})"
+        f"does not exist, nor does a pool named {request.base!r}: create it first with "
+        f"`python -m osmosis_harbor prewarm <tasks> --pool {request.base}`, or run without --pool ({exc})",
+        generic=False,
     )
 
 
