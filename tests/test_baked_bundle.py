@@ -219,9 +219,9 @@ async def test_an_sdk_without_archives_moves_trees_over_its_own_calls(
     above costs one command more per archive and nothing else. With ``OSMOSIS_HARBOR_EXEC_ARCHIVES=0``
     the same rollout takes Harbor's own write/read + tar path, at more calls, and still skips
     what a fresh baked sandbox makes redundant."""
-    from osmosis_harbor.sandbox.environment import sandbox_environment as environment_module
+    from osmosis_harbor.sandbox.environment import routes as environment_routes
 
-    monkeypatch.setattr(environment_module, "has_archives", lambda _sandbox: False)
+    monkeypatch.setattr(environment_routes, "has_archives", lambda _sandbox: False)
     async with serve(backend(tmp_path, bundles_dir, graded_template(tmp_path))) as url, client_for(url) as client:
         result = await rollout_via(client, fake_chat)
         assert result.status is RolloutStatus.SUCCESS and result.sample.reward == 1.0, result.err_message

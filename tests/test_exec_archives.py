@@ -17,7 +17,7 @@ import pytest
 
 from osmosis_harbor.errors import TransferLimitError
 from osmosis_harbor.sandbox import SandboxEnvironment
-from osmosis_harbor.sandbox.environment import sandbox_environment as environment_module
+from osmosis_harbor.sandbox.environment import routes as environment_routes
 
 from .support import started_environment
 
@@ -26,7 +26,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture
 async def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[SandboxEnvironment]:
-    monkeypatch.setattr(environment_module, "has_archives", lambda _sandbox: False)
+    monkeypatch.setattr(environment_routes, "has_archives", lambda _sandbox: False)
     async with started_environment(tmp_path, "execarch") as environment:
         yield environment
 

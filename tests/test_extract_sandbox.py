@@ -12,7 +12,7 @@ import pytest
 
 from osmosis_harbor.errors import TransferLimitError
 from osmosis_harbor.sandbox import SandboxEnvironment
-from osmosis_harbor.sandbox.environment import sandbox_environment as environment_module
+from osmosis_harbor.sandbox.environment import routes as environment_routes
 
 from .support import started_environment
 from .test_extract import inventory, make_canary
@@ -27,7 +27,7 @@ async def env(
     """A started sandbox environment; ``harbor``: the handle's archive calls are hidden, so
     Harbor's own sandbox-side commands (SkyPilot's path) run."""
     if request.param == "harbor":
-        monkeypatch.setattr(environment_module, "has_archives", lambda _sandbox: False)
+        monkeypatch.setattr(environment_routes, "has_archives", lambda _sandbox: False)
     async with started_environment(tmp_path, "hostile") as environment:
         yield environment
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from osmosis_harbor.sandbox import SandboxEnvironment
-from osmosis_harbor.sandbox.environment import sandbox_environment as environment_module
+from osmosis_harbor.sandbox.environment import routes as environment_routes
 
 from .support import started_environment
 
@@ -28,7 +28,7 @@ READY = "/work/ready"
 
 @pytest.fixture
 async def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[SandboxEnvironment]:
-    monkeypatch.setattr(environment_module, "has_archives", lambda _sandbox: False)
+    monkeypatch.setattr(environment_routes, "has_archives", lambda _sandbox: False)
     monkeypatch.setenv("OSMOSIS_HARBOR_EXEC_ARCHIVES", "0")
     async with started_environment(tmp_path, "elide") as environment:
         yield environment

@@ -88,7 +88,7 @@ def test_we_set_every_attribute_skypilot_init_sets(tmp_path: Path) -> None:
 
 
 def _our_overrides() -> dict[str, object]:
-    """Every name our environment class or one of our mixins (``FilteredDownloads``) defines."""
+    """Every name our environment class defines (its collaborators are not Harbor's subclasses)."""
     ours: dict[str, object] = {}
     for cls in reversed(SandboxEnvironment.__mro__):
         if cls.__module__.startswith("osmosis_harbor."):
@@ -97,7 +97,7 @@ def _our_overrides() -> dict[str, object]:
 
 
 def test_every_harbor_method_we_override_is_listed_with_harbors_shape() -> None:
-    assert "download_dir_filtered" in _our_overrides()  # control: a mixin's overrides are seen
+    assert "download_dir_filtered" in _our_overrides()  # control: the overrides are seen
     for name, ours in _our_overrides().items():
         owner = _harbor_owner(name)
         if owner is None or name.startswith("_abc") or (name.startswith("__") and name != "__init__"):
@@ -132,8 +132,9 @@ def _private_reads(source: str) -> set[str]:
 
 def test_every_harbor_private_name_our_environment_touches_is_listed() -> None:
     harbor_attributes = assigned_in_init(SkypilotEnvironment) | assigned_in_init(resolve(BASE))
-    ours = {inspect.getsourcefile(c) for c in SandboxEnvironment.__mro__ if c.__module__.startswith("osmosis_harbor.")}
-    assert str(PACKAGE / "sandbox" / "transfer" / "filtered.py") in ours  # control: the mixins' modules are scanned too
+    # The environment and its collaborators, which reach Harbor through calls it hands them.
+    ours = {*(PACKAGE / "sandbox" / "environment").glob("*.py"), PACKAGE / "sandbox" / "transfer" / "filtered.py"}
+    assert PACKAGE / "sandbox" / "environment" / "own_sandbox.py" in ours  # control: collaborators are scanned
     reads: set[str] = set()
     for source in ours:
         reads |= _private_reads(Path(str(source)).read_text())

@@ -17,6 +17,7 @@ import pytest
 from osmosis_harbor.errors import NoOwnerError
 from osmosis_harbor.owner_process import Owner
 from osmosis_harbor.sandbox import SandboxEnvironment, environment_config
+from osmosis_harbor.sandbox.environment.own_sandbox import SandboxCreator
 from osmosis_harbor.sandbox.images.builds import ImageBuildCoordinator
 from osmosis_harbor.sandbox.ledger.store import Ledger
 from osmosis_harbor.sandbox.owner.context import (
@@ -57,11 +58,11 @@ def test_an_environment_made_outside_every_owner_owns_itself(tmp_path: Path) -> 
     """Harbor's own CLI makes environments with no backend: each owns itself, apart."""
     task = make_task(tmp_path / "ds", "alone")
     first, second = _environment(task, tmp_path), _environment(task, tmp_path)
-    assert first._owns_itself and second._owns_itself and first._owner is not second._owner
+    assert first._creator.owns_itself and second._creator.owns_itself and first._owner is not second._owner
     owner = SandboxOwner.make("test")
     with owner_scope(owner):
         inside = _environment(task, tmp_path)
-    assert not inside._owns_itself and inside._owner is owner and inside._sandboxes is owner.sandboxes
+    assert not inside._creator.owns_itself and inside._owner is owner
 
 
 def test_harbor_run_with_our_environment_and_no_backend_works(tmp_path: Path) -> None:
@@ -189,18 +190,18 @@ async def test_stop_terminates_a_handle_that_our_create_did_not_make(
     reached it without our create (control: without the adoption, the sandbox outlives stop)."""
     if not adopting:
 
-        async def ignore(self: SandboxEnvironment, name: str) -> None:
+        async def ignore(self: SandboxCreator, name: str) -> None:
             return None
 
-        monkeypatch.setattr(SandboxEnvironment, "_adopt_held_handle", ignore)
+        monkeypatch.setattr(SandboxCreator, "_adopt_held_handle", ignore)
     owner = SandboxOwner.make("test")
     with owner_scope(owner):
         env = _environment(make_task(tmp_path / "ds", "held"), tmp_path)
-        handle = await env._sdk.create.aio(name=env.sandbox_name, image=sandbox_image, timeout=300)
+        handle = await env.state.sdk.create.aio(name=env.sandbox_name, image=sandbox_image, timeout=300)
         env._sandbox = handle
         try:
             await env.stop(delete=True)
-            listed = {record.name for record in await env._sdk.ls.aio()}
+            listed = {record.name for record in await env.state.sdk.ls.aio()}
             assert (env.sandbox_name in listed) is not adopting
         finally:
             if not adopting:

@@ -219,7 +219,7 @@ async def test_a_batch_call_that_faulted_after_making_members_leaves_none(
         pool = envs[0].pool_name or ""
         await _group_pool(sandboxes, envs[0], image, 2)
         for env in envs:
-            env._sdk = faulty  # type: ignore[assignment]
+            env.state.sdk = faulty  # type: ignore[assignment]
         try:
             await asyncio.gather(*(env.start(force_build=False) for env in envs))
             try:

@@ -15,7 +15,7 @@ from harbor.models.trial.paths import EnvironmentPaths
 from harbor.utils.scripts import quote_shell_arg
 
 from osmosis_harbor.sandbox import SandboxEnvironment
-from osmosis_harbor.sandbox.environment import sandbox_environment as environment_module
+from osmosis_harbor.sandbox.environment import routes as environment_routes
 from osmosis_harbor.sandbox.environment.sandbox_environment import REMOVE_REWARDS_COMMAND
 from osmosis_harbor.shim import contract
 
@@ -164,7 +164,7 @@ async def test_a_hostile_sandbox_cannot_write_outside_the_target(env: SandboxEnv
 async def test_without_the_capability_harbors_own_path_runs(
     env: SandboxEnvironment, tmp_path: Path, calls: Counter[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(environment_module, "has_archives", lambda _sandbox: False)
+    monkeypatch.setattr(environment_routes, "has_archives", lambda _sandbox: False)
     monkeypatch.setenv("OSMOSIS_HARBOR_EXEC_ARCHIVES", "0")  # not archives made of commands either
     src = _tree(tmp_path / "src")
     await env.upload_dir(src, "/work/payload")

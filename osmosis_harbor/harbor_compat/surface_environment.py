@@ -131,7 +131,7 @@ ENVIRONMENT_NAMES: tuple[HarborName, ...] = (
         "its RuntimeError becomes ImageBuildError); without one: built locally, never pushed",
     ),
     HarborName(SKY, "_resolve_image", "(self, force_build)", (OVR,), IMAGES, "each image built once across trials"),
-    HarborName(SKY, "_dockerfile_path", "property", (R,), IMAGES, "what is built, and the baked-bundle marker"),
+    HarborName(SKY, "_dockerfile_path", "property", (R,), ENV, "what is built, and the baked-bundle marker"),
     HarborName(
         SKY,
         "_validate_definition",
@@ -155,17 +155,33 @@ ENVIRONMENT_NAMES: tuple[HarborName, ...] = (
         "_upload_environment_dir_after_start",
         "(self)",
         (OVR, C),
-        LIFECYCLE,
+        ENV,
         "a group pool's image holds environment/ already; a generic pool gets Harbor's upload",
     ),
     HarborName(BASE, "_upload_environment_dir_after_start", "(self)", (C,), ENV, "what a plain start uploads"),
     HarborName(
-        SKY, "_terminate_sandbox", "(self)", (OVR, C), LIFECYCLE, "deferred off the trial's path; else Harbor's"
+        SKY,
+        "_terminate_sandbox",
+        "(self)",
+        (OVR, C),
+        LIFECYCLE,
+        "through the owner's registry, deferred off the trial's path",
     ),
-    HarborName(SKY, "_require_sandbox", "(self)", (C,), LIFECYCLE, "the live handle, or Harbor's error"),
-    HarborName(SKY, "stop", "(self, delete)", (OVR, C), LIFECYCLE, "drops staged uploads; the live-sandbox registry"),
-    HarborName(BASE, "_effective_cpus", "property", (OVR, R), BOUNDS, "Harbor's documented default sizing (bounds.py)"),
-    HarborName(BASE, "_effective_memory_mb", "property", (OVR, R), BOUNDS, "Harbor's documented default sizing"),
+    HarborName(
+        SKY,
+        "_require_sandbox",
+        "(self)",
+        (C,),
+        ENV,
+        "the live handle, or Harbor's error (exec records read through it)",
+    ),
+    HarborName(
+        SKY, "stop", "(self, delete)", (OVR, C), ENV, "drops staged uploads; a self-owned environment closes its owner"
+    ),
+    HarborName(BASE, "_effective_cpus", "property", (OVR, R), f"{ENV}, {BOUNDS}", "Harbor's documented default sizing"),
+    HarborName(
+        BASE, "_effective_memory_mb", "property", (OVR, R), f"{ENV}, {BOUNDS}", "Harbor's documented default sizing"
+    ),
     HarborName(BASE, "_network_disabled", "property", (R,), ENV, "block_network, pool shape, host networking"),
     # ── commands and transfers ───────────────────────────────────────────────────────────────
     HarborName(SKY, "exec", "(self, command, cwd, env, timeout_sec, user)", (OVR, C), ENV, "lost sandboxes; flushes"),
@@ -175,7 +191,7 @@ ENVIRONMENT_NAMES: tuple[HarborName, ...] = (
         "_dispatch_exec",
         "(self, argv, *, workdir, timeout_seconds, env)",
         (OVR, C),
-        f"{EXEC_RECORDS}, {GUARD}",
+        f"{ENV}, {EXEC_RECORDS}, {GUARD}",
         "each exec under a record in the sandbox, re-read after an API fault on its result; every argv of a "
         "guarded agent phase behind the verifier guard's drop, and the guard's own commands sent as they are",
     ),
@@ -197,16 +213,16 @@ ENVIRONMENT_NAMES: tuple[HarborName, ...] = (
         BASE, "empty_dirs", "(self, dirs, *, chmod)", (OVR, C), PREPARATION, "no-op on a known-fresh baked sandbox"
     ),
     HarborName(BASE, "_resolve_user", "(self, user)", (C,), ENV, "which preparation commands run as root"),
-    HarborName(BASE, "_merge_env", "(self, env)", (C,), LIFECYCLE, "a head start's early command gets Harbor's env"),
+    HarborName(BASE, "_merge_env", "(self, env)", (C,), ENV, "a head start's early command gets Harbor's env"),
     HarborName(
         BASE,
         "_empty_dirs_command",
         "(self, dirs, *, chmod)",
         (C,),
-        LIFECYCLE,
-        "a head start empties the agent's workdir with Harbor's own command, early",
+        ENV,
+        "a head start (own_sandbox.py) empties the agent's workdir with Harbor's own command, early",
     ),
-    HarborName(BASE, "_reset_dirs_user", "(self)", (C,), LIFECYCLE, "the user Harbor's empty_dirs runs as"),
+    HarborName(BASE, "_reset_dirs_user", "(self)", (C,), ENV, "the user Harbor's empty_dirs runs as"),
     HarborName(
         SKY,
         "_exec_argv",

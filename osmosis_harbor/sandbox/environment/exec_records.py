@@ -36,6 +36,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,10 +50,11 @@ from tenacity import (
 )
 
 from osmosis_harbor import settings
+from osmosis_harbor.sandbox.environment.state import EnvironmentState
 from osmosis_harbor.sandbox.sdk.errors import is_api_fault, is_missing
 from osmosis_harbor.sandbox.sdk.faults import retry_safe
 
-__all__ = ["RECORDS_DIR", "ExecRecords", "RecordedExec", "parse_status"]
+__all__ = ["RECORDS_DIR", "ExecRecorder", "Launch", "RecordedExec", "parse_status"]
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +94,9 @@ _WRAPPER = (
 # $1: the record dir; $2: the bound. Read-only: safe to run again after a fault of its own.
 _REREAD = 'head -c "$2" "$1/out"; head -c "$2" "$1/err" >&2'
 
+# Harbor's ``_dispatch_exec``: an argv launched in the sandbox, its handle returned.
+Launch = Callable[..., Awaitable[Any]]
+
 
 @dataclass(frozen=True)
 class Recovered:
@@ -121,14 +126,14 @@ class RecordedExec:
     def __init__(
         self,
         handle: Any,
-        environment: ExecRecords,
+        recorder: ExecRecorder,
         record: str,
         deadline: float,
         launch_fault: BaseException | None = None,
     ) -> None:
         self._handle = handle
         self._launch_fault = launch_fault
-        self._environment = environment
+        self._recorder = recorder
         self._record = record
         self._deadline = deadline
         self.stdout = _Text(None)
@@ -143,12 +148,12 @@ class RecordedExec:
             if not is_api_fault(exc):
                 raise
             log.info("reading the result of exec %s failed (%s): reading its record instead", self._record, exc)
-            recovered = await self._environment.reread(self._record, self._deadline, exc)
+            recovered = await self._recorder.reread(self._record, self._deadline, exc)
             code, stdout, stderr = recovered.return_code, recovered.stdout, recovered.stderr
         if self._launch_fault is not None and code == RELAUNCH_REFUSED and _REFUSAL in (stderr or ""):
             log.info("exec %s: its launch's answer was lost and no record says what ran", self._record)
             raise self._launch_fault
-        self._environment.record_read(self._record)
+        self._recorder.record_read(self._record)
         self.stdout, self.stderr = _Text(stdout), _Text(stderr)
         return code
 
@@ -173,20 +178,24 @@ def parse_status(data: bytes) -> int | None:
     return int(text)
 
 
-class ExecRecords(SkypilotEnvironment):
-    """Every exec dispatched under a record, when the SDK's results cross an API (a mixin of
-    ``SandboxEnvironment``; see the module docstring)."""
+class ExecRecorder:
+    """Every exec dispatched under a record, when the SDK's results cross an API (``enabled``;
+    see the module docstring). ``launch`` sends an argv to the sandbox; ``sandbox`` is the live
+    handle, whose file API reads a record's status."""
 
-    _records_exec_results: bool
-    _records_read: list[str]
+    def __init__(self, state: EnvironmentState, launch: Launch, sandbox: Callable[[], Any], *, enabled: bool) -> None:
+        self._state = state
+        self._launch = launch
+        self._sandbox = sandbox
+        self.enabled = enabled
 
-    async def _dispatch_exec(
+    async def dispatch(
         self, argv: list[str], *, workdir: str | None, timeout_seconds: int, env: dict[str, str] | None = None
     ) -> Any:
-        if not self._records_exec_results:
-            return await super()._dispatch_exec(argv, workdir=workdir, timeout_seconds=timeout_seconds, env=env)
+        if not self.enabled:
+            return await self._launch(argv, workdir=workdir, timeout_seconds=timeout_seconds, env=env)
         record = uuid.uuid4().hex
-        done, self._records_read = " ".join(self._records_read), []
+        done, self._state.records_read = " ".join(self._state.records_read), []
         bound = str(settings.current().exec_output_max_bytes)
         deadline = time.monotonic() + timeout_seconds + RECORD_GRACE_SEC
         launch_fault: BaseException | None = None
@@ -195,9 +204,7 @@ class ExecRecords(SkypilotEnvironment):
                 mode = "launch" if launch_fault is None else "relaunch"
                 wrapped = ["sh", "-c", _WRAPPER, "sh", f"{RECORDS_DIR}/{record}", done, bound, mode, *argv]
                 try:
-                    handle = await super()._dispatch_exec(
-                        wrapped, workdir=workdir, timeout_seconds=timeout_seconds, env=env
-                    )
+                    handle = await self._launch(wrapped, workdir=workdir, timeout_seconds=timeout_seconds, env=env)
                 except Exception as exc:
                     if is_api_fault(exc):
                         log.info("the launch of exec %s failed (%s): relaunching it under its record", record, exc)
@@ -207,7 +214,7 @@ class ExecRecords(SkypilotEnvironment):
 
     def record_read(self, record: str) -> None:
         """The host holds ``record``'s result: the next exec removes it from the sandbox."""
-        self._records_read.append(record)
+        self._state.records_read.append(record)
 
     async def reread(self, record: str, deadline: float, fault: BaseException) -> Recovered:
         """The result of the exec recorded as ``record``, once its status is there (waiting no
@@ -225,7 +232,7 @@ class ExecRecords(SkypilotEnvironment):
         return Recovered(code, stdout, stderr)
 
     async def _wait_for_status(self, path: str, deadline: float) -> bytes:
-        sandbox = self._require_sandbox()
+        sandbox = self._sandbox()
         retrying = AsyncRetrying(
             retry=retry_if_exception(is_missing),  # not written yet: the command still runs
             stop=stop_after_delay(max(0.0, deadline - time.monotonic())),
@@ -245,8 +252,8 @@ class ExecRecords(SkypilotEnvironment):
         )
         async for attempt in retrying:
             with attempt:
-                handle = await super()._dispatch_exec(argv, workdir=None, timeout_seconds=60)
+                handle = await self._launch(argv, workdir=None, timeout_seconds=60)
                 await handle.wait()
-                stdout = await self._drain_stream(getattr(handle, "stdout", None)) or ""
-                stderr = await self._drain_stream(getattr(handle, "stderr", None)) or ""
+                stdout = await SkypilotEnvironment._drain_stream(getattr(handle, "stdout", None)) or ""
+                stderr = await SkypilotEnvironment._drain_stream(getattr(handle, "stderr", None)) or ""
         return stdout[:bound], stderr[:bound]

@@ -1,6 +1,6 @@
 """The environment's images: which reference, whether it exists, and its one build and push.
 
-A mixin of ``SandboxEnvironment`` (``sandbox_environment.py``), overriding Harbor's image methods:
+What ours do in place of Harbor's image methods:
 
 * one image per environment *content* (``environment_id``), whatever the task is called, so
   tasks sharing an ``environment/`` share one build;
@@ -16,8 +16,10 @@ The engine calls themselves are ``images.py``'s.
 from __future__ import annotations
 
 import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import override
 
 from harbor.environments.skypilot import SkypilotEnvironment
 from tenacity import retry, retry_if_exception, stop_after_attempt, wait_exponential
@@ -26,17 +28,16 @@ from osmosis_harbor.errors import BaseImageMissingError, DockerSdkMissingError, 
 from osmosis_harbor.sandbox.images.base_images import missing_base_error
 from osmosis_harbor.sandbox.images.build_failure import last_lines, parse_build_failure
 from osmosis_harbor.sandbox.images.builds import (
+    ImageBuildCoordinator,
     build_detached,
     build_image,
     local_image_exists,
     registry_image_exists,
     remove_failed_build_containers,
 )
-from osmosis_harbor.sandbox.owner.context import SandboxOwner
-from osmosis_harbor.sandbox.sdk.registry import SandboxImplementation
 from osmosis_harbor.shim import contract
 
-__all__ = ["ImageResolution", "declares_baked_layout"]
+__all__ = ["HARBOR_BUILD_ONCE", "HarborImages", "ImageResolver", "ImageSource", "declares_baked_layout"]
 
 LOCAL_IMAGE_NAMESPACE = "osmosis-harbor"
 SHARED_REPOSITORY = "osmosis-harbor-env"
@@ -69,51 +70,69 @@ def _local_image_known(ref: str) -> bool:
         return False
 
 
-class ImageResolution(SkypilotEnvironment):
+@dataclass(frozen=True)
+class ImageSource:
+    """What this environment's image is built from, and where it is kept (decided at init)."""
+
+    environment_dir: Path
+    dockerfile: Path
+    docker_image: str | None  # a task's prebuilt image: nothing to build
+    registry: str | None
+    platform: str
+    local_only: bool  # sandboxes on the engine that builds need no registry: images stay local
+
+
+@dataclass(frozen=True)
+class HarborImages:
+    """Harbor's own image calls, for what ours leave to them."""
+
+    ref: Callable[[], str]  # raises Harbor's "needs a registry" error
+    exists: Callable[[], Awaitable[bool]]  # ``docker manifest inspect``
+    build_once: Callable[[], Awaitable[None]]  # one attempt of its build and push
+
+
+class ImageResolver:
     """Harbor's image methods, content-addressed and built once (see the module docstring)."""
 
-    _impl: SandboxImplementation
-    _registry: str | None
-    _platform: str
-    _pool: str | None
-    _owner: SandboxOwner
+    def __init__(
+        self,
+        source: ImageSource,
+        environment_id: Callable[[], str],
+        builds: ImageBuildCoordinator,
+        harbor: HarborImages,
+        logger: logging.Logger,
+    ) -> None:
+        self._source = source
+        self._environment_id = environment_id
+        self._builds = builds
+        self._harbor = harbor
+        self._logger = logger
 
     @property
-    def _local_only(self) -> bool:
-        """Sandboxes on the engine that builds images need no registry: images stay local."""
-        return self._impl.local_images and not self._registry
-
-    @property
-    @override
-    def _image_ref(self) -> str:
+    def ref(self) -> str:
         """One image per environment *content*, whatever the task is called.
 
         Harbor names the repository after the task, so tasks that share an environment
         each build and push their own copy. Keying by the content hash alone lets every
         task with the same ``environment/`` share one build.
         """
-        if self._local_only:
-            return f"{LOCAL_IMAGE_NAMESPACE}/env:{self.environment_id}"
-        if not self._registry:
-            return super()._image_ref  # raises Harbor's "needs a registry" error
-        return f"{self._registry.rstrip('/')}/{SHARED_REPOSITORY}:{self.environment_id}"
+        source = self._source
+        if source.local_only:
+            return f"{LOCAL_IMAGE_NAMESPACE}/env:{self._environment_id()}"
+        if not source.registry:
+            return self._harbor.ref()  # raises Harbor's "needs a registry" error
+        return f"{source.registry.rstrip('/')}/{SHARED_REPOSITORY}:{self._environment_id()}"
 
-    @property
-    def image_ref(self) -> str:
-        """The content-addressed image this environment builds (for prewarm reports)."""
-        return self._image_ref
-
-    @override
-    async def _image_exists(self) -> bool:
+    async def exists(self) -> bool:
         """Harbor asks ``docker manifest inspect``, which answers "missing" for a plain-http
         registry (127.0.0.1:5000) and knows nothing of images kept on the local engine."""
-        ref = self._image_ref
-        if self._local_only:
+        ref = self.ref
+        if self._source.local_only:
             return await asyncio.to_thread(local_image_exists, ref)
         try:
             return await asyncio.to_thread(registry_image_exists, ref)
         except DockerSdkMissingError:
-            return await super()._image_exists()  # no docker-py: Harbor's own CLI check
+            return await self._harbor.exists()  # no docker-py: Harbor's own CLI check
 
     @retry(
         stop=stop_after_attempt(2),
@@ -121,19 +140,18 @@ class ImageResolution(SkypilotEnvironment):
         retry=retry_if_exception(_worth_retrying),
         reraise=True,
     )
-    @override
-    async def _build_and_push_image(self) -> None:
+    async def build(self) -> None:
         """With a registry: Harbor's own build and push (``docker build`` / ``docker push``),
         one attempt of it per attempt here, so that Harbor's retry does not run around ours
         and a missing base image is not built twice. Without a registry, sandboxes run on the
         engine that builds: built there, never pushed (Harbor's would push to Docker Hub)."""
-        ref = self._image_ref
-        if self._local_only:
-            self.logger.debug(f"Building image {ref}")
-            await build_detached(build_image, self.environment_dir, self._dockerfile_path, ref, self._platform)
+        ref, source = self.ref, self._source
+        if source.local_only:
+            self._logger.debug(f"Building image {ref}")
+            await build_detached(build_image, source.environment_dir, source.dockerfile, ref, source.platform)
             return
         try:
-            await HARBOR_BUILD_ONCE(self)
+            await self._harbor.build_once()
         except RuntimeError as exc:
             await asyncio.to_thread(remove_failed_build_containers, str(exc))
             raise self._build_error(ref, str(exc)) from exc
@@ -145,7 +163,7 @@ class ImageResolution(SkypilotEnvironment):
         notice), then the step's output tail (phase ``environment``)."""
         lines = harbor_message.splitlines()
         last = next((line for line in reversed(lines) if line.strip()), "")
-        missing = missing_base_error(self._dockerfile_path, ref, _local_image_known, last)
+        missing = missing_base_error(self._source.dockerfile, ref, _local_image_known, last)
         if missing is not None:
             return missing
         prefix = f"docker build failed for {ref}: "
@@ -156,23 +174,15 @@ class ImageResolution(SkypilotEnvironment):
             )
         return ImageBuildError(parse_build_failure(ref, output, last).message(), engine_error=last)
 
-    async def prepare_image(self, force_build: bool = False) -> tuple[str | None, bool]:
+    async def prepare(self, force_build: bool = False) -> tuple[str | None, bool]:
         """Make this environment's image available; returns (reference, built-by-this-call).
 
-        ``None`` when the task names a prebuilt ``docker_image`` (nothing to build).
+        A task's prebuilt ``docker_image`` is returned as it is (nothing to build). Concurrent
+        trials of one environment build it once (the owner's ``ImageBuildCoordinator``).
         """
-        if self.task_env_config.docker_image and not (force_build and self._dockerfile_path.is_file()):
-            return self.task_env_config.docker_image, False
-        ref = self._image_ref
-        built = await self._owner.builds.ensure(
-            ref, exists=self._image_exists, build=self._build_and_push_image, force_build=force_build
-        )
+        source = self._source
+        if source.docker_image and not (force_build and source.dockerfile.is_file()):
+            return source.docker_image, False
+        ref = self.ref
+        built = await self._builds.ensure(ref, exists=self.exists, build=self.build, force_build=force_build)
         return ref, built
-
-    @override
-    async def _resolve_image(self, force_build: bool) -> str | None:
-        """Harbor's, except that concurrent trials of one environment build it once
-        (its owner's ``ImageBuildCoordinator``); Harbor has no lock against parallel builds."""
-        if self._pool:
-            return None  # the pool supplies the image
-        return (await self.prepare_image(force_build))[0]

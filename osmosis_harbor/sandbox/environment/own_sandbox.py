@@ -1,6 +1,6 @@
 """The environment's sandbox: created or claimed, and terminated, through the owner's ledger.
 
-A mixin of ``SandboxEnvironment`` (``sandbox_environment.py``), overriding Harbor's lifecycle methods:
+What ours do in place of Harbor's lifecycle methods:
 
 * Harbor's ``_create_sandbox`` calls its module-global ``sky_sandbox``; ours calls the chosen
   SDK (a copy of Harbor's two create calls, plus host networking), inside the submitter's
@@ -18,102 +18,134 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Awaitable, Callable, Hashable
+from dataclasses import dataclass
 from pathlib import PurePosixPath
-from typing import TYPE_CHECKING, Any, override
+from typing import Any
 
-from harbor.environments.base import BaseEnvironment
-from harbor.environments.skypilot import _SANDBOX_TTL_SEC, SkypilotEnvironment, _sanitize_dns_name
+from harbor.environments.skypilot import _SANDBOX_TTL_SEC, _sanitize_dns_name
 
+from osmosis_harbor.sandbox.environment.state import EnvironmentState
 from osmosis_harbor.sandbox.owner import pools
 from osmosis_harbor.sandbox.owner.context import SandboxOwner, current_trial, defer_termination
 from osmosis_harbor.sandbox.owner.head_start import VERIFIER_SESSION_MARK
-from osmosis_harbor.sandbox.owner.sandboxes import OwnedSandboxes
 from osmosis_harbor.sandbox.owner.starts import SandboxStarts
 from osmosis_harbor.sandbox.sdk.faults import create_checked
-from osmosis_harbor.sandbox.sdk.protocol import SandboxSdk
-from osmosis_harbor.sandbox.sdk.registry import SandboxImplementation
-from osmosis_harbor.sandbox.transfer.archives import ArchiveTransfers
 from osmosis_harbor.shim import contract
 
-__all__ = ["SandboxLifecycle"]
+__all__ = ["CreateSpec", "SandboxCreator", "SandboxPlan", "WorkdirReset"]
 
 
-class SandboxLifecycle(SkypilotEnvironment):
-    """Harbor's create, claim, stop and terminate over the chosen SDK (see the module docstring)."""
+@dataclass(frozen=True)
+class SandboxPlan:
+    """What this environment's sandbox is made from and by whom, decided at init."""
 
-    _sdk: SandboxSdk
-    _sdk_name: str
-    _owner: SandboxOwner
-    _owns_itself: bool
-    _sandboxes: OwnedSandboxes
-    _pool: str | None
-    _pool_base: str | None
-    _generic_pool: bool
-    _stopping: bool
-    _baked_layout: bool
-    _archive_transfers: ArchiveTransfers | None
-    _known_ready: set[str]
+    session_id: str
+    sdk_name: str
+    pool_base: str | None  # the user's pool name: a task claims its environment group's pool
+    baked_layout: bool  # the image holds Harbor's log dirs empty and 0777 (``contract.LAYOUT_DIRS``)
+    environment_upload: bool  # Harbor's ``_enable_environment_dir_upload``: a generic pool needs it
+    owns_itself: bool  # made outside every owner (Harbor's CLI): it closes its own owner at stop
 
-    _impl: SandboxImplementation
-    _host_network: bool
 
-    if TYPE_CHECKING:  # ImageResolution's, later in the environment's MRO (a stub here would shadow it)
+@dataclass(frozen=True)
+class CreateSpec:
+    """Harbor's create keywords but name, image and pool, as they stand when a sandbox is made."""
 
-        async def prepare_image(self, force_build: bool = False) -> tuple[str | None, bool]: ...
+    context_name: str | None
+    namespace: str | None
+    env: tuple[tuple[str, str], ...]  # the trial's persistent env
+    secrets: tuple[str, ...] | None
+    cpus: float | None
+    memory_mb: int | None
+    registry: str | None
+    block_network: bool
+    host_network: bool
+
+
+@dataclass(frozen=True)
+class WorkdirReset:
+    """How Harbor empties the agent's workdir, for a verifier's head-started sandbox."""
+
+    workdir: str | None
+    argv: Callable[[list[str]], list[str]]  # Harbor's empty-dirs command as an exec argv
+    env: Callable[[], dict[str, str] | None]  # Harbor's exec env
+
+
+class SandboxCreator:
+    """Harbor's create, claim and terminate over the chosen SDK (see the module docstring)."""
+
+    def __init__(
+        self,
+        state: EnvironmentState,
+        owner: SandboxOwner,
+        plan: SandboxPlan,
+        spec: Callable[[], CreateSpec],
+        reset: WorkdirReset,
+        prepare_image: Callable[[], Awaitable[tuple[str | None, bool]]],
+        logger: logging.Logger,
+    ) -> None:
+        self._state = state
+        self._owner = owner
+        self._plan = plan
+        self._spec = spec
+        self._reset = reset
+        self._prepare_image = prepare_image
+        self._logger = logger
 
     @property
-    def uses_host_network(self) -> bool:
-        """Host networking lets a local sandbox reach a server on this machine; a task that
-        declares no network gets none, host networking included."""
-        return self._impl.reaches_host and self._host_network and not self._network_disabled
+    def owns_itself(self) -> bool:
+        """Made outside every owner: its owner is its own, closed at stop."""
+        return self._plan.owns_itself
 
-    @override
-    async def _create_sandbox(self, image: str | None) -> Any:
+    async def create(self, image: str | None) -> Any:
         """Harbor's calls its module-global ``sky_sandbox``: ours is the chosen SDK's create
-        (a copy of Harbor's two calls, `_create_sandbox_via_sdk`), registered as live, and
-        never leaves a sandbox behind when cancelled mid-create. A separate verifier takes its
-        trial's head-started sandbox when there is one (``head_start.py``); an agent's sandbox,
-        once up, gives its trial's verifier that head start."""
+        (a copy of Harbor's two calls, `_create_fresh` and the pool claim), registered as live,
+        and never leaves a sandbox behind when cancelled mid-create. A separate verifier takes
+        its trial's head-started sandbox when there is one (``head_start.py``); an agent's
+        sandbox, once up, gives its trial's verifier that head start."""
+        state, session_id = self._state, self._plan.session_id
         trial = current_trial()
         head = trial.head_start if trial is not None else None
-        created = await head.take(self.session_id, self._create_shape(image)) if head is not None else None
+        created = await head.take(session_id, self._create_shape(image)) if head is not None else None
         if created is None:
-            name, sandbox = await self._create_named(self._sandbox_name, image)
+            name, sandbox = await self._create_named(state.name, image)
             ready: frozenset[str] = frozenset()
         else:
             name, sandbox, ready = created
-        self._sandbox_name = name
-        self._archive_transfers = None
-        self._known_ready = (set(contract.LAYOUT_DIRS) if self._baked_layout else set()) | ready
-        if head is not None and not head.begun and VERIFIER_SESSION_MARK not in self.session_id and not self._pool:
+        state.name = name
+        state.archive_transfers = None
+        state.known_ready = (set(contract.LAYOUT_DIRS) if self._plan.baked_layout else set()) | ready
+        if head is not None and not head.begun and VERIFIER_SESSION_MARK not in session_id and not state.pool:
             # A pool claim is sub-second already; a head start would hold a warm member idle.
-            head.begin(self.session_id, self._create_shape(image), lambda: self._head_start(image), self._sandboxes.end)
+            head.begin(
+                session_id, self._create_shape(image), lambda: self._head_start(image), self._owner.sandboxes.end
+            )
         return sandbox
 
     async def _head_start(self, image: str | None) -> tuple[str, Any, frozenset[str]]:
         """The verifier's sandbox for this trial (``head_start.py``), its agent workdir emptied."""
         name, sandbox = await self._create_named(
-            _sanitize_dns_name(f"hb-{self.session_id}{VERIFIER_SESSION_MARK}head"), image
+            _sanitize_dns_name(f"hb-{self._plan.session_id}{VERIFIER_SESSION_MARK}head"), image
         )
-        workdir = self.task_env_config.workdir or self._workdir
+        workdir = self._reset.workdir
         if not workdir or PurePosixPath(workdir) == PurePosixPath("/"):
             return name, sandbox, frozenset()
         dirs = [str(PurePosixPath(workdir))]
         try:
-            argv = self._exec_argv(self._empty_dirs_command(dirs, chmod=True), self._reset_dirs_user())
-            handle = await sandbox.exec.aio(*argv, timeout_seconds=120, env=self._merge_env(None) or None)
+            handle = await sandbox.exec.aio(*self._reset.argv(dirs), timeout_seconds=120, env=self._reset.env())
             emptied = await handle.wait() == 0
         except Exception as exc:  # the verifier empties it itself, as without a head start
-            self.logger.debug(f"head start: emptying {dirs} failed early ({exc}); the verifier will")
+            self._logger.debug(f"head start: emptying {dirs} failed early ({exc}); the verifier will")
             emptied = False
         return name, sandbox, frozenset(dirs) if emptied else frozenset()
 
     async def _create_named(self, name: str, image: str | None) -> tuple[str, Any]:
         """Create (or claim) sandbox ``name`` through the owner's registry and ledger; returns
         the name it goes by (a batch claim's member name) and its handle."""
-        sandboxes = self._sandboxes
-        await sandboxes.pending(name, self._sdk, self._sdk_name)  # ledger first
+        sandboxes = self._owner.sandboxes
+        await sandboxes.pending(name, self._state.sdk, self._plan.sdk_name)  # ledger first
         creating = asyncio.ensure_future(self._bounded_create(image, name))
         try:
             sandbox = await asyncio.shield(creating)
@@ -134,40 +166,25 @@ class SandboxLifecycle(SkypilotEnvironment):
     def _create_shape(self, image: str | None) -> Hashable:
         """Everything a create is made with but its name: a head start serves only a verifier
         that would have created exactly this."""
-        env = tuple(sorted((self._persistent_env or {}).items()))
-        memory = self._effective_memory_mb
-        return (
-            image,
-            self._pool,
-            self._pool_base,
-            self._generic_pool,
-            self._context_name,
-            self._namespace,
-            env,
-            tuple(self._secrets or ()),
-            self._effective_cpus,
-            memory,
-            self._registry,
-            self._network_disabled,
-            self.uses_host_network,
-        )
+        state = self._state
+        return (image, state.pool, self._plan.pool_base, state.generic_pool, self._spec())
 
     async def _bounded_create(self, image: str | None, name: str) -> Any:
         """The SDK's create, or a pool claim, inside the start bound of whoever submitted this
         trial; each call retried after an API fault only as ``create_checked`` allows."""
-        starts = self._owner.starts
-        if not self._pool:
+        state, starts = self._state, self._owner.starts
+        if not state.pool:
             return await create_checked(
-                self._sdk, name, lambda: _in_slot(starts, lambda: self._create_fresh(image, name))
+                state.sdk, name, lambda: _in_slot(starts, lambda: self._create_fresh(image, name))
             )
         try:
             sandbox, fell_back = await pools.claim(self._claim_request(starts, name))
         except pools.MissingPoolError as missing:
-            if missing.generic or not self._pool_base:
+            if missing.generic or not self._plan.pool_base:
                 raise
             sandbox, fell_back = await self._claim_named_pool(starts, name, missing)
         if starts is not None:
-            starts.note_claim(self._pool, fell_back=fell_back)
+            starts.note_claim(state.pool, fell_back=fell_back)
         return sandbox
 
     async def _claim_named_pool(
@@ -176,16 +193,17 @@ class SandboxLifecycle(SkypilotEnvironment):
         """No group pool was prewarmed: claim from the pool the user named, as Harbor does (its
         image is the pool's own, generic, and ``environment/`` is uploaded after the start); if
         that pool does not exist either, the group pool's error, which names both, stands."""
-        if not self._enable_environment_dir_upload:  # Harbor's rule: a generic pool needs the upload
+        if not self._plan.environment_upload:  # Harbor's rule: a generic pool needs the upload
             raise missing
-        group, base = self._pool, self._pool_base
-        self._pool, self._generic_pool = base, True
+        state = self._state
+        group, base = state.pool, self._plan.pool_base
+        state.pool, state.generic_pool = base, True
         try:
             claimed = await pools.claim(self._claim_request(starts, name))
         except pools.MissingPoolError:
-            self._pool, self._generic_pool = group, False
+            state.pool, state.generic_pool = group, False
             raise missing from None
-        self.logger.warning(
+        self._logger.warning(
             "warm pool %s (this task's environment group) does not exist: claimed from pool %s, as "
             "Harbor does; the sandbox runs that pool's image with environment/ uploaded, not the "
             "task's own image (prewarm with --pool %s to claim the task's image instead)",
@@ -199,28 +217,29 @@ class SandboxLifecycle(SkypilotEnvironment):
         """A claim from this environment's pool: batched when the submitter batches claims (the
         batch call takes the start slot), and falling back to a cold create of the pool's image,
         this environment's own, unless the pool is a generic one."""
-        assert self._pool is not None
-        pool, common = self._pool, self._create_keywords(name)
+        state = self._state
+        assert state.pool is not None
+        pool, common, sdk = state.pool, self._create_keywords(name), state.sdk
         batches = starts.batches if starts is not None else None
 
         async def attempt() -> Any:
             if batches is not None:
-                return await batches.claim(self._sdk, pool, name, {k: v for k, v in common.items() if k != "name"})
+                return await batches.claim(sdk, pool, name, {k: v for k, v in common.items() if k != "name"})
             # A pool launch inherits image/cpu/memory/network from the pool.
-            return await _in_slot(starts, lambda: self._sdk.create.aio(pool=pool, **common))
+            return await _in_slot(starts, lambda: sdk.create.aio(pool=pool, **common))
 
         async def cold_create() -> Any:
-            image, _ = await self.prepare_image()
+            image, _ = await self._prepare_image()
             return await _in_slot(starts, lambda: self._create_fresh(image, name))
 
         return pools.ClaimRequest(
-            sdk=self._sdk,
+            sdk=sdk,
             pool=pool,
             name=name,
             attempt=attempt,
-            fallback=None if self._generic_pool else cold_create,
-            base=self._pool_base,
-            generic=self._generic_pool,
+            fallback=None if state.generic_pool else cold_create,
+            base=self._plan.pool_base,
+            generic=state.generic_pool,
         )
 
     async def _adopt_name(self, name: str, sandbox: Any) -> str:
@@ -228,74 +247,50 @@ class SandboxLifecycle(SkypilotEnvironment):
         on this sandbox goes by its member's name (in the registry and the ledger too)."""
         actual = getattr(sandbox, "name", None)  # a fake SDK's handle may have none: keep ours
         if isinstance(actual, str) and actual != name:
-            await self._sandboxes.rename(name, actual)
+            await self._owner.sandboxes.rename(name, actual)
             return actual
         return name
 
     def _create_keywords(self, name: str) -> dict[str, Any]:
         """What Harbor's two create calls share (a copy of its keywords, the SDK swapped in)."""
+        spec = self._spec()
         common: dict[str, Any] = {
             "name": name,
-            "context_name": self._context_name,
-            "namespace": self._namespace,
-            "env": self._persistent_env or None,
-            "secrets": self._secrets,
+            "context_name": spec.context_name,
+            "namespace": spec.namespace,
+            "env": dict(spec.env) or None,
+            "secrets": list(spec.secrets) if spec.secrets else None,
             "timeout": _SANDBOX_TTL_SEC,
         }
-        if self.uses_host_network:
+        if spec.host_network:
             common["host_network"] = True
         return common
 
     async def _create_fresh(self, image: str | None, name: str) -> Any:
         """Harbor's create of a sandbox from ``image`` (not from a pool)."""
-        memory_gb = self._effective_memory_mb / 1024 if self._effective_memory_mb is not None else None
-        return await self._sdk.create.aio(
+        spec = self._spec()
+        return await self._state.sdk.create.aio(
             image=image,
-            cpus=self._effective_cpus,
-            memory_gb=memory_gb,
-            registry=self._registry,
-            block_network=self._network_disabled,
+            cpus=spec.cpus,
+            memory_gb=spec.memory_mb / 1024 if spec.memory_mb is not None else None,
+            registry=spec.registry,
+            block_network=spec.block_network,
             **self._create_keywords(name),
         )
 
-    @override
-    async def _upload_environment_dir_after_start(self) -> None:
-        """Upload ``environment/`` only where a plain start would, or into a generic pool.
-
-        Harbor ships ``environment/`` into every pool launch because SkyPilot pool images are
-        generic. Ours are not: a group pool is per environment group, and the group key
-        includes this environment's content hash, so the pool's image is the very image a
-        plain start of this task uses; the upload (a ``pwd`` probe and a directory transfer
-        per trial) would only repeat what the image holds. A generic pool (a task with no
-        environment definition) gets Harbor's own upload."""
-        if self._generic_pool:
-            await super()._upload_environment_dir_after_start()
-        else:
-            await BaseEnvironment._upload_environment_dir_after_start(self)
-
-    @override
-    async def stop(self, delete: bool) -> None:
-        """Harbor's stop, after dropping uploads staged for a sandbox that is going away and
-        marking the stop as ours (a failure from here on is not a lost sandbox)."""
-        self._stopping = True
-        if self._archive_transfers is not None:
-            dropped = self._archive_transfers.discard()
-            if dropped:
-                self.logger.debug(f"{dropped} staged upload(s) not sent: the sandbox is stopping")
-            self._archive_transfers = None
-        await super().stop(delete)
-        if self._owns_itself:  # no backend sweeps after it: a failed terminate gets its last try here
+    async def after_stop(self) -> None:
+        """An environment that owns itself has no backend sweeping after it: a failed
+        terminate gets its last try here."""
+        if self._plan.owns_itself:
             for failure in await self._owner.close():
-                self.logger.warning(f"could not terminate sandbox {failure} (it stays in the ledger)")
+                self._logger.warning(f"could not terminate sandbox {failure} (it stays in the ledger)")
 
-    @override
-    async def _terminate_sandbox(self) -> None:  # type: ignore[override]  # Harbor's is tenacity-wrapped
+    async def terminate(self) -> None:
         """Through the owner's registry (``OwnedSandboxes.end``): retried on API faults, and a
         failure is never forgotten (retried in the background, by the shutdown sweep, and kept
         in the ledger). In the background inside a trial's scope (``context.trial_scope``: its
         owner settles it before reporting), inline otherwise."""
-        self._require_sandbox()
-        sandboxes, name = self._sandboxes, self._sandbox_name
+        sandboxes, name = self._owner.sandboxes, self._state.name
         if not sandboxes.registered(name):
             await self._adopt_held_handle(name)
         if not defer_termination(lambda: sandboxes.end(name)):
@@ -305,9 +300,9 @@ class SandboxLifecycle(SkypilotEnvironment):
         """A handle that reached ``_sandbox`` without our create (set by a caller, as Harbor's own
         tests and tools may): Harbor's stop terminates what it holds, so it joins the owner's
         ledger and registry and is ended like ours, a failure kept and retried, never dropped."""
-        self.logger.warning(f"sandbox {name} was not created through this owner: recording it, then terminating it")
-        await self._sandboxes.pending(name, self._sdk, self._sdk_name)
-        await self._sandboxes.attach(name, self._sandbox)
+        self._logger.warning(f"sandbox {name} was not created through this owner: recording it, then terminating it")
+        await self._owner.sandboxes.pending(name, self._state.sdk, self._plan.sdk_name)
+        await self._owner.sandboxes.attach(name, self._state.sandbox)
 
 
 async def _in_slot(starts: SandboxStarts | None, call: Callable[[], Awaitable[Any]]) -> Any:

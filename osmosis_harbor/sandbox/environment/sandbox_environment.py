@@ -1,33 +1,22 @@
-"""Harbor environment for SkyPilot sandboxes, with the SDK chosen per environment.
+"""Harbor's SkyPilot environment over the ``sky.sandbox`` SDK chosen per environment.
 
-It subclasses Harbor's ``SkypilotEnvironment`` so that trials take the code path they take in
-production. The class itself takes the SDK as a kwarg (``sdk="skypilot"`` or ``"docker"``)
-instead of Harbor's import-time module global, reads ``pool`` as a base name (a task claims its
-environment group's pool), accepts ``host_network=True`` for the Docker SDK only, and routes
-files as archives: over the handle's archive calls when it has them, else over one file call
-plus one command, with what comes back extracted by our own code, never ``tarfile``.
-
-Each other concern is a mixin that says its own part:
-
-* ``environment/images.py`` (``ImageResolution``): image reference, existence, build, push;
-* ``environment/own_sandbox.py`` (``SandboxLifecycle``): create, claim, stop, terminate;
-* ``sdk/bounds.py`` (``DefaultBounds``): Harbor's documented default sizing;
-* ``environment/loss_detection.py`` (``LossDetection``): lost sandboxes, not failed commands;
-* ``environment/preparation.py`` (``PreparationElisions``): preparation skipped on fresh dirs;
-* ``environment/exec_records.py`` (``ExecRecords``): a result re-read after an API fault;
-* ``environment/verifier_guard.py`` (``GuardedExecs``): the verifier guard's commands;
-* ``transfer/filtered.py`` (``FilteredDownloads``): downloads with exclusions.
-
-Every Harbor name this touches is listed, with why, in ``harbor_compat/surface.py``.
+``SandboxEnvironment`` subclasses Harbor's ``SkypilotEnvironment``, so that trials take the
+code path they take in production. It holds one sandbox's state (``state.py``) and keeps only
+the methods Harbor calls, each handing its work to the collaborator of that concern: creating
+and claiming (``own_sandbox.py``), images (``images.py``), lost sandboxes
+(``loss_detection.py``), elided preparation (``preparation.py``), exec records
+(``exec_records.py``), the verifier guard (``verifier_guard.py``), transfer routes
+(``routes.py``, ``transfer/filtered.py``) and default bounds (``sdk/bounds.py``). Every Harbor
+name this touches is listed, with why, in ``harbor_compat/surface.py``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import errno
-from collections.abc import AsyncIterator
+import functools
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, BinaryIO, cast, override
+from typing import Any, cast, override
 
 from harbor.environments.base import BaseEnvironment, ExecResult
 from harbor.environments.definition import (
@@ -37,32 +26,36 @@ from harbor.environments.definition import (
 )
 from harbor.environments.skypilot import _REMOTE_TRANSFER_DIR, SkypilotEnvironment, _sanitize_dns_name
 from harbor.models.task.config import EnvironmentConfig as TaskEnvironmentConfig
-from harbor.models.task.config import NetworkMode
+from harbor.models.task.config import NetworkMode, TaskOS
 from harbor.models.trial.paths import TrialPaths
 
 from osmosis_harbor import settings
-from osmosis_harbor.errors import SandboxDiskBoundError, SandboxLostError
+from osmosis_harbor.errors import SandboxLostError
 from osmosis_harbor.harbor_compat import error_policies
 from osmosis_harbor.harbor_compat.version import HARBOR
-from osmosis_harbor.sandbox.environment.exec_records import ExecRecords
-from osmosis_harbor.sandbox.environment.images import ImageResolution, declares_baked_layout
-from osmosis_harbor.sandbox.environment.loss_detection import LossDetection
-from osmosis_harbor.sandbox.environment.own_sandbox import SandboxLifecycle
-from osmosis_harbor.sandbox.environment.preparation import REMOVE_REWARDS_COMMAND, PreparationElisions
-from osmosis_harbor.sandbox.environment.verifier_guard import GuardedExecs, baked_guard
+from osmosis_harbor.sandbox.environment.exec_records import ExecRecorder
+from osmosis_harbor.sandbox.environment.images import (
+    HARBOR_BUILD_ONCE,
+    HarborImages,
+    ImageResolver,
+    ImageSource,
+    declares_baked_layout,
+)
+from osmosis_harbor.sandbox.environment.loss_detection import LossGuard, loss_role_of
+from osmosis_harbor.sandbox.environment.own_sandbox import CreateSpec, SandboxCreator, SandboxPlan, WorkdirReset
+from osmosis_harbor.sandbox.environment.preparation import REMOVE_REWARDS_COMMAND, PreparationElider
+from osmosis_harbor.sandbox.environment.routes import FileCalls, TransferRoutes
+from osmosis_harbor.sandbox.environment.state import EnvironmentState
+from osmosis_harbor.sandbox.environment.verifier_guard import VerifierGuardExecs
 from osmosis_harbor.sandbox.guard.session import current_guard
 from osmosis_harbor.sandbox.options import DEFAULT_PLATFORM, IMPORT_PATH, SandboxOptions
 from osmosis_harbor.sandbox.owner.context import SandboxOwner, owner_if_any
 from osmosis_harbor.sandbox.owner.pools import environment_group_key, pool_name_for
-from osmosis_harbor.sandbox.sdk.bounds import DefaultBounds
+from osmosis_harbor.sandbox.sdk.bounds import cpus_or_default, memory_mb_or_default
 from osmosis_harbor.sandbox.sdk.errors import is_missing
 from osmosis_harbor.sandbox.sdk.faults import retry_safe
-from osmosis_harbor.sandbox.sdk.protocol import SandboxSdk, has_archives
 from osmosis_harbor.sandbox.sdk.registry import DEFAULT_SDK
-from osmosis_harbor.sandbox.transfer.archives import ArchiveTransfers
-from osmosis_harbor.sandbox.transfer.downloads import HarborPath, fetch_archive
-from osmosis_harbor.sandbox.transfer.exec_archives import ExecArchives
-from osmosis_harbor.sandbox.transfer.filtered import FilteredDownloads
+from osmosis_harbor.sandbox.transfer.filtered import download_filtered, download_with_exclusions
 
 __all__ = [
     "IMPORT_PATH",
@@ -74,17 +67,12 @@ __all__ = [
 ]
 
 
-class SandboxEnvironment(
-    FilteredDownloads,
-    PreparationElisions,
-    LossDetection,
-    SandboxLifecycle,
-    ImageResolution,
-    DefaultBounds,
-    ExecRecords,
-    GuardedExecs,
-    SkypilotEnvironment,
-):
+def _done() -> ExecResult:
+    """The answer to a command that needed no round trip."""
+    return ExecResult(stdout="", stderr="", return_code=0)
+
+
+class SandboxEnvironment(SkypilotEnvironment):
     """Harbor's SkyPilot sandbox environment over a selectable ``sky.sandbox`` SDK."""
 
     # Harbor 0.26 validates a run's kwargs (``--ek``) and shows `harbor environments schema`
@@ -161,43 +149,31 @@ class SandboxEnvironment(
             auto_mounting=auto_mounting,
         )
         self._options = options
-        self._sdk_name = options.sdk
-        self._impl = options.impl
-        self._sdk: SandboxSdk = self._impl.load()
-        self._host_network = options.host_network
-        # The attributes SkypilotEnvironment.__init__ sets (``harbor_compat/surface.py``, use "set").
-        # Its own __init__ refuses to run unless Harbor imported sky.sandbox at import time; the
-        # SDK is ours to choose, so we set them here and go straight to BaseEnvironment.__init__.
-        self._pool_base = options.pool
         # A task with no environment definition (no Dockerfile, no docker_image) runs, as in
         # Harbor, from a named pool whose image is generic (SkyPilot's built-in ``default``):
         # claimed by its own name, set before Harbor's _validate_definition reads it. Any other
         # task's pool is its environment group's, derived below once the environment is known.
-        self._generic_pool = bool(options.pool) and not has_agent_environment_definition(
+        generic_pool = bool(options.pool) and not has_agent_environment_definition(
             environment_dir, docker_image=task_env_config.docker_image
         )
-        self._pool: str | None = options.pool if self._generic_pool else None
-        self._registry = options.registry or settings.current().registry or self._impl.default_registry
+        self._state = EnvironmentState(
+            sdk=options.impl.load(),
+            name=_sanitize_dns_name(f"hb-{session_id}"),
+            pool=options.pool if generic_pool else None,
+            generic_pool=generic_pool,
+        )
+        # The other attributes SkypilotEnvironment.__init__ sets (``harbor_compat/surface.py``, use
+        # "set"). Its own __init__ refuses to run unless Harbor imported sky.sandbox at import time;
+        # the SDK is ours to choose, so we set them here and go straight to BaseEnvironment.__init__.
+        self._registry = options.registry or settings.current().registry or options.impl.default_registry
         self._context_name = options.context_name
         self._namespace = options.namespace
         self._secrets = list(options.secrets) if options.secrets else None
         self._platform = options.platform
-        self._sandbox: Any | None = None
-        self._stopping = False  # set once this trial stops the sandbox itself
-        self._lost: SandboxLostError | None = None
-        self._evicted: SandboxDiskBoundError | None = None  # past its disk bound (loss_detection.py)
-        self._records_exec_results = options.impl.records_exec_results  # exec_records.py
-        self._records_read: list[str] = []
-        self._archive_transfers: ArchiveTransfers | None = None
-        self._known_ready: set[str] = set()  # dirs known to exist, empty and 0777 (see _skippable)
-        self._scope: list[str] | None = None  # the paths the running preparation command touches
         # Whoever submitted this trial owns its sandboxes (a backend, a validation run); made by
         # Harbor's own CLI outside every owner, the environment owns itself (closed at stop).
         submitter = owner_if_any()
         self._owner = submitter or SandboxOwner.make(f"environment {session_id}")
-        self._owns_itself = submitter is None
-        self._sandboxes = self._owner.sandboxes
-        self._guard = None
         # Harbor 0.26's __init__ takes ``self.options`` as set (it is, above) and reads it.
         BaseEnvironment.__init__(
             self,
@@ -210,15 +186,130 @@ class SandboxEnvironment(
             **kwargs,
         )
         self._workdir = parse_dockerfile_workdir(self._dockerfile_path)
-        self._baked_layout = declares_baked_layout(self._dockerfile_path) and not (
+        self._compose(owns_itself=submitter is None)
+        if options.pool and not generic_pool:
+            self._state.pool = pool_name_for(options.pool, self.group_key)
+
+    def _compose(self, *, owns_itself: bool) -> None:
+        """The collaborators, each given the state and the narrow calls it needs."""
+        state, options = self._state, self._options
+        self._losses = LossGuard(state, loss_role_of(self.session_id))
+        self._preparation = PreparationElider(state)
+        self._routes = TransferRoutes(
+            state,
+            self._preparation,
+            self._losses.guarded,
+            FileCalls(
+                run_shell=self._run_shell,
+                harbor_shell=functools.partial(SkypilotEnvironment._run_shell, self),
+                write_bytes=self._write_remote_bytes,
+                read_bytes=self._read_remote_bytes,
+            ),
+            self.logger,
+        )
+        self._images = ImageResolver(
+            ImageSource(
+                environment_dir=self.environment_dir,
+                dockerfile=self._dockerfile_path,
+                docker_image=self.task_env_config.docker_image,
+                registry=self._registry,
+                platform=self._platform,
+                local_only=options.impl.local_images and not self._registry,
+            ),
+            lambda: self.environment_id,
+            self._owner.builds,
+            HarborImages(
+                ref=lambda: super(SandboxEnvironment, self)._image_ref,
+                exists=functools.partial(SkypilotEnvironment._image_exists, self),
+                build_once=functools.partial(HARBOR_BUILD_ONCE, self),
+            ),
+            self.logger,
+        )
+        baked_layout = declares_baked_layout(self._dockerfile_path) and not (
             self.task_env_config.docker_image and not self._dockerfile_path.is_file()
         )
-        self._sandbox_name = _sanitize_dns_name(f"hb-{session_id}")
+        self._creator = SandboxCreator(
+            state,
+            self._owner,
+            SandboxPlan(
+                session_id=self.session_id,
+                sdk_name=options.sdk,
+                pool_base=options.pool,
+                baked_layout=baked_layout,
+                environment_upload=self._enable_environment_dir_upload,
+                owns_itself=owns_itself,
+            ),
+            self._create_spec,
+            WorkdirReset(
+                workdir=self.task_env_config.workdir or self._workdir,
+                argv=lambda dirs: self._exec_argv(self._empty_dirs_command(dirs, chmod=True), self._reset_dirs_user()),
+                env=lambda: self._merge_env(None) or None,
+            ),
+            self._images.prepare,
+            self.logger,
+        )
         # The verifier guard of the trial, for its agent's sandbox (a separate verifier's needs none).
-        self._guard = current_guard() if self.loss_role == "agent" else None
-        self._guard_baked = baked_guard(self._dockerfile_path) if self._guard is not None else None
-        if self._pool_base and not self._generic_pool:
-            self._pool = pool_name_for(self._pool_base, self.group_key)
+        workdirs = sorted({d.rstrip("/") for d in (self.task_env_config.workdir, self._workdir) if d and d.rstrip("/")})
+        self._guard = VerifierGuardExecs(
+            current_guard() if self._losses.role == "agent" else None,
+            self._dockerfile_path,
+            state,
+            platform=self._platform,
+            workdirs=workdirs,
+            launch=functools.partial(SkypilotEnvironment._dispatch_exec, self),
+            guarded=self._losses.guarded,
+            write_bytes=self._write_remote_bytes,
+        )
+        self._exec_records = ExecRecorder(
+            state, self._guard.dispatch, self._require_sandbox, enabled=options.impl.records_exec_results
+        )
+
+    def _create_spec(self) -> CreateSpec:
+        """Harbor's create keywords as they stand now (the trial's env may have grown)."""
+        return CreateSpec(
+            context_name=self._context_name,
+            namespace=self._namespace,
+            env=tuple(sorted((self._persistent_env or {}).items())),
+            secrets=tuple(self._secrets) if self._secrets else None,
+            cpus=self._effective_cpus,
+            memory_mb=self._effective_memory_mb,
+            registry=self._registry,
+            block_network=self._network_disabled,
+            host_network=self.uses_host_network,
+        )
+
+    # ── Harbor's attributes, views of the one state ──────────────────────────────
+
+    @property
+    def _sandbox(self) -> Any | None:
+        return self._state.sandbox
+
+    @_sandbox.setter
+    def _sandbox(self, sandbox: Any | None) -> None:
+        self._state.sandbox = sandbox
+
+    @property
+    def _sandbox_name(self) -> str:
+        return self._state.name
+
+    @_sandbox_name.setter
+    def _sandbox_name(self, name: str) -> None:
+        self._state.name = name
+
+    @property
+    def _pool(self) -> str | None:
+        return self._state.pool
+
+    @_pool.setter
+    def _pool(self, pool: str | None) -> None:
+        self._state.pool = pool
+
+    # ── what the rest of the package asks of an environment ─────────────────────
+
+    @property
+    def state(self) -> EnvironmentState:
+        """This environment's sandbox state (tests swap its SDK)."""
+        return self._state
 
     @property
     def group_key(self) -> str:
@@ -241,9 +332,20 @@ class SandboxEnvironment(
         return shape
 
     @property
+    def uses_host_network(self) -> bool:
+        """Host networking lets a local sandbox reach a server on this machine; a task that
+        declares no network gets none, host networking included."""
+        return self._options.impl.reaches_host and self._options.host_network and not self._network_disabled
+
+    @property
+    def loss_role(self) -> str:
+        """Whose sandbox this is (``loss_detection.loss_role_of``)."""
+        return self._losses.role
+
+    @property
     def pool_name(self) -> str | None:
         """The warm pool this environment claims from, if it was given a pool base name."""
-        return self._pool
+        return self._state.pool
 
     @property
     def options(self) -> SandboxOptions:
@@ -252,15 +354,93 @@ class SandboxEnvironment(
 
     @property
     def sdk_name(self) -> str:
-        return self._sdk_name
+        return self._options.sdk
 
     @property
     def sandbox_name(self) -> str:
-        return self._sandbox_name
+        return self._state.name
 
-    # ── commands ──────────────────────────────────────────────────────────────
-    # Every command and transfer goes through `_guarded` (``loss_detection.py``): a failure
-    # asks the SDK whether the sandbox is still there.
+    @property
+    def image_ref(self) -> str:
+        """The content-addressed image this environment builds (for prewarm reports)."""
+        return self._images.ref
+
+    async def prepare_image(self, force_build: bool = False) -> tuple[str | None, bool]:
+        """Make this environment's image available; returns (reference, built-by-this-call)."""
+        return await self._images.prepare(force_build)
+
+    # ── images and bounds ─────────────────────────────────────────────────────────
+
+    @property
+    @override
+    def _image_ref(self) -> str:
+        return self._images.ref
+
+    @override
+    async def _image_exists(self) -> bool:
+        return await self._images.exists()
+
+    @override
+    async def _build_and_push_image(self) -> None:  # type: ignore[override]  # Harbor's is tenacity-wrapped
+        await self._images.build()
+
+    @override
+    async def _resolve_image(self, force_build: bool) -> str | None:
+        """Harbor's, except that concurrent trials of one environment build it once
+        (its owner's ``ImageBuildCoordinator``); Harbor has no lock against parallel builds."""
+        if self._pool:
+            return None  # the pool supplies the image
+        return (await self.prepare_image(force_build))[0]
+
+    @property
+    @override
+    def _effective_cpus(self) -> int | float | None:
+        """Harbor 0.25 passes no CPU or memory when a task names none: the sizing it documents."""
+        return cpus_or_default(super()._effective_cpus)
+
+    @property
+    @override
+    def _effective_memory_mb(self) -> int | None:
+        return memory_mb_or_default(super()._effective_memory_mb)
+
+    # ── the sandbox's lifecycle ─────────────────────────────────────────────────────
+
+    @override
+    async def _create_sandbox(self, image: str | None) -> Any:
+        return await self._creator.create(image)
+
+    @override
+    async def _upload_environment_dir_after_start(self) -> None:
+        """Upload ``environment/`` only where a plain start would, or into a generic pool.
+
+        Harbor ships ``environment/`` into every pool launch because SkyPilot pool images are
+        generic. Ours are not: a group pool is per environment group, and the group key
+        includes this environment's content hash, so the pool's image is the very image a
+        plain start of this task uses; the upload (a ``pwd`` probe and a directory transfer
+        per trial) would only repeat what the image holds. A generic pool (a task with no
+        environment definition) gets Harbor's own upload."""
+        if self._state.generic_pool:
+            await super()._upload_environment_dir_after_start()
+        else:
+            await BaseEnvironment._upload_environment_dir_after_start(self)
+
+    @override
+    async def stop(self, delete: bool) -> None:
+        """Harbor's stop, after dropping uploads staged for a sandbox that is going away and
+        marking the stop as ours (a failure from here on is not a lost sandbox)."""
+        self._state.stopping = True
+        self._routes.discard()
+        await super().stop(delete)
+        await self._creator.after_stop()
+
+    @override
+    async def _terminate_sandbox(self) -> None:  # type: ignore[override]  # Harbor's is tenacity-wrapped
+        self._require_sandbox()
+        await self._creator.terminate()
+
+    # ── commands ──────────────────────────────────────────────────────────────────
+    # Every command and transfer goes through the loss guard: a failure asks the SDK whether
+    # the sandbox is still there.
 
     @override
     async def exec(
@@ -271,44 +451,60 @@ class SandboxEnvironment(
         timeout_sec: int | None = None,
         user: str | int | None = None,
     ) -> ExecResult:
-        if await self._guard_took(command, self._resolve_user(user)):
-            return ExecResult(stdout="", stderr="", return_code=0)
-        if self._skip_preparation(command, self._resolve_user(user)):
-            return ExecResult(stdout="", stderr="", return_code=0)
-        async with self._command():
-            return await self._guarded(super().exec(command, cwd=cwd, env=env, timeout_sec=timeout_sec, user=user))
+        if await self._guard.took(command, self._resolve_user(user)):
+            return _done()
+        if self._preparation.skips(command, self._resolve_user(user)):
+            return _done()
+        async with self._routes.command():
+            return await self._losses.guarded(
+                super().exec(command, cwd=cwd, env=env, timeout_sec=timeout_sec, user=user)
+            )
 
     @override
     async def _run_shell(self, command: str, *, timeout_seconds: int) -> ExecResult:
-        async with self._command():
-            return await self._guarded(super()._run_shell(command, timeout_seconds=timeout_seconds))
+        async with self._routes.command():
+            return await self._losses.guarded(super()._run_shell(command, timeout_seconds=timeout_seconds))
 
-    @contextlib.asynccontextmanager
-    async def _command(self) -> AsyncIterator[None]:
-        """A command sees every upload made before it, and may change anything it can reach;
-        Harbor's preparation commands (``_prepare``) touch only their own paths."""
-        scope, transfers = self._scope, self._archive_transfers
-        self._forget_ready(scope)
-        if transfers is None:
-            yield
-            return
-        await (transfers.flush() if scope is None else transfers.flush_overlapping(scope))
-        transfers.command_ran(scope)
-        try:
-            yield
-        finally:
-            transfers.command_ran(scope)
+    @override
+    async def _dispatch_exec(
+        self, argv: list[str], *, workdir: str | None, timeout_seconds: int, env: dict[str, str] | None = None
+    ) -> Any:
+        """Under an exec record (``exec_records.py``), then behind the verifier guard."""
+        return await self._exec_records.dispatch(argv, workdir=workdir, timeout_seconds=timeout_seconds, env=env)
+
+    @override
+    async def ensure_dirs(self, dirs: Sequence[Any], *, chmod: bool = True) -> ExecResult | None:
+        if self._preparation.skippable(dirs):
+            return _done()
+        with self._preparation.scoped(dirs):
+            return await super().ensure_dirs(dirs, chmod=chmod)
+
+    @override
+    async def empty_dirs(self, dirs: Sequence[Any], *, chmod: bool = True) -> ExecResult | None:
+        if self._preparation.skippable(dirs):
+            return _done()
+        with self._preparation.scoped(dirs):
+            result = await super().empty_dirs(dirs, chmod=chmod)
+        if result is not None and result.return_code == 0 and chmod:
+            self._preparation.emptied(dirs)
+        return result
+
+    # ── files ─────────────────────────────────────────────────────────────────────
+    # Overridden to take the archive route when there is one (``routes.py``). On Harbor's
+    # route a transfer is commands in the sandbox; each touches only the transfer's target and
+    # its temp archive under Harbor's transfer dir, so it makes only those unknown
+    # (``preparation.py``), not every dir known ready: a later preparation there stays elided.
 
     @override
     async def _write_remote_bytes(self, data: bytes, remote_path: str) -> None:
-        await self._guarded(retry_safe("write_bytes", super()._write_remote_bytes, data, remote_path))
+        await self._losses.guarded(retry_safe("write_bytes", super()._write_remote_bytes, data, remote_path))
 
     @override
     async def _read_remote_bytes(self, remote_path: str) -> bytes:
         """A file's bytes; a missing file is ``FileNotFoundError`` whatever the SDK's shape of
         "not found" (SkyPilot's is a status, not a builtin), once the sandbox is known alive."""
         try:
-            return await self._guarded(retry_safe("read_bytes", super()._read_remote_bytes, remote_path))
+            return await self._losses.guarded(retry_safe("read_bytes", super()._read_remote_bytes, remote_path))
         except SandboxLostError:
             raise
         except Exception as exc:
@@ -316,83 +512,70 @@ class SandboxEnvironment(
                 raise FileNotFoundError(errno.ENOENT, f"no such file in the sandbox ({exc})", remote_path) from exc
             raise
 
-    # ── transfers (archive capability) ────────────────────────────────────────
-    # Overridden to take the archive path: the handle's own archive calls (the Docker SDK), or
-    # archives made of SkyPilot's calls (``exec_archives.py``); with ``exec_archives`` off, an
-    # SDK without archive calls runs Harbor's own transfer commands.
-
-    def _archives(self) -> ArchiveTransfers | None:
-        """The archive transfers of this sandbox: over its handle's archive calls when it offers
-        them, else built from a file write or read plus one command (``exec_archives.py``)
-        unless ``exec_archives`` is off (then None: Harbor's own transfer commands run)."""
-        if self._archive_transfers is not None or self._sandbox is None:
-            return self._archive_transfers
-        if has_archives(self._sandbox):
-            sandbox = self._sandbox
-
-            async def put(data: bytes, path: str) -> None:
-                await self._guarded(sandbox.put_archive.aio(data, path))
-
-            async def get(path: str, into: BinaryIO) -> None:
-                await self._guarded(fetch_archive(sandbox, path, into))
-
-            self._archive_transfers = ArchiveTransfers(put, get, self.logger)
-        elif settings.current().exec_archives:
-            archives = ExecArchives(self._raw_shell, self._write_remote_bytes, self._read_remote_bytes)
-            self._archive_transfers = ArchiveTransfers(archives.put, archives.get, self.logger)
-        return self._archive_transfers
-
-    async def _raw_shell(self, command: str, timeout_seconds: int) -> ExecResult:
-        """A command of the transfers themselves: guarded, but neither flushing the staged
-        uploads nor invalidating snapshots, as every other command does (``_command``)."""
-        return await self._guarded(SkypilotEnvironment._run_shell(self, command, timeout_seconds=timeout_seconds))
-
-    # On Harbor's path a transfer is commands in the sandbox; each touches only the transfer's
-    # target and its temp archive under Harbor's transfer dir, so it makes only those unknown
-    # (``preparation.py``), not every dir known ready: a later preparation there stays elided.
-
     @override
     async def upload_dir(self, source_dir: Path | str, target_dir: str) -> None:
-        self._forget_ready([target_dir])
-        if (transfers := self._archives()) is None:
-            with self._prepare([target_dir, _REMOTE_TRANSFER_DIR]):
+        self._preparation.forget_ready([target_dir])
+        if (transfers := self._routes.archives()) is None:
+            with self._preparation.scoped([target_dir, _REMOTE_TRANSFER_DIR]):
                 return await super().upload_dir(source_dir, target_dir)
         transfers.stage_dir(Path(source_dir), target_dir)
 
     @override
     async def upload_file(self, source_path: Path | str, target_path: str) -> None:
-        self._forget_ready([target_path])
-        if (transfers := self._archives()) is None:
+        self._preparation.forget_ready([target_path])
+        if (transfers := self._routes.archives()) is None:
             return await super().upload_file(source_path, target_path)
         transfers.stage_file(Path(source_path), target_path)
 
     @override
     async def download_dir(self, source_dir: str, target_dir: Path | str) -> None:
-        if (transfers := self._archives()) is None:
-            with self._prepare([_REMOTE_TRANSFER_DIR]):
-                await self._harbor_path().download_dir(source_dir, Path(target_dir))
+        if (transfers := self._routes.archives()) is None:
+            with self._preparation.scoped([_REMOTE_TRANSFER_DIR]):
+                await self._routes.harbor_path().download_dir(source_dir, Path(target_dir))
             return
         await transfers.download_dir(source_dir, Path(target_dir))
 
     @override
     async def download_file(self, source_path: str, target_path: Path | str) -> None:
-        if (transfers := self._archives()) is None:
-            with self._prepare([]):  # a size probe: it changes nothing
-                return await self._harbor_path().download_file(source_path, Path(target_path))
+        if (transfers := self._routes.archives()) is None:
+            with self._preparation.scoped([]):  # a size probe: it changes nothing
+                return await self._routes.harbor_path().download_file(source_path, Path(target_path))
         await transfers.download_file(source_path, Path(target_path))
 
-    def _harbor_path(self) -> HarborPath:
-        """Harbor's transfer commands with our bounded host side (no archive capability)."""
-        return HarborPath(self._run_shell, self._read_remote_bytes, self.logger)
+    @override
+    async def _download_dir_with_exclusions_impl(
+        self, *, source_dir: str, target_dir: Path | str, exclude: list[str], service: str | None
+    ) -> None:
+        await download_with_exclusions(
+            self, source_dir=source_dir, target_dir=target_dir, exclude=exclude, service=service
+        )
+
+    @override
+    async def download_dir_filtered(
+        self,
+        *,
+        source_dir: str,
+        target_dir: Path | str,
+        include: Sequence[str] | None = None,
+        exclude: Sequence[str] | None = None,
+        protect: Sequence[str] | None = None,
+    ) -> None:
+        if self.os == TaskOS.WINDOWS:  # Harbor's Windows branch goes through download_dir (ours)
+            return await super().download_dir_filtered(
+                source_dir=source_dir, target_dir=target_dir, include=include, exclude=exclude, protect=protect
+            )
+        await download_filtered(
+            self, source_dir=source_dir, target_dir=target_dir, include=include, exclude=exclude, protect=protect
+        )
 
     @override
     async def is_dir(self, path: str, user: str | int | None = None) -> bool:
-        if (transfers := self._archives()) is None:
+        if (transfers := self._routes.archives()) is None:
             return await super().is_dir(path, user=user)
         return await transfers.kind(path) == "dir"
 
     @override
     async def is_file(self, path: str, user: str | int | None = None) -> bool:
-        if (transfers := self._archives()) is None:
+        if (transfers := self._routes.archives()) is None:
             return await super().is_file(path, user=user)
         return await transfers.kind(path) == "file"

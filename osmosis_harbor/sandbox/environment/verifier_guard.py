@@ -1,9 +1,8 @@
-"""The agent's sandbox environment under the verifier guard: every command of the agent phase
-marked, the check before the task's own tests, and the guard's own calls.
+"""The agent's sandbox under the verifier guard: every command of the agent phase marked, the
+check before the task's own tests, and the guard's own calls.
 
-A mixin of ``SandboxEnvironment`` (``sandbox/environment/sandbox_environment.py``), below ``ExecRecords`` in its MRO,
-so it sees every argv the SDK will run (an exec record's wrapper included) and puts the guard in
-front: ``/proc/<daemon>/exe drop -- ARGV``. The magic link always runs the daemon's sealed image,
+Its launch sits below the exec records' (``exec_records.py``), so it sees every argv the SDK will
+run (an exec record's wrapper included) and puts the guard in front: ``/proc/<daemon>/exe drop -- ARGV``. The magic link always runs the daemon's sealed image,
 whatever the agent did to the files on disk. The guard's own commands (start, record, check) go
 straight to the SDK, with no shell and no record wrapper: nothing of the sandbox's disk runs
 before the guard does. Which phase a trial is in is the session's (``session.py``).
@@ -14,16 +13,18 @@ from __future__ import annotations
 import logging
 import secrets
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn
 
 from harbor.environments.base import ExecResult
 from harbor.environments.skypilot import SkypilotEnvironment
 
 from osmosis_harbor import settings
 from osmosis_harbor.errors import VerifierTamperedError
+from osmosis_harbor.sandbox.environment.exec_records import Launch
 from osmosis_harbor.sandbox.environment.preparation import REMOVE_REWARDS_COMMAND
+from osmosis_harbor.sandbox.environment.state import EnvironmentState
 from osmosis_harbor.sandbox.guard import commands
 from osmosis_harbor.sandbox.guard.allowance import Allowance, Verdict, judge
 from osmosis_harbor.sandbox.guard.binary import guard_binary
@@ -31,7 +32,7 @@ from osmosis_harbor.sandbox.guard.report import GuardReport, ReportRejected, par
 from osmosis_harbor.sandbox.guard.session import GuardCheck, GuardSession, Phase
 from osmosis_harbor.shim import contract
 
-__all__ = ["GuardedExecs", "baked_guard"]
+__all__ = ["VerifierGuardExecs", "baked_guard"]
 
 log = logging.getLogger(__name__)
 
@@ -48,27 +49,36 @@ def baked_guard(dockerfile: Path) -> str | None:
     return None
 
 
-class GuardedExecs(SkypilotEnvironment):
-    """Commands of a guarded trial's agent sandbox (see the module docstring)."""
+class VerifierGuardExecs:
+    """Commands of a guarded trial's agent sandbox (see the module docstring). ``launch`` is
+    Harbor's own dispatch, ``guarded`` the loss guard, ``write_bytes`` the environment's file
+    write; ``workdirs`` are where the agent works (the check looks there for pytest's hooks)."""
 
-    _guard: GuardSession | None
-    _guard_baked: str | None  # the sha256 of the guard in the image, if it bakes one
-    _known_ready: set[str]
-    _platform: str
-    _sandbox_name: str
+    def __init__(
+        self,
+        session: GuardSession | None,
+        dockerfile: Path,
+        state: EnvironmentState,
+        *,
+        platform: str,
+        workdirs: list[str],
+        launch: Launch,
+        guarded: Callable[[Awaitable[Any]], Awaitable[Any]],
+        write_bytes: Callable[[bytes, str], Awaitable[None]],
+    ) -> None:
+        self.session = session
+        self._baked = baked_guard(dockerfile) if session is not None else None  # the image's guard, if any
+        self._state = state
+        self._platform = platform
+        self._workdirs = workdirs
+        self._launch = launch
+        self._guarded = guarded
+        self._write_bytes = write_bytes
 
-    if TYPE_CHECKING:  # LossDetection's, earlier in SandboxEnvironment's MRO
-
-        async def _guarded[T](self, call: Awaitable[T]) -> T: ...
-
-    def _guard_workdirs(self) -> list[str]:
-        """Where the agent works, the tests' usual cwd: the check looks there for pytest's hooks."""
-        return sorted({d.rstrip("/") for d in (self.task_env_config.workdir, self._workdir) if d and d.rstrip("/")})
-
-    async def _guard_took(self, command: str, user: str | int | None) -> bool:
+    async def took(self, command: str, user: str | int | None) -> bool:
         """Harbor's verifier first clears stale rewards (``REMOVE_REWARDS_COMMAND``, as root): the
         check, due then, empties ``/logs/verifier``, so it takes that command's place."""
-        session = self._guard
+        session = self.session
         if session is None or session.phase is not Phase.PENDING or user not in ("root", 0):
             return False
         if command != REMOVE_REWARDS_COMMAND:
@@ -76,13 +86,13 @@ class GuardedExecs(SkypilotEnvironment):
         await self.guard_before_command(session)
         return True
 
-    async def _dispatch_exec(
+    async def dispatch(
         self, argv: list[str], *, workdir: str | None, timeout_seconds: int, env: dict[str, str] | None = None
     ) -> Any:
-        session = self._guard
+        session = self.session
         if session is not None and session.phase is not Phase.FRESH:
             argv = [*await self.guard_before_command(session), *argv]
-        return await super()._dispatch_exec(argv, workdir=workdir, timeout_seconds=timeout_seconds, env=env)
+        return await self._launch(argv, workdir=workdir, timeout_seconds=timeout_seconds, env=env)
 
     async def guard_before_command(self, session: GuardSession) -> list[str]:
         """What must happen before a command in this phase, and the argv prefix it then gets:
@@ -107,12 +117,10 @@ class GuardedExecs(SkypilotEnvironment):
 
         async def run() -> ExecResult:
             timeout = int(settings.current().verifier_guard_timeout_sec)
-            handle = await SkypilotEnvironment._dispatch_exec(
-                self, argv, workdir=None, timeout_seconds=timeout, env=env
-            )
+            handle = await self._launch(argv, workdir=None, timeout_seconds=timeout, env=env)
             code = await handle.wait()
-            stdout = await self._drain_stream(getattr(handle, "stdout", None))
-            stderr = await self._drain_stream(getattr(handle, "stderr", None))
+            stdout = await SkypilotEnvironment._drain_stream(getattr(handle, "stdout", None))
+            stderr = await SkypilotEnvironment._drain_stream(getattr(handle, "stderr", None))
             return ExecResult(stdout=stdout, stderr=stderr, return_code=code if code is not None else 0)
 
         result = await self._guarded(run())
@@ -120,18 +128,18 @@ class GuardedExecs(SkypilotEnvironment):
 
     async def _guard_start(self, session: GuardSession) -> None:
         binary, record_id = guard_binary(self._platform), secrets.token_hex(16)
-        baked = self._guard_baked == binary.sha256
+        baked = self._baked == binary.sha256
         if not baked:
-            await self._write_remote_bytes(binary.read(), commands.UPLOAD_PATH)
-        argv = commands.start_argv(contract.GUARD_PATH if baked else None, record_id, self._guard_workdirs())
+            await self._write_bytes(binary.read(), commands.UPLOAD_PATH)
+        argv = commands.start_argv(contract.GUARD_PATH if baked else None, record_id, self._workdirs)
         key, began = secrets.token_bytes(32), time.monotonic()
         code, out, err = await self._guard_exec(argv, env={commands.KEY_ENV: key.hex()})
-        started = commands.parse_started(code, out, err, self._sandbox_name)
+        started = commands.parse_started(code, out, err, self._state.name)
         session.daemon_pid, session.key, session.record_id = started.daemon, key, record_id
         session.recorded_since_check = True
         log.debug(
             "verifier guard started in %s (daemon %s, %s entries recorded) in %.3f s",
-            self._sandbox_name,
+            self._state.name,
             started.daemon,
             started.entries,
             time.monotonic() - began,
@@ -140,9 +148,7 @@ class GuardedExecs(SkypilotEnvironment):
     async def _guard_record(self, session: GuardSession) -> None:
         assert session.daemon_pid is not None
         record_id = secrets.token_hex(16)
-        code, out, _ = await self._guard_exec(
-            commands.record_argv(session.daemon_pid, record_id, self._guard_workdirs())
-        )
+        code, out, _ = await self._guard_exec(commands.record_argv(session.daemon_pid, record_id, self._workdirs))
         if code != 0 or not out.startswith(commands.RECORDED):
             self._tampered(session, Verdict(True, ["the guard daemon was killed or replaced"]), GuardReport())
         session.record_id, session.recorded_since_check = record_id, True
@@ -157,13 +163,13 @@ class GuardedExecs(SkypilotEnvironment):
             session.daemon_pid,
             nonce,
             session.record_id,
-            self._guard_workdirs(),
+            self._workdirs,
             ports=sorted(plan.allowance.ports),
             keep_listening=plan.record_allowance,
         )
         began = time.monotonic()
         _, out, _ = await self._guard_exec(argv)
-        log.debug("verifier guard checked %s in %.3f s", self._sandbox_name, time.monotonic() - began)
+        log.debug("verifier guard checked %s in %.3f s", self._state.name, time.monotonic() - began)
         try:
             report = parse_report(out, key=session.key, nonce=nonce, record_id=session.record_id)
         except ReportRejected as exc:
@@ -175,13 +181,13 @@ class GuardedExecs(SkypilotEnvironment):
             self._tampered(session, verdict, report)
         session.checks.append(GuardCheck(report, verdict))
         session.phase, session.recorded_since_check = Phase.VERIFIED, False
-        self._known_ready.add(contract.VERIFIER_LOGS)  # the check left it empty, 0777
+        self._state.known_ready.add(contract.VERIFIER_LOGS)  # the check left it empty, 0777
 
     def _tampered(self, session: GuardSession, verdict: Verdict, report: GuardReport) -> NoReturn:
         session.checks.append(GuardCheck(report, verdict))
         session.phase = Phase.TAMPERED
         session.tampered = VerifierTamperedError(verdict.message())
-        log.warning("sandbox %s: %s", self._sandbox_name, verdict.message())
+        log.warning("sandbox %s: %s", self._state.name, verdict.message())
         raise VerifierTamperedError(verdict.message())
 
     def _log_check(self, report: GuardReport, verdict: Verdict) -> None:
@@ -189,7 +195,7 @@ class GuardedExecs(SkypilotEnvironment):
             ports = ", ".join(str(k.port) for k in report.kept if k.port)
             log.info(
                 "sandbox %s: %d service process(es) kept for the tests (ports %s)",
-                self._sandbox_name,
+                self._state.name,
                 len(report.kept),
                 ports,
             )
@@ -197,9 +203,9 @@ class GuardedExecs(SkypilotEnvironment):
             names = ", ".join(shown(k.cmdline or k.exe)[:60] for k in report.killed[:5])
             log.info(
                 "sandbox %s: the guard ended %d process(es) the agent left: %s",
-                self._sandbox_name,
+                self._state.name,
                 len(report.killed),
                 names,
             )
         for path in report.set_aside:
-            log.info("sandbox %s: package cache %s set aside (the agent changed it)", self._sandbox_name, shown(path))
+            log.info("sandbox %s: package cache %s set aside (the agent changed it)", self._state.name, shown(path))

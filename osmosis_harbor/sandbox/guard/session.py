@@ -6,7 +6,7 @@ Harbor's ``AGENT_START`` / ``VERIFICATION_START`` hooks (``add_guard_hooks``) mo
 the first agent command on, every command goes through the guard's ``drop`` (the downloads of the
 agent's outputs after its run too: the agent's processes still live then); once verification
 starts, the next command first runs the check. The session is plain state; the commands are the
-environment's (``environment.GuardedExecs``).
+environment's (``environment.verifier_guard.VerifierGuardExecs``).
 """
 
 from __future__ import annotations

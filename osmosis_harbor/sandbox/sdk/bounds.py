@@ -20,14 +20,7 @@ What the Docker engine bounds beyond CPU and memory:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, override
-
 from pydantic import BaseModel, ConfigDict
-
-if TYPE_CHECKING:  # the Docker implementation reads SandboxBounds here: no Harbor class at run time
-    from harbor.environments.base import BaseEnvironment as _HarborEnvironment
-else:
-    _HarborEnvironment = object
 
 DEFAULT_CPUS = 1
 DEFAULT_MEMORY_MB = 2048
@@ -73,18 +66,3 @@ class SandboxBounds(BaseModel):
     @property
     def disk_bytes(self) -> int:
         return self.disk_mb * 1024 * 1024
-
-
-class DefaultBounds(_HarborEnvironment):
-    """A mixin of ``SandboxEnvironment``: Harbor 0.25 passes no CPU or memory when a task
-    names none, so the sizing it documents is applied here, and every SDK is asked for it."""
-
-    @property
-    @override
-    def _effective_cpus(self) -> int | float | None:
-        return cpus_or_default(super()._effective_cpus)
-
-    @property
-    @override
-    def _effective_memory_mb(self) -> int | None:
-        return memory_mb_or_default(super()._effective_memory_mb)

@@ -15,16 +15,15 @@ import tempfile
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, override
+from typing import Any
 
-from harbor.environments.base import _ENV_TRANSFER_TAR_DIR, _TRANSFER_PACK_TIMEOUT_SEC, BaseEnvironment
-from harbor.models.task.config import TaskOS
+from harbor.environments.base import _ENV_TRANSFER_TAR_DIR, _TRANSFER_PACK_TIMEOUT_SEC
 from harbor.utils.path_filter import filter_paths_by_patterns
 
 from osmosis_harbor.harbor_compat.tar_pack import pack_succeeded
 from osmosis_harbor.sandbox.transfer.extract import extract_archive
 
-__all__ = ["FilteredDownloads", "download_filtered", "download_with_exclusions"]
+__all__ = ["download_filtered", "download_with_exclusions"]
 
 
 def _remote(suffix: str) -> str:
@@ -108,34 +107,3 @@ async def download_filtered(
         await _fetch_and_extract(env, remote, source_dir, target, None)
     finally:
         await env.exec(f"rm -f {shlex.quote(remote)} {shlex.quote(remote_list)}", timeout_sec=120, user="root")
-
-
-class FilteredDownloads(BaseEnvironment):
-    """The two filtered downloads of a Harbor environment, routed through this module (a
-    mixin ahead of Harbor's environment class in ``SandboxEnvironment``'s bases)."""
-
-    @override
-    async def _download_dir_with_exclusions_impl(
-        self, *, source_dir: str, target_dir: Path | str, exclude: list[str], service: str | None
-    ) -> None:
-        await download_with_exclusions(
-            self, source_dir=source_dir, target_dir=target_dir, exclude=exclude, service=service
-        )
-
-    @override
-    async def download_dir_filtered(
-        self,
-        *,
-        source_dir: str,
-        target_dir: Path | str,
-        include: Sequence[str] | None = None,
-        exclude: Sequence[str] | None = None,
-        protect: Sequence[str] | None = None,
-    ) -> None:
-        if self.os == TaskOS.WINDOWS:  # Harbor's Windows branch goes through download_dir (ours)
-            return await super().download_dir_filtered(
-                source_dir=source_dir, target_dir=target_dir, include=include, exclude=exclude, protect=protect
-            )
-        await download_filtered(
-            self, source_dir=source_dir, target_dir=target_dir, include=include, exclude=exclude, protect=protect
-        )
