@@ -1,4 +1,4 @@
-"""Harbor's SkyPilot environment over the ``sky.sandbox`` SDK chosen per environment.
+"""Harbor's SkyPilot environment over the ``sky.sandbox`` SDK chosen per environment (``sdk=``).
 
 ``SandboxEnvironment`` subclasses Harbor's ``SkypilotEnvironment``, so that trials take the
 code path they take in production. It holds one sandbox's state (``state.py``) and keeps only
@@ -191,77 +191,72 @@ class SandboxEnvironment(SkypilotEnvironment):
             self._state.pool = pool_name_for(options.pool, self.group_key)
 
     def _compose(self, *, owns_itself: bool) -> None:
-        """The collaborators, each given the state and the narrow calls it needs."""
-        state, options = self._state, self._options
+        """The collaborators, each given the state and the narrow calls it needs; an exec goes
+        through the exec records, then the verifier guard, then Harbor's dispatch."""
+        state = self._state
         self._losses = LossGuard(state, loss_role_of(self.session_id))
         self._preparation = PreparationElider(state)
-        self._routes = TransferRoutes(
-            state,
-            self._preparation,
-            self._losses.guarded,
-            FileCalls(
-                run_shell=self._run_shell,
-                harbor_shell=functools.partial(SkypilotEnvironment._run_shell, self),
-                write_bytes=self._write_remote_bytes,
-                read_bytes=self._read_remote_bytes,
-            ),
-            self.logger,
+        files = FileCalls(
+            run_shell=self._run_shell,
+            harbor_shell=functools.partial(SkypilotEnvironment._run_shell, self),
+            write_bytes=self._write_remote_bytes,
+            read_bytes=self._read_remote_bytes,
         )
-        self._images = ImageResolver(
-            ImageSource(
-                environment_dir=self.environment_dir,
-                dockerfile=self._dockerfile_path,
-                docker_image=self.task_env_config.docker_image,
-                registry=self._registry,
-                platform=self._platform,
-                local_only=options.impl.local_images and not self._registry,
-            ),
-            lambda: self.environment_id,
-            self._owner.builds,
-            HarborImages(
-                ref=lambda: super(SandboxEnvironment, self)._image_ref,
-                exists=functools.partial(SkypilotEnvironment._image_exists, self),
-                build_once=functools.partial(HARBOR_BUILD_ONCE, self),
-            ),
-            self.logger,
+        self._routes = TransferRoutes(state, self._preparation, self._losses.guarded, files, self.logger)
+        self._images = self._image_resolver()
+        self._creator = self._sandbox_creator(owns_itself)
+        self._guard = self._verifier_guard()
+        self._exec_records = ExecRecorder(
+            state, self._guard.dispatch, self._require_sandbox, enabled=self._options.impl.records_exec_results
         )
-        baked_layout = declares_baked_layout(self._dockerfile_path) and not (
-            self.task_env_config.docker_image and not self._dockerfile_path.is_file()
+
+    def _image_resolver(self) -> ImageResolver:
+        source = ImageSource(
+            environment_dir=self.environment_dir,
+            dockerfile=self._dockerfile_path,
+            docker_image=self.task_env_config.docker_image,
+            registry=self._registry,
+            platform=self._platform,
+            local_only=self._options.impl.local_images and not self._registry,
         )
-        self._creator = SandboxCreator(
-            state,
-            self._owner,
-            SandboxPlan(
-                session_id=self.session_id,
-                sdk_name=options.sdk,
-                pool_base=options.pool,
-                baked_layout=baked_layout,
-                environment_upload=self._enable_environment_dir_upload,
-                owns_itself=owns_itself,
-            ),
-            self._create_spec,
-            WorkdirReset(
-                workdir=self.task_env_config.workdir or self._workdir,
-                argv=lambda dirs: self._exec_argv(self._empty_dirs_command(dirs, chmod=True), self._reset_dirs_user()),
-                env=lambda: self._merge_env(None) or None,
-            ),
-            self._images.prepare,
-            self.logger,
+        harbor = HarborImages(
+            ref=lambda: super(SandboxEnvironment, self)._image_ref,
+            exists=functools.partial(SkypilotEnvironment._image_exists, self),
+            build_once=functools.partial(HARBOR_BUILD_ONCE, self),
         )
-        # The verifier guard of the trial, for its agent's sandbox (a separate verifier's needs none).
-        workdirs = sorted({d.rstrip("/") for d in (self.task_env_config.workdir, self._workdir) if d and d.rstrip("/")})
-        self._guard = VerifierGuardExecs(
+        return ImageResolver(source, lambda: self.environment_id, self._owner.builds, harbor, self.logger)
+
+    def _sandbox_creator(self, owns_itself: bool) -> SandboxCreator:
+        plan = SandboxPlan(
+            session_id=self.session_id,
+            sdk_name=self._options.sdk,
+            pool_base=self._options.pool,
+            baked_layout=declares_baked_layout(self._dockerfile_path)
+            and not (self.task_env_config.docker_image and not self._dockerfile_path.is_file()),
+            environment_upload=self._enable_environment_dir_upload,
+            owns_itself=owns_itself,
+        )
+        reset = WorkdirReset(
+            workdir=self.task_env_config.workdir or self._workdir,
+            argv=lambda dirs: self._exec_argv(self._empty_dirs_command(dirs, chmod=True), self._reset_dirs_user()),
+            env=lambda: self._merge_env(None) or None,
+        )
+        return SandboxCreator(
+            self._state, self._owner, plan, self._create_spec, reset, self._images.prepare, self.logger
+        )
+
+    def _verifier_guard(self) -> VerifierGuardExecs:
+        """The verifier guard of the trial, for its agent's sandbox (a separate verifier's needs none)."""
+        workdirs = {d.rstrip("/") for d in (self.task_env_config.workdir, self._workdir) if d and d.rstrip("/")}
+        return VerifierGuardExecs(
             current_guard() if self._losses.role == "agent" else None,
             self._dockerfile_path,
-            state,
+            self._state,
             platform=self._platform,
-            workdirs=workdirs,
+            workdirs=sorted(workdirs),
             launch=functools.partial(SkypilotEnvironment._dispatch_exec, self),
             guarded=self._losses.guarded,
             write_bytes=self._write_remote_bytes,
-        )
-        self._exec_records = ExecRecorder(
-            state, self._guard.dispatch, self._require_sandbox, enabled=options.impl.records_exec_results
         )
 
     def _create_spec(self) -> CreateSpec:
