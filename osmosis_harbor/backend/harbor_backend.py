@@ -128,6 +128,7 @@ class HarborBackend(ExecutionBackend):
             self.custody,
             infra_retries=options.infra_retries,
             gate=self.gate,
+            error_overrides=options.override_error_policy,
         )
         # A loopback policy endpoint reaches local sandboxes through this, started on first use.
         self.relay = PolicyRelay()

@@ -233,6 +233,8 @@ class Planner:
                 disable=plan.reward_source is RewardSource.NONE,
                 override_timeout_sec=request.grader_timeout_sec,
             ),
+            # Harbor 0.26 only (the option is refused on 0.25, where TrialConfig has no field).
+            **({"override_error_policy": overrides} if (overrides := self.options.override_error_policy) else {}),
         )
 
     def _native_config(self, request: ExecutionRequest, url: str, key_env: str) -> AgentConfig:
