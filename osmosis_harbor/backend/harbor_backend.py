@@ -131,7 +131,7 @@ class HarborBackend(ExecutionBackend):
             custody=self.custody,
             workspace=self.workspace,
             owner=self.owner,
-            prewarm=self.prewarming,
+            prewarming=self.prewarming,
         )
         # The queue's concurrency, ordered by us (retries first): see gate.py.
         self.gate = TrialGate(options.orchestrator._n_concurrent)

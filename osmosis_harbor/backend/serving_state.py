@@ -33,7 +33,7 @@ class ServingState:
         custody: KeyCustody,
         workspace: Workspace,
         owner: SandboxOwner,
-        prewarm: BackendPrewarm,
+        prewarming: BackendPrewarm,
     ) -> None:
         self.options = options
         self.environment_config = environment_config
@@ -42,14 +42,14 @@ class ServingState:
         self.custody = custody
         self.workspace = workspace
         self.owner = owner
-        self.prewarm = prewarm
+        self.prewarming = prewarming
         self.accepting = True
         self._shutdown_run: asyncio.Future[None] | None = None  # the one shutdown, once started
 
     @property
     def ready(self) -> bool:
         """Whether rollouts may be admitted: not while a background prewarm runs (or failed)."""
-        return self.prewarm.ready
+        return self.prewarming.ready
 
     # ── shutdown ──────────────────────────────────────────────────────────────
     async def shutdown(self) -> None:
@@ -73,8 +73,8 @@ class ServingState:
         # outlive: finish that here. A trial still running keeps its marker (keys.py).
         ended = [self.workspace.trials_dir / name for name, task in trials.items() if name and task.done()]
         await asyncio.to_thread(self.custody.seal_all, ended)
-        await self.prewarm.stop_autoscaler()
-        task_pools = self.prewarm.prewarmed.task_pools
+        await self.prewarming.stop_autoscaler()
+        task_pools = self.prewarming.prewarmed.task_pools
         problems = await self.owner.close()
         problems += await pools.delete(self.owner.sandboxes, self.sdk_name, task_pools.values())
         task_pools.clear()
@@ -88,8 +88,8 @@ class ServingState:
         harness reads ``chat_endpoint`` to choose a tunnel, and its in-flight capacity from
         ``max_queue_depth``, else ``concurrency.max_concurrent``), plus ours."""
         counts = self.tracker.counts()
-        startup, autoscaler = self.prewarm.startup, self.prewarm.autoscaler
-        prewarmed = self.prewarm.prewarmed
+        startup, autoscaler = self.prewarming.startup, self.prewarming.autoscaler
+        prewarmed = self.prewarming.prewarmed
         report = prewarmed.report
         return {
             "status": self._status(),
@@ -120,7 +120,7 @@ class ServingState:
     def _status(self) -> str:
         if not self.accepting:
             return "shutting_down"
-        startup = self.prewarm.startup
+        startup = self.prewarming.startup
         if startup is not None and not startup.ready:
             return "starting" if startup.error is None else "failed"
         return "ok"
