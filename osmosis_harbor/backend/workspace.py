@@ -8,6 +8,8 @@ import tempfile
 import threading
 from pathlib import Path
 
+from osmosis_harbor.keys import default_trials_dirs
+
 __all__ = ["Workspace"]
 
 
@@ -41,9 +43,19 @@ class Workspace:
     def given_trials_dir(self) -> Path | None:
         return self._trials_dir
 
-    def host_dirs(self) -> list[Path]:
-        """The directories sandboxes' products land in (trials) or next to (the work root)."""
-        return [d for d in (self._trials_dir, self._root) if d is not None]
+    def rollout_dir(self, trial_name: str) -> Path:
+        """Where one rollout's task copy is made (removed when the rollout ends)."""
+        return self.root / "rollouts" / trial_name
+
+    def prepared_copies_dir(self) -> Path:
+        """Where the task copies shared by rollouts are prepared: beside the rollouts' own
+        copies, removed with them (no rollout is named ``.*``)."""
+        return self.root / "rollouts" / ".prepared"
+
+    def sandbox_output_dirs(self) -> list[Path]:
+        """Where sandboxes' products land: this backend's trials and work root (once made) and
+        every backend's default trials directory. No task ref may point into them."""
+        return [*(d for d in (self._trials_dir, self._root) if d is not None), *default_trials_dirs()]
 
     def remove(self) -> None:
         """Remove the temporary root, except retained (failed) trials in it."""
