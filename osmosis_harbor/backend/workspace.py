@@ -22,8 +22,7 @@ class Workspace:
         self._root: Path | None = None
         self._lock = threading.Lock()
         self._trials_dir = trials_dir
-        if trials_dir is not None:
-            trials_dir.mkdir(parents=True, exist_ok=True)
+        self._trials_made = False
 
     @property
     def root(self) -> Path:
@@ -34,10 +33,12 @@ class Workspace:
 
     @property
     def trials_dir(self) -> Path:
+        """Made on first use too: a backend whose other options fail leaves no directory."""
         if self._trials_dir is None:
-            trials = self.root / "trials"
-            trials.mkdir(exist_ok=True)
-            self._trials_dir = trials
+            self._trials_dir = self.root / "trials"
+        if not self._trials_made:
+            self._trials_dir.mkdir(parents=True, exist_ok=True)
+            self._trials_made = True
         return self._trials_dir
 
     def given_trials_dir(self) -> Path | None:
