@@ -18,6 +18,7 @@ HARBOR_UNAVAILABLE = 3  # bootstrap.sh --harbor: no such Harbor on the configure
 # end-to-end paths, each on both local SDKs where the test is parametrized by SDK.
 HARBOR_026_TESTS = (
     "tests/test_harbor_surface.py",
+    "tests/test_skypilot_call_shapes.py",  # the sky.sandbox calls kept from Harbor
     "tests/test_harbor_lines.py",  # preflight, options, error policies, harbor run, a lost sandbox
     "tests/test_backend_e2e.py::test_template_mode_with_grader",  # graded and ungraded rollouts
     "tests/test_backend_e2e.py::test_grader_timeout_is_a_timeout",  # a verifier timeout

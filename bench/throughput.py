@@ -83,7 +83,7 @@ async def rollout_batch(backend: HarborBackend, chat_url: str, n: int, prefix: s
 async def wait_pool_full(backend: HarborBackend, size: int, timeout: float = 90.0) -> float:
     """Wait until every pool of ``backend`` has ``size`` idle members; returns the wait."""
     started = time.perf_counter()
-    pools = sorted(set(backend.lifecycle.task_pools.values()))
+    pools = sorted(set(backend.prewarmed.task_pools.values()))
     while time.perf_counter() - started < timeout:
         infos = [await docker_sdk.get_pool.aio(p) for p in pools]
         if all(i.idle >= size and i.starting == 0 for i in infos):

@@ -64,7 +64,7 @@ DETAIL_LINES = 24  # a detailed error's lines kept: one screen with the summary 
 
 class PrewarmTarget(Protocol):
     """What prewarm needs of a backend: its tasks, the copy a rollout runs, its sandboxes and
-    its agent setup (``osmosis_harbor.backend.lifecycle.BackendLifecycle`` provides it)."""
+    its agent setup (``osmosis_harbor.backend.prewarming.BackendPrewarm`` provides it)."""
 
     @property
     def resolver(self) -> TaskResolver: ...

@@ -22,6 +22,8 @@ from harbor.trial.queue import TrialQueue
 from osmosis_ai.rollout.types import RolloutErrorCategory, RolloutStatus
 
 from osmosis_harbor.backend import HarborBackend
+from osmosis_harbor.errors import ConfigError
+from osmosis_harbor.harbor_compat.version import HARBOR
 from osmosis_harbor.sandbox.docker import labels as L
 from osmosis_harbor.testing.scripted_policy import FakeChatServer
 
@@ -203,6 +205,38 @@ async def test_infra_retries_run_the_rollout_again_on_a_fresh_sandbox(tmp_path, 
     assert lost["trial_name"] != extra["trial_name"]
     assert not (tmp_path / "trials" / lost["trial_name"]).exists()  # the lost attempt left no trial dir
     assert gone(first["Id"]) and managed_containers(owner_pid=os.getpid()) == []
+
+
+@pytest.mark.skipif(not HARBOR.error_policies, reason="Harbor 0.25 has no error policies to override")
+async def test_an_override_saying_a_loss_is_not_retried_stops_infra_retries(tmp_path, tasks, fake_chat, osmosis_home):
+    """Harbor 0.26's ``override_error_policy`` governs our retries too: the same loss as above
+    (there retried on a fresh sandbox) ends the rollout when the user says it is not retried."""
+    backend = make_backend(
+        tmp_path, tasks, infra_retries=1, override_error_policy={"AgentSandboxLostError": {"should_retry": False}}
+    )
+    rollout_id = f"not-retried-{uuid.uuid4().hex[:6]}"
+    async with serve(backend) as url, client_for(url) as client:
+        handle = await start(client, fake_chat, rollout_id, BLOCKING_REPLY)
+        first = await waiting_at(backend, rollout_id, AGENT_GATE)
+        engine().remove_container(first["Id"], force=True)
+        result = await handle.wait_for_completion()
+    assert result.status is RolloutStatus.FAILURE
+    assert result.err_category is RolloutErrorCategory.INTERNAL_ERROR, result.err_message
+    assert result.err_message.startswith(f"sandbox {first['Labels'][L.SANDBOX]} was lost")
+    extra = diagnostics(osmosis_home, rollout_id)
+    assert extra["attempts"] == 1 and "lost_sandboxes" not in extra
+    assert managed_containers(owner_pid=os.getpid()) == []
+
+
+def test_override_error_policy_is_checked_against_the_installed_harbor(tmp_path, tasks) -> None:
+    if not HARBOR.error_policies:
+        with pytest.raises(ConfigError, match=r"override_error_policy needs Harbor 0.26 or newer \(installed: Harbor 0.25\)"):
+            make_backend(tmp_path, tasks, override_error_policy={"AgentSandboxLostError": {"should_retry": False}})
+        return
+    with pytest.raises(ConfigError, match=r"override_error_policy\['AgentSandboxLostError'\]: .*should_retry, should"):
+        make_backend(tmp_path, tasks, override_error_policy={"AgentSandboxLostError": {"retry": False}})
+    with pytest.raises(ConfigError, match="'no such type' is not an exception type name"):
+        make_backend(tmp_path, tasks, override_error_policy={"no such type": {"should_retry": False}})
 
 
 def test_infra_retries_must_be_a_count(tmp_path, tasks) -> None:

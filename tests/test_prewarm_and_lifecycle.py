@@ -387,7 +387,7 @@ async def test_a_shutdown_with_a_claimed_member_removes_the_member_then_the_pool
         tmp_path, agent="SleepyWorkflow", pool=f"held{uuid.uuid4().hex[:6]}", pool_size=1, sdk=sandbox_sdk
     )
     await backend.prewarm()
-    (pool,) = set(backend.lifecycle.task_pools.values())
+    (pool,) = set(backend.prewarmed.task_pools.values())
     async with serve(backend) as url, httpx.AsyncClient(base_url=url) as http:
         accepted = await http.post("/rollout", json=rollout_body(fake_chat, "held-member", grade=False))
         assert accepted.status_code == 202
@@ -415,8 +415,8 @@ async def test_one_backends_shutdown_leaves_the_pool_another_backend_uses(
     try:
         await a.prewarm()
         await b.prewarm()
-        (pool,) = set(b.lifecycle.task_pools.values())
-        assert set(a.lifecycle.task_pools.values()) == {pool}
+        (pool,) = set(b.prewarmed.task_pools.values())
+        assert set(a.prewarmed.task_pools.values()) == {pool}
         users = {u.user for u in ledger.pool_users(sandbox_sdk.name, _endpoint(sandbox_sdk.name), pool)}
         assert users == {a.owner.sandboxes.user, b.owner.sandboxes.user}
         await a.shutdown()

@@ -327,7 +327,7 @@ async def test_trials_of_one_pool_starting_together_claim_in_one_call(tmp_path, 
         environment_config=environment_config("docker", pool=base, pool_size="auto"),
     )
     await backend.prewarm()
-    (pool,) = set(backend.lifecycle.task_pools.values())
+    (pool,) = set(backend.prewarmed.task_pools.values())
     assert backend.health()["autoscale"][pool]["size"] == 3
     await asyncio.to_thread(wait_until, lambda: docker_sdk.get_pool(pool).idle == 3, timeout=120, what="pool filled")
     recording = RecordingCreate(docker_sdk.create)
@@ -383,7 +383,7 @@ async def test_an_autoscaled_pool_grows_with_the_claim_rate_and_shrinks_when_idl
         now = [0.0]
         claims: dict[str, int] = {pool: 0}
         policy = AutoscalePolicy(min_size=1, max_size=3, idle_sec=60, replace_sec=2.0)
-        scaler = PoolAutoscaler(sdk, [pool], lambda: claims, policy, initial_size=1, clock=lambda: now[0])
+        scaler = PoolAutoscaler(sdk, [pool], claims, policy, initial_size=1, clock=lambda: now[0])
 
         now[0] = 10.0  # ten quiet seconds: nothing to do
         assert await scaler.tick() == {pool: 1}

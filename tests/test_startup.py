@@ -110,13 +110,13 @@ async def test_background_prewarm_answers_health_and_refuses_until_ready(
     sandbox_sdk.require_loopback_endpoint()
     backend = backend_for(tmp_path, sandbox_sdk)
     held = asyncio.Event()
-    real_prewarm = backend.lifecycle.prewarm
+    real_prewarm = backend.prewarming.prewarm
 
     async def held_prewarm(*args, **kwargs):
         await held.wait()  # the test decides when the (real) prewarm may run
         return await real_prewarm(*args, **kwargs)
 
-    monkeypatch.setattr(backend.lifecycle, "prewarm", held_prewarm)
+    monkeypatch.setattr(backend.prewarming, "prewarm", held_prewarm)
     policy = FakeChatServer(default_reply="echo osmosis > answer.txt")
     body = {
         "rollout_id": "after-prewarm",

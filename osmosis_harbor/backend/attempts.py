@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,7 @@ from osmosis_harbor.backend.outcome import (
 from osmosis_harbor.backend.plan import RolloutPlan
 from osmosis_harbor.backend.tracker import RolloutState, RolloutTracker
 from osmosis_harbor.errors import SandboxLostError
+from osmosis_harbor.harbor_compat import error_policies
 from osmosis_harbor.keys import KeyCustody
 from osmosis_harbor.sandbox.guard import GuardSession, guard_scope
 from osmosis_harbor.sandbox.owner.context import settle, trial_scope
@@ -79,12 +81,18 @@ class _Turn:
     relay: RelayRecord | None
 
 
-def _infra_failure(result: TrialResult | ExecutionOutcome, relay: RelayRecord | None) -> tuple[str, str] | None:
+def _infra_failure(
+    result: TrialResult | ExecutionOutcome, relay: RelayRecord | None, overrides: Mapping[str, Any]
+) -> tuple[str, str] | None:
     """Why the infrastructure failed this trial, as (the outcome's extra key, the reason): a
-    lost sandbox, or the relay refusing a call of the rollout that it never recovered from."""
+    lost sandbox (unless the user's ``override_error_policy`` says its type is not retried), or
+    the relay refusing a call of the rollout that it never recovered from."""
     if isinstance(result, ExecutionOutcome):
         return None
     if (lost := lost_sandbox_message(result)) is not None:
+        info = result.exception_info
+        if info is not None and not error_policies.retry_allowed(info.exception_type, overrides):
+            return None
         return "lost_sandboxes", lost
     failure = relay.report().failure_message() if relay is not None else None
     return ("relay_failures", failure) if failure is not None else None
@@ -108,12 +116,14 @@ class TrialRunner:
         *,
         infra_retries: int,
         gate: TrialGate,
+        error_overrides: Mapping[str, Any] | None = None,
     ) -> None:
         self.orchestrator = orchestrator
         self.tracker = tracker
         self.custody = custody
         self.infra_retries = infra_retries
         self.gate = gate
+        self.error_overrides = dict(error_overrides or {})
 
     async def run(self, attempt: Attempt, *, cleanup_success: bool) -> ExecutionOutcome:
         request, trial_dir = attempt.request, attempt.trial_dir
@@ -166,7 +176,7 @@ class TrialRunner:
                 turn = _Turn(lease, priority, retries < self.infra_retries, attempt.relay)
                 guard = GuardSession(attempt.plan.guard) if attempt.plan.guard is not None else None
                 result = await self._submit(config, state, extra, turn, head_start=_head_start(attempt), guard=guard)
-                failure = _infra_failure(result, attempt.relay)
+                failure = _infra_failure(result, attempt.relay, self.error_overrides)
                 if failure is None or retries >= self.infra_retries:
                     break
                 retries += 1
@@ -239,7 +249,7 @@ class TrialRunner:
         except BaseException:
             lease.release()
             raise
-        if turn.retry_left and _infra_failure(result, turn.relay) is not None:
+        if turn.retry_left and _infra_failure(result, turn.relay, self.error_overrides) is not None:
             lease.requeue()
         else:
             lease.release()

@@ -74,7 +74,7 @@ class PoolAutoscaler:
         self,
         sdk: SandboxSdk,
         pools: Sequence[str],
-        claims: Callable[[], Mapping[str, int]],
+        claims: Mapping[str, int],
         policy: AutoscalePolicy,
         *,
         initial_size: int,
@@ -82,10 +82,10 @@ class PoolAutoscaler:
     ) -> None:
         self.sdk = sdk
         self.policy = policy
-        self._claims = claims
+        self._claims = claims  # live counts, read at each tick
         self._clock = clock
         now = clock()
-        counts = claims()
+        counts = claims
         self._pools = {
             name: _Pool(size=initial_size, seen=counts.get(name, 0), last_claim_at=now) for name in sorted(set(pools))
         }
@@ -106,7 +106,7 @@ class PoolAutoscaler:
         now = self._clock()
         elapsed = max(now - self._last_tick, 1e-9)
         self._last_tick = now
-        counts = self._claims()
+        counts = self._claims
         for name, pool in self._pools.items():
             count = counts.get(name, 0)
             new_claims = count - pool.seen

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal, Unpack
 
@@ -34,10 +35,12 @@ from osmosis_harbor.agents.native import native_agent_config, scoped_api_key
 from osmosis_harbor.backend.admission import endpoint_problem, relays_endpoint, request_problem
 from osmosis_harbor.backend.attempts import Attempt, TrialRunner
 from osmosis_harbor.backend.gate import TrialGate
-from osmosis_harbor.backend.lifecycle import BackendLifecycle
 from osmosis_harbor.backend.options import BackendKwargs, BackendOptions, locate_project
 from osmosis_harbor.backend.outcome import refused
 from osmosis_harbor.backend.plan import Planner, Refusal, RolloutPlan
+from osmosis_harbor.backend.prewarming import BackendPrewarm, PrewarmedTasks
+from osmosis_harbor.backend.serving_state import ServingState
+from osmosis_harbor.backend.task_copies import TaskCopies
 from osmosis_harbor.backend.tracker import TERMINAL, RolloutTracker
 from osmosis_harbor.backend.workspace import Workspace
 from osmosis_harbor.bundle import BundleInfo, build_bundle, inspect_bundle
@@ -49,6 +52,7 @@ from osmosis_harbor.keys import KeyCustody, default_trials_dirs, sweep_unscrubbe
 from osmosis_harbor.prewarm import PrewarmReport, ProgressCallback
 from osmosis_harbor.sandbox import environment_config
 from osmosis_harbor.sandbox.guard import add_guard_hooks
+from osmosis_harbor.sandbox.ledger.leftovers import Leftover, reap_dead_owners
 from osmosis_harbor.sandbox.options import SandboxOptions
 from osmosis_harbor.sandbox.owner.context import SandboxOwner, owner_scope
 from osmosis_harbor.sandbox.owner.starts import SandboxStarts
@@ -62,6 +66,8 @@ from osmosis_harbor.trials.naming import trial_name as make_trial_name
 
 __all__ = ["HarborBackend"]
 
+logger = logging.getLogger(__name__)
+
 
 class HarborBackend(ExecutionBackend):
     """Runs Osmosis rollouts as Harbor trials in sandboxes (the v0.3 constructor)."""
@@ -74,8 +80,8 @@ class HarborBackend(ExecutionBackend):
         self.orchestrator = options.orchestrator
         self.task_mode = options.task_mode
         self.agent = options.agent
-        self.resolver = _resolver(options, lambda: self.workspace.host_dirs())
         self.workspace = Workspace(options.trials_dir)
+        self.resolver = _resolver(options, self.workspace)
         self.environment_config = options.environment_config or _default_environment()
         self.max_queue_depth = options.max_queue_depth  # beyond it, POST /rollout answers 429 (adjustable)
         # Trials a crashed process could not scrub: the key died with it, so they go.
@@ -96,29 +102,36 @@ class HarborBackend(ExecutionBackend):
         self.tracker = RolloutTracker(options.orchestrator)
         # What this backend owns (its sandboxes, pools, start bound, rollouts' keys, image builds),
         # found by the environments and agents of its trials (owner_scope), never another's.
-        self.owner = SandboxOwner.make(
-            "backend", starts=_starts(SandboxOptions.of(self.environment_config).sdk, options)
-        )
+        self.sdk_name = SandboxOptions.of(self.environment_config).sdk
+        self.owner = SandboxOwner.make("backend", starts=_starts(self.sdk_name, options))
         add_guard_hooks(options.orchestrator)  # where each trial's agent phase begins and ends
-        self.lifecycle = BackendLifecycle(
-            options,
-            bundle=self.bundle,
-            resolver=self.resolver,
-            environment_config=self.environment_config,
-            tracker=self.tracker,
-            custody=self.custody,
-            workspace=self.workspace,
-            owner=self.owner,
-            planner=lambda: self.planner,
-        )
-        self.lifecycle.reap_leftovers()  # what dead owners left on this SDK (the ledger x ls)
+        _reap_leftovers(self.sdk_name)  # what dead owners left on this SDK (the ledger x ls)
+        self.prewarmed = PrewarmedTasks()
         self.planner = Planner(
             options,
             self.bundle,
             self.environment_config,
-            pooled=lambda task_id: task_id in self.lifecycle.task_pools,
-            # beside the rollouts' copies, removed with them at shutdown (no rollout is named ".*")
-            prepared=PreparedCopies(lambda: self.workspace.root / "rollouts" / ".prepared"),
+            task_pools=self.prewarmed.task_pools,
+            prepared=PreparedCopies(self.workspace.prepared_copies_dir),
+        )
+        self.task_copies = TaskCopies(options, self.planner)
+        self.prewarming = BackendPrewarm(
+            options,
+            bundle=self.bundle,
+            resolver=self.resolver,
+            environment_config=self.environment_config,
+            copies=self.task_copies,
+            owner=self.owner,
+            prewarmed=self.prewarmed,
+        )
+        self.serving = ServingState(
+            options,
+            self.environment_config,
+            tracker=self.tracker,
+            custody=self.custody,
+            workspace=self.workspace,
+            owner=self.owner,
+            prewarming=self.prewarming,
         )
         # The queue's concurrency, ordered by us (retries first): see gate.py.
         self.gate = TrialGate(options.orchestrator._n_concurrent)
@@ -128,6 +141,7 @@ class HarborBackend(ExecutionBackend):
             self.custody,
             infra_retries=options.infra_retries,
             gate=self.gate,
+            error_overrides=options.override_error_policy,
         )
         # A loopback policy endpoint reaches local sandboxes through this, started on first use.
         self.relay = PolicyRelay()
@@ -152,7 +166,7 @@ class HarborBackend(ExecutionBackend):
 
         A yes reserves a queue place until that rollout's execute() starts, so a burst of
         concurrent POSTs cannot overshoot ``max_queue_depth``."""
-        if not (self.lifecycle.accepting and self.lifecycle.ready):  # 429 while prewarm runs
+        if not (self.serving.accepting and self.serving.ready):  # 429 while prewarm runs
             return False
         depth = self.max_queue_depth
         if depth is not None and self.tracker.queued() >= depth:
@@ -164,7 +178,7 @@ class HarborBackend(ExecutionBackend):
         return self.tracker.status(rollout_id)
 
     async def execute(self, request: ExecutionRequest) -> ExecutionOutcome:
-        if not self.lifecycle.accepting:
+        if not self.serving.accepting:
             return refused(
                 "the backend is shutting down", {"failed_phase": "task"}, RolloutErrorCategory.INTERNAL_ERROR
             )
@@ -224,19 +238,19 @@ class HarborBackend(ExecutionBackend):
 
     def health(self) -> dict[str, Any]:
         return {
-            **self.lifecycle.health(max_queue_depth=self.max_queue_depth, max_concurrent=self.gate.capacity),
+            **self.serving.health(max_queue_depth=self.max_queue_depth, max_concurrent=self.gate.capacity),
             **self.starts.state(),
             "waiting_for_slot": self.gate.waiting,  # admitted, waiting for one of the queue's slots
         }
 
     async def shutdown(self) -> None:
-        await self.lifecycle.shutdown()
+        await self.serving.shutdown()
         await self.relay.aclose()
         # After its sandboxes and pools are gone: a local SDK server this process started
         # (the emulator's on-demand one) stops with it; one that was already running stays.
-        await asyncio.to_thread(implementation(self.lifecycle.sdk_name).stop_local_servers)
+        await asyncio.to_thread(implementation(self.sdk_name).stop_local_servers)
 
-    # ── serving lifecycle (see lifecycle.py) ─────────────────────────────────
+    # ── prewarm (see prewarming.py) ──────────────────────────────────────────
     async def prewarm(
         self,
         task_ids: Sequence[str] | None = None,
@@ -246,18 +260,18 @@ class HarborBackend(ExecutionBackend):
     ) -> PrewarmReport:
         """Build/push images, prove agent setup and size warm pools before any traffic
         (``pool_size="auto"``: sized from the observed claim rate while serving)."""
-        return await self.lifecycle.prewarm(task_ids, pool_size=pool_size, on_progress=on_progress)
+        return await self.prewarming.prewarm(task_ids, pool_size=pool_size, on_progress=on_progress)
 
     def prewarm_lifespan(self, task_ids: Sequence[str] | None = None, *, background: bool = False) -> Any:
         """An ASGI lifespan for ``create_rollout_server(lifespan=...)``: prewarm, then serve.
         ``background=True`` serves during prewarm (``/health`` shows its progress, rollouts get
         429 until it is done): what a harness with a start-up timeout needs."""
-        return self.lifecycle.prewarm_lifespan(task_ids, background=background)
+        return self.prewarming.lifespan(task_ids, background=background)
 
     def materialize(self, task: ResolvedTask, dest: Path, *, request: ExecutionRequest | None) -> MaterializedTask:
         """The per-rollout task copy (``request=None``: the copy a graded rollout runs, which
         prewarm builds and proves)."""
-        return self.lifecycle.materialize(task, dest, request=request)
+        return self.task_copies.materialize(task, dest, request=request)
 
     # ── one rollout ───────────────────────────────────────────────────────────
     async def _execute(self, request: ExecutionRequest, ctx: RolloutContext | None) -> ExecutionOutcome:
@@ -276,7 +290,7 @@ class HarborBackend(ExecutionBackend):
         plan = await asyncio.to_thread(self.planner.plan, resolved, request)
         if isinstance(plan, Refusal):
             return refused(plan.message, plan.extra)
-        failed = self.lifecycle.failed_prewarm_tasks.get(resolved.task_id)
+        failed = self.prewarmed.failed_tasks.get(resolved.task_id)
         if failed is not None:
             return refused(
                 f"task {resolved.task_id} failed prewarm: {failed}",
@@ -287,7 +301,7 @@ class HarborBackend(ExecutionBackend):
     async def _run(self, request: ExecutionRequest, plan: RolloutPlan, url: str, key: str | None) -> ExecutionOutcome:
         # Paths derive from the bounded, unique trial name, never from the raw rollout id.
         name = make_trial_name(request.id, max_slug=24, fallback="rollout")
-        work = self.workspace.root / "rollouts" / name
+        work = self.workspace.rollout_dir(name)
         try:
             relayed = await self._relay(url)
         except OsmosisHarborError as exc:  # the engine or its network: the host's failure
@@ -330,7 +344,7 @@ class HarborBackend(ExecutionBackend):
         return await self.relay.register(url)
 
 
-def _resolver(options: BackendOptions, host_dirs: Callable[[], list[Path]]) -> TaskResolver:
+def _resolver(options: BackendOptions, workspace: Workspace) -> TaskResolver:
     """The task resolver, with the request boundary the options and settings draw on this host."""
     current = settings.current()
     roots = options.task_roots if options.task_roots is not None else current.task_root_paths()
@@ -342,8 +356,18 @@ def _resolver(options: BackendOptions, host_dirs: Callable[[], list[Path]]) -> T
         task_roots=roots,
         allow_local_git=allow_local_git,
         allow_private_git_hosts=allow_private if allow_private is not None else current.allow_private_git_hosts,
-        trials_dirs=lambda: [*host_dirs(), *default_trials_dirs()],
+        trials_dirs=workspace.sandbox_output_dirs,
     )
+
+
+def _reap_leftovers(sdk_name: str) -> list[Leftover]:
+    """Remove what dead owners left on this SDK (``leftovers.py``). An SDK that cannot answer
+    now does not stop the start: the next start or ``cleanup`` retries."""
+    try:
+        return reap_dead_owners(sdk_name)
+    except Exception as exc:
+        logger.warning("could not reap what dead owners left on %s: %s", sdk_name, exc)
+        return []
 
 
 def _starts(sdk_name: str, options: BackendOptions) -> SandboxStarts:

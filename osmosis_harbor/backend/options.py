@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any, TypedDict
 
@@ -24,6 +24,7 @@ from osmosis_harbor.errors import (
     LegacyArgumentError,
     UnexpectedArgumentError,
 )
+from osmosis_harbor.harbor_compat import error_policies
 from osmosis_harbor.tasks.refs import TaskMode
 
 __all__ = ["LEGACY_KWARGS", "BackendKwargs", "BackendOptions", "locate_project"]
@@ -66,6 +67,7 @@ class BackendKwargs(TypedDict, total=False):
     allow_local_git: bool | None
     allow_private_git_hosts: bool | None
     max_concurrent_starts: int | None
+    override_error_policy: Mapping[str, Any] | None
 
 
 class _ConfigError(ConfigError, TypeError):
@@ -107,6 +109,9 @@ class BackendOptions(BaseModel):
     allow_private_git_hosts: bool | None = None
     # None: the sandbox SDK's own default (``SandboxImplementation.max_concurrent_starts``).
     max_concurrent_starts: int | None = None
+    # Harbor 0.26's per-type policy changes (exception type name to ``ErrorPolicyOverride``):
+    # passed to every trial, and a ``should_retry=False`` there stops our ``infra_retries`` too.
+    override_error_policy: dict[str, Any] = {}
 
     @classmethod
     def parse(cls, **kwargs: Any) -> BackendOptions:
@@ -123,6 +128,7 @@ class BackendOptions(BaseModel):
             kwargs["task_roots"] = checked_task_roots(kwargs["task_roots"])
         kwargs["task_mode"] = _task_mode(kwargs.get("task_mode", TaskMode.TEMPLATE))
         kwargs["native_agent_kwargs"] = dict(kwargs.get("native_agent_kwargs") or {})
+        kwargs["override_error_policy"] = error_policies.checked_overrides(kwargs.get("override_error_policy"))
         return cls(**kwargs)
 
     @property

@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import json
 import shutil
-from collections.abc import Callable
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -82,13 +82,13 @@ class Planner:
         options: BackendOptions,
         bundle: BundleInfo | None,
         environment: EnvironmentConfig,
-        pooled: Callable[[str], bool],
+        task_pools: Mapping[str, str],
         prepared: PreparedCopies | None = None,
     ) -> None:
         self.options = options
         self.bundle = bundle
         self.environment = environment
-        self._pooled = pooled
+        self._task_pools = task_pools  # task id -> the warm pool prewarm made for it (filled later)
         self._prepared = prepared  # None: every copy is made from the task afresh
 
     # ── decisions ────────────────────────────────────────────────────────────
@@ -116,7 +116,7 @@ class Planner:
         if source is RewardSource.TASK_TESTS:
             guard = guard_plan(task.path, native_agent=self.options.is_native)
         return RolloutPlan(
-            task=task, steps=steps, reward_source=source, claims_pool=self._pooled(task.task_id), guard=guard
+            task=task, steps=steps, reward_source=source, claims_pool=task.task_id in self._task_pools, guard=guard
         )
 
     def _reward_source(self, task: ResolvedTask, steps: tuple[str, ...], *, graded: bool) -> RewardSource | None:
@@ -233,6 +233,8 @@ class Planner:
                 disable=plan.reward_source is RewardSource.NONE,
                 override_timeout_sec=request.grader_timeout_sec,
             ),
+            # Harbor 0.26 only (the option is refused on 0.25, where TrialConfig has no field).
+            **({"override_error_policy": overrides} if (overrides := self.options.override_error_policy) else {}),
         )
 
     def _native_config(self, request: ExecutionRequest, url: str, key_env: str) -> AgentConfig:

@@ -8,6 +8,8 @@ import tempfile
 import threading
 from pathlib import Path
 
+from osmosis_harbor.keys import default_trials_dirs
+
 __all__ = ["Workspace"]
 
 
@@ -20,8 +22,7 @@ class Workspace:
         self._root: Path | None = None
         self._lock = threading.Lock()
         self._trials_dir = trials_dir
-        if trials_dir is not None:
-            trials_dir.mkdir(parents=True, exist_ok=True)
+        self._trials_made = False
 
     @property
     def root(self) -> Path:
@@ -32,18 +33,30 @@ class Workspace:
 
     @property
     def trials_dir(self) -> Path:
+        """Made on first use too: a backend whose other options fail leaves no directory."""
         if self._trials_dir is None:
-            trials = self.root / "trials"
-            trials.mkdir(exist_ok=True)
-            self._trials_dir = trials
+            self._trials_dir = self.root / "trials"
+        if not self._trials_made:
+            self._trials_dir.mkdir(parents=True, exist_ok=True)
+            self._trials_made = True
         return self._trials_dir
 
     def given_trials_dir(self) -> Path | None:
         return self._trials_dir
 
-    def host_dirs(self) -> list[Path]:
-        """The directories sandboxes' products land in (trials) or next to (the work root)."""
-        return [d for d in (self._trials_dir, self._root) if d is not None]
+    def rollout_dir(self, trial_name: str) -> Path:
+        """Where one rollout's task copy is made (removed when the rollout ends)."""
+        return self.root / "rollouts" / trial_name
+
+    def prepared_copies_dir(self) -> Path:
+        """Where the task copies shared by rollouts are prepared: beside the rollouts' own
+        copies, removed with them (no rollout is named ``.*``)."""
+        return self.root / "rollouts" / ".prepared"
+
+    def sandbox_output_dirs(self) -> list[Path]:
+        """Where sandboxes' products land: this backend's trials and work root (once made) and
+        every backend's default trials directory. No task ref may point into them."""
+        return [*(d for d in (self._trials_dir, self._root) if d is not None), *default_trials_dirs()]
 
     def remove(self) -> None:
         """Remove the temporary root, except retained (failed) trials in it."""

@@ -19,13 +19,16 @@ from __future__ import annotations
 
 import importlib
 import threading
+from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-from osmosis_harbor.errors import TrialPhaseError, trial_errors
+from pydantic import ValidationError
+
+from osmosis_harbor.errors import ConfigError, TrialPhaseError, trial_errors
 from osmosis_harbor.harbor_compat.version import HARBOR
 
-__all__ = ["POLICY_MODULE", "install", "installed", "policies"]
+__all__ = ["POLICY_MODULE", "checked_overrides", "install", "installed", "policies", "retry_allowed"]
 
 POLICY_MODULE = "harbor.models.trial.error_policy"
 _lock = threading.Lock()
@@ -64,3 +67,36 @@ def installed() -> bool:
         return False
     table = importlib.import_module(POLICY_MODULE).ERROR_POLICIES
     return all(name in table for name in policies())
+
+
+def checked_overrides(overrides: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A user's ``override_error_policy`` (exception type name to the fields it changes), as
+    Harbor 0.26's ``ErrorPolicyOverride`` models; `ConfigError` naming the entry that is wrong,
+    and on Harbor 0.25, which has no error policies to override."""
+    if not overrides:
+        return {}
+    if not HARBOR.error_policies:
+        raise ConfigError(
+            f"override_error_policy needs Harbor 0.26 or newer (installed: Harbor {HARBOR.name}), "
+            "whose trials classify errors by policy; remove it or upgrade Harbor"
+        )
+    if not isinstance(overrides, Mapping):
+        raise ConfigError(f"override_error_policy must map exception type names to overrides, not {overrides!r}")
+    model = importlib.import_module(POLICY_MODULE).ErrorPolicyOverride
+    checked: dict[str, Any] = {}
+    for name, override in overrides.items():
+        if not isinstance(name, str) or not name.isidentifier():
+            raise ConfigError(f"override_error_policy: {name!r} is not an exception type name")
+        try:
+            checked[name] = override if isinstance(override, model) else model.model_validate(override)
+        except ValidationError as exc:
+            fields = "should_retry, should_grade, has_valid_reward"
+            raise ConfigError(f"override_error_policy[{name!r}]: {exc.errors()[0]['msg']} (fields: {fields})") from None
+    return checked
+
+
+def retry_allowed(exception_type: str, overrides: Mapping[str, Any]) -> bool:
+    """Whether a failure of ``exception_type`` may be retried under the user's overrides (a
+    ``should_retry`` the user set wins; without one, ours and Harbor's policies decide)."""
+    override = overrides.get(exception_type)
+    return override is None or override.should_retry is not False

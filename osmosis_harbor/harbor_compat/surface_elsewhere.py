@@ -130,7 +130,7 @@ ELSEWHERE_NAMES: tuple[HarborName, ...] = (
         "create_agent_from_config",
         "(config, logs_dir, **kwargs)",
         (C,),
-        "backend/lifecycle.py",
+        "backend/prewarming.py",
         "the setup proof runs the trial's own agent",
     ),
     HarborName("harbor.trial.queue:TrialQueue", "submit", "(self, trial_config)", (C,), "backend/", "runs trials"),
