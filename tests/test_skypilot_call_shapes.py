@@ -190,7 +190,7 @@ def _harbor_create_keywords() -> dict[bool, set[str]]:
 
 def test_sdk_skypilot_is_the_sky_sandbox_module(sky: FakeSkySandbox, tmp_path: Path) -> None:
     env = _environment(_prebuilt_task(tmp_path), tmp_path)
-    assert env._sdk is sky
+    assert env.state.sdk is sky
 
 
 def test_sdk_skypilot_without_sky_sandbox_raises_harbors_missing_extra_error(tmp_path: Path) -> None:
