@@ -230,7 +230,9 @@ async def test_an_override_saying_a_loss_is_not_retried_stops_infra_retries(tmp_
 
 def test_override_error_policy_is_checked_against_the_installed_harbor(tmp_path, tasks) -> None:
     if not HARBOR.error_policies:
-        with pytest.raises(ConfigError, match=r"override_error_policy needs Harbor 0.26 or newer \(installed: Harbor 0.25\)"):
+        with pytest.raises(
+            ConfigError, match=r"override_error_policy needs Harbor 0.26 or newer \(installed: Harbor 0.25\)"
+        ):
             make_backend(tmp_path, tasks, override_error_policy={"AgentSandboxLostError": {"should_retry": False}})
         return
     with pytest.raises(ConfigError, match=r"override_error_policy\['AgentSandboxLostError'\]: .*should_retry, should"):
