@@ -303,7 +303,7 @@ class SandboxEnvironment(SkypilotEnvironment):
 
     @property
     def state(self) -> EnvironmentState:
-        """This environment's sandbox state (tests swap its SDK)."""
+        """The state of this environment's sandbox, which its collaborators share."""
         return self._state
 
     @property
