@@ -215,10 +215,12 @@ async def test_an_sdk_without_archives_moves_trees_over_its_own_calls(
 ) -> None:
     """SkyPilot's SDK offers no archive calls. By default a tree still moves as one archive,
     made of its own calls (``exec_archives.py``): an upload is a file write plus the unpack
-    command, a fetch the pack command plus a file read, so the graded rollout of the budget test
-    above costs one command more per archive and nothing else. With ``OSMOSIS_HARBOR_EXEC_ARCHIVES=0``
-    the same rollout takes Harbor's own write/read + tar path, at more calls, and still skips
-    what a fresh baked sandbox makes redundant."""
+    command, which also empties its targets as Harbor asked; a fetch the pack command plus a
+    file read, the agent's /logs and its workdir (a declared artifact) in one. So the graded
+    rollout costs: the workflow's exec, one fetch of the agent's trees; in the verifier's
+    sandbox one upload, test.sh, one fetch of /logs. With ``OSMOSIS_HARBOR_EXEC_ARCHIVES=0`` the
+    same rollout takes Harbor's own write/read + tar path, at more calls, and still skips what
+    a fresh baked sandbox makes redundant."""
     from osmosis_harbor.sandbox.environment import routes as environment_routes
 
     monkeypatch.setattr(environment_routes, "has_archives", lambda _sandbox: False)
@@ -226,7 +228,7 @@ async def test_an_sdk_without_archives_moves_trees_over_its_own_calls(
         result = await rollout_via(client, fake_chat)
         assert result.status is RolloutStatus.SUCCESS and result.sample.reward == 1.0, result.err_message
         over_commands = dict(sdk_calls)
-        assert over_commands == {"create": 2, "exec": 3 + 1 + 3, "write_bytes": 1, "read_bytes": 3, "terminate": 2}
+        assert over_commands == {"create": 2, "exec": 2 + 3, "write_bytes": 1, "read_bytes": 2, "terminate": 2}
         sdk_calls.clear()
         monkeypatch.setenv("OSMOSIS_HARBOR_EXEC_ARCHIVES", "0")
         result = await rollout_via(client, fake_chat)

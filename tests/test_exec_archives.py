@@ -19,7 +19,7 @@ from osmosis_harbor.errors import TransferLimitError
 from osmosis_harbor.sandbox import SandboxEnvironment
 from osmosis_harbor.sandbox.environment import routes as environment_routes
 
-from .support import started_environment
+from .support import made_environment, make_task, started_environment
 
 pytestmark = pytest.mark.slow
 
@@ -118,3 +118,74 @@ async def test_an_archive_over_the_bound_is_refused_before_it_is_read_or_while_i
     await env.download_dir("/work/bomb", tmp_path / "bomb")
     assert (tmp_path / "big" / "blob").stat().st_size == 300000
     assert (tmp_path / "bomb" / "zeros").stat().st_size == 3000000
+
+
+@pytest.fixture
+async def env_with_artifacts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[SandboxEnvironment]:
+    """A sandbox whose task declares ``/work`` and ``/absent`` as artifacts (Harbor downloads them
+    after the agent's run)."""
+    monkeypatch.setattr(environment_routes, "has_archives", lambda _sandbox: False)
+    task = make_task(tmp_path / "ds", "execarch-artifacts", dockerfile="FROM debian:trixie-slim\nWORKDIR /work\n")
+    toml = task / "task.toml"
+    toml.write_text('artifacts = ["/work", "/absent", "/logs/artifacts"]\n' + toml.read_text())
+    environment = made_environment(task, tmp_path / "trial", "execarch-artifacts")
+    await environment.start(force_build=False)
+    try:
+        yield environment
+    finally:
+        await environment.stop(delete=True)
+
+
+async def test_the_agents_declared_artifacts_come_in_the_same_fetch_as_its_logs(
+    env_with_artifacts: SandboxEnvironment, tmp_path: Path, sdk_calls: Counter[str]
+) -> None:
+    env = env_with_artifacts
+    made = await env.exec(
+        "mkdir -p /logs/agent && echo hi > /logs/agent/out.txt && echo w > /work/made.txt", user="root"
+    )
+    assert made.return_code == 0, made.stderr
+    before = dict(sdk_calls)
+    await env.download_dir("/logs/agent", tmp_path / "agent")
+    assert await env.is_dir("/work") and not await env.is_dir("/absent")
+    await env.download_dir("/work", tmp_path / "work")
+    with pytest.raises(FileNotFoundError):
+        await env.download_dir("/absent", tmp_path / "absent")
+    assert (tmp_path / "agent" / "out.txt").read_text() == "hi\n"
+    assert (tmp_path / "work" / "made.txt").read_text() == "w\n"
+    # one pack command and one read for all three (the missing one known absent from it)
+    assert (sdk_calls["exec"] - before["exec"], sdk_calls["read_bytes"] - before.get("read_bytes", 0)) == (1, 1)
+    # a command may change anything: the next read fetches again
+    await env.exec("echo again > /work/made.txt", user="root")
+    await env.download_dir("/work", tmp_path / "work2")
+    assert (tmp_path / "work2" / "made.txt").read_text() == "again\n"
+
+
+async def test_harbors_emptying_of_an_upload_target_rides_the_upload(
+    env: SandboxEnvironment, tmp_path: Path, sdk_calls: Counter[str]
+) -> None:
+    """``empty_dirs`` costs no call of its own: it runs with the next upload's unpack, before it,
+    as Harbor's artifact copy expects (the target holds only what was uploaded)."""
+    made = await env.exec("mkdir -p /work/art && echo stale > /work/art/old.txt", user="root")
+    assert made.return_code == 0, made.stderr
+    before = dict(sdk_calls)
+    emptied = await env.empty_dirs(["/work/art"], chmod=True)
+    assert emptied is not None and emptied.return_code == 0
+    assert sdk_calls["exec"] == before["exec"]  # staged, not run
+    (tmp_path / "up").mkdir()
+    (tmp_path / "up" / "new.txt").write_text("fresh\n")
+    await env.upload_dir(tmp_path / "up", "/work/art")
+    listing = await env.exec("ls -A /work/art && stat -c %a /work/art", user="root")
+    assert listing.stdout.split() == ["new.txt", "777"], listing.stdout
+    # the write, the emptying and unpack in one command, then the listing itself
+    assert (sdk_calls["write_bytes"] - before.get("write_bytes", 0), sdk_calls["exec"] - before["exec"]) == (1, 2)
+    assert not await env.is_file("/work/art/old.txt")
+
+
+async def test_a_staged_emptying_that_fails_fails_the_next_command_by_name(env: SandboxEnvironment) -> None:
+    made = await env.exec("echo file > /work/plain", user="root")
+    assert made.return_code == 0, made.stderr
+    await env.empty_dirs(["/work/plain/below"], chmod=True)  # mkdir -p under a file cannot succeed
+    with pytest.raises(RuntimeError, match=r"Failed to prepare and unpack an upload into '/' in the sandbox"):
+        await env.exec("true", user="root")
+    ran = await env.exec("cat /work/plain", user="root")  # once reported, it is not run again
+    assert ran.return_code == 0 and ran.stdout == "file\n"

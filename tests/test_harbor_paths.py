@@ -30,7 +30,7 @@ from harbor.models.trial.paths import TrialPaths
 
 from osmosis_harbor.errors import BaseImageMissingError, ImageBuildError
 from osmosis_harbor.sandbox import SandboxEnvironment, environment_config
-from osmosis_harbor.sandbox.environment import sandbox_environment
+from osmosis_harbor.sandbox.environment import assembly
 from osmosis_harbor.sandbox.owner.pools import pool_name_for
 
 from .support import make_task
@@ -110,13 +110,13 @@ async def test_a_registry_build_runs_harbors_own_code_and_fails_as_our_errors(
     """Harbor's build fails as ``ImageBuildError`` and is retried once; a missing base image
     fails as ``BaseImageMissingError``, naming it, and is built only once."""
     builds: list[str] = []
-    harbor_build = sandbox_environment.HARBOR_BUILD_ONCE
+    harbor_build = assembly.HARBOR_BUILD_ONCE
 
     async def counting(env: SandboxEnvironment) -> None:
         builds.append(env.environment_name)
         await harbor_build(env)
 
-    monkeypatch.setattr(sandbox_environment, "HARBOR_BUILD_ONCE", counting)
+    monkeypatch.setattr(assembly, "HARBOR_BUILD_ONCE", counting)
     failing = f"FROM debian:trixie-slim\nRUN echo broken-{uuid.uuid4().hex[:6]} && exit 3\n"
     env = _environment(make_task(tmp_path, "broken", dockerfile=failing), tmp_path, registry=REGISTRY)
     with pytest.raises(ImageBuildError, match="docker build failed for") as caught:

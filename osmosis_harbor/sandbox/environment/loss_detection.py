@@ -12,8 +12,10 @@ Every loss raised is also handed to the trial's scope (``owner.context.record_lo
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import errno
 import logging
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Iterator
 
 from harbor.environments.base import ExecResult
 from tenacity import AsyncRetrying, RetryCallState, retry_if_result, stop_after_delay, wait_exponential
@@ -26,7 +28,7 @@ from osmosis_harbor.sandbox.sdk.errors import is_api_fault, is_missing
 from osmosis_harbor.sandbox.sdk.faults import retry_safe
 from osmosis_harbor.sandbox.sdk.liveness import SandboxState, sandbox_state
 
-__all__ = ["LOSS_SETTLE_SEC", "LossGuard", "loss_role_of"]
+__all__ = ["LOSS_SETTLE_SEC", "LossGuard", "loss_role_of", "missing_as_file_not_found"]
 
 log = logging.getLogger(__name__)
 
@@ -117,3 +119,18 @@ class LossGuard:
             retry_error_callback=_last_answer,
         )
         return await retrying(retry_safe, "ls", sandbox_state, state.sdk, state.name)
+
+
+@contextlib.contextmanager
+def missing_as_file_not_found(path: str) -> Iterator[None]:
+    """A read of a missing file raises ``FileNotFoundError`` whatever the SDK's shape of "not
+    found" (SkyPilot's is a status, not a builtin), once the sandbox is known alive (a loss
+    stays a loss)."""
+    try:
+        yield
+    except SandboxLostError:
+        raise
+    except Exception as exc:
+        if is_missing(exc) and not isinstance(exc, FileNotFoundError):
+            raise FileNotFoundError(errno.ENOENT, f"no such file in the sandbox ({exc})", path) from exc
+        raise

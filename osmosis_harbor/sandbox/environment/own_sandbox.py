@@ -26,6 +26,7 @@ from typing import Any
 
 from harbor.environments.skypilot import _SANDBOX_TTL_SEC, _sanitize_dns_name
 
+from osmosis_harbor.sandbox.environment.routes import takes_exec_archives
 from osmosis_harbor.sandbox.environment.state import EnvironmentState
 from osmosis_harbor.sandbox.owner import pools
 from osmosis_harbor.sandbox.owner.context import SandboxOwner, current_trial, defer_termination
@@ -131,6 +132,8 @@ class SandboxCreator:
         )
         workdir = self._reset.workdir
         if not workdir or PurePosixPath(workdir) == PurePosixPath("/"):
+            return name, sandbox, frozenset()
+        if takes_exec_archives(sandbox):  # the verifier's own emptying rides its first upload there
             return name, sandbox, frozenset()
         dirs = [str(PurePosixPath(workdir))]
         try:

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import contextlib
 import shlex
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
+
+from harbor.environments.base import ExecResult
 
 from osmosis_harbor.sandbox.environment.state import EnvironmentState
 from osmosis_harbor.sandbox.transfer.archives import overlaps
@@ -33,6 +35,7 @@ class PreparationElider:
 
     def __init__(self, state: EnvironmentState) -> None:
         self._state = state
+        self._defer: Callable[[list[str], bool], bool] | None = None
 
     def forget_ready(self, paths: Sequence[str] | None) -> None:
         """Something changed at ``paths`` (anywhere, when None): the known-ready dirs there
@@ -56,9 +59,35 @@ class PreparationElider:
         """Making or emptying ``dirs`` changes nothing: each is known ready."""
         return bool(dirs) and all(str(d) in self._state.known_ready for d in dirs)
 
-    def emptied(self, dirs: Sequence[Any]) -> None:
-        """Harbor's ``empty_dirs`` (with its chmod) succeeded: ``dirs`` are known ready."""
-        self._state.known_ready.update(str(d) for d in dirs)
+    def defers_with(self, defer: Callable[[list[str], bool], bool]) -> None:
+        """``empty`` hands its command to ``defer(dirs, chmod)`` first: True when it was staged
+        to run with the next upload (``ArchiveTransfers.stage_preparation``), costing no call."""
+        self._defer = defer
+
+    async def ensure(
+        self, dirs: Sequence[Any], harbor: Callable[[], Awaitable[ExecResult | None]]
+    ) -> ExecResult | None:
+        """Harbor's ``ensure_dirs`` (``harbor``), unless each dir is known ready."""
+        if self.skippable(dirs):
+            return ExecResult(stdout="", stderr="", return_code=0)
+        with self.scoped(dirs):
+            return await harbor()
+
+    async def empty(
+        self, dirs: Sequence[Any], chmod: bool, harbor: Callable[[], Awaitable[ExecResult | None]]
+    ) -> ExecResult | None:
+        """Harbor's ``empty_dirs`` (``harbor``), unless each dir is known ready; after it (with
+        its chmod), they are."""
+        if self.skippable(dirs):
+            return ExecResult(stdout="", stderr="", return_code=0)
+        if self._defer is not None and self._defer([str(d) for d in dirs], chmod):
+            result: ExecResult | None = ExecResult(stdout="", stderr="", return_code=0)  # rides the next put
+        else:
+            with self.scoped(dirs):
+                result = await harbor()
+        if result is not None and result.return_code == 0 and chmod:
+            self._state.known_ready.update(str(d) for d in dirs)
+        return result
 
     def skips(self, command: str, user: str | int | None) -> bool:
         """Harbor's verifier clears stale reward files, and makes test.sh executable, with

@@ -13,9 +13,11 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, BinaryIO
 
 from harbor.environments.base import ExecResult
+from harbor.environments.skypilot import _REMOTE_TRANSFER_DIR
 
 from osmosis_harbor import settings
 from osmosis_harbor.sandbox.environment.preparation import PreparationElider
@@ -25,7 +27,7 @@ from osmosis_harbor.sandbox.transfer.archives import ArchiveTransfers
 from osmosis_harbor.sandbox.transfer.downloads import HarborPath, fetch_archive
 from osmosis_harbor.sandbox.transfer.exec_archives import ExecArchives, ReadBytes, WriteBytes
 
-__all__ = ["FileCalls", "TransferRoutes"]
+__all__ = ["FileCalls", "TransferRoutes", "takes_exec_archives"]
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,12 @@ class FileCalls:
     read_bytes: ReadBytes
 
 
+def takes_exec_archives(sandbox: Any) -> bool:
+    """Whether this sandbox's transfers are archives made of its own calls (``exec_archives.py``),
+    whose uploads can carry Harbor's preparation of their targets (`stage_preparation`)."""
+    return not has_archives(sandbox) and settings.current().exec_archives
+
+
 class TransferRoutes:
     """The route of each transfer of one environment's sandbox (see the module docstring)."""
 
@@ -49,7 +57,9 @@ class TransferRoutes:
         guarded: Callable[[Awaitable[Any]], Awaitable[Any]],
         calls: FileCalls,
         logger: logging.Logger,
+        companions: tuple[str, ...] = (),
     ) -> None:
+        self._companions = companions  # trees read after /logs, fetched with it (``ArchiveTransfers``)
         self._state = state
         self._elider = elider
         self._guarded = guarded
@@ -73,9 +83,16 @@ class TransferRoutes:
                 await self._guarded(fetch_archive(sandbox, path, into))
 
             state.archive_transfers = ArchiveTransfers(put, get, self._logger)
-        elif settings.current().exec_archives:
+        elif takes_exec_archives(state.sandbox):
             archives = ExecArchives(self._raw_shell, self._calls.write_bytes, self._calls.read_bytes)
-            state.archive_transfers = ArchiveTransfers(archives.put, archives.get, self._logger)
+            state.archive_transfers = ArchiveTransfers(
+                archives.put,
+                archives.get,
+                self._logger,
+                get_together=archives.get_together,
+                companions=self._companions,
+                put_after=archives.put_after,
+            )
         return state.archive_transfers
 
     async def _raw_shell(self, command: str, timeout_seconds: int) -> ExecResult:
@@ -99,6 +116,52 @@ class TransferRoutes:
             yield
         finally:
             transfers.command_ran(scope)
+
+    # On Harbor's route a transfer is commands in the sandbox; each touches only the transfer's
+    # target and its temp archive under Harbor's transfer dir, so it makes only those unknown
+    # (``preparation.py``), not every dir known ready: a later preparation there stays elided.
+
+    async def upload_dir(self, source: Path, target: str, *, harbor: Callable[[Path, str], Awaitable[None]]) -> None:
+        self._elider.forget_ready([target])
+        if (transfers := self.archives()) is None:
+            with self._elider.scoped([target, _REMOTE_TRANSFER_DIR]):
+                return await harbor(source, target)
+        transfers.stage_dir(source, target)
+
+    async def upload_file(self, source: Path, target: str, *, harbor: Callable[[Path, str], Awaitable[None]]) -> None:
+        self._elider.forget_ready([target])
+        if (transfers := self.archives()) is None:
+            return await harbor(source, target)
+        transfers.stage_file(source, target)
+
+    async def download_dir(self, source: str, target: Path) -> None:
+        if (transfers := self.archives()) is None:
+            with self._elider.scoped([_REMOTE_TRANSFER_DIR]):
+                await self.harbor_path().download_dir(source, target)
+            return
+        await transfers.download_dir(source, target)
+
+    async def download_file(self, source: str, target: Path) -> None:
+        if (transfers := self.archives()) is None:
+            with self._elider.scoped([]):  # a size probe: it changes nothing
+                return await self.harbor_path().download_file(source, target)
+        await transfers.download_file(source, target)
+
+    async def is_kind(self, path: str, kind: str, *, harbor: Callable[[str], Awaitable[bool]]) -> bool:
+        """Whether ``path`` is a ``kind`` ("dir" or "file"), from the snapshot on the archive route."""
+        if (transfers := self.archives()) is None:
+            return await harbor(path)
+        return await transfers.kind(path) == kind
+
+    def stage_preparation(self, command: str, dirs: list[str]) -> bool:
+        """Stage Harbor's emptying ``command`` of ``dirs`` to run with the next upload (True),
+        where the route's put runs commands; else False (Harbor runs it now)."""
+        transfers = self.archives()
+        if transfers is None or not transfers.stages_preparations:
+            return False
+        self._elider.forget_ready(dirs)
+        transfers.stage_preparation(command, dirs)
+        return True
 
     def harbor_path(self) -> HarborPath:
         """Harbor's transfer commands with our bounded host side (no archive capability)."""

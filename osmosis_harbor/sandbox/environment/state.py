@@ -10,7 +10,7 @@ from osmosis_harbor.errors import SandboxDiskBoundError, SandboxLostError
 from osmosis_harbor.sandbox.sdk.protocol import SandboxSdk
 from osmosis_harbor.sandbox.transfer.archives import ArchiveTransfers
 
-__all__ = ["EnvironmentState"]
+__all__ = ["EnvironmentState", "StateView"]
 
 
 @dataclass
@@ -35,3 +35,20 @@ class EnvironmentState:
     def gone(self) -> bool:
         """Known lost or evicted: every further call fails fast."""
         return self.lost is not None or self.evicted is not None
+
+
+class StateView[T]:
+    """An attribute Harbor's own code reads and sets on the environment (``_sandbox``, ...),
+    kept as a field of the environment's one state."""
+
+    def __init__(self, field_name: str) -> None:
+        self._field = field_name
+
+    def __get__(self, env: Any, owner: type | None = None) -> T:
+        if env is None:
+            return self  # type: ignore[return-value]  # on the class: the descriptor itself
+        value: T = getattr(env._state, self._field)
+        return value
+
+    def __set__(self, env: Any, value: T) -> None:
+        setattr(env._state, self._field, value)

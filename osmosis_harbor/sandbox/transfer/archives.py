@@ -15,7 +15,9 @@ makes that:
 * **reads of Harbor's log tree share one snapshot.** The first read under ``/logs`` fetches
   ``/logs`` whole; later reads under it (the artifacts probe and download) are answered from
   that snapshot, with the uploads staged or sent since laid over it (their content is known),
-  until a command runs.
+  until a command runs. Where the transfers can fetch several trees in one archive
+  (``GetTogether``), the trees the trial will read next (``companions``: a task's declared
+  artifacts, such as the agent's working directory) come in the same fetch.
 
 Fetched trees are streamed to a host temp file, bounded (``Settings.transfer_*``), and
 extracted by our own extractor (``sandbox/extract``: never ``tarfile.extract*``; what a
@@ -47,6 +49,12 @@ LOG_ROOT = "/logs"  # Harbor's in-sandbox log tree: agent/, verifier/, artifacts
 Put = Callable[[bytes, str], Awaitable[None]]
 # Write the tar of a sandbox path into a host file (bounded: ``TransferLimits.max_archive_bytes``).
 Get = Callable[[str, BinaryIO], Awaitable[None]]
+# ``Put`` after a shell prefix in the same command (the prefix's failure fails the put);
+# ``data`` None: only the prefix runs.
+PutAfter = Callable[[bytes | None, str, str], Awaitable[None]]
+# The same for several paths in one archive, members named from ``/``; returns the paths that
+# were there (a missing first path is ``FileNotFoundError``, a missing other one is left out).
+GetTogether = Callable[[list[str], BinaryIO], Awaitable[list[str]]]
 log = logging.getLogger(__name__)
 
 
@@ -68,11 +76,13 @@ def _root_owned(info: tarfile.TarInfo) -> tarfile.TarInfo:
 
 
 class _Staged:
-    """Uploads waiting for the next command: tar members rooted at ``/``, packed when staged."""
+    """Uploads waiting for the next command: tar members rooted at ``/``, packed when staged;
+    and the preparation commands to run before they are unpacked (``stage_preparation``)."""
 
     def __init__(self) -> None:
         self._members: list[Member] = []
         self.targets: list[str] = []
+        self.preparations: list[str] = []
         self._packer = tarfile.open(fileobj=io.BytesIO(), mode="w")  # only for gettarinfo
 
     def _member(self, path: str, name: str) -> Member:
@@ -118,6 +128,12 @@ class _Staged:
     def overlaps(self, path: str) -> bool:
         return any(overlaps(path, target) for target in self.targets)
 
+    def take_preparations(self) -> str:
+        """The staged preparation commands as one shell prefix (and forget them)."""
+        prefix = "".join(f"{{ {command}; }} && " for command in self.preparations)
+        self.preparations = []
+        return prefix
+
     def take(self) -> bytes | None:
         """The archive of everything staged (and forget it), or None when nothing is."""
         if not self._members:
@@ -131,17 +147,29 @@ class _Staged:
 
     def clear(self) -> int:
         """Forget everything staged; returns how many uploads that was."""
-        dropped = len(self.targets)
-        self._members, self.targets = [], []
+        dropped = len(self.targets)  # a staged preparation counts by its paths too
+        self._members, self.targets, self.preparations = [], [], []
         return dropped
 
 
 class ArchiveTransfers:
     """The transfers of one sandbox over its archive calls (see the module docstring)."""
 
-    def __init__(self, put: Put, get: Get, logger: Logger | None = None) -> None:
+    def __init__(
+        self,
+        put: Put,
+        get: Get,
+        logger: Logger | None = None,
+        *,
+        get_together: GetTogether | None = None,
+        companions: tuple[str, ...] = (),
+        put_after: PutAfter | None = None,
+    ) -> None:
         self._put = put
+        self._put_after = put_after
         self._get = get
+        self._get_together = get_together
+        self._companions = tuple(_norm(c) for c in companions if not overlaps(_norm(c), LOG_ROOT))
         self._logger = logger or log
         self._staged = _Staged()
         self._snapshots: list[Snapshot] = []
@@ -161,10 +189,30 @@ class ArchiveTransfers:
         for snapshot in self._snapshots:
             snapshot.lay_over(members)
 
+    @property
+    def stages_preparations(self) -> bool:
+        """Whether a preparation command can ride the next put (`stage_preparation`)."""
+        return self._put_after is not None
+
+    def stage_preparation(self, command: str, paths: list[str]) -> None:
+        """Run the root shell ``command`` (Harbor's emptying of ``paths``, whose answer Harbor
+        does not read) before the next put unpacks, in the same command: it runs before
+        anything can observe ``paths``, as every command and every read there flushes first."""
+        assert self._put_after is not None, "this route cannot run a command with its put"
+        norm = [_norm(p) for p in paths]
+        self._forget(lambda s: any(s.overlaps(p) for p in norm))
+        self._staged.preparations.append(command)
+        self._staged.targets.extend(norm)
+
     async def flush(self) -> None:
-        """Send everything staged, in one call."""
+        """Send everything staged, in one call (a staged preparation rides it)."""
+        prefix = self._staged.take_preparations()
         data = self._staged.take()
-        if data is not None:
+        self._staged.clear()  # a preparation's paths, staged without members
+        if prefix:
+            assert self._put_after is not None
+            await self._put_after(data, "/", prefix)
+        elif data is not None:
             await self._put(data, "/")
 
     def make_executable(self, path: str) -> bool:
@@ -181,7 +229,7 @@ class ArchiveTransfers:
         """A command may have changed anything (or, given ``paths``, what lies there): the
         snapshots it may have changed answer no more."""
         norm = None if paths is None else [_norm(p) for p in paths]
-        self._forget(lambda s: norm is None or any(overlaps(s.root, p) for p in norm))
+        self._forget(lambda s: norm is None or any(s.overlaps(p) for p in norm))
 
     def _forget(self, which: Callable[[Snapshot], bool]) -> None:
         for snapshot in [s for s in self._snapshots if which(s)]:
@@ -197,6 +245,14 @@ class ArchiveTransfers:
     async def _fetch(self, root: str) -> Snapshot:
         archive = tempfile.TemporaryFile()
         try:
+            if root == LOG_ROOT and self._companions and self._get_together is not None:
+                if any(self._staged.overlaps(c) for c in self._companions):
+                    await self.flush()
+                present = await self._get_together([root, *self._companions], archive)
+                also = tuple(c for c in self._companions if c in present)
+                missing = tuple(c for c in self._companions if c not in present)
+                snapshot = await asyncio.to_thread(Snapshot, root, archive, also=also + missing)
+                return snapshot  # a companion that was not there is absent from it, as in the sandbox
             await self._get(root, archive)
             return await asyncio.to_thread(Snapshot, root, archive)
         except BaseException:
@@ -217,7 +273,7 @@ class ArchiveTransfers:
             if root == path:
                 raise
             snapshot = await self._fetch(path)  # no /logs at all: ask for the path itself
-        self._forget(lambda s: overlaps(s.root, snapshot.root))
+        self._forget(lambda s: any(s.overlaps(r) for r in snapshot.roots))
         self._snapshots.append(snapshot)
         return snapshot
 

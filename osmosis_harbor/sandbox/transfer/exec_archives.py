@@ -11,7 +11,8 @@ primitives made of the calls SkyPilot has brings that to a handful of calls:
 * **put**: the staged tar, gzipped, written to a temp file in the sandbox, then one command, as
   root, unpacks it at ``/`` and removes it (2 calls, for every upload staged since the last
   command);
-* **get**: one command packs the path into a gzipped temp file and prints its size, which is
+* **get** (and **get_together**, several paths in one archive): one command packs the path
+  into a gzipped temp file and prints its size, which is
   checked against ``max_archive_bytes`` *before* the read (SkyPilot's read hands the whole file
   over); the read is checked again on arrival (a process left running in the sandbox could grow
   the file in between), and unzipped on the host into the snapshot's temp file within the same
@@ -99,16 +100,63 @@ class ExecArchives:
 
     async def put(self, data: bytes, path: str) -> None:
         """Unpack the tar ``data`` at sandbox ``path`` (an existing directory), as root."""
-        remote = self._remote("put")
-        await self._write_bytes(await asyncio.to_thread(gzip.compress, data, GZIP_LEVEL), remote)
-        target, archive = shlex.quote(path), shlex.quote(remote)
-        command = f"{self._clear_stale()}tar -xzf {archive} -C {target}; code=$?; rm -f {archive}; exit $code"
+        await self.put_after(data, path, "")
+
+    async def put_after(self, data: bytes | None, path: str, prefix: str) -> None:
+        """``put``, after the root shell ``prefix`` (``... && ``) in the same command: a
+        preparation of the upload's targets costs no command of its own. ``data`` None: only
+        the prefix runs. The prefix failing fails the put, and nothing is unpacked."""
+        if data is None:
+            command = f"{self._clear_stale()}{prefix}:"
+        else:
+            remote = self._remote("put")
+            await self._write_bytes(await asyncio.to_thread(gzip.compress, data, GZIP_LEVEL), remote)
+            target, archive = shlex.quote(path), shlex.quote(remote)
+            unpack = f"tar -xzf {archive} -C {target}"
+            command = f"{self._clear_stale()}{{ {prefix}{unpack}; }}; code=$?; rm -f {archive}; exit $code"
         result = await self._run_shell(command, UNPACK_TIMEOUT_SEC)
         if result.return_code != 0:
+            what = "prepare and unpack" if prefix else "unpack"
             raise RuntimeError(
-                f"Failed to unpack an upload into {path!r} in the sandbox (exit {result.return_code}): "
+                f"Failed to {what} an upload into {path!r} in the sandbox (exit {result.return_code}): "
                 f"{(result.stderr or result.stdout or 'no output').strip()[:500]}"
             )
+
+    async def get_together(self, paths: list[str], into: BinaryIO) -> list[str]:
+        """One tar of several sandbox paths (members named from ``/``) written to ``into``,
+        bounded as ``get``; returns the paths that were there. The first must be there
+        (``FileNotFoundError``); the others are packed when they are."""
+        limits = TransferLimits.current()
+        names = [p.strip("/") for p in paths]
+        if not all(names):
+            raise ValueError("the sandbox's root cannot be fetched whole; name directories under it")
+        members = " ".join(shlex.quote(n if not n.startswith("-") else f"./{n}") for n in names)
+        first = shlex.quote("/" + names[0])
+        remote = self._remote("get")
+        archive = shlex.quote(remote)
+        command = (
+            f"{self._clear_stale()}"
+            f"if [ ! -e {first} ] && [ ! -L {first} ]; then exit {MISSING_EXIT_CODE}; fi; set --; "
+            f'for p in {members}; do if [ -e "/$p" ] || [ -L "/$p" ]; then set -- "$@" "$p"; fi; done; '
+            f'tar -czf {archive} -C / "$@"; [ $? -le 1 ] && [ -f {archive} ] && '
+            f'{{ printf "%s\n" "$@"; wc -c < {archive}; }}'
+        )
+        result = await self._run_shell(command, PACK_TIMEOUT_SEC)
+        self._stale.append(remote)
+        if result.return_code == MISSING_EXIT_CODE:
+            raise FileNotFoundError(f"no such path in the sandbox: {paths[0]}")
+        if result.return_code != 0:
+            raise RuntimeError(
+                f"Failed to pack {', '.join(paths)} in the sandbox (exit {result.return_code}): "
+                f"{(result.stderr or result.stdout or 'no output').strip()[:500]}"
+            )
+        said = {line.strip().removeprefix("./") for line in (result.stdout or "").splitlines()[:-1]}
+        label = ", ".join(paths)
+        limits.check_archive(label, reported_size(result) or 0)
+        data = await self._read_bytes(remote)
+        limits.check_archive(label, len(data))
+        await asyncio.to_thread(_gunzip_bounded, data, into, label, limits)
+        return [path for path, name in zip(paths, names, strict=True) if name in said]
 
     async def get(self, path: str, into: BinaryIO) -> None:
         """The tar of sandbox ``path`` (named from its own name) written to ``into``, bounded."""

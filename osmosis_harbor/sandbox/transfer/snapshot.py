@@ -101,14 +101,16 @@ class _Index:
 
 
 class Snapshot:
-    """One fetched tree (``root``), by absolute path, with the uploads made since laid over it."""
+    """One fetched tree (``root``), by absolute path, with the uploads made since laid over it;
+    or several trees fetched together in one archive (``also``: members named from ``/``)."""
 
-    def __init__(self, root: str, archive: IO[bytes]) -> None:
+    def __init__(self, root: str, archive: IO[bytes], *, also: tuple[str, ...] = ()) -> None:
         self.root = root
+        self.roots = (root, *also)
         self._archive = archive
         self._size = archive.seek(0, os.SEEK_END)
         archive.seek(0)
-        self._parent = posixpath.dirname(root)
+        self._parent = "/" if also else posixpath.dirname(root)
         self._index: _Index | None = None  # built by the first extraction, or on demand
         self._overlay: dict[str, Member] = {}
 
@@ -127,7 +129,11 @@ class Snapshot:
         self._archive.close()
 
     def answers(self, path: str) -> bool:
-        return path == self.root or path.startswith(self.root.rstrip("/") + "/")
+        return any(path == root or path.startswith(root.rstrip("/") + "/") for root in self.roots)
+
+    def overlaps(self, path: str) -> bool:
+        """One of its trees is ``path`` or lies under it, or ``path`` lies under one."""
+        return self.answers(path) or any(root.startswith(path.rstrip("/") + "/") for root in self.roots)
 
     def lay_over(self, members: list[Member]) -> None:
         """Apply staged members (named relative to ``/``) as the sandbox will."""
