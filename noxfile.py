@@ -45,14 +45,16 @@ def tests_harbor_025(session: nox.Session) -> None:
 
 @nox.session(name="tests-harbor-0.26")
 def tests_harbor_026(session: nox.Session) -> None:
-    """The key tests on Harbor 0.26 (``HARBOR_026_TESTS``; pass test paths to run others, the
-    whole suite with ``-- tests``). Skipped, saying why, when the package index has no 0.26."""
+    """mypy against Harbor 0.26, then the key tests there (``HARBOR_026_TESTS``; pass test paths
+    to run others, the whole suite with ``-- tests``). Skipped, saying why, when the package
+    index has no 0.26."""
     session.log("bootstrap.sh --harbor 0.26")
     status = subprocess.run(["bash", "scripts/bootstrap.sh", "--harbor", "0.26"], check=False).returncode
     if status == HARBOR_UNAVAILABLE:
         session.skip("Harbor 0.26 is not installable from the configured package index (bootstrap said why)")
     if status != 0:
         session.error(f"bootstrap.sh --harbor 0.26 failed (exit status {status})")
+    session.run(PY026, "-m", "mypy", "osmosis_harbor", external=True)  # our code typed against 0.26's Harbor
     session.run(PY026, "-m", "pytest", "-q", *(session.posargs or HARBOR_026_TESTS), external=True)
 
 

@@ -58,12 +58,12 @@ def _done() -> ExecResult:
 class SandboxEnvironment(SkypilotEnvironment):
     """Harbor's SkyPilot sandbox environment over a selectable ``sky.sandbox`` SDK."""
 
-    # Harbor 0.26 validates a run's kwargs (``--ek``) and shows `harbor environments schema`
-    # through this model; 0.25 has no options model and ignores it.
-    options_model = SandboxOptions
+    # Harbor 0.26 validates ``--ek`` and shows `harbor environments schema` through this model. Not
+    # its EnvironmentOptions: ours carries Harbor's keywords too (``.harbor``), hence the ignores.
+    options_model = SandboxOptions  # type: ignore[assignment, unused-ignore]
 
     @classmethod
-    def parse_options(cls, kwargs: dict[str, Any] | None = None) -> SandboxOptions:
+    def parse_options(cls, kwargs: dict[str, Any] | None = None) -> SandboxOptions:  # type: ignore[override, unused-ignore]
         """The kwargs as our options (`ConfigError`, a ValueError, naming what is wrong): they
         carry Harbor's own keywords beside ours, which Harbor's model check would refuse."""
         return SandboxOptions.build(**(kwargs or {}))
@@ -214,7 +214,7 @@ class SandboxEnvironment(SkypilotEnvironment):
         return self._state.pool
 
     @property
-    def options(self) -> SandboxOptions:
+    def options(self) -> SandboxOptions:  # type: ignore[override, unused-ignore]
         """The sandbox options this environment was made with."""
         return self._options
 
