@@ -20,7 +20,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal, Unpack
 
-from harbor.models.trial.config import EnvironmentConfig
 from osmosis_ai.rollout.backend.base import ExecutionBackend
 from osmosis_ai.rollout.context import RolloutContext, get_rollout_context
 from osmosis_ai.rollout.types import (
@@ -30,12 +29,19 @@ from osmosis_ai.rollout.types import (
     RolloutStatus,
 )
 
-from osmosis_harbor import settings
 from osmosis_harbor.agents.native import native_agent_config, scoped_api_key
 from osmosis_harbor.backend.admission import endpoint_problem, relays_endpoint, request_problem
 from osmosis_harbor.backend.attempts import Attempt, TrialRunner
+from osmosis_harbor.backend.construction import (
+    default_environment,
+    preload_model_client,
+    prepared_bundle,
+    reap_leftovers,
+    sandbox_starts,
+    task_resolver,
+)
 from osmosis_harbor.backend.gate import TrialGate
-from osmosis_harbor.backend.options import BackendKwargs, BackendOptions, locate_project
+from osmosis_harbor.backend.options import BackendKwargs, BackendOptions
 from osmosis_harbor.backend.outcome import refused
 from osmosis_harbor.backend.plan import Planner, Refusal, RolloutPlan
 from osmosis_harbor.backend.prewarming import BackendPrewarm, PrewarmedTasks
@@ -43,16 +49,14 @@ from osmosis_harbor.backend.serving_state import ServingState
 from osmosis_harbor.backend.task_copies import TaskCopies
 from osmosis_harbor.backend.tracker import TERMINAL, RolloutTracker
 from osmosis_harbor.backend.workspace import Workspace
-from osmosis_harbor.bundle import BundleInfo, build_bundle, inspect_bundle
+from osmosis_harbor.bundle import BundleInfo
 from osmosis_harbor.credentials import RolloutCredentials
-from osmosis_harbor.errors import BundleError, OsmosisHarborError, TaskResolutionError, VerifierGuardError
+from osmosis_harbor.errors import OsmosisHarborError, TaskResolutionError, VerifierGuardError
 from osmosis_harbor.harbor_compat import error_policies
 from osmosis_harbor.harbor_compat import fastpaths as harbor_fastpaths
 from osmosis_harbor.keys import KeyCustody, default_trials_dirs, sweep_unscrubbed
 from osmosis_harbor.prewarm import PrewarmReport, ProgressCallback
-from osmosis_harbor.sandbox import environment_config
 from osmosis_harbor.sandbox.guard import add_guard_hooks
-from osmosis_harbor.sandbox.ledger.leftovers import Leftover, reap_dead_owners
 from osmosis_harbor.sandbox.options import SandboxOptions
 from osmosis_harbor.sandbox.owner.context import SandboxOwner, owner_scope
 from osmosis_harbor.sandbox.owner.starts import SandboxStarts
@@ -61,7 +65,6 @@ from osmosis_harbor.sandbox.sdk.registry import implementation
 from osmosis_harbor.tasks.materialize import MaterializedTask
 from osmosis_harbor.tasks.prepared import PreparedCopies
 from osmosis_harbor.tasks.refs import ResolvedTask
-from osmosis_harbor.tasks.resolver import TaskResolver
 from osmosis_harbor.trials.naming import trial_name as make_trial_name
 
 __all__ = ["HarborBackend"]
@@ -81,14 +84,14 @@ class HarborBackend(ExecutionBackend):
         self.task_mode = options.task_mode
         self.agent = options.agent
         self.workspace = Workspace(options.trials_dir)
-        self.resolver = _resolver(options, self.workspace)
-        self.environment_config = options.environment_config or _default_environment()
+        self.resolver = task_resolver(options, self.workspace)
+        self.environment_config = options.environment_config or default_environment()
         self.max_queue_depth = options.max_queue_depth  # beyond it, POST /rollout answers 429 (adjustable)
         # Trials a crashed process could not scrub: the key died with it, so they go.
         given = self.workspace.given_trials_dir()
         sweep_unscrubbed([d for d in (given,) if d is not None] + default_trials_dirs())
         self.custody = KeyCustody()
-        self.bundle: BundleInfo | None = _prepare_bundle(options)
+        self.bundle: BundleInfo | None = prepared_bundle(options)
         if options.is_native:
             # Validates native_agent_kwargs now (and warns once that oracle is not trainable).
             assert isinstance(options.agent, str)
@@ -98,14 +101,14 @@ class HarborBackend(ExecutionBackend):
                 model_name=options.model_name,
                 native_agent_kwargs=options.native_agent_kwargs,
             )
-        _preload_model_client()
+        preload_model_client()
         self.tracker = RolloutTracker(options.orchestrator)
         # What this backend owns (its sandboxes, pools, start bound, rollouts' keys, image builds),
         # found by the environments and agents of its trials (owner_scope), never another's.
         self.sdk_name = SandboxOptions.of(self.environment_config).sdk
-        self.owner = SandboxOwner.make("backend", starts=_starts(self.sdk_name, options))
+        self.owner = SandboxOwner.make("backend", starts=sandbox_starts(self.sdk_name, options))
         add_guard_hooks(options.orchestrator)  # where each trial's agent phase begins and ends
-        _reap_leftovers(self.sdk_name)  # what dead owners left on this SDK (the ledger x ls)
+        reap_leftovers(self.sdk_name)  # what dead owners left on this SDK (the ledger x ls)
         self.prewarmed = PrewarmedTasks()
         self.planner = Planner(
             options,
@@ -342,81 +345,3 @@ class HarborBackend(ExecutionBackend):
         if not relays_endpoint(self.options, self.environment_config, url):
             return None
         return await self.relay.register(url)
-
-
-def _resolver(options: BackendOptions, workspace: Workspace) -> TaskResolver:
-    """The task resolver, with the request boundary the options and settings draw on this host."""
-    current = settings.current()
-    roots = options.task_roots if options.task_roots is not None else current.task_root_paths()
-    allow_local_git = options.allow_local_git if options.allow_local_git is not None else current.allow_local_git
-    allow_private = options.allow_private_git_hosts
-    return TaskResolver(
-        options.tasks_dir,
-        options.task_mode,
-        task_roots=roots,
-        allow_local_git=allow_local_git,
-        allow_private_git_hosts=allow_private if allow_private is not None else current.allow_private_git_hosts,
-        trials_dirs=workspace.sandbox_output_dirs,
-    )
-
-
-def _reap_leftovers(sdk_name: str) -> list[Leftover]:
-    """Remove what dead owners left on this SDK (``leftovers.py``). An SDK that cannot answer
-    now does not stop the start: the next start or ``cleanup`` retries."""
-    try:
-        return reap_dead_owners(sdk_name)
-    except Exception as exc:
-        logger.warning("could not reap what dead owners left on %s: %s", sdk_name, exc)
-        return []
-
-
-def _starts(sdk_name: str, options: BackendOptions) -> SandboxStarts:
-    """The bound on sandbox starts: the option, else the SDK's own default."""
-    current = settings.current()
-    return SandboxStarts(
-        options.max_concurrent_starts or implementation(sdk_name).max_concurrent_starts,
-        batch_window_sec=current.claim_batch_window_ms / 1000,
-        batch_max=current.claim_batch_max,
-    )
-
-
-def _default_environment() -> EnvironmentConfig:
-    return environment_config()
-
-
-def _prepare_bundle(options: BackendOptions) -> BundleInfo | None:
-    agent = None if options.is_native else options.agent
-    if options.bundle is not None:
-        info = inspect_bundle(options.bundle)
-        if agent is not None and info.agent_script is None:
-            raise BundleError(f"bundle {options.bundle} has no workflow entry point (<pkg>-agent)")
-        if options.grader is not None and info.grade_script is None:
-            raise BundleError(f"bundle {options.bundle} has no grader entry point (<pkg>-grade)")
-        return info
-    if agent is None and options.grader is None:
-        return None
-    code_dir = options.code_dir
-    if code_dir is None:
-        target = agent if agent is not None else options.grader
-        assert target is not None
-        code_dir = locate_project(target)
-    return build_bundle(
-        code_dir,
-        workflow=agent,
-        workflow_config=options.workflow_config,
-        grader=options.grader,
-        grader_config=options.grader_config,
-        cache_dir=options.bundles_dir,
-    )
-
-
-def _preload_model_client() -> None:
-    """Import Harbor's LiteLLM configuration now, not on the first trial.
-
-    ``Trial.create`` imports litellm synchronously (seconds), which would block the
-    server's event loop during its first rollout; the constructor runs before serving."""
-    settings.use_bundled_model_prices()
-    try:
-        import harbor.llms.litellm_config  # noqa: F401
-    except ImportError:
-        pass
