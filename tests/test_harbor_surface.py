@@ -114,14 +114,15 @@ def test_every_harbor_method_we_override_is_listed_with_harbors_shape() -> None:
 
 
 def _private_reads(source: str) -> set[str]:
-    """``_name`` read on self, super() or a Harbor environment class in ``source``."""
+    """``_name`` read on self, super(), a Harbor environment class, or ``env`` (the environment
+    as the modules that assemble its collaborators name it) in ``source``."""
     names: set[str] = set()
     for node in ast.walk(ast.parse(source)):
         if not (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")):
             continue
         base = node.value
         if (
-            (isinstance(base, ast.Name) and base.id in {"self", "BaseEnvironment", "SkypilotEnvironment"})
+            (isinstance(base, ast.Name) and base.id in {"self", "env", "BaseEnvironment", "SkypilotEnvironment"})
             or isinstance(base, ast.Call)
             and isinstance(base.func, ast.Name)
             and base.func.id == "super"
