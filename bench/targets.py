@@ -100,8 +100,13 @@ TARGETS: tuple[Target, ...] = (
         "calls",
         None,
     ),
+    Target("skypilot-emulator: API calls per graded rollout, no archives", "emulator", "sdk_calls_graded", "calls", 10),
     Target(
-        "skypilot-emulator: API calls per graded rollout, no archives", "emulator", "emulator_calls_graded", "calls", 8
+        "skypilot-emulator: seconds in SDK calls per graded rollout at 80 ms a call",
+        "emulator",
+        "sdk_sec_graded_at_80ms",
+        "s",
+        None,
     ),
     Target(
         "skypilot-emulator: warm pool / cold create throughput (at the emulator's create times)",
