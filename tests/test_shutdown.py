@@ -397,3 +397,47 @@ async def test_a_result_whose_lease_expired_is_not_waited_for(monkeypatch: pytes
     await serving
     assert report.cancelled == [] and report.undelivered == []
     assert report.seconds < 30.0, "the drain waited for a result nobody will poll"  # grace + delivery is 90 s
+
+
+def _closes_idle_connection_within(port: int, seconds: float) -> bool:
+    """One request on a fresh connection, then whether the server closes it while idle."""
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        sock.settimeout(5)
+        assert b"200 OK" in sock.recv(65536)
+        deadline = time.monotonic() + seconds
+        try:
+            while (left := deadline - time.monotonic()) > 0:
+                sock.settimeout(left)
+                if sock.recv(65536) == b"":  # the rest of the response may come first
+                    return True
+        except TimeoutError:
+            pass
+        return False
+
+
+@pytest.mark.parametrize("keep_alive", [None, 1])
+async def test_an_idle_connection_outlives_a_clients_keepalive(
+    keep_alive: int | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client reuses an idle connection for up to httpx's 5 s; a server closing it at the same
+    moment makes the next request fail (osmosis-ai's eval run then halts its dispatch). Ours
+    keeps idle connections longer; the positive control (1 s) shows the probe sees a close."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    port = _free_port()
+    options = {} if keep_alive is None else {"timeout_keep_alive": keep_alive}
+    app = create_rollout_server(backend=GatedBackend(), configure_logging=False)
+    server = draining_server(app, port=port, log_level="warning", **options)
+    serving = asyncio.create_task(server.serve())
+    try:
+
+        async def started() -> bool:
+            return server.started
+
+        await await_until(started, timeout=30, what="the server to start")
+        expiry = httpx.Limits().keepalive_expiry or 5.0
+        closed = await asyncio.to_thread(_closes_idle_connection_within, port, expiry + 1)
+        assert closed is (keep_alive is not None)
+    finally:
+        server.should_exit = True
+        await serving

@@ -65,11 +65,13 @@ async def serve_locally(
     # FastAPI and the osmosis server load only when a backend is served, not for local trajectories.
     from osmosis_ai.rollout.server import create_rollout_server
 
-    from osmosis_harbor.serving.server import add_status_route
+    from osmosis_harbor.serving.server import KEEP_ALIVE_SEC, add_status_route
 
     app = add_status_route(create_rollout_server(backend=backend, lifespan=lifespan, configure_logging=False), backend)
     port = _free_port()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=port, log_level="warning", lifespan="on", timeout_keep_alive=KEEP_ALIVE_SEC
+    )
     server = _SignalledServer(config, asyncio.get_running_loop(), on_signal)
 
     def stop(_reason: str) -> None:  # the app's STOP_HOOK (a background prewarm failed)

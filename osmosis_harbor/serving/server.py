@@ -38,6 +38,10 @@ STATUS_PATH = "/rollout/{rollout_id}/status"
 # Once the drain is over nothing may still be long-polling for a live rollout; this bounds
 # uvicorn's wait for slow clients before the lifespan shutdown (sandbox cleanup) runs.
 _CONNECTIONS_CLOSE_SEC = 5.0
+# An idle connection is kept longer than clients keep theirs (httpx: 5 s, uvicorn's own default
+# too): at equal times a client may send its next request down a connection the server is
+# closing, and osmosis-ai's `eval run` halts its dispatch on the ReadError that gives.
+KEEP_ALIVE_SEC = 75
 
 log = logging.getLogger("uvicorn.error")
 
@@ -121,6 +125,7 @@ def draining_server(
     drain = install_drain(app, DrainPolicy(grace_sec=shutdown_grace_sec, delivery_sec=delivery_sec))
     uvicorn_options.setdefault("timeout_graceful_shutdown", _CONNECTIONS_CLOSE_SEC)
     uvicorn_options.setdefault("lifespan", "on")
+    uvicorn_options.setdefault("timeout_keep_alive", KEEP_ALIVE_SEC)
     server = DrainingServer(uvicorn.Config(app, host=host, port=port, **uvicorn_options), drain)
     setattr(app.state, STOP_HOOK, server.stop_failing)
     return server
