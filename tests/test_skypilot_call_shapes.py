@@ -328,19 +328,19 @@ async def test_stop_terminates_with_wait_once(sky: FakeSkySandbox, tmp_path: Pat
 
 
 async def test_stop_terminates_a_handle_it_did_not_create(sky: FakeSkySandbox, tmp_path: Path) -> None:
-    """Harbor's stop terminates whatever ``_sandbox`` holds; so does ours, and says so (on the
-    environment's own logger, which Harbor may have made not to propagate)."""
+    """Harbor's stop terminates whatever ``_sandbox`` holds; so does ours, and says so (read
+    from a logger of the test's own: the suite's other tests reconfigure Harbor's loggers)."""
     env = _environment(_prebuilt_task(tmp_path), tmp_path)
     env._sandbox = FakeSandbox(env.sandbox_name, sky.log)
     said: list[str] = []
     handler = logging.Handler(logging.WARNING)
     handler.emit = lambda record: said.append(record.getMessage())  # type: ignore[method-assign]
-    logger = getattr(env.logger, "logger", env.logger)  # a LoggerAdapter's logger, or the logger
+    logger = logging.getLogger(f"test-call-shapes-{uuid.uuid4().hex[:6]}")
+    logger.propagate, logger.disabled = False, False
+    logger.setLevel(logging.WARNING)
     logger.addHandler(handler)
-    try:
-        await env.stop(delete=True)
-    finally:
-        logger.removeHandler(handler)
+    env._creator._logger = logger
+    await env.stop(delete=True)
     assert sky.calls("terminate") == [Call("terminate", (), {"wait": True})]
     assert any("was not created through this owner" in line for line in said), said
 
