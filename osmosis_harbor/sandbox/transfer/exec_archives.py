@@ -126,7 +126,6 @@ class ExecArchives:
         """One tar of several sandbox paths (members named from ``/``) written to ``into``,
         bounded as ``get``; returns the paths that were there. The first must be there
         (``FileNotFoundError``); the others are packed when they are."""
-        limits = TransferLimits.current()
         names = [p.strip("/") for p in paths]
         if not all(names):
             raise ValueError("the sandbox's root cannot be fetched whole; name directories under it")
@@ -141,26 +140,13 @@ class ExecArchives:
             f'tar -czf {archive} -C / "$@"; [ $? -le 1 ] && [ -f {archive} ] && '
             f'{{ printf "%s\n" "$@"; wc -c < {archive}; }}'
         )
-        result = await self._run_shell(command, PACK_TIMEOUT_SEC)
-        self._stale.append(remote)
-        if result.return_code == MISSING_EXIT_CODE:
-            raise FileNotFoundError(f"no such path in the sandbox: {paths[0]}")
-        if result.return_code != 0:
-            raise RuntimeError(
-                f"Failed to pack {', '.join(paths)} in the sandbox (exit {result.return_code}): "
-                f"{(result.stderr or result.stdout or 'no output').strip()[:500]}"
-            )
-        said = {line.strip().removeprefix("./") for line in (result.stdout or "").splitlines()[:-1]}
         label = ", ".join(paths)
-        limits.check_archive(label, reported_size(result) or 0)
-        data = await self._read_bytes(remote)
-        limits.check_archive(label, len(data))
-        await asyncio.to_thread(_gunzip_bounded, data, into, label, limits)
+        result = await self._fetch_packed(command, remote, into, first=paths[0], label=label, shown=label)
+        said = {line.strip().removeprefix("./") for line in (result.stdout or "").splitlines()[:-1]}
         return [path for path, name in zip(paths, names, strict=True) if name in said]
 
     async def get(self, path: str, into: BinaryIO) -> None:
         """The tar of sandbox ``path`` (named from its own name) written to ``into``, bounded."""
-        limits = TransferLimits.current()
         parent, name = posixpath.split(path.rstrip("/") or "/")
         if not name:
             raise ValueError("the sandbox's root cannot be fetched whole; name a directory under it")
@@ -174,16 +160,26 @@ class ExecArchives:
             # log): the archive is whole, as the Docker SDK's would be; anything worse fails.
             f"tar -czf {archive} -C {shlex.quote(parent)} {member}; [ $? -le 1 ] && [ -f {archive} ] && wc -c < {archive}"
         )
+        await self._fetch_packed(command, remote, into, first=path, label=path, shown=repr(path))
+
+    async def _fetch_packed(
+        self, command: str, remote: str, into: BinaryIO, *, first: str, label: str, shown: str
+    ) -> ExecResult:
+        """Run the pack ``command`` (archive at ``remote``, its size on stdout's last line), then
+        read and unzip the archive into ``into``, bounded before the read and after it; the
+        command's result. ``first``: the path a missing-path exit names."""
+        limits = TransferLimits.current()
         result = await self._run_shell(command, PACK_TIMEOUT_SEC)
         self._stale.append(remote)
         if result.return_code == MISSING_EXIT_CODE:
-            raise FileNotFoundError(f"no such path in the sandbox: {path}")
+            raise FileNotFoundError(f"no such path in the sandbox: {first}")
         if result.return_code != 0:
             raise RuntimeError(
-                f"Failed to pack {path!r} in the sandbox (exit {result.return_code}): "
+                f"Failed to pack {shown} in the sandbox (exit {result.return_code}): "
                 f"{(result.stderr or result.stdout or 'no output').strip()[:500]}"
             )
-        limits.check_archive(path, reported_size(result) or 0)
+        limits.check_archive(label, reported_size(result) or 0)
         data = await self._read_bytes(remote)
-        limits.check_archive(path, len(data))
-        await asyncio.to_thread(_gunzip_bounded, data, into, path, limits)
+        limits.check_archive(label, len(data))
+        await asyncio.to_thread(_gunzip_bounded, data, into, label, limits)
+        return result
