@@ -82,8 +82,9 @@ class SdkPath:
             pytest.skip(NO_LOOPBACK)
 
     def assert_harbors_transfer_path(self, before: dict[str, int]) -> None:
-        """On the emulator, Harbor's own path (file writes and reads, unpack/rm execs) carried
-        every directory: calls to the file routes since ``before``, and the SDK offers no archives."""
+        """On the emulator, SkyPilot's own calls carried every directory (the SDK offers no
+        archives): file writes for uploads, and execs, whose output or a file read brings a fetched
+        tree back (a small one rides its command's output: ``exec_folds.py``)."""
         if self.emulator is None:
             return
         from osmosis_harbor.sandbox.emulator import EmulatorSandbox
@@ -94,7 +95,6 @@ class SdkPath:
         assert not has_archives(EmulatorSandbox), "the emulator's sandboxes must not offer archives"
         assert not [k for k in after if "archive" in k], after
         assert delta.get("PUT /sandboxes/{name}/files", 0) > 0, f"no file was written through the emulator: {delta}"
-        assert delta.get("GET /sandboxes/{name}/files", 0) > 0, f"no file was read through the emulator: {delta}"
         assert delta.get("POST /sandboxes/{name}/exec", 0) > 0, delta
 
 

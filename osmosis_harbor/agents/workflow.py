@@ -215,6 +215,8 @@ class WorkflowAgent(BaseAgent):
         command = shlex.quote(str(VENV / "bin" / self._script))
         if self._bundle_baked is not None:
             command = f"{bundle_check_command(self._bundle_baked)}; exec {command}"
+        if (logs_follow := getattr(environment, "logs_follow", None)) is not None:
+            logs_follow(command)  # Harbor reads /logs next: on SkyPilot's path the read rides this exec
         result = await environment.exec(command, env=env)
         redactor = Redactor.for_key(creds.api_key if creds else None)
         log = output_tail(redactor.text((result.stdout or "") + (result.stderr or "")))

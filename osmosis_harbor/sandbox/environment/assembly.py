@@ -56,7 +56,9 @@ def assemble(env: SandboxEnvironment, *, owns_itself: bool) -> Collaborators:
         read_bytes=env._read_remote_bytes,
     )
     companions = artifact_roots(env.environment_dir.parent / "task.toml") if losses.role == "agent" else ()
-    routes = TransferRoutes(state, preparation, losses.guarded, files, env.logger, companions)
+    routes = TransferRoutes(
+        state, preparation, losses.guarded, files, env.logger, companions, fresh_verifier=losses.role == "verifier"
+    )
     if env.os != TaskOS.WINDOWS:  # Harbor's emptying command for Windows is not a POSIX shell's
         preparation.defers_with(
             lambda dirs, chmod: routes.stage_preparation(env._empty_dirs_command(dirs, chmod=chmod), dirs)

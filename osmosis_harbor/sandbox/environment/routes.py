@@ -26,8 +26,33 @@ from osmosis_harbor.sandbox.sdk.protocol import has_archives
 from osmosis_harbor.sandbox.transfer.archives import ArchiveTransfers
 from osmosis_harbor.sandbox.transfer.downloads import HarborPath, fetch_archive
 from osmosis_harbor.sandbox.transfer.exec_archives import ExecArchives, ReadBytes, WriteBytes
+from osmosis_harbor.sandbox.transfer.exec_folds import (
+    FoldedPack,
+    UploadFold,
+    fold_argv,
+    is_verifier_test_command,
+    read_trailer,
+    upload_failure,
+)
 
-__all__ = ["FileCalls", "TransferRoutes", "takes_exec_archives"]
+__all__ = ["CommandFold", "FileCalls", "TransferRoutes", "takes_exec_archives"]
+
+# The pack after a command runs within the command's exec: its time is added to the exec's
+# timeout (up to SkyPilot's cap), so it never makes a command that finished in time time out.
+PACK_ALLOWANCE_SEC = 30
+MAX_EXEC_TIMEOUT_SEC = 3600
+
+
+@dataclass(frozen=True)
+class CommandFold:
+    """The transfers riding one command's exec (``exec_folds.py``): the upload unpacked before
+    it, the ``/logs`` pack after it."""
+
+    upload: UploadFold | None
+    pack: FoldedPack | None
+
+    def argv(self, argv: list[str]) -> list[str]:
+        return fold_argv(argv, self.upload, self.pack)
 
 
 @dataclass(frozen=True)
@@ -58,7 +83,15 @@ class TransferRoutes:
         calls: FileCalls,
         logger: logging.Logger,
         companions: tuple[str, ...] = (),
+        *,
+        fresh_verifier: bool = False,
     ) -> None:
+        # Uploads ride the verifier's test command only in a separate verifier's sandbox, where
+        # no process of the workflow ever ran (``exec_folds.py``).
+        self._fresh_verifier = fresh_verifier
+        self._exec_archives: ExecArchives | None = None
+        self._logs_follow: str | None = None  # the command after which Harbor reads /logs
+        self._riding: CommandFold | None = None  # the running command's fold, for its exec
         self._companions = companions  # trees read after /logs, fetched with it (``ArchiveTransfers``)
         self._state = state
         self._elider = elider
@@ -85,6 +118,7 @@ class TransferRoutes:
             state.archive_transfers = ArchiveTransfers(put, get, self._logger)
         elif takes_exec_archives(state.sandbox):
             archives = ExecArchives(self._raw_shell, self._calls.write_bytes, self._calls.read_bytes)
+            self._exec_archives = archives
             state.archive_transfers = ArchiveTransfers(
                 archives.put,
                 archives.get,
@@ -101,21 +135,78 @@ class TransferRoutes:
         result: ExecResult = await self._guarded(self._calls.harbor_shell(command, timeout_seconds=timeout_seconds))
         return result
 
+    def logs_follow(self, command: str) -> None:
+        """The next exec of exactly ``command`` is followed by a read of ``/logs`` (the workflow
+        agent's run): on the exec-archives route its pack rides that exec."""
+        self._logs_follow = command
+
     @contextlib.asynccontextmanager
-    async def command(self) -> AsyncIterator[None]:
+    async def command(self, text: str | None = None) -> AsyncIterator[CommandFold | None]:
         """A command sees every upload made before it, and may change anything it can reach;
-        Harbor's preparation commands (``_prepare``) touch only their own paths."""
-        scope, transfers = self._state.scope, self._state.archive_transfers
+        Harbor's preparation commands (``_prepare``) touch only their own paths. ``text``: the
+        command (Harbor's exec), whose exec the transfers around it may ride (the fold yielded,
+        for ``_dispatch_exec``; `settle` reads its result)."""
+        scope = self._state.scope
+        transfers = self.archives() if text is not None and self._logs_follow == text else self._state.archive_transfers
         self._elider.forget_ready(scope)
         if transfers is None:
-            yield
+            yield None
             return
-        await (transfers.flush() if scope is None else transfers.flush_overlapping(scope))
+        fold = await self._fold_for(text) if scope is None and text is not None else None
+        if fold is None or fold.upload is None:
+            await (transfers.flush() if scope is None else transfers.flush_overlapping(scope))
         transfers.command_ran(scope)
+        self._riding = fold
         try:
-            yield
+            yield fold
         finally:
+            self._riding = None
             transfers.command_ran(scope)
+
+    def riding_argv(self, argv: list[str], timeout_seconds: int) -> tuple[list[str], int]:
+        """The argv and timeout of the exec that carries the running command's fold (taken
+        once: its other execs, an exec record's re-read say, carry nothing)."""
+        fold, self._riding = self._riding, None
+        if fold is None:
+            return argv, timeout_seconds
+        return fold.argv(argv), min(timeout_seconds + PACK_ALLOWANCE_SEC, MAX_EXEC_TIMEOUT_SEC)
+
+    async def _fold_for(self, text: str) -> CommandFold | None:
+        archives, transfers = self._exec_archives, self._state.archive_transfers
+        follows, self._logs_follow = text == self._logs_follow, None
+        if archives is None or transfers is None:
+            return None
+        verifier = is_verifier_test_command(text)
+        if not (follows or verifier):
+            return None
+        upload = None
+        if verifier and self._fresh_verifier and (staged := transfers.take_staged()) is not None:
+            upload = await self._guarded(archives.upload_fold(*staged))
+        return CommandFold(upload, archives.pack_fold(transfers.fold_roots()))
+
+    async def settle(self, fold: CommandFold | None, result: ExecResult) -> ExecResult:
+        """The command's own result, after what rode its exec: a folded upload that failed
+        raises, as its own unpack command would have; a pack after it is adopted as the next
+        ``/logs`` fetch when its trailer holds (else the fetch runs as usual)."""
+        if fold is None:
+            return result
+        if fold.upload is not None and (failure := upload_failure(result, fold.upload)) is not None:
+            raise RuntimeError(f"Failed to prepare and unpack an upload in the sandbox: {failure}")
+        if fold.pack is None:
+            return result
+        result, trailer = read_trailer(result, fold.pack)
+        archives, transfers = self._exec_archives, self._state.archive_transfers
+        if archives is None or transfers is None:
+            return result
+        if trailer is None:
+            archives.forget_pack(fold.pack)
+            return result
+        pack = fold.pack
+        try:
+            await transfers.adopt(trailer.present, lambda into: self._guarded(archives.adopt(pack, trailer, into)))
+        except Exception as exc:  # doubtful: the download packs again, and fails there if it must
+            self._logger.debug(f"the /logs pack after the command was not adopted ({exc}): fetching it again")
+        return result
 
     # On Harbor's route a transfer is commands in the sandbox; each touches only the transfer's
     # target and its temp archive under Harbor's transfer dir, so it makes only those unknown

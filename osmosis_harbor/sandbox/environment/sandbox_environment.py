@@ -58,8 +58,7 @@ def _done() -> ExecResult:
 class SandboxEnvironment(SkypilotEnvironment):
     """Harbor's SkyPilot sandbox environment over a selectable ``sky.sandbox`` SDK."""
 
-    # Harbor 0.26 validates ``--ek`` and shows `harbor environments schema` through this model. Not
-    # its EnvironmentOptions: ours carries Harbor's keywords too (``.harbor``), hence the ignores.
+    # Harbor 0.26 validates ``--ek`` through it; ours carries Harbor's keywords too, hence the ignores.
     options_model = SandboxOptions  # type: ignore[assignment, unused-ignore]
 
     @classmethod
@@ -70,11 +69,9 @@ class SandboxEnvironment(SkypilotEnvironment):
 
     @classmethod
     def preflight(cls, kwargs: dict[str, Any] | None = None) -> None:
-        """Before Harbor queues trials: the kwargs are valid, and the chosen SDK has what it
-        needs here (``SandboxImplementation.preflight``), exiting with the way out if not.
-        Harbor's ``SkypilotEnvironment.preflight`` is not run: it requires ``sky.sandbox``
-        whatever the SDK. Harbor 0.25 passes no kwargs, so which SDK is chosen is unknown
-        here and nothing is checked (a missing SDK still fails the trial, by name)."""
+        """Before Harbor queues trials: valid kwargs, and what the chosen SDK needs here (not
+        Harbor's, which requires ``sky.sandbox`` whatever the SDK). Harbor 0.25 passes no kwargs:
+        nothing is checked then (a missing SDK still fails the trial, by name)."""
         error_policies.install()  # before Harbor's job runs a trial: our errors' policies
         if HARBOR.options_model:
             cast(Any, super(SkypilotEnvironment, cls)).preflight(kwargs)  # Harbor's base: parse_options
@@ -83,9 +80,8 @@ class SandboxEnvironment(SkypilotEnvironment):
 
     @override
     def _validate_definition(self) -> None:
-        """Harbor's rule, for the pool this environment claims: a generic pool supplies the
-        image, so no definition is needed; a group pool's image is this environment's own,
-        so the task's definition is (Harbor 0.26 reads its options' pool, our base name)."""
+        """Harbor's rule for the pool claimed: a generic pool supplies the image (no definition
+        needed), a group pool's is the task's own (Harbor 0.26 reads the options' base name)."""
         if self._pool:
             if not self._enable_environment_dir_upload:
                 raise ValueError(
@@ -169,8 +165,7 @@ class SandboxEnvironment(SkypilotEnvironment):
             self._state.pool = pool_name_for(options.pool, self.group_key)
 
     def _compose(self, *, owns_itself: bool) -> None:
-        """The collaborators (``assembly.py``); an exec goes through the exec records, then the
-        verifier guard, then Harbor's dispatch."""
+        """The collaborators (``assembly.py``): an exec goes through folds, records, the guard."""
         parts = assemble(self, owns_itself=owns_itself)
         self._losses, self._preparation, self._routes = parts.losses, parts.preparation, parts.routes
         self._images, self._creator, self._guard = parts.images, parts.creator, parts.guard
@@ -299,8 +294,7 @@ class SandboxEnvironment(SkypilotEnvironment):
         await self._creator.terminate()
 
     # ── commands ──────────────────────────────────────────────────────────────────
-    # Every command and transfer goes through the loss guard: a failure asks the SDK whether
-    # the sandbox is still there.
+    # Every command and transfer goes through the loss guard (a failure asks if the sandbox lives).
 
     @override
     async def exec(
@@ -315,10 +309,15 @@ class SandboxEnvironment(SkypilotEnvironment):
             return _done()
         if self._preparation.skips(command, self._resolve_user(user)):
             return _done()
-        async with self._routes.command():
-            return await self._losses.guarded(
+        async with self._routes.command(command) as fold:  # transfers may ride it (exec_folds.py)
+            result = await self._losses.guarded(
                 super().exec(command, cwd=cwd, env=env, timeout_sec=timeout_sec, user=user)
             )
+        return await self._routes.settle(fold, result)
+
+    def logs_follow(self, command: str) -> None:
+        """Harbor reads ``/logs`` right after the next exec of ``command``: the read may ride it."""
+        self._routes.logs_follow(command)
 
     @override
     async def _run_shell(self, command: str, *, timeout_seconds: int) -> ExecResult:
@@ -329,7 +328,8 @@ class SandboxEnvironment(SkypilotEnvironment):
     async def _dispatch_exec(
         self, argv: list[str], *, workdir: str | None, timeout_seconds: int, env: dict[str, str] | None = None
     ) -> Any:
-        """Under an exec record (``exec_records.py``), then behind the verifier guard."""
+        """With the transfers riding it, under an exec record (``exec_records.py``), behind the guard."""
+        argv, timeout_seconds = self._routes.riding_argv(argv, timeout_seconds)
         return await self._exec_records.dispatch(argv, workdir=workdir, timeout_seconds=timeout_seconds, env=env)
 
     @override

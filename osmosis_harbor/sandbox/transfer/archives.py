@@ -241,6 +241,36 @@ class ArchiveTransfers:
         self._forget(lambda s: True)
         return self._staged.clear()
 
+    # ── folds into a command's own exec (``exec_folds.py``) ─────────────────────
+    def take_staged(self) -> tuple[bytes | None, str] | None:
+        """What the next command must see unpacked first (the staged tar and the preparation
+        shell), taken to ride that command; None when nothing is staged."""
+        prefix = self._staged.take_preparations()
+        data = self._staged.take()
+        self._staged.clear()
+        if data is None and not prefix:
+            return None
+        return data, prefix.removesuffix(" && ")
+
+    def fold_roots(self) -> tuple[str, ...]:
+        """The trees a fetch of ``/logs`` packs: ``/logs`` and the companions read after it."""
+        return (LOG_ROOT, *self._companions) if self._get_together is not None else (LOG_ROOT,)
+
+    async def adopt(self, present: tuple[str, ...], fill: Callable[[BinaryIO], Awaitable[None]]) -> None:
+        """A fetch of ``fold_roots()`` made by the pack after a command (``fill`` writes its tar),
+        answering the reads that follow as `_fetch` would have."""
+        archive = tempfile.TemporaryFile()
+        try:
+            await fill(archive)
+            roots = self.fold_roots()
+            also = tuple(r for r in roots[1:] if r in present) + tuple(r for r in roots[1:] if r not in present)
+            snapshot = await asyncio.to_thread(Snapshot, LOG_ROOT, archive, also=also)
+        except BaseException:
+            archive.close()
+            raise
+        self._forget(lambda s: any(s.overlaps(r) for r in snapshot.roots))
+        self._snapshots.append(snapshot)
+
     # ── reads ────────────────────────────────────────────────────────────────
     async def _fetch(self, root: str) -> Snapshot:
         archive = tempfile.TemporaryFile()

@@ -46,6 +46,7 @@ from harbor.environments.base import ExecResult
 
 from osmosis_harbor.errors import UnreadableArchiveError
 from osmosis_harbor.sandbox.transfer.downloads import reported_size
+from osmosis_harbor.sandbox.transfer.exec_folds import FoldedPack, Trailer, UploadFold
 from osmosis_harbor.sandbox.transfer.extract import TransferLimits
 
 __all__ = ["MISSING_EXIT_CODE", "ExecArchives"]
@@ -57,6 +58,7 @@ UNPACK_TIMEOUT_SEC = 120
 GZIP_LEVEL = 1  # the host's CPU matters more than the last bytes of a log tree
 CHUNK = 1 << 20
 
+_EMPTY_TAR = bytes(10240)  # a tar of no members: two zero blocks, padded to one record
 RunShell = Callable[[str, int], Awaitable[ExecResult]]
 WriteBytes = Callable[[bytes, str], Awaitable[None]]
 ReadBytes = Callable[[str], Awaitable[bytes]]
@@ -121,6 +123,36 @@ class ExecArchives:
                 f"Failed to {what} an upload into {path!r} in the sandbox (exit {result.return_code}): "
                 f"{(result.stderr or result.stdout or 'no output').strip()[:500]}"
             )
+
+    # ── folds: the transfers that ride a command's own exec (``exec_folds.py``) ─────────
+    async def upload_fold(self, data: bytes | None, preparation: str) -> UploadFold:
+        """Write the staged ``data`` (a tar; None: only ``preparation`` runs) for the next
+        command to unpack at ``/`` before it runs, after the root shell ``preparation``."""
+        fold = UploadFold.new(self._remote("put"), self._clear_stale() + (preparation or ":"))
+        tar = data if data is not None else _EMPTY_TAR
+        await self._write_bytes(fold.payload(await asyncio.to_thread(gzip.compress, tar, GZIP_LEVEL)), fold.remote)
+        return fold
+
+    def pack_fold(self, roots: tuple[str, ...]) -> FoldedPack:
+        """The pack of ``roots`` to run right after the next command."""
+        return FoldedPack(roots, self._remote("get"), uuid.uuid4().hex[:12])
+
+    async def adopt(self, pack: FoldedPack, trailer: Trailer, into: BinaryIO) -> None:
+        """The archive the pack after a command made, unzipped into ``into`` within the bounds
+        (the read only when it was not delivered inline)."""
+        limits = TransferLimits.current()
+        label = ", ".join(trailer.present)
+        data = trailer.data
+        if data is None:
+            self._stale.append(pack.remote)
+            limits.check_archive(label, trailer.size)
+            data = await self._read_bytes(pack.remote)
+        limits.check_archive(label, len(data))
+        await asyncio.to_thread(_gunzip_bounded, data, into, label, limits)
+
+    def forget_pack(self, pack: FoldedPack) -> None:
+        """A pack after a command that was not adopted: its archive goes with the next command."""
+        self._stale.append(pack.remote)
 
     async def get_together(self, paths: list[str], into: BinaryIO) -> list[str]:
         """One tar of several sandbox paths (members named from ``/``) written to ``into``,
