@@ -48,6 +48,7 @@ from . import soak, soak_checks
 from .common import BenchResult
 from .emulator_server import EMULATOR, EmulatorRun, start_emulator
 from .env import PROJECT, workdir
+from .loop_watch import LoopWatch, watching
 from .soak import Infrastructure
 from .soak_plan import GATE, GRADER, WORKFLOW, Kind, Observed, Plan, SoakConfig, SoakReport, seeded_plans
 
@@ -267,17 +268,18 @@ def make_backend(work: Path, config: EmulatorSoakConfig) -> HarborBackend:
 
 async def drive_all(
     plans: list[Plan], backend: HarborBackend, chat_url: str, config: EmulatorSoakConfig, run: EmulatorRun
-) -> tuple[dict[str, Observed], int]:
-    """Every plan at once through the real server; what has not ended by the deadline is lost."""
+) -> tuple[dict[str, Observed], int, LoopWatch]:
+    """Every plan at once through the real server; what has not ended by the deadline is lost.
+    The loop they share is watched (``loop_watch.py``): a late answer is a stall, or not."""
     infra = EmulatorInfrastructure(backend, run)
     retries = soak.RetryCounter()
     client_log = soak.logging.getLogger(soak.RolloutClient.__module__)
     client_log.addHandler(retries)
     base = config.base
     try:
-        async with serve_locally(backend) as url, soak.controller(url, len(plans)) as client:
+        async with watching() as watch, serve_locally(backend) as url, soak.controller(url, len(plans)) as client:
             tasks = {p.rollout_id: asyncio.create_task(soak.drive(p, client, chat_url, base, infra)) for p in plans}
-            return await soak.collect(tasks, base.deadline), retries.count
+            return await soak.collect(tasks, base.deadline), retries.count, watch
     finally:
         client_log.removeHandler(retries)
 
@@ -286,6 +288,7 @@ async def drive_all(
 class EmulatorSoak:
     report: SoakReport
     findings: FaultFindings
+    watch: LoopWatch
 
 
 async def run_soak(config: EmulatorSoakConfig, work: Path, run: EmulatorRun) -> EmulatorSoak:
@@ -304,7 +307,7 @@ async def run_soak(config: EmulatorSoakConfig, work: Path, run: EmulatorRun) -> 
             await asyncio.to_thread(configure_faults, run, config)
             started = time.perf_counter()
             try:
-                observed, read_retries = await drive_all(plans, backend, chat.base_url, config, run)
+                observed, read_retries, watch = await drive_all(plans, backend, chat.base_url, config, run)
                 wall = time.perf_counter() - started
             finally:
                 await backend.shutdown()
@@ -319,7 +322,7 @@ async def run_soak(config: EmulatorSoakConfig, work: Path, run: EmulatorRun) -> 
     report.key_hits = soak_checks.key_hits(report.plans, [trials, home / ".osmosis"])
     report.hoards_scrubbed = soak_checks.hoards_scrubbed(trials)
     report.unproven = soak_checks.unscrubbed_successes(report, trials)
-    return EmulatorSoak(report, findings)
+    return EmulatorSoak(report, findings, watch)
 
 
 # ── the benchmark ─────────────────────────────────────────────────────────────────────────────
@@ -339,6 +342,11 @@ def to_bench(result: EmulatorSoak, config: EmulatorSoakConfig) -> BenchResult:
     for line in f.unexplained:
         bench.warn(f"UNEXPLAINED: {line}")
     bench.info["unexplained API losses (must be 0)"] = len(f.unexplained)
+    bench.info.update(result.watch.summary())
+    if result.watch.stalls:
+        bench.warn(
+            f"the shared loop stalled {result.watch.max_lag_sec:.1f} s at worst, in:\n{result.watch.worst_stack}"
+        )
     for key, value in summary(result.report).items():
         bench.headline_value(key, value)
     return bench
