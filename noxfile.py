@@ -27,6 +27,7 @@ HARBOR_026_TESTS = (
     "tests/test_prewarm_and_lifecycle.py::test_server_with_prewarm_lifespan_serves_from_a_warm_pool",
     "tests/test_reward_integrity.py",
     "tests/test_lost_sandbox.py",  # a lost sandbox, infra_retries
+    "tests/test_exec_folds.py",  # transfers riding Harbor's verifier command
 )
 
 
