@@ -225,6 +225,21 @@ async def controller(url: str, rollouts: int) -> AsyncIterator[RolloutClient]:
             await client.aclose()
 
 
+# httpcore's pool checks every connection it holds on each request and each response closed,
+# so one pool of N long-polls costs O(N) per call, O(N^2) in all: at N=1000 that stalled the
+# loop the soak shares with the server for seconds (``loop_watch.py`` caught it there). A
+# trainer's controller runs elsewhere; here each client holds a few dozen connections.
+ROLLOUTS_PER_CLIENT = 32
+
+
+@contextlib.asynccontextmanager
+async def controllers(url: str, rollouts: int) -> AsyncIterator[list[RolloutClient]]:
+    """``controller``s for ``rollouts`` in all, ``ROLLOUTS_PER_CLIENT`` to each."""
+    async with contextlib.AsyncExitStack() as stack:
+        count = max(1, -(-rollouts // ROLLOUTS_PER_CLIENT))
+        yield [await stack.enter_async_context(controller(url, ROLLOUTS_PER_CLIENT)) for _ in range(count)]
+
+
 async def collect(tasks: dict[str, asyncio.Task[Observed]], deadline: float) -> dict[str, Observed]:
     """Each rollout's observation once the batch's deadline passes; one still running is
     cancelled and recorded as having no result (the soak counts it, never waits forever)."""
@@ -268,8 +283,11 @@ async def drive_all(plans: list[Plan], backend: HarborBackend, chat_url: str, co
     client_log = logging.getLogger(RolloutClient.__module__)
     client_log.addHandler(retries)
     try:
-        async with serve_locally(backend) as url, controller(url, len(plans)) as client:
-            tasks = {p.rollout_id: asyncio.create_task(drive(p, client, chat_url, config, infra)) for p in plans}
+        async with serve_locally(backend) as url, controllers(url, len(plans)) as clients:
+            tasks = {
+                p.rollout_id: asyncio.create_task(drive(p, clients[i % len(clients)], chat_url, config, infra))
+                for i, p in enumerate(plans)
+            }
             observed = await collect(tasks, config.deadline)
             return Batch(observed, await asyncio.to_thread(own_sandboxes), retries.count)
     finally:

@@ -277,8 +277,11 @@ async def drive_all(
     client_log.addHandler(retries)
     base = config.base
     try:
-        async with watching() as watch, serve_locally(backend) as url, soak.controller(url, len(plans)) as client:
-            tasks = {p.rollout_id: asyncio.create_task(soak.drive(p, client, chat_url, base, infra)) for p in plans}
+        async with watching() as watch, serve_locally(backend) as url, soak.controllers(url, len(plans)) as clients:
+            tasks = {
+                p.rollout_id: asyncio.create_task(soak.drive(p, clients[i % len(clients)], chat_url, base, infra))
+                for i, p in enumerate(plans)
+            }
             return await soak.collect(tasks, base.deadline), retries.count, watch
     finally:
         client_log.removeHandler(retries)
