@@ -177,11 +177,14 @@ def made_environment(task_dir: Path, trial_dir: Path, session_prefix: str) -> Sa
 
 
 @contextlib.asynccontextmanager
-async def started_environment(root: Path, task_id: str) -> AsyncIterator[SandboxEnvironment]:
+async def started_environment(
+    root: Path, task_id: str, *, session_prefix: str | None = None
+) -> AsyncIterator[SandboxEnvironment]:
     """A started Docker sandbox environment for a small task with ``WORKDIR /work``
-    (``made_environment``), stopped and deleted afterwards."""
+    (``made_environment``; its session id from ``session_prefix``, else the task id), stopped
+    and deleted afterwards."""
     task_dir = make_task(root / "ds", task_id, dockerfile="FROM debian:trixie-slim\nWORKDIR /work\n")
-    environment = made_environment(task_dir, root / "trial", task_id)
+    environment = made_environment(task_dir, root / "trial", session_prefix or task_id)
     await environment.start(force_build=False)
     try:
         yield environment

@@ -11,7 +11,6 @@ command, and then a command does forge the failure.
 from __future__ import annotations
 
 import base64
-import contextlib
 from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -24,36 +23,25 @@ from osmosis_harbor.sandbox.environment import routes as environment_routes
 from osmosis_harbor.sandbox.transfer import exec_folds
 from osmosis_harbor.sandbox.transfer.exec_folds import FoldedPack, is_verifier_test_command, read_trailer
 
-from .support import made_environment, make_task
+from .support import started_environment
 
 pytestmark = pytest.mark.slow
 
 TEST_COMMAND = "(/tests/test.sh) > /logs/verifier/test-stdout.txt 2>&1"
 
 
-@contextlib.asynccontextmanager
-async def _environment(root: Path, session: str) -> AsyncIterator[SandboxEnvironment]:
-    task = make_task(root / "ds", "folds", dockerfile="FROM debian:trixie-slim\nWORKDIR /work\n")
-    environment = made_environment(task, root / "trial", session)
-    await environment.start(force_build=False)
-    try:
-        yield environment
-    finally:
-        await environment.stop(delete=True)
-
-
 @pytest.fixture
 async def verifier(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[SandboxEnvironment]:
     """A separate verifier's sandbox (Harbor's session id ``{trial}__verifier__{key}``)."""
     monkeypatch.setattr(environment_routes, "has_archives", lambda _sandbox: False)
-    async with _environment(tmp_path, "folds__verifier__k") as environment:
+    async with started_environment(tmp_path, "folds", session_prefix="folds__verifier__k") as environment:
         yield environment
 
 
 @pytest.fixture
 async def agent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[SandboxEnvironment]:
     monkeypatch.setattr(environment_routes, "has_archives", lambda _sandbox: False)
-    async with _environment(tmp_path, "folds-agent") as environment:
+    async with started_environment(tmp_path, "folds", session_prefix="folds-agent") as environment:
         yield environment
 
 

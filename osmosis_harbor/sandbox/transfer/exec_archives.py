@@ -140,15 +140,10 @@ class ExecArchives:
     async def adopt(self, pack: FoldedPack, trailer: Trailer, into: BinaryIO) -> None:
         """The archive the pack after a command made, unzipped into ``into`` within the bounds
         (the read only when it was not delivered inline)."""
-        limits = TransferLimits.current()
         label = ", ".join(trailer.present)
-        data = trailer.data
-        if data is None:
+        if trailer.data is None:
             self._stale.append(pack.remote)
-            limits.check_archive(label, trailer.size)
-            data = await self._read_bytes(pack.remote)
-        limits.check_archive(label, len(data))
-        await asyncio.to_thread(_gunzip_bounded, data, into, label, limits)
+        await self._receive(trailer.data, pack.remote, trailer.size, into, label)
 
     def forget_pack(self, pack: FoldedPack) -> None:
         """A pack after a command that was not adopted: its archive goes with the next command."""
@@ -200,7 +195,6 @@ class ExecArchives:
         """Run the pack ``command`` (archive at ``remote``, its size on stdout's last line), then
         read and unzip the archive into ``into``, bounded before the read and after it; the
         command's result. ``first``: the path a missing-path exit names."""
-        limits = TransferLimits.current()
         result = await self._run_shell(command, PACK_TIMEOUT_SEC)
         self._stale.append(remote)
         if result.return_code == MISSING_EXIT_CODE:
@@ -210,8 +204,15 @@ class ExecArchives:
                 f"Failed to pack {shown} in the sandbox (exit {result.return_code}): "
                 f"{(result.stderr or result.stdout or 'no output').strip()[:500]}"
             )
-        limits.check_archive(label, reported_size(result) or 0)
-        data = await self._read_bytes(remote)
+        await self._receive(None, remote, reported_size(result) or 0, into, label)
+        return result
+
+    async def _receive(self, data: bytes | None, remote: str, size: int, into: BinaryIO, label: str) -> None:
+        """A packed archive unzipped into ``into`` within the bounds: ``data`` as it came, or
+        read from ``remote`` once the ``size`` the sandbox reported is within them."""
+        limits = TransferLimits.current()
+        if data is None:
+            limits.check_archive(label, size)
+            data = await self._read_bytes(remote)
         limits.check_archive(label, len(data))
         await asyncio.to_thread(_gunzip_bounded, data, into, label, limits)
-        return result
