@@ -58,7 +58,9 @@ class SandboxImplementation:
     started on this machine to serve the SDK (the emulator's on-demand server), called by
     ``stop_local_servers`` when a backend shuts down. ``ready_check``: ``module:function``
     raising `SandboxUnavailableError` when what the SDK talks to is not there (the engine, the
-    emulator, a SkyPilot login), run by `preflight` after the import."""
+    emulator, a SkyPilot login), run by `preflight` after the import. ``warm_interpreters``: the
+    default of ``OSMOSIS_HARBOR_WARM_INTERPRETERS`` on this SDK (baked images start a warm
+    interpreter, ``shim/warm.py``): on where it pays, off where it costs (docs/performance.md)."""
 
     name: str
     module: str
@@ -71,6 +73,7 @@ class SandboxImplementation:
     records_exec_results: bool = False
     local_server: str | None = None
     ready_check: str | None = None
+    warm_interpreters: bool = False
 
     def preflight(self) -> None:
         """Exit with the way out (``SystemExit``, as Harbor's preflight does) unless this SDK
@@ -130,6 +133,7 @@ register(
         missing_hint=SKYPILOT_SDK_MISSING,
         max_concurrent_starts=128,
         records_exec_results=True,
+        warm_interpreters=True,
         ready_check="osmosis_harbor.sandbox.sdk.skypilot_login:check_logged_in",
     )
 )
@@ -143,6 +147,7 @@ register(
         relays_host_endpoint=True,
         max_concurrent_starts=32,
         records_exec_results=True,
+        warm_interpreters=True,
         local_server="osmosis_harbor.sandbox.emulator.server.launcher:stop_started_servers",
         ready_check="osmosis_harbor.sandbox.emulator.server.launcher:check_reachable",
     )
