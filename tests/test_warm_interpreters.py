@@ -87,8 +87,15 @@ async def test_the_warm_child_takes_the_rollouts_environment_before_the_workflow
 ) -> None:
     """The probe reads the rollout id at import: imported after the hand-off, it sees it. Its
     key is in no file and in no process's argv in the sandbox."""
-    target = make_backend(tmp_path, bundles_dir, agent="WarmProbeWorkflow", sdk=sandbox_sdk)
-    result = await rollout(target, fake_chat, "probe", grade=False)
+    target = make_backend(
+        tmp_path,
+        bundles_dir,
+        agent="WarmProbeWorkflow",
+        grader="AnswerGrader",
+        tasks_dir=graded_template(tmp_path),
+        sdk=sandbox_sdk,
+    )
+    result = await rollout(target, fake_chat, "probe")
     assert result.status is RolloutStatus.SUCCESS, result.err_message
     facts = json.loads(result.sample.messages[-1]["content"])
     assert facts["served"] == "served=warm"

@@ -45,6 +45,7 @@ BAKED_GUARD_COMMENT = "# osmosis-harbor baked guard: "
 # the image's ENTRYPOINT starts (the socket's names are the console scripts' half's: handoff.py).
 WARM_DIR = handoff.SOCKET_DIR
 WARM_SOCKET = handoff.SOCKET_PATH
+WARM_LAUNCH_MARKER = handoff.LAUNCH_MARKER
 WARM_MODULE = "osmosis_harbor_shim.warm"
 
 # ── files the shim writes (under agent/ and verifier/) ───────────────────────

@@ -28,11 +28,13 @@ import signal
 import socket
 import struct
 import sys
+import time
 from collections.abc import Sequence
 from typing import Any
 
 __all__ = [
     "FORWARDED_SIGNALS",
+    "LAUNCH_MARKER",
     "MAX_FRAME_BYTES",
     "PROTOCOL",
     "SOCKET_DIR",
@@ -44,6 +46,11 @@ __all__ = [
 
 SOCKET_DIR = "/opt/osmosis/warm"  # root's, mode 0700: only a caller of the warm process's uid reaches it
 SOCKET_PATH = f"{SOCKET_DIR}/shim.sock"
+# Made by the image's ENTRYPOINT before it starts the warm process, removed by that process once it
+# listens (or by the ENTRYPOINT's shell when it exits): while it exists and the socket does not, a
+# warm process is starting, and a run that starts then waits for its socket (STARTUP_WAIT_SEC).
+LAUNCH_MARKER = f"{SOCKET_DIR}/launched"
+STARTUP_WAIT_SEC = 3.0
 PROTOCOL = 1
 MAX_FRAME_BYTES = 1 << 20  # the environment (inline input at most 64 KiB) and argv fit well within
 VERDICT_TIMEOUT_SEC = 10.0  # the warm side's checks take milliseconds; longer means something is wrong
@@ -111,6 +118,14 @@ def _note(text: str) -> None:
         pass
 
 
+def _await_listener(path: str, marker: str) -> None:
+    """A warm process launched a moment ago (a sandbox created for this run) listens within tens
+    of milliseconds of its start: wait for it rather than run cold, within a bound."""
+    deadline = time.monotonic() + STARTUP_WAIT_SEC
+    while not os.path.exists(path) and os.path.exists(marker) and time.monotonic() < deadline:
+        time.sleep(0.002)
+
+
 def hand_off(phase: str, entry: str, path: str = SOCKET_PATH) -> int | None:
     """The exit status of this run served by the warm process at ``path``, or None: run cold.
 
@@ -132,6 +147,7 @@ def hand_off(phase: str, entry: str, path: str = SOCKET_PATH) -> int | None:
 def _offer(sock: socket.socket, phase: str, entry: str, path: str) -> bool:
     """Up to and including the commit; False (nothing committed) when the warm side says no."""
     sock.settimeout(VERDICT_TIMEOUT_SEC)
+    _await_listener(path, os.path.join(os.path.dirname(path), os.path.basename(LAUNCH_MARKER)))
     try:
         sock.connect(path)
     except (FileNotFoundError, ConnectionRefusedError, PermissionError):

@@ -72,6 +72,8 @@ def listen(path: str) -> socket.socket | None:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
     sock.bind(path)
     sock.listen(1)
+    with contextlib.suppress(OSError):  # listening: a caller no longer waits for the socket to appear
+        os.unlink(os.path.join(directory, os.path.basename(handoff.LAUNCH_MARKER)))
     return sock
 
 

@@ -242,12 +242,16 @@ WARM_ENTRYPOINT_COMMENT = "# osmosis-harbor warm interpreter"
 def _warm_lines() -> list[str]:
     """The ENTRYPOINT that starts the warm interpreter, detached (a subshell's background job, so
     init reaps it), then runs the container's command: the sandbox's main process is unchanged.
-    Not added when the task's own final stage sets an ENTRYPOINT (replacing it would change the
-    task). Its directory (root's, 0700) is made by the bundle's layer; the interpreter refuses to
-    listen otherwise."""
+    It first leaves the launch marker (``handoff.LAUNCH_MARKER``: a run that starts before the
+    interpreter listens waits for it), which the interpreter removes once it listens, and the
+    shell when it exits. Not added when the task's own final stage sets an ENTRYPOINT (replacing
+    it would change the task). Its directory (root's, 0700) is made by the bundle's layer; the
+    interpreter refuses to listen otherwise."""
+    marker = contract.WARM_LAUNCH_MARKER
     launch = (
-        f"( {contract.VENV}/bin/python -P -m {contract.WARM_MODULE} </dev/null >/dev/null 2>&1 & ) ; "
-        'exec "$@"'
+        f"{{ : > {marker}; }} 2>/dev/null; "
+        f"( {{ {contract.VENV}/bin/python -P -m {contract.WARM_MODULE}; rm -f {marker}; }} "
+        '</dev/null >/dev/null 2>&1 & ) ; exec "$@"'
     )
     return [
         WARM_ENTRYPOINT_COMMENT,
