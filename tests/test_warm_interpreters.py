@@ -9,19 +9,27 @@ child sets it) and the probe workflow reports the warm child's facts, not by a t
 
 from __future__ import annotations
 
+import contextlib
 import json
+import shlex
 import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 from osmosis_ai.rollout.types import RolloutStatus
 
 from osmosis_harbor.backend import HarborBackend
+from osmosis_harbor.bundle import build_bundle
+from osmosis_harbor.bundle.shim import SHIM_PACKAGE as SHIM
+from osmosis_harbor.sandbox.environment.sandbox_environment import SandboxEnvironment
+from osmosis_harbor.shim import contract
+from osmosis_harbor.tasks.dockerfile import EnvironmentPatch, patch_environment
 
-from .backends import make_backend
+from .backends import GR, PROJECT, WF, make_backend
 from .rollout_server import client_for, serve
 from .sdk_paths import SdkPath
-from .support import graded_template
+from .support import await_until, graded_template, make_task
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("osmosis_home")]
 
@@ -101,3 +109,153 @@ async def test_the_warm_child_takes_the_rollouts_environment_before_the_workflow
     assert facts["served"] == "served=warm"
     assert facts["imported_with_rollout_id"] == facts["rollout_id"] is not None
     assert facts["key_set"] and facts["key_in_cmdline"] == [] and facts["key_in_files"] == []
+
+
+# ── one sandbox, its warm interpreter, and the calls made to it ──────────────────────────────────
+
+CAP_MKNOD = 27  # the capability the verifier guard marks an agent's processes by, where root holds it
+PR_CAPBSET_DROP = 24
+
+
+@contextlib.asynccontextmanager
+async def warm_sandbox(root: Path, bundles_dir: Path, sdk: SdkPath) -> AsyncIterator[tuple[SandboxEnvironment, str]]:
+    """A started sandbox of a baked image with a warm interpreter (the probe workflow's bundle),
+    made the way Harbor makes a trial's, and the agent script's path in it."""
+    from harbor.environments.factory import EnvironmentFactory
+    from harbor.models.task.task import Task
+    from harbor.models.trial.paths import TrialPaths
+
+    info = build_bundle(
+        PROJECT, workflow=f"{WF}:WarmProbeWorkflow", grader=f"{GR}:AnswerGrader", cache_dir=bundles_dir
+    )
+    task_dir = make_task(root / "ds", "warm-sandbox", dockerfile="FROM python:3.12-slim\nWORKDIR /workspace\n")
+    patch = EnvironmentPatch(requirements=list(info.dependencies), wheel=info.wheel, bundle_key=info.key, warm=True)
+    patch_environment(task_dir / "environment", patch)
+    task = Task(task_dir)
+    paths = TrialPaths(root / "trial")
+    paths.mkdir()
+    environment = EnvironmentFactory.create_environment_from_config(
+        sdk.environment(),
+        environment_dir=task.paths.environment_dir,
+        environment_name=task.name,
+        session_id=f"warm-{uuid.uuid4().hex[:8]}",
+        trial_paths=paths,
+        task_env_config=task.config.environment,
+    )
+    assert isinstance(environment, SandboxEnvironment)
+    await environment.start(force_build=False)
+    try:
+        yield environment, f"{contract.VENV}/bin/{info.agent_script}"
+    finally:
+        await environment.stop(delete=True)
+
+
+def probe_env(rollout_id: str, text: str = "probe") -> dict[str, str]:
+    document = {"rollout_id": rollout_id, "prompt": [{"role": "user", "content": text}], "metadata": {}}
+    return {contract.ROLLOUT_INPUT_JSON_ENV: json.dumps(document), contract.ROLLOUT_ID_ENV: rollout_id}
+
+
+def probe_facts(stdout: str | None) -> dict:
+    line = next(line for line in (stdout or "").splitlines() if line.startswith("warm-probe "))
+    return json.loads(line.split(" ", 1)[1])
+
+
+def marked(command: str) -> str:
+    """``command`` in a process whose bounding set lacks the guard's marker capability (what the
+    guard's ``drop`` does to every agent process), run from the bundle's Python."""
+    return (
+        f"{contract.VENV}/bin/python -c 'import ctypes, os, sys; "
+        f"assert ctypes.CDLL(None).prctl({PR_CAPBSET_DROP}, {CAP_MKNOD}) == 0; "
+        "os.execv(\"/bin/sh\", [\"sh\", \"-c\", sys.argv[1]])' " + shlex.quote(command)
+    )
+
+
+def until_listening(seconds: int = 10) -> str:
+    """Shell that waits (bounded) for the warm interpreter's socket: a sandbox started a moment ago."""
+    return f"for i in $(seq 1 {seconds * 100}); do [ -S {contract.WARM_SOCKET} ] && break; sleep 0.01; done; [ -S {contract.WARM_SOCKET} ]"
+
+
+def has_mknod(cap_set: str) -> bool:
+    return bool(int(cap_set, 16) >> CAP_MKNOD & 1)
+
+
+async def test_one_warm_interpreter_serves_one_run_and_the_next_runs_cold(
+    tmp_path: Path, bundles_dir: Path, sandbox_sdk: SdkPath
+) -> None:
+    async with warm_sandbox(tmp_path, bundles_dir, sandbox_sdk) as (sandbox, agent):
+        first = await sandbox.exec(agent, env=probe_env("first"))
+        second = await sandbox.exec(agent, env=probe_env("second"))
+        third = await sandbox.exec(agent, env=probe_env("third"))
+    assert first.return_code == second.return_code == third.return_code == 0, (first, second)
+    facts = [probe_facts(r.stdout) for r in (first, second, third)]
+    assert [f["served"] for f in facts] == ["served=warm", "served=cold", "served=cold"]
+    assert [f["imported_with_rollout_id"] for f in facts] == ["first", "second", "third"]
+    # the warm child's parent is the warm process, started by the image's ENTRYPOINT
+    assert contract.WARM_MODULE in facts[0]["parent"] and contract.WARM_MODULE not in facts[1]["parent"]
+
+
+async def test_a_missing_socket_or_other_privileges_run_cold_and_correct(
+    tmp_path: Path, bundles_dir: Path, sandbox_sdk: SdkPath
+) -> None:
+    async with warm_sandbox(tmp_path / "gone", bundles_dir, sandbox_sdk) as (sandbox, agent):
+        removed = await sandbox.exec(f"{until_listening()} && rm {contract.WARM_SOCKET} && {agent}", env=probe_env("gone"))
+    assert removed.return_code == 0 and probe_facts(removed.stdout)["served"] == "served=cold"
+
+    async with warm_sandbox(tmp_path / "user", bundles_dir, sandbox_sdk) as (sandbox, agent):
+        other_user = await sandbox.exec(agent, env=probe_env("nobody"), user="nobody")
+        root_after = await sandbox.exec(agent, env=probe_env("root"))
+    assert other_user.return_code == 0 and probe_facts(other_user.stdout)["served"] == "served=cold"
+    assert probe_facts(root_after.stdout)["served"] == "served=warm"  # nobody could not even reach it
+
+    async with warm_sandbox(tmp_path / "caps", bundles_dir, sandbox_sdk) as (sandbox, agent):
+        dropped = await sandbox.exec(marked(agent), env=probe_env("marked"))
+    facts = probe_facts(dropped.stdout)
+    assert dropped.return_code == 0 and facts["served"] == "served=cold" and not has_mknod(facts["cap_bnd"])
+    assert "declined this run" in (dropped.stderr or "") + (dropped.stdout or "")
+    assert "CapBnd" in (dropped.stderr or "") + (dropped.stdout or "")
+
+
+async def test_a_marked_workflow_cannot_run_its_code_unmarked_through_the_warm_interpreter(
+    tmp_path: Path, bundles_dir: Path, sandbox_sdk: SdkPath
+) -> None:
+    """The attack: a workflow the guard marked (its processes lack a capability) hands a run of
+    its own code to the warm interpreter, which is unmarked root, to get that code run unmarked.
+    Protected, the interpreter declines and the code runs cold, marked. The positive control is
+    the same attack on a warm interpreter started without the check: the code runs with the
+    capability the guard took away."""
+    async with warm_sandbox(tmp_path / "checked", bundles_dir, sandbox_sdk) as (sandbox, agent):
+        attack = await sandbox.exec(marked(agent), env=probe_env("attack"))
+    protected = probe_facts(attack.stdout)
+    assert protected["served"] == "served=cold" and not has_mknod(protected["cap_bnd"])
+
+    unchecked = (
+        f"from {SHIM} import handoff, warm; listener = warm.listen(handoff.SOCKET_PATH); warm.preload(); "
+        "warm.serve(listener, handoff.SOCKET_PATH, check=lambda conn: None)"
+    )
+    async with warm_sandbox(tmp_path / "control", bundles_dir, sandbox_sdk) as (sandbox, agent):
+        # the product's warm interpreter is replaced by one without the check, as root, unmarked
+        started = await sandbox.exec(
+            f"{until_listening()} && rm -f {contract.WARM_SOCKET} && ( {contract.VENV}/bin/python -P -c "
+            f"{shlex.quote(unchecked)} </dev/null >/dev/null 2>&1 & ) ; {until_listening()}"
+        )
+        assert started.return_code == 0, started
+        attack = await sandbox.exec(marked(agent), env=probe_env("attack"))
+    paid = probe_facts(attack.stdout)
+    assert paid["served"] == "served=warm" and has_mknod(paid["cap_bnd"])  # the attack pays without the check
+
+
+async def test_a_timed_out_exec_kills_its_warm_served_run(tmp_path: Path, bundles_dir: Path, sandbox_sdk: SdkPath) -> None:
+    """Exec timeouts kill the command's session; the warm-served run is in another session (the
+    warm process's child), so the warm process kills it when the command's end of the socket
+    closes."""
+    async with warm_sandbox(tmp_path, bundles_dir, sandbox_sdk) as (sandbox, agent):
+        result = await sandbox.exec(agent, env=probe_env("blocked", "probe block"), timeout_sec=4)
+        assert result.return_code != 0
+        blocked = json.loads((await sandbox.exec("cat /tmp/warm-probe-blocked.json")).stdout or "{}")
+        assert blocked.get("served") == "served=warm", blocked
+
+        async def run_is_gone() -> bool:
+            alive = await sandbox.exec(f"[ -d /proc/{blocked['pid']} ] || [ -d /proc/{blocked['ppid']} ]")
+            return alive.return_code != 0
+
+        await await_until(run_is_gone, timeout=10, what="the warm-served run and its warm process to end")
