@@ -59,8 +59,8 @@ def served(trials: Path, log: str) -> list[str]:
     """The ``served=`` token of each shim summary line in the trials' ``log`` (a path in a trial
     directory: ``agent/workflow.log``, ``verifier/test-stdout.txt``)."""
     tokens = []
-    for log in sorted(trials.glob(f"*/{log}")):
-        for line in log.read_text().splitlines():
+    for found in sorted(trials.glob(f"*/{log}")):
+        for line in found.read_text().splitlines():
             if line.startswith("osmosis-harbor-shim[") and " served=" in line:
                 tokens.append(line.split(" served=", 1)[1].split()[0])
     return tokens
@@ -125,9 +125,7 @@ async def warm_sandbox(root: Path, bundles_dir: Path, sdk: SdkPath) -> AsyncIter
     from harbor.models.task.task import Task
     from harbor.models.trial.paths import TrialPaths
 
-    info = build_bundle(
-        PROJECT, workflow=f"{WF}:WarmProbeWorkflow", grader=f"{GR}:AnswerGrader", cache_dir=bundles_dir
-    )
+    info = build_bundle(PROJECT, workflow=f"{WF}:WarmProbeWorkflow", grader=f"{GR}:AnswerGrader", cache_dir=bundles_dir)
     task_dir = make_task(root / "ds", "warm-sandbox", dockerfile="FROM python:3.12-slim\nWORKDIR /workspace\n")
     patch = EnvironmentPatch(requirements=list(info.dependencies), wheel=info.wheel, bundle_key=info.key, warm=True)
     patch_environment(task_dir / "environment", patch)
@@ -166,7 +164,7 @@ def marked(command: str) -> str:
     return (
         f"{contract.VENV}/bin/python -c 'import ctypes, os, sys; "
         f"assert ctypes.CDLL(None).prctl({PR_CAPBSET_DROP}, {CAP_MKNOD}) == 0; "
-        "os.execv(\"/bin/sh\", [\"sh\", \"-c\", sys.argv[1]])' " + shlex.quote(command)
+        'os.execv("/bin/sh", ["sh", "-c", sys.argv[1]])\' ' + shlex.quote(command)
     )
 
 
@@ -198,7 +196,9 @@ async def test_a_missing_socket_or_other_privileges_run_cold_and_correct(
     tmp_path: Path, bundles_dir: Path, sandbox_sdk: SdkPath
 ) -> None:
     async with warm_sandbox(tmp_path / "gone", bundles_dir, sandbox_sdk) as (sandbox, agent):
-        removed = await sandbox.exec(f"{until_listening()} && rm {contract.WARM_SOCKET} && {agent}", env=probe_env("gone"))
+        removed = await sandbox.exec(
+            f"{until_listening()} && rm {contract.WARM_SOCKET} && {agent}", env=probe_env("gone")
+        )
     assert removed.return_code == 0 and probe_facts(removed.stdout)["served"] == "served=cold"
 
     async with warm_sandbox(tmp_path / "user", bundles_dir, sandbox_sdk) as (sandbox, agent):
@@ -244,7 +244,9 @@ async def test_a_marked_workflow_cannot_run_its_code_unmarked_through_the_warm_i
     assert paid["served"] == "served=warm" and has_mknod(paid["cap_bnd"])  # the attack pays without the check
 
 
-async def test_a_timed_out_exec_kills_its_warm_served_run(tmp_path: Path, bundles_dir: Path, sandbox_sdk: SdkPath) -> None:
+async def test_a_timed_out_exec_kills_its_warm_served_run(
+    tmp_path: Path, bundles_dir: Path, sandbox_sdk: SdkPath
+) -> None:
     """Exec timeouts kill the command's session; the warm-served run is in another session (the
     warm process's child), so the warm process kills it when the command's end of the socket
     closes."""

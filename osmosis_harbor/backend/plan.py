@@ -28,10 +28,10 @@ from harbor.models.trial.config import (
 )
 from osmosis_ai.rollout.types import ExecutionRequest
 
+from osmosis_harbor import settings
 from osmosis_harbor.agents.native import native_agent_config
 from osmosis_harbor.agents.workflow import IMPORT_PATH as WORKFLOW_AGENT
 from osmosis_harbor.agents.workflow import VENV, agent_timeout_budget, bundle_check_command, install_command
-from osmosis_harbor import settings
 from osmosis_harbor.backend.options import BackendOptions
 from osmosis_harbor.backend.outcome import RewardSource
 from osmosis_harbor.bundle.info import BundleInfo

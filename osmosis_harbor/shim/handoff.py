@@ -176,20 +176,20 @@ def _follow(sock: socket.socket) -> int:
         except OSError:
             pass
 
-    for signum in FORWARDED_SIGNALS:
-        signal.signal(signum, forward)
+    for forwarded in FORWARDED_SIGNALS:
+        signal.signal(forwarded, forward)
     try:
         status, _ = recv_frame(sock)
     except (OSError, ValueError, UnicodeError, RecursionError) as exc:
         _note(f"the warm-served run's status was lost ({type(exc).__name__}); failing the run")
         return EXIT_LOST
-    code, signum = status.get("exit"), status.get("signal")
+    code, killed = status.get("exit"), status.get("signal")
     if isinstance(code, int) and not isinstance(code, bool) and 0 <= code <= 255:
         return code
-    if isinstance(signum, int) and not isinstance(signum, bool) and 0 < signum < 65:
+    if isinstance(killed, int) and not isinstance(killed, bool) and 0 < killed < 65:
         for forwarded in FORWARDED_SIGNALS:
             signal.signal(forwarded, signal.SIG_DFL)
-        os.kill(os.getpid(), signum)  # end as the run ended: killed by that signal
-        return 128 + signum
+        os.kill(os.getpid(), killed)  # end as the run ended: killed by that signal
+        return 128 + killed
     _note("the warm-served run's status was unreadable; failing the run")
     return EXIT_LOST
