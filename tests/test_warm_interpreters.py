@@ -12,12 +12,13 @@ from __future__ import annotations
 import contextlib
 import json
 import shlex
+import time
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from osmosis_ai.rollout.types import RolloutStatus
+from osmosis_ai.rollout.types import RolloutErrorCategory, RolloutStatus
 
 from osmosis_harbor.backend import HarborBackend
 from osmosis_harbor.bundle import build_bundle
@@ -109,6 +110,28 @@ async def test_the_warm_child_takes_the_rollouts_environment_before_the_workflow
     assert facts["served"] == "served=warm"
     assert facts["imported_with_rollout_id"] == facts["rollout_id"] is not None
     assert facts["key_set"] and facts["key_in_cmdline"] == [] and facts["key_in_files"] == []
+
+
+async def test_an_agent_timeout_kills_a_warm_served_run(
+    tmp_path: Path, bundles_dir: Path, fake_chat, sandbox_sdk: SdkPath, warm_on: None
+) -> None:
+    """The probe blocks its event loop, so the shim's own deadline cannot end it: Harbor's agent
+    timeout does, through the exec's kill, which reaches the warm-served run (the sandbox test
+    below shows the run itself gone)."""
+    target = make_backend(
+        tmp_path,
+        bundles_dir,
+        agent="WarmProbeWorkflow",
+        grader="AnswerGrader",
+        tasks_dir=graded_template(tmp_path),
+        sdk=sandbox_sdk,
+    )
+    started = time.monotonic()
+    result = await rollout(target, fake_chat, "probe block", agent_timeout_sec=5)
+    assert result.status is RolloutStatus.FAILURE and result.err_category is RolloutErrorCategory.TIMEOUT, result
+    assert time.monotonic() - started < 60
+    (blocked,) = (tmp_path / "trials").glob("*/artifacts/logs/artifacts/warm_probe_blocked.json")
+    assert json.loads(blocked.read_text())["served"] == "served=warm"
 
 
 # ── one sandbox, its warm interpreter, and the calls made to it ──────────────────────────────────
