@@ -23,14 +23,16 @@ from osmosis_ai.rollout.types import RolloutErrorCategory, RolloutStatus
 from osmosis_harbor.backend import HarborBackend
 from osmosis_harbor.bundle import build_bundle
 from osmosis_harbor.bundle.shim import SHIM_PACKAGE as SHIM
+from osmosis_harbor.sandbox import environment_config
 from osmosis_harbor.sandbox.environment.sandbox_environment import SandboxEnvironment
 from osmosis_harbor.shim import contract
-from osmosis_harbor.tasks.dockerfile import EnvironmentPatch, patch_environment
+from osmosis_harbor.tasks.dockerfile import WARM_ENTRYPOINT_COMMENT, EnvironmentPatch, patch_environment
+from osmosis_harbor.tasks.refs import ResolvedTask
 
 from .backends import GR, PROJECT, WF, make_backend
 from .rollout_server import client_for, serve
 from .sdk_paths import SdkPath
-from .support import await_until, graded_template, make_task
+from .support import TASKS, await_until, graded_template, make_task
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("osmosis_home")]
 
@@ -284,3 +286,60 @@ async def test_a_timed_out_exec_kills_its_warm_served_run(
             return alive.return_code != 0
 
         await await_until(run_is_gone, timeout=10, what="the warm-served run and its warm process to end")
+
+
+# ── where the image gets a warm interpreter ─────────────────────────────────────────────────────
+
+
+def test_the_patch_keeps_a_tasks_own_entrypoint_and_needs_a_baked_bundle(tmp_path: Path) -> None:
+    wheel = tmp_path / "bundle-1-py3-none-any.whl"
+    wheel.write_bytes(b"wheel")
+    cases = {
+        "FROM debian:trixie-slim\n": True,
+        'FROM debian:trixie-slim\nENTRYPOINT ["/init"]\n': False,  # the task's own: kept, no warm interpreter
+        'FROM debian:trixie-slim AS base\nENTRYPOINT ["/init"]\nFROM base\nRUN true\n': True,  # not the final stage's
+    }
+    for index, (dockerfile, warm) in enumerate(cases.items()):
+        environment = tmp_path / str(index) / "environment"
+        environment.mkdir(parents=True)
+        (environment / "Dockerfile").write_text(dockerfile)
+        patch_environment(environment, EnvironmentPatch(requirements=[], wheel=wheel, bundle_key="k", warm=True))
+        text = (environment / "Dockerfile").read_text()
+        assert (WARM_ENTRYPOINT_COMMENT in text) is warm, text
+        assert (contract.WARM_MODULE in text) is warm
+    with pytest.raises(ValueError, match="baked bundle"):
+        EnvironmentPatch(requirements=[], warm=True)
+
+
+@pytest.mark.parametrize("sdk", ["docker", "skypilot-emulator"])
+async def test_which_images_start_a_warm_interpreter(
+    tmp_path: Path, bundles_dir: Path, sdk: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The SDK's default (docker off, the SkyPilot path on) unless the setting says; never where
+    the task's tests run in the agent's sandbox under the guard (no unmarked root process within a
+    marked workflow's reach); never for a native agent (no bundle)."""
+    monkeypatch.delenv("OSMOSIS_HARBOR_WARM_INTERPRETERS", raising=False)
+
+    def warm(target: HarborBackend, task: Path) -> bool:
+        copy = target.materialize(
+            ResolvedTask(task_id=task.name, path=task, source="template"), tmp_path / uuid.uuid4().hex, request=None
+        )
+        return WARM_ENTRYPOINT_COMMENT in (copy.path / "environment" / "Dockerfile").read_text()
+
+    environment = environment_config(sdk)
+    graded = make_backend(
+        tmp_path,
+        bundles_dir,
+        agent="OutputWorkflow",
+        grader="AnswerGrader",
+        tasks_dir=graded_template(tmp_path),
+        environment=environment,
+    )
+    guarded = make_backend(tmp_path, bundles_dir, agent="OutputWorkflow", environment=environment)
+    assert warm(graded, graded_template(tmp_path, "graded")) is (sdk != "docker")
+    assert not warm(guarded, TASKS / "template")  # its own tests/: run under the guard
+    monkeypatch.setenv("OSMOSIS_HARBOR_WARM_INTERPRETERS", "1")
+    assert warm(graded, graded_template(tmp_path, "graded-on"))
+    assert not warm(guarded, TASKS / "template")
+    monkeypatch.setenv("OSMOSIS_HARBOR_WARM_INTERPRETERS", "0")
+    assert not warm(graded, graded_template(tmp_path, "graded-off"))
