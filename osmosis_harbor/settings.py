@@ -192,7 +192,7 @@ class Settings(BaseSettings):
         None,
         description="an image with the bundle baked in starts a warm interpreter (osmosis_ai imported) that the "
         "agent's and the grader's runs hand themselves to (osmosis_harbor/shim/warm.py); unset: the SDK's "
-        "default (docker off, skypilot and skypilot-emulator on; docs/performance.md says why)",
+        "default (skypilot and skypilot-emulator on, docker on only with warm pools; docs/performance.md says why)",
     )
     verifier_guard: bool = Field(
         True,

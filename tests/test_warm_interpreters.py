@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from harbor.trial.queue import TrialQueue
 from osmosis_ai.rollout.types import RolloutErrorCategory, RolloutStatus
 
 from osmosis_harbor.backend import HarborBackend
@@ -315,9 +316,10 @@ def test_the_patch_keeps_a_tasks_own_entrypoint_and_needs_a_baked_bundle(tmp_pat
 async def test_which_images_start_a_warm_interpreter(
     tmp_path: Path, bundles_dir: Path, sdk: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The SDK's default (docker off, the SkyPilot path on) unless the setting says; never where
+    """The SDK's default (the SkyPilot path on, docker only with warm pools) unless the setting says; never where
     the task's tests run in the agent's sandbox under the guard (no unmarked root process within a
-    marked workflow's reach); never for a native agent (no bundle)."""
+    marked workflow's reach); never for a native agent (with a grader-only bundle, the agent's
+    sandbox would hold an idle root interpreter within its shell's reach)."""
     monkeypatch.delenv("OSMOSIS_HARBOR_WARM_INTERPRETERS", raising=False)
 
     def warm(target: HarborBackend, task: Path) -> bool:
@@ -337,9 +339,30 @@ async def test_which_images_start_a_warm_interpreter(
     )
     guarded = make_backend(tmp_path, bundles_dir, agent="OutputWorkflow", environment=environment)
     assert warm(graded, graded_template(tmp_path, "graded")) is (sdk != "docker")
+    pooled = make_backend(
+        tmp_path,
+        bundles_dir,
+        agent="OutputWorkflow",
+        grader="AnswerGrader",
+        tasks_dir=graded_template(tmp_path, "p"),
+        environment=environment_config(sdk, pool="warm"),
+    )
+    assert warm(pooled, graded_template(tmp_path, "pooled"))  # docker: on with warm pools
     assert not warm(guarded, TASKS / "template")  # its own tests/: run under the guard
     monkeypatch.setenv("OSMOSIS_HARBOR_WARM_INTERPRETERS", "1")
     assert warm(graded, graded_template(tmp_path, "graded-on"))
     assert not warm(guarded, TASKS / "template")
+    native = HarborBackend(
+        orchestrator=TrialQueue(n_concurrent=1),
+        tasks_dir=graded_template(tmp_path, "native"),
+        agent="terminus-2",
+        grader=f"{GR}:AnswerGrader",
+        grader_config=f"{GR}:fixture_grader_config",
+        code_dir=PROJECT,
+        bundles_dir=bundles_dir,
+        environment_config=environment,
+        trials_dir=tmp_path / "native-trials",
+    )
+    assert native.bundle is not None and not warm(native, graded_template(tmp_path, "native-task"))
     monkeypatch.setenv("OSMOSIS_HARBOR_WARM_INTERPRETERS", "0")
     assert not warm(graded, graded_template(tmp_path, "graded-off"))

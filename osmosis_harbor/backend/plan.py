@@ -132,11 +132,14 @@ class Planner:
 
     @property
     def warm_interpreters(self) -> bool:
-        """Whether baked images start a warm interpreter: the setting, else the SDK's default."""
+        """Whether baked images start a warm interpreter: the setting, else the SDK's default (for
+        ``pools``: whether this environment claims from warm pools)."""
         chosen = settings.current().warm_interpreters
         if chosen is not None:
             return chosen
-        return implementation(SandboxOptions.of(self.environment).sdk).warm_interpreters
+        sandbox = SandboxOptions.of(self.environment)
+        default = implementation(sandbox.sdk).warm_interpreters
+        return default == "on" or (default == "pools" and sandbox.pool is not None)
 
     # ── the task copy ────────────────────────────────────────────────────────
     def materialize(self, plan: RolloutPlan, dest: Path, request: ExecutionRequest | None) -> MaterializedTask:
@@ -182,8 +185,9 @@ class Planner:
                 guard=guard.path if guard else None,
                 guard_sha256=guard.sha256 if guard else None,
                 # Under the guard the agent's processes are marked, so a warm interpreter (unmarked)
-                # could serve none of them: none is started where the workflow could reach it.
-                warm=guard is None and self.warm_interpreters,
+                # could serve none of them: none is started where the workflow could reach it. A
+                # native agent (a grader-only bundle) would leave it idle within its shell's reach.
+                warm=guard is None and not self.options.is_native and self.warm_interpreters,
             )
         copy = prepare_task(
             task,
