@@ -366,3 +366,12 @@ async def test_which_images_start_a_warm_interpreter(
     assert native.bundle is not None and not warm(native, graded_template(tmp_path, "native-task"))
     monkeypatch.setenv("OSMOSIS_HARBOR_WARM_INTERPRETERS", "0")
     assert not warm(graded, graded_template(tmp_path, "graded-off"))
+    chosen = make_backend(  # the environment's own option wins over the setting
+        tmp_path,
+        bundles_dir,
+        agent="OutputWorkflow",
+        grader="AnswerGrader",
+        tasks_dir=graded_template(tmp_path, "c"),
+        environment=environment_config(sdk, warm_interpreters=True),
+    )
+    assert warm(chosen, graded_template(tmp_path, "chosen"))

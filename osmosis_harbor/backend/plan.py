@@ -132,12 +132,15 @@ class Planner:
 
     @property
     def warm_interpreters(self) -> bool:
-        """Whether baked images start a warm interpreter: the setting, else the SDK's default (for
-        ``pools``: whether this environment claims from warm pools)."""
-        chosen = settings.current().warm_interpreters
+        """Whether baked images start a warm interpreter: ``environment_config(warm_interpreters=)``,
+        else the setting, else the SDK's default (for ``pools``: whether this environment claims
+        from warm pools)."""
+        sandbox = SandboxOptions.of(self.environment)
+        chosen = sandbox.warm_interpreters
+        if chosen is None:
+            chosen = settings.current().warm_interpreters
         if chosen is not None:
             return chosen
-        sandbox = SandboxOptions.of(self.environment)
         default = implementation(sandbox.sdk).warm_interpreters
         return default == "on" or (default == "pools" and sandbox.pool is not None)
 
