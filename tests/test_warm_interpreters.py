@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+import secrets
 import shlex
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,7 @@ from osmosis_harbor.bundle import build_bundle
 from osmosis_harbor.bundle.shim import SHIM_PACKAGE as SHIM
 from osmosis_harbor.sandbox import environment_config
 from osmosis_harbor.sandbox.environment.sandbox_environment import SandboxEnvironment
+from osmosis_harbor.sandbox.guard import guard_binary
 from osmosis_harbor.shim import contract
 from osmosis_harbor.tasks.dockerfile import WARM_ENTRYPOINT_COMMENT, EnvironmentPatch, patch_environment
 from osmosis_harbor.tasks.refs import ResolvedTask
@@ -141,6 +143,7 @@ async def test_an_agent_timeout_kills_a_warm_served_run(
 
 CAP_MKNOD = 27  # the capability the verifier guard marks an agent's processes by, where root holds it
 PR_CAPBSET_DROP = 24
+GUARD_UPLOAD = "/var/tmp/osmosis-guard"
 
 
 @contextlib.asynccontextmanager
@@ -185,8 +188,8 @@ def probe_facts(stdout: str | None) -> dict:
 
 
 def marked(command: str) -> str:
-    """``command`` in a process whose bounding set lacks the guard's marker capability (what the
-    guard's ``drop`` does to every agent process), run from the bundle's Python."""
+    """``command`` in a process whose bounding set lacks CAP_MKNOD (a caller with other
+    capabilities than the warm interpreter's), run from the bundle's Python."""
     return (
         f"{contract.VENV}/bin/python -c 'import ctypes, os, sys; "
         f"assert ctypes.CDLL(None).prctl({PR_CAPBSET_DROP}, {CAP_MKNOD}) == 0; "
@@ -241,33 +244,52 @@ async def test_a_missing_socket_or_other_privileges_run_cold_and_correct(
     assert "CapBnd" in (dropped.stderr or "") + (dropped.stdout or "")
 
 
+async def started_guard(sandbox: SandboxEnvironment) -> Callable[[str], str]:
+    """The verifier guard started in ``sandbox`` as the agent environment starts it (while the
+    sandbox is pristine), and the way it runs an agent command: marked (``drop``)."""
+    await sandbox.upload_file(guard_binary().path, GUARD_UPLOAD)
+    started = await sandbox.exec(
+        f"chmod 755 {GUARD_UPLOAD} && exec {GUARD_UPLOAD} start --id {uuid.uuid4().hex[:16]} --workdir /workspace",
+        env={"OSMOSIS_GUARD_KEY": secrets.token_hex(32)},
+        user="root",
+    )
+    assert started.return_code == 0 and (started.stdout or "").startswith("osmosis-guard started pid="), started
+    daemon = int((started.stdout or "").split("pid=")[1].split()[0])
+    return lambda command: f"/proc/{daemon}/exe drop -- sh -c {shlex.quote(command)}"
+
+
 async def test_a_marked_workflow_cannot_run_its_code_unmarked_through_the_warm_interpreter(
     tmp_path: Path, bundles_dir: Path, sandbox_sdk: SdkPath
 ) -> None:
-    """The attack: a workflow the guard marked (its processes lack a capability) hands a run of
-    its own code to the warm interpreter, which is unmarked root, to get that code run unmarked.
-    Protected, the interpreter declines and the code runs cold, marked. The positive control is
-    the same attack on a warm interpreter started without the check: the code runs with the
-    capability the guard took away."""
+    """The attack: a workflow the verifier guard marked (its processes lack a capability, so they
+    cannot reach unmarked ones) hands a run of its own code to the warm interpreter, which is
+    unmarked root, to get that code run unmarked. Protected, the interpreter declines and the code
+    runs cold, marked. The positive control is the same attack on a warm interpreter started
+    without the check: the code runs with the capability the guard took away. (The product starts
+    no warm interpreter where the guard runs, ``test_which_images_start_a_warm_interpreter``; this is
+    the check behind that.)"""
     async with warm_sandbox(tmp_path / "checked", bundles_dir, sandbox_sdk) as (sandbox, agent):
-        attack = await sandbox.exec(marked(agent), env=probe_env("attack"))
+        mark = await started_guard(sandbox)
+        attack = await sandbox.exec(f"{until_listening()} && {mark(agent)}", env=probe_env("attack"))
     protected = probe_facts(attack.stdout)
-    assert protected["served"] == "served=cold" and not has_mknod(protected["cap_bnd"])
+    assert protected["served"] == "served=cold" and not has_mknod(protected["cap_bnd"]), attack
+    assert "declined this run" in (attack.stderr or "") + (attack.stdout or "")
 
     unchecked = (
         f"from {SHIM} import handoff, warm; listener = warm.listen(handoff.SOCKET_PATH); warm.preload(); "
         "warm.serve(listener, handoff.SOCKET_PATH, check=lambda conn: None)"
     )
     async with warm_sandbox(tmp_path / "control", bundles_dir, sandbox_sdk) as (sandbox, agent):
+        mark = await started_guard(sandbox)
         # the product's warm interpreter is replaced by one without the check, as root, unmarked
         started = await sandbox.exec(
             f"{until_listening()} && rm -f {contract.WARM_SOCKET} && ( {contract.VENV}/bin/python -P -c "
             f"{shlex.quote(unchecked)} </dev/null >/dev/null 2>&1 & ) ; {until_listening()}"
         )
         assert started.return_code == 0, started
-        attack = await sandbox.exec(marked(agent), env=probe_env("attack"))
+        attack = await sandbox.exec(mark(agent), env=probe_env("attack"))
     paid = probe_facts(attack.stdout)
-    assert paid["served"] == "served=warm" and has_mknod(paid["cap_bnd"])  # the attack pays without the check
+    assert paid["served"] == "served=warm" and has_mknod(paid["cap_bnd"]), attack  # the attack pays
 
 
 async def test_a_timed_out_exec_kills_its_warm_served_run(
