@@ -132,7 +132,7 @@ async def test_an_agent_timeout_kills_a_warm_served_run(
         sdk=sandbox_sdk,
     )
     started = time.monotonic()
-    result = await rollout(target, fake_chat, "probe block", agent_timeout_sec=5)
+    result = await rollout(target, fake_chat, "probe block", agent_timeout_sec=10)
     assert result.status is RolloutStatus.FAILURE and result.err_category is RolloutErrorCategory.TIMEOUT, result
     assert time.monotonic() - started < 60
     (blocked,) = (tmp_path / "trials").glob("*/artifacts/logs/artifacts/warm_probe_blocked.json")
