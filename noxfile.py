@@ -28,6 +28,9 @@ HARBOR_026_TESTS = (
     "tests/test_reward_integrity.py",
     "tests/test_lost_sandbox.py",  # a lost sandbox, infra_retries
     "tests/test_exec_folds.py",  # transfers riding Harbor's verifier command
+    # warm interpreters through Harbor's trial: served warm, the cold result; its agent timeout
+    "tests/test_warm_interpreters.py::test_a_graded_rollout_is_served_warm_and_gives_the_cold_result",
+    "tests/test_warm_interpreters.py::test_an_agent_timeout_kills_a_warm_served_run",
 )
 
 

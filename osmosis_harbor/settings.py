@@ -188,6 +188,12 @@ class Settings(BaseSettings):
         "write or read plus one command, with write-behind uploads and one /logs snapshot (sandbox/transfer/exec_archives.py); "
         "off: Harbor's own transfer commands",
     )
+    warm_interpreters: bool | None = Field(
+        None,
+        description="an image with the bundle baked in starts a warm interpreter (osmosis_ai imported) that the "
+        "agent's and the grader's runs hand themselves to (osmosis_harbor/shim/warm.py); unset: the SDK's "
+        "default (skypilot and skypilot-emulator on, docker on only with warm pools; docs/performance.md says why)",
+    )
     verifier_guard: bool = Field(
         True,
         description="a task's own tests that run in the agent's sandbox (Harbor's shared verifier) run under the "

@@ -28,6 +28,7 @@ from harbor.models.trial.config import (
 )
 from osmosis_ai.rollout.types import ExecutionRequest
 
+from osmosis_harbor import settings
 from osmosis_harbor.agents.native import native_agent_config
 from osmosis_harbor.agents.workflow import IMPORT_PATH as WORKFLOW_AGENT
 from osmosis_harbor.agents.workflow import VENV, agent_timeout_budget, bundle_check_command, install_command
@@ -37,6 +38,7 @@ from osmosis_harbor.bundle.info import BundleInfo
 from osmosis_harbor.errors import ConfigError
 from osmosis_harbor.sandbox.guard import GuardPlan, guard_binary
 from osmosis_harbor.sandbox.options import SandboxOptions
+from osmosis_harbor.sandbox.sdk.registry import implementation
 from osmosis_harbor.tasks.dockerfile import EnvironmentPatch
 from osmosis_harbor.tasks.materialize import MaterializedTask, prepare_task, stage_rollout
 from osmosis_harbor.tasks.prepared import PreparedCopies
@@ -128,6 +130,20 @@ class Planner:
             return RewardSource.GRADER
         return None
 
+    @property
+    def warm_interpreters(self) -> bool:
+        """Whether baked images start a warm interpreter: ``environment_config(warm_interpreters=)``,
+        else the setting, else the SDK's default (for ``pools``: whether this environment claims
+        from warm pools)."""
+        sandbox = SandboxOptions.of(self.environment)
+        chosen = sandbox.warm_interpreters
+        if chosen is None:
+            chosen = settings.current().warm_interpreters
+        if chosen is not None:
+            return chosen
+        default = implementation(sandbox.sdk).warm_interpreters
+        return default == "on" or (default == "pools" and sandbox.pool is not None)
+
     # ── the task copy ────────────────────────────────────────────────────────
     def materialize(self, plan: RolloutPlan, dest: Path, request: ExecutionRequest | None) -> MaterializedTask:
         """The per-rollout task copy. With the grader as verifier, the grader wheel and its
@@ -171,6 +187,10 @@ class Planner:
                 bundle_key=self.bundle.key,
                 guard=guard.path if guard else None,
                 guard_sha256=guard.sha256 if guard else None,
+                # Under the guard the agent's processes are marked, so a warm interpreter (unmarked)
+                # could serve none of them: none is started where the workflow could reach it. A
+                # native agent (a grader-only bundle) would leave it idle within its shell's reach.
+                warm=guard is None and not self.options.is_native and self.warm_interpreters,
             )
         copy = prepare_task(
             task,

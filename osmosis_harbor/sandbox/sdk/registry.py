@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
-from typing import cast
+from typing import Literal, cast
 
 from osmosis_harbor.errors import ConfigError, DockerSdkMissingError, SandboxSdkMissingError, SandboxUnavailableError
 from osmosis_harbor.sandbox.sdk.protocol import SandboxSdk
@@ -58,7 +58,12 @@ class SandboxImplementation:
     started on this machine to serve the SDK (the emulator's on-demand server), called by
     ``stop_local_servers`` when a backend shuts down. ``ready_check``: ``module:function``
     raising `SandboxUnavailableError` when what the SDK talks to is not there (the engine, the
-    emulator, a SkyPilot login), run by `preflight` after the import."""
+    emulator, a SkyPilot login), run by `preflight` after the import. ``warm_interpreters``: the
+    default of ``OSMOSIS_HARBOR_WARM_INTERPRETERS`` on this SDK (baked images start a warm
+    interpreter, ``shim/warm.py``), measured (docs/performance.md): ``on``, ``off``, or ``pools``
+    (on when the environment claims from warm pools: the local engine's sandboxes share the host's
+    cores, and a sandbox created for its rollout starts its warm import in the rollout's own
+    critical window, which costs more than it saves)."""
 
     name: str
     module: str
@@ -71,6 +76,7 @@ class SandboxImplementation:
     records_exec_results: bool = False
     local_server: str | None = None
     ready_check: str | None = None
+    warm_interpreters: Literal["on", "off", "pools"] = "off"
 
     def preflight(self) -> None:
         """Exit with the way out (``SystemExit``, as Harbor's preflight does) unless this SDK
@@ -121,6 +127,7 @@ register(
         local_images=True,
         max_concurrent_starts=8,
         ready_check="osmosis_harbor.sandbox.docker.engine:check_reachable",
+        warm_interpreters="pools",
     )
 )
 register(
@@ -130,6 +137,7 @@ register(
         missing_hint=SKYPILOT_SDK_MISSING,
         max_concurrent_starts=128,
         records_exec_results=True,
+        warm_interpreters="on",
         ready_check="osmosis_harbor.sandbox.sdk.skypilot_login:check_logged_in",
     )
 )
@@ -143,6 +151,7 @@ register(
         relays_host_endpoint=True,
         max_concurrent_starts=32,
         records_exec_results=True,
+        warm_interpreters="on",
         local_server="osmosis_harbor.sandbox.emulator.server.launcher:stop_started_servers",
         ready_check="osmosis_harbor.sandbox.emulator.server.launcher:check_reachable",
     )
