@@ -83,3 +83,24 @@ async def test_the_graded_cpu_phase_splits_the_servers_cpu_by_thread_family(
     assert not [name for name in split if re.search(r"[_-]\d+$", name)]
     assert split["MainThread"] < figures.per_rollout_s
     assert sum(split.values()) == pytest.approx(figures.per_rollout_s, abs=0.011)  # a clock tick per thread family
+
+
+async def test_the_workers_figures_at_the_smallest_size(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``bench.workers`` at its smallest (``--smallest``): servers of 1 and 2 worker processes,
+    every figure the issue names finite and under its key, the 2-worker front's CPU below what
+    all its processes spent (the trials' work ran in the workers), and nothing left behind."""
+    from bench import workers as workers_bench
+
+    monkeypatch.setattr(workers_bench, "workdir", lambda name: tmp_path)
+    result = await workers_bench.run(False, smallest=True, workers=2)
+
+    head = result.headline
+    assert set(head["completions_per_s"]) == {"1", "2"}  # type: ignore[arg-type]
+    assert all(v > 0 for v in head["completions_per_s"].values())  # type: ignore[union-attr]
+    for key in ("front_cpu_per_rollout_s", "total_cpu_per_rollout_s", "single_process_cpu_per_rollout_s"):
+        assert head[key] is not None and math.isfinite(head[key]) and head[key] > 0, key
+    assert head["front_cpu_per_rollout_s"] < head["total_cpu_per_rollout_s"]
+    assert head["in_flight"] == 2.0  # both gated rollouts waited in their sandboxes at once
+    assert head["front_loop_lag_p99_ms"] is not None and math.isfinite(head["front_loop_lag_p99_ms"])
+    assert not result.warnings, result.warnings  # a leftover of any server process is one
+    assert result.info["server_leftovers"] == 0
