@@ -176,7 +176,7 @@ async def run(quick: bool, *, smallest: bool = False, workers: int = DEFAULT_WOR
     for n, phase in phases.items():
         result.headline_value(f"completions_per_s_{n}", phase.completions_per_s)
     # the object the issue names, keyed by worker count (the JSON's "workers" key lifts it)
-    result.headline["completions_per_s"] = {str(n): round(p.completions_per_s, 3) for n, p in phases.items()}  # type: ignore[assignment]
+    result.headline["completions_per_s"] = {str(n): round(p.completions_per_s, 3) for n, p in phases.items()}
     left = left + [name for phase in phases.values() for name in phase.left]
     result.info.update(
         workers=workers, rollouts_per_phase=size.rollouts, in_flight_asked=size.in_flight, server_leftovers=len(left)

@@ -238,3 +238,34 @@ def test_workers_setting_and_prewarm_refusal(tmp_path, bundles_dir, monkeypatch)
     finally:
         asyncio.run(backend.shutdown())
     assert all(h.process.returncode == 0 for h in backend.front.handles)
+
+
+async def test_a_cancelled_execute_stops_its_trial_in_the_worker(tmp_path, bundles_dir, fake_chat, api_key):
+    """What a drain or an expired lease does (the server cancels execute()): the front has the
+    worker stop the trial and waits for it, so the sandbox is gone when the cancellation lands."""
+    from osmosis_ai.rollout.context import RolloutContext
+    from osmosis_ai.rollout.types import ExecutionRequest
+
+    backend = workers_backend(tmp_path, bundles_dir)
+    assert backend.front is not None
+    rid = f"drained-{uuid.uuid4().hex[:6]}"
+
+    async def execute():
+        with RolloutContext(chat_completions_url=fake_chat.base_url, api_key=api_key, rollout_id=rid):
+            return await backend.execute(
+                ExecutionRequest(id=rid, prompt=[{"role": "user", "content": SLEEP}], grade=False)
+            )
+
+    try:
+        task = asyncio.create_task(execute())
+        await await_until(lambda: asyncio.sleep(0, asked(fake_chat, SLEEP)), timeout=300, what="the sandbox up")
+        owner = worker_pid(backend, rid)
+        assert owner is not None and managed_containers(owner_pid=owner)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert backend.rollout_status(rid)["status"] == "cancelled"
+        assert managed_containers(owner_pid=owner) == []  # removed before the cancellation landed
+        assert backend.health()["in_flight"] == 0
+    finally:
+        await backend.shutdown()
