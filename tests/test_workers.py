@@ -109,13 +109,13 @@ async def test_status_and_cancel_reach_the_owning_worker(tmp_path, bundles_dir, 
     assert backend.front is not None
     ids = [f"cancel-{i}-{uuid.uuid4().hex[:6]}" for i in range(3)]
     async with serve(backend) as url, client_for(url) as client, http_to(url) as http:
-        running = [await start(client, fake_chat, api_key, f"{SLEEP} #{i}", ids[i]) for i in range(2)]
+        running = [await start(client, fake_chat, api_key, f"{SLEEP} #{ids[i]}", ids[i]) for i in range(2)]
         await await_until(
-            lambda: asyncio.sleep(0, asked(fake_chat, f"{SLEEP} #0") and asked(fake_chat, f"{SLEEP} #1")),
+            lambda: asyncio.sleep(0, asked(fake_chat, ids[0]) and asked(fake_chat, ids[1])),
             timeout=300,
             what="both sleeping workflows running",
         )
-        queued = await start(client, fake_chat, api_key, f"{SLEEP} #2", ids[2])
+        queued = await start(client, fake_chat, api_key, f"{SLEEP} #{ids[2]}", ids[2])
         await await_until(
             lambda: asyncio.sleep(0, backend.rollout_status(ids[2]) is not None), timeout=30, what="queued admitted"
         )
@@ -142,8 +142,8 @@ async def test_a_killed_worker_loses_only_its_rollout(tmp_path, bundles_dir, fak
     assert backend.front is not None
     doomed, other, after = (f"{n}-{uuid.uuid4().hex[:6]}" for n in ("doomed", "other", "after"))
     async with serve(backend) as url, client_for(url) as client, http_to(url) as http:
-        sleeping = await start(client, fake_chat, api_key, SLEEP, doomed)
-        await await_until(lambda: asyncio.sleep(0, asked(fake_chat, SLEEP)), timeout=300, what="the sandbox up")
+        sleeping = await start(client, fake_chat, api_key, f"{SLEEP} #{doomed}", doomed)
+        await await_until(lambda: asyncio.sleep(0, asked(fake_chat, doomed)), timeout=300, what="the sandbox up")
         quick = await start(client, fake_chat, api_key, QUICK, other)
         victim = worker_pid(backend, doomed)
         assert victim is not None and worker_pid(backend, other) not in (None, victim)
@@ -166,12 +166,14 @@ async def test_a_killed_worker_loses_only_its_rollout(tmp_path, bundles_dir, fak
         )
         assert victim not in {h.pid for h in backend.front.handles}
         # the replacement takes the next rollout: the least loaded, the other holds one more
-        blocker = await start(client, fake_chat, api_key, f"{SLEEP} #blocker", f"blocker-{after}")
+        blocker = await start(client, fake_chat, api_key, f"{SLEEP} #blocker-{after}", f"blocker-{after}")
         follow = await start(client, fake_chat, api_key, f"{QUICK} again", after)
         served_by = worker_pid(backend, after)
         assert served_by is not None and served_by != worker_pid(backend, f"blocker-{after}")
         assert (await follow.wait_for_completion()).status is RolloutStatus.SUCCESS
-        await await_until(lambda: asyncio.sleep(0, asked(fake_chat, "blocker")), timeout=300, what="the blocker up")
+        await await_until(
+            lambda: asyncio.sleep(0, asked(fake_chat, f"blocker-{after}")), timeout=300, what="the blocker up"
+        )
         backend.cancel_rollouts(ids=[f"blocker-{after}"])
         assert (await blocker.wait_for_completion()).status is RolloutStatus.CANCELLED
     assert sandbox_sdk.sandboxes_left() == []
@@ -186,9 +188,14 @@ async def test_shutdown_with_rollouts_in_flight_drains_every_worker(tmp_path, bu
     handles = list(backend.front.handles)
     results = []
     async with serve(backend) as url, client_for(url) as client:
-        runs = [await start(client, fake_chat, api_key, f"{SLEEP} #drain{i}", f"drain-{i}") for i in range(2)]
+        runs = [
+            await start(client, fake_chat, api_key, f"{SLEEP} #drain-{i}-{api_key[-6:]}", f"drain-{i}")
+            for i in range(2)
+        ]
         await await_until(
-            lambda: asyncio.sleep(0, asked(fake_chat, "drain0") and asked(fake_chat, "drain1")),
+            lambda: asyncio.sleep(
+                0, asked(fake_chat, f"drain-0-{api_key[-6:]}") and asked(fake_chat, f"drain-1-{api_key[-6:]}")
+            ),
             timeout=300,
             what="both workers running a rollout",
         )
@@ -253,12 +260,15 @@ async def test_a_cancelled_execute_stops_its_trial_in_the_worker(tmp_path, bundl
     async def execute():
         with RolloutContext(chat_completions_url=fake_chat.base_url, api_key=api_key, rollout_id=rid):
             return await backend.execute(
-                ExecutionRequest(id=rid, prompt=[{"role": "user", "content": SLEEP}], grade=False)
+                ExecutionRequest(id=rid, prompt=[{"role": "user", "content": f"{SLEEP} #{rid}"}], grade=False)
             )
 
     try:
         task = asyncio.create_task(execute())
-        await await_until(lambda: asyncio.sleep(0, asked(fake_chat, SLEEP)), timeout=300, what="the sandbox up")
+        await await_until(
+            lambda: asyncio.sleep(0, asked(fake_chat, rid) or task.done()), timeout=300, what="the sandbox up"
+        )
+        assert not task.done(), task.result().result
         owner = worker_pid(backend, rid)
         assert owner is not None and managed_containers(owner_pid=owner)
         task.cancel()
