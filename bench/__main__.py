@@ -127,7 +127,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         type=int,
         default=None,
         metavar="N",
-        help="rollouts held in flight at once by the scale benchmark (default 300; 24 with --quick)",
+        help="rollouts held in flight at once by the scale benchmark (default 300; 24 with --quick) and by "
+        "workers' in-flight phase (default 1,000; 24 with --quick)",
     )
     parser.add_argument(
         "--soak-n",

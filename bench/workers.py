@@ -147,8 +147,11 @@ async def in_flight_phase(
     return held, percentile(lag, 99), server.removed
 
 
-async def run(quick: bool, *, smallest: bool = False, workers: int = DEFAULT_WORKERS) -> BenchResult:
-    size = sizes(quick, smallest)
+async def run(
+    quick: bool, *, smallest: bool = False, workers: int = DEFAULT_WORKERS, scale_n: int | None = None
+) -> BenchResult:
+    """``scale_n`` (``--scale-n``): how many the in-flight phase holds (default 1,000; 24 quick)."""
+    size = sizes(quick, smallest, scale_n)
     counts = sorted({1, 2, workers})
     result = BenchResult(NAME, f"{TITLE} (N={workers})")
     work = workdir(NAME)
