@@ -279,3 +279,30 @@ async def test_a_cancelled_execute_stops_its_trial_in_the_worker(tmp_path, bundl
         assert backend.health()["in_flight"] == 0
     finally:
         await backend.shutdown()
+
+
+def test_workers_of_a_killed_front_remove_their_sandboxes_and_exit(tmp_path, bundles_dir, fake_chat):
+    """The front SIGKILLed with a rollout in each worker's sandbox: the workers see their socket
+    close, shut their backends down (the sandboxes go) and exit; nothing of theirs is left."""
+    import json
+    import subprocess
+    import sys
+
+    from .support import REPO, process_alive, wait_until
+
+    argv = [sys.executable, "-m", "tests.workers_front", "--work", str(tmp_path), "--bundles", str(bundles_dir)]
+    front = subprocess.Popen([*argv, "--chat", fake_chat.base_url], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    try:
+        line = front.stdout.readline()  # once both rollouts run (the trials left the queues)
+        pids = json.loads(line)["workers"]
+        wait_until(
+            lambda: asked(fake_chat, "front-a") and asked(fake_chat, "front-b"), timeout=300, what="both sandboxes up"
+        )
+        assert all(managed_containers(owner_pid=pid) for pid in pids)
+        front.kill()
+        front.wait()
+        wait_until(lambda: not any(process_alive(pid) for pid in pids), timeout=180, what="the workers gone")
+        assert all(managed_containers(owner_pid=pid) == [] for pid in pids)
+    finally:
+        front.kill()
+        front.wait()

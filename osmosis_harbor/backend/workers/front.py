@@ -69,7 +69,7 @@ class WorkerFront:
         self.restarts = 0
         self._owners: dict[str, WorkerHandle] = {}
         self._generation = 0
-        self._attached = False
+        self._attaching: asyncio.Future[None] | None = None
         self._restarting: set[asyncio.Task[None]] = set()
         self.handles = [self._spawn(i) for i in range(count)]
         try:
@@ -97,10 +97,13 @@ class WorkerFront:
         return WorkerHandle(index, init)
 
     async def _attach(self) -> None:
-        """Move every worker's socket onto the running loop (once, on first use)."""
-        if self._attached:
-            return
-        self._attached = True
+        """Move every worker's socket onto the running loop, once: concurrent first rollouts
+        all wait for the same attachment."""
+        if self._attaching is None:
+            self._attaching = asyncio.ensure_future(self._attach_all())
+        await asyncio.shield(self._attaching)
+
+    async def _attach_all(self) -> None:
         for handle in self.handles:
             if not handle.attached:
                 await handle.attach(self._on_death)
