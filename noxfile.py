@@ -31,6 +31,7 @@ HARBOR_026_TESTS = (
     # warm interpreters through Harbor's trial: served warm, the cold result; its agent timeout
     "tests/test_warm_interpreters.py::test_a_graded_rollout_is_served_warm_and_gives_the_cold_result",
     "tests/test_warm_interpreters.py::test_an_agent_timeout_kills_a_warm_served_run",
+    "tests/test_workers.py",  # workers=N: each worker's queue rebuilt from the user's (harbor_compat/queue_facts.py)
 )
 
 

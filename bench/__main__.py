@@ -3,7 +3,8 @@
 ``--env docker`` (the default) runs the Docker benchmarks; ``--env skypilot-emulator`` runs the
 SkyPilot path on a skypilot-emulator server the run starts (``bench.emulator_path``: its floor
 beside Docker's, calls without archives, warm pool against cold create at ``--cold-create-sec`` /
-``--pool-claim-sec``); both ``--env`` flags run both in one run, with one targets table. ``soak`` exists on both
+``--pool-claim-sec``); ``--only scale`` also runs ``workers`` (``bench.workers``: the server with
+``--workers N`` worker processes against one); both ``--env`` flags run both in one run, with one targets table. ``soak`` exists on both
 paths: on the emulator it is ``soak-emulator`` (``bench.soak_emulator``: API faults and
 evictions), selected by ``--only soak`` (or its own name) with ``--env skypilot-emulator``.
 
@@ -11,8 +12,8 @@ Each benchmark prints a table (medians, p90, its same-run baseline and the ratio
 whole run is written to JSON after every benchmark, so a crash keeps what was measured.
 The run ends with the targets table (``bench.targets``) for what it measured. ``--only incumbent``
 (never run by default) puts osmosis-ai 0.3.8's own Harbor backend beside ours (``bench.incumbent``).
-The scale, incumbent, emulator and emulator-soak figures are also written at the top level of
-the JSON (``"scale"``, ``"incumbent"``, ``"emulator"``, ``"soak_emulator"``).
+The scale, workers, incumbent, emulator and emulator-soak figures are also written at the top
+level of the JSON (``"scale"``, ``"workers"``, ``"incumbent"``, ``"emulator"``, ``"soak_emulator"``).
 HOME points at a temporary directory for the run (the osmosis server saves trajectories
 under ``~/.osmosis``). After each benchmark the engine is checked for anything this
 process still owns; leftovers are reported as a WARNING line and removed.
@@ -50,6 +51,7 @@ BENCHMARKS: tuple[str, ...] = (
     "soak",
     "transfer",
     "scale",
+    "workers",
 )
 # Run only when named with --only: the incumbent needs uv (its harbor extra's pin) beside this
 # interpreter and builds an image of its own.
@@ -57,6 +59,9 @@ OPT_IN_BENCHMARKS: tuple[str, ...] = ("incumbent",)
 EMULATOR_BENCHMARKS: tuple[str, ...] = ("emulator", "soak-emulator")
 # Benchmarks a name selects on the emulator path besides itself: ``--only soak`` runs both soaks.
 EMULATOR_TWINS = {"soak": "soak-emulator"}
+# Benchmarks a name selects on the Docker path besides itself: ``--only scale`` measures the
+# workers too (``bench.workers``: one server process against N).
+DOCKER_TWINS = {"scale": "workers"}
 ON_REQUEST: tuple[str, ...] = ("soak-emulator",)  # long: run only when named in --only
 ENVS: tuple[str, ...] = ("docker", "skypilot-emulator")
 MODULES = {
@@ -69,6 +74,7 @@ TOP_LEVEL: dict[str, str] = {
     "scale": "scale",
     "incumbent": "incumbent",
     "soak-emulator": "soak_emulator",
+    "workers": "workers",  # front_cpu_per_rollout_s, completions_per_s keyed by worker count, ...
     "emulator": "emulator",  # sdk_calls_graded, sdk_calls_trivial, sdk_sec_graded_at_80ms among its figures
 }
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "latest.json"
@@ -121,7 +127,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         type=int,
         default=None,
         metavar="N",
-        help="rollouts held in flight at once by the scale benchmark (default 300; 24 with --quick)",
+        help="rollouts held in flight at once by the scale benchmark (default 300; 24 with --quick) and by "
+        "workers' in-flight phase (default 1,000; 24 with --quick)",
     )
     parser.add_argument(
         "--soak-n",
@@ -129,6 +136,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         default=None,
         metavar="N",
         help="rollouts of the soak (default 200 on docker, 500 on skypilot-emulator; 50 with --quick)",
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=2,
+        metavar="N",
+        help="worker processes the workers benchmark sets against one (default 2; it also measures 1 and 2)",
     )
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"JSON results (default: {DEFAULT_OUT})")
     parser.add_argument(
@@ -139,6 +153,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.scale_n is not None and args.scale_n < 1:
         parser.error(f"--scale-n must be 1 or more, got {args.scale_n}")
+    if args.workers < 2:
+        parser.error(f"--workers must be 2 or more, got {args.workers}")
     if args.soak_n is not None and args.soak_n < 2:
         parser.error(f"--soak-n must be 2 or more, got {args.soak_n}")
     if args.latency_ms < 0:
@@ -151,6 +167,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     selected = [n.strip() for item in args.only for n in item.split(",") if n.strip()]
     if "skypilot-emulator" in envs:
         selected += [EMULATOR_TWINS[n] for n in selected if n in EMULATOR_TWINS]
+    if "docker" in envs:
+        selected += [DOCKER_TWINS[n] for n in selected if n in DOCKER_TWINS]
     unknown = [n for n in selected if n not in available and not (n in EMULATOR_TWINS and "docker" not in envs)]
     if unknown:
         parser.error(
@@ -164,7 +182,7 @@ def load(name: str, args: argparse.Namespace) -> Callable[[bool], Awaitable[Benc
     """The benchmark's ``run(quick)``, given the options it takes (latency, scale N, emulator create times)."""
     run = importlib.import_module(MODULES.get(name, f"bench.{name}")).run
     parameters = inspect.signature(run).parameters
-    names = ("latency_ms", "scale_n", "soak_n", "cold_create_sec", "pool_claim_sec", "smallest")
+    names = ("latency_ms", "scale_n", "soak_n", "cold_create_sec", "pool_claim_sec", "smallest", "workers")
     options = {k: getattr(args, k) for k in names}
     return functools.partial(run, **{k: v for k, v in options.items() if k in parameters})
 

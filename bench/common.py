@@ -98,7 +98,8 @@ class BenchResult:
     ratios: list[Ratio] = field(default_factory=list)
     info: dict[str, Any] = field(default_factory=dict)  # counts and facts (builds, leaks, sizes)
     # The values the issue-10 targets table reads (``bench.targets``), by stable key.
-    headline: dict[str, float | None] = field(default_factory=dict)
+    # A value may be an object of figures too (``workers``' completions_per_s, keyed by worker count).
+    headline: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     wall_sec: float = 0.0
@@ -138,7 +139,9 @@ class BenchResult:
         }
 
 
-def _num(value: float | None) -> float | None:
+def _num(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _num(v) for k, v in value.items()}
     return None if value is None or math.isnan(value) else round(value, 6)
 
 

@@ -53,6 +53,7 @@ def make_backend(
     max_queue_depth: int | None = None,
     grader: str | None = None,
     sdk: str = "docker",
+    workers: int = 1,
     **env_kwargs: Any,
 ) -> HarborBackend:
     """A HarborBackend on sandboxes of ``sdk`` (local Docker by default) that reach a policy on
@@ -74,6 +75,7 @@ def make_backend(
         trials_dir=work / "trials",
         cleanup_successful_trials=cleanup_successful_trials,
         max_queue_depth=max_queue_depth,
+        workers=workers,
     )
 
 

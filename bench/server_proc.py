@@ -43,6 +43,7 @@ def make_ours(spec: ServerSpec) -> Any:
         n_concurrent=spec.n_concurrent,
         grader="AnswerGrader" if spec.graded else None,
         sdk=spec.sdk,
+        workers=spec.workers,
         **({"tasks_dir": tasks_dir} if tasks_dir else {}),
         **pool,
     )
@@ -59,6 +60,7 @@ class ServerSpec:
     graded: bool = False
     sdk: str = "docker"  # ours: the sandbox SDK (docker or skypilot-emulator)
     pool_size: int = 0  # ours: > 0 claims from a warm pool of this size, made by the prewarm at start
+    workers: int = 1  # ours: worker processes (``HarborBackend(workers=)``; > 1: no prewarm, it is refused)
     make: Callable[[ServerSpec], Any] = make_ours
     dispose: Callable[[Any], Awaitable[None]] = dispose
 
@@ -106,7 +108,8 @@ async def _serve(spec: ServerSpec, conn: Connection) -> None:
     probe_task = asyncio.create_task(probe.run())
     profiler: _Profiler | None = None
     try:
-        await backend.prewarm()
+        if spec.workers == 1:
+            await backend.prewarm()
         async with serve_locally(backend) as url:
             conn.send(("ready", url))
             while True:
@@ -147,6 +150,15 @@ def _thread_cpu_sec(task: Path) -> float:
         return (int(fields[11]) + int(fields[12])) / _TICKS
 
 
+def pid_cpu_sec(pid: int) -> float | None:
+    """utime + stime of a live process (all its threads); None once it has gone."""
+    try:
+        fields = _stat_fields(Path(f"/proc/{pid}/stat"))
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / _TICKS
+
+
 def _stat_fields(stat: Path) -> list[str]:
     """A /proc ``stat`` line's fields after the command name (which may hold spaces and
     parentheses): index 11 is utime, 12 stime, 13 and 14 the waited-for children's."""
@@ -163,6 +175,8 @@ class ServerProcess:
         self._process = ctx.Process(target=_child, args=(spec, child_conn), daemon=True)
         self._start_timeout = start_timeout
         self.url = ""
+        self.worker_pids: list[int] = []  # its worker processes (workers > 1), whose sandboxes carry their pids
+        self.removed: list[str] = []  # what closing found left behind, and removed
 
     @property
     def pid(self) -> int:
@@ -177,6 +191,7 @@ class ServerProcess:
         if status != "ready":
             raise RuntimeError(f"the rollout server process failed to start: {value}")
         self.url = value
+        self.worker_pids = self.child_pids()
         return self
 
     async def __aexit__(self, *exc: Any) -> None:
@@ -196,8 +211,10 @@ class ServerProcess:
         if self._process.is_alive():
             self._process.kill()
             await asyncio.to_thread(self._process.join, 10)
-        removed = await asyncio.to_thread(docker_sdk.remove_all, owner_pid=self.pid)
-        return [r.name for r in removed]
+        for owner in (self.pid, *self.worker_pids):
+            removed = await asyncio.to_thread(docker_sdk.remove_all, owner_pid=owner)
+            self.removed += [r.name for r in removed]
+        return list(self.removed)
 
     def cpu_sec(self) -> float:
         """utime + stime of the child (all its threads, and any children it waited for)."""
@@ -223,6 +240,16 @@ class ServerProcess:
             family = _THREAD_NUMBER.sub("", names.get(int(task.name), "other"))
             spent[family] += seconds
         return dict(spent)
+
+    def child_pids(self) -> list[int]:
+        """The child's own children (its worker processes, with ``workers`` > 1)."""
+        found: list[int] = []
+        for task in Path(f"/proc/{self.pid}/task").iterdir():
+            try:
+                found += [int(p) for p in (task / "children").read_text().split()]
+            except OSError:
+                continue
+        return found
 
     def rss_mib(self) -> float:
         for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():

@@ -81,6 +81,17 @@ TARGETS: tuple[Target, ...] = (
         "s",
         None,
     ),
+    # HarborBackend(workers=N): the front process and N workers (``bench.workers``)
+    Target("workers: front (server process) CPU per rollout", "workers", "front_cpu_per_rollout_s", "s", 0.015),
+    Target("workers: all processes' CPU per rollout", "workers", "total_cpu_per_rollout_s", "s", None),
+    Target(
+        "workers: one process's CPU per rollout (workers=1)", "workers", "single_process_cpu_per_rollout_s", "s", None
+    ),
+    Target("workers: all processes' CPU / one process's", "workers", "total_over_single", "x", 1.2),
+    Target("workers: completions per second, workers=1", "workers", "completions_per_s_1", "/s", None),
+    Target("workers: completions per second, workers=2", "workers", "completions_per_s_2", "/s", None),
+    Target("workers: rollouts in flight through the front", "workers", "in_flight", "calls", 1000, operator.ge),
+    Target("workers: front loop lag p99 with them in flight", "workers", "front_loop_lag_p99_ms", "ms", 50.0),
     # the side-by-side with osmosis-ai 0.3.8's own Harbor backend (``bench.incumbent``)
     Target("ours / incumbent: host CPU per graded rollout", "incumbent", "cpu_ratio", "x", 0.15),
     Target("ours / incumbent: sequential latency", "incumbent", "latency_ratio", "x", 0.20),

@@ -101,6 +101,13 @@ class Settings(BaseSettings):
         120.0, gt=0, description='pool_size="auto": no claim this long shrinks a pool to pool_min'
     )
     pool_autoscale_interval_sec: float = Field(5.0, gt=0, description='pool_size="auto": how often pools are resized')
+    workers: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="worker processes a HarborBackend runs its trials in when workers= is not passed (1: in the "
+        "server's own process)",
+    )
     harbor_fastpaths: bool = Field(
         True,
         description="Harbor's per-trial task checks run in their faster, equivalent form (harbor_compat/fastpaths.py)",

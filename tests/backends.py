@@ -28,10 +28,11 @@ def make_backend(
     task_mode: str = "template",
     sdk: SdkPath = DOCKER,
     environment: EnvironmentConfig | None = None,
+    orchestrator: TrialQueue | None = None,
     **kwargs,
 ) -> HarborBackend:
     return HarborBackend(
-        orchestrator=TrialQueue(n_concurrent=3),
+        orchestrator=orchestrator or TrialQueue(n_concurrent=3),
         tasks_dir=tasks_dir,
         task_mode=task_mode,
         agent=f"{WF}:{agent}",

@@ -83,3 +83,55 @@ async def test_the_graded_cpu_phase_splits_the_servers_cpu_by_thread_family(
     assert not [name for name in split if re.search(r"[_-]\d+$", name)]
     assert split["MainThread"] < figures.per_rollout_s
     assert sum(split.values()) == pytest.approx(figures.per_rollout_s, abs=0.011)  # a clock tick per thread family
+
+
+async def test_the_workers_figures_at_the_smallest_size(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``bench.workers`` at its smallest (``--smallest``): servers of 1 and 2 worker processes,
+    every figure the issue names finite and under its key, the 2-worker front's CPU below what
+    all its processes spent (the trials' work ran in the workers), and nothing left behind."""
+    from bench import workers as workers_bench
+
+    monkeypatch.setattr(workers_bench, "workdir", lambda name: tmp_path)
+    result = await workers_bench.run(False, smallest=True, workers=2)
+
+    head = result.headline
+    assert set(head["completions_per_s"]) == {"1", "2"}
+    assert all(v > 0 for v in head["completions_per_s"].values())
+    assert result.to_json()["headline"]["completions_per_s"] == head["completions_per_s"]  # what --out writes
+    for key in ("front_cpu_per_rollout_s", "total_cpu_per_rollout_s", "single_process_cpu_per_rollout_s"):
+        assert head[key] is not None and math.isfinite(head[key]) and head[key] > 0, key
+    assert head["front_cpu_per_rollout_s"] < head["total_cpu_per_rollout_s"]
+    assert head["in_flight"] == 2.0  # both gated rollouts waited in their sandboxes at once
+    assert head["front_loop_lag_p99_ms"] is not None and math.isfinite(head["front_loop_lag_p99_ms"])
+    assert not result.warnings, result.warnings  # a leftover of any server process is one
+    assert result.info["server_leftovers"] == 0
+
+
+def test_only_scale_runs_the_workers_benchmark_and_lifts_its_figures(tmp_path: Path, monkeypatch) -> None:
+    """``--only scale --workers 3`` runs ``workers`` too, with N=3, and its figures (the
+    completions object included) land under the JSON's top-level ``"workers"`` key."""
+    import json
+
+    import bench.__main__ as bench_main
+    from bench.common import BenchResult
+
+    ran: dict[str, int] = {}
+
+    def fake_load(name: str, args):
+        async def fake_run(quick: bool) -> BenchResult:
+            ran[name] = args.workers
+            result = BenchResult(name, "stand-in")
+            result.headline_value("front_cpu_per_rollout_s", 0.01)
+            result.headline["completions_per_s"] = {"1": 1.0, "2": 1.5, "3": 1.7}
+            return result
+
+        return fake_run
+
+    monkeypatch.setattr(bench_main, "load", fake_load)
+    monkeypatch.setattr(bench_main, "hygiene", lambda result: None)
+    out = tmp_path / "out.json"
+    assert bench_main.main(["--only", "scale", "--workers", "3", "--out", str(out)]) == 0
+    assert ran == {"scale": 3, "workers": 3}
+    payload = json.loads(out.read_text())
+    assert payload["workers"] == {"front_cpu_per_rollout_s": 0.01, "completions_per_s": {"1": 1.0, "2": 1.5, "3": 1.7}}
+    assert any(row["key"] == "front_cpu_per_rollout_s" and row["met"] for row in payload["targets"])

@@ -48,10 +48,11 @@ from osmosis_harbor.backend.prewarming import BackendPrewarm, PrewarmedTasks
 from osmosis_harbor.backend.serving_state import ServingState
 from osmosis_harbor.backend.task_copies import TaskCopies
 from osmosis_harbor.backend.tracker import TERMINAL, RolloutTracker
+from osmosis_harbor.backend.workers.front import WorkerFront
 from osmosis_harbor.backend.workspace import Workspace
 from osmosis_harbor.bundle import BundleInfo
 from osmosis_harbor.credentials import RolloutCredentials
-from osmosis_harbor.errors import OsmosisHarborError, TaskResolutionError, VerifierGuardError
+from osmosis_harbor.errors import ConfigError, OsmosisHarborError, TaskResolutionError, VerifierGuardError
 from osmosis_harbor.harbor_compat import error_policies
 from osmosis_harbor.harbor_compat import fastpaths as harbor_fastpaths
 from osmosis_harbor.keys import KeyCustody, default_trials_dirs, sweep_unscrubbed
@@ -75,15 +76,24 @@ logger = logging.getLogger(__name__)
 class HarborBackend(ExecutionBackend):
     """Runs Osmosis rollouts as Harbor trials in sandboxes (the v0.3 constructor)."""
 
-    def __init__(self, **kwargs: Unpack[BackendKwargs]) -> None:
+    def __init__(self, *, _work_root: Path | None = None, **kwargs: Unpack[BackendKwargs]) -> None:
+        """``_work_root``: a worker process's root inside its front's (``backend/workers/``)."""
         options = BackendOptions.parse(**kwargs)
         self.options = options
+        # workers > 1: the trials run in worker processes; this process is their front.
+        self.front: WorkerFront | None = None
+        if options.worker_count() > 1:
+            self.front = WorkerFront(options, options.worker_count())
+            self.workspace = self.front.workspace
+            self.tracker = self.front.tracker
+            self.max_queue_depth = options.max_queue_depth
+            return
         harbor_fastpaths.install()  # Harbor's per-trial task checks, same answers, less host CPU
         error_policies.install()  # Harbor 0.26 retries and grades our trial errors as their category says
         self.orchestrator = options.orchestrator
         self.task_mode = options.task_mode
         self.agent = options.agent
-        self.workspace = Workspace(options.trials_dir)
+        self.workspace = Workspace(options.trials_dir, root=_work_root)
         self.resolver = task_resolver(options, self.workspace)
         self.environment_config = options.environment_config or default_environment()
         self.max_queue_depth = options.max_queue_depth  # beyond it, POST /rollout answers 429 (adjustable)
@@ -169,6 +179,8 @@ class HarborBackend(ExecutionBackend):
 
         A yes reserves a queue place until that rollout's execute() starts, so a burst of
         concurrent POSTs cannot overshoot ``max_queue_depth``."""
+        if self.front is not None:
+            return self.front.has_capacity()
         if not (self.serving.accepting and self.serving.ready):  # 429 while prewarm runs
             return False
         depth = self.max_queue_depth
@@ -181,6 +193,8 @@ class HarborBackend(ExecutionBackend):
         return self.tracker.status(rollout_id)
 
     async def execute(self, request: ExecutionRequest) -> ExecutionOutcome:
+        if self.front is not None:
+            return await self.front.execute(request)
         if not self.serving.accepting:
             return refused(
                 "the backend is shutting down", {"failed_phase": "task"}, RolloutErrorCategory.INTERNAL_ERROR
@@ -226,6 +240,8 @@ class HarborBackend(ExecutionBackend):
     ) -> dict[str, str]:
         """Cancel matching rollouts: a queued one never starts a sandbox, a running one is
         stopped and its sandbox terminated (Harbor's trial does that on cancellation)."""
+        if self.front is not None:
+            return self.front.cancel_rollouts(ids, prefix, all)
         dispositions: dict[str, str] = {}
         for rollout_id in self.tracker.select(ids, prefix, all):
             state = self.tracker.get(rollout_id)
@@ -240,6 +256,8 @@ class HarborBackend(ExecutionBackend):
         return dispositions
 
     def health(self) -> dict[str, Any]:
+        if self.front is not None:
+            return self.front.health()
         return {
             **self.serving.health(max_queue_depth=self.max_queue_depth, max_concurrent=self.gate.capacity),
             **self.starts.state(),
@@ -247,6 +265,9 @@ class HarborBackend(ExecutionBackend):
         }
 
     async def shutdown(self) -> None:
+        if self.front is not None:
+            await self.front.shutdown()
+            return
         await self.serving.shutdown()
         await self.relay.aclose()
         # After its sandboxes and pools are gone: a local SDK server this process started
@@ -263,13 +284,23 @@ class HarborBackend(ExecutionBackend):
     ) -> PrewarmReport:
         """Build/push images, prove agent setup and size warm pools before any traffic
         (``pool_size="auto"``: sized from the observed claim rate while serving)."""
+        self._refuse_prewarm_with_workers()
         return await self.prewarming.prewarm(task_ids, pool_size=pool_size, on_progress=on_progress)
 
     def prewarm_lifespan(self, task_ids: Sequence[str] | None = None, *, background: bool = False) -> Any:
         """An ASGI lifespan for ``create_rollout_server(lifespan=...)``: prewarm, then serve.
         ``background=True`` serves during prewarm (``/health`` shows its progress, rollouts get
         429 until it is done): what a harness with a start-up timeout needs."""
+        self._refuse_prewarm_with_workers()
         return self.prewarming.lifespan(task_ids, background=background)
+
+    def _refuse_prewarm_with_workers(self) -> None:
+        if self.front is not None:
+            raise ConfigError(
+                f"prewarm() is not available with workers={self.front.count}: its pools belong to one process, "
+                "and the trials run in the worker processes; serve without prewarm (images build on first use), "
+                "or pass workers=1"
+            )
 
     def materialize(self, task: ResolvedTask, dest: Path, *, request: ExecutionRequest | None) -> MaterializedTask:
         """The per-rollout task copy (``request=None``: the copy a graded rollout runs, which

@@ -18,6 +18,7 @@ from harbor.models.trial.config import EnvironmentConfig
 from harbor.trial.queue import TrialQueue
 from pydantic import BaseModel, ConfigDict
 
+from osmosis_harbor import settings
 from osmosis_harbor.agents.native import DEFAULT_MODEL_NAME, NATIVE_AGENTS
 from osmosis_harbor.errors import (
     ConfigError,
@@ -68,6 +69,7 @@ class BackendKwargs(TypedDict, total=False):
     allow_private_git_hosts: bool | None
     max_concurrent_starts: int | None
     override_error_policy: Mapping[str, Any] | None
+    workers: int | None
 
 
 class _ConfigError(ConfigError, TypeError):
@@ -112,6 +114,8 @@ class BackendOptions(BaseModel):
     # Harbor 0.26's per-type policy changes (exception type name to ``ErrorPolicyOverride``):
     # passed to every trial, and a ``should_retry=False`` there stops our ``infra_retries`` too.
     override_error_policy: dict[str, Any] = {}
+    # Worker processes the trials run in (``backend/workers/``); None: ``OSMOSIS_HARBOR_WORKERS``.
+    workers: int | None = None
 
     @classmethod
     def parse(cls, **kwargs: Any) -> BackendOptions:
@@ -134,6 +138,10 @@ class BackendOptions(BaseModel):
     @property
     def is_native(self) -> bool:
         return isinstance(self.agent, str) and self.agent in NATIVE_AGENTS
+
+    def worker_count(self) -> int:
+        """How many worker processes run the trials (1: this process runs them itself)."""
+        return self.workers if self.workers is not None else settings.current().workers
 
     def agent_label(self) -> str:
         return self.agent if isinstance(self.agent, str) else f"{self.agent.__module__}:{self.agent.__qualname__}"
@@ -159,6 +167,9 @@ def _check(kwargs: dict[str, Any]) -> None:
     starts = kwargs.get("max_concurrent_starts")
     if starts is not None and (isinstance(starts, bool) or not isinstance(starts, int) or starts < 1):
         raise ConfigError(f"max_concurrent_starts must be None (the SDK's default) or an integer >= 1, got {starts!r}")
+    workers = kwargs.get("workers")
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= 64):
+        raise ConfigError(f"workers must be None (OSMOSIS_HARBOR_WORKERS) or an integer from 1 to 64, got {workers!r}")
     agent = kwargs.get("agent")
     if agent is None:
         raise _ConfigError(

@@ -74,7 +74,9 @@ class RolloutState:
 class RolloutTracker:
     """Status of every rollout this backend admitted, fed by the queue's hooks."""
 
-    def __init__(self, orchestrator: TrialQueue, *, retention_sec: float = 3600.0) -> None:
+    def __init__(self, orchestrator: TrialQueue | None, *, retention_sec: float = 3600.0) -> None:
+        """``orchestrator=None``: a front's tracker (``backend/workers/``), fed by its workers'
+        messages instead of a queue's hooks."""
         self._states: dict[str, RolloutState] = {}
         self._by_trial: dict[str, str] = {}
         self._retention_sec = retention_sec
@@ -85,8 +87,9 @@ class RolloutTracker:
         # Admissions the server granted whose execute() has not started yet (see reserve()),
         # in the order they were made.
         self._reservations: dict[_Reservation, None] = {}
-        orchestrator.add_hook(TrialEvent.START, self._on_event(RolloutStatus.RUNNING))
-        orchestrator.add_hook(TrialEvent.VERIFICATION_START, self._on_event(RolloutStatus.GRADING))
+        if orchestrator is not None:
+            orchestrator.add_hook(TrialEvent.START, self._on_event(RolloutStatus.RUNNING))
+            orchestrator.add_hook(TrialEvent.VERIFICATION_START, self._on_event(RolloutStatus.GRADING))
 
     # ── lifecycle ─────────────────────────────────────────────────────────────
     RESERVATION_TTL_SEC = 10.0  # only for reservations made outside an asyncio task

@@ -18,7 +18,10 @@ class Workspace:
     ``trials_dir`` was given), made on first use: a backend that only prewarms, or fails to
     construct, leaves no directory behind."""
 
-    def __init__(self, trials_dir: Path | None) -> None:
+    def __init__(self, trials_dir: Path | None, *, root: Path | None = None) -> None:
+        # A worker process is given its root inside the front's (``backend/workers/``), so that
+        # the front removes it if the worker dies; else the root is made on first use.
+        self._given_root = root
         self._root: Path | None = None
         self._lock = threading.Lock()
         self._trials_dir = trials_dir
@@ -28,7 +31,11 @@ class Workspace:
     def root(self) -> Path:
         with self._lock:
             if self._root is None:
-                self._root = Path(tempfile.mkdtemp(prefix="osmosis-harbor-"))
+                if self._given_root is not None:
+                    self._given_root.mkdir(parents=True, exist_ok=True)
+                    self._root = self._given_root
+                else:
+                    self._root = Path(tempfile.mkdtemp(prefix="osmosis-harbor-"))
             return self._root
 
     @property

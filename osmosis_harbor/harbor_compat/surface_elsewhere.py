@@ -138,6 +138,23 @@ ELSEWHERE_NAMES: tuple[HarborName, ...] = (
         "harbor.trial.queue:TrialQueue", "add_hook", "(self, event, callback)", (C,), "backend/, validate/", "status"
     ),
     HarborName(
+        "harbor.trial.queue:TrialQueue",
+        "__init__",
+        "(self, n_concurrent, retry_config, hooks)",
+        (C,),
+        "harbor_compat/queue_facts.py",
+        "each worker process makes a queue of its own (workers=N)",
+    ),
+    *(
+        HarborName("harbor.trial.queue:TrialQueue", name, "attribute", (R,), "harbor_compat/queue_facts.py", why)
+        for name, why in (
+            ("_n_concurrent", "the queue's slots: the backend's gate, and each worker's share"),
+            ("_retry_config", "the user's retry policy, carried into each worker's queue"),
+            ("_hooks", "user hooks, which a worker process cannot run: refused by name"),
+            ("_agent_pool_limits", "per-agent concurrency pools N queues cannot share: refused by name"),
+        )
+    ),
+    HarborName(
         "harbor.tasks.client:TaskClient",
         "download_tasks",
         "(self, task_ids, overwrite, output_dir, export, on_task_download_start, on_task_download_complete)",
