@@ -283,7 +283,7 @@ async def test_a_cancelled_execute_stops_its_trial_in_the_worker(tmp_path, bundl
 
 def test_workers_of_a_killed_front_remove_their_sandboxes_and_exit(tmp_path, bundles_dir, fake_chat):
     """The front SIGKILLed with a rollout in each worker's sandbox: the workers see their socket
-    close, shut their backends down (the sandboxes go) and exit; nothing of theirs is left."""
+    close, shut their backends down (the sandboxes go), remove the front's work root and exit."""
     import json
     import subprocess
     import sys
@@ -294,7 +294,8 @@ def test_workers_of_a_killed_front_remove_their_sandboxes_and_exit(tmp_path, bun
     front = subprocess.Popen([*argv, "--chat", fake_chat.base_url], cwd=REPO, stdout=subprocess.PIPE, text=True)
     try:
         line = front.stdout.readline()  # once both rollouts run (the trials left the queues)
-        pids = json.loads(line)["workers"]
+        started = json.loads(line)
+        pids, root = started["workers"], Path(started["root"])
         wait_until(
             lambda: asked(fake_chat, "front-a") and asked(fake_chat, "front-b"), timeout=300, what="both sandboxes up"
         )
@@ -303,6 +304,7 @@ def test_workers_of_a_killed_front_remove_their_sandboxes_and_exit(tmp_path, bun
         front.wait()
         wait_until(lambda: not any(process_alive(pid) for pid in pids), timeout=180, what="the workers gone")
         assert all(managed_containers(owner_pid=pid) == [] for pid in pids)
+        assert not root.exists(), sorted(root.rglob("*"))  # the workers removed the dead front's root
     finally:
         front.kill()
         front.wait()

@@ -30,7 +30,8 @@ async def main(args: argparse.Namespace) -> None:
     tasks = [asyncio.create_task(_rollout(backend, args.chat, rid)) for rid in ids]
     while any((backend.rollout_status(rid) or {}).get("status") != "running" for rid in ids):
         await asyncio.sleep(0.1)
-    print(json.dumps({"workers": [h.pid for h in backend.front.handles]}), flush=True)
+    root = str(backend.workspace.root)
+    print(json.dumps({"workers": [h.pid for h in backend.front.handles], "root": root}), flush=True)
     await asyncio.gather(*tasks)
 
 

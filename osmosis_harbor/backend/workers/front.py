@@ -80,6 +80,7 @@ class WorkerFront:
                 handle.kill()
                 handle.process.wait()
             self._remove_roots()
+            self.workspace.remove()
             raise
 
     # ── workers ───────────────────────────────────────────────────────────────

@@ -19,6 +19,7 @@ import base64
 import contextlib
 import os
 import pickle
+import shutil
 import socket
 import sys
 from pathlib import Path
@@ -140,12 +141,14 @@ async def _serve(fd: int) -> None:
     worker = _Worker(_backend(init), writer)
     write_message(writer, Ready(pid=os.getpid(), max_concurrent=init.n_concurrent))
     await writer.drain()
+    front_gone = False
     try:
         while True:
             try:
                 message = await read_message(reader, from_worker=False)
             except WireClosed:
-                break  # the front is gone
+                front_gone = True  # killed, say: nobody else will remove what this worker made
+                break
             if isinstance(message, Submit):
                 worker.submit(message)
             elif isinstance(message, Cancel):
@@ -155,6 +158,19 @@ async def _serve(fd: int) -> None:
     finally:
         await worker.shutdown()
         writer.close()
+        if front_gone:
+            _remove_roots(Path(init.work_root))
+
+
+def _remove_roots(work_root: Path) -> None:
+    """This worker's root, then the front's ``workers/`` and root when nothing else is in them
+    (retained trials keep the front's root)."""
+    shutil.rmtree(work_root, ignore_errors=True)
+    for directory in (work_root.parent, work_root.parent.parent):
+        try:
+            directory.rmdir()
+        except OSError:
+            return
 
 
 def main(argv: list[str] | None = None) -> None:
