@@ -183,11 +183,7 @@ class HarborBackend(ExecutionBackend):
             return self.front.has_capacity()
         if not (self.serving.accepting and self.serving.ready):  # 429 while prewarm runs
             return False
-        depth = self.max_queue_depth
-        if depth is not None and self.tracker.queued() >= depth:
-            return False
-        self.tracker.reserve()
-        return True
+        return self.tracker.reserve_within(self.max_queue_depth)
 
     def rollout_status(self, rollout_id: str) -> dict[str, Any] | None:
         return self.tracker.status(rollout_id)
@@ -222,14 +218,7 @@ class HarborBackend(ExecutionBackend):
                 err_category=RolloutErrorCategory.INTERNAL_ERROR,
             )
             raise
-        result = outcome.result
-        self.tracker.finish(
-            request.id,
-            result.status,
-            reward=result.sample.reward if result.sample is not None else None,
-            error=result.err_message,
-            err_category=result.err_category,
-        )
+        self.tracker.finish_with(request.id, outcome)
         for part in (outcome.workflow, outcome.grader):
             if part is not None and part.extra_fields is not None:
                 part.extra_fields.setdefault("wall_sec", round(time.monotonic() - started, 3))

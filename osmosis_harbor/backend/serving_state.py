@@ -87,7 +87,6 @@ class ServingState:
         """The backend's state, in the shape osmosis-ai's own Harbor backend reports it (the
         harness reads ``chat_endpoint`` to choose a tunnel, and its in-flight capacity from
         ``max_queue_depth``, else ``concurrency.max_concurrent``), plus ours."""
-        counts = self.tracker.counts()
         startup, autoscaler = self.prewarming.startup, self.prewarming.autoscaler
         prewarmed = self.prewarming.prewarmed
         report = prewarmed.report
@@ -95,20 +94,13 @@ class ServingState:
             "status": self._status(),
             "ready": self.accepting and self.ready,
             "startup": None if startup is None else startup.state(),
-            "chat_endpoint": {
-                "environment": environment_label(self.environment_config),
-                "requires_public_url": requires_public_url(self.options, self.environment_config),
-            },
-            "concurrency": {"max_concurrent": max_concurrent},
-            "backend": "harbor",
-            "environment": environment_label(self.environment_config),
-            "agent": self.options.agent_label(),
-            "task_mode": self.options.task_mode.value,
-            "in_flight": counts["in_flight"],
-            "running": counts["running"] + counts["grading"],
-            "grading": counts["grading"],
-            "queued": self.tracker.queued(),  # what has_capacity() counts, admissions included
-            "max_queue_depth": max_queue_depth,
+            **rollout_health(
+                self.options,
+                self.environment_config,
+                self.tracker,
+                max_queue_depth=max_queue_depth,
+                max_concurrent=max_concurrent,
+            ),
             "prewarm": None
             if report is None
             else {k: getattr(report, k) for k in ("groups", "tasks", "built", "reused", "failed")},
@@ -124,3 +116,34 @@ class ServingState:
         if startup is not None and not startup.ready:
             return "starting" if startup.error is None else "failed"
         return "ok"
+
+
+def rollout_health(
+    options: BackendOptions,
+    environment_config: EnvironmentConfig,
+    tracker: RolloutTracker,
+    *,
+    max_queue_depth: int | None,
+    max_concurrent: int,
+) -> dict[str, Any]:
+    """The part of ``/health`` in the shape osmosis-ai's own Harbor backend reports it (the
+    harness reads ``chat_endpoint`` to choose a tunnel, and its in-flight capacity from
+    ``max_queue_depth``, else ``concurrency.max_concurrent``): one backend's or a workers front's."""
+    counts = tracker.counts()
+    environment = environment_label(environment_config)
+    return {
+        "chat_endpoint": {
+            "environment": environment,
+            "requires_public_url": requires_public_url(options, environment_config),
+        },
+        "concurrency": {"max_concurrent": max_concurrent},
+        "backend": "harbor",
+        "environment": environment,
+        "agent": options.agent_label(),
+        "task_mode": options.task_mode.value,
+        "in_flight": counts["in_flight"],
+        "running": counts["running"] + counts["grading"],
+        "grading": counts["grading"],
+        "queued": tracker.queued(),  # what has_capacity() counts, admissions included
+        "max_queue_depth": max_queue_depth,
+    }

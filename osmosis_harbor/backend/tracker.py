@@ -20,7 +20,7 @@ from typing import Any
 
 from harbor.trial.hooks import TrialEvent, TrialHookEvent
 from harbor.trial.queue import TrialQueue
-from osmosis_ai.rollout.types import RolloutStatus
+from osmosis_ai.rollout.types import ExecutionOutcome, RolloutStatus
 
 TERMINAL = {RolloutStatus.SUCCESS, RolloutStatus.FAILURE, RolloutStatus.CANCELLED}
 StatusListener = Callable[[RolloutStatus], Awaitable[None]]
@@ -190,6 +190,25 @@ class RolloutTracker:
         state.task = None
         if state.trial_name:
             self._by_trial.pop(state.trial_name, None)
+
+    def finish_with(self, rollout_id: str, outcome: ExecutionOutcome) -> ExecutionOutcome:
+        """``finish`` from the outcome the rollout ends with (its status, reward and error)."""
+        result = outcome.result
+        self.finish(
+            rollout_id,
+            result.status,
+            reward=result.sample.reward if result.sample is not None else None,
+            error=result.err_message,
+            err_category=result.err_category,
+        )
+        return outcome
+
+    def reserve_within(self, depth: int | None) -> bool:
+        """Reserve a queue place (``reserve``) unless ``depth`` rollouts already queue."""
+        if depth is not None and self.queued() >= depth:
+            return False
+        self.reserve()
+        return True
 
     def _on_event(self, status: RolloutStatus):
         async def hook(event: TrialHookEvent) -> None:

@@ -23,10 +23,10 @@ from typing import Any
 from osmosis_ai.rollout.context import get_rollout_context
 from osmosis_ai.rollout.types import ExecutionOutcome, ExecutionRequest, RolloutErrorCategory, RolloutStatus
 
-from osmosis_harbor.backend.admission import requires_public_url
 from osmosis_harbor.backend.construction import default_environment, prepared_bundle, reap_leftovers
 from osmosis_harbor.backend.options import BackendOptions
 from osmosis_harbor.backend.outcome import cancelled, refused
+from osmosis_harbor.backend.serving_state import rollout_health
 from osmosis_harbor.backend.tracker import TERMINAL, RolloutState, RolloutTracker
 from osmosis_harbor.backend.workers.crossing import checked_facts, pickled_options, shares
 from osmosis_harbor.backend.workers.handle import WORKER_DIED, Event, WorkerHandle
@@ -35,7 +35,7 @@ from osmosis_harbor.backend.workspace import Workspace
 from osmosis_harbor.errors import ConfigError
 from osmosis_harbor.harbor_compat.queue_facts import queue_facts
 from osmosis_harbor.keys import default_trials_dirs, sweep_unscrubbed
-from osmosis_harbor.sandbox.options import SandboxOptions, environment_label
+from osmosis_harbor.sandbox.options import SandboxOptions
 from osmosis_harbor.sandbox.sdk.registry import implementation
 
 __all__ = ["WorkerFront"]
@@ -155,11 +155,7 @@ class WorkerFront:
     def has_capacity(self) -> bool:
         if not self.accepting:
             return False
-        depth = self.options.max_queue_depth
-        if depth is not None and self.tracker.queued() >= depth:
-            return False
-        self.tracker.reserve()
-        return True
+        return self.tracker.reserve_within(self.options.max_queue_depth)
 
     def rollout_status(self, rollout_id: str) -> dict[str, Any] | None:
         return self.tracker.status(rollout_id)
@@ -180,7 +176,7 @@ class WorkerFront:
         state = self.tracker.admit(request.id, listener)
         handle = self._route()
         if handle is None:
-            return self._finished(request.id, self._lost("no worker process is alive"))
+            return self.tracker.finish_with(request.id, self._lost("no worker process is alive"))
         url = ctx.chat_completions_url if ctx is not None else ""
         key = ctx.api_key if ctx is not None else None
         events = handle.submit(Submit(request=request, chat_completions_url=url, api_key=key))
@@ -214,7 +210,7 @@ class WorkerFront:
                 continue
             if event == WORKER_DIED:
                 message = f"worker process {handle.index} (pid {handle.pid}) died while running this rollout"
-                return self._finished(state.rollout_id, self._lost(message))
+                return self.tracker.finish_with(state.rollout_id, self._lost(message))
             assert isinstance(event, Done)
             if event.error is not None:
                 self.tracker.finish(
@@ -225,7 +221,7 @@ class WorkerFront:
                 )
                 raise RuntimeError(event.error)
             outcome = event.outcome if event.outcome is not None else cancelled({"failed_phase": "task"})
-            return self._finished(state.rollout_id, outcome)
+            return self.tracker.finish_with(state.rollout_id, outcome)
 
     @staticmethod
     async def _await_end(events: asyncio.Queue[Event]) -> None:
@@ -238,17 +234,6 @@ class WorkerFront:
 
     def _lost(self, message: str) -> ExecutionOutcome:
         return refused(message, {"failed_phase": "environment"}, RolloutErrorCategory.INTERNAL_ERROR)
-
-    def _finished(self, rollout_id: str, outcome: ExecutionOutcome) -> ExecutionOutcome:
-        result = outcome.result
-        self.tracker.finish(
-            rollout_id,
-            result.status,
-            reward=result.sample.reward if result.sample is not None else None,
-            error=result.err_message,
-            err_category=result.err_category,
-        )
-        return outcome
 
     def cancel_rollouts(
         self, ids: Sequence[str] | None = None, prefix: str | None = None, all: bool = False
@@ -268,25 +253,16 @@ class WorkerFront:
         return dispositions
 
     def health(self) -> dict[str, Any]:
-        counts = self.tracker.counts()
-        environment = environment_label(self.environment_config)
         return {
             "status": "ok" if self.accepting else "shutting_down",
             "ready": self.accepting and any(h.alive for h in self.handles),
-            "chat_endpoint": {
-                "environment": environment,
-                "requires_public_url": requires_public_url(self.options, self.environment_config),
-            },
-            "concurrency": {"max_concurrent": sum(self._shares)},
-            "backend": "harbor",
-            "environment": environment,
-            "agent": self.options.agent_label(),
-            "task_mode": self.options.task_mode.value,
-            "in_flight": counts["in_flight"],
-            "running": counts["running"] + counts["grading"],
-            "grading": counts["grading"],
-            "queued": self.tracker.queued(),
-            "max_queue_depth": self.options.max_queue_depth,
+            **rollout_health(
+                self.options,
+                self.environment_config,
+                self.tracker,
+                max_queue_depth=self.options.max_queue_depth,
+                max_concurrent=sum(self._shares),
+            ),
             "workers": {
                 "count": self.count,
                 "restarts": self.restarts,
