@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
 import shutil
 import statistics
 import sys
@@ -88,6 +89,7 @@ class Figures:
 
     latency_sec: list[float] = field(default_factory=list)
     cpu_per_rollout_s: float = float("nan")
+    machine_cpu_per_rollout_s: float = float("nan")
     throughput_per_s: float = float("nan")
     failed: int = 0
 
@@ -216,13 +218,24 @@ async def measure(backend: str, work: Path, chat: FakeChatServer, size: Sizes) -
             t0 = time.monotonic()
             oks.append(await one())
             figures.latency_sec.append(time.monotonic() - t0)
-        cpu0, t0 = server.cpu_sec(), time.monotonic()
+        cpu0, machine0, t0 = server.cpu_sec(), machine_cpu_sec(), time.monotonic()
         oks += await asyncio.gather(*(one() for _ in range(size.batch)))
         wall, spent = time.monotonic() - t0, server.cpu_sec() - cpu0
+        machine = machine_cpu_sec() - machine0
     figures.cpu_per_rollout_s = spent / size.batch
+    figures.machine_cpu_per_rollout_s = machine / size.batch
     figures.throughput_per_s = size.batch / wall
     figures.failed = oks.count(False)
     return figures
+
+
+def machine_cpu_sec() -> float:
+    """The whole machine's busy CPU time so far (``/proc/stat``: every core's user, nice,
+    system, irq, softirq and steal time), in seconds: the server, the engine and the sandboxes
+    alike, which is what bounds throughput on a machine whose cores the sandboxes share."""
+    fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in fields[:8])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
 
 
 def report(result: BenchResult, by: dict[str, Figures]) -> None:
@@ -231,6 +244,9 @@ def report(result: BenchResult, by: dict[str, Figures]) -> None:
         result.add(f"{name}: host CPU per graded rollout, concurrency {CONCURRENCY}", "s", [f.cpu_per_rollout_s])
         result.add(f"{name}: sequential latency, submit to result", "s", f.latency_sec)
         result.add(f"{name}: throughput at concurrency {CONCURRENCY}", "rollouts/s", [f.throughput_per_s])
+        result.add(
+            f"{name}: machine CPU per graded rollout (server, engine, sandboxes)", "s", [f.machine_cpu_per_rollout_s]
+        )
         if f.failed:
             result.warn(f"{name}: {f.failed} rollout(s) did not succeed")
     ratios = {

@@ -289,6 +289,7 @@ async def drive_all(plans: list[Plan], backend: HarborBackend, chat_url: str, co
                 for i, p in enumerate(plans)
             }
             observed = await collect(tasks, config.deadline)
+            await backend.owner.settled()  # the terminations a result does not wait for
             return Batch(observed, await asyncio.to_thread(own_sandboxes), retries.count)
     finally:
         client_log.removeHandler(retries)

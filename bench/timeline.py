@@ -151,7 +151,7 @@ def _targets() -> list[tuple[Any, str, Callable[..., str], bool]]:
         (TrialRunner, "_gated", _fixed("gate + Harbor trial (queue.submit)"), True),
         (TrialRunner, "_outcome", _fixed("outcome (read trial dir)"), False),
         (TrialRunner, "_close_trial", _fixed("close trial (seal, remove)"), False),
-        (TrialRunner, "_finish", _fixed("trial result, then its sandboxes gone (settle)"), True),
+        (TrialRunner, "_finish", _fixed("trial result (its sandboxes go after it)"), True),
         (KeyCustody, "seal", _fixed("key scrub (seal)"), False),
         (OwnedSandboxes, "end", lambda *a, **k: f"terminate {a[1] if len(a) > 1 else k.get('name')}", True),
         (Trial, "run", _fixed("Harbor Trial.run"), True),

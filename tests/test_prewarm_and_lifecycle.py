@@ -208,6 +208,7 @@ async def test_server_with_prewarm_lifespan_serves_from_a_warm_pool(
             )
         )
         assert all(r.status is RolloutStatus.SUCCESS and r.sample.reward == 1.0 for r in results), results
+        await backend.owner.settled()  # a result does not wait for its sandbox to go; the claimed members are gone now
         # both trials ran in containers that were idle pool members before traffic
         refilled = wait_until(lambda: docker_sdk.get_pool(pool_name).idle == 2, timeout=60, what="refill")
         assert refilled

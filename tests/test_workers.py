@@ -158,7 +158,10 @@ async def test_a_killed_worker_loses_only_its_rollout(tmp_path, bundles_dir, fak
         # reaped before the rollout ended: nothing of the dead worker is left
         assert managed_containers(owner_pid=victim) == []
         assert (await quick.wait_for_completion()).status is RolloutStatus.SUCCESS
-        assert sandbox_sdk.sandboxes_left() == []
+        # its worker terminates its sandbox after the result (terminations do not hold results)
+        await await_until(
+            lambda: asyncio.sleep(0, sandbox_sdk.sandboxes_left() == []), timeout=60, what="the sandbox gone"
+        )
         await await_until(
             lambda: asyncio.sleep(0, backend.front.restarts == 1 and all(h.alive for h in backend.front.handles)),
             timeout=120,
@@ -275,7 +278,9 @@ async def test_a_cancelled_execute_stops_its_trial_in_the_worker(tmp_path, bundl
         with pytest.raises(asyncio.CancelledError):
             await task
         assert backend.rollout_status(rid)["status"] == "cancelled"
-        assert managed_containers(owner_pid=owner) == []  # removed before the cancellation landed
+        await await_until(  # its worker terminates it after the cancelled result
+            lambda: asyncio.sleep(0, managed_containers(owner_pid=owner) == []), timeout=60, what="the sandbox gone"
+        )
         assert backend.health()["in_flight"] == 0
     finally:
         await backend.shutdown()

@@ -47,7 +47,7 @@ from osmosis_harbor.errors import SandboxLostError
 from osmosis_harbor.harbor_compat import error_policies
 from osmosis_harbor.keys import KeyCustody
 from osmosis_harbor.sandbox.guard import GuardSession, guard_scope
-from osmosis_harbor.sandbox.owner.context import settle, trial_scope
+from osmosis_harbor.sandbox.owner.context import SandboxOwner, current_owner, settle, trial_scope
 from osmosis_harbor.sandbox.relay.refusals import RelayRecord
 from osmosis_harbor.trials.export import export_rollout_files
 from osmosis_harbor.trials.naming import trial_name as make_trial_name
@@ -211,14 +211,15 @@ class TrialRunner:
         with trial_scope(head_start=head_start) as scope, guard_scope(guard):
             trial = asyncio.ensure_future(self._gated(config, turn, scope.losses))
         terminations, head = scope.terminations, scope.head_start
+        owner = current_owner("a trial's sandbox terminations")
         if state is not None:
             state.task = trial
         try:
             try:
-                return await self._finish(trial, terminations)
+                return await self._finish(trial, terminations, owner)
             finally:
-                if head is not None:
-                    await asyncio.shield(head.close())
+                if head is not None:  # a head start nobody took goes with the trial's sandboxes
+                    owner.settle_later([], head.close())
         except asyncio.CancelledError:
             if not trial.done():  # our own task was cancelled: take the trial down with us
                 trial.cancel()
@@ -256,15 +257,19 @@ class TrialRunner:
         return result
 
     @staticmethod
-    async def _finish(trial: asyncio.Future[TrialResult], terminations: list[asyncio.Task[None]]) -> TrialResult:
-        """The trial's result, once its sandboxes are gone: the trial stops them without
-        waiting (its queue slot frees, a separate verifier starts meanwhile), and no rollout
-        ends before its sandboxes do."""
+    async def _finish(
+        trial: asyncio.Future[TrialResult], terminations: list[asyncio.Task[None]], owner: SandboxOwner
+    ) -> TrialResult:
+        """The trial's result, as soon as it has one: the trial stops its sandboxes without
+        waiting (its queue slot frees, a separate verifier starts meanwhile), and their
+        terminations go on after the result, held by the owner (``settle_later``: retried, kept
+        in the ledger, waited for at shutdown). A terminate is an API call (on SkyPilot, a pod's
+        deletion) that no part of the outcome depends on."""
         try:
             return await asyncio.shield(trial)
         finally:
             if trial.done():  # else we are being cancelled: the caller takes the trial down first
-                await settle(terminations)
+                owner.settle_later(terminations)
 
     async def _fresh_attempt(self, attempt: Attempt, config: TrialConfig, trial_dir: Path) -> tuple[TrialConfig, Path]:
         """The next attempt after a lost sandbox: a new trial name, so a new sandbox name (the

@@ -292,7 +292,7 @@ class SandboxCreator:
         """Through the owner's registry (``OwnedSandboxes.end``): retried on API faults, and a
         failure is never forgotten (retried in the background, by the shutdown sweep, and kept
         in the ledger). In the background inside a trial's scope (``context.trial_scope``: its
-        owner settles it before reporting), inline otherwise."""
+        owner holds it past the rollout's result, ``SandboxOwner.settle_later``), inline otherwise."""
         sandboxes, name = self._owner.sandboxes, self._state.name
         if not sandboxes.registered(name):
             await self._adopt_held_handle(name)

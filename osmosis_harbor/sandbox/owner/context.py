@@ -20,7 +20,7 @@ import asyncio
 import contextlib
 import contextvars
 import uuid
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -46,6 +46,11 @@ __all__ = [
 ]
 
 
+# How long an owner's close waits for terminations still under way before its sweep takes over
+# (each is bounded by its own retries; this only keeps a hung SDK call from holding a shutdown).
+CLOSE_SETTLE_SEC = 120.0
+
+
 @dataclass(eq=False)
 class SandboxOwner:
     """Everything one backend, validation run or command owns (``make`` builds one)."""
@@ -55,6 +60,8 @@ class SandboxOwner:
     starts: SandboxStarts | None = None  # None: sandbox starts are unbounded
     credentials: CredentialStore = field(default_factory=CredentialStore)
     builds: ImageBuildCoordinator = field(default_factory=ImageBuildCoordinator)
+    # Terminations left to run after their trial's result was reported (``settle_later``).
+    _ending: set[asyncio.Future[Any]] = field(default_factory=set, repr=False)
 
     @classmethod
     def make(cls, label: str, *, starts: SandboxStarts | None = None, ledger: Ledger | None = None) -> SandboxOwner:
@@ -63,13 +70,34 @@ class SandboxOwner:
         return cls(label=label, sandboxes=OwnedSandboxes(ledger, user=user), starts=starts)
 
     async def close(self) -> list[str]:
-        """The owner's final sweep: every sandbox it still has; returns what could not go."""
+        """The owner's final sweep: the terminations still under way first (bounded), then every
+        sandbox it still has; returns what could not go."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.settled(), CLOSE_SETTLE_SEC)
         return await self.sandboxes.terminate_all()
+
+    def settle_later(self, pending: list[asyncio.Task[None]], *more: Awaitable[Any]) -> None:
+        """Let a finished trial's terminations (``pending``, taken from its list) and ``more``
+        end after its result is reported: a rollout's outcome does not wait for its sandboxes to
+        go. The owner holds them until they end (a failed one is retried and kept in the ledger
+        by ``OwnedSandboxes.end``), ``settled`` waits for them, and ``close`` does before its
+        sweep."""
+        tasks = [*pending, *(asyncio.ensure_future(awaitable) for awaitable in more)]
+        pending.clear()
+        for task in tasks:
+            self._ending.add(task)
+            task.add_done_callback(self._ending.discard)
+
+    async def settled(self) -> None:
+        """Wait until every termination handed to ``settle_later`` has ended."""
+        while self._ending:
+            await asyncio.gather(*list(self._ending), return_exceptions=True)
 
 
 @dataclass(frozen=True)
 class TrialScope:
-    """One trial's state: the terminations it deferred (``settle`` them before reporting), the
+    """One trial's state: the terminations it deferred (its owner's ``settle_later`` takes
+    them once the trial has a result; ``settle`` waits for them when it is cancelled), the
     losses of its sandboxes (``backend.losses`` reads them), its verifier's head start."""
 
     terminations: list[asyncio.Task[None]] = field(default_factory=list)
