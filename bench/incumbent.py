@@ -32,9 +32,11 @@ What "the same engine" takes for the incumbent, exactly:
   plugin (absent), Harbor's ``skypilot`` needs ``sky.sandbox`` (absent). So its trials run in
   a plain reference environment on the same engine, on docker-py's defaults
   (``bench.reference_environment``), which shares nothing with our sandbox layer: our cuts
-  there do not lower its column. It uses host networking: the incumbent has no policy relay,
-  and the scripted policy listens on the host's loopback. Ours runs as it ships (bridge
-  network, the chat call through our relay, whose CPU is in our server's figure).
+  there do not lower its column. Its containers are on docker-py's default network (the
+  engine's default bridge), each in a network namespace of its own as on either of its real
+  environments, and the incumbent has no policy relay: its scripted policy (the same replies)
+  listens on that bridge's gateway. Ours runs as it ships (its sandboxes' bridge, the chat call
+  through our relay, whose CPU is in our server's figure).
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ from osmosis_harbor.testing.scripted_policy import FakeChatServer
 from .common import BenchResult
 from .env import GR, PROJECT, WF, grader_task, workdir
 from .reference_environment import IMPORT_PATH as REFERENCE_ENVIRONMENT
+from .reference_environment import default_bridge_gateway
 from .server_proc import ServerProcess, ServerSpec
 from .soak import controller
 from .workload import GRADED_PROMPT, submit_rollout
@@ -144,7 +147,7 @@ def ensure_uv_image() -> None:
 
 def make_incumbent(spec: ServerSpec) -> Any:
     """osmosis-ai 0.3.8's ``HarborBackend`` on the graded template task, the fixture project's
-    workflow and grader, in the reference Docker environment (host networking)."""
+    workflow and grader, in the reference Docker environment (docker-py's default network)."""
     _harbor_024_compat()
     ensure_uv_image()
     # Imported only once the 0.24 name it needs is back in Harbor's module.
@@ -280,10 +283,15 @@ async def run(quick: bool) -> BenchResult:
     result = BenchResult(NAME, TITLE)
     work = workdir(NAME)
     chat = FakeChatServer(default_reply="true")
+    bridged = FakeChatServer(default_reply="true", host=default_bridge_gateway())  # the incumbent's
     try:
-        by = {backend: await measure(backend, work, chat, size) for backend in BACKENDS}
+        by = {
+            backend: await measure(backend, work, bridged if backend == "incumbent" else chat, size)
+            for backend in BACKENDS
+        }
         report(result, by)
     finally:
         chat.close()
+        bridged.close()
         shutil.rmtree(work, ignore_errors=True)
     return result

@@ -7,8 +7,11 @@ so this is the closest honest stand-in: what a user would write against docker-p
 afternoon. One container per environment (``sleep infinity``), built from the task's Dockerfile
 with the engine's classic builder, each command one ``exec_run`` (``bash -c``, the user, workdir
 and environment passed to the engine), transfers as one ``put_archive`` / ``get_archive``, the
-container removed at stop. No pools, no write-behind, no snapshots, no relay (host networking:
-the incumbent has no relay, and its policy listens on the host's loopback).
+container removed at stop. No pools, no write-behind, no snapshots, no relay: the container is on
+docker-py's default network (the engine's default bridge), and the benchmark's policy for the
+incumbent listens on that bridge's gateway (``default_bridge_gateway``), which the container
+reaches as Harbor's own Docker and SkyPilot environments' sandboxes reach a policy: over a network
+namespace of their own.
 """
 
 from __future__ import annotations
@@ -28,12 +31,25 @@ from harbor.environments.base import BaseEnvironment, ExecResult
 from harbor.environments.capabilities import EnvironmentCapabilities
 from harbor.environments.definition import require_agent_environment_definition
 
-__all__ = ["IMPORT_PATH", "LABEL", "ReferenceDockerEnvironment"]
+__all__ = ["IMPORT_PATH", "LABEL", "ReferenceDockerEnvironment", "default_bridge_gateway"]
 
 IMPORT_PATH = "bench.reference_environment:ReferenceDockerEnvironment"
 LABEL = "osmosis-harbor.bench-reference"  # every container it makes: a bench's leftover check finds them
 _BUILD_LOCKS: dict[str, threading.Lock] = {}
 _LOCKS_GUARD = threading.Lock()
+
+
+def default_bridge_gateway() -> str:
+    """The address of the engine's default bridge on this machine (``docker0``'s), where a
+    container on docker-py's default network reaches the host."""
+    try:
+        config = docker.from_env().networks.get("bridge").attrs["IPAM"]["Config"]
+        return str(next(c["Gateway"] for c in config if c.get("Gateway")))
+    except (docker.errors.NotFound, StopIteration, KeyError) as exc:
+        raise RuntimeError(
+            "the Docker engine has no default bridge with a gateway (dockerd --bridge=none?): "
+            "the incumbent's reference environment runs its containers there"
+        ) from exc
 
 
 def _dir_hash(directory: Path) -> str:
@@ -106,7 +122,6 @@ class ReferenceDockerEnvironment(BaseEnvironment):
             ["sleep", "infinity"],
             name=f"bench-ref-{uuid.uuid4().hex[:12]}",
             detach=True,
-            network_mode="host",
             labels={LABEL: "1"},
             environment=self._persistent_env or None,
             **limits,

@@ -1,4 +1,5 @@
-"""Trees in and out of a real sandbox over the archive capability (``sandbox/transfer/archives.py``):
+"""Trees in and out of a real sandbox over the archive capability (``sandbox/transfer/archives.py``,
+taken with ``OSMOSIS_HARBOR_SDK_ARCHIVE_CALLS=1``):
 one call each way, uploads written behind, log-tree reads served from one snapshot, hostile
 archives refused on the host, and Harbor's own path when a handle lacks the capability."""
 
@@ -28,7 +29,8 @@ def calls(sdk_calls: Counter[str]) -> Counter[str]:
 
 
 @pytest.fixture
-async def env(tmp_path: Path) -> AsyncIterator[SandboxEnvironment]:
+async def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[SandboxEnvironment]:
+    monkeypatch.setenv("OSMOSIS_HARBOR_SDK_ARCHIVE_CALLS", "1")  # this module's route (SkyPilot's is the default)
     async with started_environment(tmp_path, "xfer") as environment:
         yield environment
 

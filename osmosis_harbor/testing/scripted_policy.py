@@ -37,6 +37,9 @@ class FakeChatServer:
     default_reply: str = "echo 42 > answer.txt"
     replies: dict[str, str] = field(default_factory=dict)  # the last user message's text -> reply
     port: int = 0  # 0: one the kernel picks
+    # The address it listens on: the loopback, or a local bridge's gateway that containers on that
+    # bridge reach (traffic that never leaves this machine).
+    host: str = "127.0.0.1"
     # When set, requests without exactly this Authorization header get a 401, as a real
     # policy endpoint would answer a wrong key.
     required_authorization: str | None = None
@@ -81,13 +84,13 @@ class FakeChatServer:
             def log_message(self, *args: Any) -> None:
                 return None
 
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        self._httpd = ThreadingHTTPServer((self.host, self.port), Handler)
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
         self._thread.start()
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
+        return f"http://{self.host}:{self._httpd.server_address[1]}/v1"
 
     def reply_for(self, messages: list[dict[str, Any]]) -> str:
         for message in reversed(messages):

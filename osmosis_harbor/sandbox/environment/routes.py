@@ -1,6 +1,8 @@
-"""Which way this environment's files go: over the handle's own archive calls (the Docker SDK),
-as archives made of one file call plus one command (``transfer/exec_archives.py``), or, with
-``exec_archives`` off and no archive calls, by Harbor's own transfer commands.
+"""Which way this environment's files go: as archives made of one file call plus one command
+(``transfer/exec_archives.py``), folded into the commands around them (``exec_folds.py``): SkyPilot's
+path, on every SDK by default, so a local run moves its files exactly as SkyPilot's does; over the
+handle's own archive calls where it offers them and ``sdk_archive_calls`` asks for them (the Docker
+SDK); or, with ``exec_archives`` off, by Harbor's own transfer commands.
 
 Uploads on the archive routes are written behind (``transfer/archives.py``): every command sees
 the uploads made before it, and may change anything it can reach, except Harbor's preparation
@@ -35,7 +37,7 @@ from osmosis_harbor.sandbox.transfer.exec_folds import (
     upload_failure,
 )
 
-__all__ = ["CommandFold", "FileCalls", "TransferRoutes", "takes_exec_archives"]
+__all__ = ["CommandFold", "FileCalls", "TransferRoutes", "takes_archive_calls", "takes_exec_archives"]
 
 # The pack after a command runs within the command's exec: its time is added to the exec's
 # timeout (up to SkyPilot's cap), so it never makes a command that finished in time time out.
@@ -66,10 +68,16 @@ class FileCalls:
     read_bytes: ReadBytes
 
 
+def takes_archive_calls(sandbox: Any) -> bool:
+    """Whether this sandbox's transfers go over its handle's own archive calls: offered, and asked
+    for (``sdk_archive_calls``)."""
+    return settings.current().sdk_archive_calls and has_archives(sandbox)
+
+
 def takes_exec_archives(sandbox: Any) -> bool:
     """Whether this sandbox's transfers are archives made of its own calls (``exec_archives.py``),
     whose uploads can carry Harbor's preparation of their targets (`stage_preparation`)."""
-    return not has_archives(sandbox) and settings.current().exec_archives
+    return not takes_archive_calls(sandbox) and settings.current().exec_archives
 
 
 class TransferRoutes:
@@ -100,13 +108,13 @@ class TransferRoutes:
         self._logger = logger
 
     def archives(self) -> ArchiveTransfers | None:
-        """The archive transfers of this sandbox: over its handle's archive calls when it offers
-        them, else built from a file write or read plus one command (``exec_archives.py``)
-        unless ``exec_archives`` is off (then None: Harbor's own transfer commands run)."""
+        """The archive transfers of this sandbox: built from a file write or read plus one command
+        (``exec_archives.py``), or over its handle's archive calls where ``takes_archive_calls``;
+        None with ``exec_archives`` off (Harbor's own transfer commands run)."""
         state = self._state
         if state.archive_transfers is not None or state.sandbox is None:
             return state.archive_transfers
-        if has_archives(state.sandbox):
+        if takes_archive_calls(state.sandbox):
             sandbox = state.sandbox
 
             async def put(data: bytes, path: str) -> None:
