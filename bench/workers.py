@@ -28,6 +28,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 from osmosis_ai.rollout.client import RolloutClient
 
 from osmosis_harbor.testing.scripted_policy import FakeChatServer
@@ -126,8 +127,8 @@ async def in_flight_phase(
     its sandbox budget is: ``SANDBOXES`` of them running in sandboxes held at the gate, the rest
     admitted and waiting in the workers' queues (``n_concurrent`` is the budget). Returns how many
     the front held in flight at once (its ``/health``), the front loop's lag p99 while they all
-    were, and what was left behind. Then every one is cancelled through ``POST /rollout/cancel``
-    (a thousand cancels routed to their workers, queued and running alike) and its result read."""
+    were, and what was left behind. Then every one is cancelled with one ``POST /rollout/cancel``
+    naming them all (each routed to its worker, queued and running alike) and its result read."""
     gate = Gate()
     running = min(size.in_flight, max(SANDBOXES, workers))
     spec = ServerSpec(Path(tempfile.mkdtemp(prefix="inflight-", dir=work)), n_concurrent=running, workers=workers)
@@ -145,7 +146,9 @@ async def in_flight_phase(
             await server.ask("lag")
             await asyncio.sleep(size.idle_window_sec)  # the measured window, not a synchronisation
             lag = await server.ask("lag")
-            await asyncio.gather(*(clients[i % len(clients)].cancel_rollout(rid) for i, rid in enumerate(ids)))
+            async with httpx.AsyncClient(base_url=server.url, timeout=60) as http:  # one call, as a trainer ends a step
+                cancelled = await http.post("/rollout/cancel", json={"ids": ids})
+                cancelled.raise_for_status()
             gate.open()
             await asyncio.gather(*rollouts, return_exceptions=True)
     finally:
