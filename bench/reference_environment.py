@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import io
+import ipaddress
 import tarfile
 import threading
 import uuid
@@ -41,11 +42,14 @@ _LOCKS_GUARD = threading.Lock()
 
 def default_bridge_gateway() -> str:
     """The address of the engine's default bridge on this machine (``docker0``'s), where a
-    container on docker-py's default network reaches the host."""
+    container on docker-py's default network reaches the host: its IPAM gateway, or, where the
+    engine does not list one (the default bridge often does not), the subnet's first address,
+    which the engine gives the bridge."""
     try:
         config = docker.from_env().networks.get("bridge").attrs["IPAM"]["Config"]
-        return str(next(c["Gateway"] for c in config if c.get("Gateway")))
-    except (docker.errors.NotFound, StopIteration, KeyError) as exc:
+        entry = next(c for c in config if c.get("Gateway") or c.get("Subnet"))
+        return str(entry.get("Gateway") or next(ipaddress.ip_network(entry["Subnet"]).hosts()))
+    except (docker.errors.NotFound, StopIteration, KeyError, TypeError) as exc:
         raise RuntimeError(
             "the Docker engine has no default bridge with a gateway (dockerd --bridge=none?): "
             "the incumbent's reference environment runs its containers there"
