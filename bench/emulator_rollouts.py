@@ -35,6 +35,7 @@ async def measure_rollouts(result: BenchResult, run: EmulatorRun, n: int) -> Non
         kinds = (("trivial", trivial, "go", False, None), ("graded", graded, GRADED_PROMPT, True, ANSWER))
         for kind, backend, text, grade, label in kinds:
             await run_rollout(backend, chat.base_url, new_id(f"emu-warm-{kind}"), text, grade=grade, label=label)
+            await backend.owner.settled()
             seconds: list[float] = []
             calls: list[int] = []
             failures: list[str] = []
@@ -44,6 +45,7 @@ async def measure_rollouts(result: BenchResult, run: EmulatorRun, n: int) -> Non
                 rollout_id = new_id(f"emu-{kind}")
                 outcome = await run_rollout(backend, chat.base_url, rollout_id, text, grade=grade, label=label)
                 seconds.append(time.perf_counter() - started)
+                await backend.owner.settled()  # its terminations, which its result does not wait for
                 calls.append(run.calls() - before)
                 after = run.routes()
                 result.info[f"{kind} rollout: calls by route (last one)"] = {
