@@ -32,6 +32,8 @@ HARBOR_026_TESTS = (
     "tests/test_warm_interpreters.py::test_a_graded_rollout_is_served_warm_and_gives_the_cold_result",
     "tests/test_warm_interpreters.py::test_an_agent_timeout_kills_a_warm_served_run",
     "tests/test_workers.py",  # workers=N: each worker's queue rebuilt from the user's (harbor_compat/queue_facts.py)
+    "tests/test_terminations_after_result.py",  # a result before its sandboxes' terminations, through Harbor's trial
+    "tests/test_baked_bundle.py::test_sandbox_call_budget_of_trivial_and_graded_rollouts",  # both transfer routes
 )
 
 
