@@ -105,8 +105,9 @@ async def test_a_result_arrives_while_its_sandboxes_are_still_terminating(
 
 
 async def test_settled_waits_for_every_handed_over_termination() -> None:
-    """``settle_later`` holds the tasks it is given (a caller may drop its list), ``settled``
-    waits for all of them, one that fails included, and the owner forgets each once it ended."""
+    """``settle_later`` holds what it is given, tasks and coroutines alike (a caller may drop its
+    references), ``settled`` waits for all of them, one that fails included, and the owner
+    forgets each once it ended."""
     owner = SandboxOwner.make("test", ledger=None)
     gate = asyncio.Event()
     ended: list[str] = []
@@ -117,9 +118,7 @@ async def test_settled_waits_for_every_handed_over_termination() -> None:
         if fail:
             raise RuntimeError(f"{name} could not go")
 
-    pending = [asyncio.ensure_future(ending("a")), asyncio.ensure_future(ending("b", fail=True))]
-    owner.settle_later(pending, ending("c"))
-    assert pending == []  # taken over
+    owner.settle_later(asyncio.ensure_future(ending("a")), asyncio.ensure_future(ending("b", fail=True)), ending("c"))
     waiter = asyncio.ensure_future(owner.settled())
     await asyncio.sleep(0)
     assert not waiter.done()

@@ -219,7 +219,7 @@ class TrialRunner:
                 return await self._finish(trial, terminations, owner)
             finally:
                 if head is not None:  # a head start nobody took goes with the trial's sandboxes
-                    owner.settle_later([], head.close())
+                    owner.settle_later(head.close())
         except asyncio.CancelledError:
             if not trial.done():  # our own task was cancelled: take the trial down with us
                 trial.cancel()
@@ -269,7 +269,7 @@ class TrialRunner:
             return await asyncio.shield(trial)
         finally:
             if trial.done():  # else we are being cancelled: the caller takes the trial down first
-                owner.settle_later(terminations)
+                owner.settle_later(*terminations)
 
     async def _fresh_attempt(self, attempt: Attempt, config: TrialConfig, trial_dir: Path) -> tuple[TrialConfig, Path]:
         """The next attempt after a lost sandbox: a new trial name, so a new sandbox name (the

@@ -76,15 +76,13 @@ class SandboxOwner:
             await asyncio.wait_for(self.settled(), CLOSE_SETTLE_SEC)
         return await self.sandboxes.terminate_all()
 
-    def settle_later(self, pending: list[asyncio.Task[None]], *more: Awaitable[Any]) -> None:
-        """Let a finished trial's terminations (``pending``, taken from its list) and ``more``
-        end after its result is reported: a rollout's outcome does not wait for its sandboxes to
-        go. The owner holds them until they end (a failed one is retried and kept in the ledger
-        by ``OwnedSandboxes.end``), ``settled`` waits for them, and ``close`` does before its
-        sweep."""
-        tasks = [*pending, *(asyncio.ensure_future(awaitable) for awaitable in more)]
-        pending.clear()
-        for task in tasks:
+    def settle_later(self, *endings: Awaitable[Any]) -> None:
+        """Let a finished trial's terminations (its deferred ones, an untaken head start's) end
+        after its result is reported: a rollout's outcome does not wait for its sandboxes to go.
+        The owner holds them until they end (a failed one is retried and kept in the ledger by
+        ``OwnedSandboxes.end``), ``settled`` waits for them, and ``close`` does before its sweep."""
+        for ending in endings:
+            task = asyncio.ensure_future(ending)
             self._ending.add(task)
             task.add_done_callback(self._ending.discard)
 
