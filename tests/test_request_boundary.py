@@ -258,6 +258,16 @@ NOT_PUBLIC = [
     ("https://[::ffff:10.0.0.1]/r.git", "is a private address"),
     ("https://[2002:7f00:1::]/r.git", "is a loopback address"),  # 6to4, carrying 127.0.0.1
     ("https://[2001:0:4136:e378:8000:63bf:80ff:fffe]/r.git", "is a loopback address"),  # Teredo, the same
+    # IPv4 inside IPv6, judged as the IPv4 it carries (Python calls the first three "global")
+    ("https://[::7f00:1]/r.git", "is a loopback address"),  # IPv4-compatible
+    ("https://[::127.0.0.1]/r.git", "is a loopback address"),  # the same, dotted
+    ("https://[::a9fe:a9fe]/r.git", "is a link-local address"),  # 169.254.169.254, compatible
+    ("https://[64:ff9b::7f00:1]/r.git", "is a loopback address"),  # NAT64's well-known prefix
+    ("https://[64:ff9b::10.1.2.3]/r.git", "is a private address"),
+    ("https://[64:ff9b:1::808:808]/r.git", "is a private address"),  # NAT64 for local use only
+    ("https://[::ffff:0:127.0.0.1]/r.git", "is a loopback address"),  # IPv4-translated
+    ("https://[2002:a9fe:a9fe::1]/r.git", "is a link-local address"),  # 6to4
+    ("https://[2001:0:7f00:1::1]/r.git", "is a loopback address"),  # Teredo, its server
     ("https://0.0.0.0/r.git", "is an unspecified address"),  # Linux connects that to the loopback
     ("https://2130706433/r.git", "resolves to 127.0.0.1"),  # decimal
     ("https://0177.0.0.1/r.git", "resolves to 127.0.0.1"),  # octal
@@ -284,7 +294,18 @@ def test_git_hosts_that_are_not_public_are_refused_unless_allowed(url: str, why:
     assert TaskRoots([], allow_private_git_hosts=True).pin_git_host(url, "metadata['git_url']", url) is None
 
 
-@pytest.mark.parametrize("url", ["https://8.8.8.8/r.git", "https://[2606:4700::1111]/r.git", "git@1.1.1.1:org/r"])
+PUBLIC = [
+    "https://8.8.8.8/r.git",
+    "https://[2606:4700::1111]/r.git",
+    "git@1.1.1.1:org/r",
+    # a public IPv4 inside IPv6 stays public
+    "https://[::ffff:8.8.8.8]/r.git",
+    "https://[64:ff9b::808:808]/r.git",
+    "https://[2002:808:808::1]/r.git",
+]
+
+
+@pytest.mark.parametrize("url", PUBLIC)
 def test_public_git_hosts_are_pinned_to_what_was_checked(url: str) -> None:
     from osmosis_harbor.tasks.roots import TaskRoots
 

@@ -101,23 +101,36 @@ def pin_git_host(remote: GitRemote, key: str, shown: str) -> GitPin:
     addresses = tuple(dict.fromkeys(str(info[4][0]) for info in found))
     for address in addresses:
         if (kind := _not_public(address)) is not None:
-            said = "is" if address == remote.host else f"resolves to {address},"
+            said = "is" if _is_literal(remote.host) else f"resolves to {address},"
             article = "an" if kind[0] in "aeiou" else "a"
             raise fail(
-                f"{key}={shown!r}: its host {remote.host!r} {said} {article} {kind} address, which a request may "
-                f"not make this machine connect to; to fetch from such hosts, set {_OPT_IN}"
+                f"{key}={shown!r}: its host {remote.host!r} {said} {article} {kind} address{_carrying(address)}, which "
+                f"a request may not make this machine connect to; to fetch from such hosts, set {_OPT_IN}"
             )
     return GitPin(remote, addresses)
 
 
 def _not_public(address: str) -> str | None:
-    """What kind of non-public address ``address`` is (None: a public one). IPv4 addresses
-    inside IPv6 ones (mapped, 6to4, Teredo) are judged as what they carry."""
+    """What kind of non-public address ``address`` is (None: a public one). An IPv6 address that
+    carries an IPv4 one (``_carried``) is judged as every IPv4 it carries."""
     ip = ipaddress.ip_address(address.split("%", 1)[0])
     if isinstance(ip, ipaddress.IPv6Address):
-        carried = ip.ipv4_mapped or ip.sixtofour or (ip.teredo[1] if ip.teredo else None)
-        if carried is not None:
-            ip = carried
+        if ip in _LOCAL_NAT64:
+            return "private"  # its translation is the local network's, to any IPv4 it chose
+        carried = _carried(ip)
+        if carried:
+            return next((kind for kind in map(_kind, carried) if kind is not None), None)
+    return _kind(ip)
+
+
+def _carrying(address: str) -> str:
+    """`` (carrying 127.0.0.1)`` for an IPv6 address with IPv4 inside, to say why it was judged so."""
+    ip = ipaddress.ip_address(address.split("%", 1)[0])
+    carried = _carried(ip) if isinstance(ip, ipaddress.IPv6Address) else ()
+    return f" (carrying {', '.join(map(str, carried))})" if carried else ""
+
+
+def _kind(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str | None:
     for kind, flag in (
         ("loopback", ip.is_loopback),
         ("link-local", ip.is_link_local),
@@ -127,7 +140,32 @@ def _not_public(address: str) -> str | None:
     ):
         if flag:
             return kind
-    return None if ip.is_global else "reserved"
+    return None if ip.is_global and not ip.is_reserved else "reserved"
+
+
+def _carried(ip: ipaddress.IPv6Address) -> tuple[ipaddress.IPv4Address, ...]:
+    """The IPv4 addresses an IPv6 one hands traffic to, by the forms that embed one: mapped
+    (``::ffff:a.b.c.d``), translated (``::ffff:0:a.b.c.d``), compatible (``::a.b.c.d``, except
+    ``::`` and ``::1``, which are IPv6's own), NAT64's well-known prefix (``64:ff9b::/96``), 6to4
+    (``2002::/16``) and Teredo (``2001::/32``: its server and its client). Python's flags judge
+    most of these as IPv6 (``::7f00:1`` and ``64:ff9b::7f00:1`` are "global"), so they are unpacked
+    here; an empty tuple: no IPv4 inside."""
+    low = ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    if ip.ipv4_mapped is not None or ip in _TRANSLATED or ip in _NAT64:
+        return (low,)
+    if ip in _COMPATIBLE and int(ip) > 1:
+        return (low,)
+    if ip.sixtofour is not None:
+        return (ip.sixtofour,)
+    if ip.teredo is not None:
+        return ip.teredo
+    return ()
+
+
+_COMPATIBLE = ipaddress.IPv6Network("::/96")
+_TRANSLATED = ipaddress.IPv6Network("::ffff:0:0:0/96")
+_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+_LOCAL_NAT64 = ipaddress.IPv6Network("64:ff9b:1::/48")  # RFC 8215: local use, never global
 
 
 def _is_literal(host: str) -> bool:
