@@ -176,7 +176,14 @@ class Settings(BaseSettings):
         10240,
         ge=0,
         description="the writable layer of a local sandbox (everything but /tmp); past it the sandbox is "
-        "evicted and the rollout ends agent_error (0: unbounded)",
+        "evicted and the rollout ends agent_error; also each file's size limit there, so one write or "
+        "preallocation stops at it (0: unbounded)",
+    )
+    sandbox_inodes: int = Field(
+        500_000,
+        ge=0,
+        description="files, directories and links in the writable layer of a local sandbox (the host "
+        "filesystem's inodes); past it the sandbox is evicted and the rollout ends agent_error (0: unbounded)",
     )
     ledger: Path | None = Field(
         None, description="the sandbox ledger (default $XDG_CACHE_HOME/osmosis-harbor/ledger.sqlite3)"

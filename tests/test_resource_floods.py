@@ -4,10 +4,11 @@ Each test runs two rollouts at once through the real osmosis server, on both SDK
 flooder, whose workflow runs the command its scripted policy replies with, and a victim that
 answers 42. The floods, each with small bounds so a test takes seconds:
 
-* the writable layer: ``dd`` outside ``/tmp`` until the sandbox is evicted at its disk bound
-  (``OSMOSIS_HARBOR_SANDBOX_DISK_MB``, read by the process that creates the sandboxes: this one
-  on the Docker path, the emulator's server on the other); the host's free space is sampled
-  throughout and never falls by much more than the bound;
+* the writable layer: ``dd`` outside ``/tmp``, file after file (each file stops at the bound
+  itself), until the sandbox is evicted at its disk bound (``OSMOSIS_HARBOR_SANDBOX_DISK_MB``,
+  read by the process that creates the sandboxes: this one on the Docker path, the emulator's
+  server on the other); the host's free space is sampled throughout and never falls by much more
+  than the bound;
 * stdout: 256 MiB printed to the workflow's own stdout (the exec's stream); the host keeps a
   bounded tail, so the server process (and the emulator's) grows by far less than that;
 * a fork bomb: stopped at the sandbox's pids limit, and named as such;
@@ -34,20 +35,19 @@ from osmosis_ai.rollout.types import RolloutErrorCategory, RolloutStatus
 
 from osmosis_harbor.backend import HarborBackend
 from osmosis_harbor.sandbox import load_sandbox_sdk
+from osmosis_harbor.sandbox.docker.evictions import inode_limit_message
 from osmosis_harbor.sandbox.sdk.bounds import PIDS_LIMIT
 from osmosis_harbor.sandbox.sdk.liveness import SandboxState, sandbox_state
 
 from .emulator_support import EmulatorServer, private_emulator, push_to_local_registry
+from .flood_support import IMAGE, MIB, PROJECT, FreeSpace, assert_victim_fine, flood_beside_victim, make_backend
 from .rollout_server import client_for, serve
 from .sdk_paths import SdkPath
-from .support import FIXTURES, TASKS, await_until
+from .support import TASKS, await_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("osmosis_home")]
 
-PROJECT = FIXTURES / "rollout_project"
-IMAGE = "python:3.12-slim"  # the template task's base image
 DISK_MB = 192
-MIB = 1024 * 1024
 
 
 @pytest.fixture(scope="module")
@@ -75,69 +75,8 @@ def flood_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
         yield SdkPath("skypilot-emulator", server)
 
 
-def make_backend(tmp_path: Path, bundles_dir: Path, path: SdkPath) -> HarborBackend:
-    return HarborBackend(
-        orchestrator=TrialQueue(n_concurrent=2),
-        tasks_dir=TASKS / "template",
-        task_mode="template",
-        agent="rollout_fixtures.workflows:OutputWorkflow",
-        workflow_config="rollout_fixtures.workflows:fixture_config",
-        code_dir=PROJECT,
-        bundles_dir=bundles_dir,
-        environment_config=path.environment(),
-        trials_dir=tmp_path / "trials",
-    )
-
-
-async def flood_beside_victim(backend: HarborBackend, fake_chat, flood: str) -> tuple[object, object]:
-    """The flooder (its policy replies ``flood``) and the victim (``echo 42``), at once."""
-    async with serve(backend) as url, client_for(url) as client:
-
-        def rollout(reply: str, tag: str):
-            return client.run_rollout(
-                initial_messages=[{"role": "user", "content": f"reply: {reply}"}],
-                chat_completions_url=fake_chat.base_url,
-                rollout_id=f"{tag}-{uuid.uuid4().hex[:8]}",
-                llm_api_key="sk-flood",
-                grade=False,
-            )
-
-        return tuple(await asyncio.gather(rollout(flood, "flood"), rollout("echo 42", "victim")))
-
-
-def assert_victim_fine(victim) -> None:
-    assert victim.status is RolloutStatus.SUCCESS, victim.err_message
-    assert victim.sample.messages[-1]["content"] == "42"
-
-
-class FreeSpace:
-    """The minimum free space of the engine's filesystem while the block runs, sampled often."""
-
-    def __init__(self, path: str = "/var/lib/docker") -> None:
-        self.path = path if os.path.isdir(path) else "/"
-        self.start = self.now()
-        self.lowest = self.start
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-
-    def now(self) -> int:
-        fs = os.statvfs(self.path)
-        return fs.f_bavail * fs.f_frsize
-
-    def _sample(self) -> None:
-        while not self._stop.wait(0.02):
-            self.lowest = min(self.lowest, self.now())
-
-    def __enter__(self) -> FreeSpace:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-
-DISK_FLOOD = "dd if=/dev/zero of=/workspace/fill bs=1M count=8192 && echo filled"
+# 8 GiB in files of 128 MiB, each under the file size limit (the disk bound) that stops one file.
+DISK_FLOOD = "for i in $(seq 64); do dd if=/dev/zero of=/workspace/fill$i bs=1M count=128 || exit; done; echo filled"
 
 
 async def test_a_disk_flood_is_evicted_at_its_bound_and_the_victim_succeeds(
@@ -153,7 +92,7 @@ async def test_a_disk_flood_is_evicted_at_its_bound_and_the_victim_succeeds(
     assert "OSMOSIS_HARBOR_SANDBOX_DISK_MB" in flooder.err_message and "lost" not in flooder.err_message
     # The 8 GiB flood took the disk down by at most the bound and what one tick of the watch lets
     # through (the victim's own layer and other users of this machine included).
-    dipped = space.start - space.lowest
+    dipped = space.dipped
     assert dipped < 2048 * MIB, f"free space fell by {dipped / MIB:.0f} MiB"
 
 
@@ -322,12 +261,16 @@ async def test_a_memory_hog_is_killed_at_its_limit_named_as_such_and_the_victim_
     assert "its memory limit killed" in flooder.err_message and "(OOM)" in flooder.err_message, flooder.err_message
 
 
-# Ways to fill the layer: written, allocated without a write, and written to a file deleted
-# while held open (no walk of the layer sees it).
+# Ways to fill the layer past its bound, each file within the file size limit (the bound): written,
+# allocated without a write and past the file's size (which that limit does not see), and written
+# to files deleted while held open (no walk of the layer sees them).
 LAYER_FILLS = {
-    "written": f"dd if=/dev/zero of=/fill bs=1M count={4 * DISK_MB}",
-    "fallocated": f"fallocate -l {4 * DISK_MB}M /fill; sleep 30",
-    "held-deleted": f"exec 3>/held; rm /held; dd if=/dev/zero bs=1M count={4 * DISK_MB} >&3; sleep 30",
+    "written": f"for i in 1 2 3 4; do dd if=/dev/zero of=/fill$i bs=1M count={DISK_MB}; done",
+    "fallocated": f"touch /fill; fallocate --keep-size -l {4 * DISK_MB}M /fill; sleep 30",
+    "held-deleted": (
+        f"exec 3>/h1 4>/h2; rm /h1 /h2; dd if=/dev/zero bs=1M count={DISK_MB} >&3; "
+        f"dd if=/dev/zero bs=1M count={DISK_MB} >&4; sleep 30"
+    ),
 }
 
 
@@ -363,6 +306,7 @@ def test_only_an_eviction_for_its_own_storage_is_the_workflows() -> None:
     own = [
         'Container sandbox exceeded its local ephemeral storage limit "64Mi". ',
         "Pod ephemeral local storage usage exceeds the total limit of containers 10Gi. ",
+        inode_limit_message(20_001, 20_000),  # the local SDKs' own, in kubelet's form
     ]
     node = "The node was low on resource: ephemeral-storage. Threshold quantity: 10Gi, available: 9Gi. "
     assert all(SandboxState(name="s", status="FAILED", message=m).over_own_disk_bound for m in own)

@@ -64,7 +64,7 @@ class Bounds(BaseModel):
             f"/tmp {_gib(self.tmp_kb * 1024) if self.tmp_bounded else 'unbounded'}; "
             f"not bounded: {'; '.join(unbounded) if unbounded else 'nothing of these'}; the writable layer "
             f"(/: {self.root_fs}, {_gib(self.root_kb * 1024)} shown) cannot be read from inside: bounded "
-            "outside the sandbox if at all (local SDKs: OSMOSIS_HARBOR_SANDBOX_DISK_MB; SkyPilot: the pod's "
+            "outside the sandbox if at all (local SDKs: OSMOSIS_HARBOR_SANDBOX_DISK_MB and _INODES; SkyPilot: the pod's "
             "ephemeral-storage limit)"
         )
 

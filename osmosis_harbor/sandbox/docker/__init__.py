@@ -15,8 +15,9 @@ How the semantics are mapped:
   session leader, so a timeout SIGKILLs the whole session from the host (the engine runs on
   this machine), and reports 124 like ``timeout(1)``.
 * Every container is bounded (``bounds.py``): the requested or default CPU and memory (no
-  swap), a pid limit, a size-limited tmpfs ``/tmp``, and its writable layer (by the engine, or
-  by the host's watch, which evicts a sandbox past it: ``layer_bound``). It runs without
+  swap), a pid limit, a size-limited tmpfs ``/tmp``, a file size limit at the disk bound, and its
+  writable layer's bytes (by the engine, or by the host's watch, which evicts a sandbox past it:
+  ``layer_bound``) and inodes (by the watch). It runs without
   NET_RAW and AUDIT_WRITE and with no-new-privileges (``privileges.py``).
 * Files go through the engine's archive API (``put_archive`` / ``get_archive``): binary-safe,
   no shell quoting, works for any size.

@@ -2,16 +2,21 @@
 
 overlay2 enforces ``--storage-opt size=`` only on xfs with project quotas; on other backing
 filesystems (ext4, as here) a sandbox's writes outside ``/tmp`` would share the host's disk
-unbounded. So each sandbox this process starts or claims is measured from the host
-(``layer.LayerProbe``) and evicted once past ``Settings.sandbox_disk_mb``, as kubelet evicts a
-pod past its ephemeral-storage limit (``evictions``).
+unbounded. And no engine bounds a layer's inodes (the size option sets a block quota only), so a
+sandbox's empty files would exhaust the filesystem's inodes with its disk bound untouched. So each
+sandbox this process starts or claims is measured from the host (``layer.LayerProbe``: bytes and
+inodes in one walk) and evicted once past ``Settings.sandbox_disk_mb`` or
+``Settings.sandbox_inodes``, as kubelet evicts a pod past its ephemeral-storage limit
+(``evictions``).
 
 What it costs: one ``statvfs`` of the engine's filesystem per tick (about a microsecond), and a
 walk of a layer (about 16 ms for a layer holding a pip-installed bundle, 6,000 files; 0.3 ms for
-a baked bundle's) at once when the whole filesystem grew by more than that layer's headroom since
-it was last walked (``fallocate`` allocates gigabytes in milliseconds), and otherwise as often as
-its headroom requires at ``ASSUMED_WRITE_RATE`` (the growth another user's deletions could hide
-from that trigger), but never more than ``WATCH_CPU_SHARE`` of a core on walks in all. One that
+a baked bundle's; it stops as soon as it is past a bound) at once when the whole filesystem's
+used bytes or inodes grew by more than that layer's headroom since it was last walked
+(``fallocate`` allocates gigabytes in milliseconds), and otherwise as often as its headroom
+requires at ``ASSUMED_WRITE_RATE`` and ``ASSUMED_CREATE_RATE`` (the growth another user's
+deletions could hide from that trigger), but never more than ``WATCH_CPU_SHARE`` of a core on
+walks in all. One that
 lives less than ``FIRST_LOOK_SEC`` and writes less than its bound is never walked.
 """
 
@@ -27,7 +32,7 @@ from pathlib import Path
 
 from docker import APIClient
 
-from osmosis_harbor.sandbox.docker.layer import LayerProbe
+from osmosis_harbor.sandbox.docker.layer import LayerProbe, LayerUsage
 
 __all__ = ["DiskWatch", "WatchStats"]
 
@@ -35,21 +40,22 @@ log = logging.getLogger(__name__)
 
 TICK_SEC = 0.1
 ASSUMED_WRITE_RATE = 1024**3  # bytes per second; this machine's disk takes 0.45 GB/s, its page cache 1.2
+ASSUMED_CREATE_RATE = 200_000  # inodes per second; `touch` in one sandbox made 2,000-4,500 a second here
 FIRST_LOOK_SEC = 1.0
 MIN_INTERVAL_SEC = 0.5
 MAX_INTERVAL_SEC = 30.0  # the longest a layer waits for the schedule's walk, within the CPU share
 WATCH_CPU_SHARE = 0.05  # of one core: the walks' budget, which spaces them out with many sandboxes
 
-Evict = Callable[[str, int, int], None]  # (container id, bytes used, bound)
+Evict = Callable[[str, LayerUsage, LayerUsage], None]  # (container id, used, bound)
 
 
 @dataclass
 class _Watched:
-    bound: int
+    bound: LayerUsage
     due: float
     probe: LayerProbe | None = None
-    used: int = 0
-    fs_used_at: int | None = None  # the filesystem's used bytes when this layer was last measured
+    used: LayerUsage = LayerUsage()
+    fs_used_at: LayerUsage | None = None  # the filesystem's used bytes and inodes when this layer was last measured
 
 
 @dataclass
@@ -60,6 +66,7 @@ class WatchStats:
     walk_sec: float = 0.0
     evictions: int = 0
     largest_layer: int = 0
+    most_inodes: int = 0
 
 
 class DiskWatch:
@@ -75,9 +82,9 @@ class DiskWatch:
         self._walk_sec = 0.0  # a moving average of one walk's cost
         self.stats = WatchStats()
 
-    def watch(self, container_id: str, bound: int) -> None:
-        """Bound ``container_id``'s writable layer at ``bound`` bytes (0: not at all)."""
-        if bound <= 0:
+    def watch(self, container_id: str, bound: LayerUsage) -> None:
+        """Bound ``container_id``'s writable layer at ``bound`` (bytes and inodes; 0: not that one)."""
+        if bound.bytes <= 0 and bound.inodes <= 0:
             return
         baseline = self._filesystem_used()  # from here, growth past the bound has the layer walked
         with self._cond:
@@ -112,12 +119,12 @@ class DiskWatch:
         for container_id, watched in due:
             self._measure(container_id, watched, fs_used)
 
-    def _measure(self, container_id: str, watched: _Watched, fs_used: int | None) -> None:
+    def _measure(self, container_id: str, watched: _Watched, fs_used: LayerUsage | None) -> None:
         if watched.probe is None and not self._open(container_id, watched):
             return
         assert watched.probe is not None
         started = time.perf_counter()
-        used = watched.probe.used_bytes()
+        used = watched.probe.usage(watched.bound)
         took = time.perf_counter() - started
         self.stats.walks += 1
         self.stats.walk_sec += took
@@ -125,14 +132,15 @@ class DiskWatch:
         if used is None:  # removed: nothing left to bound
             self.forget(container_id)
             return
-        self.stats.largest_layer = max(self.stats.largest_layer, used)
-        if used > watched.bound:
+        self.stats.largest_layer = max(self.stats.largest_layer, used.bytes)
+        self.stats.most_inodes = max(self.stats.most_inodes, used.inodes)
+        if used.over(watched.bound):
             self.forget(container_id)
             self.stats.evictions += 1
             self._evict(container_id, used, watched.bound)
             return
         watched.used, watched.fs_used_at = used, fs_used
-        headroom = min(MAX_INTERVAL_SEC, (watched.bound - used) / ASSUMED_WRITE_RATE)
+        headroom = _headroom_sec(watched)
         budget = self._walk_sec * len(self._watched) / WATCH_CPU_SHARE
         watched.due = time.monotonic() + max(MIN_INTERVAL_SEC, headroom, budget)
 
@@ -144,17 +152,34 @@ class DiskWatch:
         watched.probe = probe
         return True
 
-    def _filesystem_used(self) -> int | None:
+    def _filesystem_used(self) -> LayerUsage | None:
         try:
             fs = os.statvfs(self._filesystem)
         except OSError:
             return None
-        return (fs.f_blocks - fs.f_bfree) * fs.f_frsize
+        return LayerUsage((fs.f_blocks - fs.f_bfree) * fs.f_frsize, fs.f_files - fs.f_ffree)
 
 
-def _may_be_full(watched: _Watched, fs_used: int | None) -> bool:
-    """The filesystem grew by more than this layer's headroom since it was measured: it could be
-    the one that grew (fast allocations outrun the schedule)."""
+def _headroom_sec(watched: _Watched) -> float:
+    """How long this layer takes to pass a bound at the assumed rates."""
+    bound, used = watched.bound, watched.used
+    times = [MAX_INTERVAL_SEC]
+    if bound.bytes:
+        times.append((bound.bytes - used.bytes) / ASSUMED_WRITE_RATE)
+    if bound.inodes:
+        times.append((bound.inodes - used.inodes) / ASSUMED_CREATE_RATE)
+    return min(times)
+
+
+def _may_be_full(watched: _Watched, fs_used: LayerUsage | None) -> bool:
+    """The filesystem's used bytes or inodes grew by more than this layer's headroom since it was
+    measured: it could be the one that grew (fast allocations outrun the schedule)."""
     if fs_used is None or watched.fs_used_at is None:
         return False
-    return fs_used - watched.fs_used_at >= watched.bound - watched.used
+    bound, used, then = watched.bound, watched.used, watched.fs_used_at
+    return bool(
+        bound.bytes
+        and fs_used.bytes - then.bytes >= bound.bytes - used.bytes
+        or bound.inodes
+        and fs_used.inodes - then.inodes >= bound.inodes - used.inodes
+    )

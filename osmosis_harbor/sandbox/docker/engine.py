@@ -4,7 +4,8 @@
 turns "engine not reachable" into `DockerEngineUnavailable`, and implements the container
 operations shared by sandboxes and pools: image presence (pulling only from loopback
 registries), create-with-TTL within the sandbox bounds (``bounds.py``: CPU, memory, pids, a
-tmpfs /tmp seeded with the image's own, the writable layer's disk through ``layer_bound``) and
+tmpfs /tmp seeded with the image's own, each file's size, the writable layer's disk and inodes
+through ``layer_bound``) and
 privileges (``privileges.py``: capabilities dropped, no-new-privileges), start, force-remove,
 lookup by name or id, and name reuse. Pool members are created here too, so they get the same
 bounds. It is the ``Launcher`` that ``pools.PoolManager`` borrows, and it owns the per-engine
@@ -151,7 +152,8 @@ class Engine:
         """Create (not start) a container whose main process is the TTL itself, within its
         bounds (``bounds.py``: CPU, memory without swap, pids, a size-limited /tmp, the writable
         layer) and with its privileges cut (``privileges.py``)."""
-        bounds = SandboxBounds.resolve(cpus, memory_gb, disk_mb=settings.current().sandbox_disk_mb)
+        current = settings.current()
+        bounds = SandboxBounds.resolve(cpus, memory_gb, disk_mb=current.sandbox_disk_mb, inodes=current.sandbox_inodes)
         privileges = SandboxPrivileges.current()
 
         def create(network_mode: str) -> str:
@@ -165,6 +167,7 @@ class Engine:
                 mounts=[tmp_mount(bounds)],
                 network_mode=network_mode,
                 storage_opt=self.layers.option(bounds),
+                ulimits=_ulimits(bounds),
                 **privileges.host_config(),
             )
             kwargs: dict[str, Any] = {
@@ -374,3 +377,11 @@ def get_engine() -> Engine:
 def sandbox_network() -> SandboxNetwork:
     """The sandboxes' bridge on this process's Docker engine, created if missing."""
     return ensure_sandbox_network(get_engine().api)
+
+
+def _ulimits(bounds: SandboxBounds) -> list[docker.types.Ulimit] | None:
+    """The file size limit, soft and hard (root may lower, never raise, a hard limit without
+    CAP_SYS_RESOURCE, which Docker's default set does not grant)."""
+    if (limit := bounds.file_size_limit) is None:
+        return None
+    return [docker.types.Ulimit(name="fsize", soft=limit, hard=limit)]

@@ -1,6 +1,7 @@
 """Sandboxes this process evicted for their disk use, kept until terminated, as kubelet keeps an
-evicted pod: listed by ``ls()`` with status ``evicted`` and kubelet's message, so whoever asks
-why a sandbox stopped learns it passed its own bound (the workflow's doing, not a lost node).
+evicted pod: listed by ``ls()`` with status ``evicted`` and kubelet's message (or, past the inode
+bound, which Kubernetes has no per-pod word for, ours in its form), so whoever asks why a sandbox
+stopped learns it passed its own bound (the workflow's doing, not a lost node).
 
 Held in this process's memory: the watcher that evicts (``disk_watch``) runs in the process
 that created or claimed the sandbox, which is the process its owner asks (the host on the
@@ -14,8 +15,9 @@ import threading
 import time
 
 from osmosis_harbor.sandbox.docker.labels import ContainerInfo, SandboxRecord
+from osmosis_harbor.sandbox.docker.layer import LayerUsage
 
-__all__ = ["EVICTED", "Evictions", "storage_limit_message"]
+__all__ = ["EVICTED", "Evictions", "inode_limit_message", "limit_message", "storage_limit_message"]
 
 EVICTED = "evicted"
 # Kept at most this many (the oldest go first): a host that never terminates what was evicted.
@@ -31,6 +33,21 @@ def storage_limit_message(used: int, bound: int) -> str:
     )
 
 
+def inode_limit_message(used: int, bound: int) -> str:
+    """The same, past the inode bound (the walk stops once past it: ``used`` is at least that)."""
+    return (
+        f'Container sandbox exceeded its local ephemeral storage inode limit "{bound}": its writable layer '
+        f"held at least {used} files, directories and links (OSMOSIS_HARBOR_SANDBOX_INODES)"
+    )
+
+
+def limit_message(used: LayerUsage, bound: LayerUsage) -> str:
+    """The message for whichever bound ``used`` passed (the bytes' first)."""
+    if bound.bytes and used.bytes > bound.bytes:
+        return storage_limit_message(used.bytes, bound.bytes)
+    return inode_limit_message(used.inodes, bound.inodes)
+
+
 class Evictions:
     """Evicted sandboxes' records by container id (thread-safe: the watcher adds, callers read)."""
 
@@ -38,10 +55,8 @@ class Evictions:
         self._lock = threading.Lock()
         self._records: collections.OrderedDict[str, SandboxRecord] = collections.OrderedDict()
 
-    def add(self, info: ContainerInfo, used: int, bound: int) -> SandboxRecord:
-        record = info.to_record().model_copy(
-            update={"status": EVICTED, "status_message": storage_limit_message(used, bound)}
-        )
+    def add(self, info: ContainerInfo, message: str) -> SandboxRecord:
+        record = info.to_record().model_copy(update={"status": EVICTED, "status_message": message})
         with self._lock:
             self._records[info.id] = record
             while len(self._records) > MAX_KEPT:

@@ -1,4 +1,4 @@
-"""How much disk one container's writable layer holds, read from the host.
+"""How much disk one container's writable layer holds, read from the host: bytes and inodes.
 
 The engine's own figure (``SizeRw``, ``docker ps -s``) walks the layer inside dockerd and reports
 apparent sizes; a file of holes counts in full and a fallocated one, which fills the disk at
@@ -23,11 +23,22 @@ from pathlib import Path
 import docker.errors
 from docker import APIClient
 
-__all__ = ["LayerProbe"]
+__all__ = ["LayerProbe", "LayerUsage"]
 
 log = logging.getLogger(__name__)
 
 DELETED = " (deleted)"
+
+
+@dataclass(frozen=True)
+class LayerUsage:
+    """What a writable layer holds on the host's filesystem; as a bound, 0 means unbounded."""
+
+    bytes: int = 0
+    inodes: int = 0
+
+    def over(self, bound: LayerUsage) -> bool:
+        return bool(bound.bytes and self.bytes > bound.bytes or bound.inodes and self.inodes > bound.inodes)
 
 
 @dataclass(frozen=True)
@@ -59,20 +70,25 @@ class LayerProbe:
             return None
         return cls(container_id=container_id, upper=Path(upper), root_dev=root_dev, procs=procs)
 
-    def used_bytes(self) -> int | None:
-        """Bytes the layer holds on disk now; None once the container is gone."""
+    def usage(self, bound: LayerUsage) -> LayerUsage | None:
+        """What the layer holds now (the walk stops early, with a partial figure, once it is over
+        ``bound``); None once the container is gone."""
         if not self.upper.exists():
             return None
         seen: set[int] = set()
-        return _tree_bytes(self.upper, seen) + self._held_bytes(seen)
+        walked = _tree_usage(self.upper, seen, bound)
+        if walked.over(bound):
+            return walked
+        held = self._held(seen)
+        return LayerUsage(walked.bytes + held.bytes, walked.inodes + held.inodes)
 
-    def _held_bytes(self, seen: set[int]) -> int:
-        """Blocks of deleted files the container's processes still hold open."""
+    def _held(self, seen: set[int]) -> LayerUsage:
+        """Blocks and inodes of deleted files the container's processes still hold open."""
         try:
             pids = self.procs.read_text().split()
         except OSError:
-            return 0
-        total = 0
+            return LayerUsage()
+        total = inodes = 0
         for pid in pids:
             try:
                 fds = list(os.scandir(f"/proc/{pid}/fd"))
@@ -88,12 +104,15 @@ class LayerProbe:
                 if st.st_dev == self.root_dev and stat.S_ISREG(st.st_mode) and st.st_ino not in seen:
                     seen.add(st.st_ino)
                     total += st.st_blocks * 512
-        return total
+                    inodes += 1
+        return LayerUsage(total, inodes)
 
 
-def _tree_bytes(top: Path, seen: set[int]) -> int:
-    """Allocated bytes under ``top`` (no link followed, each hardlinked inode once)."""
-    total = 0
+def _tree_usage(top: Path, seen: set[int], bound: LayerUsage) -> LayerUsage:
+    """Allocated bytes and inodes under ``top`` (no link followed, each hardlinked inode once),
+    stopping once past ``bound``."""
+    total = inodes = 0
+    max_bytes, max_inodes = bound.bytes or -1, bound.inodes or -1
     stack = [str(top)]
     while stack:
         try:
@@ -113,7 +132,10 @@ def _tree_bytes(top: Path, seen: set[int]) -> int:
                         continue
                     seen.add(st.st_ino)
                 total += st.st_blocks * 512
-    return total
+                inodes += 1
+                if inodes == max_inodes + 1 or total > max_bytes > 0:  # over: the rest changes nothing
+                    return LayerUsage(total, inodes)
+    return LayerUsage(total, inodes)
 
 
 def _procs_file(cgroup: str) -> Path:

@@ -1,10 +1,11 @@
-"""The writable-layer bound of one engine's sandboxes: which enforcement applies, and its state.
+"""The writable-layer bounds of one engine's sandboxes: which enforcement applies, and its state.
 
 The engine enforces ``--storage-opt size=`` where its storage can (overlay2 on xfs with
 ``pquota``, btrfs, zfs): the first create asks for it, and an engine that refuses it is never
 asked again. Elsewhere (overlay2 on ext4, as here) the host's ``disk_watch`` bounds each sandbox
 this process starts or claims, which needs the engine's storage readable from this process (a
-local engine, root); where it is not, the bound is not enforced and one warning says so.
+local engine, root); where it is not, the bound is not enforced and one warning says so. The
+inode bound is the watch's on every engine: the size option is a block quota only.
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ from docker import APIClient
 
 from osmosis_harbor import settings
 from osmosis_harbor.sandbox.docker.disk_watch import DiskWatch
-from osmosis_harbor.sandbox.docker.evictions import Evictions
+from osmosis_harbor.sandbox.docker.evictions import Evictions, limit_message
 from osmosis_harbor.sandbox.docker.labels import ContainerInfo
+from osmosis_harbor.sandbox.docker.layer import LayerUsage
 from osmosis_harbor.sandbox.sdk.bounds import SandboxBounds
 
 __all__ = ["LayerBound"]
@@ -46,7 +48,7 @@ class LayerBound:
         self._readable: bool | None = _readable(engine_url, storage_root)  # None: warned already
         self._inspect = inspect
         self._remove = remove
-        self._pending: dict[str, int] = {}  # created container id -> bound to watch once started
+        self._pending: dict[str, LayerUsage] = {}  # created container id -> bound to watch once started
         self._lock = threading.Lock()
         self.evictions = Evictions()
         self.watch = DiskWatch(api, self._evict, filesystem=Path(storage_root or "/"))
@@ -66,14 +68,14 @@ class LayerBound:
         return True
 
     def created(self, container_id: str, bounds: SandboxBounds) -> None:
-        """A create went through: with the size option the engine enforces it, else watch it."""
-        if not bounds.disk_bytes:
-            return
+        """A create went through: with the size option the engine enforces the bytes, else the
+        watch does; the watch bounds the inodes either way."""
         with self._lock:
-            if self._quota is None:
+            if bounds.disk_bytes and self._quota is None:
                 self._quota = True
-            elif self._quota is False:
-                self._pending[container_id] = bounds.disk_bytes
+            watched = self._watched(bounds.disk_bytes, bounds.inodes)
+            if watched.bytes or watched.inodes:
+                self._pending[container_id] = watched
 
     def started(self, container_id: str) -> None:
         with self._lock:
@@ -83,9 +85,14 @@ class LayerBound:
 
     def claimed(self, container_id: str) -> None:
         """A pool member this process claimed (another process may have started it)."""
-        bound = settings.current().sandbox_disk_mb * 1024 * 1024
-        if bound and self._quota is not True and self._can_watch():
+        current = settings.current()
+        bound = self._watched(current.sandbox_disk_mb * 1024 * 1024, current.sandbox_inodes)
+        if (bound.bytes or bound.inodes) and self._can_watch():
             self.watch.watch(container_id, bound)
+
+    def _watched(self, disk_bytes: int, inodes: int) -> LayerUsage:
+        """What the watch bounds: the bytes unless the engine enforces them, and the inodes."""
+        return LayerUsage(bytes=0 if self._quota is True else disk_bytes, inodes=inodes)
 
     def removed(self, container_id: str) -> None:
         with self._lock:
@@ -96,24 +103,21 @@ class LayerBound:
         if self._readable is False:
             log.warning(
                 "the writable layer of local sandboxes cannot be read from this process (a remote engine, or "
-                "not root): OSMOSIS_HARBOR_SANDBOX_DISK_MB is not enforced"
+                "not root): OSMOSIS_HARBOR_SANDBOX_DISK_MB (but for each file's size) and "
+                "OSMOSIS_HARBOR_SANDBOX_INODES are not enforced"
             )
             self._readable = None
         return bool(self._readable)
 
-    def _evict(self, container_id: str, used: int, bound: int) -> None:
-        """The watch found this layer past its bound: evict the sandbox, as kubelet would a pod."""
+    def _evict(self, container_id: str, used: LayerUsage, bound: LayerUsage) -> None:
+        """The watch found this layer past a bound: evict the sandbox, as kubelet would a pod."""
         info = self._inspect(container_id)
         if info is None:
             return
+        message = limit_message(used, bound)
         if not info.is_idle_member:
-            self.evictions.add(info, used, bound)
-        log.warning(
-            "evicting sandbox %s: its writable layer holds %d MiB, over its bound of %d MiB",
-            info.name,
-            used >> 20,
-            bound >> 20,
-        )
+            self.evictions.add(info, message)
+        log.warning("evicting sandbox %s: %s", info.name, message)
         self._remove(container_id, info.pool is not None)
 
 

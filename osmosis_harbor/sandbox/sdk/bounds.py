@@ -15,7 +15,12 @@ What the Docker engine bounds beyond CPU and memory:
 * the container's writable layer (``/``, ``/root``, ``/workspace``...), at
   ``Settings.sandbox_disk_mb``: by the engine where its storage can (``--storage-opt size=``,
   overlay2 on xfs with project quotas), else by the host's watch, which evicts a sandbox past it
-  (``docker/layer_bound.py``; on ext4, as here, the engine refuses the option).
+  (``docker/layer_bound.py``; on ext4, as here, the engine refuses the option). Each file there
+  also stops at that size (``RLIMIT_FSIZE``, inherited by every exec: a write or ``fallocate``
+  past it fails with EFBIG), so a single preallocation cannot take the disk before the watch sees
+  it;
+* the writable layer's inodes, at ``Settings.sandbox_inodes``: by the host's watch (no engine
+  bounds them; the size option is a block quota).
 """
 
 from __future__ import annotations
@@ -49,15 +54,18 @@ class SandboxBounds(BaseModel):
     pids_limit: int = PIDS_LIMIT
     tmp_mb: int
     disk_mb: int = 0  # the writable layer outside /tmp (0: unbounded)
+    inodes: int = 0  # the writable layer's inodes (0: unbounded)
 
     @classmethod
-    def resolve(cls, cpus: float | None, memory_gb: float | None, *, disk_mb: int = 0) -> SandboxBounds:
+    def resolve(
+        cls, cpus: float | None, memory_gb: float | None, *, disk_mb: int = 0, inodes: int = 0
+    ) -> SandboxBounds:
         """Bounds for a create call's ``cpus`` / ``memory_gb`` (None: the defaults)."""
         memory_mb = memory_mb_or_default(int(memory_gb * 1024) if memory_gb else None)
         if memory_mb < 16:
             raise ValueError(f"memory_gb={memory_gb} is below the 16 MiB a sandbox needs to start")
         tmp_mb = max(1, int(memory_mb * TMP_SHARE))
-        return cls(cpus=cpus_or_default(cpus), memory_mb=memory_mb, tmp_mb=tmp_mb, disk_mb=disk_mb)
+        return cls(cpus=cpus_or_default(cpus), memory_mb=memory_mb, tmp_mb=tmp_mb, disk_mb=disk_mb, inodes=inodes)
 
     @property
     def memory_bytes(self) -> int:
@@ -66,3 +74,9 @@ class SandboxBounds(BaseModel):
     @property
     def disk_bytes(self) -> int:
         return self.disk_mb * 1024 * 1024
+
+    @property
+    def file_size_limit(self) -> int | None:
+        """``RLIMIT_FSIZE`` for every process of the sandbox: no file may outgrow the disk bound,
+        whose watch only sees a file once it is allocated (None: no disk bound)."""
+        return self.disk_bytes or None

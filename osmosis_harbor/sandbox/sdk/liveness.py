@@ -9,9 +9,9 @@ Sandbox SDK and the Docker emulation offer (``sandbox-check`` proves they agree 
 raises `SandboxLostError` for the second. Trials read it as an ``internal_error``, and
 ``HarborBackend(infra_retries=N)`` may run the rollout again on a fresh sandbox. One exception:
 a sandbox evicted for passing its own disk bound (kubelet's message for a pod past its
-ephemeral-storage limit, which the local SDKs give too, in the record's ``status_message``) is
-the workflow's doing: `SandboxDiskBoundError`, an ``agent_error``. An eviction for the node's
-own pressure ("The node was low on resource") stays a loss.
+ephemeral-storage limit, which the local SDKs give too, in the record's ``status_message``, and
+theirs for the inode bound) is the workflow's doing: `SandboxDiskBoundError`, an ``agent_error``.
+An eviction for the node's own pressure ("The node was low on resource") stays a loss.
 
 The environment also hands every loss it raises to the trial's scope (``owner.context.record_loss``),
 since Harbor does not always let the error reach the trial's result (``backend/losses.py`` says how it is read).
@@ -33,9 +33,10 @@ __all__ = ["SandboxLostError", "SandboxState", "sandbox_state"]
 # style names for SkyPilot pods; compared case-insensitively).
 LIVE_STATUSES = frozenset({"running", "ready", "up"})
 # kubelet's two messages for a pod evicted for its own ephemeral storage (a container's limit,
-# or the pod's total), never the node-pressure one.
+# or the pod's total), never the node-pressure one; and the local SDKs' for their inode bound.
 OWN_STORAGE_LIMIT = re.compile(
-    r"exceeded its local ephemeral storage limit|ephemeral local storage usage exceeds the total limit", re.I
+    r"exceeded its local ephemeral storage (?:inode )?limit|ephemeral local storage usage exceeds the total limit",
+    re.I,
 )
 
 
