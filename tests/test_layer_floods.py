@@ -143,8 +143,9 @@ async def test_one_preallocation_past_the_disk_bound_is_refused_and_the_host_kee
         out = await _preallocate(bounded, 16 * 1024 * MIB)
     assert "fallocate=153 blocks=0" in out, out  # killed by SIGXFSZ, nothing allocated
     assert "posix_fallocate: File too large" in out and "blocks 0" in out, out  # EFBIG
-    # The bound and a margin for this machine's other users: far from the 16 GiB asked for.
-    assert space.dipped < DISK_MB * MIB + 768 * MIB, f"free space fell by {space.dipped / MIB:.0f} MiB"
+    # The bound and a margin for this machine's other users (another flood test's included): far
+    # from the 16 GiB asked for.
+    assert space.dipped < DISK_MB * MIB + 2048 * MIB, f"free space fell by {space.dipped / MIB:.0f} MiB"
 
 
 async def test_positive_control_without_the_disk_bound_a_preallocation_takes_its_blocks(
