@@ -179,6 +179,12 @@ class Settings(BaseSettings):
         "evicted and the rollout ends agent_error; also each file's size limit there, so one write or "
         "preallocation stops at it (0: unbounded)",
     )
+    sandbox_seccomp_profile: Path | None = Field(
+        None,
+        description="a seccomp profile (Docker's JSON format) for local sandboxes in place of the engine's "
+        "default; `python -m osmosis_harbor seccomp-profile` makes one from Docker's default.json that also "
+        "refuses fallocate --keep-size, which the file size limit cannot see (None: the engine's default)",
+    )
     sandbox_inodes: int = Field(
         500_000,
         ge=0,

@@ -9,6 +9,11 @@
   sandbox (EFBIG: every process runs under a file size limit at the disk bound), so the host's
   free space never falls by more than the bound and a margin. Positive control: with the bound
   off, the allocation takes its blocks.
+* The preallocation that limit cannot see (``fallocate --keep-size``): refused under a seccomp
+  profile made by ``seccomp-profile`` (``OSMOSIS_HARBOR_SANDBOX_SECCOMP_PROFILE``), with io_uring,
+  while growing a file still works and the base profile's own refusals stay. Positive control:
+  under the engine's default profile it takes its blocks. (The base is the test's own, permissive
+  but for one refusal: Docker does not expose its default profile.)
 
 The bounds are read by the process that creates the sandboxes: this one on the Docker path, the
 emulator's server on the other (so each setting gets a server of its own).
@@ -16,14 +21,18 @@ emulator's server on the other (so each setting gets a server of its own).
 
 from __future__ import annotations
 
+import contextlib
+import json
 import re
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from osmosis_ai.rollout.types import RolloutErrorCategory, RolloutStatus
 
 from osmosis_harbor.sandbox import load_sandbox_sdk
+from osmosis_harbor.sandbox.sdk.seccomp import restrict_preallocation
 
 from .emulator_support import EmulatorServer, emulator_env, private_emulator, push_to_local_registry
 from .flood_support import IMAGE, MIB, FreeSpace, assert_victim_fine, flood_beside_victim, make_backend
@@ -38,17 +47,41 @@ UNBOUNDED = {"OSMOSIS_HARBOR_SANDBOX_DISK_MB": "0", "OSMOSIS_HARBOR_SANDBOX_INOD
 
 
 def _emulator(factory: pytest.TempPathFactory, settings: dict[str, str], tag: str) -> Iterator[EmulatorServer]:
+    """A server of this module's own, started with ``settings`` in its environment (only there:
+    this process's own stay as they were)."""
     push_to_local_registry(IMAGE)
-    with pytest.MonkeyPatch.context() as patch:
-        for key, value in settings.items():
-            patch.setenv(key, value)
-        with private_emulator(factory.mktemp(tag), set_env=False) as server:
-            yield server
+    with contextlib.ExitStack() as stack:
+        with pytest.MonkeyPatch.context() as patch:
+            for key, value in settings.items():
+                patch.setenv(key, value)
+            server = stack.enter_context(private_emulator(factory.mktemp(tag), set_env=False))
+        yield server
 
 
 @pytest.fixture(scope="module")
 def bounded_emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatorServer]:
     yield from _emulator(tmp_path_factory, BOUNDED, "layer-bounded")
+
+
+@pytest.fixture(scope="module")
+def seccomp_profile(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A base that allows all but ``keyctl``, as restricted by ``seccomp-profile``."""
+    base = {
+        "defaultAction": "SCMP_ACT_ALLOW",
+        "syscalls": [
+            {"names": ["fallocate", "io_uring_setup", "io_uring_enter"], "action": "SCMP_ACT_ALLOW"},
+            {"names": ["keyctl"], "action": "SCMP_ACT_ERRNO", "errnoRet": 1},
+        ],
+    }
+    path = tmp_path_factory.mktemp("seccomp") / "restricted.json"
+    path.write_text(json.dumps(restrict_preallocation(base)))
+    return path
+
+
+@pytest.fixture(scope="module")
+def seccomp_emulator(tmp_path_factory: pytest.TempPathFactory, seccomp_profile: Path) -> Iterator[EmulatorServer]:
+    settings = {**BOUNDED, "OSMOSIS_HARBOR_SANDBOX_SECCOMP_PROFILE": str(seccomp_profile)}
+    yield from _emulator(tmp_path_factory, settings, "layer-seccomp")
 
 
 @pytest.fixture(scope="module")
@@ -58,6 +91,7 @@ def unbounded_emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Emu
 
 def _path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, settings: dict[str, str], server: str):
     if request.param == "docker":
+        monkeypatch.delenv("OSMOSIS_HARBOR_SANDBOX_SECCOMP_PROFILE", raising=False)
         for key, value in settings.items():
             monkeypatch.setenv(key, value)
         yield SdkPath("docker")
@@ -71,6 +105,13 @@ def _path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, setti
 def bounded(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[SdkPath]:
     """Both SDK paths, their sandboxes made with the small bounds."""
     yield from _path(request, monkeypatch, BOUNDED, "bounded_emulator")
+
+
+@pytest.fixture(params=["docker", "skypilot-emulator"])
+def restricted(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, seccomp_profile: Path):
+    """Both SDK paths, bounded, their sandboxes under the restricted seccomp profile."""
+    settings = {**BOUNDED, "OSMOSIS_HARBOR_SANDBOX_SECCOMP_PROFILE": str(seccomp_profile)}
+    yield from _path(request, monkeypatch, settings, "seccomp_emulator")
 
 
 @pytest.fixture(params=["docker", "skypilot-emulator"])
@@ -123,12 +164,12 @@ PREALLOCATE = (
 )
 
 
-async def _preallocate(path: SdkPath, size: int) -> str:
+async def _preallocate(path: SdkPath, size: int, command: str = PREALLOCATE) -> str:
     sdk = load_sandbox_sdk(path.name)
     image = push_to_local_registry(IMAGE) if path.is_emulator else IMAGE
     sandbox = await sdk.create.aio(name=f"prealloc-{uuid.uuid4().hex[:8]}", image=image, timeout=600)
     try:
-        command = PREALLOCATE.replace("16G", str(size)).replace("{size}", str(size))
+        command = command.replace("16G", str(size)).replace("{size}", str(size))
         handle = await sandbox.exec.aio("sh", "-c", command, timeout_seconds=120)
         assert await handle.wait() == 0
         return str(handle.stdout.read())
@@ -156,3 +197,31 @@ async def test_positive_control_without_the_disk_bound_a_preallocation_takes_its
     assert "fallocate=0" in out and "posix_fallocate: done" in out, out
     blocks = [int(n) * 512 for n in re.findall(r"blocks[= ](\d+)", out)]
     assert len(blocks) == 2 and min(blocks) >= size, out
+
+
+# Past the end of a file without growing it; growing another; io_uring; and the base's refusal.
+KEEP_SIZE = (
+    "touch /fill; fallocate --keep-size -l 16G /fill; echo keep=$? blocks=$(stat -c %b /fill); "
+    "fallocate -l 1M /grown; echo grow=$?; "
+    'python3 -c "import ctypes; libc = ctypes.CDLL(None, use_errno=True)\n'
+    "for name, number in (('io_uring_setup', 425), ('keyctl', 250)):\n"
+    ' print(name, libc.syscall(number, 1, 0), ctypes.get_errno())"'
+)
+
+
+async def test_a_restricted_seccomp_profile_refuses_the_preallocation_the_size_limit_cannot_see(
+    restricted: SdkPath,
+) -> None:
+    with FreeSpace() as space:
+        out = await _preallocate(restricted, 16 * 1024 * MIB, KEEP_SIZE)
+    assert "keep=1 blocks=0" in out and "grow=0" in out, out  # "keep size mode is unsupported"
+    assert "io_uring_setup -1 38" in out and "keyctl -1 1" in out, out  # ENOSYS; the base's EPERM
+    assert space.dipped < DISK_MB * MIB + 2048 * MIB, f"free space fell by {space.dipped / MIB:.0f} MiB"
+
+
+async def test_positive_control_under_the_engines_profile_keep_size_takes_its_blocks(unbounded: SdkPath) -> None:
+    size = 2 * DISK_MB * MIB
+    out = await _preallocate(unbounded, size, KEEP_SIZE)
+    assert "keep=0" in out and "io_uring_setup -1 38" not in out, out
+    blocks = int(re.search(r"blocks=(\d+)", out)[1]) * 512  # type: ignore[index]
+    assert blocks >= size, out

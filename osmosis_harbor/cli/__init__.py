@@ -1,5 +1,5 @@
 """Command line: ``python -m osmosis_harbor validate | prewarm | rollout | bundle | sandbox-check | cleanup |
-base-images | emulator``.
+base-images | emulator | seccomp-profile``.
 
 One module per command; user errors (``OsmosisHarborError``) print one line on stderr and exit
 with status 2. Anything else is a bug: it shows its traceback (under ``-v`` in full). Each
@@ -20,6 +20,7 @@ from osmosis_harbor.cli.emulator import add_emulator_parser
 from osmosis_harbor.cli.prewarm import cmd_prewarm
 from osmosis_harbor.cli.rollout import cmd_rollout
 from osmosis_harbor.cli.sandbox import cmd_cleanup, cmd_sandbox_check
+from osmosis_harbor.cli.seccomp import add_seccomp_parser
 from osmosis_harbor.cli.validate import cmd_validate
 from osmosis_harbor.errors import OsmosisHarborError
 from osmosis_harbor.sandbox.sdk.registry import SDK_NAMES
@@ -122,6 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_emulator_parser(sub)
     add_base_images_parser(sub)
+    add_seccomp_parser(sub)
 
     # Listed for --help only: main() hands "bundle ..." to the bundler's own parser.
     sub.add_parser("bundle", help="build a workflow bundle wheel", add_help=False)

@@ -14,6 +14,9 @@ separation) and SETFCAP serve real tasks; MKNOD and SETPCAP serve the dataset ve
 ``no-new-privileges`` makes setuid and file capabilities inert: root stays root, and a task's
 unprivileged ``[agent] user`` cannot become root through ``sudo`` or ``su``
 (``Settings.sandbox_no_new_privileges`` turns it off for a task that relies on that).
+
+The seccomp profile is the engine's default unless the operator gives one
+(``Settings.sandbox_seccomp_profile``; ``seccomp.py`` says why one would).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from osmosis_harbor import settings
+from osmosis_harbor.sandbox.sdk.seccomp import read_profile
 
 __all__ = ["CAPABILITY_NAMES", "DROPPED_CAPABILITIES", "SandboxPrivileges", "capability_names"]
 
@@ -56,14 +60,20 @@ class SandboxPrivileges(BaseModel):
 
     cap_drop: tuple[str, ...] = DROPPED_CAPABILITIES
     no_new_privileges: bool = True
+    seccomp: str | None = None  # the operator's profile (JSON text); None: the engine's default
 
     @classmethod
     def current(cls) -> SandboxPrivileges:
-        return cls(no_new_privileges=settings.current().sandbox_no_new_privileges)
+        current = settings.current()
+        profile = current.sandbox_seccomp_profile
+        return cls(
+            no_new_privileges=current.sandbox_no_new_privileges,
+            seccomp=read_profile(profile) if profile is not None else None,
+        )
 
     def host_config(self) -> dict[str, Any]:
         """Keywords of the Docker SDK's ``create_host_config``."""
-        return {
-            "cap_drop": list(self.cap_drop),
-            "security_opt": [NO_NEW_PRIVILEGES] if self.no_new_privileges else None,
-        }
+        options = [NO_NEW_PRIVILEGES] if self.no_new_privileges else []
+        if self.seccomp is not None:
+            options.append(f"seccomp={self.seccomp}")
+        return {"cap_drop": list(self.cap_drop), "security_opt": options or None}
