@@ -16,8 +16,8 @@ used bytes or inodes grew by more than that layer's headroom since it was last w
 (``fallocate`` allocates gigabytes in milliseconds), and otherwise as often as its headroom
 requires at ``ASSUMED_WRITE_RATE`` and ``ASSUMED_CREATE_RATE`` (the growth another user's
 deletions could hide from that trigger), but never more than ``WATCH_CPU_SHARE`` of a core on
-walks in all. One that
-lives less than ``FIRST_LOOK_SEC`` and writes less than its bound is never walked.
+walks in all. One that lives less than ``FIRST_LOOK_SEC`` and stays within its bounds is never
+walked.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ class _Watched:
     due: float
     probe: LayerProbe | None = None
     used: LayerUsage = LayerUsage()
-    fs_used_at: LayerUsage | None = None  # the filesystem's used bytes and inodes when this layer was last measured
+    fs_used_at: LayerUsage | None = None  # the filesystem's use when this layer was last measured
 
 
 @dataclass
