@@ -5,9 +5,10 @@ bundle-dependency patch included, plus the sandbox resources the task asks for).
 group: the image is built and pushed, or reused when it already exists (a second prewarm
 builds nothing); the agent setup runs once in a real sandbox to prove it works (the
 bundle's console script, checked against the baked bundle marker or after a pip install,
-or a native agent's setup); and, when a warm pool is
-configured, the group's pool is created, or adopted and resized when it exists (a pool still
-warming counts as made: claims wait for it or fall back). Per-task failures are recorded so that
+or a native agent's setup); and, when a warm pool is configured, the group's pool is created,
+or adopted and resized when it exists (a pool still warming counts as made: claims wait for it
+or fall back), unless the SDK's pools cannot serve the group (a task without a network on
+SkyPilot: `pool_refusal`), whose trials then run cold. Per-task failures are recorded so that
 ``execute`` refuses those tasks with the reason; a prewarm that fails everywhere, or for a
 systemic reason (engine, registry, credentials), raises so a server does not start broken.
 """
@@ -37,6 +38,7 @@ from osmosis_harbor.errors import (
     SandboxSdkMissingError,
     TrialPhaseError,
 )
+from osmosis_harbor.sandbox.environment.grouping import pool_refusal
 from osmosis_harbor.sandbox.environment.sandbox_environment import SandboxEnvironment
 from osmosis_harbor.sandbox.options import SandboxOptions
 from osmosis_harbor.sandbox.owner import pools
@@ -93,7 +95,9 @@ class PrewarmGroup(BaseModel):
     setup_ok: bool = False
     pool: str | None = None
     pool_size: int | None = None
-    pool_note: str | None = None  # an existing pool adopted, or one still warming (usable: claims wait or fall back)
+    # an existing pool adopted, or one still warming (usable: claims wait or fall back); or why no
+    # pool can serve the group (its tasks run cold, and that is no failure)
+    pool_note: str | None = None
     error: str | None = None
     timings_sec: dict[str, float] = {}
 
@@ -271,7 +275,9 @@ class Prewarmer:
             group.image, group.built, group.reused = image, built, bool(image) and not built
             await _with_progress(self.notify, key, "setup", timings, self._prove_setup(env, items[0]))
             group.setup_ok = True
-            if self.pool_base and image:
+            # a group no pool can serve is no failure: its trials are created cold, as they would be
+            group.pool_note = pool_refusal(self.options, no_network=items[0].no_network) if image else None
+            if self.pool_base and image and group.pool_note is None:
                 group.pool = pool_name_for(self.pool_base, key)
                 group.pool_size = self.pool_size
                 ensured = self._ensure_pool(group.pool, image, env)

@@ -23,9 +23,12 @@ from osmosis_harbor.errors import PoolClaimError
 from osmosis_harbor.sandbox import SandboxEnvironment, environment_config
 from osmosis_harbor.sandbox import emulator as sky
 from osmosis_harbor.sandbox.emulator.client import extensions
+from osmosis_harbor.sandbox.environment.grouping import pool_refusal
 from osmosis_harbor.sandbox.ledger.store import default_ledger
+from osmosis_harbor.sandbox.options import SandboxOptions
 from osmosis_harbor.sandbox.owner import pools
 from osmosis_harbor.sandbox.owner.context import SandboxOwner, owner_scope
+from osmosis_harbor.sandbox.owner.pools import pool_name_for
 from osmosis_harbor.sandbox.owner.sandboxes import OwnedSandboxes
 from osmosis_harbor.sandbox.owner.starts import SandboxStarts
 from osmosis_harbor.sandbox.sdk import records
@@ -77,6 +80,7 @@ def _environment(root: Path, task_dir: Path, pool: str, sdk: str = SDK) -> Sandb
         session_id=f"claims-{uuid.uuid4().hex[:8]}",
         trial_paths=trial_paths,
         task_env_config=task.config.environment,
+        network_policy=task.config.environment.resolve_baseline(),  # what a trial passes
     )
     assert isinstance(env, SandboxEnvironment)
     return env
@@ -276,6 +280,32 @@ def test_block_network_goes_to_create_pool_only_where_its_signature_has_it() -> 
 
     with pytest.raises(ConfigError):
         pools.pool_keywords(KeywordsOnly(), "p", blocked)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("sdk", ["docker", SDK])
+def test_a_task_without_a_network_claims_no_pool_where_pools_cannot_hold_it(sdk: str, tmp_path: Path) -> None:
+    """SkyPilot's create_pool has no network option: where an SDK's pools cannot hold a sandbox
+    without a network, a trial of such a task claims no pool (it is created cold, with its own
+    block_network), and says why; where they can (the Docker SDK's), it claims its group's pool.
+    A task with a network claims its group's pool on both."""
+    root = tmp_path / "tasks"
+    offline = make_task(root, "offline", toml_extra='network_mode = "no-network"\n')
+    online = make_task(root, "online")
+    cold = _environment(tmp_path, offline, "warm", sdk)
+    warm = _environment(tmp_path, online, "warm", sdk)
+    assert cold.pool_shape()["block_network"] is True and warm.pool_shape()["block_network"] is False
+    assert warm.pool_name == pool_name_for("warm", warm.group_key)
+    refusal = pool_refusal(SandboxOptions.of(environment_config(sdk, pool="warm")), no_network=True)
+    assert pool_refusal(SandboxOptions.of(environment_config(sdk, pool="warm")), no_network=False) is None
+    assert pool_refusal(SandboxOptions.of(environment_config(sdk)), no_network=True) is None  # no pool named
+    if sdk == "docker":
+        assert cold.pool_name == pool_name_for("warm", cold.group_key) and refusal is None
+    else:
+        assert cold.pool_name is None
+        assert refusal == (
+            "runs cold, not from warm pool 'warm': on skypilot-emulator, create_pool takes no block_network=, "
+            "so a member would have a network and this task must have none"
+        )
 
 
 @pytest.mark.parametrize("sdk", ["docker", SDK])

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import uuid
 
+import httpx
 import pytest
 
 from osmosis_harbor.sandbox import docker as docker_sdk
 from osmosis_harbor.sandbox.docker import labels as L
 
+from .sdk_paths import SdkPath
 from .support import TASKS, load_json, run_cli
 
 pytestmark = pytest.mark.slow
@@ -75,3 +77,55 @@ def test_validate_claims_the_pools_prewarm_made(tmp_path) -> None:
     finally:
         run_cli("cleanup", "--pool", base)
     assert not [p for p in docker_sdk.list_pools() if p.name.startswith(base)]
+
+
+def _pools_named(sandbox_sdk: SdkPath, base: str) -> list[str]:
+    """The pools under ``base`` on this path's SDK (the emulator's own listing, or the engine's)."""
+    if sandbox_sdk.emulator is not None:
+        listed = httpx.get(f"{sandbox_sdk.emulator.url}/pools", timeout=30).json()
+        return [p["name"] for p in listed if p["name"].startswith(f"{base}-")]
+    return [p.name for p in docker_sdk.list_pools() if p.name.startswith(f"{base}-")]
+
+
+def test_a_task_no_pool_can_serve_runs_cold_in_a_mixed_dataset(tmp_path, sandbox_sdk: SdkPath) -> None:
+    """One ``--pool`` for a dataset with a task that must have no network: on SkyPilot's path no
+    pool can hold such a sandbox (create_pool has no network option), so prewarm makes the other
+    task's pool, notes the offline one and exits 0, and validate runs it cold, without a network
+    (its own test checks that), with the same note. On Docker's both groups get a pool."""
+    base = f"pc{uuid.uuid4().hex[:6]}"
+    env = sandbox_sdk.cli_env()
+    sdk = ["--env", sandbox_sdk.name]
+    selected = ["--task", "files/offline-task", "--task", "hello-reward-txt", "--pool", base]
+    prewarm_json, validate_json = tmp_path / "prewarm.json", tmp_path / "validate.json"
+    try:
+        proc = run_cli("prewarm", str(TASKS), *sdk, *selected, "--json", str(prewarm_json), env=env)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        groups = {g["task_ids"][0]: g for g in load_json(prewarm_json)["groups_detail"]}
+        assert load_json(prewarm_json)["failed"] == 0 and not any(g["error"] for g in groups.values())
+        assert groups["hello-reward-txt"]["pool"].startswith(f"{base}-")
+        offline = groups["files/offline-task"]
+        if sandbox_sdk.is_emulator:
+            assert offline["pool"] is None and offline["setup_ok"]
+            assert offline["pool_note"].startswith(f"runs cold, not from warm pool '{base}': on skypilot-emulator")
+            assert "create_pool takes no block_network=" in offline["pool_note"]
+            assert f"note: {offline['key']}: runs cold" in proc.stdout
+            assert _pools_named(sandbox_sdk, base) == [groups["hello-reward-txt"]["pool"]]
+        else:
+            assert offline["pool"].startswith(f"{base}-") and offline["pool_note"] is None
+            assert sorted(_pools_named(sandbox_sdk, base)) == sorted(g["pool"] for g in groups.values())
+
+        proc = run_cli("validate", str(TASKS), *sdk, *selected, "--json", str(validate_json), env=env)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        rows = {row["id"]: row for row in load_json(validate_json)["tasks"]}
+        assert all(row["passed"] for row in rows.values()) and len(rows) == 2
+        assert rows["hello-reward-txt"]["pool_note"] is None
+        if sandbox_sdk.is_emulator:
+            assert rows["files/offline-task"]["pool_note"] == offline["pool_note"]
+            assert "note: files/offline-task: runs cold" in proc.stdout
+        else:
+            assert rows["files/offline-task"]["pool_note"] is None and "runs cold" not in proc.stdout
+    finally:
+        cleaned = run_cli("cleanup", *sdk, "--pool", base, env=env)
+    assert cleaned.returncode == 0, cleaned.stdout + cleaned.stderr
+    assert _pools_named(sandbox_sdk, base) == []
+    assert sandbox_sdk.sandboxes_left() == []

@@ -135,7 +135,7 @@ def prewarm_table(report: PrewarmReport) -> Table:
             group.image or "-",
             status,
             "[green]ok[/]" if group.setup_ok else "[red]failed[/]" if group.error else "-",
-            f"{group.pool} x{group.pool_size}" if group.pool else "-",
+            f"{group.pool} x{group.pool_size}" if group.pool else "cold (note below)" if group.pool_note else "-",
             f"{sum(group.timings_sec.values()):.1f}s",
             _shown(group.error or "", newlines=True),
         )
@@ -143,4 +143,7 @@ def prewarm_table(report: PrewarmReport) -> Table:
         f"{report.groups} environment group(s), {report.tasks} task(s): {report.built} built, "
         f"{report.reused} reused, {report.failed} task(s) failed, in {report.wall_sec:.1f}s"
     )
+    for group in report.groups_detail:  # a group no warm pool can serve: its tasks run cold, not failed
+        if group.pool is None and group.pool_note:
+            table.caption += f"\nnote: {group.key}: {_shown(group.pool_note)}"
     return table

@@ -99,6 +99,9 @@ class ValidationView:
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         width = options.max_width
         yield self.table(width)
+        for row in self.report.tasks:  # a task a warm pool could not serve ran cold: said, not failed
+            if row.pool_note:
+                yield Text(printable(f"note: {row.id}: {row.pool_note}", newlines=False), overflow="fold")
         failed = [row for row in self.report.tasks if not row.passed]
         if failed:
             yield Text(f"\n{len(failed)} failure{'s' if len(failed) != 1 else ''}:", style="bold")

@@ -30,6 +30,7 @@ from osmosis_harbor import settings
 from osmosis_harbor.errors import ConfigError, DatasetError
 from osmosis_harbor.harbor_compat import error_policies
 from osmosis_harbor.harbor_compat import fastpaths as harbor_fastpaths
+from osmosis_harbor.sandbox.environment.grouping import declares_no_network, pool_refusal
 from osmosis_harbor.sandbox.guard import Allowance, GuardPlan, GuardSession, add_guard_hooks, guard_scope
 from osmosis_harbor.sandbox.images.builds import local_image_labels
 from osmosis_harbor.sandbox.options import SandboxOptions, environment_label
@@ -65,6 +66,7 @@ class TaskValidation(BaseModel):
     trial_dir: str | None = None
     lint: list[LintIssue] | None = None  # Harbor's lint findings, when --lint ran
     stand_in: str | None = None  # the offline stand-in base image a solution or verifier failure ran on
+    pool_note: str | None = None  # why the warm pool named could not serve this task (it ran cold)
 
 
 class ValidationReport(BaseModel):
@@ -116,6 +118,16 @@ def _guard_verdict(task: TaskRef, row: TaskValidation, guard: GuardSession) -> N
         save_recorded(task.path, recorded)
 
 
+def _pool_note(task: TaskRef, options: SandboxOptions) -> str | None:
+    """What the task's trial decides for itself (``grouping.pool_refusal``): a warm pool that
+    cannot serve it is not claimed, and the report says so."""
+    if not options.pool:
+        return None
+    from harbor.models.task.task import Task
+
+    return pool_refusal(options, no_network=declares_no_network(Task(task.path).config.environment))
+
+
 async def validate_tasks(
     tasks: Sequence[TaskRef],
     *,
@@ -155,6 +167,8 @@ async def validate_tasks(
     rows: dict[str, TaskValidation] = {}
     runnable: list[tuple[TaskRef, TrialConfig]] = []
     guards: dict[str, GuardPlan | None] = {}
+    pool_notes: dict[str, str | None] = {}
+    options = SandboxOptions.of(environment)
     findings = lint_dataset(list(tasks), lint)
     for task in tasks:
         try:
@@ -167,6 +181,7 @@ async def validate_tasks(
             rows[task.id] = TaskValidation(id=task.id, passed=False, failed_phase=Phase.TASK.value, error=str(exc))
             notify(task.id, "invalid")
             continue
+        pool_notes[task.id] = _pool_note(task, options)
         config = TrialConfig(
             task=TaskConfig(path=task.path),
             trial_name=trial_name(task.id, max_slug=32, fallback="task"),
@@ -218,7 +233,7 @@ async def validate_tasks(
                 await asyncio.to_thread(_guard_verdict, task, rows[task.id], guard)
         notify(task.id, "passed" if rows[task.id].passed else "failed")
 
-    impl = SandboxOptions.of(environment).impl
+    impl = options.impl
     # This run's sandboxes, start bound and builds, not another run's or a backend's.
     owner = SandboxOwner.make("validate", starts=SandboxStarts(max_concurrent_starts or impl.max_concurrent_starts))
     try:
@@ -248,6 +263,7 @@ async def validate_tasks(
     ordered = [rows[t.id] for t in tasks if t.id in rows]
     for row in ordered:
         row.lint = findings.get(row.id)
+        row.pool_note = pool_notes.get(row.id)
     await asyncio.to_thread(
         note_causes, ordered, tasks, force_build=environment.force_build, labels_of=local_image_labels
     )

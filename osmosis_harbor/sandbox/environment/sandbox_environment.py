@@ -27,7 +27,7 @@ from osmosis_harbor import settings
 from osmosis_harbor.harbor_compat import error_policies
 from osmosis_harbor.harbor_compat.version import HARBOR
 from osmosis_harbor.sandbox.environment.assembly import assemble
-from osmosis_harbor.sandbox.environment.grouping import group_key_of, pool_shape_of
+from osmosis_harbor.sandbox.environment.grouping import group_key_of, group_pool_of, pool_shape_of
 from osmosis_harbor.sandbox.environment.images import declares_baked_layout
 from osmosis_harbor.sandbox.environment.loss_detection import missing_as_file_not_found
 from osmosis_harbor.sandbox.environment.preparation import REMOVE_REWARDS_COMMAND
@@ -163,8 +163,8 @@ class SandboxEnvironment(SkypilotEnvironment):
         )
         self._workdir = parse_dockerfile_workdir(self._dockerfile_path)
         self._compose(owns_itself=submitter is None)
-        if options.pool and not generic_pool:
-            self._state.pool = pool_name_for(options.pool, self.group_key)
+        if options.pool and not generic_pool:  # None: the pool cannot serve this task, created cold
+            self._state.pool = group_pool_of(self)
 
     def _compose(self, *, owns_itself: bool) -> None:
         """The collaborators (``assembly.py``): an exec goes through folds, records, the guard."""

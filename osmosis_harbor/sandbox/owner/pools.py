@@ -19,7 +19,9 @@ must survive the strict one):
 * ``delete_pool`` answers 500 while sandboxes claimed from it exist: the owner's members are
   terminated first, the 500 retried, and a pool that still cannot go stays in the ledger (`delete`);
 * only the documented calls are made; a pool view (``get_pool``) only where the SDK offers one,
-  and ``block_network`` only where ``create_pool``'s signature has it (`pool_keywords`).
+  and ``block_network`` only where ``create_pool``'s signature has it: where it has none, a task
+  without a network is served by no pool and runs cold (`unserved`, the decision prewarm, validate
+  and every trial read).
 
 The SDKs implement pools themselves; the local Docker one is ``sandbox/docker/pools.py`` and
 ``claims.py``.
@@ -33,7 +35,7 @@ import hashlib
 import inspect
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -58,6 +60,7 @@ __all__ = [
     "pool_name_for",
     "prewarm_size",
     "selected",
+    "unserved",
 ]
 
 log = logging.getLogger(__name__)
@@ -104,20 +107,32 @@ def _takes(call: Any, parameter: str) -> bool:
         return False
 
 
+_NETWORK_FLAGS = {
+    "block_network": "so a member would have a network and this task must have none",
+    "host_network": "so a member could not share the host's network",
+}
+
+
+def unserved(sdk: SandboxSdk, shape: Mapping[str, Any]) -> str | None:
+    """Why this SDK's warm pools cannot hold sandboxes of ``shape`` (None: they can).
+
+    A pool fixes its members' shape at ``create_pool``, and SkyPilot's documented signature
+    (name, image, cpus, memory_gb, replicas, enable_docker) has no network option: a task that
+    must have no network cannot be served by a pool there, only by a create of its own."""
+    for flag, consequence in _NETWORK_FLAGS.items():
+        if shape.get(flag) and not _takes(sdk.create_pool, flag):
+            return f"create_pool takes no {flag}=, {consequence}"
+    return None
+
+
 def pool_keywords(sdk: SandboxSdk, name: str, shape: dict[str, Any]) -> dict[str, Any]:
-    """``shape`` as ``create_pool`` keywords this SDK takes. SkyPilot's documented signature has
-    no network option: a pool whose sandboxes must have no network cannot be made there, and
-    saying so beats a pool whose members have one."""
-    keywords = {key: value for key, value in shape.items() if key not in ("block_network", "host_network")}
-    for flag in ("block_network", "host_network"):
-        if not shape.get(flag):
-            continue
-        if not _takes(sdk.create_pool, flag):
-            raise ConfigError(
-                f"warm pool {name!r}: this SDK's create_pool takes no {flag}=, so its members could not be "
-                f"made with {flag}; run this task without a pool (--pool)"
-            )
-        keywords[flag] = True
+    """``shape`` as ``create_pool`` keywords this SDK takes. A shape its pools cannot hold
+    (`unserved`) is refused: saying so beats a pool whose members have a network."""
+    reason = unserved(sdk, shape)
+    if reason is not None:
+        raise ConfigError(f"warm pool {name!r}: this SDK's {reason}; run this task without a pool (--pool)")
+    keywords = {key: value for key, value in shape.items() if key not in _NETWORK_FLAGS}
+    keywords.update({flag: True for flag in _NETWORK_FLAGS if shape.get(flag)})
     return keywords
 
 

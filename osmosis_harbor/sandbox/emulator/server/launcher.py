@@ -28,7 +28,7 @@ import httpx
 from tenacity import Retrying, retry_if_result, stop_after_delay, wait_exponential
 
 from osmosis_harbor import settings
-from osmosis_harbor.errors import SandboxUnavailableError
+from osmosis_harbor.errors import DockerSdkMissingError, SandboxUnavailableError
 from osmosis_harbor.sandbox.emulator.errors import EmulatorStartError
 from osmosis_harbor.sandbox.emulator.server.process import ServerState, read_state
 
@@ -37,6 +37,8 @@ __all__ = ["STATE_FILE", "check_reachable", "server_url", "stop_started_servers"
 STATE_FILE = "server.json"
 START_TIMEOUT_SEC = 60.0
 STOP_TIMEOUT_SEC = 15.0
+LOG_TAIL_BYTES = 64 * 1024  # what of a failed start's log is read for its error
+LOG_LINE_CHARS = 500
 # The servers this process started, with their state files: the process owns its children.
 _STARTED: dict[Path, subprocess.Popen[bytes]] = {}
 _STARTED_LOCK = threading.Lock()
@@ -56,8 +58,10 @@ def check_reachable() -> None:
     started here: the first call starts the server, as SkyPilot's client starts its own)."""
     current = settings.current()
     if not current.emulator_url:
-        from osmosis_harbor.sandbox.docker.engine import check_reachable as check_engine  # docker-py: the extra
-
+        try:  # an on-demand server runs on docker-py: the extra
+            from osmosis_harbor.sandbox.docker.engine import check_reachable as check_engine
+        except ImportError as exc:
+            raise DockerSdkMissingError(exc) from exc
         check_engine()
         return
     url = current.emulator_url.rstrip("/")
@@ -107,6 +111,7 @@ def _start(directory: Path, state_file: Path) -> str:
     log_path = directory / "server.log"
     state_file.unlink(missing_ok=True)
     with log_path.open("ab") as log_file:
+        log_start = log_file.tell()  # the log is appended to: this start's lines begin here
         process = subprocess.Popen(
             [sys.executable, "-m", "osmosis_harbor", "emulator", "--port", "0", "--state-file", str(state_file)],
             stdin=subprocess.DEVNULL,
@@ -118,7 +123,12 @@ def _start(directory: Path, state_file: Path) -> str:
 
     def ready() -> ServerState | None:
         if process.poll() is not None:
-            raise EmulatorStartError(f"the skypilot-emulator server exited with {process.returncode}; see {log_path}")
+            cause = _first_error(log_path, log_start)
+            raise EmulatorStartError(
+                f"the skypilot-emulator server exited with {process.returncode}"
+                + (f": {cause}" if cause else "")
+                + f"; see {log_path}"
+            )
         state = read_state(state_file)
         return state if state is not None and state.pid == process.pid and _answers(state) else None
 
@@ -138,6 +148,23 @@ def _start(directory: Path, state_file: Path) -> str:
     with _STARTED_LOCK:
         _STARTED[state_file] = process
     return state.url
+
+
+def _first_error(log_path: Path, start: int) -> str:
+    """What a server that exited at start said was wrong: its one-line ``error:`` (what the
+    command line prints for our own errors, a missing ``[docker]`` extra among them), else the
+    last line of its traceback. Empty when the log has neither."""
+    try:
+        with log_path.open("rb") as log:
+            log.seek(start)
+            text = log.read(LOG_TAIL_BYTES).decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    error = next((line for line in lines if line.startswith("error: ")), None)
+    if error is not None:
+        return error.removeprefix("error: ")[:LOG_LINE_CHARS]
+    return lines[-1][:LOG_LINE_CHARS] if lines else ""
 
 
 def stop_started_servers() -> list[str]:

@@ -9,6 +9,7 @@ sandboxes again in the engine, which is what a restarted SkyPilot API server doe
 
 from __future__ import annotations
 
+import importlib
 import ipaddress
 import json
 import logging
@@ -21,7 +22,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from osmosis_harbor import settings
-from osmosis_harbor.errors import ConfigError
+from osmosis_harbor.errors import ConfigError, DockerSdkMissingError
 from osmosis_harbor.sandbox.emulator.wire import Knobs
 
 __all__ = ["ServerState", "read_state", "serve"]
@@ -100,6 +101,16 @@ def _startup_secrets(names: Sequence[str]) -> dict[str, str]:
     return values
 
 
+def _require_docker_py() -> None:
+    """The server runs its sandboxes on the local engine through docker-py: without the extra it
+    stops with the one line that says what to install (an on-demand client quotes it from the
+    log), not a traceback from deep in ``sandbox.docker``."""
+    try:
+        importlib.import_module("docker.errors")  # and so ``docker`` itself
+    except ImportError as exc:
+        raise DockerSdkMissingError(exc) from exc
+
+
 def serve(
     host: str,
     port: int,
@@ -111,6 +122,7 @@ def serve(
 ) -> None:
     """Serve until interrupted (or re-executed by a restart)."""
     # The server side needs the ``docker`` extra; clients import this module for ``read_state``.
+    _require_docker_py()
     import uvicorn
 
     from osmosis_harbor.sandbox.docker import disable_auto_reap
