@@ -4,7 +4,8 @@ osmosis server, Harbor's TrialQueue, on both sandbox paths, in-process and with 
 A lone surrogate is valid JSON (``"\\ud800"``) and a valid Python ``str``, but every encoder
 refuses it: Harbor's exception record, the workers' wire, the server's answer. The hostile
 workflow (``rollout_fixtures.contract_attacks``) leaves it in a planted ``sample.json``, in a
-forged ``error.json``, and in an exception it raises through the shim; it tells the policy what
+forged ``error.json``, in an exception it raises through the shim, and (as a byte no UTF-8
+decodes) in the name of a file it leaves in ``/logs/agent``; it tells the policy what
 it planted, which is each test's evidence that the attack ran.
 
 Positive control: these tests fail on the code before the host spelled such text
@@ -94,7 +95,10 @@ def assert_results(fake_chat, attacks: dict[str, str], results: dict, health: di
     for rollout_id, attack in attacks.items():
         assert "surrogate=" in planted(fake_chat, rollout_id)  # the attack ran
         result = results[rollout_id]
-        if attack == "surrogate-sample":
+        if attack == "bytes-name":
+            assert result.status is RolloutStatus.SUCCESS, result.err_message
+            assert result.sample.messages == [{"role": "user", "content": "named"}]
+        elif attack == "surrogate-sample":
             assert result.status is RolloutStatus.SUCCESS, result.err_message
             assert [m["content"] for m in result.sample.messages] == [f"hello {SPELLED}", SPELLED]
             assert result.sample.metrics == {f"key{SPELLED}": 1.0}
@@ -112,7 +116,7 @@ async def test_unencodable_text_ends_every_rollout_with_two_workers(
 ):
     sandbox_sdk.require_loopback_endpoint()
     backend = attack_backend(tmp_path, bundles_dir, sandbox_sdk, workers=2)
-    kinds = ["surrogate-sample", "surrogate-sample", "surrogate-error", "raise-surrogate"]
+    kinds = ["surrogate-sample", "bytes-name", "surrogate-error", "raise-surrogate"]
     attacks = {f"lone-{i}-{uuid.uuid4().hex[:6]}": kind for i, kind in enumerate(kinds)}
     results, health, shutdown_sec = await run_attacks(backend, fake_chat, attacks)
     assert_results(fake_chat, attacks, results, health, shutdown_sec)
@@ -126,7 +130,7 @@ async def test_a_workflows_unencodable_failure_is_its_own_in_process(
 ):
     sandbox_sdk.require_loopback_endpoint()
     backend = attack_backend(tmp_path, bundles_dir, sandbox_sdk, workers=1)
-    kinds = ["raise-surrogate", "surrogate-error", "surrogate-sample"]
+    kinds = ["raise-surrogate", "surrogate-error", "surrogate-sample", "bytes-name"]
     attacks = {f"lone-{i}-{uuid.uuid4().hex[:6]}": kind for i, kind in enumerate(kinds)}
     results, health, shutdown_sec = await run_attacks(backend, fake_chat, attacks)
     assert_results(fake_chat, attacks, results, health, shutdown_sec)
