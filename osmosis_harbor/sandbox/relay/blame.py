@@ -174,8 +174,8 @@ class Reachability:
             async with asyncio.timeout(wait):
                 response = await self._client().handle_async_request(request)
                 await response.aclose()
-        except (TimeoutError, httpcore.TimeoutException, *UPSTREAM_ERRORS):
-            return False
+        except (TimeoutError, OSError, httpcore.TimeoutException, *UPSTREAM_ERRORS):
+            return False  # no answer: for everyone, as far as the host can tell
         if response.status not in _GATEWAY_ERRORS:
             self.answered(origin)
             return True
