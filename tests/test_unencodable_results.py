@@ -16,6 +16,7 @@ cannot be encoded), and the raising workflow ends ``internal_error``.
 from __future__ import annotations
 
 import asyncio
+import shutil
 import time
 import uuid
 from pathlib import Path
@@ -33,6 +34,7 @@ from osmosis_ai.rollout.types import (
 from osmosis_harbor.backend import HarborBackend
 from osmosis_harbor.backend.workers.messages import Done, frame, from_worker
 
+from .backends import make_backend
 from .rollout_server import client_for, http_to, serve
 from .sdk_paths import SdkPath
 from .support import FIXTURES, TASKS
@@ -155,3 +157,33 @@ def test_a_done_that_cannot_be_encoded_becomes_a_named_failure():
 
     error = from_worker(sendable(Done(rollout_id="r-2", error="RuntimeError: boom\ud800"))[4:])
     assert isinstance(error, Done) and error.error == f"RuntimeError: boom{SPELLED}"
+
+
+@pytest.mark.slow
+async def test_an_unencodable_reward_channel_name_ends_its_rollout_with_two_workers(
+    tmp_path, bundles_dir, fake_chat, sandbox_sdk: SdkPath
+):
+    """Harbor parses ``reward.json`` itself, so its channel names reach the host outside
+    ``contract_files``: they are spelled where the host reads Harbor's rewards
+    (``trials/reading``). Before, the worker's ``Done`` could not be encoded (with its fallback,
+    the rollout ended ``validation_error``; without it, never)."""
+    sandbox_sdk.require_loopback_endpoint()
+    task = shutil.copytree(TASKS / "template", tmp_path / "channels")
+    (task / "tests" / "test.sh").write_text(
+        "#!/bin/bash\nmkdir -p /logs/verifier\n"
+        """echo '{"reward": 0.0, "k\\ud800": 1}' > /logs/verifier/reward.json\n"""
+    )
+    backend = make_backend(tmp_path, bundles_dir, agent="OutputWorkflow", tasks_dir=task, sdk=sandbox_sdk, workers=2)
+    async with serve(backend) as url, client_for(url) as client:
+        result = await asyncio.wait_for(
+            client.run_rollout(
+                initial_messages=[{"role": "user", "content": "reply: echo 7 > answer.txt"}],
+                chat_completions_url=fake_chat.base_url,
+                rollout_id=f"channels-{uuid.uuid4().hex[:6]}",
+            ),
+            600,
+        )
+    assert result.status is RolloutStatus.SUCCESS, result.err_message
+    assert result.sample.reward == 0.0
+    assert result.sample.metrics[f"reward/k{SPELLED}"] == 1.0
+    assert sandbox_sdk.sandboxes_left() == []
