@@ -13,8 +13,9 @@ Every sandbox shares this server, so a connection counts against its sandbox fro
 byte (``relay/limits.py``), its request head must arrive within the header timeout and its body
 within the body timeout, and a body is held (whole, before the upstream sees any of it) only
 within the byte bounds. Refusals and failures are written to the rollout's ``RelayRecord``,
-with whose fault they were (a failed upstream call: ``relay/blame.py``). uvicorn offers none of this (one limit for all connections, counted
-before their headers, no header timeout), hence h11 on asyncio streams here.
+with whose fault they were (a failed upstream call's: ``relay/blame.py``). uvicorn offers none
+of this (one limit for all connections, counted before their headers, no header timeout), hence
+h11 on asyncio streams here.
 """
 
 from __future__ import annotations
