@@ -118,7 +118,11 @@ class Settings(BaseSettings):
     relay_max_response_bytes: int = Field(
         64 * 2**20, gt=0, description="the policy relay cuts off a policy response over this"
     )
-    relay_timeout_sec: float = Field(900.0, gt=0, description="the policy relay's wait for the policy endpoint")
+    relay_timeout_sec: float = Field(
+        900.0,
+        gt=0,
+        description="the policy relay's wait for the policy endpoint (outlasting it while the endpoint answers others: the call's fault)",
+    )
     relay_max_connections: int = Field(
         1024, gt=0, description="connections the policy relay holds at once, from all sandboxes together"
     )

@@ -135,6 +135,20 @@ def test_not_utf8_and_not_json_are_named(trial: Path) -> None:
         read_json(trial, SAMPLE, FileKind.SAMPLE)
 
 
+def test_lone_surrogates_are_spelled_in_every_string_and_pairs_kept(trial: Path) -> None:
+    """``"\\ud800"`` is valid JSON, but no UTF-8 text holds the string it decodes to: each is
+    spelled as its escape (keys too, at any depth), while a surrogate pair stays its character."""
+    (trial / SAMPLE).write_text(
+        '{"messages": [{"role": "user", "content": "a\\ud800b \\ud83d\\ude00"}], "metrics": {"k\\udfff": 1}}'
+    )
+    plain = json.loads((trial / SAMPLE).read_text())
+    with pytest.raises(UnicodeEncodeError):  # positive control: what the parser alone hands over
+        json.dumps(plain, ensure_ascii=False).encode()
+    document = read_json(trial, SAMPLE, FileKind.SAMPLE)
+    assert document == {"messages": [{"role": "user", "content": "a\\ud800b \U0001f600"}], "metrics": {"k\\udfff": 1}}
+    json.dumps(document, ensure_ascii=False).encode()
+
+
 def test_special_files_are_refused(trial: Path) -> None:
     (trial / SAMPLE).mkdir()
     with pytest.raises(ContractFileError, match="a directory, not a regular file"):

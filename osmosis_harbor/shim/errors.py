@@ -131,6 +131,13 @@ class Redactor:
         return value
 
 
+def encodable(text: str) -> str:
+    """``text`` with what UTF-8 cannot hold (lone surrogates, as in ``RuntimeError("\\ud800")``)
+    spelled as its escape: the error file stays a file every reader can decode, and the
+    workflow's failure stays its own rather than a crash of whoever writes its words next."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def error_file(phase: Phase, exc: BaseException, redactor: Redactor) -> ErrorFile:
     """Describe *exc* for ``<phase>/error.json``, with the key scrubbed."""
     original = exc.original if isinstance(exc, DeadlineExceeded) else exc
@@ -138,8 +145,8 @@ def error_file(phase: Phase, exc: BaseException, redactor: Redactor) -> ErrorFil
     trace = "".join(traceback.format_exception(original))
     return ErrorFile(
         phase=phase,
-        type=type(original).__name__,
-        message=redactor.text(message),
+        type=encodable(type(original).__name__),
+        message=encodable(redactor.text(message)),
         category=categorize(exc),
-        traceback=redactor.text(trace),
+        traceback=encodable(redactor.text(trace)),
     )

@@ -18,7 +18,7 @@ import argparse
 import json
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -44,6 +44,12 @@ class FakeChatServer:
     # policy endpoint would answer a wrong key.
     required_authorization: str | None = None
     requests: list[RecordedRequest] = field(default_factory=list)
+    # Seconds to wait before answering a chat body: a call slow because of its own parameters
+    # (a huge ``max_tokens``, say), while the endpoint answers others at once.
+    delay_for: Callable[[dict[str, Any]], float] | None = None
+    # Chat calls answered before the endpoint goes down (its listener closed, so later
+    # connections are refused); None: it never does.
+    answers_left: int | None = None
 
     def __post_init__(self) -> None:
         server = self
@@ -62,6 +68,8 @@ class FakeChatServer:
                     self.send_response(401)
                     self.end_headers()
                     return
+                if server.delay_for is not None and (delay := server.delay_for(body)) > 0:
+                    time.sleep(delay)  # this handler's own thread: other calls are answered meanwhile
                 reply = server.reply_for(body.get("messages") or [])
                 payload = json.dumps(
                     {
@@ -80,6 +88,8 @@ class FakeChatServer:
                 self.send_header("Content-Length", str(len(payload)))
                 self.end_headers()
                 self.wfile.write(payload)
+                self.wfile.flush()
+                server.answered_one()
 
             def log_message(self, *args: Any) -> None:
                 return None
@@ -103,6 +113,14 @@ class FakeChatServer:
                         return line.removeprefix("reply:").strip()
                 break
         return self.default_reply
+
+    def answered_one(self) -> None:
+        if self.answers_left is None:
+            return
+        self.answers_left -= 1
+        if self.answers_left <= 0:
+            self._httpd.shutdown()  # from a handler's thread: the serving loop is another's
+            self._httpd.socket.close()  # down: connections are refused from now on
 
     def close(self) -> None:
         self._httpd.shutdown()

@@ -12,7 +12,12 @@ gigabyte fills host memory. So every such file is read here, and only here:
 * the file is used only if ``lstat`` says regular file, opened ``O_RDONLY | O_NONBLOCK |
   O_NOFOLLOW`` (so nothing can block), and ``fstat`` on the open descriptor must agree;
 * at most the bound of its kind is read (``Settings.max_*_bytes``);
-* JSON is parsed with a depth bound (``Settings.max_json_depth``).
+* JSON is parsed with a depth bound (``Settings.max_json_depth``);
+* a lone surrogate (``"\\ud800"`` is valid JSON, but no UTF-8 text can hold it) is spelled as
+  its escape in every string, keys included, before anyone sees the document. Without this, the
+  first encoder downstream raised: Harbor's exception record (a workflow's own failure turned
+  ``internal_error``), the workers' wire (a rollout that never ended), the server's answer.
+  This is the one place sandbox JSON enters the host, so it is made safe here, not at each sink.
 
 A missing file is ``None``; anything else unusable raises `ContractFileError`, whose
 message names the file by its place in the trial directory. The calls block on disk I/O:
@@ -24,6 +29,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import stat
 from enum import StrEnum
 from pathlib import Path, PurePosixPath
@@ -31,12 +37,16 @@ from typing import Any
 
 from osmosis_harbor import settings
 from osmosis_harbor.errors import ContractFileError
+from osmosis_harbor.trials.printable import json_safe
 
 __all__ = ["ContractFileError", "FileKind", "read_bytes", "read_json", "read_text"]
 
 _CHUNK = 1 << 16
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
+# Strict UTF-8 decoding refuses encoded surrogates, so the only way a JSON document gets a lone
+# one is this escape (a pair is an escape too, and only an actual lone one is rewritten).
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 class FileKind(StrEnum):
@@ -171,7 +181,8 @@ def read_json(
     root: Path, relative: str | PurePosixPath, kind: FileKind, *, limit: int | None = None, max_depth: int | None = None
 ) -> Any:
     """The JSON document in ``root/relative`` (None when there is no such file), nested at
-    most ``max_depth`` deep (``Settings.max_json_depth`` by default)."""
+    most ``max_depth`` deep (``Settings.max_json_depth`` by default), every string of it
+    encodable (lone surrogates spelled as escapes)."""
     text = read_text(root, relative, kind, limit=limit)
     if text is None:
         return None
@@ -184,7 +195,7 @@ def read_json(
         raise ContractFileError(str(relative), f"not JSON ({exc})") from None
     if _deeper_than(document, depth):
         raise ContractFileError(str(relative), f"JSON nested deeper than {depth} levels")
-    return document
+    return json_safe(document) if _SURROGATE_ESCAPE.search(text) else document
 
 
 def _deeper_than(document: Any, bound: int) -> bool:

@@ -20,6 +20,7 @@ from pydantic import BaseModel
 from osmosis_harbor.errors import ContractFileError, SandboxLostError, recorded_error
 from osmosis_harbor.tasks.verifier import task_step_names
 from osmosis_harbor.trials.contract_files import FileKind, read_text
+from osmosis_harbor.trials.printable import json_safe
 
 
 class Phase(StrEnum):
@@ -200,13 +201,17 @@ def _error_text(exc: ExceptionInfo) -> str:
     head = _one_line(exc.exception_message) or exc.exception_type
     ours = recorded_error(exc.exception_type)
     if ours is None or not ours.detailed:
-        return f"{exc.exception_type}: {head}"
+        return json_safe(f"{exc.exception_type}: {head}")
     rest = [line.rstrip() for line in exc.exception_message.strip().splitlines()[1:DETAIL_LINES]]
-    return "\n".join([f"{exc.exception_type}: {head}", *rest])
+    return json_safe("\n".join([f"{exc.exception_type}: {head}", *rest]))
 
 
 def _float_rewards(verifier_result: VerifierResult | None) -> dict[str, float]:
-    return {k: float(v) for k, v in ((verifier_result and verifier_result.rewards) or {}).items()}
+    """The reward channels Harbor parsed from the sandbox's ``reward.json``: their names are
+    sandbox text, which reaches the host here rather than through ``contract_files``, so a lone
+    surrogate in one is spelled here (a channel becomes a metric key of the result)."""
+    rewards = (verifier_result and verifier_result.rewards) or {}
+    return {json_safe(str(k)): float(v) for k, v in rewards.items()}
 
 
 def _oracle_exit_code(trial_dir: Path, agent_dir: PurePosixPath) -> str | None:

@@ -9,6 +9,12 @@ Its sandboxes carry this process as owner: if it dies, the front reaps them thro
 The socket (fd ``N``, inherited) is the only channel: the key is never in argv, the
 environment or a file. A closed socket means the front is gone: the worker shuts its backend
 down (no sandbox left) and exits.
+
+Every rollout's ``Done`` reaches the front, whatever its outcome holds: one that cannot be
+encoded (text no UTF-8 can carry, over the wire's bound) is replaced by a failure naming why
+(``sendable``). Sandbox text is made safe where it enters the host (``trials/contract_files``);
+this is the last line, so that a miss there costs one rollout its sample, never its end: the
+front waits for each ``Done``, and a rollout it never hears of stays "running" until shutdown.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import argparse
 import asyncio
 import base64
 import contextlib
+import logging
 import os
 import pickle
 import shutil
@@ -26,8 +33,9 @@ from pathlib import Path
 from typing import Any
 
 from osmosis_ai.rollout.context import RolloutContext, RolloutProgress
-from osmosis_ai.rollout.types import RolloutStatus
+from osmosis_ai.rollout.types import RolloutErrorCategory, RolloutStatus
 
+from osmosis_harbor.backend.outcome import refused
 from osmosis_harbor.backend.workers.messages import (
     Cancel,
     Done,
@@ -37,11 +45,55 @@ from osmosis_harbor.backend.workers.messages import (
     Status,
     Submit,
     WireClosed,
+    frame,
     read_message,
     write_message,
 )
 
-__all__ = ["main"]
+__all__ = ["main", "sendable"]
+
+log = logging.getLogger(__name__)
+_REASON_CHARS = 500
+
+
+def _encodable(text: str) -> str:
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def sendable(message: Any) -> bytes | None:
+    """``message`` framed for the wire; when it cannot be (pydantic cannot encode it, or it is
+    over the wire's bound), a ``Done`` in its place that ends the rollout with an error naming
+    why, or None for a ``Status`` (the ``Done`` that follows says how the rollout ended).
+
+    An outcome that cannot be encoded came through the trial's files, which the sandbox wrote:
+    its rollout fails as one whose sample the host will not use (``validation_error``), as an
+    unusable ``sample.json`` does. A ``Done`` reporting an exception keeps reporting it,
+    in words the wire can carry."""
+    try:
+        return frame(message)
+    except (ValueError, TypeError) as exc:  # PydanticSerializationError is a ValueError
+        reason = _encodable(f"{type(exc).__name__}: {exc}")[:_REASON_CHARS]
+    if not isinstance(message, Done):
+        log.error("a %s message could not be sent to the front: %s", type(message).__name__, reason)
+        return None
+    if message.outcome is not None:
+        extra = message.outcome.workflow.extra_fields or {}
+        failed = refused(
+            f"the rollout's result could not be sent from its worker process ({reason})",
+            {"failed_phase": _encodable(str(extra.get("failed_phase") or "agent"))},
+            RolloutErrorCategory.VALIDATION_ERROR,
+        )
+        replacement = Done(rollout_id=message.rollout_id, outcome=failed)
+    else:
+        replacement = Done(
+            rollout_id=message.rollout_id,
+            cancelled=message.cancelled,
+            error=None if message.error is None else _encodable(message.error)[: 4 * _REASON_CHARS],
+        )
+    log.error(
+        "rollout %s: its Done could not be sent as it was (%s); sent a failure instead", message.rollout_id, reason
+    )
+    return frame(replacement)
 
 
 class _Worker:
@@ -53,8 +105,8 @@ class _Worker:
         self.tasks: dict[str, asyncio.Task[None]] = {}
 
     def _send(self, message: Any) -> None:
-        if not self.writer.is_closing():
-            write_message(self.writer, message)
+        if not self.writer.is_closing() and (data := sendable(message)) is not None:
+            self.writer.write(data)
 
     def _on_status(self, rollout_id: str, status: RolloutStatus) -> None:
         state = self.backend.tracker.get(rollout_id)

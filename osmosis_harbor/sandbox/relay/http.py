@@ -4,7 +4,8 @@ A sandbox calls ``http://<gateway>:<port>/<token>/<path>``. The token names one 
 route (``policy_relay.py``); the rest of the path must lie under the path of the rollout's original
 chat URL (clients append ``/chat/completions`` and the like to that base). Anything else is
 refused without touching an upstream: an unknown token (403), a path outside the prefix or
-with dot segments, however encoded (404). What passes is forwarded to that one upstream with
+with dot segments, however encoded (404), a body declared (or taken as) JSON that is not
+strict JSON (400: no upstream chokes on it). What passes is forwarded to that one upstream with
 its headers (the Authorization header included: the policy endpoint checks the key, not us)
 and the response is streamed back, bounded.
 
@@ -12,21 +13,24 @@ Every sandbox shares this server, so a connection counts against its sandbox fro
 byte (``relay/limits.py``), its request head must arrive within the header timeout and its body
 within the body timeout, and a body is held (whole, before the upstream sees any of it) only
 within the byte bounds. Refusals and failures are written to the rollout's ``RelayRecord``,
-with whose fault they were. uvicorn offers none of this (one limit for all connections, counted
-before their headers, no header timeout), hence h11 on asyncio streams here.
+with whose fault they were (a failed upstream call's: ``relay/blame.py``). uvicorn offers none
+of this (one limit for all connections, counted before their headers, no header timeout), hence
+h11 on asyncio streams here.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from urllib.parse import unquote
 
 import h11
 import httpcore
 
+from osmosis_harbor.sandbox.relay.blame import BODY_NOT_JSON, UPSTREAM_ERRORS, Reachability, body_refusal
 from osmosis_harbor.sandbox.relay.limits import RELAY_FULL, Blame, Refusal, RelayAdmission, RelayLimits
 from osmosis_harbor.sandbox.relay.refusals import RelayRecord
 
@@ -53,14 +57,6 @@ _HOP_BY_HOP = frozenset(
     }
 )
 _NOT_FORWARDED = _HOP_BY_HOP | {b"host", b"content-length"}  # the relay sets both upstream
-# What reaching the upstream can raise besides a timeout (httpcore's exceptions have no common base).
-_UPSTREAM_ERRORS = (
-    httpcore.NetworkError,
-    httpcore.ProtocolError,
-    httpcore.UnsupportedProtocol,
-    httpcore.ProxyError,
-    httpcore.ConnectionNotAvailable,
-)
 _STATUS_OF = {Blame.OWN: 429, Blame.INFRA: 503}  # unless _STATUS names the kind
 
 
@@ -107,6 +103,7 @@ class RelayServer:
         self.admission = RelayAdmission(limits)
         wait = limits.timeout_sec
         self.timeouts = {"timeout": {"connect": min(10.0, wait), "read": wait, "write": wait, "pool": wait}}
+        self.reachability = Reachability(client, wait)  # whose fault a failed call is (``relay/blame.py``)
         self.stopping = False
         self._open: set[asyncio.Task[object]] = set()
 
@@ -223,21 +220,21 @@ class _Connection:
             if isinstance(body, Refusal):
                 refusal = body
             else:
+                content = bytes(body[0]) if len(body) == 1 else b"".join(body)
+                del body
+                refusal = await body_refusal(request.headers, content)
+            if refusal is None:
                 headers = [(k, v) for k, v in request.headers if k not in _NOT_FORWARDED]
-                headers += ((b"host", route.host), (b"content-length", str(sum(len(c) for c in body)).encode()))
-                content = bytes(body[0]) if len(body) == 1 else _replay(body)
+                headers += ((b"host", route.host), (b"content-length", str(len(content)).encode()))
                 upstream = httpcore.Request(
                     request.method, url, headers=headers, content=content, extensions=self.server.timeouts
                 )
-                del body, content  # held by the upstream request only, until sent
+                del content  # held by the upstream request only, until sent
+                started = time.monotonic()
                 try:
                     reply = await self.server.client().handle_async_request(upstream)
-                except httpcore.TimeoutException:
-                    refusal = _infra("upstream_timeout", "the policy endpoint timed out")
-                except _UPSTREAM_ERRORS as exc:
-                    refusal = _infra(
-                        "upstream_unreachable", f"the policy endpoint is unreachable ({type(exc).__name__})"
-                    )
+                except (httpcore.TimeoutException, *UPSTREAM_ERRORS) as exc:
+                    refusal = await self._judged(exc, route, started)
         finally:  # the body has gone upstream, or never will: its bytes are free before any answer
             admission.release(token, self.held)
             admission.received -= self.received
@@ -291,6 +288,8 @@ class _Connection:
         off with the connection once over the response bound."""
         headers = [(k, v) for k, v in reply.headers if k.lower() not in _HOP_BY_HOP]
         route.record.answered()  # the policy answered: before any of it goes out, so whoever saw it sees this
+        self.server.reachability.answered(route.origin)
+        started = time.monotonic()
         await self._send(h11.Response(status_code=reply.status, headers=headers))
         limit, size = self.limits.max_response_bytes, 0
         try:
@@ -301,11 +300,16 @@ class _Connection:
                     route.record.refused(Refusal(Blame.OWN, "response_too_large", f"response over {limit} bytes"))
                     return False
                 await self._send(h11.Data(data=chunk))
-        except (httpcore.TimeoutException, *_UPSTREAM_ERRORS) as exc:
-            route.record.refused(_infra("upstream_broke_off", f"the policy endpoint broke off its answer ({exc!r})"))
+        except (httpcore.TimeoutException, *UPSTREAM_ERRORS) as exc:
+            judged = await self._judged(exc, route, started)
+            kind = "upstream_broke_off" if judged.blame is Blame.INFRA else "answer_broken_off"
+            route.record.refused(Refusal(judged.blame, kind, f"its answer broke off ({exc!r}): {judged.reason}"))
             return False
         await self._send(h11.EndOfMessage())
         return True
+
+    async def _judged(self, exc: Exception, route: RelayRoute, started: float) -> Refusal:
+        return await self.server.reachability.judge(exc, route.origin, route.host, route.prefix, started)
 
     async def _refuse(self, route: RelayRoute, refusal: Refusal) -> bool:
         """Answer ``refusal`` and close: the request's body may be unread."""
@@ -364,15 +368,15 @@ class _Connection:
 
 
 _STATUS = {
+    BODY_NOT_JSON: 400,
     "body_too_large": 413,
     "body_timeout": 408,
+    "call_unsendable": 400,
+    "call_timeout": 504,
+    "call_dropped": 502,
     "upstream_timeout": 504,
     "upstream_unreachable": 502,
 }
-
-
-def _infra(kind: str, reason: str) -> Refusal:
-    return Refusal(Blame.INFRA, kind, reason)
 
 
 def _token(request: h11.Request) -> str:
@@ -385,9 +389,3 @@ def _content_length(request: h11.Request) -> int | None:
         if name == b"content-length":
             return int(value)
     return None
-
-
-async def _replay(chunks: list[bytes]) -> AsyncIterator[bytes]:
-    """A held body, sent upstream chunk by chunk (no joined copy)."""
-    for chunk in chunks:
-        yield chunk

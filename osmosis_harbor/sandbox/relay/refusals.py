@@ -2,11 +2,14 @@
 
 The relay is on the host, so what it refused and why is a fact the host saw, not the workflow's
 claim. A rollout whose call the relay refused or failed through no fault of its own (the relay
-full of other sandboxes' work, the policy endpoint unreachable or timing out), with no later
+full of other sandboxes' work, the policy endpoint unreachable or timing out for everyone:
+``relay/blame.py`` says how the host tells), with no later
 call of it answered by the policy, failed because of the infrastructure: its outcome is an ``internal_error``
 (retried through ``infra_retries``), whatever its workflow then reported. A client that retried
 and got through has recovered, and the refusal is only counted. Refusals of the rollout's own
-making (over its bounds, too slow to send) are counted and change nothing.
+making (over its bounds, too slow to send, a body that is not JSON, a call the endpoint failed
+while it answered others) are counted and change nothing: the workflow got an error answer,
+and the rollout is judged on what it made of it.
 
 Written on the relay's thread, read on the backend's: the counters are updated under a lock.
 """
