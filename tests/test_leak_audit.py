@@ -1,0 +1,179 @@
+"""The leak audit: answers lying in the agent's sandbox, read from each task's real image.
+
+The dataset (``tests/fixtures/leaks``) holds one leak per task (the fix on another branch, only
+in the reflog, only in an annotated tag, on a branch whose ref is only in ``packed-refs``, the
+tests' expected output copied into the image), a clean repository with ordinary history up to
+HEAD (the control, never flagged) and a large clean repository that the audit's bounds cut
+short, which it says. The leaks are real: an agent's own commands in the same image read each
+fix (the positive control), and the commands the findings name are those commands.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from osmosis_harbor.audit import AuditSubject, audit_sandbox
+from osmosis_harbor.audit.run import environment_id_of, sandbox_environment
+from osmosis_harbor.sandbox import environment_config
+from osmosis_harbor.sandbox.owner.context import SandboxOwner, owner_scope
+
+from .sdk_paths import SdkPath
+from .support import FIXTURES, load_json, run_cli
+
+pytestmark = pytest.mark.slow
+
+LEAKS = FIXTURES / "leaks"
+# the large repository holds about 3,300 entries in its .git: a bound under that is hit
+BOUNDED = {"OSMOSIS_HARBOR_AUDIT_MAX_GIT_FILES": "1000"}
+
+
+def _findings(report: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    by_task: dict[str, list[dict[str, Any]]] = {}
+    for environment in report["environments"]:
+        assert environment["error"] is None, environment
+        for task_id in environment["task_ids"]:
+            by_task.setdefault(task_id, [])
+        for finding in environment["findings"]:
+            by_task[finding["task_id"]].append(finding)
+    return by_task
+
+
+def test_audit_reports_every_leak_and_not_the_control(tmp_path: Path, sandbox_sdk: SdkPath) -> None:
+    out = tmp_path / "audit.json"
+    env = {**sandbox_sdk.cli_env(), **BOUNDED}
+    proc = run_cli("validate", str(LEAKS), "--audit", "--env", sandbox_sdk.name, "--json", str(out), env=env)
+    assert proc.returncode == 1, proc.stdout + proc.stderr  # audit errors fail the run
+    assert not sandbox_sdk.sandboxes_left()
+    found = _findings(load_json(out))
+    assert set(found) == {p.name for p in LEAKS.iterdir() if p.is_dir()}
+
+    def history(task_id: str) -> dict[str, Any]:
+        (only,) = found[task_id]
+        assert (only["kind"], only["severity"], only["repository"]) == ("git-history", "error", "/app/.git"), only
+        assert "1 commit(s) after HEAD" in only["evidence"] and "'the fix'" in only["evidence"], only
+        assert "2024-06-01" in only["evidence"] and "shallow clone" in only["advice"]
+        return only
+
+    assert history("branch-leak")["ref"] == "refs/heads/fix"
+    assert history("branch-leak")["read_with"].startswith("git log --all")
+    assert history("tag-leak")["ref"] == "refs/tags/v2"
+    assert history("packed-leak")["ref"] == "refs/heads/fix (packed-refs)"
+    reflog = history("reflog-leak")
+    assert reflog["ref"] == "reflog logs/HEAD" and reflog["read_with"].startswith("git reflog")
+
+    (copy,) = found["expected-copy"]
+    assert (copy["kind"], copy["severity"], copy["path"]) == ("tests-copy", "error", "/app/data/expected.txt")
+    assert "tests/expected.txt" in copy["evidence"] and "expected output" in copy["evidence"]
+
+    assert found["clean"] == []  # the control: ordinary history up to HEAD is no leak
+    (bound,) = found["large-repo"]
+    assert (bound["kind"], bound["severity"]) == ("audit-incomplete", "warning"), bound
+    assert "audit_max_git_files (1000)" in bound["evidence"] and bound["path"] == "/app/.git"
+    assert "5 error(s), 1 warning(s)" in proc.stdout
+
+
+def test_strict_lint_refuses_a_leaking_task_and_runs_the_clean_one(tmp_path: Path, sandbox_sdk: SdkPath) -> None:
+    out = tmp_path / "report.json"
+    proc = run_cli(
+        "validate",
+        str(LEAKS),
+        "--lint=strict",
+        "--task",
+        "clean",
+        "--task",
+        "branch-leak",
+        "--env",
+        sandbox_sdk.name,
+        "--json",
+        str(out),
+        env=sandbox_sdk.cli_env(),
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert not sandbox_sdk.sandboxes_left()
+    report = load_json(out)
+    rows = {row["id"]: row for row in report["tasks"]}
+    assert rows["clean"]["passed"] and rows["clean"]["reward"] == 1.0 and rows["clean"]["audit"] == []
+    leak = rows["branch-leak"]
+    assert (leak["passed"], leak["failed_phase"]) == (False, "task")
+    assert "leak audit error git-history at /app/.git (refs/heads/fix)" in leak["error"], leak["error"]
+    assert [f["kind"] for f in leak["audit"]] == ["git-history"]
+    assert "Leak audit" in proc.stdout
+
+
+async def test_the_leaks_are_readable_by_an_agent_with_the_commands_the_findings_name(tmp_path: Path) -> None:
+    """Positive control: in a sandbox of each image, the agent's commands the audit names show
+    the fix; in the control's, ``git log --all`` shows only the ordinary history."""
+    tasks = {
+        "branch-leak": "git log --all --format=%s",
+        "tag-leak": "git log --all --format=%s",
+        "packed-leak": "git log --all --format=%s",
+        "reflog-leak": "git reflog --format=%s",
+        "clean": "git log --all --format=%s",
+    }
+    owner = SandboxOwner.make("leak-audit-test")
+    try:
+        with owner_scope(owner):
+            for task_id, command in tasks.items():
+                path = LEAKS / task_id
+                env = sandbox_environment(path, environment_config("docker"), tmp_path)
+                await env.start(force_build=False)
+                try:
+                    shown = await env.exec(command)
+                    audit = await audit_sandbox(
+                        env, [AuditSubject(task_id=task_id, path=path)], environment_id=environment_id_of(path)
+                    )
+                finally:
+                    await env.stop(delete=True)
+                subjects = (shown.stdout or "").split()
+                if task_id == "clean":
+                    assert "fix" not in subjects and audit.findings == [], (shown.stdout, audit)
+                else:
+                    assert "fix" in subjects, (task_id, shown.stdout)
+                    assert [f.read_with.split()[:2] for f in audit.findings] == [command.split()[:2]], audit
+    finally:
+        await owner.close()
+
+
+def test_probe_output_is_parsed_as_hostile() -> None:
+    """Lines without a marker, relative paths and malformed hashes are ignored; a hit's path
+    may hold ':' (the line is matched as a known suffix); bounds are reported."""
+    from osmosis_harbor.audit.probe import Probe, parse_probe
+
+    probe = Probe(
+        sizes=[45],
+        lines=["the fix prints: forty-two"],
+        max_repos=1,
+        max_hashed=1,
+        max_hits=5,
+        max_grep_files=10,
+        max_grep_file_kib=10,
+        timeout_sec=5,
+        max_output_bytes=10_000,
+    )
+    output = "\n".join(
+        [
+            "@pwd /app",
+            "@pwd /elsewhere",
+            "@missing sha256sum",
+            "@missing rm -rf /",
+            "@repo 12 40 /app/.git",
+            "@repo 1 1 /b/.git",
+            "@repo x 1 /c/.git",
+            "@hash " + "a" * 64 + "  /app/x",
+            "@hash " + "b" * 64 + "  /app/y",
+            "@hash zz  /app/z",
+            "@hit /odd:name.txt:the fix prints: forty-two",
+            "@hit relative:the fix prints: forty-two",
+            "\x1b[2J@hash " + "c" * 64 + "  /app/w",
+        ]
+    )
+    seen = parse_probe(output, probe)
+    assert seen.workdir == "/app" and seen.missing == ["sha256sum"]
+    assert seen.repos == [(12, 40, "/app/.git")] and seen.hashes == [("a" * 64, "/app/x")]
+    assert seen.hits == [("/odd:name.txt", "the fix prints: forty-two")]
+    assert len(seen.truncated) == 2 and "audit_max_repos" in seen.truncated[0]
+    json.dumps(seen.model_dump())
