@@ -31,6 +31,7 @@ from harbor.models.trial.paths import TrialPaths
 from osmosis_ai.rollout.types import ExecutionRequest
 from pydantic import BaseModel
 
+from osmosis_harbor.audit import AuditSubject, EnvironmentAudit, audit_sandbox
 from osmosis_harbor.errors import (
     DockerEngineUnavailable,
     PrewarmError,
@@ -96,6 +97,7 @@ class PrewarmGroup(BaseModel):
     pool_note: str | None = None  # an existing pool adopted, or one still warming (usable: claims wait or fall back)
     error: str | None = None
     timings_sec: dict[str, float] = {}
+    audit: EnvironmentAudit | None = None  # the leak audit of its sandbox (osmosis_harbor.audit)
 
 
 class PrewarmReport(BaseModel):
@@ -114,6 +116,7 @@ class PrewarmReport(BaseModel):
 class _Prepared(BaseModel):
     task_id: str
     path: Path
+    source: Path  # the task as resolved: its tests/ and solution/ are what the leak audit looks for
     environment_id: str
     cpus: float | None
     memory_mb: int | None
@@ -229,6 +232,7 @@ class Prewarmer:
         return _Prepared(
             task_id=task_id,
             path=path,
+            source=resolved.path,
             environment_id=environment_content_hash(task.paths.environment_dir, docker_image=env.docker_image),
             cpus=env.cpus,
             memory_mb=env.memory_mb,
@@ -269,7 +273,7 @@ class Prewarmer:
         try:
             image, built = await _with_progress(self.notify, key, "image", timings, env.prepare_image())
             group.image, group.built, group.reused = image, built, bool(image) and not built
-            await _with_progress(self.notify, key, "setup", timings, self._prove_setup(env, items[0]))
+            group.audit = await _with_progress(self.notify, key, "setup", timings, self._prove_setup(env, items))
             group.setup_ok = True
             if self.pool_base and image:
                 group.pool = pool_name_for(self.pool_base, key)
@@ -284,12 +288,17 @@ class Prewarmer:
                 raise
         return group
 
-    async def _prove_setup(self, env: SandboxEnvironment, item: _Prepared) -> None:
+    async def _prove_setup(self, env: SandboxEnvironment, items: list[_Prepared]) -> EnvironmentAudit:
+        """The setup proof, after the leak audit of the same fresh sandbox (what the agent sees)."""
+        item = items[0]
         await env.start(force_build=False)
         try:
+            subjects = [AuditSubject(task_id=i.task_id, path=i.source) for i in items]
+            audit = await audit_sandbox(env, subjects, environment_id=item.environment_id)
             await self.backend.prove_agent_setup(env, deps_baked=item.deps_baked, bundle_baked=item.bundle_baked)
         finally:
             await env.stop(delete=True)
+        return audit
 
     async def _ensure_pool(self, name: str, image: str, env: SandboxEnvironment) -> str | None:
         # the owner's registry: its pools are in the ledger before they exist

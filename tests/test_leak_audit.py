@@ -177,3 +177,54 @@ def test_probe_output_is_parsed_as_hostile() -> None:
     assert seen.hits == [("/odd:name.txt", "the fix prints: forty-two")]
     assert len(seen.truncated) == 2 and "audit_max_repos" in seen.truncated[0]
     json.dumps(seen.model_dump())
+
+
+@pytest.mark.filterwarnings("ignore::osmosis_harbor.agents.native.NotTrainableWarning")
+async def test_a_training_server_refuses_a_leaking_task_by_default(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, osmosis_home: Path, fake_chat: Any
+) -> None:
+    """Prewarm audits each environment once; a dataset task with an audit error is refused at
+    admission (validation_error naming the finding and the setting), ``/health`` lists the
+    findings, and the setting admits it (positive control: the leaking task then runs)."""
+    from harbor.trial.queue import TrialQueue
+    from osmosis_ai.rollout.types import RolloutErrorCategory, RolloutStatus
+
+    from osmosis_harbor.backend import HarborBackend
+
+    from .rollout_server import client_for, http_to, serve
+
+    backend = HarborBackend(
+        orchestrator=TrialQueue(n_concurrent=1),
+        tasks_dir=LEAKS,
+        task_mode="dataset",
+        agent="oracle",
+        environment_config=environment_config("docker"),
+        trials_dir=tmp_path / "trials",
+    )
+    report = await backend.prewarm(["clean", "branch-leak"])
+    audits = {tuple(g.task_ids): g.audit for g in report.groups_detail}
+    assert audits[("clean",)] is not None and audits[("clean",)].findings == []
+    assert [f.ref for f in audits[("branch-leak",)].findings] == ["refs/heads/fix"]  # type: ignore[union-attr]
+
+    async def rollout(client: Any, task: str, rollout_id: str) -> Any:
+        return await client.run_rollout(
+            initial_messages=[{"role": "user", "content": "go"}],
+            chat_completions_url=fake_chat.base_url,
+            rollout_id=rollout_id,
+            llm_api_key="sk-leak-audit-test",
+            metadata={"harbor_task_id": task},
+        )
+
+    async with serve(backend) as url, client_for(url) as client, http_to(url) as http:
+        refused = await rollout(client, "branch-leak", "leak-1")
+        assert refused.status is RolloutStatus.FAILURE
+        assert refused.err_category is RolloutErrorCategory.VALIDATION_ERROR, refused.err_message
+        assert "git-history at /app/.git (refs/heads/fix)" in refused.err_message
+        assert "OSMOSIS_HARBOR_ALLOW_LEAKING_TASKS=1" in refused.err_message
+        assert not (tmp_path / "trials").exists() or not list((tmp_path / "trials").iterdir())  # no trial ran
+        health = (await http.get("/health")).json()
+        assert list(health["leak_audit"]) == ["branch-leak"]
+        assert health["leak_audit"]["branch-leak"][0]["kind"] == "git-history"
+        monkeypatch.setenv("OSMOSIS_HARBOR_ALLOW_LEAKING_TASKS", "1")
+        admitted = await rollout(client, "branch-leak", "leak-2")
+        assert admitted.status is RolloutStatus.SUCCESS, admitted.err_message

@@ -132,6 +132,10 @@ async def audit_sandbox(
                 audit.findings.extend(found)
     except TimeoutError:
         audit.findings.extend(incomplete(ids, "/", f"stopped at the time bound (audit_timeout_sec={budget:g})"))
+    except Exception as exc:  # the sandbox failed under the audit: say so, never pass for clean
+        text = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+        audit.error = text
+        audit.findings.extend(incomplete(ids, "/", f"the audit could not finish: {text}"))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     audit.wall_sec = round(time.monotonic() - started, 3)

@@ -319,6 +319,9 @@ class HarborBackend(ExecutionBackend):
                 f"task {resolved.task_id} failed prewarm: {failed}",
                 {"failed_phase": "environment", "task_id": resolved.task_id},
             )
+        leaking = self.prewarmed.leak_refusal(resolved.task_id) if resolved.source == "dataset" else None
+        if leaking is not None:
+            return refused(leaking, {"failed_phase": "task", "task_id": resolved.task_id})
         return await self._run(request, plan, url, key)
 
     async def _run(self, request: ExecutionRequest, plan: RolloutPlan, url: str, key: str | None) -> ExecutionOutcome:
