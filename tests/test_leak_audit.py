@@ -10,6 +10,7 @@ fix (the positive control), and the commands the findings name are those command
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -228,3 +229,60 @@ async def test_a_training_server_refuses_a_leaking_task_by_default(
         monkeypatch.setenv("OSMOSIS_HARBOR_ALLOW_LEAKING_TASKS", "1")
         admitted = await rollout(client, "branch-leak", "leak-2")
         assert admitted.status is RolloutStatus.SUCCESS, admitted.err_message
+
+
+@pytest.mark.filterwarnings("ignore::osmosis_harbor.agents.native.NotTrainableWarning")
+async def test_without_prewarm_the_first_rollout_audits_its_environment_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, osmosis_home: Path, fake_chat: Any
+) -> None:
+    """No prewarm: the first rollout of a task audits every dataset task of its environment in
+    one sandbox; later rollouts of any of them reuse the result; a clean task runs."""
+    import shutil
+
+    from harbor.trial.queue import TrialQueue
+    from osmosis_ai.rollout.types import RolloutErrorCategory, RolloutStatus
+
+    from osmosis_harbor.backend import HarborBackend, leak_audits
+
+    from .rollout_server import client_for, serve
+
+    dataset = tmp_path / "dataset"
+    for name, source in (("leak-a", "branch-leak"), ("leak-b", "branch-leak"), ("clean", "clean")):
+        shutil.copytree(LEAKS / source, dataset / name)
+    audited: list[list[str]] = []
+    real = leak_audits.audit_sandbox
+
+    async def counted(env: Any, subjects: Any, **kwargs: Any) -> Any:
+        audited.append(sorted(s.task_id for s in subjects))
+        return await real(env, subjects, **kwargs)
+
+    monkeypatch.setattr(leak_audits, "audit_sandbox", counted)
+    backend = HarborBackend(
+        orchestrator=TrialQueue(n_concurrent=1),
+        tasks_dir=dataset,
+        task_mode="dataset",
+        agent="oracle",
+        environment_config=environment_config("docker"),
+        trials_dir=tmp_path / "trials",
+    )
+
+    async def rollout(client: Any, task: str, rollout_id: str) -> Any:
+        return await client.run_rollout(
+            initial_messages=[{"role": "user", "content": "go"}],
+            chat_completions_url=fake_chat.base_url,
+            rollout_id=rollout_id,
+            llm_api_key="sk-leak-audit-test",
+            metadata={"harbor_task_id": task},
+        )
+
+    async with serve(backend) as url, client_for(url) as client:
+        first, second = await asyncio.gather(rollout(client, "leak-a", "a-1"), rollout(client, "leak-a", "a-2"))
+        third = await rollout(client, "leak-b", "b-1")
+        for result in (first, second, third):
+            assert result.status is RolloutStatus.FAILURE
+            assert result.err_category is RolloutErrorCategory.VALIDATION_ERROR, result.err_message
+            assert "git-history at /app/.git (refs/heads/fix)" in result.err_message
+        assert audited == [["leak-a", "leak-b"]]  # one audit for the environment, not per rollout
+        clean = await rollout(client, "clean", "c-1")
+        assert clean.status is RolloutStatus.SUCCESS, clean.err_message
+        assert audited == [["leak-a", "leak-b"], ["clean"]]

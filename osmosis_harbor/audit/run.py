@@ -54,7 +54,8 @@ def environment_id_of(path: Path) -> str:
     from harbor.environments.definition import environment_content_hash
 
     task = Task(path)
-    return environment_content_hash(task.paths.environment_dir, docker_image=task.config.environment.docker_image)
+    docker_image = task.config.environment.docker_image
+    return environment_content_hash(task.paths.environment_dir, docker_image=docker_image) or str(docker_image)
 
 
 def _probe_for(prints: list[Fingerprint], timeout_sec: int) -> Probe:

@@ -8,7 +8,8 @@ from collections.abc import Sequence
 
 from harbor.models.trial.config import EnvironmentConfig
 
-from osmosis_harbor.audit import AuditFinding, AuditReport, AuditSeverity, AuditSubject, audit_tasks
+from osmosis_harbor.audit import AuditFinding, AuditReport, AuditSeverity, AuditSubject, EnvironmentAudit, audit_tasks
+from osmosis_harbor.audit.findings import incomplete
 from osmosis_harbor.audit.run import ProgressCallback
 from osmosis_harbor.errors import DatasetError
 from osmosis_harbor.sandbox.options import SandboxOptions
@@ -55,9 +56,15 @@ async def audit_dataset(
     on_progress: ProgressCallback | None = None,
 ) -> AuditReport:
     """``validate --audit``: the audit alone, in an owner of its own (nothing outlives the call)."""
-    runnable = []
+    runnable: list[TaskRef] = []
+    invalid: list[EnvironmentAudit] = []
     for task in tasks:
-        check_task(task)
+        try:
+            check_task(task)
+        except DatasetError as exc:  # reported, as validation reports it; the rest is audited
+            found = incomplete([task.id], ".", f"not audited: {exc}")
+            invalid.append(EnvironmentAudit(environment_id="", task_ids=[task.id], error=str(exc), findings=found))
+            continue
         runnable.append(task)
     impl = SandboxOptions.of(environment).impl
     owner = SandboxOwner.make("audit", starts=SandboxStarts(impl.max_concurrent_starts))
@@ -66,4 +73,4 @@ async def audit_dataset(
             report, _ = await audit_findings(runnable, environment, n_concurrent=n_concurrent, on_progress=on_progress)
     finally:
         await asyncio.shield(owner.close())
-    return report
+    return AuditReport(environments=report.environments + invalid)
