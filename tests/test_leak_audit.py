@@ -1,10 +1,11 @@
 """The leak audit: answers lying in the agent's sandbox, read from each task's real image.
 
 The dataset (``tests/fixtures/leaks``) holds one leak per task (the fix on another branch, only
-in the reflog, only in an annotated tag, on a branch whose ref is only in ``packed-refs``, the
-tests' expected output copied into the image), a clean repository with ordinary history up to
-HEAD (the control, never flagged) and a large clean repository that the audit's bounds cut
-short, which it says. The leaks are real: an agent's own commands in the same image read each
+in the reflog, only in an annotated tag, on a branch whose ref is only in ``packed-refs``; an
+image holding the tests' expected output, a copy of the whole ``tests/`` directory and a file
+containing a line of the solution), a clean repository with ordinary history up to HEAD (the
+control, never flagged) and a large clean repository that the audit's bounds cut short, which
+it says. The leaks are real: an agent's own commands in the same image read each
 fix (the positive control), and the commands the findings name are those commands.
 """
 
@@ -66,15 +67,24 @@ def test_audit_reports_every_leak_and_not_the_control(tmp_path: Path, sandbox_sd
     reflog = history("reflog-leak")
     assert reflog["ref"] == "reflog logs/HEAD" and reflog["read_with"].startswith("git reflog")
 
-    (copy,) = found["expected-copy"]
-    assert (copy["kind"], copy["severity"], copy["path"]) == ("tests-copy", "error", "/app/data/expected.txt")
-    assert "tests/expected.txt" in copy["evidence"] and "expected output" in copy["evidence"]
+    copies = {f["path"]: f for f in found["expected-copy"]}
+    assert {p: (f["kind"], f["severity"]) for p, f in copies.items()} == {
+        "/app/data/expected.txt": ("tests-copy", "error"),  # the expected output
+        "/opt/copy/expected.txt": ("tests-copy", "error"),
+        "/opt/copy/test.sh": ("tests-copy", "warning"),  # the test code: a warning
+        "/opt/copy": ("tests-copy", "error"),  # the directory, holding an expected output
+        "/app/notes.md": ("contains", "warning"),  # a line of the solution inside another file
+    }
+    expected = copies["/app/data/expected.txt"]
+    assert "tests/expected.txt" in expected["evidence"] and "expected output" in expected["evidence"]
+    assert "copy of the task's tests/ directory" in copies["/opt/copy"]["evidence"]
+    assert "solution/solve.sh" in copies["/app/notes.md"]["evidence"]
 
     assert found["clean"] == []  # the control: ordinary history up to HEAD is no leak
     (bound,) = found["large-repo"]
     assert (bound["kind"], bound["severity"]) == ("audit-incomplete", "warning"), bound
     assert "audit_max_git_files (1000)" in bound["evidence"] and bound["path"] == "/app/.git"
-    assert "5 error(s), 1 warning(s)" in proc.stdout
+    assert "7 error(s), 3 warning(s)" in proc.stdout
 
 
 def test_strict_lint_refuses_a_leaking_task_and_runs_the_clean_one(tmp_path: Path, sandbox_sdk: SdkPath) -> None:
