@@ -115,6 +115,35 @@ def test_strict_lint_refuses_a_leaking_task_and_runs_the_clean_one(tmp_path: Pat
     assert "Leak audit" in proc.stdout
 
 
+def test_prewarm_audits_each_environment_and_lists_the_findings(tmp_path: Path, sandbox_sdk: SdkPath) -> None:
+    """prewarm audits the fresh sandbox of each environment's setup proof: its report holds the
+    findings (the leaking task's, none for the control) and prewarm itself still succeeds."""
+    out = tmp_path / "prewarm.json"
+    proc = run_cli(
+        "prewarm",
+        str(LEAKS),
+        "--mode",
+        "dataset",
+        "--task",
+        "branch-leak",
+        "--task",
+        "clean",
+        "--env",
+        sandbox_sdk.name,
+        "--json",
+        str(out),
+        env=sandbox_sdk.cli_env(),
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert not sandbox_sdk.sandboxes_left()
+    groups = {tuple(g["task_ids"]): g for g in load_json(out)["groups_detail"]}
+    assert groups[("clean",)]["audit"]["findings"] == [] and groups[("clean",)]["setup_ok"]
+    (leak,) = groups[("branch-leak",)]["audit"]["findings"]
+    assert (leak["kind"], leak["ref"], leak["severity"]) == ("git-history", "refs/heads/fix", "error")
+    assert groups[("branch-leak",)]["audit"]["repositories"] == ["/app/.git"]
+    assert "Leak audit" in proc.stdout and "refs/heads/fix" in proc.stdout
+
+
 async def test_the_leaks_are_readable_by_an_agent_with_the_commands_the_findings_name(tmp_path: Path) -> None:
     """Positive control: in a sandbox of each image, the agent's commands the audit names show
     the fix; in the control's, ``git log --all`` shows only the ordinary history."""
