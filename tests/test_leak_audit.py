@@ -144,6 +144,37 @@ def test_prewarm_audits_each_environment_and_lists_the_findings(tmp_path: Path, 
     assert "Leak audit" in proc.stdout and "refs/heads/fix" in proc.stdout
 
 
+async def test_a_prebuilt_docker_image_task_is_audited_from_its_image(tmp_path: Path, sandbox_sdk: SdkPath) -> None:
+    """A task that names its image (``docker_image``, no Dockerfile) is audited from that image."""
+    import shutil
+
+    from osmosis_harbor.audit import audit_tasks
+
+    owner = SandboxOwner.make("leak-audit-image-test")
+    try:
+        with owner_scope(owner):
+            # an image built elsewhere: here, the one the branch-leak task's Dockerfile makes
+            builder = sandbox_environment(LEAKS / "branch-leak", sandbox_sdk.environment(), tmp_path)
+            image, _ = await builder.prepare_image()
+            assert image
+            task = shutil.copytree(LEAKS / "branch-leak", tmp_path / "image-only")
+            (task / "environment" / "Dockerfile").unlink()
+            toml = (task / "task.toml").read_text()
+            (task / "task.toml").write_text(
+                toml.replace("[environment]\n", f'[environment]\ndocker_image = "{image}"\n')
+            )
+            assert f'docker_image = "{image}"' in (task / "task.toml").read_text()
+            report = await audit_tasks(
+                [AuditSubject(task_id="image-only", path=task)], environment=sandbox_sdk.environment()
+            )
+    finally:
+        await owner.close()
+    (audit,) = report.environments
+    assert audit.error is None, audit
+    assert [(f.task_id, f.kind, f.ref) for f in audit.findings] == [("image-only", "git-history", "refs/heads/fix")]
+    assert not sandbox_sdk.sandboxes_left()
+
+
 async def test_the_leaks_are_readable_by_an_agent_with_the_commands_the_findings_name(tmp_path: Path) -> None:
     """Positive control: in a sandbox of each image, the agent's commands the audit names show
     the fix; in the control's, ``git log --all`` shows only the ordinary history."""
