@@ -23,7 +23,7 @@ from pydantic import BaseModel
 
 __all__ = ["Probe", "ProbeResult", "parse_probe"]
 
-TOOLS = ("find", "sha256sum", "grep", "xargs", "head", "du", "wc", "sed", "cut")
+TOOLS = ("find", "sha256sum", "grep", "xargs", "head", "du", "wc", "sed", "cut", "tr")
 # Not the agent's filesystem (kernel views), or not worth hashing.
 _PRUNE_ALWAYS = ("/proc", "/sys", "/dev")
 # Looked through for exact copies, not for contained lines: the system's own files, large and
@@ -69,28 +69,33 @@ class Probe(BaseModel):
         parts = [
             "export LC_ALL=C",
             # `timeout` bounds each step inside the sandbox; the exec's own timeout is the backstop
-            f'if command -v timeout >/dev/null 2>&1; then T="timeout {t}"; else T=""; fi',
+            f'if timeout {t} true >/dev/null 2>&1; then T="timeout {t}"; else T=""; fi',
             'echo "@pwd $(pwd)"',
             f'for t in {" ".join(TOOLS)}; do command -v $t >/dev/null 2>&1 || echo "@missing $t"; done',
+            # a grep without these options (an old BusyBox) would find nothing: say so instead
+            "echo xyz | grep -IHoF -m 1 -e y >/dev/null 2>&1 || echo '@missing grep-options'",
             # repositories: .git directories anywhere, and bare *.git ones
             f"$T find / -xdev {_prune(_PRUNE_ALWAYS)} -o \\( -name .git -o -name '*.git' \\) -type d -print -prune"
             f" 2>/dev/null | head -n {self.max_repos + 1} | while IFS= read -r p; do"
             ' k=$(du -sk "$p" 2>/dev/null | cut -f1);'
             f' n=$($T find "$p" 2>/dev/null | head -n 1000000 | wc -l); echo "@repo ${{k:-0}} $n $p"; done',
         ]
+        # Lists of paths are cut by `head -n` and handed on NUL-separated (`tr`, `xargs -0`: GNU
+        # and BusyBox alike); a path holding a newline is split and found by neither tool.
         if self.sizes:
             sizes = " -o ".join(f"-size {s}c" for s in sorted(set(self.sizes)))
             parts.append(
-                f"$T find / -xdev {_prune(_PRUNE_ALWAYS)} -o -type f \\( {sizes} \\) -print0 2>/dev/null"
-                f" | head -z -n {self.max_hashed + 1} | xargs -0 -r sha256sum -- 2>/dev/null | sed 's/^/@hash /'"
+                f"$T find / -xdev {_prune(_PRUNE_ALWAYS)} -o -type f \\( {sizes} \\) -print 2>/dev/null"
+                f" | head -n {self.max_hashed + 1} | tr '\\n' '\\000' | xargs -0 -r sha256sum 2>/dev/null"
+                " | sed 's/^/@hash /'"
             )
         if self.lines:
             patterns = " ".join(f"-e {shlex.quote(line)}" for line in self.lines)
             parts.append(
                 f"$T find / -xdev {_prune(_PRUNE_ALWAYS + _PRUNE_FOR_LINES)} -o -type f"
-                f" -size -{self.max_grep_file_kib}k -print0 2>/dev/null | head -z -n {self.max_grep_files}"
-                f" | xargs -0 -r grep -IHoF -m 1 {patterns} -- 2>/dev/null | head -n {self.max_hits + 1}"
-                " | sed 's/^/@hit /'"
+                f" -size -{self.max_grep_file_kib}k -print 2>/dev/null | head -n {self.max_grep_files}"
+                f" | tr '\\n' '\\000' | xargs -0 -r grep -IHoF -m 1 {patterns} 2>/dev/null"
+                f" | head -n {self.max_hits + 1} | sed 's/^/@hit /'"
             )
         return "{ " + "; ".join(parts) + f"; }} 2>/dev/null | head -c {self.max_output_bytes}"
 
@@ -110,7 +115,7 @@ def parse_probe(output: str, probe: Probe) -> ProbeResult:
         marker, _, rest = line.partition(" ")
         if marker == "@pwd" and result.workdir is None and rest.startswith("/"):
             result.workdir = rest
-        elif marker == "@missing" and rest in TOOLS:
+        elif marker == "@missing" and (rest in TOOLS or rest == "grep-options"):
             result.missing.append(rest)
         elif marker == "@repo":
             kib, entries, path = (rest.split(" ", 2) + ["", ""])[:3]

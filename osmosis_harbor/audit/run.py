@@ -124,7 +124,12 @@ async def audit_sandbox(
             audit.repositories = [shown(path) for _, _, path in seen.repos]
             audit.files_hashed = len(seen.hashes)
             for tool in seen.missing:
-                audit.findings.extend(incomplete(ids, "/", f"the image has no {tool}: what needs it was not audited"))
+                what = (
+                    "the image's grep lacks -I -H -o -F -m: no file was searched for the tests' lines"
+                    if tool == "grep-options"
+                    else f"the image has no {tool}: what needs it was not audited"
+                )
+                audit.findings.extend(incomplete(ids, "/", what))
             for what in seen.truncated:
                 audit.findings.extend(incomplete(ids, "/", f"stopped at a bound: {what}"))
             audit.findings.extend(await _history(env, ids, seen, work, deadline))
