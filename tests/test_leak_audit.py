@@ -101,10 +101,13 @@ def test_strict_lint_refuses_a_leaking_task_and_runs_the_clean_one(tmp_path: Pat
         sandbox_sdk.name,
         "--json",
         str(out),
+        "--junit",
+        str(tmp_path / "junit.xml"),
         env=sandbox_sdk.cli_env(),
     )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert not sandbox_sdk.sandboxes_left()
+    assert "audit error [git-history] /app/.git: 1 commit(s) after HEAD" in (tmp_path / "junit.xml").read_text()
     report = load_json(out)
     rows = {row["id"]: row for row in report["tasks"]}
     assert rows["clean"]["passed"] and rows["clean"]["reward"] == 1.0 and rows["clean"]["audit"] == []
