@@ -144,6 +144,7 @@ def test_prewarm_audits_each_environment_and_lists_the_findings(tmp_path: Path, 
     (leak,) = groups[("branch-leak",)]["audit"]["findings"]
     assert (leak["kind"], leak["ref"], leak["severity"]) == ("git-history", "refs/heads/fix", "error")
     assert groups[("branch-leak",)]["audit"]["repositories"] == ["/app/.git"]
+    assert groups[("branch-leak",)]["audit"]["workdir"] == "/app"
     assert "Leak audit" in proc.stdout and "refs/heads/fix" in proc.stdout
 
 

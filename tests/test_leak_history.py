@@ -104,3 +104,10 @@ def test_the_object_bound_is_reported(repo: Path) -> None:
     bounded = scan_history(repo / ".git", max_objects=3, timeout_sec=30)
     assert [b.commits for b in bounded.beyond] < [5]
     assert bounded.incomplete == "stopped at the object bound (audit_max_objects)"
+
+
+def test_a_directory_that_is_no_repository_is_said_so(tmp_path: Path) -> None:
+    (tmp_path / "vendor.git").mkdir()
+    (tmp_path / "vendor.git" / "README").write_text("not a repository\n")
+    scan = scan_history(tmp_path / "vendor.git", max_objects=100, timeout_sec=5)
+    assert scan.unreadable and scan.beyond == [] and "not readable as a git repository" in (scan.incomplete or "")

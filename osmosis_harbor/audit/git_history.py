@@ -53,6 +53,7 @@ class HistoryScan(BaseModel):
     head_date: str | None = None
     beyond: list[BeyondHead] = []
     incomplete: str | None = None
+    unreadable: bool = False  # not a git repository at all
 
 
 class _Budget:
@@ -170,12 +171,14 @@ def _neutralise(git_dir: Path) -> None:
 def scan_history(git_dir: Path, *, max_objects: int, timeout_sec: float) -> HistoryScan:
     """History beyond HEAD in the repository at ``git_dir`` (a ``.git`` directory or a bare
     repository, copied to the host)."""
+    if not (git_dir / "HEAD").is_file() or not (git_dir / "objects").is_dir():
+        return HistoryScan(incomplete="not readable as a git repository (no HEAD or objects/)", unreadable=True)
     _neutralise(git_dir)
     budget = _Budget(max_objects, time.monotonic() + timeout_sec)
     try:
         repo = Repo(str(git_dir), bare=True)
     except Exception as exc:
-        return HistoryScan(incomplete=f"not readable as a git repository ({type(exc).__name__})")
+        return HistoryScan(incomplete=f"not readable as a git repository ({type(exc).__name__})", unreadable=True)
     with repo:
         try:
             head_sha = repo.refs[b"HEAD"]  # type: ignore[index]  # dulwich's NewType over bytes

@@ -69,6 +69,7 @@ class EnvironmentAudit(BaseModel):
     environment_id: str
     task_ids: list[str]
     findings: list[AuditFinding] = []
+    workdir: str | None = None  # the image's working directory, as the agent starts in it
     repositories: list[str] = []  # the .git directories found in the sandbox
     files_hashed: int = 0
     wall_sec: float = 0.0

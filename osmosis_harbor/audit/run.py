@@ -98,8 +98,10 @@ async def _history(env: Any, ids: list[str], seen: ProbeResult, work: Path, dead
             continue
         left = max(1.0, deadline - time.monotonic())
         scan = await asyncio.to_thread(scan_history, target, max_objects=s.audit_max_objects, timeout_sec=left)
-        found.extend(history_findings(ids, git_dir, scan))
         shutil.rmtree(target, ignore_errors=True)
+        if scan.unreadable and not git_dir.endswith("/.git"):
+            continue  # a directory merely named *.git, not a bare repository
+        found.extend(history_findings(ids, git_dir, scan))
     return found
 
 
@@ -121,6 +123,7 @@ async def audit_sandbox(
             probe = _probe_for([p for group in prints.values() for p in group], int(budget * 0.5))
             result = await env.exec(probe.command(), timeout_sec=int(budget * 0.6) + 1)
             seen = parse_probe(result.stdout or "", probe)
+            audit.workdir = shown(seen.workdir) if seen.workdir else None
             audit.repositories = [shown(path) for _, _, path in seen.repos]
             audit.files_hashed = len(seen.hashes)
             for tool in seen.missing:
