@@ -32,6 +32,7 @@ from harbor.models.trial.paths import TrialPaths
 from osmosis_ai.rollout.types import ExecutionRequest
 from pydantic import BaseModel
 
+from osmosis_harbor.audit import AuditSubject, EnvironmentAudit, audit_sandbox
 from osmosis_harbor.errors import (
     DockerEngineUnavailable,
     PrewarmError,
@@ -100,6 +101,7 @@ class PrewarmGroup(BaseModel):
     pool_note: str | None = None
     error: str | None = None
     timings_sec: dict[str, float] = {}
+    audit: EnvironmentAudit | None = None  # the leak audit of its sandbox (osmosis_harbor.audit)
 
 
 class PrewarmReport(BaseModel):
@@ -118,6 +120,7 @@ class PrewarmReport(BaseModel):
 class _Prepared(BaseModel):
     task_id: str
     path: Path
+    source: Path  # the task as resolved: its tests/ and solution/ are what the leak audit looks for
     environment_id: str
     cpus: float | None
     memory_mb: int | None
@@ -233,6 +236,7 @@ class Prewarmer:
         return _Prepared(
             task_id=task_id,
             path=path,
+            source=resolved.path,
             environment_id=environment_content_hash(task.paths.environment_dir, docker_image=env.docker_image),
             cpus=env.cpus,
             memory_mb=env.memory_mb,
@@ -273,7 +277,7 @@ class Prewarmer:
         try:
             image, built = await _with_progress(self.notify, key, "image", timings, env.prepare_image())
             group.image, group.built, group.reused = image, built, bool(image) and not built
-            await _with_progress(self.notify, key, "setup", timings, self._prove_setup(env, items[0]))
+            group.audit = await _with_progress(self.notify, key, "setup", timings, self._prove_setup(env, items))
             group.setup_ok = True
             # a group no pool can serve is no failure: its trials are created cold, as they would be
             group.pool_note = pool_refusal(self.options, no_network=items[0].no_network) if image else None
@@ -290,12 +294,17 @@ class Prewarmer:
                 raise
         return group
 
-    async def _prove_setup(self, env: SandboxEnvironment, item: _Prepared) -> None:
+    async def _prove_setup(self, env: SandboxEnvironment, items: list[_Prepared]) -> EnvironmentAudit:
+        """The setup proof, after the leak audit of the same fresh sandbox (what the agent sees)."""
+        item = items[0]
         await env.start(force_build=False)
         try:
+            subjects = [AuditSubject(task_id=i.task_id, path=i.source) for i in items]
+            audit = await audit_sandbox(env, subjects, environment_id=item.environment_id)
             await self.backend.prove_agent_setup(env, deps_baked=item.deps_baked, bundle_baked=item.bundle_baked)
         finally:
             await env.stop(delete=True)
+        return audit
 
     async def _ensure_pool(self, name: str, image: str, env: SandboxEnvironment) -> str | None:
         # the owner's registry: its pools are in the ledger before they exist

@@ -246,6 +246,29 @@ class Settings(BaseSettings):
         "off: docker-py's requests transport for all",
     )
 
+    # The leak audit (osmosis_harbor/audit): its bounds, and whether training admits leaking tasks.
+    audit_timeout_sec: float = Field(
+        300.0, gt=0, le=3600, description="the longest one environment's leak audit may take (then: audit-incomplete)"
+    )
+    audit_max_git_bytes: int = Field(
+        64 * MIB, gt=0, description="a .git directory larger than this is not copied out for the audit (reported)"
+    )
+    audit_max_git_files: int = Field(
+        20_000, gt=0, description="a .git directory with more entries than this is not copied out (reported)"
+    )
+    audit_max_objects: int = Field(
+        200_000, gt=0, description="git objects the audit reads per repository before it stops (reported)"
+    )
+    audit_max_repos: int = Field(16, gt=0, description="git repositories the audit reads per sandbox")
+    audit_max_hashed: int = Field(
+        2000, gt=0, description="files the audit hashes (or finds containing a line) per sandbox"
+    )
+    allow_leaking_tasks: bool = Field(
+        False,
+        description="HarborBackend admits dataset tasks whose leak audit found an error (history beyond HEAD, "
+        "a copy of the tests' expected output); off: they end validation_error",
+    )
+
     def pool_lock_dir(self) -> Path:
         """Lock files live in the user cache dir: machine-local, like the engine they guard."""
         if self.lock_dir is not None:

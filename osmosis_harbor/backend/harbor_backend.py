@@ -41,6 +41,7 @@ from osmosis_harbor.backend.construction import (
     task_resolver,
 )
 from osmosis_harbor.backend.gate import TrialGate
+from osmosis_harbor.backend.leak_audits import FirstUseAudits
 from osmosis_harbor.backend.options import BackendKwargs, BackendOptions
 from osmosis_harbor.backend.outcome import refused
 from osmosis_harbor.backend.plan import Planner, Refusal, RolloutPlan
@@ -128,6 +129,12 @@ class HarborBackend(ExecutionBackend):
             prepared=PreparedCopies(self.workspace.prepared_copies_dir),
         )
         self.task_copies = TaskCopies(options, self.planner)
+        self.leak_audits = FirstUseAudits(
+            prewarmed=self.prewarmed,
+            resolver=self.resolver,
+            copies=self.task_copies,
+            environment_config=self.environment_config,
+        )
         self.prewarming = BackendPrewarm(
             options,
             bundle=self.bundle,
@@ -319,6 +326,9 @@ class HarborBackend(ExecutionBackend):
                 f"task {resolved.task_id} failed prewarm: {failed}",
                 {"failed_phase": "environment", "task_id": resolved.task_id},
             )
+        leaking = await self.leak_audits.refusal(resolved)  # prewarm's audit, else one on first use
+        if leaking is not None:
+            return refused(leaking, {"failed_phase": "task", "task_id": resolved.task_id})
         return await self._run(request, plan, url, key)
 
     async def _run(self, request: ExecutionRequest, plan: RolloutPlan, url: str, key: str | None) -> ExecutionOutcome:

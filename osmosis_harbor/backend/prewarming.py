@@ -14,8 +14,10 @@ from harbor.environments.base import BaseEnvironment
 from harbor.models.trial.config import EnvironmentConfig
 from osmosis_ai.rollout.types import ExecutionRequest
 
+from osmosis_harbor import settings
 from osmosis_harbor.agents.native import native_agent_config, scoped_api_key
 from osmosis_harbor.agents.workflow import VENV, bundle_check_command, install_bundle, wrong_bundle_line
+from osmosis_harbor.audit import AuditFinding, AuditSeverity
 from osmosis_harbor.backend.autoscale import AutoscalePolicy, PoolAutoscaler
 from osmosis_harbor.backend.options import BackendOptions
 from osmosis_harbor.backend.startup import BackgroundPrewarm
@@ -42,16 +44,33 @@ class PrewarmedTasks:
     def __init__(self) -> None:
         self.task_pools: dict[str, str] = {}
         self.failed_tasks: dict[str, str] = {}
+        self.leaks: dict[str, list[AuditFinding]] = {}  # each prewarmed task's leak audit findings
         self.report: PrewarmReport | None = None
 
     def record(self, report: PrewarmReport) -> None:
         self.report = report
         self.failed_tasks.update(report.failed_tasks)
         for group in report.groups_detail:
+            if group.audit is not None:
+                for task_id in group.task_ids:
+                    self.leaks[task_id] = group.audit.for_task(task_id)
             for task_id in group.task_ids:
                 if group.pool and not group.error:
                     self.task_pools[task_id] = group.pool
                     self.failed_tasks.pop(task_id, None)
+
+    def leak_refusal(self, task_id: str) -> str | None:
+        """Why a dataset task is refused for what its sandbox leaks (None: admitted), unless
+        ``allow_leaking_tasks`` is set."""
+        errors = [f for f in self.leaks.get(task_id, []) if f.severity is AuditSeverity.ERROR]
+        if not errors or settings.current().allow_leaking_tasks:
+            return None
+        first = errors[0]
+        holder = f" ({first.ref})" if first.ref else ""
+        return (
+            f"task {task_id} leaks its answer to the agent: {first.kind.value} at {first.path}{holder}: "
+            f"{first.evidence}; {first.advice} (or set OSMOSIS_HARBOR_ALLOW_LEAKING_TASKS=1 to train on it)"
+        )
 
     def pool_names(self) -> list[str]:
         return sorted(set(self.task_pools.values()))

@@ -105,6 +105,11 @@ class ServingState:
             if report is None
             else {k: getattr(report, k) for k in ("groups", "tasks", "built", "reused", "failed")},
             "failed_prewarm_tasks": dict(prewarmed.failed_tasks),
+            "leak_audit": {
+                task_id: [f.model_dump(mode="json") for f in found]
+                for task_id, found in prewarmed.leaks.items()
+                if found
+            },
             "pools": pools.health(self.sdk_name, prewarmed.task_pools.values()),
             "autoscale": None if autoscaler is None else autoscaler.state(),
         }

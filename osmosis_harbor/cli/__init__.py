@@ -74,6 +74,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--lint=strict also refuses tasks with lint errors",
     )
     v.add_argument("--lint-strict", dest="lint", action="store_const", const="strict", help=argparse.SUPPRESS)
+    v.add_argument(
+        "--audit",
+        action="store_true",
+        help="only the leak audit (git history beyond HEAD, copies of tests/ or solution/ in the image), "
+        "no trials; exits 1 on an audit error (--lint runs it before the trials too)",
+    )
     v.set_defaults(func=cmd_validate)
 
     p = sub.add_parser("prewarm", help="build/push task images, prove agent setup, size warm pools")

@@ -21,7 +21,7 @@ def cmd_prewarm(args: argparse.Namespace) -> int:
 
     from osmosis_harbor.agents.native import NotTrainableWarning
     from osmosis_harbor.backend import HarborBackend
-    from osmosis_harbor.cli.report import PrewarmProgress, prewarm_table
+    from osmosis_harbor.cli.report import PrewarmProgress, audit_table, prewarm_table
     from osmosis_harbor.prewarm import PrewarmError
 
     path = Path(args.path)
@@ -49,7 +49,11 @@ def cmd_prewarm(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     backend.owner.sandboxes.release_pools()  # the pools outlive this command by design
-    result_console().print(prewarm_table(report))
+    console = result_console()
+    console.print(prewarm_table(report))
+    leaks = audit_table([f for g in report.groups_detail if g.audit is not None for f in g.audit.findings])
+    if leaks is not None:
+        console.print(leaks)
     if args.json:
         Path(args.json).write_text(report.model_dump_json(indent=2) + "\n")
     return 0 if report.failed == 0 else 1

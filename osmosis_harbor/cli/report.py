@@ -23,6 +23,7 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
+from osmosis_harbor.audit import AuditFinding, AuditSeverity
 from osmosis_harbor.prewarm import PrewarmReport
 from osmosis_harbor.trials.printable import printable
 from osmosis_harbor.validate import ValidationReport
@@ -86,6 +87,29 @@ def lint_table(report: ValidationReport) -> Table | None:
         style = "red" if severity == LintSeverity.ERROR else "yellow"
         shown = ", ".join(ids[:3]) + (f" (+{len(ids) - 3})" if len(ids) > 3 else "")
         table.add_row(Text(str(severity), style), rule, _shown(where), _shown(shown), _shown(message))
+    return table
+
+
+def audit_table(findings: Sequence[AuditFinding]) -> Table | None:
+    """The leak audit's findings, errors first, one row each (None when there are none)."""
+    if not findings:
+        return None
+    table = Table(title="Leak audit (answers within the agent's reach)")
+    for column in ("severity", "kind", "task", "path", "evidence", "read with", "advice"):
+        table.add_column(column, overflow="fold")
+    ordered = sorted(findings, key=lambda f: (f.severity != AuditSeverity.ERROR, f.task_id, f.kind, f.path))
+    for f in ordered:
+        style = "red" if f.severity == AuditSeverity.ERROR else "yellow"
+        evidence = f"{f.ref}: {f.evidence}" if f.ref else f.evidence
+        table.add_row(
+            Text(str(f.severity), style),
+            str(f.kind),
+            _shown(f.task_id),
+            _shown(f.path),
+            _shown(evidence),
+            _shown(f.read_with or "-"),
+            _shown(f.advice),
+        )
     return table
 
 

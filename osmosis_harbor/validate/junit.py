@@ -5,7 +5,8 @@ task carries ``<failure type="<failed phase>" message="<phase>: <summary>">`` (t
 line, and the offline stand-in its base image was, if any) whose body is the whole error, the
 stand-in note, then the task's row of the JSON report (rewards, timings, lint, trial
 directory), so the two reports cannot disagree. Every test case's ``<system-out>`` holds its phase timings
-and, passed or failed, its lint findings (``lint warning [rule] path: message``, one a line), so CI
+and, passed or failed, its lint findings (``lint warning [rule] path: message``, one a line) and
+leak audit findings (``audit error [git-history] /app/.git: ...``), so CI
 sees a passing task's findings too; the schema CI tools validate against has no ``<properties>``
 in a test case.
 """
@@ -57,7 +58,9 @@ def _testcase(suite: ET.Element, row: TaskValidation, classname: str) -> None:
         details = row.model_dump(mode="json", exclude={"id", "passed"}, exclude_none=True)
         note = f"\nnote: {row.stand_in}\n" if row.stand_in else ""
         failure.text = _text(f"{error}\n{note}\n{json.dumps(details, indent=2, ensure_ascii=False)}\n")
-    ET.SubElement(case, "system-out").text = _text("\n".join([_timings(row), *(f"lint {f}" for f in findings)]))
+    leaks = [f"audit {f.severity} [{f.kind}] {f.path}: {f.evidence}" for f in row.audit or []]
+    lines = [_timings(row), *(f"lint {f}" for f in findings), *leaks]
+    ET.SubElement(case, "system-out").text = _text("\n".join(lines))
 
 
 def _finding(issue: LintIssue) -> str:

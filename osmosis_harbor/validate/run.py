@@ -27,6 +27,7 @@ from harbor.trial.queue import TrialQueue
 from pydantic import BaseModel
 
 from osmosis_harbor import settings
+from osmosis_harbor.audit import AuditFinding, EnvironmentAudit
 from osmosis_harbor.errors import ConfigError, DatasetError
 from osmosis_harbor.harbor_compat import error_policies
 from osmosis_harbor.harbor_compat import fastpaths as harbor_fastpaths
@@ -43,6 +44,7 @@ from osmosis_harbor.trials.job import write_job_dir
 from osmosis_harbor.trials.naming import trial_name
 from osmosis_harbor.trials.reading import Phase, read_trial
 from osmosis_harbor.trials.verdict import EXPECTED_REWARD, StepVerdict, judge
+from osmosis_harbor.validate.audit import audit_findings, refuse_audit_errors
 from osmosis_harbor.validate.causes import note_causes
 from osmosis_harbor.validate.lint import (
     LintIssue,
@@ -65,6 +67,7 @@ class TaskValidation(BaseModel):
     steps: list[StepVerdict] | None = None
     trial_dir: str | None = None
     lint: list[LintIssue] | None = None  # Harbor's lint findings, when --lint ran
+    audit: list[AuditFinding] | None = None  # the leak audit's findings, when --lint ran
     stand_in: str | None = None  # the offline stand-in base image a solution or verifier failure ran on
     pool_note: str | None = None  # why the warm pool named could not serve this task (it ran cold)
 
@@ -79,6 +82,7 @@ class ValidationReport(BaseModel):
     wall_sec: float
     tasks: list[TaskValidation]
     job_dir: str | None = None  # the kept trials, a Harbor job directory (harbor view)
+    audits: list[EnvironmentAudit] | None = None  # the leak audit per environment, when --lint ran
 
     @property
     def ok(self) -> bool:
@@ -102,6 +106,14 @@ def _row_for_result(task: TaskRef, result, trial_dir: Path, keep: bool, agent: s
         steps=verdict.steps,
         trial_dir=str(trial_dir) if keep else None,
     )
+
+
+def _checks(task: TaskRef) -> bool:
+    try:
+        check_task(task)
+    except DatasetError:
+        return False
+    return True
 
 
 def _guard_verdict(task: TaskRef, row: TaskValidation, guard: GuardSession) -> None:
@@ -170,11 +182,30 @@ async def validate_tasks(
     pool_notes: dict[str, str | None] = {}
     options = SandboxOptions.of(environment)
     findings = lint_dataset(list(tasks), lint)
+    leaks: dict[str, list[AuditFinding]] = {}
+    audits: list[EnvironmentAudit] | None = None
+    impl = options.impl
+    # This run's sandboxes, start bound and builds, not another run's or a backend's.
+    owner = SandboxOwner.make("validate", starts=SandboxStarts(max_concurrent_starts or impl.max_concurrent_starts))
+    if lint != LintMode.OFF:  # the leak audit: one sandbox per environment, before any trial
+        auditable = [t for t in tasks if _checks(t)]
+        try:
+            with owner_scope(owner):
+                report, leaks = await audit_findings(
+                    auditable, environment, n_concurrent=max(1, n_concurrent), on_progress=notify
+                )
+        except BaseException:  # cancelled: nothing this run made outlives it
+            await asyncio.shield(owner.close())
+            if owns_dir:
+                shutil.rmtree(root.parent, ignore_errors=True)
+            raise
+        audits = report.environments
     for task in tasks:
         try:
             check_task(task)
             if lint == LintMode.STRICT:
                 refuse_lint_errors(task, findings[task.id])
+                refuse_audit_errors(task, leaks.get(task.id, []))
             # Harbor's oracle and nop are native agents; the oracle's run records the allowance.
             guards[task.id] = guard_plan(task.path, native_agent=True, record=agent == "oracle")
         except DatasetError as exc:
@@ -233,9 +264,6 @@ async def validate_tasks(
                 await asyncio.to_thread(_guard_verdict, task, rows[task.id], guard)
         notify(task.id, "passed" if rows[task.id].passed else "failed")
 
-    impl = options.impl
-    # This run's sandboxes, start bound and builds, not another run's or a backend's.
-    owner = SandboxOwner.make("validate", starts=SandboxStarts(max_concurrent_starts or impl.max_concurrent_starts))
     try:
         with owner_scope(owner):  # its trials' tasks inherit it
             async with asyncio.TaskGroup() as group:
@@ -264,6 +292,7 @@ async def validate_tasks(
     for row in ordered:
         row.lint = findings.get(row.id)
         row.pool_note = pool_notes.get(row.id)
+        row.audit = leaks.get(row.id) if audits is not None else None
     await asyncio.to_thread(
         note_causes, ordered, tasks, force_build=environment.force_build, labels_of=local_image_labels
     )
@@ -277,4 +306,5 @@ async def validate_tasks(
         wall_sec=round(time.monotonic() - started, 3),
         tasks=ordered,
         job_dir=str(root) if kept else None,
+        audits=audits,
     )
