@@ -160,6 +160,8 @@ static const char *added_rule(const char *path, size_t n, const struct stx *st) 
         seq(b, ".condarc") || seq(b, ".npmrc") || starts(path, "/etc/apt/"))
         return "package-config";
     if (ends(b, slen(b), ".pyc")) return "bytecode";
+    if (in_tree(path, n)) /* a new __pycache__ holds only bytecode, cured above */
+        return type == S_IFDIR && seq(b, "__pycache__") ? NULL : "tree";
     return NULL;
 }
 static int differs(const struct rec *r, const struct stx *st) {

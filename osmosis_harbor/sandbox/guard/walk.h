@@ -166,6 +166,7 @@ static void walk_all(const struct opts *o, visit_fn visit) {
 #define MANIFEST_DIR "/var/tmp/.osmosis-guard"
 #define MANIFEST_PATH MANIFEST_DIR "/manifest"
 #define MANIFEST_MAGIC "osmosis-guard-manifest 1\n"
+#define TREE_ROOT 2 /* a rec's probe for a tree's root (see trees.h), not an entry */
 struct rec { /* fixed part of one entry, after its u16 path length and path */
     u32 mode, uid, gid, probe;
     u64 ino, size;
@@ -195,6 +196,18 @@ static void record_manifest(const struct opts *o, const u8 key[32]) {
     buf_put(&MANIFEST, o->id, slen(o->id));
     buf_put(&MANIFEST, "\n", 1);
     walk_all(o, record_visit);
+    setup_trees();
+    for (int i = 0; i < NTREES; i++) { /* "T<root>": never a path the walk yields */
+        char t[520];
+        size_t k = slen(TREES[i]);
+        t[0] = 'T';
+        memcpy(t + 1, TREES[i], k);
+        struct rec r = {0, 0, 0, TREE_ROOT, 0, 0, 0, 0, 0};
+        u16 len = (u16)(k + 1);
+        buf_put(&MANIFEST, &len, 2);
+        buf_put(&MANIFEST, t, k + 1);
+        buf_put(&MANIFEST, &r, sizeof r);
+    }
     if (TRUNCATED) fatal("the toolchain is too large to record (over 4,000,000 entries, 200 levels or 4 KiB paths)");
     u8 mac[32];
     manifest_mac(key, MANIFEST.p, MANIFEST.n, mac);
@@ -267,11 +280,19 @@ static const char *load_manifest(const struct opts *o, const u8 key[32]) {
     while (TABLE_SLOTS < count * 2) TABLE_SLOTS *= 2;
     TABLE = xmap(TABLE_SLOTS * sizeof(struct entry));
     if (!TABLE) fatal("out of memory");
+    NTREES = 0;
     while (pos + 2 <= end) {
         u16 len;
         memcpy(&len, b.p + pos, 2);
         if (pos + 2 + len + sizeof(struct rec) > end) return "forged";
         const char *p = (const char *)b.p + pos + 2;
+        struct rec r;
+        memcpy(&r, b.p + pos + 2 + len, sizeof r);
+        if (r.probe == TREE_ROOT) {
+            if (len > 1 && p[0] == 'T') add_tree_n(p + 1, len - 1u);
+            pos += 2 + len + sizeof(struct rec);
+            continue;
+        }
         u64 i = path_hash(p, len) & (TABLE_SLOTS - 1);
         while (TABLE[i].path) i = (i + 1) & (TABLE_SLOTS - 1);
         TABLE[i].path = p, TABLE[i].len = len;
