@@ -32,7 +32,7 @@ from osmosis_harbor.harbor_compat import error_policies
 from osmosis_harbor.harbor_compat import fastpaths as harbor_fastpaths
 from osmosis_harbor.sandbox.guard import Allowance, GuardPlan, GuardSession, add_guard_hooks, guard_scope
 from osmosis_harbor.sandbox.images.builds import local_image_labels
-from osmosis_harbor.sandbox.options import SandboxOptions, environment_label
+from osmosis_harbor.sandbox.options import IMPORT_PATH, SandboxOptions, environment_label
 from osmosis_harbor.sandbox.owner.context import SandboxOwner, owner_scope
 from osmosis_harbor.sandbox.owner.starts import SandboxStarts
 from osmosis_harbor.tasks.discovery import TaskRef, check_task
@@ -155,7 +155,8 @@ async def validate_tasks(
     rows: dict[str, TaskValidation] = {}
     runnable: list[tuple[TaskRef, TrialConfig]] = []
     guards: dict[str, GuardPlan | None] = {}
-    findings = lint_dataset(list(tasks), lint)
+    ours = environment.import_path == IMPORT_PATH  # our SDKs: lint also names what training refuses there
+    findings = lint_dataset(list(tasks), lint, SandboxOptions.of(environment).impl if ours else None)
     for task in tasks:
         try:
             check_task(task)
