@@ -214,6 +214,6 @@ def test_validate_lint_lists_the_tasks_training_refuses_on_that_sdk(monkeypatch:
     tasks = [t for t in discover_tasks(DATASET) if t.id == "sum-42"]
     emulator = lint_dataset(tasks, LintMode.REPORT, implementation(EMULATOR))["sum-42"]
     [issue] = [i for i in emulator if i.rule == RULE]
-    assert "task sum-42" in issue.message and OPT_IN in issue.message and issue.path == "task.toml"
+    assert "training refuses this task" in issue.message and OPT_IN in issue.message and issue.path == "task.toml"
     docker = lint_dataset(tasks, LintMode.REPORT, implementation("docker"))["sum-42"]
     assert not [i for i in docker if i.rule == RULE]

@@ -22,7 +22,7 @@ from osmosis_harbor.sandbox.sdk.registry import SandboxImplementation
 from osmosis_harbor.tasks.discovery import DatasetError, TaskRef
 from osmosis_harbor.tasks.verifier import verifies_in_agent_sandbox
 from osmosis_harbor.tasks.verifier_shell import RULE as SHELL_EXEC_RULE
-from osmosis_harbor.tasks.verifier_shell import shell_exec_refusal
+from osmosis_harbor.tasks.verifier_shell import unprotected_reason
 
 
 class LintMode(StrEnum):
@@ -119,10 +119,10 @@ def shell_exec_issues(task: TaskRef, sdk: SandboxImplementation) -> list[LintIss
     verifier guard cannot protect it (``tasks/verifier_shell.py``), with the ways out."""
     try:
         guarded = settings.current().verifier_guard and verifies_in_agent_sandbox(task.path)
-        refusal = shell_exec_refusal(task.path, task.id, sdk, guarded=guarded)
+        reason = unprotected_reason(task.path, sdk, guarded=guarded)
     except Exception:  # an unreadable task.toml: Harbor's own rules report it
         return []
-    return [_issue(SHELL_EXEC_RULE, refusal, "task.toml")] if refusal else []
+    return [_issue(SHELL_EXEC_RULE, f"training refuses this task: {reason}", "task.toml")] if reason else []
 
 
 def lint_dataset(
