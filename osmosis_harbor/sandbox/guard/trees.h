@@ -81,8 +81,9 @@ static void add_list(const char *p, int with_libs) {
 /* What an interpreter imports from: each python on PATH, asked while the sandbox is still as
  * the image made it (the start runs before any agent command), prints its sys.path; every
  * absolute entry becomes a tree, present or not (a zip named there that does not exist yet).
- * Interpreters are told apart by (dev, inode), so python3 and python3.12 run once; each gets
- * 5 s and 64 KiB, and the key is not in its environment. */
+ * Interpreters (python, python3, python3.N in each PATH dir; at most 8) are told apart by
+ * (dev, inode), so python3 and python3.12 run once; each gets 5 s and 64 KiB, and the key is
+ * not in its environment. */
 #define PY_CODE "import sys\nfor p in sys.path: print(p)"
 static void ask_python(const char *exe) {
     int fds[2];
@@ -135,31 +136,52 @@ static void ask_python(const char *exe) {
         i = e + 1;
     }
 }
+/* python, python3 and python3.N: the names a verifier runs an interpreter by. */
+static int python_name(const char *b) {
+    if (seq(b, "python") || seq(b, "python3")) return 1;
+    if (!starts(b, "python3.") || !b[8]) return 0;
+    for (const char *c = b + 8; *c; c++)
+        if (*c < '0' || *c > '9') return 0;
+    return 1;
+}
 static void add_python_paths(void) {
-    static const char *names[] = {"python3", "python", NULL};
-    u64 seen[16][2];
+    u64 seen[8][2];
     int nseen = 0;
     const char *p = getenv_of(ENVP, "PATH");
     if (!p) p = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+    static u8 dents[1 << 15];
     while (*p) {
         const char *e = p;
         while (*e && *e != ':') e++;
         size_t k = (size_t)(e - p);
-        for (int i = 0; names[i] && k && p[0] == '/' && k < 400; i++) {
-            char exe[512];
+        char exe[512];
+        long fd = -1;
+        if (k && p[0] == '/' && k < 400) {
             memcpy(exe, p, k);
-            exe[k] = '/';
-            memcpy(exe + k + 1, names[i], slen(names[i]) + 1);
-            struct stx st;
-            if (sc5(SYS_statx, AT_FDCWD, exe, 0, STATX_BASIC, &st) < 0) continue; /* follows links */
-            if ((st.mode & S_IFMT) != S_IFREG || !(st.mode & 0111)) continue;
-            u64 dev = ((u64)st.dev_major << 32) | st.dev_minor;
-            int dup = 0;
-            for (int j = 0; j < nseen; j++) dup |= seen[j][0] == dev && seen[j][1] == st.ino;
-            if (dup || nseen >= 16) continue;
-            seen[nseen][0] = dev, seen[nseen++][1] = st.ino;
-            ask_python(exe);
+            exe[k] = 0;
+            fd = xopen(exe, O_RDONLY | O_DIRECTORY);
         }
+        for (long r; fd >= 0 && (r = sc3(SYS_getdents64, fd, dents, sizeof dents)) > 0;) {
+            for (long off = 0; off < r;) {
+                const char *name = (const char *)dents + off + 19; /* d_ino, d_off, d_reclen, d_type */
+                u16 reclen;
+                memcpy(&reclen, dents + off + 16, 2);
+                off += reclen;
+                if (!python_name(name) || nseen >= 8) continue;
+                exe[k] = '/';
+                memcpy(exe + k + 1, name, slen(name) + 1);
+                struct stx st;
+                if (sc5(SYS_statx, AT_FDCWD, exe, 0, STATX_BASIC, &st) < 0) continue; /* follows links */
+                if ((st.mode & S_IFMT) != S_IFREG || !(st.mode & 0111)) continue;
+                u64 dev = ((u64)st.dev_major << 32) | st.dev_minor;
+                int dup = 0;
+                for (int i = 0; i < nseen; i++) dup |= seen[i][0] == dev && seen[i][1] == st.ino;
+                if (dup) continue;
+                seen[nseen][0] = dev, seen[nseen++][1] = st.ino;
+                ask_python(exe);
+            }
+        }
+        xclose(fd);
         p = *e ? e + 1 : e;
     }
 }
