@@ -62,7 +62,7 @@ def _attacks() -> dict[str, tuple[str, str]]:
         "stdlib-zip": (f"{shadow}; {zipped}", "python313.zip added (tree)"),
         "package-beside-module": (
             f"{shadow}; d={STDLIB}; mkdir $d/enum && cp /tmp/shadow.py $d/enum/__init__.py",
-            "/enum/__init__.py added (tree)",
+            "/enum added (tree)",
         ),
         "planted-sh": (
             f"{_file('/tmp/rewriter.py', REWRITER)}; {_file('/usr/local/sbin/sh', PLANTED_SH, '755')}",

@@ -79,7 +79,8 @@ static int is_pycache_pyc(const char *path, size_t n) {
 
 /* ── the walk ─────────────────────────────────────────────────────────────────────────── */
 
-typedef void (*visit_fn)(const char *path, size_t n, const struct stx *st, int probe);
+/* Returns nonzero when the walk must not descend (a new subtree already judged whole). */
+typedef int (*visit_fn)(const char *path, size_t n, const struct stx *st, int probe);
 static u64 ENTRIES;
 #define MAX_ENTRIES 4000000ULL
 #define MAX_DEPTH 200
@@ -134,8 +135,7 @@ static void walk_dir(char *path, size_t n, int depth, visit_fn visit) {
         if (excluded(path) || cache_skipped(parent_base, name)) continue;
         struct stx st;
         if (lstatx(AT_FDCWD, path, &st) < 0) continue;
-        visit(path, n + 1 + k, &st, 0);
-        if ((st.mode & S_IFMT) == S_IFDIR) walk_dir(path, n + 1 + k, depth + 1, visit);
+        if (!visit(path, n + 1 + k, &st, 0) && (st.mode & S_IFMT) == S_IFDIR) walk_dir(path, n + 1 + k, depth + 1, visit);
     }
     path[n] = 0;
     release(m);
@@ -174,12 +174,13 @@ struct rec { /* fixed part of one entry, after its u16 path length and path */
     u32 cnsec, pad;
 };
 static struct buf MANIFEST;
-static void record_visit(const char *path, size_t n, const struct stx *st, int probe) {
+static int record_visit(const char *path, size_t n, const struct stx *st, int probe) {
     u16 len = (u16)n;
     struct rec r = {st->mode, st->uid, st->gid, (u32)probe, st->ino, st->size, st->ctime.sec, st->ctime.nsec, 0};
     buf_put(&MANIFEST, &len, 2);
     buf_put(&MANIFEST, path, n);
     buf_put(&MANIFEST, &r, sizeof r);
+    return 0;
 }
 static void manifest_mac(const u8 key[32], const u8 *body, size_t n, u8 out[32]) {
     struct hmac m;
