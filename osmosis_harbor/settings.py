@@ -231,6 +231,12 @@ class Settings(BaseSettings):
         "verifier guard (osmosis_harbor/sandbox/guard): the agent's processes marked, ended before the tests, the "
         "toolchain compared with its record; off: such verifiers run unguarded, as in Harbor",
     )
+    allow_shared_verifier_with_shell_exec: bool = Field(
+        False,
+        description="run a root agent's rollouts whose tests share its sandbox on an SDK whose exec starts a shell "
+        "of the sandbox (skypilot, skypilot-emulator: sh -c, sh found on the pod's PATH), which the verifier guard "
+        "cannot protect (a planted sh runs unmarked first); off: such rollouts are refused as validation_error",
+    )
     verifier_allowances: Path | None = Field(
         None,
         description="where validate's oracle runs record what real solutions change (default "

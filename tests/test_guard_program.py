@@ -133,8 +133,9 @@ def _findings(report: GuardReport) -> dict[str, tuple[str, str | None]]:
 
 async def test_the_check_finds_what_an_agent_changed_in_the_toolchain(box: Box) -> None:
     """Changed and removed toolchain files, and added files that a verifier would pick up, are
-    findings; ordinary additions (a new package, a file in the workdir or /usr/local/share) are
-    not; stale bytecode is removed and a package cache the agent touched is set aside."""
+    findings, and so is anything added in an import, PATH or loader tree (a new package: ``tree``);
+    additions elsewhere (a file in the workdir or /usr/local/share) are not; stale bytecode is
+    removed and a package cache the agent touched is set aside."""
     site = "/usr/lib/python3/dist-packages"
     script = "; ".join(
         [
@@ -177,7 +178,9 @@ async def test_the_check_finds_what_an_agent_changed_in_the_toolchain(box: Box) 
         "/conftest.py": ("added", "pytest-hook"),
         "/app/pytest.ini": ("added", "pytest-hook"),
         f"{site}/_pytest": ("added", "test-runner"),
-        f"{site}/evil-1.0.dist-info/entry_points.txt": ("added", "pytest-plugin"),
+        f"{site}/_pytest/__init__.py": ("added", "tree"),
+        f"{site}/evil-1.0.dist-info": ("added", "tree"),  # a new directory: one finding for its subtree
+        f"{site}/fine-1.0.dist-info": ("added", "tree"),
         "/tests": ("added", "tests-dir"),
         "/tests/conftest.py": ("added", "tests-dir"),
         "/etc/pip.conf": ("added", "package-config"),
@@ -189,6 +192,47 @@ async def test_the_check_finds_what_an_agent_changed_in_the_toolchain(box: Box) 
     assert report.set_aside == ["/root/.cache/pip"]
     code, out, _ = await box.host("ls /usr/lib/python3.13/__pycache__/zz.cpython-313.pyc /root/.cache; echo $?")
     assert "pip.osmosis-set-aside-" in out and "zz.cpython" not in out
+
+
+async def test_the_trees_cover_every_entry_of_each_pythons_import_path(box: Box) -> None:
+    """Asked of the interpreter itself, so an entry that does not exist yet (the stdlib zip) is
+    covered, and a new file under it is a finding whatever its name."""
+    _, paths, _ = await box.host("python3 -c 'import sys; print(*[p for p in sys.path if p], sep=chr(10))'")
+    _, trees, _ = await box.run(f"/proc/{box.daemon}/exe", "trees")
+    roots = trees.split()
+    assert "/usr/local/sbin" in roots and "/root/.local/bin" in roots
+    for entry in paths.split():
+        assert any(entry == r or entry.startswith(r + "/") for r in roots), (entry, roots)
+    [zipped] = [p for p in paths.split() if p.endswith(".zip")]
+    code, _, err = await box.agent(f"touch {zipped}; mkdir -p /usr/lib/python3.13/newpkg/__pycache__")
+    assert code == 0, err
+    assert _findings(await box.report()) == {
+        zipped: ("added", "tree"),
+        "/usr/lib/python3.13/newpkg": ("added", "tree"),  # its new __pycache__ holds only bytecode
+    }
+
+
+async def test_a_new_directory_in_a_tree_is_one_finding_that_names_its_whole_content(box: Box) -> None:
+    """A real solution's package install adds more files than a report keeps: the new directory is
+    one finding, whose digest covers every entry's path, type, mode and content but the bytecode
+    Python writes differently each run (cured). The same tree gives the same digest; one changed
+    byte anywhere in it, another."""
+    pkg = "/usr/lib/python3/dist-packages/pkg"
+    make = (
+        f"mkdir -p {pkg}/sub && echo 'x = 1' > {pkg}/__init__.py && echo 'y = {{}}' > {pkg}/sub/m.py && "
+        f"for i in $(seq 1 1500); do echo $i > {pkg}/sub/f$i.txt; done && "
+        f"python3 -c 'import sys; sys.path.insert(0, \"/usr/lib/python3/dist-packages\"); import pkg.sub.m'"
+    )
+    digests = []
+    for y in ("1", "1", "2"):
+        code, _, err = await box.agent(f"rm -rf {pkg}; {make.format(y)}")
+        assert code == 0, err
+        report = await box.report()
+        [found] = report.findings
+        assert (found.path, found.kind, found.type) == (pkg, "added", "d") and len(found.digest) == 64
+        assert len(report.cured) == 2 and all("/__pycache__/" in p for p in report.cured)
+        digests.append(found.digest)
+    assert digests[0] == digests[1] != digests[2]
 
 
 async def test_the_check_ends_the_agents_processes_but_kept_services(box: Box) -> None:

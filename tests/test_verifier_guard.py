@@ -197,6 +197,9 @@ async def runs(
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("HOME", str(root))
         patch.setenv("OSMOSIS_HARBOR_VERIFIER_ALLOWANCES", str(root / "allowances"))
+        # The guard itself is under test: on the emulator (SkyPilot's sh -c) a root agent whose tests
+        # share its sandbox is refused unless opted into (test_guard_trees.py shows both).
+        patch.setenv("OSMOSIS_HARBOR_ALLOW_SHARED_VERIFIER_WITH_SHELL_EXEC", "1")
         guarded = {**attacks, "honest": ("sum-42", "echo 42 > /app/sum.txt"), "wrong": ("sum-42", WRONG)}
         guarded["service-unrecorded"] = ("service-reverse", _solve_service(50051))
         guarded |= {name: (name, "true") for name in MULTI_STEP}  # each step's instruction scripts its reply

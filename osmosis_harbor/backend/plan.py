@@ -37,7 +37,7 @@ from osmosis_harbor.backend.outcome import RewardSource
 from osmosis_harbor.bundle.info import BundleInfo
 from osmosis_harbor.errors import ConfigError
 from osmosis_harbor.sandbox.guard import GuardPlan, guard_binary
-from osmosis_harbor.sandbox.options import SandboxOptions
+from osmosis_harbor.sandbox.options import IMPORT_PATH, SandboxOptions
 from osmosis_harbor.sandbox.sdk.registry import implementation
 from osmosis_harbor.tasks.dockerfile import EnvironmentPatch
 from osmosis_harbor.tasks.materialize import MaterializedTask, prepare_task, stage_rollout
@@ -46,6 +46,7 @@ from osmosis_harbor.tasks.prompt import render_prompt
 from osmosis_harbor.tasks.refs import ResolvedTask, TaskMode
 from osmosis_harbor.tasks.verifier import task_step_names
 from osmosis_harbor.tasks.verifier_allowance import guard_plan
+from osmosis_harbor.tasks.verifier_shell import shell_exec_refusal
 
 __all__ = ["GRADE_SCRIPT", "Planner", "Refusal", "RolloutPlan"]
 
@@ -117,6 +118,12 @@ class Planner:
         guard = None
         if source is RewardSource.TASK_TESTS:
             guard = guard_plan(task.path, native_agent=self.options.is_native)
+        ours = self.environment.import_path == IMPORT_PATH  # the guard runs in our environment only
+        sdk = SandboxOptions.of(self.environment).impl
+        guarded = ours and guard is not None
+        refusal = request and shell_exec_refusal(task.path, task.task_id, sdk, guarded=guarded)
+        if refusal:  # a rollout the guard cannot protect (prewarm, request None, still builds its image)
+            return Refusal(refusal, {"failed_phase": "task", "task_id": task.task_id})
         return RolloutPlan(
             task=task, steps=steps, reward_source=source, claims_pool=task.task_id in self._task_pools, guard=guard
         )

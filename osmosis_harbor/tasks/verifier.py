@@ -12,6 +12,7 @@ from osmosis_harbor.shim import contract
 from osmosis_harbor.tasks.files import write_file
 
 __all__ = [
+    "agent_users",
     "agent_workdir",
     "generated_test_sh",
     "isolate_verifier",
@@ -54,6 +55,12 @@ def verifies_in_agent_sandbox(task_dir: Path) -> bool:
 def task_metadata(task_dir: Path) -> dict[str, Any]:
     """The task's ``[metadata]`` table (a copy: the parsed config is shared)."""
     return copy.deepcopy(_config_of(task_dir).metadata)
+
+
+def agent_users(task_dir: Path) -> list[str | int | None]:
+    """The ``[agent] user`` of each agent phase (a step's own, else the task's; None: the image's)."""
+    config = _config_of(task_dir)
+    return [step.agent.user or config.agent.user for step in config.steps or []] or [config.agent.user]
 
 
 def agent_workdir(task_dir: Path) -> str | None:

@@ -6,6 +6,8 @@ The rules, their selection (Harbor's defaults, then a dataset manifest's and the
 not what Harbor will run: malformed or misspelled configuration, missing or escaping files,
 artifacts that overwrite the logs the verdict is read from. Everything else (verifier isolation,
 pinning, answers leaking into the image) is a *warning*: advice an oracle run can still judge.
+One rule is ours (``shared-verifier-shell-exec``, a warning): a task whose rollouts training
+refuses on the SDK being validated, because the verifier guard cannot protect them there.
 """
 
 from __future__ import annotations
@@ -15,7 +17,12 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from osmosis_harbor import settings
+from osmosis_harbor.sandbox.sdk.registry import SandboxImplementation
 from osmosis_harbor.tasks.discovery import DatasetError, TaskRef
+from osmosis_harbor.tasks.verifier import verifies_in_agent_sandbox
+from osmosis_harbor.tasks.verifier_shell import RULE as SHELL_EXEC_RULE
+from osmosis_harbor.tasks.verifier_shell import unprotected_reason
 
 
 class LintMode(StrEnum):
@@ -107,9 +114,24 @@ def lint_task_ref(task: TaskRef) -> list[LintIssue]:
     return [_issue(f.rule.value, f.message, _relative(f.path, root), f.line) for f in findings] + extra
 
 
-def lint_dataset(tasks: list[TaskRef], mode: LintMode) -> dict[str, list[LintIssue]]:
-    """Findings per task id; empty when linting is off."""
-    return {} if mode == LintMode.OFF else {task.id: lint_task_ref(task) for task in tasks}
+def shell_exec_issues(task: TaskRef, sdk: SandboxImplementation) -> list[LintIssue]:
+    """Ours, not Harbor's: a rollout of ``task`` on ``sdk`` that training refuses because the
+    verifier guard cannot protect it (``tasks/verifier_shell.py``), with the ways out."""
+    try:
+        guarded = settings.current().verifier_guard and verifies_in_agent_sandbox(task.path)
+        reason = unprotected_reason(task.path, sdk, guarded=guarded)
+    except Exception:  # an unreadable task.toml: Harbor's own rules report it
+        return []
+    return [_issue(SHELL_EXEC_RULE, f"training refuses this task: {reason}", "task.toml")] if reason else []
+
+
+def lint_dataset(
+    tasks: list[TaskRef], mode: LintMode, sdk: SandboxImplementation | None = None
+) -> dict[str, list[LintIssue]]:
+    """Findings per task id (with ``sdk``: ours about that SDK too); empty when linting is off."""
+    if mode == LintMode.OFF:
+        return {}
+    return {task.id: lint_task_ref(task) + (shell_exec_issues(task, sdk) if sdk else []) for task in tasks}
 
 
 def refuse_lint_errors(task: TaskRef, issues: list[LintIssue]) -> None:

@@ -34,7 +34,7 @@ from osmosis_harbor.harbor_compat import fastpaths as harbor_fastpaths
 from osmosis_harbor.sandbox.environment.grouping import declares_no_network, pool_refusal
 from osmosis_harbor.sandbox.guard import Allowance, GuardPlan, GuardSession, add_guard_hooks, guard_scope
 from osmosis_harbor.sandbox.images.builds import local_image_labels
-from osmosis_harbor.sandbox.options import SandboxOptions, environment_label
+from osmosis_harbor.sandbox.options import IMPORT_PATH, SandboxOptions, environment_label
 from osmosis_harbor.sandbox.owner.context import SandboxOwner, owner_scope
 from osmosis_harbor.sandbox.owner.starts import SandboxStarts
 from osmosis_harbor.tasks.discovery import TaskRef, check_task
@@ -181,7 +181,8 @@ async def validate_tasks(
     guards: dict[str, GuardPlan | None] = {}
     pool_notes: dict[str, str | None] = {}
     options = SandboxOptions.of(environment)
-    findings = lint_dataset(list(tasks), lint)
+    ours = environment.import_path == IMPORT_PATH  # our SDKs: lint also names what training refuses there
+    findings = lint_dataset(list(tasks), lint, options.impl if ours else None)
     leaks: dict[str, list[AuditFinding]] = {}
     audits: list[EnvironmentAudit] | None = None
     impl = options.impl

@@ -45,7 +45,7 @@ def _workdirs(workdirs: list[str]) -> list[str]:
 def start_argv(path: str | None, record_id: str, workdirs: list[str]) -> list[str]:
     """The start, from the image's baked guard at ``path``, or (None) from ``UPLOAD_PATH``."""
     args = ["start", "--id", record_id, *_workdirs(workdirs)]
-    return [path, *args] if path else ["sh", "-c", _RUN_UPLOADED, UPLOAD_PATH, *args]
+    return [path, *args] if path else ["/bin/sh", "-c", _RUN_UPLOADED, UPLOAD_PATH, *args]
 
 
 def drop_prefix(daemon: int) -> list[str]:

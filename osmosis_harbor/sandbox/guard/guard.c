@@ -21,6 +21,7 @@
  *          /logs/verifier, compares the toolchain with the manifest, and prints a report
  *          authenticated with HMAC-SHA256 under the daemon's key.
  *   probe  prints what the host needs to know about this sandbox (caps, marker, arch, parent).
+ *   trees  prints the whole trees a start here would record (trees.h), one per line.
  *
  * Build: cc -static -nostdlib -ffreestanding -fno-stack-protector -fno-pic -no-pie -Os
  */
@@ -32,6 +33,7 @@
 #include "files.h"
 #include "args.h"
 #include "caps.h"
+#include "trees.h"
 #include "walk.h"
 #include "rules.h"
 #include "procs.h"
@@ -369,12 +371,23 @@ static int mode_probe(void) {
     return 0;
 }
 
+/* The trees a start here would record (one per line): what `sandbox-check` and tests look at. */
+static int mode_trees(void) {
+    setup_trees();
+    for (int i = 0; i < NTREES; i++) {
+        out_s(&STDOUT, TREES[i]);
+        out_s(&STDOUT, "\n");
+    }
+    out_flush(&STDOUT);
+    return 0;
+}
+
 __attribute__((used, noreturn)) void cmain(long *sp) {
     int argc = (int)sp[0];
     char **argv = (char **)(sp + 1);
     ENVP = argv + argc + 1;
     int code = 2;
-    if (argc < 2) fatal("usage: osmosis-guard start|drop|record|check|probe ...");
+    if (argc < 2) fatal("usage: osmosis-guard start|drop|record|check|probe|trees ...");
     const char *mode = argv[1];
     if (seq(mode, "start")) code = mode_start(argc, argv);
     else if (seq(mode, "daemon")) code = mode_daemon(argc, argv);
@@ -382,6 +395,7 @@ __attribute__((used, noreturn)) void cmain(long *sp) {
     else if (seq(mode, "record")) code = mode_record(argc, argv);
     else if (seq(mode, "check")) code = mode_check(argc, argv);
     else if (seq(mode, "probe")) code = mode_probe();
+    else if (seq(mode, "trees")) code = mode_trees();
     else fatal("unknown mode");
     out_flush(&STDOUT);
     die_exit(code);

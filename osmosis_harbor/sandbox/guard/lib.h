@@ -39,6 +39,10 @@ static int seq(const char *a, const char *b) {
     while (*a && *a == *b) a++, b++;
     return *a == *b;
 }
+static int strcmp_(const char *a, const char *b) {
+    while (*a && *a == *b) a++, b++;
+    return (int)(u8)*a - (int)(u8)*b;
+}
 static int starts(const char *s, const char *p) {
     while (*p)
         if (*s++ != *p++) return 0;

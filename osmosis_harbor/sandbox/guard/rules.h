@@ -31,6 +31,7 @@ static void report_digest(const char *path, u32 mode) {
         out_oct(R, mode & 07777);
     } else out_s(R, "-");
 }
+static const u8 *SUBTREE_DIGEST; /* set while a new subtree's one finding is written */
 static void finding(const char *kind, const char *rule, const char *path, size_t n, u32 mode, int present) {
     if (++N_FINDINGS > MAX_RECORDS) return;
     out_s(R, "finding ");
@@ -43,7 +44,8 @@ static void finding(const char *kind, const char *rule, const char *path, size_t
     out_s(R, " ");
     out_hex(R, path, n);
     out_s(R, " ");
-    if (present) report_digest(path, mode);
+    if (SUBTREE_DIGEST) out_hex(R, SUBTREE_DIGEST, 32);
+    else if (present) report_digest(path, mode);
     else out_s(R, "-");
     out_s(R, "\n");
 }
@@ -160,7 +162,95 @@ static const char *added_rule(const char *path, size_t n, const struct stx *st) 
         seq(b, ".condarc") || seq(b, ".npmrc") || starts(path, "/etc/apt/"))
         return "package-config";
     if (ends(b, slen(b), ".pyc")) return "bytecode";
+    if (in_tree(path, n)) /* a new __pycache__ holds only bytecode, cured above */
+        return type == S_IFDIR && seq(b, "__pycache__") ? NULL : "tree";
     return NULL;
+}
+/* ── a directory added inside a tree: one finding for the whole subtree ─────────────────── */
+
+/* Why one finding: a real solution's `pip install` adds thousands of files to site-packages, more
+ * than a report keeps (MAX_RECORDS), so each file as a finding could never be allowed. The
+ * subtree's digest covers, in name order, every entry's path relative to the root, type, mode and
+ * content (a file's sha256, a link's target): the allowance matches only the very same tree. Bytecode
+ * in __pycache__ is cured as elsewhere and left out (Python writes it differently each run). */
+static void subtree_hash(char *path, size_t n, size_t root_n, int depth, struct sha *s) {
+    if (depth > MAX_DEPTH) {
+        TRUNCATED++;
+        return;
+    }
+    long fd = xopen(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
+    if (fd < 0) return;
+    u8 *m = mark();
+    char *names = (char *)arena_top;
+    size_t used = 0, count = 0;
+    static u8 dents[1 << 16];
+    for (long r; (r = sc3(SYS_getdents64, fd, dents, sizeof dents)) > 0;) {
+        for (long off = 0; off < r;) {
+            struct linux_dirent64 *d = (struct linux_dirent64 *)(dents + off);
+            off += d->reclen;
+            if (seq(d->name, ".") || seq(d->name, "..")) continue;
+            size_t k = slen(d->name) + 1;
+            if ((size_t)((u8 *)arena_end - (u8 *)(names + used)) <= k + 64) fatal("out of memory");
+            memcpy(names + used, d->name, k);
+            used += k, count++;
+        }
+    }
+    xclose(fd);
+    alloc(used);
+    const char **sorted = alloc(sizeof(char *) * (count + 1));
+    size_t c = 0;
+    for (size_t off = 0; off < used; off += slen(names + off) + 1) {
+        const char *name = names + off;
+        size_t j = c++;
+        while (j > 0 && strcmp_(sorted[j - 1], name) > 0) sorted[j] = sorted[j - 1], j--;
+        sorted[j] = name;
+    }
+    int pycache = seq(basename_of(path, n), "__pycache__");
+    for (size_t i = 0; i < count; i++) {
+        size_t k = slen(sorted[i]);
+        if (n + 1 + k >= 4096 || ++ENTRIES > MAX_ENTRIES) {
+            TRUNCATED++;
+            continue;
+        }
+        path[n] = '/';
+        memcpy(path + n + 1, sorted[i], k + 1);
+        struct stx st;
+        if (lstatx(AT_FDCWD, path, &st) < 0) continue;
+        u32 type = st.mode & S_IFMT;
+        if (pycache && type == S_IFREG && ends(sorted[i], k, ".pyc")) {
+            cure(path, n + 1 + k);
+            continue;
+        }
+        u8 meta[3] = {(u8)type_char(st.mode), (u8)(st.mode >> 8 & 0x0f), (u8)(st.mode & 0xff)};
+        if (!(type == S_IFDIR && seq(sorted[i], "__pycache__"))) {
+            sha_update(s, path + root_n, n + 1 + k - root_n + 1); /* the relative path and its NUL */
+            sha_update(s, meta, 3);
+            u8 h[32];
+            if (type == S_IFREG && hash_file(path, h) == 0) sha_update(s, h, 32);
+            if (type == S_IFLNK) {
+                char t[4096];
+                long got = sc4(SYS_readlinkat, AT_FDCWD, path, t, sizeof t);
+                if (got > 0) sha_update(s, t, (size_t)got);
+            }
+        }
+        if (type == S_IFDIR) subtree_hash(path, n + 1 + k, root_n, depth + 1, s);
+    }
+    path[n] = 0;
+    release(m);
+}
+static void subtree_finding(const char *path, size_t n, const struct stx *st) {
+    static char p[4096];
+    memcpy(p, path, n + 1);
+    struct sha s;
+    sha_init(&s);
+    u8 meta[2] = {(u8)(st->mode >> 8 & 0x0f), (u8)(st->mode & 0xff)};
+    sha_update(&s, meta, 2);
+    subtree_hash(p, n, n, 1, &s);
+    u8 h[32];
+    sha_final(&s, h);
+    SUBTREE_DIGEST = h;
+    finding("added", "tree", path, n, st->mode, 1);
+    SUBTREE_DIGEST = NULL;
 }
 static int differs(const struct rec *r, const struct stx *st) {
     if ((r->mode & S_IFMT) != (u32)(st->mode & S_IFMT)) return 1;
@@ -168,24 +258,29 @@ static int differs(const struct rec *r, const struct stx *st) {
     if ((st->mode & S_IFMT) == S_IFDIR) return 0; /* its entries are compared one by one */
     return r->ino != st->ino || r->size != st->size || r->csec != st->ctime.sec || r->cnsec != st->ctime.nsec;
 }
-static void check_visit(const char *path, size_t n, const struct stx *st, int probe) {
+static int check_visit(const char *path, size_t n, const struct stx *st, int probe) {
     struct entry *e = lookup(path, n);
     if (e) e->seen = 1;
-    if (e && !differs(&e->r, st)) return;
+    if (e && !differs(&e->r, st)) return 0;
     if (!probe && cache_root(path, SCRATCH)) {
         note_setaside(path);
-        return;
+        return 0;
     }
     if (is_pycache_pyc(path, n) && (st->mode & S_IFMT) == S_IFREG) {
         cure(path, n);
-        return;
+        return 0;
     }
     if (e) {
         finding("changed", probe ? pytest_rule(path, basename_of(path, n)) : NULL, path, n, st->mode, 1);
-        return;
+        return 0;
     }
     const char *rule = probe ? pytest_rule(path, basename_of(path, n)) : added_rule(path, n, st);
+    if (rule && seq(rule, "tree") && (st->mode & S_IFMT) == S_IFDIR) {
+        subtree_finding(path, n, st);
+        return 1;
+    }
     if (rule) finding("added", rule, path, n, st->mode, 1);
+    return 0;
 }
 static void report_removed(void) {
     for (u64 i = 0; i < TABLE_SLOTS; i++) {

@@ -79,7 +79,8 @@ static int is_pycache_pyc(const char *path, size_t n) {
 
 /* ── the walk ─────────────────────────────────────────────────────────────────────────── */
 
-typedef void (*visit_fn)(const char *path, size_t n, const struct stx *st, int probe);
+/* Returns nonzero when the walk must not descend (a new subtree already judged whole). */
+typedef int (*visit_fn)(const char *path, size_t n, const struct stx *st, int probe);
 static u64 ENTRIES;
 #define MAX_ENTRIES 4000000ULL
 #define MAX_DEPTH 200
@@ -134,8 +135,7 @@ static void walk_dir(char *path, size_t n, int depth, visit_fn visit) {
         if (excluded(path) || cache_skipped(parent_base, name)) continue;
         struct stx st;
         if (lstatx(AT_FDCWD, path, &st) < 0) continue;
-        visit(path, n + 1 + k, &st, 0);
-        if ((st.mode & S_IFMT) == S_IFDIR) walk_dir(path, n + 1 + k, depth + 1, visit);
+        if (!visit(path, n + 1 + k, &st, 0) && (st.mode & S_IFMT) == S_IFDIR) walk_dir(path, n + 1 + k, depth + 1, visit);
     }
     path[n] = 0;
     release(m);
@@ -166,6 +166,7 @@ static void walk_all(const struct opts *o, visit_fn visit) {
 #define MANIFEST_DIR "/var/tmp/.osmosis-guard"
 #define MANIFEST_PATH MANIFEST_DIR "/manifest"
 #define MANIFEST_MAGIC "osmosis-guard-manifest 1\n"
+#define TREE_ROOT 2 /* a rec's probe for a tree's root (see trees.h), not an entry */
 struct rec { /* fixed part of one entry, after its u16 path length and path */
     u32 mode, uid, gid, probe;
     u64 ino, size;
@@ -173,12 +174,13 @@ struct rec { /* fixed part of one entry, after its u16 path length and path */
     u32 cnsec, pad;
 };
 static struct buf MANIFEST;
-static void record_visit(const char *path, size_t n, const struct stx *st, int probe) {
+static int record_visit(const char *path, size_t n, const struct stx *st, int probe) {
     u16 len = (u16)n;
     struct rec r = {st->mode, st->uid, st->gid, (u32)probe, st->ino, st->size, st->ctime.sec, st->ctime.nsec, 0};
     buf_put(&MANIFEST, &len, 2);
     buf_put(&MANIFEST, path, n);
     buf_put(&MANIFEST, &r, sizeof r);
+    return 0;
 }
 static void manifest_mac(const u8 key[32], const u8 *body, size_t n, u8 out[32]) {
     struct hmac m;
@@ -195,6 +197,18 @@ static void record_manifest(const struct opts *o, const u8 key[32]) {
     buf_put(&MANIFEST, o->id, slen(o->id));
     buf_put(&MANIFEST, "\n", 1);
     walk_all(o, record_visit);
+    setup_trees();
+    for (int i = 0; i < NTREES; i++) { /* "T<root>": never a path the walk yields */
+        char t[520];
+        size_t k = slen(TREES[i]);
+        t[0] = 'T';
+        memcpy(t + 1, TREES[i], k);
+        struct rec r = {0, 0, 0, TREE_ROOT, 0, 0, 0, 0, 0};
+        u16 len = (u16)(k + 1);
+        buf_put(&MANIFEST, &len, 2);
+        buf_put(&MANIFEST, t, k + 1);
+        buf_put(&MANIFEST, &r, sizeof r);
+    }
     if (TRUNCATED) fatal("the toolchain is too large to record (over 4,000,000 entries, 200 levels or 4 KiB paths)");
     u8 mac[32];
     manifest_mac(key, MANIFEST.p, MANIFEST.n, mac);
@@ -267,11 +281,19 @@ static const char *load_manifest(const struct opts *o, const u8 key[32]) {
     while (TABLE_SLOTS < count * 2) TABLE_SLOTS *= 2;
     TABLE = xmap(TABLE_SLOTS * sizeof(struct entry));
     if (!TABLE) fatal("out of memory");
+    NTREES = 0;
     while (pos + 2 <= end) {
         u16 len;
         memcpy(&len, b.p + pos, 2);
         if (pos + 2 + len + sizeof(struct rec) > end) return "forged";
         const char *p = (const char *)b.p + pos + 2;
+        struct rec r;
+        memcpy(&r, b.p + pos + 2 + len, sizeof r);
+        if (r.probe == TREE_ROOT) {
+            if (len > 1 && p[0] == 'T') add_tree_n(p + 1, len - 1u);
+            pos += 2 + len + sizeof(struct rec);
+            continue;
+        }
         u64 i = path_hash(p, len) & (TABLE_SLOTS - 1);
         while (TABLE[i].path) i = (i + 1) & (TABLE_SLOTS - 1);
         TABLE[i].path = p, TABLE[i].len = len;

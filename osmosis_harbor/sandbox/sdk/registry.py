@@ -63,7 +63,10 @@ class SandboxImplementation:
     interpreter, ``shim/warm.py``), measured (docs/performance.md): ``on``, ``off``, or ``pools``
     (on when the environment claims from warm pools: the local engine's sandboxes share the host's
     cores, and a sandbox created for its rollout starts its warm import in the rollout's own
-    critical window, which costs more than it saves)."""
+    critical window, which costs more than it saves). ``exec_runs_sandbox_shell``: an exec's argv runs
+    under a shell of the sandbox, found on the sandbox's own PATH (SkyPilot's ``sh -c``), so a root
+    agent that plants that shell runs its program first, unmarked, in every later exec: the
+    verifier guard cannot protect a shared verifier there (``tasks/verifier_shell.py``)."""
 
     name: str
     module: str
@@ -77,6 +80,7 @@ class SandboxImplementation:
     local_server: str | None = None
     ready_check: str | None = None
     warm_interpreters: Literal["on", "off", "pools"] = "off"
+    exec_runs_sandbox_shell: bool = False
 
     def preflight(self) -> None:
         """Exit with the way out (``SystemExit``, as Harbor's preflight does) unless this SDK
@@ -134,6 +138,7 @@ register(
     SandboxImplementation(
         "skypilot",
         "sky.sandbox",
+        exec_runs_sandbox_shell=True,
         missing_hint=SKYPILOT_SDK_MISSING,
         max_concurrent_starts=128,
         records_exec_results=True,
@@ -146,6 +151,7 @@ register(
     SandboxImplementation(
         "skypilot-emulator",
         "osmosis_harbor.sandbox.emulator",
+        exec_runs_sandbox_shell=True,
         local_images=False,
         default_registry="127.0.0.1:5000",
         relays_host_endpoint=True,
