@@ -214,6 +214,12 @@ class Settings(BaseSettings):
         "verifier guard (osmosis_harbor/sandbox/guard): the agent's processes marked, ended before the tests, the "
         "toolchain compared with its record; off: such verifiers run unguarded, as in Harbor",
     )
+    fresh_verifier: bool = Field(
+        True,
+        description="a single-step task's own tests run in a fresh sandbox of the task's image, the agent's work "
+        "carried over as data (tasks/verification.py); off: they run in the agent's sandbox (shared, under the "
+        "verifier guard)",
+    )
     verifier_allowances: Path | None = Field(
         None,
         description="where validate's oracle runs record what real solutions change (default "

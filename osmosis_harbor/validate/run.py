@@ -35,7 +35,10 @@ from osmosis_harbor.sandbox.images.builds import local_image_labels
 from osmosis_harbor.sandbox.options import SandboxOptions, environment_label
 from osmosis_harbor.sandbox.owner.context import SandboxOwner, owner_scope
 from osmosis_harbor.sandbox.owner.starts import SandboxStarts
+from osmosis_harbor.tasks.carried_workdir import add_carried_workdir_hooks
 from osmosis_harbor.tasks.discovery import TaskRef, check_task
+from osmosis_harbor.tasks.materialize import MaterializedTask, prepare_task
+from osmosis_harbor.tasks.verification import Verification, VerificationMode, decide_verification
 from osmosis_harbor.tasks.verifier_allowance import guard_plan, save_recorded
 from osmosis_harbor.trials.explain import explain
 from osmosis_harbor.trials.job import write_job_dir
@@ -65,6 +68,7 @@ class TaskValidation(BaseModel):
     trial_dir: str | None = None
     lint: list[LintIssue] | None = None  # Harbor's lint findings, when --lint ran
     stand_in: str | None = None  # the offline stand-in base image a solution or verifier failure ran on
+    verification: dict[str, str] | None = None  # where the task's tests ran, and why (mode, reason)
 
 
 class ValidationReport(BaseModel):
@@ -116,6 +120,12 @@ def _guard_verdict(task: TaskRef, row: TaskValidation, guard: GuardSession) -> N
         save_recorded(task.path, recorded)
 
 
+def _fresh_copy(task: TaskRef, dest: Path, verification: Verification) -> MaterializedTask:
+    """The task as training runs it with a fresh verifier: a copy whose verifier is Harbor's
+    separate mode, carrying what ``verification`` names (the solution kept for the oracle)."""
+    return prepare_task(task.path, dest, keep_solution=True, fresh_verifier=verification.carried)
+
+
 async def validate_tasks(
     tasks: Sequence[TaskRef],
     *,
@@ -155,20 +165,29 @@ async def validate_tasks(
     rows: dict[str, TaskValidation] = {}
     runnable: list[tuple[TaskRef, TrialConfig]] = []
     guards: dict[str, GuardPlan | None] = {}
+    modes: dict[str, Verification] = {}
+    copies: Path | None = None  # the fresh-verifier copies of tasks (removed at the end)
     findings = lint_dataset(list(tasks), lint)
     for task in tasks:
         try:
             check_task(task)
             if lint == LintMode.STRICT:
                 refuse_lint_errors(task, findings[task.id])
-            # Harbor's oracle and nop are native agents; the oracle's run records the allowance.
-            guards[task.id] = guard_plan(task.path, native_agent=True, record=agent == "oracle")
+            # Training's decision: a fresh verifier's sandbox, or the agent's under the guard.
+            modes[task.id] = verification = decide_verification(task.path)
+            path = task.path
+            if verification.mode is VerificationMode.FRESH:
+                copies = copies or Path(tempfile.mkdtemp(prefix="osmosis-harbor-validate-tasks-"))
+                path = (await asyncio.to_thread(_fresh_copy, task, copies / str(len(modes)), verification)).path
+            elif verification.mode is VerificationMode.SHARED:
+                # Harbor's oracle and nop are native agents; the oracle's run records the allowance.
+                guards[task.id] = guard_plan(task.path, native_agent=True, record=agent == "oracle")
         except DatasetError as exc:
             rows[task.id] = TaskValidation(id=task.id, passed=False, failed_phase=Phase.TASK.value, error=str(exc))
             notify(task.id, "invalid")
             continue
         config = TrialConfig(
-            task=TaskConfig(path=task.path),
+            task=TaskConfig(path=path),
             trial_name=trial_name(task.id, max_slug=32, fallback="task"),
             trials_dir=root,
             agent=AgentConfig(name=agent),
@@ -196,6 +215,7 @@ async def validate_tasks(
     for event, stage in stages.items():
         queue.add_hook(event, hook_for(stage))
     add_guard_hooks(queue)
+    add_carried_workdir_hooks(queue)
 
     async def run_one(task: TaskRef, config: TrialConfig) -> None:
         trial_dir = root / config.trial_name
@@ -232,6 +252,8 @@ async def validate_tasks(
             # anything a cancelled start left behind so nothing outlives the command.
             await asyncio.shield(owner.close())
         finally:  # a second cancellation (Ctrl-C twice) ends the wait, not the temp dir's removal
+            if copies is not None:
+                shutil.rmtree(copies, ignore_errors=True)
             if owns_dir and not keep_trials:
                 shutil.rmtree(root.parent, ignore_errors=True)
     kept = keep_trials or not owns_dir
@@ -248,6 +270,7 @@ async def validate_tasks(
     ordered = [rows[t.id] for t in tasks if t.id in rows]
     for row in ordered:
         row.lint = findings.get(row.id)
+        row.verification = modes[row.id].as_dict() if row.id in modes else None
     await asyncio.to_thread(
         note_causes, ordered, tasks, force_build=environment.force_build, labels_of=local_image_labels
     )
