@@ -6,7 +6,7 @@ workflow runs as root: the wrong answer (``7`` where ``tests/fixtures/fresh_data
 wants ``42``), then one plant the guard's list of names did not know: a ``json`` package in the
 interpreter's import-path zip that did not exist, an ``enum`` package beside ``enum.py``, a
 ``sh`` and ``bash`` earlier on PATH, or a ``json.py`` in the workdir that the tests' ``python -m``
-run from there would import first (dropped from the carried workdir, ``tasks/carried_workdir.py``).
+run from there would import first (dropped from the carried workdir, ``tasks/carried.py``).
 Through the real backend and the osmosis server, on ``docker`` and ``skypilot-emulator``, none
 pays in the fresh mode. Positive control: the same commands with the tests in the agent's
 sandbox and the guard off pay 1.0. An honest answer scores 1, a wrong one 0, and a file deleted
@@ -27,8 +27,9 @@ from osmosis_ai.rollout.types import RolloutResultResponse, RolloutStatus
 
 from osmosis_harbor.backend import HarborBackend
 from osmosis_harbor.sandbox.guard import Allowance
-from osmosis_harbor.tasks.carried_workdir import drop_loaded_names
+from osmosis_harbor.tasks.carried import carried_directories, drop_loaded_names
 from osmosis_harbor.tasks.discovery import discover_tasks
+from osmosis_harbor.tasks.materialize import prepare_task
 from osmosis_harbor.tasks.verification import VerificationMode, decide_verification, glob_prefix
 from osmosis_harbor.validate import validate_tasks
 from osmosis_harbor.validate.run import TaskValidation
@@ -272,3 +273,16 @@ def test_the_carried_workdir_loses_what_the_verifiers_tools_would_load(tmp_path:
         "solution.py",
     ]
     assert (tmp_path / "mypkg" / "__init__.py").exists()  # a link is removed as a link
+
+
+def test_a_fresh_copy_names_its_carried_directories(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Those the host gives an empty copy when the agent's is missing: never the image's instead."""
+    monkeypatch.setenv("OSMOSIS_HARBOR_VERIFIER_ALLOWANCES", str(tmp_path / "allow"))
+    task = _task(
+        tmp_path,
+        DATASET / "sum-42",
+        extra='\n[metadata.osmosis_harbor.verifier_allowance]\npaths = ["/etc/x/*", "/tmp/done"]\n',
+    )
+    copy = prepare_task(task, tmp_path / "copy", fresh_verifier=decide_verification(task).carried)
+    assert carried_directories(copy.path) == ["/app", "/srv", "/etc/x"]
+    assert carried_directories(task) == []  # not carried: its tests run in the agent's sandbox

@@ -29,7 +29,8 @@ __all__ = ["DATA_ROOTS", "Verification", "VerificationMode", "carried_paths", "d
 # Data roots carried besides the workdir: FHS's "data served by this system", which no
 # interpreter, shell or loader reads by default. Not carried, and why: /root and /home (a home
 # holds the user site-packages, ~/.local/bin, shell and pip configuration: toolchain the tests'
-# tools load), /tmp (scratch; emptying it would remove what the image put there), /usr, /bin,
+# tools load), /tmp (scratch, and where Harbor's and our transfers stage their archives: emptying
+# it before the upload would remove them), /usr, /bin,
 # /sbin, /lib*, /etc, /opt, /var/lib (the toolchain and its configuration).
 DATA_ROOTS = ("/srv",)
 

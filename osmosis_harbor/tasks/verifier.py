@@ -15,6 +15,7 @@ __all__ = [
     "agent_workdir",
     "declared_verifier_mode",
     "separate_verifier",
+    "task_artifacts",
     "generated_test_sh",
     "isolate_verifier",
     "task_metadata",
@@ -70,6 +71,11 @@ def separate_verifier(task_dir: Path) -> bool:
 
     config = _config_of(task_dir)
     return not config.steps and resolve_task_verifier_mode(config) == VerifierEnvironmentMode.SEPARATE
+
+
+def task_artifacts(task_dir: Path) -> list[str]:
+    """The plain (main-service, path) entries of the task's ``artifacts``."""
+    return [a if isinstance(a, str) else a.source for a in _config_of(task_dir).artifacts]
 
 
 def task_metadata(task_dir: Path) -> dict[str, Any]:

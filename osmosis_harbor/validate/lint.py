@@ -45,8 +45,9 @@ LINT_FAILED = "lint-failed"  # not a Harbor rule: lint itself could not run on t
 # Harbor's own wording, where it does not say what to do in the terms of this tool.
 ADVICE = {
     "shared-verifier": (
-        "the verifier runs in the agent's sandbox, so an agent can change what it checks: fine for "
-        'validation; for training, set [verifier] environment_mode = "separate" and declare the '
+        "the verifier runs in the agent's sandbox by Harbor's default; osmosis-harbor runs such tests in a fresh "
+        "sandbox of the image unless the task needs the agent's (a service, several steps: then under the "
+        'verifier guard); to say so in the task, set [verifier] environment_mode = "separate" and declare the '
         "evidence the tests read as artifacts, or run the agent as an unprivileged [agent] user"
     ),
 }

@@ -35,7 +35,7 @@ from osmosis_harbor.sandbox.images.builds import local_image_labels
 from osmosis_harbor.sandbox.options import SandboxOptions, environment_label
 from osmosis_harbor.sandbox.owner.context import SandboxOwner, owner_scope
 from osmosis_harbor.sandbox.owner.starts import SandboxStarts
-from osmosis_harbor.tasks.carried_workdir import add_carried_workdir_hooks
+from osmosis_harbor.tasks.carried import add_carried_hooks
 from osmosis_harbor.tasks.discovery import TaskRef, check_task
 from osmosis_harbor.tasks.materialize import MaterializedTask, prepare_task
 from osmosis_harbor.tasks.verification import Verification, VerificationMode, decide_verification
@@ -215,7 +215,7 @@ async def validate_tasks(
     for event, stage in stages.items():
         queue.add_hook(event, hook_for(stage))
     add_guard_hooks(queue)
-    add_carried_workdir_hooks(queue)
+    add_carried_hooks(queue)
 
     async def run_one(task: TaskRef, config: TrialConfig) -> None:
         trial_dir = root / config.trial_name
