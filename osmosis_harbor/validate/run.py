@@ -27,7 +27,7 @@ from harbor.trial.queue import TrialQueue
 from pydantic import BaseModel
 
 from osmosis_harbor import settings
-from osmosis_harbor.errors import ConfigError, DatasetError
+from osmosis_harbor.errors import ConfigError, DatasetError, TaskResolutionError
 from osmosis_harbor.harbor_compat import error_policies
 from osmosis_harbor.harbor_compat import fastpaths as harbor_fastpaths
 from osmosis_harbor.sandbox.guard import Allowance, GuardPlan, GuardSession, add_guard_hooks, guard_scope
@@ -168,32 +168,37 @@ async def validate_tasks(
     modes: dict[str, Verification] = {}
     copies: Path | None = None  # the fresh-verifier copies of tasks (removed at the end)
     findings = lint_dataset(list(tasks), lint)
-    for task in tasks:
-        try:
-            check_task(task)
-            if lint == LintMode.STRICT:
-                refuse_lint_errors(task, findings[task.id])
-            # Training's decision: a fresh verifier's sandbox, or the agent's under the guard.
-            modes[task.id] = verification = decide_verification(task.path)
-            path = task.path
-            if verification.mode is VerificationMode.FRESH:
-                copies = copies or Path(tempfile.mkdtemp(prefix="osmosis-harbor-validate-tasks-"))
-                path = (await asyncio.to_thread(_fresh_copy, task, copies / str(len(modes)), verification)).path
-            elif verification.mode is VerificationMode.SHARED:
-                # Harbor's oracle and nop are native agents; the oracle's run records the allowance.
-                guards[task.id] = guard_plan(task.path, native_agent=True, record=agent == "oracle")
-        except DatasetError as exc:
-            rows[task.id] = TaskValidation(id=task.id, passed=False, failed_phase=Phase.TASK.value, error=str(exc))
-            notify(task.id, "invalid")
-            continue
-        config = TrialConfig(
-            task=TaskConfig(path=path),
-            trial_name=trial_name(task.id, max_slug=32, fallback="task"),
-            trials_dir=root,
-            agent=AgentConfig(name=agent),
-            environment=environment,
-        )
-        runnable.append((task, config))
+    try:
+        for task in tasks:
+            try:
+                check_task(task)
+                if lint == LintMode.STRICT:
+                    refuse_lint_errors(task, findings[task.id])
+                # Training's decision: a fresh verifier's sandbox, or the agent's under the guard.
+                modes[task.id] = verification = decide_verification(task.path)
+                path = task.path
+                if verification.mode is VerificationMode.FRESH:
+                    copies = copies or Path(tempfile.mkdtemp(prefix="osmosis-harbor-validate-tasks-"))
+                    path = (await asyncio.to_thread(_fresh_copy, task, copies / str(len(modes)), verification)).path
+                elif verification.mode is VerificationMode.SHARED:
+                    # Harbor's oracle and nop are native agents; the oracle's run records the allowance.
+                    guards[task.id] = guard_plan(task.path, native_agent=True, record=agent == "oracle")
+            except (DatasetError, TaskResolutionError) as exc:
+                rows[task.id] = TaskValidation(id=task.id, passed=False, failed_phase=Phase.TASK.value, error=str(exc))
+                notify(task.id, "invalid")
+                continue
+            config = TrialConfig(
+                task=TaskConfig(path=path),
+                trial_name=trial_name(task.id, max_slug=32, fallback="task"),
+                trials_dir=root,
+                agent=AgentConfig(name=agent),
+                environment=environment,
+            )
+            runnable.append((task, config))
+    except BaseException:  # the copies made so far go too
+        if copies is not None:
+            shutil.rmtree(copies, ignore_errors=True)
+        raise
 
     by_trial = {config.trial_name: task.id for task, config in runnable}
     stages = {
