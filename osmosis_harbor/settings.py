@@ -237,6 +237,12 @@ class Settings(BaseSettings):
         "of the sandbox (skypilot, skypilot-emulator: sh -c, sh found on the pod's PATH), which the verifier guard "
         "cannot protect (a planted sh runs unmarked first); off: such rollouts are refused as validation_error",
     )
+    fresh_verifier: bool = Field(
+        True,
+        description="a single-step task's own tests run in a fresh sandbox of the task's image, the agent's work "
+        "carried over as data (tasks/verification.py); off: they run in the agent's sandbox (shared, under the "
+        "verifier guard)",
+    )
     verifier_allowances: Path | None = Field(
         None,
         description="where validate's oracle runs record what real solutions change (default "

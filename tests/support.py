@@ -123,7 +123,9 @@ def make_task(
     test: str | None = None,
     toml_extra: str = "",
 ) -> Path:
-    """Write a small valid Harbor task (reward 1 when /tmp/done exists) under ``root``."""
+    """Write a small valid Harbor task (reward 1 when /tmp/done exists) under ``root``. Its
+    allowance names ``/tmp/done``, so a fresh verifier's sandbox gets the agent's (``/tmp`` itself
+    is not carried: docs/threat-model.md, "Verification modes")."""
     task = root / task_id
     (task / "environment").mkdir(parents=True)
     (task / "tests").mkdir()
@@ -132,6 +134,7 @@ def make_task(
     (task / "task.toml").write_text(
         'schema_version = "1.4"\n[agent]\ntimeout_sec = 120\n[verifier]\ntimeout_sec = 60\n'
         f"[environment]\nbuild_timeout_sec = 300\n{toml_extra}"
+        '\n[metadata.osmosis_harbor.verifier_allowance]\npaths = ["/tmp/done"]\n'
     )
     marker = uuid.uuid4().hex
     (task / "environment" / "Dockerfile").write_text(

@@ -125,12 +125,11 @@ async def test_dataset_mode_with_task_tests_and_bad_ids(tmp_path, bundles_dir, f
             run(client, fake_chat, api_key, "hi", metadata={"harbor_task_id": "hello-reward-txt"}),
         )
     assert solved.status is RolloutStatus.SUCCESS, solved.err_message
-    # the extra reward channel of json-reward's reward.json reaches the metrics beside the workflow's own,
-    # and the verifier guard's verdict on its tests, which ran in the agent's sandbox
+    # the extra reward channel of json-reward's reward.json reaches the metrics beside the workflow's own;
+    # its tests ran in a fresh sandbox of its image, so no guard gave a verdict
     assert solved.sample.reward == 1.0 and solved.sample.metrics == {
         "registered": 1.0,
         "reward/fields_correct": 1.0,
-        "verifier_tampered": 0.0,
     }
     for bad in (escape, unknown):
         assert bad.status is RolloutStatus.FAILURE

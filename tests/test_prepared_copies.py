@@ -109,9 +109,9 @@ def assert_prepared_unchanged(backend: Any, tmp_path: Path) -> int:
     """Each of ``backend``'s prepared copies, after its rollouts ran, has exactly the bytes and
     modes of a fresh preparation of its task. Returns how many were checked."""
     entries = backend.planner._prepared._entries
-    for n, ((task_path, grade_command), entry) in enumerate(entries.items()):
+    for n, ((task_path, grade_command, carried, guarded), entry) in enumerate(entries.items()):
         task = ResolvedTask(task_id="t", path=Path(task_path), source="template")
-        fresh = backend.planner._prepare(task, grade_command, tmp_path / f"fresh-prepared-{n}")
+        fresh = backend.planner._prepare(task, grade_command, carried, guarded, tmp_path / f"fresh-prepared-{n}")
         assert _tree(entry.copy.path) == _tree(fresh.path), f"the prepared copy of {task_path} changed"
         shutil.rmtree(fresh.path)
     return len(entries)

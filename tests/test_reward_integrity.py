@@ -204,9 +204,10 @@ def test_planted_modules_reach_the_grader_but_are_never_imported(runs: Runs, tmp
     assert runs.isolated["shadow-modules"].sample.reward == 0.0  # type: ignore[union-attr]
     assert runs.shared["shadow-modules"].sample.reward == 0.0  # type: ignore[union-attr]
     # Positive control: the planted package is among what the grader's sandbox received, and a
-    # Python that puts its working directory on sys.path (``python -c``) imports the forgery.
+    # Python that puts its working directory on sys.path (``python -c``) imports the forgery. The
+    # planted start-up hook is not: the host drops it from the carried workdir (``tasks/carried.py``).
     carried = runs.trial_dir(runs.isolated["shadow-modules"]) / "artifacts" / "workspace"
-    assert (carried / "sitecustomize.py").is_file()
+    assert not (carried / "sitecustomize.py").exists()
     probe = shutil.copytree(carried / "rollout_fixtures", tmp_path / "probe" / "rollout_fixtures")
     code = "import inspect, rollout_fixtures.graders as g; print(inspect.getsource(g.AnswerGrader.grade))"
     done = subprocess.run([sys.executable, "-c", code], cwd=probe.parent, capture_output=True, text=True, check=True)

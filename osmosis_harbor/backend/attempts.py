@@ -99,10 +99,11 @@ def _infra_failure(
 
 
 def _head_start(attempt: Attempt) -> bool:
-    """A graded single-step trial's verifier runs in a sandbox of its own: start it early
-    (``sandbox.head_start``) unless ``OSMOSIS_HARBOR_VERIFIER_HEAD_START=0``."""
+    """A single-step trial whose verifier runs in a sandbox of its own (the grader's, or a fresh
+    one for the task's tests): start it early (``sandbox.head_start``) unless
+    ``OSMOSIS_HARBOR_VERIFIER_HEAD_START=0``."""
     plan = attempt.plan
-    return plan.grader_verifies and len(plan.steps) <= 1 and settings.current().verifier_head_start
+    return plan.verifier_sandbox and len(plan.steps) <= 1 and settings.current().verifier_head_start
 
 
 class TrialRunner:

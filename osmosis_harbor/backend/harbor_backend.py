@@ -64,6 +64,7 @@ from osmosis_harbor.sandbox.owner.context import SandboxOwner, owner_scope
 from osmosis_harbor.sandbox.owner.starts import SandboxStarts
 from osmosis_harbor.sandbox.relay.policy_relay import PolicyRelay, RelayRegistration
 from osmosis_harbor.sandbox.sdk.registry import implementation
+from osmosis_harbor.tasks.carried import add_carried_hooks
 from osmosis_harbor.tasks.materialize import MaterializedTask
 from osmosis_harbor.tasks.prepared import PreparedCopies
 from osmosis_harbor.tasks.refs import ResolvedTask
@@ -119,6 +120,7 @@ class HarborBackend(ExecutionBackend):
         self.sdk_name = SandboxOptions.of(self.environment_config).sdk
         self.owner = SandboxOwner.make("backend", starts=sandbox_starts(self.sdk_name, options))
         add_guard_hooks(options.orchestrator)  # where each trial's agent phase begins and ends
+        add_carried_hooks(options.orchestrator)  # a separate verifier's workdir without the runner's names
         reap_leftovers(self.sdk_name)  # what dead owners left on this SDK (the ledger x ls)
         self.prewarmed = PrewarmedTasks()
         self.planner = Planner(

@@ -2,7 +2,8 @@
 
 ``Planner.plan`` decides, for a resolved task and a request, what the trial is: its steps, where
 its reward comes from (``RewardSource``), whether the bundled grader is its verifier (then in a
-sandbox of its own), and whether it claims from a prewarmed pool. The decisions travel as a
+sandbox of its own), where a task's own tests run (``tasks/verification.py``: a fresh sandbox of
+the task's image, or the agent's under the guard), and whether it claims from a prewarmed pool. The decisions travel as a
 frozen ``RolloutPlan``; ``Planner.trial_config`` materializes the task copy from it (the copy
 says, as data, whether the bundle and its dependencies are baked into the image) and builds the
 ``TrialConfig``. Prewarm asks the same planner for the plan of a graded rollout to come, so
@@ -44,6 +45,7 @@ from osmosis_harbor.tasks.materialize import MaterializedTask, prepare_task, sta
 from osmosis_harbor.tasks.prepared import PreparedCopies
 from osmosis_harbor.tasks.prompt import render_prompt
 from osmosis_harbor.tasks.refs import ResolvedTask, TaskMode
+from osmosis_harbor.tasks.verification import Verification, VerificationMode, decide_verification
 from osmosis_harbor.tasks.verifier import task_step_names
 from osmosis_harbor.tasks.verifier_allowance import guard_plan
 from osmosis_harbor.tasks.verifier_shell import shell_exec_refusal
@@ -62,11 +64,24 @@ class RolloutPlan:
     reward_source: RewardSource
     claims_pool: bool  # prewarm made this task's group pool: the trial claims from it
     guard: GuardPlan | None = None  # the task's tests run in the agent's sandbox, under the guard
+    verification: Verification | None = None  # where the task's own tests run (TASK_TESTS only)
 
     @property
     def grader_verifies(self) -> bool:
         """The bundled grader is the verifier (in a sandbox of its own, ``isolate_verifier``)."""
         return self.reward_source is RewardSource.GRADER
+
+    @property
+    def fresh_verifier(self) -> tuple[str, ...] | None:
+        """The paths carried into a fresh verifier's sandbox, or None: not a fresh verification."""
+        fresh = self.verification is not None and self.verification.mode is VerificationMode.FRESH
+        return self.verification.carried if fresh and self.verification is not None else None
+
+    @property
+    def verifier_sandbox(self) -> bool:
+        """The verifier runs in a sandbox of its own that the host creates (the grader's, or a
+        fresh one for the task's tests): what a head start can make early."""
+        return self.grader_verifies or self.fresh_verifier is not None
 
 
 @dataclass(frozen=True)
@@ -115,9 +130,11 @@ class Planner:
                 "grader or add tests to the task (or send grade=false)",
                 {"failed_phase": "task"},
             )
-        guard = None
+        guard = verification = None
         if source is RewardSource.TASK_TESTS:
-            guard = guard_plan(task.path, native_agent=self.options.is_native)
+            verification = decide_verification(task.path)
+            if verification.mode is VerificationMode.SHARED:  # fresh and separate: no agent sandbox to guard
+                guard = guard_plan(task.path, native_agent=self.options.is_native)
         ours = self.environment.import_path == IMPORT_PATH  # the guard runs in our environment only
         sdk = SandboxOptions.of(self.environment).impl
         guarded = ours and guard is not None
@@ -125,7 +142,12 @@ class Planner:
         if refusal:  # a rollout the guard cannot protect (prewarm, request None, still builds its image)
             return Refusal(refusal, {"failed_phase": "task", "task_id": task.task_id})
         return RolloutPlan(
-            task=task, steps=steps, reward_source=source, claims_pool=task.task_id in self._task_pools, guard=guard
+            task=task,
+            steps=steps,
+            reward_source=source,
+            claims_pool=task.task_id in self._task_pools,
+            guard=guard,
+            verification=verification,
         )
 
     def _reward_source(self, task: ResolvedTask, steps: tuple[str, ...], *, graded: bool) -> RewardSource | None:
@@ -171,22 +193,32 @@ class Planner:
         if request is not None and self.options.task_mode is TaskMode.TEMPLATE:
             instruction = render_prompt(request.prompt)
         dest.parent.mkdir(parents=True, exist_ok=True)
-        prepare = functools.partial(self._prepare, plan.task, grade_command)
+        fresh, guarded = plan.fresh_verifier, plan.guard is not None
+        prepare = functools.partial(self._prepare, plan.task, grade_command, fresh, guarded)
         if self._prepared is None or request is None:  # prewarm: one copy per task, nothing kept
             copy = prepare(dest)
         else:
             if dest.resolve().is_relative_to(plan.task.path.resolve()):
                 raise ConfigError(f"materialize_task: destination {dest} is inside the task {plan.task.path}")
-            copy = self._prepared.link((str(plan.task.path), grade_command), plan.task.path, prepare, dest)
+            key = (str(plan.task.path), grade_command, fresh, guarded)
+            copy = self._prepared.link(key, plan.task.path, prepare, dest)
         return stage_rollout(copy, plan.task.task_id, instruction=instruction, grading_input=grading_input)
 
-    def _prepare(self, task: ResolvedTask, grade_command: str | None, dest: Path) -> MaterializedTask:
+    def _prepare(
+        self,
+        task: ResolvedTask,
+        grade_command: str | None,
+        fresh: tuple[str, ...] | None,
+        guarded: bool,
+        dest: Path,
+    ) -> MaterializedTask:
         """The copy every rollout of ``task`` shares: the task, its patched environment and,
-        with the grader as verifier, the generated tests and the grader's installer."""
+        with the grader as verifier, the generated tests and the grader's installer; with a
+        fresh verifier (``fresh``: what it carries), the task's verifier in Harbor's separate mode."""
         patch = None
         if self.bundle is not None and self.options.patch_dockerfile_with_sdk:
             guard = None
-            if grade_command is None and guard_plan(task.path, native_agent=False) is not None:
+            if grade_command is None and guarded:
                 guard = guard_binary(SandboxOptions.of(self.environment).platform)  # baked: no upload per trial
             patch = EnvironmentPatch(
                 requirements=list(self.bundle.dependencies),
@@ -207,6 +239,7 @@ class Planner:
             isolate_grader=True,
             grader_inputs=self.options.grader_inputs,
             keep_solution=self.options.is_native,  # Harbor's oracle agent is a native agent
+            fresh_verifier=fresh,
         )
         if copy.generated_tests:
             try:

@@ -1,10 +1,10 @@
 """``validate``'s report on a terminal: one line per task, then each failure on its own.
 
-The table is laid out for the width it gets: the fixed columns (result, reward, steps, lint,
-time) take what their text needs, the task id comes first and is never cut (it wraps only
+The table is laid out for the width it gets: the fixed columns (result, reward, steps, verifier
+mode, lint, time) take what their text needs, the task id comes first and is never cut (it wraps only
 when the width cannot hold it beside a short summary), and a failure's summary gets one line,
 shortened with an ellipsis. Below the table, each failed task has a block: its id whole, the
-summary, the stand-in note, then the output that explains it, bounded to about one screen.
+summary, the stand-in note, why the verifier ran where it did, then the output that explains it, bounded to about one screen.
 The JSON and JUnit reports carry the whole error and the phase timings. Everything a dataset
 or a sandbox made is shown through ``printable`` (escapes instead of control characters).
 """
@@ -117,6 +117,8 @@ class ValidationView:
         ]
         if any(r.steps is not None for r in rows):
             columns.append(("steps", [_steps_text(r) for r in rows]))
+        if any(r.verification is not None for r in rows):  # where the tests ran: fresh, shared, separate
+            columns.append(("verifier", [r.verification["mode"] if r.verification else "-" for r in rows]))
         if any(r.lint is not None for r in rows):
             columns.append(("lint", [_lint_text(r) for r in rows]))
         columns.append(
@@ -167,6 +169,8 @@ class ValidationView:
             head.append(f"note: {row.stand_in}")
         if row.steps is not None:
             head.append(f"steps: {_steps_marks(row)}")
+        if row.verification is not None:
+            head.append(f"verifier: {row.verification['reason']}")
         for line in _bounded(head, rest.split("\n") if rest else [], measure):
             yield Padding(Text(printable(line, newlines=False), overflow="fold"), (0, 0, 0, 2), expand=False)
 

@@ -135,9 +135,12 @@ def prepare_task(
     isolate_grader: bool = False,
     grader_inputs: list[str] | tuple[str, ...] = (),
     keep_solution: bool = True,
+    fresh_verifier: tuple[str, ...] | None = None,
 ) -> MaterializedTask:
     """The copy as every rollout of the task has it (see ``materialize_task``): everything but
-    the rollout's instruction and grading input. ``dest`` is removed again on failure."""
+    the rollout's instruction and grading input. ``dest`` is removed again on failure.
+    ``fresh_verifier``: the task's own tests run in a fresh sandbox of its image, these paths of
+    the agent's sandbox carried in (``tasks/verification.py``, ``isolate_verifier``)."""
     src = Path(source.path if isinstance(source, ResolvedTask) else source)
     label = _label(source)
     if not is_task_dir(src):
@@ -174,6 +177,9 @@ def prepare_task(
             if isolate_grader:
                 isolate_verifier(dest, grader_inputs)
                 staged["verifier_isolated"] = True
+        elif fresh_verifier is not None:
+            isolate_verifier(dest, fresh_verifier)
+            staged["verifier_isolated"] = True
         if environment_patch is not None:
             staged["environment_patched"] = patch_environment(dest / "environment", environment_patch)
             if staged["environment_patched"]:

@@ -14,6 +14,9 @@ from osmosis_harbor.tasks.files import write_file
 __all__ = [
     "agent_users",
     "agent_workdir",
+    "declared_verifier_mode",
+    "separate_verifier",
+    "task_artifacts",
     "generated_test_sh",
     "isolate_verifier",
     "task_metadata",
@@ -52,6 +55,30 @@ def verifies_in_agent_sandbox(task_dir: Path) -> bool:
     return bool(task_has_any_shared_verifier(_config_of(task_dir)))
 
 
+def declared_verifier_mode(task_dir: Path) -> str | None:
+    """The task-level verifier mode ``task.toml`` declares (``environment_mode``, or ``separate``
+    implied by a ``[verifier.environment]``), or None: Harbor's model keeps None when unset, and
+    Harbor's default of ``shared`` then is no declaration of the task's."""
+    verifier = _config_of(task_dir).verifier
+    if verifier.environment_mode is not None:
+        return str(verifier.environment_mode.value)
+    return "separate" if verifier.environment is not None else None
+
+
+def separate_verifier(task_dir: Path) -> bool:
+    """Whether the task's (single-step) verifier runs in a sandbox of its own (Harbor's ``separate``)."""
+    from harbor.models.task.config import VerifierEnvironmentMode
+    from harbor.models.task.verifier_mode import resolve_task_verifier_mode
+
+    config = _config_of(task_dir)
+    return not config.steps and resolve_task_verifier_mode(config) == VerifierEnvironmentMode.SEPARATE
+
+
+def task_artifacts(task_dir: Path) -> list[str]:
+    """The plain (main-service, path) entries of the task's ``artifacts``."""
+    return [a if isinstance(a, str) else a.source for a in _config_of(task_dir).artifacts]
+
+
 def task_metadata(task_dir: Path) -> dict[str, Any]:
     """The task's ``[metadata]`` table (a copy: the parsed config is shared)."""
     return copy.deepcopy(_config_of(task_dir).metadata)
@@ -83,7 +110,9 @@ def isolate_verifier(task_dir: Path, grader_inputs: list[str] | tuple[str, ...] 
     artifact upload: ``/logs/agent`` (its sample or trajectory), ``/logs/artifacts``, the
     agent's working directory (what a grader usually inspects; not when it is ``/``) and
     ``grader_inputs``. The grader is installed there from ``tests/`` and the reward is
-    read from that sandbox alone. Returns the paths carried over. The task config is
+    read from that sandbox alone. A task's own tests in a fresh sandbox (``tasks/verification.py``)
+    take the same way, ``grader_inputs`` then being what that decision carries. Returns the paths
+    carried over. The task config is
     rewritten through Harbor's own model, never by text edits."""
     path = Path(task_dir) / "task.toml"
     carried = [AGENT_LOGS_ARTIFACT]

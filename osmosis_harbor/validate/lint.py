@@ -20,7 +20,7 @@ from pydantic import BaseModel
 from osmosis_harbor import settings
 from osmosis_harbor.sandbox.sdk.registry import SandboxImplementation
 from osmosis_harbor.tasks.discovery import DatasetError, TaskRef
-from osmosis_harbor.tasks.verifier import verifies_in_agent_sandbox
+from osmosis_harbor.tasks.verification import VerificationMode, decide_verification
 from osmosis_harbor.tasks.verifier_shell import RULE as SHELL_EXEC_RULE
 from osmosis_harbor.tasks.verifier_shell import unprotected_reason
 
@@ -52,8 +52,9 @@ LINT_FAILED = "lint-failed"  # not a Harbor rule: lint itself could not run on t
 # Harbor's own wording, where it does not say what to do in the terms of this tool.
 ADVICE = {
     "shared-verifier": (
-        "the verifier runs in the agent's sandbox, so an agent can change what it checks: fine for "
-        'validation; for training, set [verifier] environment_mode = "separate" and declare the '
+        "the verifier runs in the agent's sandbox by Harbor's default; osmosis-harbor runs such tests in a fresh "
+        "sandbox of the image unless the task needs the agent's (a service, several steps: then under the "
+        'verifier guard); to say so in the task, set [verifier] environment_mode = "separate" and declare the '
         "evidence the tests read as artifacts, or run the agent as an unprivileged [agent] user"
     ),
 }
@@ -118,7 +119,8 @@ def shell_exec_issues(task: TaskRef, sdk: SandboxImplementation) -> list[LintIss
     """Ours, not Harbor's: a rollout of ``task`` on ``sdk`` that training refuses because the
     verifier guard cannot protect it (``tasks/verifier_shell.py``), with the ways out."""
     try:
-        guarded = settings.current().verifier_guard and verifies_in_agent_sandbox(task.path)
+        shared = decide_verification(task.path).mode is VerificationMode.SHARED  # training's own decision
+        guarded = settings.current().verifier_guard and shared
         reason = unprotected_reason(task.path, sdk, guarded=guarded)
     except Exception:  # an unreadable task.toml: Harbor's own rules report it
         return []

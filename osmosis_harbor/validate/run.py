@@ -28,7 +28,7 @@ from pydantic import BaseModel
 
 from osmosis_harbor import settings
 from osmosis_harbor.audit import AuditFinding, EnvironmentAudit
-from osmosis_harbor.errors import ConfigError, DatasetError
+from osmosis_harbor.errors import ConfigError, DatasetError, TaskResolutionError
 from osmosis_harbor.harbor_compat import error_policies
 from osmosis_harbor.harbor_compat import fastpaths as harbor_fastpaths
 from osmosis_harbor.sandbox.environment.grouping import declares_no_network, pool_refusal
@@ -37,7 +37,10 @@ from osmosis_harbor.sandbox.images.builds import local_image_labels
 from osmosis_harbor.sandbox.options import IMPORT_PATH, SandboxOptions, environment_label
 from osmosis_harbor.sandbox.owner.context import SandboxOwner, owner_scope
 from osmosis_harbor.sandbox.owner.starts import SandboxStarts
+from osmosis_harbor.tasks.carried import add_carried_hooks
 from osmosis_harbor.tasks.discovery import TaskRef, check_task
+from osmosis_harbor.tasks.materialize import MaterializedTask, prepare_task
+from osmosis_harbor.tasks.verification import Verification, VerificationMode, decide_verification
 from osmosis_harbor.tasks.verifier_allowance import guard_plan, save_recorded
 from osmosis_harbor.trials.explain import explain
 from osmosis_harbor.trials.job import write_job_dir
@@ -70,6 +73,7 @@ class TaskValidation(BaseModel):
     audit: list[AuditFinding] | None = None  # the leak audit's findings, when --lint ran
     stand_in: str | None = None  # the offline stand-in base image a solution or verifier failure ran on
     pool_note: str | None = None  # why the warm pool named could not serve this task (it ran cold)
+    verification: dict[str, str] | None = None  # where the task's tests ran, and why (mode, reason)
 
 
 class ValidationReport(BaseModel):
@@ -140,6 +144,12 @@ def _pool_note(task: TaskRef, options: SandboxOptions) -> str | None:
     return pool_refusal(options, no_network=declares_no_network(Task(task.path).config.environment))
 
 
+def _fresh_copy(task: TaskRef, dest: Path, verification: Verification) -> MaterializedTask:
+    """The task as training runs it with a fresh verifier: a copy whose verifier is Harbor's
+    separate mode, carrying what ``verification`` names (the solution kept for the oracle)."""
+    return prepare_task(task.path, dest, keep_solution=True, fresh_verifier=verification.carried)
+
+
 async def validate_tasks(
     tasks: Sequence[TaskRef],
     *,
@@ -201,27 +211,41 @@ async def validate_tasks(
                 shutil.rmtree(root.parent, ignore_errors=True)
             raise
         audits = report.environments
-    for task in tasks:
-        try:
-            check_task(task)
-            if lint == LintMode.STRICT:
-                refuse_lint_errors(task, findings[task.id])
-                refuse_audit_errors(task, leaks.get(task.id, []))
-            # Harbor's oracle and nop are native agents; the oracle's run records the allowance.
-            guards[task.id] = guard_plan(task.path, native_agent=True, record=agent == "oracle")
-        except DatasetError as exc:
-            rows[task.id] = TaskValidation(id=task.id, passed=False, failed_phase=Phase.TASK.value, error=str(exc))
-            notify(task.id, "invalid")
-            continue
-        pool_notes[task.id] = _pool_note(task, options)
-        config = TrialConfig(
-            task=TaskConfig(path=task.path),
-            trial_name=trial_name(task.id, max_slug=32, fallback="task"),
-            trials_dir=root,
-            agent=AgentConfig(name=agent),
-            environment=environment,
-        )
-        runnable.append((task, config))
+    modes: dict[str, Verification] = {}
+    copies: Path | None = None  # the fresh-verifier copies of tasks (removed at the end)
+    try:
+        for task in tasks:
+            try:
+                check_task(task)
+                if lint == LintMode.STRICT:
+                    refuse_lint_errors(task, findings[task.id])
+                    refuse_audit_errors(task, leaks.get(task.id, []))
+                # Training's decision: a fresh verifier's sandbox, or the agent's under the guard.
+                modes[task.id] = verification = decide_verification(task.path)
+                path = task.path
+                if verification.mode is VerificationMode.FRESH:
+                    copies = copies or Path(tempfile.mkdtemp(prefix="osmosis-harbor-validate-tasks-"))
+                    path = (await asyncio.to_thread(_fresh_copy, task, copies / str(len(modes)), verification)).path
+                elif verification.mode is VerificationMode.SHARED:
+                    # Harbor's oracle and nop are native agents; the oracle's run records the allowance.
+                    guards[task.id] = guard_plan(task.path, native_agent=True, record=agent == "oracle")
+            except (DatasetError, TaskResolutionError) as exc:
+                rows[task.id] = TaskValidation(id=task.id, passed=False, failed_phase=Phase.TASK.value, error=str(exc))
+                notify(task.id, "invalid")
+                continue
+            pool_notes[task.id] = _pool_note(task, options)
+            config = TrialConfig(
+                task=TaskConfig(path=path),
+                trial_name=trial_name(task.id, max_slug=32, fallback="task"),
+                trials_dir=root,
+                agent=AgentConfig(name=agent),
+                environment=environment,
+            )
+            runnable.append((task, config))
+    except BaseException:  # the copies made so far go too
+        if copies is not None:
+            shutil.rmtree(copies, ignore_errors=True)
+        raise
 
     by_trial = {config.trial_name: task.id for task, config in runnable}
     stages = {
@@ -243,6 +267,7 @@ async def validate_tasks(
     for event, stage in stages.items():
         queue.add_hook(event, hook_for(stage))
     add_guard_hooks(queue)
+    add_carried_hooks(queue)
 
     async def run_one(task: TaskRef, config: TrialConfig) -> None:
         trial_dir = root / config.trial_name
@@ -276,6 +301,8 @@ async def validate_tasks(
             # anything a cancelled start left behind so nothing outlives the command.
             await asyncio.shield(owner.close())
         finally:  # a second cancellation (Ctrl-C twice) ends the wait, not the temp dir's removal
+            if copies is not None:
+                shutil.rmtree(copies, ignore_errors=True)
             if owns_dir and not keep_trials:
                 shutil.rmtree(root.parent, ignore_errors=True)
     kept = keep_trials or not owns_dir
@@ -294,6 +321,7 @@ async def validate_tasks(
         row.lint = findings.get(row.id)
         row.pool_note = pool_notes.get(row.id)
         row.audit = leaks.get(row.id) if audits is not None else None
+        row.verification = modes[row.id].as_dict() if row.id in modes else None
     await asyncio.to_thread(
         note_causes, ordered, tasks, force_build=environment.force_build, labels_of=local_image_labels
     )
