@@ -326,7 +326,8 @@ async def test_a_burst_larger_than_the_warm_pool_runs_every_rollout(
     tmp_path: Path, fake_chat, sandbox_sdk: SdkPath, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Three rollouts at once on a pool of one. On SkyPilot (the strict emulator) a claim with
-    no ready member fails: here the refills never warm in time, so two claims wait their bounded
+    no ready member fails: here the refills never warm in time, so five claims (an agent's and a fresh
+    verifier's sandbox per rollout) wait their bounded
     while and cold-create the pool's image, counted in health(); the Docker SDK starts members
     itself. Every rollout succeeds either way."""
     sandbox_sdk.require_loopback_endpoint()
@@ -345,7 +346,8 @@ async def test_a_burst_larger_than_the_warm_pool_runs_every_rollout(
         if sandbox_sdk.emulator is not None:
             sandbox_sdk.emulator.knobs(pool_warm_sec=0)
     assert all(r.status is RolloutStatus.SUCCESS and r.sample.reward == 1.0 for r in results), results
-    assert fallbacks == (2 if sandbox_sdk.is_emulator else 0)
+    # six claims (each rollout's sandbox and its tests' fresh one) on one ready member: five cold-create
+    assert fallbacks == (5 if sandbox_sdk.is_emulator else 0)
     assert sandbox_sdk.sandboxes_left() == [] and managed_containers(owner_pid=os.getpid()) == []
 
 
@@ -428,7 +430,8 @@ async def test_one_backends_shutdown_leaves_the_pool_another_backend_uses(
             )
             result = await _run(client, fake_chat, f"after-a-{uuid.uuid4().hex[:6]}")
             assert result.status is RolloutStatus.SUCCESS, result.err_message
-            assert b.starts.claims[pool] == 1 and b.health()["pool_fallbacks"] == 0  # served by the pool
+            # served by the pool: the agent's sandbox and its tests' fresh one (the task's verifier)
+            assert b.starts.claims[pool] == 2 and b.health()["pool_fallbacks"] == 0
     finally:
         await b.shutdown()
         await a.shutdown()

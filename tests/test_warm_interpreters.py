@@ -35,12 +35,13 @@ from osmosis_harbor.tasks.refs import ResolvedTask
 from .backends import GR, PROJECT, WF, make_backend
 from .rollout_server import client_for, serve
 from .sdk_paths import SdkPath
-from .support import TASKS, await_until, graded_template, make_task
+from .support import FIXTURES, TASKS, await_until, graded_template, make_task
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("osmosis_home")]
 
 ANSWER = "Write 42 to answer.txt\nreply: echo 42 > answer.txt"
 KEY = f"sk-warm-{uuid.uuid4().hex}"
+GUARDED = FIXTURES / "guard_dataset" / "sum-42"  # its tests declare the agent's sandbox (shared)
 
 
 @pytest.fixture
@@ -338,8 +339,9 @@ def test_the_patch_keeps_a_tasks_own_entrypoint_and_needs_a_baked_bundle(tmp_pat
 async def test_which_images_start_a_warm_interpreter(
     tmp_path: Path, bundles_dir: Path, sdk: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The SDK's default (the SkyPilot path on, docker only with warm pools) unless the setting says; never where
-    the task's tests run in the agent's sandbox under the guard (no unmarked root process within a
+    """The SDK's default (the SkyPilot path on, docker only with warm pools) unless the setting says, a task
+    whose own tests run in a fresh sandbox included; never where the task's tests run in the agent's sandbox
+    under the guard (no unmarked root process within a
     marked workflow's reach); never for a native agent (with a grader-only bundle, the agent's
     sandbox would hold an idle root interpreter within its shell's reach)."""
     monkeypatch.delenv("OSMOSIS_HARBOR_WARM_INTERPRETERS", raising=False)
@@ -370,10 +372,11 @@ async def test_which_images_start_a_warm_interpreter(
         environment=environment_config(sdk, pool="warm"),
     )
     assert warm(pooled, graded_template(tmp_path, "pooled"))  # docker: on with warm pools
-    assert not warm(guarded, TASKS / "template")  # its own tests/: run under the guard
+    assert not warm(guarded, GUARDED)  # its own tests/: run in the agent's sandbox, under the guard
+    assert warm(guarded, TASKS / "template") is (sdk != "docker")  # its own tests/, in a fresh sandbox
     monkeypatch.setenv("OSMOSIS_HARBOR_WARM_INTERPRETERS", "1")
     assert warm(graded, graded_template(tmp_path, "graded-on"))
-    assert not warm(guarded, TASKS / "template")
+    assert not warm(guarded, GUARDED)
     native = HarborBackend(
         orchestrator=TrialQueue(n_concurrent=1),
         tasks_dir=graded_template(tmp_path, "native"),

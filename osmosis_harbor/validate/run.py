@@ -225,7 +225,11 @@ async def validate_tasks(
                 path = task.path
                 if verification.mode is VerificationMode.FRESH:
                     copies = copies or Path(tempfile.mkdtemp(prefix="osmosis-harbor-validate-tasks-"))
-                    path = (await asyncio.to_thread(_fresh_copy, task, copies / str(len(modes)), verification)).path
+                    path = (
+                        await asyncio.to_thread(
+                            _fresh_copy, task, copies / str(len(modes)) / task.path.name, verification
+                        )
+                    ).path
                 elif verification.mode is VerificationMode.SHARED:
                     # Harbor's oracle and nop are native agents; the oracle's run records the allowance.
                     guards[task.id] = guard_plan(task.path, native_agent=True, record=agent == "oracle")
