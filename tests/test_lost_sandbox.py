@@ -36,6 +36,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("osmosis_home")]
 PROJECT = FIXTURES / "rollout_project"
 AGENT_GATE = "/tmp/agent-gate"
 GRADING_GATE = "/tmp/grading-gate"
+# A separate verifier's sandbox: created ahead while the agent runs (the head start), or by
+# Harbor when the verification starts (Harbor's session ``{trial}__verifier__{key}``).
+VERIFIER_SESSIONS = ("__env__verifier__head", "__verifier__trial")
 # The workflow asks the policy for this command and runs it: it blocks until the gate opens.
 BLOCKING_REPLY = f"reply: mkfifo {AGENT_GATE} && read x < {AGENT_GATE} && echo 42 > answer.txt"
 # The workflow's process kills itself with SIGKILL: exit 137 from a sandbox that still runs.
@@ -78,15 +81,18 @@ def engine():
     return docker.from_env().api
 
 
-def sandbox_of(backend: HarborBackend, rollout_id: str, owner_pid: int | None = None) -> dict | None:
+def sandbox_of(
+    backend: HarborBackend, rollout_id: str, owner_pid: int | None = None, sessions: tuple[str, ...] = ("__env",)
+) -> dict | None:
     """The running container of the rollout's current trial, found by its labels (its owner:
-    this process, or on the emulator path the emulator server)."""
+    this process, or on the emulator path the emulator server): the agent's (Harbor's session
+    ``{trial}__env``) or, with ``VERIFIER_SESSIONS``, its separate verifier's."""
     status = backend.rollout_status(rollout_id)
     if not status or not status.get("trial_name"):
         return None
-    name = _sanitize_dns_name(f"hb-{status['trial_name']}__env")
+    names = {_sanitize_dns_name(f"hb-{status['trial_name']}{session}") for session in sessions}
     for container in managed_containers(owner_pid=owner_pid or os.getpid()):
-        if container["Labels"].get(L.SANDBOX) == name and container["State"] == "running":
+        if container["Labels"].get(L.SANDBOX) in names and container["State"] == "running":
             return container
     return None
 
@@ -102,12 +108,18 @@ def in_sandbox(container_id: str, *argv: str) -> int:
 
 
 async def waiting_at(
-    backend: HarborBackend, rollout_id: str, gate: str, *, not_in: set[str] = frozenset(), owner_pid: int | None = None
+    backend: HarborBackend,
+    rollout_id: str,
+    gate: str,
+    *,
+    not_in: set[str] = frozenset(),
+    owner_pid: int | None = None,
+    sessions: tuple[str, ...] = ("__env",),
 ) -> dict:
-    """The rollout's sandbox once its workflow or tests wait at ``gate`` (a FIFO)."""
+    """The rollout's sandbox (``sandbox_of``) once its workflow or tests wait at ``gate`` (a FIFO)."""
 
     def ready() -> dict | None:
-        container = sandbox_of(backend, rollout_id, owner_pid)
+        container = sandbox_of(backend, rollout_id, owner_pid, sessions)
         if container is None or container["Id"] in not_in:
             return None
         return container if in_sandbox(container["Id"], "test", "-p", gate) == 0 else None
@@ -155,7 +167,8 @@ async def test_a_lost_sandbox_is_an_internal_error_and_a_self_kill_is_the_workfl
         )
         victim = await waiting_at(backend, ids["killed"], AGENT_GATE, owner_pid=owner)
         engine().kill(victim["Id"])  # docker kill, as a node or an operator would
-        grader_box = await waiting_at(backend, ids["grading"], GRADING_GATE, owner_pid=owner)
+        # the task's own tests run in a fresh sandbox of its image: that one is lost while grading
+        grader_box = await waiting_at(backend, ids["grading"], GRADING_GATE, owner_pid=owner, sessions=VERIFIER_SESSIONS)
         engine().remove_container(grader_box["Id"], force=True)  # docker rm -f while grading
         results = {
             k: await h.wait_for_completion() for k, h in (("killed", killed), ("self", self_kill), ("grading", grading))

@@ -197,7 +197,9 @@ async def test_a_fork_bomb_stops_at_the_pids_limit_and_the_victim_succeeds(
     one, and cannot start, so the workflow left no outputs the host could take: its own failure
     (``agent_error``), never the host's. With the Docker SDK's archive calls
     (``OSMOSIS_HARBOR_SDK_ARCHIVE_CALLS=1``), which start no process in the sandbox, the host still
-    takes the workflow's outputs, and the bomb's own report shows where it stopped."""
+    takes the workflow's outputs, and the bomb's own report shows where it stopped. Without warm
+    interpreters: a warm run ends its child's whole session, sleepers included."""
+    monkeypatch.setenv("OSMOSIS_HARBOR_WARM_INTERPRETERS", "0")
     backend = make_backend(tmp_path, bundles_dir, flood_path)
     flooder, victim = await flood_beside_victim(backend, fake_chat, FORK_BOMB)
     assert_victim_fine(victim)

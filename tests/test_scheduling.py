@@ -280,7 +280,8 @@ async def test_a_validation_run_bounds_its_own_starts(tmp_path, monkeypatch):
         load_dataset(tmp_path / "ds"), environment=environment_config("docker"), n_concurrent=3, max_concurrent_starts=1
     )
     assert report.passed == 3, report.model_dump()
-    assert counting.calls == 3 and counting.peak == 1
+    # each task's agent sandbox and its fresh verifier's, one at a time
+    assert counting.calls == 6 and counting.peak == 1
     assert managed_containers(owner_pid=os.getpid()) == []
 
 
@@ -315,6 +316,9 @@ async def test_trials_of_one_pool_starting_together_claim_in_one_call(tmp_path, 
     # pool_size="auto" within [3, 3]: prewarm makes three members and the autoscaler keeps them
     monkeypatch.setenv("OSMOSIS_HARBOR_POOL_MIN", "3")
     monkeypatch.setenv("OSMOSIS_HARBOR_POOL_MAX", "3")
+    # The agents' claims starting together are the subject: a fresh verifier's claim comes when its
+    # own agent ends, so the tests run in the agent's sandbox here.
+    monkeypatch.setenv("OSMOSIS_HARBOR_FRESH_VERIFIER", "0")
     base = f"batch{uuid.uuid4().hex[:6]}"
     backend = HarborBackend(
         orchestrator=TrialQueue(n_concurrent=3),

@@ -181,8 +181,11 @@ class ImageResolver:
         trials of one environment build it once (the owner's ``ImageBuildCoordinator``).
         """
         source = self._source
-        if source.docker_image and not (force_build and source.dockerfile.is_file()):
-            return source.docker_image, False
         ref = self.ref
+        # Harbor starts a separate verifier without force_build: it gets the image its trial's
+        # agent got, the one this owner built in place of the prebuilt image when forced.
+        forced = force_build or self._builds.built_here(ref)
+        if source.docker_image and not (forced and source.dockerfile.is_file()):
+            return source.docker_image, False
         built = await self._builds.ensure(ref, exists=self.exists, build=self.build, force_build=force_build)
         return ref, built

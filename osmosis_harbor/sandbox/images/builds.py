@@ -120,6 +120,11 @@ class ImageBuildCoordinator:
                     del self._users[ref]
                     self._locks.pop(ref, None)
 
+    def built_here(self, ref: str) -> bool:
+        """Whether this owner built ``ref`` (a forced build: the prebuilt image was set aside)."""
+        with self._guard:
+            return ref in self._built_here
+
     def forget(self, ref: str) -> None:
         """Drop the cached 'present' answer (e.g. after the image was deleted)."""
         with self._guard:
