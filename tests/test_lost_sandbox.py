@@ -168,7 +168,9 @@ async def test_a_lost_sandbox_is_an_internal_error_and_a_self_kill_is_the_workfl
         victim = await waiting_at(backend, ids["killed"], AGENT_GATE, owner_pid=owner)
         engine().kill(victim["Id"])  # docker kill, as a node or an operator would
         # the task's own tests run in a fresh sandbox of its image: that one is lost while grading
-        grader_box = await waiting_at(backend, ids["grading"], GRADING_GATE, owner_pid=owner, sessions=VERIFIER_SESSIONS)
+        grader_box = await waiting_at(
+            backend, ids["grading"], GRADING_GATE, owner_pid=owner, sessions=VERIFIER_SESSIONS
+        )
         engine().remove_container(grader_box["Id"], force=True)  # docker rm -f while grading
         results = {
             k: await h.wait_for_completion() for k, h in (("killed", killed), ("self", self_kill), ("grading", grading))
