@@ -34,6 +34,12 @@ HARBOR_026_TESTS = (
     "tests/test_workers.py",  # workers=N: each worker's queue rebuilt from the user's (harbor_compat/queue_facts.py)
     "tests/test_terminations_after_result.py",  # a result before its sandboxes' terminations, through Harbor's trial
     "tests/test_baked_bundle.py::test_sandbox_call_budget_of_trivial_and_graded_rollouts",  # both transfer routes
+    # a task's own tests in a fresh sandbox of its image (Harbor's separate verifier), plants that do not pay
+    "tests/test_fresh_verifier.py::test_an_honest_answer_scores_one_and_a_wrong_one_zero",
+    "tests/test_fresh_verifier.py::test_no_plant_in_the_agents_sandbox_pays_in_a_fresh_one",
+    "tests/test_guard_trees.py::test_an_addition_anywhere_in_an_import_tree_is_tampering",  # the shared guard
+    "tests/test_unencodable_results.py::test_a_workflows_unencodable_failure_is_its_own_in_process",  # Harbor's records
+    "tests/test_leak_audit.py::test_a_training_server_refuses_a_leaking_task_by_default",  # the leak audit
 )
 
 
