@@ -174,6 +174,13 @@ class ImageResolver:
             )
         return ImageBuildError(parse_build_failure(ref, output, last).message(), engine_error=last)
 
+    def _built_here(self) -> bool:
+        """Whether this owner built this environment in place of its prebuilt image (a forced
+        build). Harbor starts a separate verifier without ``force_build``: it gets the image its
+        trial's agent got. Nothing is built where there is no reference to build to."""
+        source = self._source
+        return bool(source.local_only or source.registry) and self._builds.built_here(self.ref)
+
     async def prepare(self, force_build: bool = False) -> tuple[str | None, bool]:
         """Make this environment's image available; returns (reference, built-by-this-call).
 
@@ -181,11 +188,9 @@ class ImageResolver:
         trials of one environment build it once (the owner's ``ImageBuildCoordinator``).
         """
         source = self._source
-        ref = self.ref
-        # Harbor starts a separate verifier without force_build: it gets the image its trial's
-        # agent got, the one this owner built in place of the prebuilt image when forced.
-        forced = force_build or self._builds.built_here(ref)
+        forced = force_build or self._built_here()
         if source.docker_image and not (forced and source.dockerfile.is_file()):
             return source.docker_image, False
+        ref = self.ref
         built = await self._builds.ensure(ref, exists=self.exists, build=self.build, force_build=force_build)
         return ref, built
