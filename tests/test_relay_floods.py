@@ -167,6 +167,10 @@ async def test_a_half_open_flood_from_one_sandbox_leaves_another_rollout_chattin
     assert "relay" not in diagnostics(osmosis_home, rollout_id)  # nothing of it was refused
 
 
+# Alone on the machine: whether the flood still holds every connection when the victim calls
+# depends on how fast the two rollouts start; beside other tests' sandboxes the victim has come
+# after the flood let go (seen under a load of about 10).
+@pytest.mark.exclusive
 async def test_with_todays_relay_limits_the_flood_pays_and_the_victim_ends_internal_error(
     tmp_path: Path,
     bundles_dir: Path,
