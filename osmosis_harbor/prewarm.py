@@ -25,14 +25,13 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from harbor.environments.base import BaseEnvironment
-from harbor.environments.factory import EnvironmentFactory
 from harbor.models.task.task import Task
 from harbor.models.trial.config import EnvironmentConfig
-from harbor.models.trial.paths import TrialPaths
 from osmosis_ai.rollout.types import ExecutionRequest
 from pydantic import BaseModel
 
 from osmosis_harbor.audit import AuditSubject, EnvironmentAudit, audit_sandbox
+from osmosis_harbor.audit.run import sandbox_environment
 from osmosis_harbor.errors import (
     DockerEngineUnavailable,
     PrewarmError,
@@ -253,20 +252,7 @@ class Prewarmer:
         return str(getattr(mode, "value", mode)) == "no-network" or getattr(env, "allow_internet", True) is False
 
     def _environment(self, path: Path) -> SandboxEnvironment:
-        task = Task(path)
-        trial_paths = TrialPaths(self._work / f"trial-{uuid.uuid4().hex[:8]}")
-        trial_paths.mkdir()
-        config = self.options.for_trial(claims_pool=False).applied_to(self.backend.environment_config)
-        env = EnvironmentFactory.create_environment_from_config(
-            config,
-            environment_dir=task.paths.environment_dir,
-            environment_name=task.name,
-            session_id=f"prewarm-{uuid.uuid4().hex[:10]}",
-            trial_paths=trial_paths,
-            task_env_config=task.config.environment,
-            # the baseline a trial gives its agent environment, so the group key is the trial's
-            network_policy=task.config.environment.resolve_baseline(),
-        )
+        env = sandbox_environment(path, self.backend.environment_config, self._work, purpose="prewarm")
         assert isinstance(env, SandboxEnvironment)
         return env
 

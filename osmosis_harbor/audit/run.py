@@ -151,20 +151,22 @@ async def audit_sandbox(
     return audit
 
 
-def sandbox_environment(task_path: Path, environment: EnvironmentConfig, work: Path) -> Any:
+def sandbox_environment(task_path: Path, environment: EnvironmentConfig, work: Path, purpose: str = "audit") -> Any:
     """The environment a trial of the task gets (its image, resources and network baseline),
-    made outside a trial. The caller holds an owner scope (``owner_scope``)."""
+    made outside a trial (``purpose`` names its session: the audit's, prewarm's). The caller
+    holds an owner scope (``owner_scope``)."""
     task = Task(task_path)
-    trial_paths = TrialPaths(work / f"audit-{uuid.uuid4().hex[:8]}")
+    trial_paths = TrialPaths(work / f"{purpose}-{uuid.uuid4().hex[:8]}")
     trial_paths.mkdir()
     config = SandboxOptions.of(environment).for_trial(claims_pool=False).applied_to(environment)
     return EnvironmentFactory.create_environment_from_config(
         config,
         environment_dir=task.paths.environment_dir,
         environment_name=task.name,
-        session_id=f"audit-{uuid.uuid4().hex[:10]}",
+        session_id=f"{purpose}-{uuid.uuid4().hex[:10]}",
         trial_paths=trial_paths,
         task_env_config=task.config.environment,
+        # the baseline a trial gives its agent environment, so a group's key is the trial's
         network_policy=task.config.environment.resolve_baseline(),
     )
 
