@@ -15,7 +15,7 @@ What it answers honestly, in memory and in microseconds:
   (default 60, over 3600 refused; a command past it is cancelled and exits 124), concurrent
   commands, ``wait(timeout=)``;
 * the programs ``true : false exit echo printf cat mkdir rm test [ pwd cd sleep chmod tar id whoami
-  sh bash export sha256sum ln find`` with the options their docstrings list (``commands.py``),
+  sh bash export sha256sum ln wc stat find`` with the options their docstrings list (``commands.py``),
   ``sh -c`` / ``bash -c`` scripts in the shell subset of ``shell.py``, and executable
   ``#!/bin/sh`` scripts in the sandbox's tree;
 * sandboxes: DNS-1123 names, duplicates refused, ``terminate`` idempotent, ``ls()`` records
@@ -25,7 +25,7 @@ What it answers honestly, in memory and in microseconds:
   (gone, or listed with an eviction status), slow execs; and every call recorded (``calls``).
 
 What it refuses (`CannotAnswer`, never a made-up answer): any other program (``python``, ``su``,
-``stat``, ``head``, ...), pipes, background jobs, subshells, command substitution, globbing,
+``grep``, ``head``, ...), pipes, background jobs, subshells, command substitution, globbing,
 ``if``/``for``/``case``. It has no users (every command runs as root), no processes to list, no
 kernel (no ``/proc``, cgroups, capabilities), no network and no image builds: the conformance
 checks about those are skipped, each with its reason (``tests/unit/sandbox/test_fake_sdk_conformance.py``).

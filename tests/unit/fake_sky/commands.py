@@ -90,7 +90,10 @@ async def printf(proc: Process, args: list[str]) -> int:
 
 
 async def cat(proc: Process, args: list[str]) -> int:
-    """``cat FILES`` (an exec has no stdin: no files prints nothing)."""
+    """``cat FILES``; no files: its stdin (an exec has none; ``< FILE`` gives one)."""
+    if not args:
+        proc.out += proc.stdin
+        return 0
     code = 0
     for name in args:
         try:
@@ -292,6 +295,40 @@ async def sha256sum(proc: Process, args: list[str]) -> int:
     return code
 
 
+async def wc(proc: Process, args: list[str]) -> int:
+    """``wc -c [FILE]`` (no file: its stdin)."""
+    if args[:1] != ["-c"] or len(args) > 2:
+        raise _refuse("wc", args)
+    if len(args) == 1:
+        proc.say(f"{len(proc.stdin)}\n")
+        return 0
+    try:
+        proc.say(f"{len(proc.tree.read(proc.path(args[1])))} {args[1]}\n")
+    except TreeError as exc:
+        proc.complain(f"wc: {args[1]}: {exc.message}\n")
+        return 1
+    return 0
+
+
+async def stat(proc: Process, args: list[str]) -> int:
+    """``stat [-L] -c FORMAT [--] PATHS`` with ``%s %a %U %n`` (every file is root's)."""
+    follow = "-L" in args
+    rest = [a for a in args if a not in ("-L", "--")]
+    if rest[:1] != ["-c"] or len(rest) < 3 or re.sub(r"%[saUn]", "", rest[1]).count("%"):
+        raise _refuse("stat", args)
+    code = 0
+    for name in rest[2:]:
+        node = proc.tree.get(proc.path(name), follow=follow)
+        if node is None:
+            proc.complain(f"stat: cannot statx '{name}': No such file or directory\n")
+            code = 1
+            continue
+        size = len(node.data) if isinstance(node, File) else len(node.target) if isinstance(node, Link) else 4096
+        fields = {"%s": str(size), "%a": f"{node.mode & 0o7777:o}", "%U": "root", "%n": name}
+        proc.say(re.sub(r"%[saUn]", lambda m, said=fields: said[m.group()], rest[1]) + "\n")
+    return code
+
+
 async def ln(proc: Process, args: list[str]) -> int:
     """``ln -s TARGET LINK``."""
     if len(args) != 3 or args[0] != "-s":
@@ -357,5 +394,7 @@ BUILTINS: dict[str, Builtin] = {
     "export": export,
     "sha256sum": sha256sum,
     "ln": ln,
+    "wc": wc,
+    "stat": stat,
     "find": find,
 }

@@ -44,6 +44,7 @@ class Process:
     err: bytearray = field(default_factory=bytearray)
     shell_vars: dict[str, str] = field(default_factory=dict)
     status: int = 0
+    stdin: bytes = b""  # an exec has none; ``< FILE`` gives one
 
     def child(self, env: dict[str, str] | None = None) -> Process:
         return Process(self.tree, dict(self.env if env is None else env), self.cwd, self.builtins)
@@ -124,6 +125,7 @@ async def _run_command(proc: Process, command: Command, last: int) -> int:
         proc.shell_vars.update(assigned)
         return 0
     child = proc.child({**proc.env, **assigned})
+    child.stdin = _stdin(proc, command, variables)
     child.shell_vars, child.status = proc.shell_vars, last
     before = dict(child.env)
     try:
@@ -135,10 +137,25 @@ async def _run_command(proc: Process, command: Command, last: int) -> int:
     return code
 
 
+def _stdin(proc: Process, command: Command, variables: dict[str, str]) -> bytes:
+    data = proc.stdin
+    for redirect in command.redirects:
+        if redirect.op == "<" and isinstance(redirect.target, Word):
+            target = "".join(expand(redirect.target, variables))
+            try:
+                data = proc.tree.read(proc.path(target))
+            except TreeError as exc:
+                proc.complain(f"sh: 1: cannot open {target}: {exc.message}\n")
+                raise ShellExit(2) from None
+    return data
+
+
 def _route(proc: Process, child: Process, command: Command, variables: dict[str, str]) -> None:
     """Send the command's stdout and stderr where its redirections say, left to right."""
     where: dict[int, tuple[str, str]] = {1: ("stream", "out"), 2: ("stream", "err")}
     for redirect in command.redirects:
+        if redirect.op == "<":
+            continue
         if isinstance(redirect.target, int):
             where[redirect.fd] = where[redirect.target]
             continue

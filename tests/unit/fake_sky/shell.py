@@ -3,8 +3,8 @@
 A small, explicit subset of POSIX sh, the part the product's and Harbor's scripts use: simple
 commands joined by ``;``, newlines, ``&&`` and ``||``; single and double quotes and backslash
 escapes; ``$NAME``, ``${NAME}``, ``${NAME-word}``, ``${NAME:-word}`` and ``$?``; field splitting
-of unquoted expansions; ``NAME=value`` prefixes; redirections ``>``, ``>>``, ``2>``, ``>&2``,
-``2>&1``. Everything else (pipes, background jobs, subshells, command substitution, globbing,
+of unquoted expansions; ``NAME=value`` prefixes; redirections ``<``, ``>``, ``>>``, ``2>``,
+``>&2``, ``2>&1``. Everything else (pipes, background jobs, subshells, command substitution, globbing,
 ``~``, here-documents, ``if``/``for``/``case``, positional parameters) raises `CannotAnswer`
 with what was met: the fake refuses what it cannot run rather than run it wrongly.
 """
@@ -53,8 +53,8 @@ class Word:
 
 @dataclass(frozen=True)
 class Redirect:
-    """``fd`` sent to a file (``op`` ``>`` or ``>>``, ``target`` a word) or to a descriptor
-    (``op`` ``>&``, ``target`` an int)."""
+    """``fd`` sent to a file (``op`` ``>`` or ``>>``, ``target`` a word), to a descriptor
+    (``op`` ``>&``, ``target`` an int), or read from a file (``fd`` 0, ``op`` ``<``)."""
 
     fd: int
     op: str
@@ -155,16 +155,18 @@ class _Parser:
                 self.i += 1
 
     def redirect(self) -> None:
-        """At ``>``: the word just read may be its descriptor (``2>``)."""
-        fd = 1
-        if self.word is not None and self.word.unquoted_literal() in ("1", "2"):
+        """At ``>`` or ``<``: the word just read may be its descriptor (``2>``)."""
+        fd = 0 if self.peek() == "<" else 1
+        if fd and self.word is not None and self.word.unquoted_literal() in ("1", "2"):
             fd, self.word = int(self.word.unquoted_literal() or 1), None
         self.end_word()
         self.i += 1
-        op = ">"
-        if self.peek() == ">":
+        op = ">" if fd else "<"
+        if not fd and self.peek() in "<(&>":
+            raise refuse(f"the redirection <{self.peek()}", self.s)
+        if fd and self.peek() == ">":
             op, self.i = ">>", self.i + 1
-        if self.peek() == "&":
+        if fd and self.peek() == "&":
             digits = self.peek(1)
             if digits not in ("1", "2"):
                 raise refuse(f"the redirection >&{digits}", self.s)
@@ -227,10 +229,10 @@ class _Parser:
                 raise refuse("a background job (&)" if nxt != ">" else "the redirection &>", self.s)
             elif c == "|":
                 raise refuse("a pipeline (|)", self.s)
-            elif c == ">":
+            elif c in "<>":
                 self.redirect()
-            elif c in "<()":
-                raise refuse(f"{c!r} (input redirection or a subshell)", self.s)
+            elif c in "()":
+                raise refuse(f"a subshell {c!r}", self.s)
             else:
                 self.step()
         if self.connector in ("&&", "||") and not (self.command.words or self.word):
