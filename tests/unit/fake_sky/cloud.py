@@ -189,6 +189,7 @@ class FakeSky:
         self._images_of[name] = image
         if self.faults.create_delay:
             await asyncio.sleep(self.faults.create_delay)
+        self.faults.check("create", after=True)
         return sandbox
 
     async def _ls(self) -> list[SandboxRecord]:

@@ -2,7 +2,8 @@
 
 Each fault is explicit and counted, so a test states what goes wrong and when, and the fake
 never fails on its own: ``fail("exec", times=2)`` makes the next two ``exec`` calls raise a 503
-(or the exception given) before they do anything; ``lose_on(name, "sleep")`` loses sandbox
+(or the exception given) before they do anything (``after=True``: a ``create`` that made its
+sandbox and lost its answer); ``lose_on(name, "sleep")`` loses sandbox
 ``name`` the moment an exec whose argv contains ``sleep`` starts (the command then ends as on a
 lost pod: its ``wait()`` raises "not found"); ``slow_exec(0.2)`` makes every exec take that
 much longer before it starts, ``slow_create(0.1)`` answers a create that much later (a slow API
@@ -25,6 +26,7 @@ class _Failure:
     error: BaseException | None
     times: int
     sandbox: str | None
+    after: bool
 
 
 @dataclass(frozen=True)
@@ -48,11 +50,18 @@ class Faults:
     _losses: list[LossPlan] = field(default_factory=list)
 
     def fail(
-        self, call: str, error: BaseException | None = None, *, times: int = 1, sandbox: str | None = None
+        self,
+        call: str,
+        error: BaseException | None = None,
+        *,
+        times: int = 1,
+        sandbox: str | None = None,
+        after: bool = False,
     ) -> None:
         """The next ``times`` calls named ``call`` (of ``sandbox`` only, when given) raise ``error``
-        (a 503 "not now" by default) without doing anything."""
-        self._failures.append(_Failure(call, error, times, sandbox))
+        (a 503 "not now" by default) without doing anything; with ``after`` (``create`` only),
+        once they did it: the answer was lost, not the work."""
+        self._failures.append(_Failure(call, error, times, sandbox, after))
 
     def slow_exec(self, seconds: float) -> None:
         self.exec_delay = seconds
@@ -65,10 +74,15 @@ class Faults:
     def lose_on(self, sandbox: str, word: str, *, status: str | None = None, message: str | None = None) -> None:
         self._losses.append(LossPlan(sandbox, word, status, message))
 
-    def check(self, call: str, sandbox: str | None = None) -> None:
+    def check(self, call: str, sandbox: str | None = None, *, after: bool = False) -> None:
         """Raise the armed failure for this call, if one is armed (called by the fake)."""
         for failure in self._failures:
-            if failure.call == call and failure.sandbox in (None, sandbox) and failure.times > 0:
+            if (
+                failure.call == call
+                and failure.sandbox in (None, sandbox)
+                and failure.times > 0
+                and failure.after == after
+            ):
                 failure.times -= 1
                 raise failure.error or Unavailable(f"{call}: the API server is temporarily unavailable (injected)")
 
