@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 from .errors import CannotAnswer
-from .shell import Command, Word, expand, parse
+from .shell import Command, Part, Word, expand, parse
 from .tree import Dir, File, Tree, TreeError
 
 __all__ = ["Builtin", "Process", "ShellExit", "run_argv", "run_script"]
@@ -104,13 +104,19 @@ async def run_script(proc: Process, script: str) -> int:
 
 
 def _assignment(word: Word) -> tuple[str, Word] | None:
-    first = word.parts[0] if word.parts else None
-    if first is None or first.quoted or first.var or "=" not in first.text:
-        return None
-    name, _, rest = first.text.partition("=")
-    if not name.isidentifier():
-        return None
-    return name, Word([type(first)(rest, False), *word.parts[1:]])
+    """``NAME=value``: the name from the word's leading unquoted text, the rest its value."""
+    name = ""
+    for index, part in enumerate(word.parts):
+        if part.quoted or part.var:
+            return None
+        if "=" in part.text:
+            before, _, after = part.text.partition("=")
+            name += before
+            if not name.isidentifier():
+                return None
+            return name, Word([Part(after, False), *word.parts[index + 1 :]])
+        name += part.text
+    return None
 
 
 async def _run_command(proc: Process, command: Command, last: int) -> int:
