@@ -148,6 +148,9 @@ def _stdin(proc: Process, command: Command, variables: dict[str, str]) -> bytes:
     for redirect in command.redirects:
         if redirect.op == "<" and isinstance(redirect.target, Word):
             target = "".join(expand(redirect.target, variables))
+            if target == "/dev/null":
+                data = b""
+                continue
             try:
                 data = proc.tree.read(proc.path(target))
             except TreeError as exc:
