@@ -75,3 +75,14 @@ def test_the_blocking_twins_work_from_a_thread_without_a_loop(fake_cloud: FakeSk
     assert (handle.wait(), handle.stdout.read()) == (0, "data")
     sandbox.terminate(wait=True)
     assert [c.call for c in fake_cloud.calls] == ["create", "write_bytes", "exec", "terminate"]
+
+
+async def test_a_slow_api_delays_every_exec_by_what_was_asked(fake_cloud: FakeSky) -> None:
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    await _run(fake_cloud, "true")
+    fast = loop.time() - started
+    fake_cloud.faults.slow_exec(0.2)
+    started = loop.time()
+    assert (await _run(fake_cloud, "true"))[0] == 0
+    assert loop.time() - started >= 0.2 > fast
