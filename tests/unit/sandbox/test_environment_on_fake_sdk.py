@@ -88,6 +88,8 @@ async def test_directories_and_files_round_trip_on_each_route(
     back = tmp_path / "back"
     assert (back / "sub" / "data.bin").read_bytes() == (source / "sub" / "data.bin").read_bytes()
     assert (back / "empty").is_dir() and (back / "run.sh").stat().st_mode & 0o111
+    assert await started.is_dir("/work/payload/sub") and not await started.is_dir("/work/payload/run.sh")
+    assert await started.is_file("/work/payload/run.sh") and not await started.is_file("/work/payload/none")
     await started.upload_file(source / "sub" / "data.bin", "/work/one.bin")
     await started.download_file("/work/one.bin", tmp_path / "one.bin")
     assert (tmp_path / "one.bin").read_bytes() == (source / "sub" / "data.bin").read_bytes()
