@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The lint CI runs before the tests (.ci/run), and `nox -s lint`: ruff (lint and format),
-# import-linter (the layer contracts in pyproject.toml) and mypy on the package.
+# import-linter (the layer contracts in pyproject.toml), mypy on the package, and the checks in
+# scripts/ (the environment read in settings/ only).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 BIN="${LINT_BIN:-.venv/bin}"
@@ -8,3 +9,4 @@ BIN="${LINT_BIN:-.venv/bin}"
 "$BIN/ruff" format --check .
 "$BIN/lint-imports"
 "$BIN/mypy"
+"$BIN/python" scripts/check_environ.py

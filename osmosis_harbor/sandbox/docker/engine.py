@@ -64,10 +64,10 @@ def _engine_url() -> str:
     return settings.current().docker_host
 
 
-def check_reachable() -> None:
+def check_reachable(config: settings.Settings) -> None:
     """The engine answers a ping (``sdk="docker"``'s preflight), without making the process's
     `Engine`: a run that never starts a sandbox here keeps no client."""
-    url = _engine_url()
+    url = config.docker_host
     try:
         client = docker.from_env(version="auto", timeout=10)
         try:
