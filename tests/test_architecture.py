@@ -108,12 +108,12 @@ def test_a_local_rollout_keeps_its_trajectories_in_a_scoped_directory(monkeypatc
     monkeypatch.delenv(ARTIFACT_ROOT_ENV, raising=False)
     monkeypatch.delenv("OSMOSIS_HARBOR_KEEP_HOME", raising=False)
     home = os.environ.get("HOME")
-    with local_trajectories() as root:
+    with local_trajectories(keep_home=settings.current().keep_home) as root:
         assert root is not None and root.is_dir() and default_artifact_root() == root
         assert os.environ.get("HOME") == home
     assert ARTIFACT_ROOT_ENV not in os.environ and not root.exists()
     monkeypatch.setenv("OSMOSIS_HARBOR_KEEP_HOME", "1")
-    with local_trajectories() as kept:
+    with local_trajectories(keep_home=settings.current().keep_home) as kept:
         assert kept is None and ARTIFACT_ROOT_ENV not in os.environ
 
 

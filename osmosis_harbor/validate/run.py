@@ -82,7 +82,7 @@ def _checks(task: TaskRef) -> bool:
     return True
 
 
-def _guard_verdict(task: TaskRef, row: TaskValidation, guard: GuardSession) -> None:
+def _guard_verdict(task: TaskRef, row: TaskValidation, guard: GuardSession, config: settings.Settings) -> None:
     """The guard's word on a validated task: a tampered verifier environment fails it (with
     ``nop``, a test that passes an untouched sandbox is caught either way); a passing oracle run
     records what its solution changed and left listening as the task's allowance."""
@@ -93,7 +93,7 @@ def _guard_verdict(task: TaskRef, row: TaskValidation, guard: GuardSession) -> N
         recorded = Allowance()
         for check in guard.checks:
             recorded = recorded.merged(Allowance.recorded(check.report))
-        save_recorded(task.path, recorded)
+        save_recorded(task.path, recorded, config)
 
 
 def _pool_note(task: TaskRef, options: SandboxOptions) -> str | None:
@@ -142,6 +142,7 @@ async def validate_tasks(
             f"(an untouched sandbox must score 0), not {agent!r}"
         )
     settings.use_bundled_model_prices()
+    run_settings = settings.current()  # once for the run, carried to its parts
     started = time.monotonic()
     notify = on_progress or (lambda _id, _stage: None)
     owns_dir = trials_dir is None
@@ -154,7 +155,7 @@ async def validate_tasks(
     pool_notes: dict[str, str | None] = {}
     options = SandboxOptions.of(environment)
     ours = environment.import_path == IMPORT_PATH  # our SDKs: lint also names what training refuses there
-    findings = lint_dataset(list(tasks), lint, options.impl if ours else None)
+    findings = lint_dataset(list(tasks), lint, run_settings, options.impl if ours else None)
     leaks: dict[str, list[AuditFinding]] = {}
     audits: list[EnvironmentAudit] | None = None
     impl = options.impl
@@ -183,7 +184,7 @@ async def validate_tasks(
                     refuse_lint_errors(task, findings[task.id])
                     refuse_audit_errors(task, leaks.get(task.id, []))
                 # Training's decision: a fresh verifier's sandbox, or the agent's under the guard.
-                modes[task.id] = verification = decide_verification(task.path)
+                modes[task.id] = verification = decide_verification(task.path, config=run_settings)
                 path = task.path
                 if verification.mode is VerificationMode.FRESH:
                     copies = copies or Path(tempfile.mkdtemp(prefix="osmosis-harbor-validate-tasks-"))
@@ -194,7 +195,9 @@ async def validate_tasks(
                     ).path
                 elif verification.mode is VerificationMode.SHARED:
                     # Harbor's oracle and nop are native agents; the oracle's run records the allowance.
-                    guards[task.id] = guard_plan(task.path, native_agent=True, record=agent == "oracle")
+                    guards[task.id] = guard_plan(
+                        task.path, native_agent=True, record=agent == "oracle", config=run_settings
+                    )
             except (DatasetError, TaskResolutionError) as exc:
                 rows[task.id] = TaskValidation(
                     id=task.id, passed=False, failed_phase=TrialPhase.TASK.value, error=str(exc)
@@ -255,7 +258,7 @@ async def validate_tasks(
             # Reading the trial's output files is file work: off the event loop.
             rows[task.id] = await asyncio.to_thread(_row_for_result, task, result, trial_dir, keep_trials, agent)
             if guard is not None:
-                await asyncio.to_thread(_guard_verdict, task, rows[task.id], guard)
+                await asyncio.to_thread(_guard_verdict, task, rows[task.id], guard, run_settings)
         notify(task.id, "passed" if rows[task.id].passed else "failed")
 
     try:

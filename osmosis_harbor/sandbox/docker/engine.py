@@ -154,7 +154,7 @@ class Engine:
         layer) and with its privileges cut (``privileges.py``)."""
         current = settings.current()
         bounds = SandboxBounds.resolve(cpus, memory_gb, disk_mb=current.sandbox_disk_mb, inodes=current.sandbox_inodes)
-        privileges = SandboxPrivileges.current()
+        privileges = SandboxPrivileges.of(current)
 
         def create(network_mode: str) -> str:
             host_config = self.api.create_host_config(
