@@ -33,7 +33,7 @@ AREAS: tuple[tuple[str, str], ...] = (
     ("osmosis_harbor/sandbox", "sandbox environment (ours)"),
     ("osmosis_harbor/backend", "backend: plan, attempts, outcome"),
     ("osmosis_harbor/tasks", "tasks: resolve, materialize"),
-    ("osmosis_harbor/keys", "key custody and scrub"),
+    ("osmosis_harbor/key_custody", "key custody and scrub"),
     ("osmosis_harbor/agents", "workflow agent"),
     ("osmosis_harbor/trials", "reading trials"),
     ("osmosis_harbor", "osmosis_harbor, other"),
@@ -77,7 +77,7 @@ CUMULATIVE: tuple[tuple[str, str, str], ...] = (
     ("our outcome and trial reading (build_outcome)", "osmosis_harbor/backend/outcome.py", "build_outcome"),
 )
 OWN: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("key custody and scrub", ("osmosis_harbor/keys.py",)),
+    ("key custody and scrub", ("osmosis_harbor/key_custody.py",)),
     ("tar (tarfile, our extraction)", ("tarfile.py", "osmosis_harbor/sandbox/extract")),
     ("JSON", ("/json/",)),
     ("Docker SDK client (requests, urllib3, docker-py)", ("requests/", "urllib3/", "site-packages/docker/")),

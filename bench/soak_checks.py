@@ -11,7 +11,7 @@ from pathlib import Path
 
 from osmosis_ai.rollout.types import RolloutStatus
 
-from osmosis_harbor.keys import MARKER
+from osmosis_harbor.key_custody import MARKER
 from osmosis_harbor.shim.errors import Redactor
 
 from .env import managed_containers

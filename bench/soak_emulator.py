@@ -37,7 +37,7 @@ from harbor.environments.skypilot import _sanitize_dns_name
 from harbor.trial.queue import TrialQueue
 
 from osmosis_harbor.backend import HarborBackend
-from osmosis_harbor.keys import MARKER
+from osmosis_harbor.key_custody import MARKER
 from osmosis_harbor.sandbox import environment_config
 from osmosis_harbor.sandbox.docker import labels as L
 from osmosis_harbor.sandbox.ledger.store import default_ledger, endpoint_for

@@ -128,7 +128,7 @@ def _targets() -> list[tuple[Any, str, Callable[..., str], bool]]:
 
     from osmosis_harbor.backend.attempts import TrialRunner
     from osmosis_harbor.backend.harbor_backend import HarborBackend
-    from osmosis_harbor.keys import KeyCustody
+    from osmosis_harbor.key_custody import KeyCustody
     from osmosis_harbor.sandbox.environment.sandbox_environment import SandboxEnvironment
     from osmosis_harbor.sandbox.owner.sandboxes import OwnedSandboxes
 

@@ -3,7 +3,7 @@
 Trials carry only the rollout id (Harbor serialises a trial's whole config into its directory);
 the workflow agent looks the endpoint and key up in its owner's store at run time
 (``sandbox.owner.context.SandboxOwner.credentials``: a backend's, a validation run's), so two
-backends that see the same rollout id never read or drop each other's key. ``keys.py`` covers the
+backends that see the same rollout id never read or drop each other's key. ``key_custody.py`` covers the
 key on disk.
 """
 

@@ -18,7 +18,7 @@ from osmosis_harbor import errors, settings
 from osmosis_harbor.cli import EXIT_USAGE, run_guarded
 from osmosis_harbor.sandbox.sdk.registry import implementation, load_sandbox_sdk, name_of
 from osmosis_harbor.serving.local import ARTIFACT_ROOT_ENV, local_trajectories
-from osmosis_harbor.trials.reading import Phase, phase_of_exception
+from osmosis_harbor.trials.reading import TrialPhase, phase_of_exception
 
 from .support import FIXTURES, REPO, TASKS
 
@@ -59,21 +59,21 @@ def test_the_cli_turns_exactly_our_errors_into_one_line(capsys: pytest.CaptureFi
 
 def test_our_trial_errors_are_classified_by_type() -> None:
     """Harbor records only the class name; our classes carry the phase and the category."""
-    assert phase_of_exception("WorkflowFailedError") is Phase.AGENT
+    assert phase_of_exception("WorkflowFailedError") is TrialPhase.AGENT
     assert (
         phase_of_exception("BundleInstallError")
         is phase_of_exception("IncompatibleTaskImageError")
-        is Phase.AGENT_SETUP
+        is TrialPhase.AGENT_SETUP
     )
-    assert phase_of_exception("ImageBuildError") is Phase.ENVIRONMENT
+    assert phase_of_exception("ImageBuildError") is TrialPhase.ENVIRONMENT
     assert phase_of_exception("SandboxLostError") is None  # the phase that was running
-    assert phase_of_exception("AgentTimeoutError") is Phase.AGENT  # Harbor's own, by name
+    assert phase_of_exception("AgentTimeoutError") is TrialPhase.AGENT  # Harbor's own, by name
     assert errors.recorded_error("IncompatibleTaskImageError").category is RolloutErrorCategory.VALIDATION_ERROR
     assert errors.recorded_error("ValueError") is None
     for name in ("WorkflowFailedError", "BundleInstallError", "ImageBuildError", "SandboxLostError"):
         cls = errors.recorded_error(name)
         assert cls is not None and issubclass(cls, errors.OsmosisHarborError)
-        assert cls.phase is None or Phase(cls.phase)
+        assert cls.phase is None or TrialPhase(cls.phase)
 
 
 def test_every_error_we_raise_has_the_one_base() -> None:
@@ -108,12 +108,12 @@ def test_a_local_rollout_keeps_its_trajectories_in_a_scoped_directory(monkeypatc
     monkeypatch.delenv(ARTIFACT_ROOT_ENV, raising=False)
     monkeypatch.delenv("OSMOSIS_HARBOR_KEEP_HOME", raising=False)
     home = os.environ.get("HOME")
-    with local_trajectories() as root:
+    with local_trajectories(keep_home=settings.current().keep_home) as root:
         assert root is not None and root.is_dir() and default_artifact_root() == root
         assert os.environ.get("HOME") == home
     assert ARTIFACT_ROOT_ENV not in os.environ and not root.exists()
     monkeypatch.setenv("OSMOSIS_HARBOR_KEEP_HOME", "1")
-    with local_trajectories() as kept:
+    with local_trajectories(keep_home=settings.current().keep_home) as kept:
         assert kept is None and ARTIFACT_ROOT_ENV not in os.environ
 
 

@@ -24,7 +24,7 @@ from harbor.trial.queue import TrialQueue
 from osmosis_ai.rollout.types import RolloutErrorCategory, RolloutStatus
 
 from osmosis_harbor.backend import HarborBackend
-from osmosis_harbor.keys import MARKER
+from osmosis_harbor.key_custody import MARKER
 from osmosis_harbor.sandbox import environment_config
 from osmosis_harbor.shim.errors import Redactor
 

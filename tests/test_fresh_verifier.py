@@ -32,7 +32,7 @@ from osmosis_harbor.tasks.discovery import discover_tasks
 from osmosis_harbor.tasks.materialize import prepare_task
 from osmosis_harbor.tasks.verification import VerificationMode, decide_verification, glob_prefix
 from osmosis_harbor.validate import validate_tasks
-from osmosis_harbor.validate.run import TaskValidation
+from osmosis_harbor.validate.report import TaskValidation
 
 from .sdk_paths import EMULATOR, SdkPath
 from .support import FIXTURES, TASKS, managed_containers

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from osmosis_harbor import settings
 from osmosis_harbor.errors import DatasetError
 from osmosis_harbor.sandbox.environment.verifier_guard import baked_guard
 from osmosis_harbor.sandbox.guard import Allowance, ReportRejected, judge, parse_report
@@ -130,10 +131,11 @@ def test_an_allowance_survives_its_file(tmp_path: Path, monkeypatch: pytest.Monk
     task = shutil.copytree(FIXTURES / "guard_dataset" / "service-reverse", tmp_path / "task")
     odd = os.fsdecode(b"/opt/\xfe")
     allowance = Allowance(frozenset({("added", "f", odd, "ab" * 32)}), (), frozenset({50051}))
-    save_recorded(task, allowance)
-    assert recorded_allowance(task) == allowance
+    config = settings.current()
+    save_recorded(task, allowance, config)
+    assert recorded_allowance(task, config) == allowance
     (task / "solution" / "solve.sh").write_text("#!/bin/sh\necho another solution\n")
-    assert recorded_allowance(task) == Allowance()  # a changed solution has not been validated
+    assert recorded_allowance(task, config) == Allowance()  # a changed solution has not been validated
 
 
 def test_which_trials_get_a_guard(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 from osmosis_ai.rollout.types import RolloutErrorCategory, RolloutResultResponse, RolloutStatus
 
+from osmosis_harbor import settings
 from osmosis_harbor.sandbox.sdk.registry import implementation
 from osmosis_harbor.tasks.discovery import discover_tasks
 from osmosis_harbor.tasks.verifier_shell import OPT_IN, RULE, shell_exec_refusal
@@ -212,8 +213,8 @@ def test_the_refusal_follows_the_sdks_registration_the_agent_user_and_the_opt_in
 def test_validate_lint_lists_the_tasks_training_refuses_on_that_sdk(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(OPT_IN_VAR, raising=False)
     tasks = [t for t in discover_tasks(DATASET) if t.id == "sum-42"]
-    emulator = lint_dataset(tasks, LintMode.REPORT, implementation(EMULATOR))["sum-42"]
+    emulator = lint_dataset(tasks, LintMode.REPORT, settings.current(), implementation(EMULATOR))["sum-42"]
     [issue] = [i for i in emulator if i.rule == RULE]
     assert "training refuses this task" in issue.message and OPT_IN in issue.message and issue.path == "task.toml"
-    docker = lint_dataset(tasks, LintMode.REPORT, implementation("docker"))["sum-42"]
+    docker = lint_dataset(tasks, LintMode.REPORT, settings.current(), implementation("docker"))["sum-42"]
     assert not [i for i in docker if i.rule == RULE]

@@ -27,6 +27,7 @@ from harbor.trial.hooks import TrialEvent, TrialHookEvent
 from harbor.trial.queue import TrialQueue
 from harbor.utils.optional_import import MissingExtraError
 
+from osmosis_harbor import settings
 from osmosis_harbor.errors import AgentSandboxLostError, SandboxSdkMissingError, SandboxUnavailableError
 from osmosis_harbor.harbor_compat import error_policies
 from osmosis_harbor.harbor_compat.version import HARBOR
@@ -79,9 +80,9 @@ def test_preflight_names_what_is_not_there(monkeypatch: pytest.MonkeyPatch, tmp_
             SandboxEnvironment.preflight({"sdk": sdk})
     monkeypatch.delenv("SKYPILOT_API_SERVER_ENDPOINT", raising=False)
     with pytest.raises(SandboxUnavailableError, match="sky api login"):
-        check_logged_in()
+        check_logged_in(settings.current())
     monkeypatch.setenv("SKYPILOT_API_SERVER_ENDPOINT", "http://127.0.0.1:46580")
-    check_logged_in()
+    check_logged_in(settings.current())
 
 
 def test_a_missing_sdk_is_harbors_missing_extra_error() -> None:

@@ -25,7 +25,7 @@ from osmosis_ai.rollout.server import create_rollout_server
 from osmosis_ai.rollout.types import RolloutErrorCategory, RolloutStatus
 
 from osmosis_harbor.backend import HarborBackend
-from osmosis_harbor.keys import MARKER, KeyCustody
+from osmosis_harbor.key_custody import MARKER, KeyCustody
 from osmosis_harbor.serving.server import draining_server
 from osmosis_harbor.shim.errors import Redactor
 from osmosis_harbor.testing.scripted_policy import FakeChatServer
@@ -186,7 +186,7 @@ CRASHING_HOST = """
 import asyncio, os, signal, sys
 from pathlib import Path
 from harbor.trial.queue import TrialQueue
-from osmosis_harbor import keys as secrets
+from osmosis_harbor import key_custody as secrets
 from osmosis_harbor.backend import HarborBackend
 from osmosis_harbor.serving.local import run_one_rollout
 from osmosis_harbor.sandbox import environment_config

@@ -47,7 +47,7 @@ from osmosis_harbor.agents.native import (
 from osmosis_harbor.sandbox import environment_config
 from osmosis_harbor.sandbox.owner.context import SandboxOwner, owner_scope
 from osmosis_harbor.testing.scripted_policy import FakeChatServer
-from osmosis_harbor.trials.reading import Phase, read_trial
+from osmosis_harbor.trials.reading import TrialPhase, read_trial
 
 from .support import make_task
 
@@ -633,7 +633,7 @@ async def test_mini_swe_agent_install_failure_offline_is_reported_clearly(
     print(f"mini-swe-agent trial: {time.monotonic() - started:.1f}s")
 
     reading = read_trial(result, trial_dir)
-    assert reading.failed_phase is Phase.AGENT_SETUP, reading
+    assert reading.failed_phase is TrialPhase.AGENT_SETUP, reading
     assert result.agent_execution is None  # it never ran
     exc = result.exception_info
     assert exc is not None and exc.exception_type == "NonZeroAgentExitCodeError"

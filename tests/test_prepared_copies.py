@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from osmosis_harbor.shim.models import GradingInput
 from osmosis_harbor.tasks import prepared as prepared_module
 from osmosis_harbor.tasks.files import write_file
 from osmosis_harbor.tasks.materialize import prepare_task, stage_rollout
@@ -77,14 +78,17 @@ def test_copies_link_the_prepared_files_and_own_their_rollout_files(tmp_path: Pa
     copies = []
     for n in range(2):
         copy = prepared.link("k", template, prepare, tmp_path / f"copy{n}")
-        copies.append(stage_rollout(copy, "t", instruction=f"prompt {n}", grading_input={"n": n}))
+        copies.append(
+            stage_rollout(copy, "t", instruction=f"prompt {n}", grading_input={"rollout_id": f"r{n}", "label": str(n)})
+        )
     assert len(made) == 1  # prepared once for both
     base = made[0]
     before = _tree(base)
     for n, copy in enumerate(copies):
         assert copy.generated_tests and copy.verifier_isolated and copy.instruction_replaced
         assert (copy.path / "instruction.md").read_text() == f"prompt {n}"
-        assert (copy.path / "tests" / "osmosis_grading_input.json").read_text() == f'{{"n": {n}}}'
+        written = GradingInput.model_validate_json((copy.path / "tests" / "osmosis_grading_input.json").read_text())
+        assert (written.rollout_id, written.label) == (f"r{n}", str(n))
         assert os.stat(copy.path / "task.toml").st_ino == os.stat(base / "task.toml").st_ino  # linked
         assert os.stat(copy.path / "instruction.md").st_ino != os.stat(base / "instruction.md").st_ino
         assert os.readlink(copy.path / "tests" / "alias.txt") == "data.txt"
@@ -94,7 +98,7 @@ def test_copies_link_the_prepared_files_and_own_their_rollout_files(tmp_path: Pa
     assert _tree(base) == before
     # the copies equal a copy made the old way, bar the rollout's own files
     fresh = stage_rollout(prepare_task(task, tmp_path / "fresh", grade_command="/bin/sh /tests/g.sh",
-                                       isolate_grader=True), "t", instruction="prompt 0", grading_input={"n": 0})  # fmt: skip
+                                       isolate_grader=True), "t", instruction="prompt 0", grading_input={"rollout_id": "r0", "label": "0"})  # fmt: skip
     assert _tree(fresh.path) == _tree(copies[0].path)
 
     # a task edited in place is prepared again, and the old prepared copy goes

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from osmosis_harbor.trials.reading import Phase, StepReading, TrialReading
+from osmosis_harbor.trials.reading import StepReading, TrialPhase, TrialReading
 from osmosis_harbor.trials.verdict import judge, reward_shortfall
 
 from .sdk_paths import SdkPath
@@ -138,7 +138,7 @@ def test_a_step_that_never_ran_fails_the_oracle_even_when_the_mean_is_one() -> N
         rewards={"reward": 1.0},
         steps=[
             StepReading(name="one", reward=1.0, rewards={"reward": 1.0}),
-            StepReading(name="two", ran=True, failed_phase=Phase.VERIFIER, error="RewardFileNotFoundError: none"),
+            StepReading(name="two", ran=True, failed_phase=TrialPhase.VERIFIER, error="RewardFileNotFoundError: none"),
             StepReading(name="three", ran=False),
         ],
     )

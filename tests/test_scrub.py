@@ -1,4 +1,4 @@
-"""The key scrubber fails closed (``osmosis_harbor.keys``): link targets, name collisions,
+"""The key scrubber fails closed (``osmosis_harbor.key_custody``): link targets, name collisions,
 unreadable files and keys across read chunks are handled; nothing it writes or logs holds
 the key; a trial directory it cannot scrub is removed, its custody marker last.
 
@@ -13,8 +13,8 @@ from urllib.parse import quote
 
 import pytest
 
-from osmosis_harbor import keys
-from osmosis_harbor.keys import MARKER, KeyCustody, scrub_tree
+from osmosis_harbor import key_custody
+from osmosis_harbor.key_custody import MARKER, KeyCustody, scrub_tree
 from osmosis_harbor.shim.errors import Redactor
 
 KEY = 'sk-scrub/0123456789abcdef+"q"\\ é&x=1'
@@ -67,7 +67,7 @@ def test_a_scrubbed_name_that_is_taken_gets_a_unique_one(tmp_path: Path) -> None
 
 
 def test_keys_across_chunk_boundaries_are_scrubbed_with_bounded_reads(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setattr(keys, "SCRUB_CHUNK", 7)  # smaller than the key: every occurrence spans chunks
+    monkeypatch.setattr(key_custody, "SCRUB_CHUNK", 7)  # smaller than the key: every occurrence spans chunks
     data = b"".join(b"%d:" % i + s + b"|" for i, s in enumerate(spellings() * 5)) + b"tail"
     (tmp_path / "big.bin").write_bytes(data)
     report = scrub_tree(tmp_path, Redactor.for_key(KEY))
@@ -106,7 +106,7 @@ def test_a_scrub_that_cannot_complete_removes_the_trial_and_logs_no_key(
     def refuse(src, dst, *args, **kwargs):  # the injected fault: the filesystem refuses every rename
         raise OSError(30, "Read-only file system", str(src), None, str(dst))
 
-    monkeypatch.setattr(keys.os, "rename", refuse)
+    monkeypatch.setattr(key_custody.os, "rename", refuse)
     with caplog.at_level(logging.DEBUG):
         removed = custody.seal(trial)
     assert removed and not trial.exists()

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from osmosis_harbor import settings
 from osmosis_harbor.cli import main
 from osmosis_harbor.errors import ConfigError
 from osmosis_harbor.sandbox.sdk.privileges import SandboxPrivileges
@@ -62,12 +63,12 @@ def test_the_setting_gives_every_sandbox_the_profile(tmp_path: Path, monkeypatch
     path = tmp_path / "restricted.json"
     path.write_text(json.dumps(restrict_preallocation(BASE)))
     monkeypatch.setenv("OSMOSIS_HARBOR_SANDBOX_SECCOMP_PROFILE", str(path))
-    options = SandboxPrivileges.current().host_config()["security_opt"]
+    options = SandboxPrivileges.of(settings.current()).host_config()["security_opt"]
     assert options[0] == "no-new-privileges" and json.loads(options[1].removeprefix("seccomp=")) == json.loads(
         path.read_text()
     )
     path.write_text("{")
     with pytest.raises(ConfigError, match=r"OSMOSIS_HARBOR_SANDBOX_SECCOMP_PROFILE='.*' cannot be read as JSON"):
-        SandboxPrivileges.current()
+        SandboxPrivileges.of(settings.current())
     monkeypatch.delenv("OSMOSIS_HARBOR_SANDBOX_SECCOMP_PROFILE")
-    assert SandboxPrivileges.current().host_config()["security_opt"] == ["no-new-privileges"]
+    assert SandboxPrivileges.of(settings.current()).host_config()["security_opt"] == ["no-new-privileges"]

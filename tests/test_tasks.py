@@ -375,7 +375,7 @@ def test_materialize_copies_are_complete_and_independent(tmp_path: Path) -> None
             task,
             tmp_path / "runs" / str(i),
             instruction=f"hi {i}",
-            grading_input={"label": str(i)},
+            grading_input={"rollout_id": f"r{i}", "label": str(i)},
             grade_command="/opt/osmosis/venv/bin/g-grade",
             environment_patch=patch,
         )
@@ -387,7 +387,8 @@ def test_materialize_copies_are_complete_and_independent(tmp_path: Path) -> None
         assert source_files <= files
         assert copy.generated_tests and copy.environment_patched and copy.instruction_replaced
         assert (copy.path / "instruction.md").read_text().strip() == f"hi {i}"
-        assert json.loads((copy.path / "tests" / GRADING_INPUT_FILENAME).read_text()) == {"label": str(i)}
+        written = json.loads((copy.path / "tests" / GRADING_INPUT_FILENAME).read_text())
+        assert (written["rollout_id"], written["label"]) == (f"r{i}", str(i))
         assert "osmosis-harbor: bundle dependencies" in (copy.path / "environment" / "Dockerfile").read_text()
         assert "osmosis-ai>=0.3.8" in (copy.path / "environment" / "osmosis-requirements.txt").read_text()
     (copies[0].path / "environment" / "file0.txt").write_text("changed")

@@ -124,11 +124,8 @@ def scoped_api_key(api_key: str | None, *, prefix: str = "OSMOSIS_API_KEY") -> I
     if not _ENV_NAME.fullmatch(prefix):
         raise ConfigError(f"prefix {prefix!r} is not a valid environment variable name")
     name = f"{prefix}_{uuid.uuid4().hex.upper()}"
-    os.environ[name] = api_key or NO_KEY_PLACEHOLDER
-    try:
+    with settings.scoped_variable(name, api_key or NO_KEY_PLACEHOLDER):
         yield name
-    finally:
-        os.environ.pop(name, None)
 
 
 # ── AgentConfig ───────────────────────────────────────────────────────────────

@@ -14,7 +14,6 @@ error, which Harbor records as the trial's exception (and skips verification).
 from __future__ import annotations
 
 import asyncio
-import json
 import shlex
 from pathlib import Path, PurePosixPath
 from typing import Any, override
@@ -22,6 +21,7 @@ from typing import Any, override
 from harbor.agents.base import BaseAgent
 from harbor.environments.base import BaseEnvironment
 from harbor.models.agent.context import AgentContext
+from osmosis_ai.rollout.types import RolloutSample
 
 from osmosis_harbor import settings
 from osmosis_harbor.agents.limits import limits_note
@@ -35,6 +35,7 @@ from osmosis_harbor.sandbox.images.build_failure import last_lines
 from osmosis_harbor.sandbox.owner.context import current_owner
 from osmosis_harbor.shim import contract
 from osmosis_harbor.shim.errors import Redactor
+from osmosis_harbor.shim.models import ErrorFile, RolloutInput
 from osmosis_harbor.trials.contract_files import FileKind, read_json
 
 __all__ = [
@@ -169,23 +170,23 @@ class WorkflowAgent(BaseAgent):
         which step it is."""
         index = self._step_index
         self._step_index += 1
-        base = json.loads(self._rollout_input.read_text())
-        prompt = list(base.get("prompt") or [])
+        base = RolloutInput.model_validate_json(self._rollout_input.read_text())
+        prompt = list(base.prompt)
         if index > 0:
             previous = PurePosixPath("steps", self._steps[index - 1], "agent", contract.SAMPLE_FILENAME)
             try:  # the previous step's sandbox wrote it: a contract file, read off the event loop
                 document = await asyncio.to_thread(read_json, self.logs_dir.parent, previous, FileKind.SAMPLE)
-                prompt = list(document["messages"])
-            except (OSError, ValueError, KeyError, TypeError) as exc:
+                prompt = [dict(m) for m in RolloutSample.model_validate(document).messages]
+            except (OSError, ValueError) as exc:
                 raise WorkflowFailedError(
                     f"[agent_error] step {self._steps[index]}: the previous step left no usable "
                     f"sample.json ({type(exc).__name__})"
                 ) from None
         prompt.append({"role": "user", "content": instruction})
-        metadata = dict(base.get("metadata") or {})
+        metadata = dict(base.metadata or {})
         metadata["harbor_step"] = {"name": self._steps[index], "index": index, "count": len(self._steps)}
         staged = self._rollout_input.with_name(f"{self._rollout_input.stem}.step{index}.json")
-        staged.write_text(json.dumps({**base, "prompt": prompt, "metadata": metadata}))
+        staged.write_text(base.model_copy(update={"prompt": prompt, "metadata": metadata}).model_dump_json())
         await self._stage_input(staged, environment)
 
     async def _stage_input(self, path: Path, environment: BaseEnvironment) -> None:
@@ -233,8 +234,9 @@ class WorkflowAgent(BaseAgent):
         try:
             await environment.download_file(str(AGENT_LOGS / contract.ERROR_FILENAME), local)
             # The workflow's own words (the host decides the category: backend/categories.py).
-            error = await asyncio.to_thread(read_json, local.parent, local.name, FileKind.ERROR)
-            said = f"[{error.get('category', 'agent_error')}] {error.get('type', 'Error')}: {error.get('message', '')}"
+            document = await asyncio.to_thread(read_json, local.parent, local.name, FileKind.ERROR)
+            error = ErrorFile.model_validate(document)
+            said = f"[{error.category.value}] {error.type}: {error.message}"
             return redactor.text(said[:2000])
         except Exception:
             tail = log.strip().splitlines()[-1:] or [""]

@@ -58,8 +58,7 @@ def environment_id_of(path: Path) -> str:
     return environment_content_hash(task.paths.environment_dir, docker_image=docker_image) or str(docker_image)
 
 
-def _probe_for(prints: list[Fingerprint], timeout_sec: int) -> Probe:
-    s = settings.current()
+def _probe_for(prints: list[Fingerprint], timeout_sec: int, s: settings.Settings) -> Probe:
     lines: list[str] = []
     for p in prints:
         lines.extend(line for line in p.lines if line not in lines)
@@ -76,8 +75,9 @@ def _probe_for(prints: list[Fingerprint], timeout_sec: int) -> Probe:
     )
 
 
-async def _history(env: Any, ids: list[str], seen: ProbeResult, work: Path, deadline: float) -> list[AuditFinding]:
-    s = settings.current()
+async def _history(
+    env: Any, ids: list[str], seen: ProbeResult, work: Path, deadline: float, s: settings.Settings
+) -> list[AuditFinding]:
     found: list[AuditFinding] = []
     for kib, entries, git_dir in seen.repos:
         if kib * 1024 > s.audit_max_git_bytes or entries > s.audit_max_git_files:
@@ -111,16 +111,17 @@ async def audit_sandbox(
     """Audit the started sandbox of ``env`` (a ``SandboxEnvironment``) for every task in
     ``subjects`` (the tasks that share its image). Read-only; it never stops the sandbox."""
     started = time.monotonic()
-    budget = timeout_sec or settings.current().audit_timeout_sec
+    config = settings.current()  # once per audit, carried to its parts
+    budget = timeout_sec or config.audit_timeout_sec
     deadline = started + budget
     ids = [s.task_id for s in subjects]
-    max_file = settings.current().transfer_max_file_bytes
+    max_file = config.transfer_max_file_bytes
     prints = {s.task_id: await asyncio.to_thread(fingerprints, s.path, max_file_bytes=max_file) for s in subjects}
     audit = EnvironmentAudit(environment_id=environment_id, task_ids=ids)
     work = Path(tempfile.mkdtemp(prefix="osmosis-harbor-audit-"))
     try:
         async with asyncio.timeout(budget):
-            probe = _probe_for([p for group in prints.values() for p in group], int(budget * 0.5))
+            probe = _probe_for([p for group in prints.values() for p in group], int(budget * 0.5), config)
             result = await env.exec(probe.command(), timeout_sec=int(budget * 0.6) + 1)
             seen = parse_probe(result.stdout or "", probe)
             audit.workdir = shown(seen.workdir) if seen.workdir else None
@@ -135,7 +136,7 @@ async def audit_sandbox(
                 audit.findings.extend(incomplete(ids, "/", what))
             for what in seen.truncated:
                 audit.findings.extend(incomplete(ids, "/", f"stopped at a bound: {what}"))
-            audit.findings.extend(await _history(env, ids, seen, work, deadline))
+            audit.findings.extend(await _history(env, ids, seen, work, deadline, config))
             for subject in subjects:
                 found = content_findings(subject.task_id, prints[subject.task_id], seen.hashes, seen.hits)
                 audit.findings.extend(found)

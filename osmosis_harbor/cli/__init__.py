@@ -14,6 +14,7 @@ import logging
 import sys
 from collections.abc import Callable, Sequence
 
+from osmosis_harbor import settings
 from osmosis_harbor.cli.base_images import add_base_images_parser
 from osmosis_harbor.cli.common import EXIT_USAGE, add_agent_args, add_env_args, pool_size_arg
 from osmosis_harbor.cli.emulator import add_emulator_parser
@@ -151,6 +152,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Harbor pins its logger at DEBUG; its per-trial chatter belongs in the trial logs, and
     # what matters to the user of this command is in the result table.
     logging.getLogger("harbor.utils.logger").setLevel(logging.DEBUG if args.verbose else logging.CRITICAL)
+    args.settings = settings.current()  # read once for the command, carried on its arguments
     if getattr(args, "n_concurrent", 1) < 1:
         print("error: -n must be at least 1", file=sys.stderr)
         return EXIT_USAGE

@@ -59,12 +59,12 @@ def add_env_args(parser: argparse.ArgumentParser) -> None:
 DEFAULT_COLUMNS = 120  # the result tables' width when stdout is not a terminal and $COLUMNS is unset
 
 
-def result_console() -> Console:
+def result_console(config: settings.Settings) -> Console:
     """The terminal's width on a terminal; off one (CI logs, a pipe) ``$COLUMNS`` or
     ``DEFAULT_COLUMNS``, not Rich's 80."""
     out = Console()
     if not out.is_terminal:
-        out = Console(width=settings.current().columns or DEFAULT_COLUMNS)
+        out = Console(width=config.columns or DEFAULT_COLUMNS)
     return out
 
 

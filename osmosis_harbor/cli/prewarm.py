@@ -49,7 +49,7 @@ def cmd_prewarm(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     backend.owner.sandboxes.release_pools()  # the pools outlive this command by design
-    console = result_console()
+    console = result_console(args.settings)
     console.print(prewarm_table(report))
     leaks = audit_table([f for g in report.groups_detail if g.audit is not None for f in g.audit.findings])
     if leaks is not None:

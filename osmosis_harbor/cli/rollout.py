@@ -31,7 +31,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
         raise UserError(f"{path} is a dataset: pass --task-id ID")
     scripted = FakeChatServer(default_reply=args.scripted_reply) if args.scripted_reply else None
     try:
-        with local_trajectories():
+        with local_trajectories(keep_home=args.settings.keep_home):
             env = environment_for(args)
             backend = HarborBackend(
                 orchestrator=TrialQueue(n_concurrent=1),
@@ -54,11 +54,11 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     finally:
         if scripted:
             scripted.close()
-    _print_result(result, as_json=args.json)
+    _print_result(result, as_json=args.json, config=args.settings)
     return 0 if str(result.status) == "success" else 1
 
 
-def _print_result(result: RolloutResultResponse, *, as_json: bool) -> None:
+def _print_result(result: RolloutResultResponse, *, as_json: bool, config: settings.Settings) -> None:
     if as_json:
         print(result.model_dump_json(indent=2))
         return
@@ -69,4 +69,4 @@ def _print_result(result: RolloutResultResponse, *, as_json: bool) -> None:
         body += f"\nmetrics: {result.sample.metrics}"
         for message in result.sample.messages:
             body += f"\n[{message.get('role')}] {str(message.get('content'))[:300]}"
-    result_console().print(Panel(escape(body), title="rollout result"))
+    result_console(config).print(Panel(escape(body), title="rollout result"))

@@ -23,7 +23,6 @@ def cmd_sandbox_check(args: argparse.Namespace) -> int:
     not applicable (the SDK lacks its capability, shown in the capability table) never fails."""
     from rich.table import Table
 
-    from osmosis_harbor import settings
     from osmosis_harbor.sandbox import load_sandbox_sdk
     from osmosis_harbor.sandbox.conformance import run_suite
     from osmosis_harbor.sandbox.images.builds import names_registry, publish_local_image
@@ -34,9 +33,9 @@ def cmd_sandbox_check(args: argparse.Namespace) -> int:
     image = args.image
     if impl.default_registry and not names_registry(image):
         # its sandboxes pull by reference: publish the local image to the registry first
-        image = publish_local_image(image, settings.current().registry or impl.default_registry)
+        image = publish_local_image(image, args.settings.registry or impl.default_registry)
     report = asyncio.run(run_suite(sdk, image, include_pools=not args.no_pools, only=args.check))
-    console = result_console()
+    console = result_console(args.settings)
     caps = Table(title=f"capabilities of {args.sdk}")
     for col in ("capability", "offered", "note"):
         caps.add_column(col)
@@ -86,7 +85,7 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
     table.add_column("why")
     for name, why in rows:
         table.add_row(name, str(why))
-    result_console().print(table if rows else "nothing to remove")
+    result_console(args.settings).print(table if rows else "nothing to remove")
     if args.json:
         report = {
             "env": args.env,

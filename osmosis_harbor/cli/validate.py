@@ -33,7 +33,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if is_task_dir(path):
         check_task(tasks[0])  # a single task: bad input is a one-line error
     environment = environment_for(args)
-    console = result_console()
+    console = result_console(args.settings)
     if args.audit:
         return _audit_only(args, tasks, environment, console)
     progress = ValidationProgress(Console(stderr=True), [t.id for t in tasks])

@@ -146,13 +146,13 @@ ARTIFACT_ROOT_ENV = "_OSMOSIS_ROLLOUT_ARTIFACT_ROOT"
 
 
 @contextlib.contextmanager
-def local_trajectories() -> Iterator[Path | None]:
+def local_trajectories(*, keep_home: bool) -> Iterator[Path | None]:
     """Where the osmosis server saves this command's trajectories: a temporary directory,
-    removed afterwards, unless ``OSMOSIS_HARBOR_KEEP_HOME`` keeps them in ~/.osmosis.
+    removed afterwards, unless ``keep_home`` (``OSMOSIS_HARBOR_KEEP_HOME``) keeps them in ~/.osmosis.
 
     Scoped: the server's artifact root is pointed there for the block and restored after
     it; ``$HOME`` (which locks, caches and credentials live under) is never touched."""
-    if settings.current().keep_home:
+    if keep_home:
         yield None
         return
     with tempfile.TemporaryDirectory(prefix="osmosis-harbor-home-") as root:

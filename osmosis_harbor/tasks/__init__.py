@@ -23,6 +23,7 @@ from osmosis_harbor.tasks.materialize import MaterializedTask, materialize_task
 from osmosis_harbor.tasks.prompt import render_prompt
 from osmosis_harbor.tasks.refs import ResolvedTask, TaskMode, UnpinnedTaskRefWarning
 from osmosis_harbor.tasks.resolver import TaskResolver
+from osmosis_harbor.tasks.task_toml import task_config
 from osmosis_harbor.tasks.verifier import isolate_verifier, task_step_names
 
 __all__ = [
@@ -50,5 +51,6 @@ __all__ = [
     "patch_environment",
     "render_prompt",
     "select_tasks",
+    "task_config",
     "task_step_names",
 ]

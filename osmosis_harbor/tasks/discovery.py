@@ -10,16 +10,15 @@ from __future__ import annotations
 
 import errno
 import os
-import tomllib
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 
 from osmosis_harbor.errors import DatasetError
+from osmosis_harbor.tasks.task_toml import TASK_CONFIG, task_config
 
-TASK_CONFIG = "task.toml"
 INSTRUCTION = "instruction.md"
 SKIP_DIRS = {".git", "__pycache__", ".venv", "node_modules", ".nox"}
 
@@ -128,24 +127,11 @@ def check_task(task: TaskRef, *, needs_tests: bool = True) -> None:
     layouts, tests per step or shared, containment of tests/ and solution/); our checks
     sit on top: one-line TOML and field errors, multi-container tasks, and symlinks that
     leave the task anywhere (Harbor checks only tests/ and solution/)."""
-    from harbor.models.task.config import TaskConfig
     from harbor.models.task.task import Task
 
     if any("\ud800" <= c <= "\udfff" for c in str(task.path)):  # undecodable bytes: Harbor's JSON cannot hold them
         raise DatasetError(f"task {task.id}: its path is not UTF-8 (Harbor records it in JSON files): rename it")
-    config_path = task.path / TASK_CONFIG
-    try:
-        data = tomllib.loads(config_path.read_text())
-    except tomllib.TOMLDecodeError as exc:
-        raise DatasetError(f"{config_path}: malformed TOML: {exc}") from None
-    except UnicodeDecodeError as exc:
-        raise DatasetError(f"{config_path}: not UTF-8 text: {exc}") from None
-    try:
-        config = TaskConfig.model_validate(data)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "(top level)"
-        raise DatasetError(f"{config_path}: invalid field {where}: {first['msg']}") from None
+    config = task_config(task.path)
     compose = compose_file(task.path, config)
     if compose is not None:
         raise DatasetError(

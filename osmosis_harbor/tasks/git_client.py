@@ -11,13 +11,13 @@ downloads go wherever the repository's LFS server says, unchecked. Each overridd
 from __future__ import annotations
 
 import asyncio
-import os
 import subprocess
 from pathlib import Path
 from typing import Any
 
 from harbor.tasks.client import TaskClient
 
+from osmosis_harbor import settings
 from osmosis_harbor.tasks.git_hosts import GitPin
 from osmosis_harbor.tasks.refs import fail
 
@@ -28,7 +28,7 @@ class PinnedTaskClient(TaskClient):
     """A ``TaskClient`` for one git download whose git commands connect only as ``pin`` says."""
 
     def __init__(self, pin: GitPin) -> None:
-        self._env = pin.environment(os.environ)
+        self._env = pin.environment(settings.child_environment())
 
     async def _run_git(self, *args: str | Path, cwd: Path | None = None, input: bytes | None = None) -> None:
         await self._git(args, cwd, input)

@@ -18,14 +18,15 @@ after checking that none leads outside the task).
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import shutil
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from osmosis_harbor.errors import ConfigError, TaskResolutionError
+from osmosis_harbor.shim.models import GradingInput
 from osmosis_harbor.tasks.discovery import INSTRUCTION, is_task_dir, symlink_problem
 from osmosis_harbor.tasks.dockerfile import EnvironmentPatch, patch_environment
 from osmosis_harbor.tasks.files import write_file
@@ -87,7 +88,7 @@ def materialize_task(
     dest: Path,
     *,
     instruction: str | None = None,
-    grading_input: dict[str, Any] | None = None,
+    grading_input: GradingInput | Mapping[str, Any] | None = None,
     grade_command: str | None = None,
     environment_patch: EnvironmentPatch | None = None,
     isolate_grader: bool = False,
@@ -195,10 +196,10 @@ def stage_rollout(
     label: str,
     *,
     instruction: str | None = None,
-    grading_input: dict[str, Any] | None = None,
+    grading_input: GradingInput | Mapping[str, Any] | None = None,
 ) -> MaterializedTask:
     """The rollout's own files in its copy: ``instruction.md`` (the rendered prompt) and the
-    grader's input. Written by replacing the name (``write_file``): the copy's files may be
+    grader's input (``shim.models.GradingInput``; a mapping is validated as one first). Written by replacing the name (``write_file``): the copy's files may be
     links to a prepared template. The copy is removed again on failure."""
     dest = copy.path
     staged: dict[str, Any] = {}
@@ -209,9 +210,10 @@ def stage_rollout(
         elif not (dest / INSTRUCTION).is_file() and not task_step_names(dest):  # steps carry their own
             raise TaskResolutionError(f"task {label}: no {INSTRUCTION} and no instruction was given")
         if grading_input is not None:
-            write_file(
-                dest / "tests" / GRADING_INPUT_FILENAME, json.dumps(grading_input, ensure_ascii=False, default=str)
+            model = (
+                grading_input if isinstance(grading_input, GradingInput) else GradingInput.model_validate(grading_input)
             )
+            write_file(dest / "tests" / GRADING_INPUT_FILENAME, model.model_dump_json(fallback=str))
             staged["grading_input_written"] = True
     except BaseException:
         shutil.rmtree(dest, ignore_errors=True)

@@ -57,9 +57,13 @@ class Verification:
         return {"mode": self.mode.value, "reason": self.reason}
 
 
-def decide_verification(task_dir: Path, *, allowance: Allowance | None = None) -> Verification:
+def decide_verification(
+    task_dir: Path, *, allowance: Allowance | None = None, config: settings.Settings | None = None
+) -> Verification:
     """Where ``task_dir``'s own tests run, and why (the module docstring). ``allowance``: the
-    task's declared and recorded allowance (read from the task and the record when None)."""
+    task's declared and recorded allowance (read from the task and the record when None);
+    ``config``: the run's settings (read here when the caller carries none)."""
+    config = config or settings.current()
     declared = declared_verifier_mode(task_dir)
     if declared == "separate":
         return Verification(VerificationMode.SEPARATE, 'separate: task.toml declares environment_mode = "separate"')
@@ -72,11 +76,11 @@ def decide_verification(task_dir: Path, *, allowance: Allowance | None = None) -
             f"shared: a multi-step task ({len(steps)} steps) keeps one sandbox, each step's tests under the guard",
         )
     if allowance is None:
-        allowance = declared_allowance(task_dir, task_metadata(task_dir)).merged(recorded_allowance(task_dir))
+        allowance = declared_allowance(task_dir, task_metadata(task_dir)).merged(recorded_allowance(task_dir, config))
     if allowance.ports:
         ports = ", ".join(str(p) for p in sorted(allowance.ports))
         return Verification(VerificationMode.SHARED, f"shared: the solution leaves port {ports} listening")
-    if not settings.current().fresh_verifier:
+    if not config.fresh_verifier:
         return Verification(VerificationMode.SHARED, "shared: OSMOSIS_HARBOR_FRESH_VERIFIER=0")
     carried = carried_paths(task_dir, allowance)
     if "/" in carried:

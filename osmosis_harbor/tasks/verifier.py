@@ -10,6 +10,7 @@ from typing import Any
 
 from osmosis_harbor.shim import contract
 from osmosis_harbor.tasks.files import write_file
+from osmosis_harbor.tasks.task_toml import parse_task_config, task_config
 
 __all__ = [
     "agent_users",
@@ -29,37 +30,23 @@ GRADING_INPUT_FILENAME = contract.GRADING_INPUT_FILENAME
 AGENT_LOGS_ARTIFACT = contract.AGENT_LOGS
 
 
-@functools.lru_cache(maxsize=256)
-def _parsed(text: str) -> Any:
-    """Harbor's ``TaskConfig`` of a ``task.toml`` text, parsed once per distinct text: every
-    rollout of a task reads the same text several times (plan, materialize, trial reading), and
-    a parse costs milliseconds. Shared, so never handed out: callers return what they read."""
-    from harbor.models.task.config import TaskConfig
-
-    return TaskConfig.model_validate_toml(text)
-
-
-def _config_of(task_dir: Path) -> Any:
-    return _parsed((Path(task_dir) / "task.toml").read_text(encoding="utf-8"))
-
-
 def task_step_names(task_dir: Path) -> list[str]:
     """The ``[[steps]]`` of a multi-step task, in order (empty for a single-step task)."""
-    return [step.name for step in _config_of(task_dir).steps or []]
+    return [step.name for step in task_config(task_dir).steps or []]
 
 
 def verifies_in_agent_sandbox(task_dir: Path) -> bool:
     """Whether any of the task's verifications runs in the agent's sandbox (Harbor's ``shared``)."""
     from harbor.models.task.verifier_mode import task_has_any_shared_verifier
 
-    return bool(task_has_any_shared_verifier(_config_of(task_dir)))
+    return bool(task_has_any_shared_verifier(task_config(task_dir)))
 
 
 def declared_verifier_mode(task_dir: Path) -> str | None:
     """The task-level verifier mode ``task.toml`` declares (``environment_mode``, or ``separate``
     implied by a ``[verifier.environment]``), or None: Harbor's model keeps None when unset, and
     Harbor's default of ``shared`` then is no declaration of the task's."""
-    verifier = _config_of(task_dir).verifier
+    verifier = task_config(task_dir).verifier
     if verifier.environment_mode is not None:
         return str(verifier.environment_mode.value)
     return "separate" if verifier.environment is not None else None
@@ -70,23 +57,23 @@ def separate_verifier(task_dir: Path) -> bool:
     from harbor.models.task.config import VerifierEnvironmentMode
     from harbor.models.task.verifier_mode import resolve_task_verifier_mode
 
-    config = _config_of(task_dir)
+    config = task_config(task_dir)
     return not config.steps and resolve_task_verifier_mode(config) == VerifierEnvironmentMode.SEPARATE
 
 
 def task_artifacts(task_dir: Path) -> list[str]:
     """The plain (main-service, path) entries of the task's ``artifacts``."""
-    return [a if isinstance(a, str) else a.source for a in _config_of(task_dir).artifacts]
+    return [a if isinstance(a, str) else a.source for a in task_config(task_dir).artifacts]
 
 
 def task_metadata(task_dir: Path) -> dict[str, Any]:
     """The task's ``[metadata]`` table (a copy: the parsed config is shared)."""
-    return copy.deepcopy(_config_of(task_dir).metadata)
+    return copy.deepcopy(task_config(task_dir).metadata)
 
 
 def agent_users(task_dir: Path) -> list[str | int | None]:
     """The ``[agent] user`` of each agent phase (a step's own, else the task's; None: the image's)."""
-    config = _config_of(task_dir)
+    config = task_config(task_dir)
     return [step.agent.user or config.agent.user for step in config.steps or []] or [config.agent.user]
 
 
@@ -94,7 +81,7 @@ def agent_workdir(task_dir: Path) -> str | None:
     """Where the agent works: ``[environment].workdir``, else the Dockerfile's WORKDIR."""
     from harbor.environments.definition import parse_dockerfile_workdir
 
-    workdir: str | None = _config_of(task_dir).environment.workdir
+    workdir: str | None = task_config(task_dir).environment.workdir
     return workdir or parse_dockerfile_workdir(Path(task_dir) / "environment" / "Dockerfile")
 
 
@@ -129,9 +116,9 @@ def isolate_verifier(task_dir: Path, grader_inputs: list[str] | tuple[str, ...] 
 def _isolated_text(text: str, entries: tuple[str, ...]) -> str:
     """``text`` with the verifier in ``separate`` mode and ``entries`` among its artifacts, through
     Harbor's model (a fresh parse: this one is changed); the same for every rollout of a task."""
-    from harbor.models.task.config import TaskConfig, VerifierEnvironmentMode
+    from harbor.models.task.config import VerifierEnvironmentMode
 
-    config = TaskConfig.model_validate_toml(text)
+    config = parse_task_config(text).model_copy(deep=True)
     config.verifier.environment_mode = VerifierEnvironmentMode.SEPARATE
     for entry in entries:
         if entry not in config.artifacts:

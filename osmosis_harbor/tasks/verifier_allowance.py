@@ -56,17 +56,17 @@ def allowance_key(task_dir: Path) -> str:
     return _key(str(task_dir), _stamp(task_dir))
 
 
-def _path_for(task_dir: Path) -> Path:
-    return settings.current().verifier_allowances_dir() / f"{allowance_key(task_dir)}.json"
+def _path_for(task_dir: Path, config: settings.Settings) -> Path:
+    return config.verifier_allowances_dir() / f"{allowance_key(task_dir)}.json"
 
 
-def recorded_allowance(task_dir: Path) -> Allowance:
+def recorded_allowance(task_dir: Path, config: settings.Settings) -> Allowance:
     """What validate's oracle run last saw this task's solution leave (nothing when it never ran)."""
-    return Allowance.read(_path_for(task_dir)) or Allowance()
+    return Allowance.read(_path_for(task_dir, config)) or Allowance()
 
 
-def save_recorded(task_dir: Path, allowance: Allowance) -> Path:
-    path = _path_for(task_dir)
+def save_recorded(task_dir: Path, allowance: Allowance, config: settings.Settings) -> Path:
+    path = _path_for(task_dir, config)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_file(path, allowance.dump())
     return path
@@ -87,12 +87,16 @@ def declared_allowance(task_dir: Path, metadata: dict[str, Any]) -> Allowance:
     return Allowance(globs=tuple(paths), ports=frozenset(ports))
 
 
-def guard_plan(task_dir: Path, *, native_agent: bool, record: bool = False) -> GuardPlan | None:
+def guard_plan(
+    task_dir: Path, *, native_agent: bool, record: bool = False, config: settings.Settings | None = None
+) -> GuardPlan | None:
     """The verifier guard of a trial of this task, or None when it needs none: the guard is off
     (``OSMOSIS_HARBOR_VERIFIER_GUARD=0``) or no verification runs in the agent's sandbox.
-    ``record``: validate's oracle run, which records the allowance instead of enforcing it."""
-    if not settings.current().verifier_guard or not verifies_in_agent_sandbox(task_dir):
+    ``record``: validate's oracle run, which records the allowance instead of enforcing it.
+    ``config``: the run's settings (read here when the caller carries none)."""
+    config = config or settings.current()
+    if not config.verifier_guard or not verifies_in_agent_sandbox(task_dir):
         return None
     declared = declared_allowance(task_dir, task_metadata(task_dir))
-    allowance = declared if record else declared.merged(recorded_allowance(task_dir))
+    allowance = declared if record else declared.merged(recorded_allowance(task_dir, config))
     return GuardPlan(allowance=allowance, processes_are_tampering=not native_agent, record_allowance=record)

@@ -31,11 +31,17 @@ def _root(user: str | int | None) -> bool:
     return user is None or str(user) in ("root", "0")
 
 
-def unprotected_reason(task_dir: Path, sdk: SandboxImplementation, *, guarded: bool) -> str | None:
+def unprotected_reason(
+    task_dir: Path, sdk: SandboxImplementation, *, guarded: bool, config: settings.Settings | None = None
+) -> str | None:
     """Why rollouts of this task cannot run on ``sdk`` (naming the ways out), or None.
     ``guarded``: the task's tests run in the agent's sandbox under the verifier guard (with the
     guard switched off, ``OSMOSIS_HARBOR_VERIFIER_GUARD=0``, nothing is promised to refuse)."""
-    if not guarded or not sdk.exec_runs_sandbox_shell or settings.current().allow_shared_verifier_with_shell_exec:
+    if (
+        not guarded
+        or not sdk.exec_runs_sandbox_shell
+        or (config or settings.current()).allow_shared_verifier_with_shell_exec
+    ):
         return None
     if not any(_root(user) for user in agent_users(task_dir)):
         return None

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from osmosis_harbor.trials.evidence import host_secrets, output_tail, runner_never_started
-from osmosis_harbor.trials.reading import Phase, TrialReading
+from osmosis_harbor.trials.reading import TrialPhase, TrialReading
 from osmosis_harbor.trials.verdict import StepVerdict, Verdict
 
 __all__ = ["DID_NOT_RUN", "explain"]
@@ -52,16 +52,20 @@ def _explained(
     """(passed, failed_phase, error) for one trial or one step (``label``: ``step NAME: ``) whose
     files live under ``base``."""
     verifier = base / "verifier"
-    if (ran_verifier and failed_phase is None) or failed_phase == Phase.VERIFIER.value:
+    if (ran_verifier and failed_phase is None) or failed_phase == TrialPhase.VERIFIER.value:
         line = runner_never_started(verifier, rewards, secrets)
         if line is not None:
             tail = output_tail(verifier / "test-stdout.txt", secrets)
-            return False, Phase.VERIFIER.value, _with_output(f"{DID_NOT_RUN} ({line})", f"{label}verifier output", tail)
+            return (
+                False,
+                TrialPhase.VERIFIER.value,
+                _with_output(f"{DID_NOT_RUN} ({line})", f"{label}verifier output", tail),
+            )
     if passed or error is None:
         return passed, failed_phase, error
-    if failed_phase == Phase.VERIFIER.value:
+    if failed_phase == TrialPhase.VERIFIER.value:
         error = _with_output(error, f"{label}verifier output", output_tail(verifier / "test-stdout.txt", secrets))
-    elif failed_phase == Phase.AGENT.value and error.startswith("solve.sh exited"):
+    elif failed_phase == TrialPhase.AGENT.value and error.startswith("solve.sh exited"):
         error = _with_output(error, f"{label}solve.sh output", output_tail(base / "agent" / "oracle.txt", secrets))
     return passed, failed_phase, error
 

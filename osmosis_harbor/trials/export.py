@@ -11,7 +11,7 @@ to ``<root>/<id>/logs/`` as osmosis-ai's own Harbor backend retains them (``tria
 
 The root is osmosis-ai's: ``_OSMOSIS_ROLLOUT_ARTIFACT_ROOT``, else ``~/.osmosis``, read per export
 as its server reads it per save. What is copied was written by a sandbox: it is read from the
-sealed (already scrubbed of the key, ``keys.py``) trial directory beneath directory fds, never
+sealed (already scrubbed of the key, ``key_custody.py``) trial directory beneath directory fds, never
 following a link (links and special files are left out, and named in the log), and written
 beneath the root's fds (``sandbox.extract.beneath``), within ``OSMOSIS_HARBOR_EXPORT_MAX_BYTES`` /
 ``_FILES``. The export is best-effort: nothing it meets changes the rollout's reward or status.

@@ -23,7 +23,7 @@ from osmosis_harbor.trials.contract_files import FileKind, read_text
 from osmosis_harbor.trials.printable import json_safe
 
 
-class Phase(StrEnum):
+class TrialPhase(StrEnum):
     """Where a trial failed, in the order a trial runs."""
 
     TASK = "task"  # the task itself is invalid (reported before any sandbox starts)
@@ -32,6 +32,9 @@ class Phase(StrEnum):
     AGENT = "agent"
     VERIFIER = "verifier"
     CANCELLED = "cancelled"
+
+
+Phase = TrialPhase  # the former name, until backend/outcome.py (rewritten apart) imports TrialPhase
 
 
 class StepReading(BaseModel):
@@ -44,7 +47,7 @@ class StepReading(BaseModel):
     ran: bool = True
     reward: float | None = None
     rewards: dict[str, float] = {}
-    failed_phase: Phase | None = None
+    failed_phase: TrialPhase | None = None
     error: str | None = None
     exception_type: str | None = None
     timings_sec: dict[str, float] = {}
@@ -60,7 +63,7 @@ class TrialReading(BaseModel):
 
     reward: float | None
     rewards: dict[str, float] = {}
-    failed_phase: Phase | None = None
+    failed_phase: TrialPhase | None = None
     error: str | None = None
     exception_type: str | None = None
     timings_sec: dict[str, float] = {}
@@ -71,19 +74,19 @@ class TrialReading(BaseModel):
 # timeout is still verified), so the exception type, not the last phase that started,
 # says where the trial failed whenever the type tells us. Harbor's own exceptions are
 # known here by name (they are Harbor's types); ours carry their phase (``errors``).
-_HARBOR_PHASE_OF_EXCEPTION: dict[str, Phase] = {
-    "EnvironmentStartTimeoutError": Phase.ENVIRONMENT,
-    "AgentSetupTimeoutError": Phase.AGENT_SETUP,
-    "AgentTimeoutError": Phase.AGENT,
-    "VerifierTimeoutError": Phase.VERIFIER,
-    "RewardFileNotFoundError": Phase.VERIFIER,
-    "RewardFileEmptyError": Phase.VERIFIER,
-    "VerifierOutputParseError": Phase.VERIFIER,
-    "AddTestsDirError": Phase.VERIFIER,
-    "DownloadVerifierDirError": Phase.VERIFIER,
-    "CancelledError": Phase.CANCELLED,
+_HARBOR_PHASE_OF_EXCEPTION: dict[str, TrialPhase] = {
+    "EnvironmentStartTimeoutError": TrialPhase.ENVIRONMENT,
+    "AgentSetupTimeoutError": TrialPhase.AGENT_SETUP,
+    "AgentTimeoutError": TrialPhase.AGENT,
+    "VerifierTimeoutError": TrialPhase.VERIFIER,
+    "RewardFileNotFoundError": TrialPhase.VERIFIER,
+    "RewardFileEmptyError": TrialPhase.VERIFIER,
+    "VerifierOutputParseError": TrialPhase.VERIFIER,
+    "AddTestsDirError": TrialPhase.VERIFIER,
+    "DownloadVerifierDirError": TrialPhase.VERIFIER,
+    "CancelledError": TrialPhase.CANCELLED,
     # multi-step: a step's healthcheck or setup.sh prepares the sandbox for that step
-    "HealthcheckError": Phase.ENVIRONMENT,
+    "HealthcheckError": TrialPhase.ENVIRONMENT,
 }
 # Harbor's timeouts: the rollout failed for lack of time, whatever phase it was in.
 TIMEOUT_EXCEPTIONS = frozenset(
@@ -96,19 +99,19 @@ TIMEOUT_EXCEPTIONS = frozenset(
 )
 
 
-def phase_of_exception(exception_type: str | None) -> Phase | None:
+def phase_of_exception(exception_type: str | None) -> TrialPhase | None:
     """The phase an exception recorded on a trial stops, when its type says so."""
     ours = recorded_error(exception_type)
     if ours is not None:
-        return Phase(ours.phase) if ours.phase is not None else None
+        return TrialPhase(ours.phase) if ours.phase is not None else None
     return _HARBOR_PHASE_OF_EXCEPTION.get(exception_type or "")
 
 
-_PHASE_FIELDS: tuple[tuple[str, Phase], ...] = (
-    ("environment_setup", Phase.ENVIRONMENT),
-    ("agent_setup", Phase.AGENT_SETUP),
-    ("agent_execution", Phase.AGENT),
-    ("verifier", Phase.VERIFIER),
+_PHASE_FIELDS: tuple[tuple[str, TrialPhase], ...] = (
+    ("environment_setup", TrialPhase.ENVIRONMENT),
+    ("agent_setup", TrialPhase.AGENT_SETUP),
+    ("agent_execution", TrialPhase.AGENT),
+    ("verifier", TrialPhase.VERIFIER),
 )
 
 
@@ -130,8 +133,8 @@ def phase_timings(result: TrialResult) -> dict[str, float]:
     return timings
 
 
-def _last_started_phase(result: TrialResult) -> Phase:
-    last = Phase.ENVIRONMENT
+def _last_started_phase(result: TrialResult) -> TrialPhase:
+    last = TrialPhase.ENVIRONMENT
     for field, phase in _PHASE_FIELDS:
         timing = getattr(result, field)
         if timing is not None and timing.started_at is not None:
@@ -143,17 +146,17 @@ def _utc(moment: datetime) -> datetime:
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
-def phase_at(result: TrialResult, moment: datetime) -> Phase:
+def phase_at(result: TrialResult, moment: datetime) -> TrialPhase:
     """The phase the trial was in at ``moment``: the last one (of the trial's, or of any step's)
     that had started by then. Harbor's agent timing ends before it downloads the agent's outputs,
     so a moment between the agent's end and the verifier's start is still the agent's."""
     timings = [(getattr(result, field), phase) for field, phase in _PHASE_FIELDS]
     for step in result.step_results or []:
-        timings += [(step.agent_execution, Phase.AGENT), (step.verifier, Phase.VERIFIER)]
+        timings += [(step.agent_execution, TrialPhase.AGENT), (step.verifier, TrialPhase.VERIFIER)]
     started = [(_utc(t.started_at), phase) for t, phase in timings if t is not None and t.started_at is not None]
     moment = _utc(moment)
     before = [(at, phase) for at, phase in started if at <= moment]
-    return max(before, key=lambda item: item[0])[1] if before else Phase.ENVIRONMENT
+    return max(before, key=lambda item: item[0])[1] if before else TrialPhase.ENVIRONMENT
 
 
 def agent_had_ended(result: TrialResult, moment: datetime) -> bool:
@@ -166,7 +169,7 @@ def agent_had_ended(result: TrialResult, moment: datetime) -> bool:
     return last is not None and last.finished_at is not None and _utc(last.finished_at) <= moment
 
 
-def _phase_of_unnamed(result: TrialResult, exc: ExceptionInfo) -> Phase:
+def _phase_of_unnamed(result: TrialResult, exc: ExceptionInfo) -> TrialPhase:
     """The phase of an exception whose type names none: for a lost sandbox, the phase when the
     host saw the loss (``backend.losses`` records that moment); else the last that started."""
     ours = recorded_error(exc.exception_type)
@@ -224,16 +227,16 @@ def _oracle_exit_code(trial_dir: Path, agent_dir: PurePosixPath) -> str | None:
     return None if text is None else text.strip()[:100]
 
 
-def _step_phase(step: StepResult) -> Phase:
+def _step_phase(step: StepResult) -> TrialPhase:
     exc = step.exception_info
     assert exc is not None
     if (phase := phase_of_exception(exc.exception_type)) is not None:
         return phase
     if "setup.sh" in exc.exception_message:  # Harbor raises a RuntimeError for a failing step setup
-        return Phase.ENVIRONMENT
+        return TrialPhase.ENVIRONMENT
     if step.verifier is not None and step.verifier.started_at is not None:
-        return Phase.VERIFIER
-    return Phase.AGENT if step.agent_execution is not None else Phase.ENVIRONMENT
+        return TrialPhase.VERIFIER
+    return TrialPhase.AGENT if step.agent_execution is not None else TrialPhase.ENVIRONMENT
 
 
 def read_step(step: StepResult, trial_dir: Path) -> StepReading:
@@ -241,7 +244,7 @@ def read_step(step: StepResult, trial_dir: Path) -> StepReading:
     rewards = _float_rewards(step.verifier_result)
     timings = {
         phase.value: seconds
-        for phase, timing in ((Phase.AGENT, step.agent_execution), (Phase.VERIFIER, step.verifier))
+        for phase, timing in ((TrialPhase.AGENT, step.agent_execution), (TrialPhase.VERIFIER, step.verifier))
         if (seconds := _seconds(timing)) is not None
     }
     reading = StepReading(name=step.step_name, reward=primary_reward(rewards), rewards=rewards, timings_sec=timings)
@@ -253,7 +256,7 @@ def read_step(step: StepResult, trial_dir: Path) -> StepReading:
         return reading
     code = _oracle_exit_code(trial_dir, PurePosixPath("steps", step.step_name, "agent"))
     if code is not None:
-        reading.failed_phase = Phase.AGENT
+        reading.failed_phase = TrialPhase.AGENT
         reading.error = f"solve.sh exited with status {code}"
     return reading
 
@@ -318,7 +321,7 @@ def read_trial(result: TrialResult, trial_dir: Path | None = None) -> TrialReadi
         return TrialReading(
             reward=reward,
             rewards=rewards,
-            failed_phase=Phase.AGENT,
+            failed_phase=TrialPhase.AGENT,
             error=f"solve.sh exited with status {code}",
             timings_sec=timings,
         )

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from osmosis_harbor.trials.reading import Phase, StepReading, TrialReading
+from osmosis_harbor.trials.reading import StepReading, TrialPhase, TrialReading
 
 EXPECTED_REWARD: dict[str, float] = {"oracle": 1.0, "nop": 0.0}
 
@@ -69,14 +69,14 @@ def _judge_step(step: StepReading, expected: float, *, skip_ok: bool) -> StepVer
     if not step.ran:
         verdict.passed = skip_ok
         verdict.error = None if skip_ok else "did not run (an earlier step stopped the trial)"
-        verdict.failed_phase = None if skip_ok else Phase.AGENT.value
+        verdict.failed_phase = None if skip_ok else TrialPhase.AGENT.value
         return verdict
     if step.failed_phase is not None:
         verdict.failed_phase, verdict.error = step.failed_phase.value, step.error
         return verdict
     shortfall = reward_shortfall(step.rewards, expected)
     if shortfall is not None:
-        verdict.failed_phase, verdict.error = Phase.VERIFIER.value, shortfall
+        verdict.failed_phase, verdict.error = TrialPhase.VERIFIER.value, shortfall
         return verdict
     verdict.passed = True
     return verdict
@@ -91,7 +91,7 @@ def judge(reading: TrialReading, agent: str) -> Verdict:
         shortfall = reward_shortfall(reading.rewards, expected)
         if shortfall is None:
             return Verdict(passed=True)
-        return Verdict(passed=False, failed_phase=Phase.VERIFIER.value, error=shortfall)
+        return Verdict(passed=False, failed_phase=TrialPhase.VERIFIER.value, error=shortfall)
 
     steps = [_judge_step(step, expected, skip_ok=agent == "nop") for step in reading.steps]
     problems = [f"step {s.name}: {s.error}" for s in steps if not s.passed]

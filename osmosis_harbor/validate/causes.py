@@ -11,25 +11,20 @@ not: a missing base image or a refused task is not the stand-in's doing.
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-from harbor.models.task.config import TaskConfig
 
 from osmosis_harbor.sandbox.images.base_images import base_images
 from osmosis_harbor.sandbox.images.stand_ins import LabelsOf, stand_in_note
-from osmosis_harbor.tasks.discovery import TASK_CONFIG, TaskRef
+from osmosis_harbor.tasks.discovery import TaskRef
+from osmosis_harbor.tasks.task_toml import task_config
 from osmosis_harbor.trials.evidence import host_secrets, redacted
-from osmosis_harbor.trials.reading import Phase
-
-if TYPE_CHECKING:  # run.py calls note_causes
-    from osmosis_harbor.validate.run import TaskValidation
+from osmosis_harbor.trials.reading import TrialPhase
+from osmosis_harbor.validate.report import TaskValidation
 
 __all__ = ["STAND_IN_PHASES", "note_causes", "task_base_images"]
 
-STAND_IN_PHASES = frozenset({Phase.AGENT.value, Phase.VERIFIER.value})
+STAND_IN_PHASES = frozenset({TrialPhase.AGENT.value, TrialPhase.VERIFIER.value})
 
 
 def task_base_images(task_dir: Path, *, force_build: bool) -> list[str]:
@@ -37,8 +32,7 @@ def task_base_images(task_dir: Path, *, force_build: bool) -> list[str]:
     runs, else its Dockerfile's ``FROM`` images."""
     dockerfile = task_dir / "environment" / "Dockerfile"
     try:
-        config = TaskConfig.model_validate(tomllib.loads((task_dir / TASK_CONFIG).read_text()))
-        docker_image = config.environment.docker_image
+        docker_image = task_config(task_dir).environment.docker_image
     except (OSError, ValueError):  # an unreadable task.toml failed its row already
         docker_image = None
     if docker_image and not (force_build and dockerfile.is_file()):

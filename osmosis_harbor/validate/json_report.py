@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 from osmosis_harbor.trials.printable import json_safe
-from osmosis_harbor.validate.run import ValidationReport
+from osmosis_harbor.validate.report import ValidationReport
 
 __all__ = ["report_json"]
 

@@ -115,25 +115,25 @@ def lint_task_ref(task: TaskRef) -> list[LintIssue]:
     return [_issue(f.rule.value, f.message, _relative(f.path, root), f.line) for f in findings] + extra
 
 
-def shell_exec_issues(task: TaskRef, sdk: SandboxImplementation) -> list[LintIssue]:
+def shell_exec_issues(task: TaskRef, sdk: SandboxImplementation, config: settings.Settings) -> list[LintIssue]:
     """Ours, not Harbor's: a rollout of ``task`` on ``sdk`` that training refuses because the
     verifier guard cannot protect it (``tasks/verifier_shell.py``), with the ways out."""
     try:
-        shared = decide_verification(task.path).mode is VerificationMode.SHARED  # training's own decision
-        guarded = settings.current().verifier_guard and shared
-        reason = unprotected_reason(task.path, sdk, guarded=guarded)
+        shared = decide_verification(task.path, config=config).mode is VerificationMode.SHARED  # training's own
+        guarded = config.verifier_guard and shared
+        reason = unprotected_reason(task.path, sdk, guarded=guarded, config=config)
     except Exception:  # an unreadable task.toml: Harbor's own rules report it
         return []
     return [_issue(SHELL_EXEC_RULE, f"training refuses this task: {reason}", "task.toml")] if reason else []
 
 
 def lint_dataset(
-    tasks: list[TaskRef], mode: LintMode, sdk: SandboxImplementation | None = None
+    tasks: list[TaskRef], mode: LintMode, config: settings.Settings, sdk: SandboxImplementation | None = None
 ) -> dict[str, list[LintIssue]]:
     """Findings per task id (with ``sdk``: ours about that SDK too); empty when linting is off."""
     if mode == LintMode.OFF:
         return {}
-    return {task.id: lint_task_ref(task) + (shell_exec_issues(task, sdk) if sdk else []) for task in tasks}
+    return {task.id: lint_task_ref(task) + (shell_exec_issues(task, sdk, config) if sdk else []) for task in tasks}
 
 
 def refuse_lint_errors(task: TaskRef, issues: list[LintIssue]) -> None:

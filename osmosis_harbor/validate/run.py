@@ -24,7 +24,6 @@ from harbor.models.trial.config import (
 )
 from harbor.trial.hooks import TrialEvent, TrialHookEvent
 from harbor.trial.queue import TrialQueue
-from pydantic import BaseModel
 
 from osmosis_harbor import settings
 from osmosis_harbor.audit import AuditFinding, EnvironmentAudit
@@ -45,53 +44,16 @@ from osmosis_harbor.tasks.verifier_allowance import guard_plan, save_recorded
 from osmosis_harbor.trials.explain import explain
 from osmosis_harbor.trials.job import write_job_dir
 from osmosis_harbor.trials.naming import trial_name
-from osmosis_harbor.trials.reading import Phase, read_trial
-from osmosis_harbor.trials.verdict import EXPECTED_REWARD, StepVerdict, judge
+from osmosis_harbor.trials.reading import TrialPhase, read_trial
+from osmosis_harbor.trials.verdict import EXPECTED_REWARD, judge
 from osmosis_harbor.validate.audit import audit_findings, refuse_audit_errors
 from osmosis_harbor.validate.causes import note_causes
 from osmosis_harbor.validate.lint import (
-    LintIssue,
     LintMode,
     lint_dataset,
     refuse_lint_errors,
 )
-
-
-class TaskValidation(BaseModel):
-    """One task's oracle verdict (a row of the table and of the JSON report)."""
-
-    id: str
-    passed: bool
-    reward: float | None = None
-    rewards: dict[str, float] = {}
-    failed_phase: str | None = None
-    error: str | None = None
-    timings_sec: dict[str, float] = {}
-    steps: list[StepVerdict] | None = None
-    trial_dir: str | None = None
-    lint: list[LintIssue] | None = None  # Harbor's lint findings, when --lint ran
-    audit: list[AuditFinding] | None = None  # the leak audit's findings, when --lint ran
-    stand_in: str | None = None  # the offline stand-in base image a solution or verifier failure ran on
-    pool_note: str | None = None  # why the warm pool named could not serve this task (it ran cold)
-    verification: dict[str, str] | None = None  # where the task's tests ran, and why (mode, reason)
-
-
-class ValidationReport(BaseModel):
-    """The machine-readable report written by ``validate --json``."""
-
-    passed: int
-    failed: int
-    agent: str
-    environment: str
-    wall_sec: float
-    tasks: list[TaskValidation]
-    job_dir: str | None = None  # the kept trials, a Harbor job directory (harbor view)
-    audits: list[EnvironmentAudit] | None = None  # the leak audit per environment, when --lint ran
-
-    @property
-    def ok(self) -> bool:
-        return self.failed == 0
-
+from osmosis_harbor.validate.report import TaskValidation, ValidationReport
 
 ProgressCallback = Callable[[str, str], None]  # (task id, stage)
 
@@ -120,18 +82,18 @@ def _checks(task: TaskRef) -> bool:
     return True
 
 
-def _guard_verdict(task: TaskRef, row: TaskValidation, guard: GuardSession) -> None:
+def _guard_verdict(task: TaskRef, row: TaskValidation, guard: GuardSession, config: settings.Settings) -> None:
     """The guard's word on a validated task: a tampered verifier environment fails it (with
     ``nop``, a test that passes an untouched sandbox is caught either way); a passing oracle run
     records what its solution changed and left listening as the task's allowance."""
     if guard.tampered is not None:
-        row.passed, row.failed_phase, row.error = False, Phase.VERIFIER.value, str(guard.tampered)
+        row.passed, row.failed_phase, row.error = False, TrialPhase.VERIFIER.value, str(guard.tampered)
         return
     if guard.plan.record_allowance and row.passed and guard.checks:
         recorded = Allowance()
         for check in guard.checks:
             recorded = recorded.merged(Allowance.recorded(check.report))
-        save_recorded(task.path, recorded)
+        save_recorded(task.path, recorded, config)
 
 
 def _pool_note(task: TaskRef, options: SandboxOptions) -> str | None:
@@ -180,6 +142,7 @@ async def validate_tasks(
             f"(an untouched sandbox must score 0), not {agent!r}"
         )
     settings.use_bundled_model_prices()
+    run_settings = settings.current()  # once for the run, carried to its parts
     started = time.monotonic()
     notify = on_progress or (lambda _id, _stage: None)
     owns_dir = trials_dir is None
@@ -192,7 +155,7 @@ async def validate_tasks(
     pool_notes: dict[str, str | None] = {}
     options = SandboxOptions.of(environment)
     ours = environment.import_path == IMPORT_PATH  # our SDKs: lint also names what training refuses there
-    findings = lint_dataset(list(tasks), lint, options.impl if ours else None)
+    findings = lint_dataset(list(tasks), lint, run_settings, options.impl if ours else None)
     leaks: dict[str, list[AuditFinding]] = {}
     audits: list[EnvironmentAudit] | None = None
     impl = options.impl
@@ -221,7 +184,7 @@ async def validate_tasks(
                     refuse_lint_errors(task, findings[task.id])
                     refuse_audit_errors(task, leaks.get(task.id, []))
                 # Training's decision: a fresh verifier's sandbox, or the agent's under the guard.
-                modes[task.id] = verification = decide_verification(task.path)
+                modes[task.id] = verification = decide_verification(task.path, config=run_settings)
                 path = task.path
                 if verification.mode is VerificationMode.FRESH:
                     copies = copies or Path(tempfile.mkdtemp(prefix="osmosis-harbor-validate-tasks-"))
@@ -232,9 +195,13 @@ async def validate_tasks(
                     ).path
                 elif verification.mode is VerificationMode.SHARED:
                     # Harbor's oracle and nop are native agents; the oracle's run records the allowance.
-                    guards[task.id] = guard_plan(task.path, native_agent=True, record=agent == "oracle")
+                    guards[task.id] = guard_plan(
+                        task.path, native_agent=True, record=agent == "oracle", config=run_settings
+                    )
             except (DatasetError, TaskResolutionError) as exc:
-                rows[task.id] = TaskValidation(id=task.id, passed=False, failed_phase=Phase.TASK.value, error=str(exc))
+                rows[task.id] = TaskValidation(
+                    id=task.id, passed=False, failed_phase=TrialPhase.TASK.value, error=str(exc)
+                )
                 notify(task.id, "invalid")
                 continue
             pool_notes[task.id] = _pool_note(task, options)
@@ -284,14 +251,14 @@ async def validate_tasks(
             rows[task.id] = TaskValidation(
                 id=task.id,
                 passed=False,
-                failed_phase=Phase.ENVIRONMENT.value,
+                failed_phase=TrialPhase.ENVIRONMENT.value,
                 error=f"{type(exc).__name__}: {exc}".splitlines()[0],
             )
         else:
             # Reading the trial's output files is file work: off the event loop.
             rows[task.id] = await asyncio.to_thread(_row_for_result, task, result, trial_dir, keep_trials, agent)
             if guard is not None:
-                await asyncio.to_thread(_guard_verdict, task, rows[task.id], guard)
+                await asyncio.to_thread(_guard_verdict, task, rows[task.id], guard, run_settings)
         notify(task.id, "passed" if rows[task.id].passed else "failed")
 
     try:

@@ -64,10 +64,10 @@ def _engine_url() -> str:
     return settings.current().docker_host
 
 
-def check_reachable() -> None:
+def check_reachable(config: settings.Settings) -> None:
     """The engine answers a ping (``sdk="docker"``'s preflight), without making the process's
     `Engine`: a run that never starts a sandbox here keeps no client."""
-    url = _engine_url()
+    url = config.docker_host
     try:
         client = docker.from_env(version="auto", timeout=10)
         try:
@@ -154,7 +154,7 @@ class Engine:
         layer) and with its privileges cut (``privileges.py``)."""
         current = settings.current()
         bounds = SandboxBounds.resolve(cpus, memory_gb, disk_mb=current.sandbox_disk_mb, inodes=current.sandbox_inodes)
-        privileges = SandboxPrivileges.current()
+        privileges = SandboxPrivileges.of(current)
 
         def create(network_mode: str) -> str:
             host_config = self.api.create_host_config(

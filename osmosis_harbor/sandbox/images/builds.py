@@ -20,7 +20,7 @@ from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from osmosis_harbor.errors import DockerSdkMissingError, ImageBuildError
 from osmosis_harbor.sandbox.images import holds as image_holds
@@ -28,13 +28,10 @@ from osmosis_harbor.sandbox.images.base_images import missing_base_error
 from osmosis_harbor.sandbox.images.build_failure import parse_build_failure
 from osmosis_harbor.sandbox.images.docker_py import docker_py
 
-if TYPE_CHECKING:
-    import docker
-
 logger = logging.getLogger(__name__)
 
 
-def _docker_client() -> docker.DockerClient:
+def _docker_client() -> Any:  # docker.DockerClient: docker-py is untyped, and imported only when asked
     return docker_py().from_env()
 
 

@@ -15,14 +15,11 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from osmosis_harbor.errors import DockerSdkMissingError
 from osmosis_harbor.owner_process import Owner
 from osmosis_harbor.sandbox.images.docker_py import docker_py
-
-if TYPE_CHECKING:
-    import docker
 
 __all__ = ["HOLD_LABEL", "hold", "holders", "remove_unheld"]
 
@@ -32,7 +29,7 @@ HOLD_LABEL = "osmosis-harbor.image-hold"
 _VOLUME_PREFIX = "ohimage_"
 
 
-def _client() -> docker.DockerClient:
+def _client() -> Any:  # docker.DockerClient: docker-py is untyped, and imported only when asked
     return docker_py().from_env()
 
 

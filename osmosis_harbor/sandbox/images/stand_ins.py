@@ -12,12 +12,12 @@ only because of the stand-in says so instead of reading like a broken solution.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
+from osmosis_harbor import settings
 from osmosis_harbor.errors import UserError
 
 __all__ = ["LIST_HINT", "SCRIPT", "VERB", "offline_recipes", "run_script", "stand_in_note", "what_stands_in"]
@@ -79,7 +79,7 @@ def run_script(args: Sequence[str]) -> int:
 
     Ctrl-C reaches the script from the terminal (it unmounts and removes a half-made root file
     system); this process waits for it to finish that rather than cut it short."""
-    env = {**os.environ, "HOST_PYTHON": sys.executable}  # a Python with pip, to fetch uv from PyPI
+    env = settings.child_environment(HOST_PYTHON=sys.executable)  # a Python with pip, to fetch uv from PyPI
     try:
         proc = subprocess.Popen(["bash", str(SCRIPT), *args], env=env)
     except FileNotFoundError as exc:

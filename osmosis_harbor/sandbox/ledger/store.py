@@ -252,4 +252,4 @@ def endpoint_for(sdk: str) -> str:
         return current.docker_host
     if sdk == "skypilot-emulator":
         return current.emulator_url or "on-demand"
-    return settings.host_variable("SKYPILOT_API_SERVER_ENDPOINT") or "default"
+    return current.skypilot_api_server_endpoint or "default"

@@ -132,9 +132,10 @@ class PolicyRelay:
             if self._address is not None:
                 return self._address
             host = self._bind_host()
-            sock = _listen(host, settings.current().relay_port)
+            config = settings.current()  # once, when the relay starts: its port and bounds
+            sock = _listen(host, config.relay_port)
             try:
-                server = RelayServer(self._lookup, self._upstream_client, self._limits or limits_from_settings())
+                server = RelayServer(self._lookup, self._upstream_client, self._limits or limits_from_settings(config))
             except ConfigError:
                 sock.close()
                 raise
@@ -209,9 +210,8 @@ def _listen(host: str, port: int) -> socket.socket:
     return sock
 
 
-def limits_from_settings() -> RelayLimits:
-    """The relay's bounds as the settings say now (a ``ConfigError`` names a contradiction)."""
-    current = settings.current()
+def limits_from_settings(current: settings.Settings) -> RelayLimits:
+    """The relay's bounds as ``current`` says (a ``ConfigError`` names a contradiction)."""
     return RelayLimits(
         max_request_bytes=current.relay_max_request_bytes,
         max_response_bytes=current.relay_max_response_bytes,

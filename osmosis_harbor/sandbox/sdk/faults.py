@@ -121,14 +121,15 @@ async def terminate_by_name(sdk: SandboxSdk, name: str) -> None:
 async def create_checked[T](sdk: SandboxSdk, name: str, create: Callable[[], Awaitable[T]]) -> T:
     """``create()`` of the sandbox ``name``, retried after an API fault only once ``ls`` showed
     the failed call made nothing (a sandbox it did make is terminated by name first)."""
-    attempts = settings.current().api_attempts
+    config = settings.current()  # once per create, for all its attempts
+    attempts = config.api_attempts
     for attempt in range(1, attempts + 1):
         try:
             return await create()
         except Exception as exc:
             if not is_api_fault(exc) or attempt == attempts:
                 raise
-            await asyncio.sleep(random.uniform(0, min(settings.current().api_retry_max_wait, 0.2 * 2**attempt)))
+            await asyncio.sleep(random.uniform(0, min(config.api_retry_max_wait, 0.2 * 2**attempt)))
             state = await retry_safe("ls", sandbox_state, sdk, name)
             if state.status is not None:
                 log.info("create of %s failed (%s) but made it: terminating it before trying again", name, exc)

@@ -63,8 +63,8 @@ class SandboxPrivileges(BaseModel):
     seccomp: str | None = None  # the operator's profile (JSON text); None: the engine's default
 
     @classmethod
-    def current(cls) -> SandboxPrivileges:
-        current = settings.current()
+    def of(cls, current: settings.Settings) -> SandboxPrivileges:
+        """The privileges ``current`` (the caller's one reading of the settings) asks for."""
         profile = current.sandbox_seccomp_profile
         return cls(
             no_new_privileges=current.sandbox_no_new_privileges,

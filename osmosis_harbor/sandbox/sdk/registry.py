@@ -15,6 +15,7 @@ import importlib
 from dataclasses import dataclass
 from typing import Literal, cast
 
+from osmosis_harbor import settings
 from osmosis_harbor.errors import ConfigError, DockerSdkMissingError, SandboxSdkMissingError, SandboxUnavailableError
 from osmosis_harbor.sandbox.sdk.protocol import SandboxSdk
 
@@ -82,14 +83,14 @@ class SandboxImplementation:
     warm_interpreters: Literal["on", "off", "pools"] = "off"
     exec_runs_sandbox_shell: bool = False
 
-    def preflight(self) -> None:
+    def preflight(self, config: settings.Settings | None = None) -> None:
         """Exit with the way out (``SystemExit``, as Harbor's preflight does) unless this SDK
         can be imported and what it talks to is there: checked before a run queues trials."""
         try:
             self.load()
             if self.ready_check is not None:
                 module, _, function = self.ready_check.partition(":")
-                getattr(importlib.import_module(module), function)()
+                getattr(importlib.import_module(module), function)(config or settings.current())
         except (SandboxSdkMissingError, SandboxUnavailableError) as exc:
             raise SystemExit(f"sdk={self.name!r}: {exc}") from None
 

@@ -7,17 +7,17 @@ runs only when SkyPilot's SDK is the one chosen (``registry.SandboxImplementatio
 from __future__ import annotations
 
 import importlib
-import os
 
+from osmosis_harbor import settings
 from osmosis_harbor.errors import SandboxUnavailableError
 
 __all__ = ["check_logged_in"]
 
 
-def check_logged_in() -> None:
+def check_logged_in(config: settings.Settings) -> None:
     """An endpoint is configured (``sky api login``, or the environment variable): no network
     round trip, as in Harbor; a server that does not answer fails at the first create."""
-    if os.environ.get("SKYPILOT_API_SERVER_ENDPOINT"):
+    if config.skypilot_api_server_endpoint:
         return
     try:
         server_common = importlib.import_module("sky.server.common")  # SkyPilot's client, when installed

@@ -74,7 +74,7 @@ class Session:
         with self._lock:
             if self._client is None or self._url is None:
                 self._url = launcher.server_url()
-                self._client = httpx.Client(base_url=self._url, timeout=settings.current().emulator_timeout)
+                self._client = httpx.Client(base_url=self._url)  # every request names its own timeout (call)
             return self._client, self._url
 
     def _forget_server(self, failed: httpx.Client) -> None:

@@ -52,17 +52,16 @@ def server_url() -> str:
     return _ensure_local_server(current.emulator_dir())
 
 
-def check_reachable() -> None:
+def check_reachable(current: settings.Settings) -> None:
     """``sdk="skypilot-emulator"``'s preflight: the server named by ``OSMOSIS_HARBOR_EMULATOR_URL``
     answers; without it, the engine an on-demand server runs its sandboxes on does (nothing is
     started here: the first call starts the server, as SkyPilot's client starts its own)."""
-    current = settings.current()
     if not current.emulator_url:
         try:  # an on-demand server runs on docker-py: the extra
             from osmosis_harbor.sandbox.docker.engine import check_reachable as check_engine
         except ImportError as exc:
             raise DockerSdkMissingError(exc) from exc
-        check_engine()
+        check_engine(current)
         return
     url = current.emulator_url.rstrip("/")
     try:
