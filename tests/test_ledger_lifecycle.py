@@ -184,7 +184,7 @@ async def test_a_failed_terminate_is_never_forgotten_and_retried_in_the_backgrou
     name, refusals = env.sandbox_name, {"left": 2}
     monkeypatch.setenv("OSMOSIS_HARBOR_API_ATTEMPTS", "1")
     try:
-        _refuse_terminate(env._sandbox, monkeypatch, refusals)
+        _refuse_terminate(env.sandbox, monkeypatch, refusals)
         await env.stop(delete=True)
         # Still registered, still in the ledger, still running: not forgotten.
         assert sandboxes.registered(name) and _listed(sdk, name)
@@ -210,7 +210,7 @@ async def test_the_shutdown_sweep_removes_a_sandbox_whose_terminate_kept_failing
     name, refusals = env.sandbox_name, {"left": 10**6}
     monkeypatch.setenv("OSMOSIS_HARBOR_API_ATTEMPTS", "1")
     try:
-        _refuse_terminate(env._sandbox, monkeypatch, refusals)
+        _refuse_terminate(env.sandbox, monkeypatch, refusals)
         await env.stop(delete=True)
         failures = await sandboxes.terminate_all()  # the API still refuses: reported, kept
         assert [f.split(":")[0] for f in failures] == [name]

@@ -273,7 +273,7 @@ async def test_a_raw_shell_command_is_sh_c_with_no_workdir(sky: FakeSkySandbox, 
     await env.start(force_build=False)
     try:
         before = len(sky.calls("exec"))
-        await env._run_shell("ls /", timeout_seconds=30)
+        await env.run_shell("ls /", timeout_seconds=30)
         (call,) = sky.calls("exec")[before:]
         assert command_of(list(call.args)) == ["sh", "-c", "ls /"]
         assert call.kwargs == {"workdir": None, "timeout_seconds": 30, "env": None}
@@ -322,7 +322,7 @@ async def test_stop_terminates_with_wait_once(sky: FakeSkySandbox, tmp_path: Pat
     await env.start(force_build=False)
     await env.stop(delete=False)  # SkyPilot sandboxes are ephemeral: terminated whatever delete says
     assert sky.calls("terminate") == [Call("terminate", (), {"wait": True})]
-    assert env._sandbox is None
+    assert env.sandbox is None
     await env.stop(delete=True)
     assert len(sky.calls("terminate")) == 1
 
@@ -331,7 +331,7 @@ async def test_stop_terminates_a_handle_it_did_not_create(sky: FakeSkySandbox, t
     """Harbor's stop terminates whatever ``_sandbox`` holds; so does ours, and says so (read
     from a logger of the test's own: the suite's other tests reconfigure Harbor's loggers)."""
     env = _environment(_prebuilt_task(tmp_path), tmp_path)
-    env._sandbox = FakeSandbox(env.sandbox_name, sky.log)
+    env.sandbox = FakeSandbox(env.sandbox_name, sky.log)
     said: list[str] = []
     handler = logging.Handler(logging.WARNING)
     handler.emit = lambda record: said.append(record.getMessage())  # type: ignore[method-assign]

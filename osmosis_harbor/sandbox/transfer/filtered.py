@@ -17,9 +17,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from harbor.environments.base import _ENV_TRANSFER_TAR_DIR, _TRANSFER_PACK_TIMEOUT_SEC
 from harbor.utils.path_filter import filter_paths_by_patterns
 
+from osmosis_harbor.harbor_compat.skypilot_names import ENV_TRANSFER_TAR_DIR, TRANSFER_PACK_TIMEOUT_SEC
 from osmosis_harbor.harbor_compat.tar_pack import pack_succeeded
 from osmosis_harbor.sandbox.transfer.extract import extract_archive
 
@@ -27,7 +27,7 @@ __all__ = ["download_filtered", "download_with_exclusions"]
 
 
 def _remote(suffix: str) -> str:
-    return str(_ENV_TRANSFER_TAR_DIR / f".hb-transfer-{uuid.uuid4()}.{suffix}")
+    return str(ENV_TRANSFER_TAR_DIR / f".hb-transfer-{uuid.uuid4()}.{suffix}")
 
 
 async def _fetch_and_extract(env: Any, remote: str, source_dir: str, target: Path, service: str | None) -> None:
@@ -48,7 +48,7 @@ async def download_with_exclusions(
     result = await env.service_exec(
         f"tar czf {shlex.quote(remote)} {flags} -C {shlex.quote(source_dir)} .",
         service=service,
-        timeout_sec=_TRANSFER_PACK_TIMEOUT_SEC,
+        timeout_sec=TRANSFER_PACK_TIMEOUT_SEC,
         user="root",
     )
     try:
@@ -96,7 +96,7 @@ async def download_filtered(
             await env.upload_file(source_path=host_list, target_path=remote_list)
         packed = await env.exec(
             f"tar czf {shlex.quote(remote)} -C {shlex.quote(source_dir)} -T {shlex.quote(remote_list)}",
-            timeout_sec=_TRANSFER_PACK_TIMEOUT_SEC,
+            timeout_sec=TRANSFER_PACK_TIMEOUT_SEC,
             user="root",
         )
         if not pack_succeeded(packed.return_code, stdout=packed.stdout, stderr=packed.stderr, logger=env.logger):
