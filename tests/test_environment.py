@@ -10,8 +10,8 @@ from pathlib import Path
 
 import docker
 import pytest
-from harbor.environments.factory import EnvironmentFactory
 from harbor.environments.base import BaseEnvironment
+from harbor.environments.factory import EnvironmentFactory
 from harbor.models.task.task import Task
 from harbor.models.trial.paths import TrialPaths
 

@@ -21,10 +21,10 @@ from osmosis_harbor.sandbox.environment.own_sandbox import SandboxCreator
 from osmosis_harbor.sandbox.images.builds import ImageBuildCoordinator
 from osmosis_harbor.sandbox.ledger.store import Ledger
 from osmosis_harbor.sandbox.owner.context import (
-    SandboxOwner,
-    current_owner,
     Role,
+    SandboxOwner,
     TrialContext,
+    current_owner,
     current_trial,
     guard_scope,
     owner_scope,
