@@ -15,7 +15,7 @@ import docker.errors
 import pytest
 
 from osmosis_harbor.errors import NoOwnerError
-from osmosis_harbor.owner_process import Owner
+from osmosis_harbor.owner_process import OwnerProcess
 from osmosis_harbor.sandbox import SandboxEnvironment, environment_config
 from osmosis_harbor.sandbox.environment.own_sandbox import SandboxCreator
 from osmosis_harbor.sandbox.images.builds import ImageBuildCoordinator
@@ -189,17 +189,17 @@ async def test_a_coordinator_builds_once_for_concurrent_callers_and_frees_its_lo
     assert not coordinator._locks and not coordinator._users
 
 
-def _dead_process() -> Owner:
-    script = "from osmosis_harbor.owner_process import Owner; print(Owner.current().model_dump_json())"
+def _dead_process() -> OwnerProcess:
+    script = "from osmosis_harbor.owner_process import OwnerProcess; print(OwnerProcess.current().model_dump_json())"
     out = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, check=True)
-    owner = Owner.model_validate_json(out.stdout)
+    owner = OwnerProcess.model_validate_json(out.stdout)
     assert owner.is_dead()
     return owner
 
 
 def test_a_pools_live_users_exclude_the_asker_and_dead_owners(tmp_path: Path) -> None:
     ledger = Ledger(tmp_path / "ledger.sqlite")
-    me = Owner.current()
+    me = OwnerProcess.current()
     ledger.use_pool("docker", "e", "warm-1", "a", me)
     ledger.use_pool("docker", "e", "warm-1", "b", me)
     ledger.use_pool("docker", "e", "warm-1", "crashed", _dead_process())

@@ -245,6 +245,7 @@ class SandboxCreator:
             fallback=None if state.generic_pool else cold_create,
             base=self._plan.pool_base,
             generic=state.generic_pool,
+            wait_sec=self._settings.pool_claim_wait_sec,
         )
 
     async def _adopt_name(self, name: str, sandbox: Any) -> str:
