@@ -32,7 +32,7 @@ from typing import BinaryIO
 
 from pydantic import ValidationError
 
-from osmosis_harbor.owner_process import Owner
+from osmosis_harbor.owner_process import OwnerProcess
 from osmosis_harbor.shim.errors import REDACTED, Redactor
 
 __all__ = [
@@ -239,7 +239,7 @@ class KeyCustody:
             return
         trial_dir.mkdir(parents=True, exist_ok=True)
         # Written before the trial starts, so a half-written marker guards no key yet.
-        (trial_dir / MARKER).write_text(Owner.current().model_dump_json())
+        (trial_dir / MARKER).write_text(OwnerProcess.current().model_dump_json())
         with self._guard:
             self._held[trial_dir] = _Held(redactor)
 
@@ -316,9 +316,9 @@ def _remove_marker_last(trial_dir: Path) -> None:
         logger.error("trial directory %s stays marked as unscrubbed: %s", trial_dir, exc.strerror)
 
 
-def _owner(marker: Path) -> Owner | None:
+def _owner(marker: Path) -> OwnerProcess | None:
     try:
-        return Owner.model_validate_json(marker.read_text())
+        return OwnerProcess.model_validate_json(marker.read_text())
     except (OSError, ValidationError):
         return None
 

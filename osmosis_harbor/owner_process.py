@@ -38,7 +38,7 @@ def _proc_start_ticks(pid: int) -> str | None:
     return fields[19] if len(fields) > 19 else None
 
 
-class Owner(BaseModel):
+class OwnerProcess(BaseModel):
     """The process a sandbox belongs to; when it dies the sandbox may be reaped."""
 
     model_config = ConfigDict(frozen=True)
@@ -48,12 +48,12 @@ class Owner(BaseModel):
     start: str | None = None
 
     @classmethod
-    def current(cls) -> Owner:
+    def current(cls) -> OwnerProcess:
         pid = os.getpid()
         return cls(pid=pid, host=socket.gethostname(), start=_proc_start_ticks(pid))
 
     @classmethod
-    def from_labels(cls, labels: dict[str, str]) -> Owner | None:
+    def from_labels(cls, labels: dict[str, str]) -> OwnerProcess | None:
         pid = _pid(labels.get(OWNER_PID))
         if pid is None:
             return None

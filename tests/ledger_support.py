@@ -63,7 +63,7 @@ async def main():
         await sdk.create_pool.aio(POOL, IMAGE, replicas=1)
         await sandboxes.pool_made(POOL, SDK)
         if FAIL_TERMINATE == "1":  # this owner's sandbox API refuses every terminate
-            refuse(type(env._sandbox))
+            refuse(type(env.sandbox))
             await env.stop(delete=True)  # fails (twice: two API attempts); it stays in the ledger
     print(env.sandbox_name, flush=True)
     await asyncio.Event().wait()

@@ -176,7 +176,7 @@ async def test_an_unrecorded_exec_is_never_retried_and_its_fault_is_a_lost_sandb
     one, the launch is resumed through the record (``tests/test_exec_records.py``)."""
     env = environment_for("skypilot-emulator", tmp_path, image)
     await env.start(force_build=False)
-    env._exec_records.enabled = False
+    env._records.enabled = False
     try:
         emulator.fault("reset", path=f"/sandboxes/{env.sandbox_name}/exec", count=1)
         with pytest.raises(SandboxLostError, match="API failed mid-call"):

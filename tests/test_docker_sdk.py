@@ -30,7 +30,7 @@ import pytest
 from osmosis_harbor.sandbox import conformance
 from osmosis_harbor.sandbox import docker as docker_sdk
 from osmosis_harbor.sandbox.docker import labels as L
-from osmosis_harbor.sandbox.docker.labels import Owner, Role
+from osmosis_harbor.sandbox.docker.labels import OwnerProcess, Role
 from osmosis_harbor.sandbox.sdk.calls import Dual
 
 REPO = Path(__file__).resolve().parent.parent
@@ -317,13 +317,13 @@ async def test_ttl_is_enforced_by_the_container(docker_sandbox_sdk: Any, sandbox
         await sandbox.terminate.aio(wait=True)
 
 
-def _fake_sandbox(name: str, *, created_at: float, ttl: int, owner: Owner | None = None) -> str:
+def _fake_sandbox(name: str, *, created_at: float, ttl: int, owner: OwnerProcess | None = None) -> str:
     """A managed container whose labels say what we want, for reap tests."""
     engine = docker_sdk.get_engine()
     labels = L.container_labels(
         sandbox=name,
         role=Role.SANDBOX,
-        owner=owner or Owner.current(),
+        owner=owner or OwnerProcess.current(),
         created_at=created_at,
         ttl_sec=ttl,
         network="bridge",

@@ -14,7 +14,7 @@ import docker
 import docker.errors
 import pytest
 
-from osmosis_harbor.owner_process import Owner
+from osmosis_harbor.owner_process import OwnerProcess
 from osmosis_harbor.sandbox import docker as docker_sdk
 from osmosis_harbor.sandbox import emulator as sky
 from osmosis_harbor.sandbox.docker import labels as L
@@ -164,7 +164,7 @@ def test_the_ttl_reaper_removes_only_its_own_accounts_sandboxes(emulator: Emulat
     labels = L.container_labels(
         sandbox=name,
         role=Role.SANDBOX,
-        owner=Owner.current(),
+        owner=OwnerProcess.current(),
         created_at=time.time() - 100,
         ttl_sec=10,
         network="bridge",

@@ -1,4 +1,4 @@
-"""Harbor's ``SkypilotEnvironment`` code path, unmodified, over our Docker ``sky.sandbox``
+"""Our Harbor environment (SkyPilot's behaviour where we keep it) over our Docker ``sky.sandbox``
 implementation: exec wrapping, users, env, file and directory transfer, images and the
 registry path, and the errors a user sees when the SkyPilot SDK is missing."""
 
@@ -10,12 +10,13 @@ from pathlib import Path
 
 import docker
 import pytest
+from harbor.environments.base import BaseEnvironment
 from harbor.environments.factory import EnvironmentFactory
-from harbor.environments.skypilot import SkypilotEnvironment
 from harbor.models.task.task import Task
 from harbor.models.trial.paths import TrialPaths
 
 from osmosis_harbor.sandbox import SandboxEnvironment, SandboxSdkMissingError, environment_config, load_sandbox_sdk
+from osmosis_harbor.sandbox.environment.images import manifest_exists
 from osmosis_harbor.sandbox.images.builds import registry_image_exists
 from osmosis_harbor.sandbox.sdk.liveness import SandboxLostError
 
@@ -37,7 +38,7 @@ def _environment(task_dir: Path, tmp_path: Path, **kwargs) -> SandboxEnvironment
         trial_paths=trial_paths,
         task_env_config=task.config.environment,
     )
-    assert isinstance(env, SandboxEnvironment) and isinstance(env, SkypilotEnvironment)
+    assert isinstance(env, SandboxEnvironment) and isinstance(env, BaseEnvironment)
     return env
 
 
@@ -86,15 +87,15 @@ async def test_registry_path_builds_pushes_once_and_then_reuses(tmp_path: Path) 
     # http registry; that is the bug we fix. Ours answers from the engine.
     assert not registry_image_exists(ref)
     # made outside any owner, the environment owns itself: its own builds, none known before
-    await asyncio.gather(*(env._resolve_image(force_build=False) for _ in range(4)))
-    assert env._owner.builds.stats.built == [ref]
+    await asyncio.gather(*(env.prepare_image(force_build=False) for _ in range(4)))
+    assert env.owner.builds.stats.built == [ref]
     assert registry_image_exists(ref)
-    assert not await SkypilotEnvironment._image_exists(env)  # Harbor's check still says "missing"
+    assert not await manifest_exists(ref)  # Harbor's check (its CLI command) still says "missing"
 
     docker.from_env().images.remove(ref, force=True)  # only the registry has it now
     second = _environment(task, tmp_path, registry=REGISTRY)  # a new owner: nothing known locally
     await second.start(force_build=False)
-    fresh = second._owner.builds.stats
+    fresh = second.owner.builds.stats
     try:
         assert fresh.built == [] and fresh.reused == [ref]
         assert (await second.exec("cat /marker")).return_code == 0
@@ -163,20 +164,20 @@ def _runs(container_id: str, command: str) -> bool:
 
 
 async def test_stop_inside_a_termination_scope_leaves_the_wait_to_settle(tmp_path: Path) -> None:
-    """Inside a trial's scope a stop hands terminate(wait=True) to a task (the trial goes on);
-    the sandbox stays registered until ``settle`` has seen it gone. Outside a trial's scope the
-    stop itself waits."""
+    """Made inside a trial's scope (its trial context), a stop hands terminate(wait=True) to a
+    task (the trial goes on); the sandbox stays registered until ``settle`` has seen it gone.
+    Made outside a trial's scope, the stop itself waits."""
     from osmosis_harbor.sandbox.owner.context import SandboxOwner, owner_scope, settle, trial_scope
 
     task = make_task(tmp_path / "ds", "defer", dockerfile="FROM debian:trixie-slim\n")
     owner = SandboxOwner.make("test")
     with owner_scope(owner):
-        deferred = _environment(task, tmp_path)
+        with trial_scope() as trial:
+            deferred = _environment(task, tmp_path)
         inline = _environment(task, tmp_path)
         await deferred.start(force_build=False)
         await inline.start(force_build=False)
-        with trial_scope() as trial:
-            await deferred.stop(delete=True)
+        await deferred.stop(delete=True)
         pending = trial.terminations
         assert len(pending) == 1 and owner.sandboxes.registered(deferred.sandbox_name)
         await settle(pending)

@@ -82,7 +82,7 @@ async def test_a_fault_on_an_execs_result_read_is_survived_and_the_command_ran_o
         assert (unrecorded.return_code, unrecorded.stdout) == (5, "plain\n")
 
         hit = fault_on_result_read(monkeypatch, emulator_server, "reset", lambda arg: MARK in arg)
-        env._exec_records.enabled = False  # positive control: the same fault, without records
+        env._records.enabled = False  # positive control: the same fault, without records
         with pytest.raises(SandboxLostError, match="API failed mid-call"):
             await env.exec(COMMAND)
         assert len(hit) == 1

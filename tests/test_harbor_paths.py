@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import logging
 import re
 import textwrap
 import uuid
@@ -30,7 +31,8 @@ from harbor.models.trial.paths import TrialPaths
 
 from osmosis_harbor.errors import BaseImageMissingError, ImageBuildError
 from osmosis_harbor.sandbox import SandboxEnvironment, environment_config
-from osmosis_harbor.sandbox.environment import assembly
+from osmosis_harbor.sandbox.environment import images as environment_images
+from osmosis_harbor.sandbox.environment.images import ImageSource
 from osmosis_harbor.sandbox.owner.pools import pool_name_for
 
 from .support import make_task
@@ -110,18 +112,18 @@ async def test_a_registry_build_runs_harbors_own_code_and_fails_as_our_errors(
     """Harbor's build fails as ``ImageBuildError`` and is retried once; a missing base image
     fails as ``BaseImageMissingError``, naming it, and is built only once."""
     builds: list[str] = []
-    harbor_build = assembly.HARBOR_BUILD_ONCE
+    harbor_build = environment_images.build_and_push
 
-    async def counting(env: SandboxEnvironment) -> None:
-        builds.append(env.environment_name)
-        await harbor_build(env)
+    async def counting(source: ImageSource, ref: str, logger: logging.Logger) -> None:
+        builds.append(source.environment_dir.parent.name)
+        await harbor_build(source, ref, logger)
 
-    monkeypatch.setattr(assembly, "HARBOR_BUILD_ONCE", counting)
+    monkeypatch.setattr(environment_images, "build_and_push", counting)
     failing = f"FROM debian:trixie-slim\nRUN echo broken-{uuid.uuid4().hex[:6]} && exit 3\n"
     env = _environment(make_task(tmp_path, "broken", dockerfile=failing), tmp_path, registry=REGISTRY)
     with pytest.raises(ImageBuildError, match="docker build failed for") as caught:
         await env.prepare_image()
-    cause = caught.value.__cause__  # Harbor's _build_and_push_image raised it: a plain RuntimeError
+    cause = caught.value.__cause__  # Harbor's build commands failed: a plain RuntimeError, Harbor's words
     assert type(cause) is RuntimeError and str(cause).startswith(f"docker build failed for {env.image_ref}")
     # Ours leads with the failing step and its exit code (Harbor's first line is Docker's
     # legacy-builder notice; a trial's report keeps the first line), then the step's output.

@@ -13,13 +13,13 @@ import threading
 from multiprocessing.connection import Connection
 from pathlib import Path
 
-from osmosis_harbor.owner_process import Owner
+from osmosis_harbor.owner_process import OwnerProcess
 from osmosis_harbor.sandbox.ledger.store import Kind, Ledger, State
 
 
 def test_rows_from_several_threads_each_on_its_own_connection(tmp_path: Path) -> None:
     ledger = Ledger(tmp_path / "ledger.sqlite3")
-    owner = Owner.current()
+    owner = OwnerProcess.current()
     connections: list[sqlite3.Connection] = []  # held, so no id is reused by a later one
     guard = threading.Lock()
 
@@ -46,13 +46,13 @@ def test_rows_from_several_threads_each_on_its_own_connection(tmp_path: Path) ->
 
 
 def _forked_writer(ledger: Ledger, parent_connection: int, out: Connection) -> None:
-    ledger.record(Kind.SANDBOX, "docker", "e", "from-child", Owner.current())
+    ledger.record(Kind.SANDBOX, "docker", "e", "from-child", OwnerProcess.current())
     out.send(id(ledger._connection()) != parent_connection)
 
 
 def test_a_forked_child_opens_its_own_connection(tmp_path: Path) -> None:
     ledger = Ledger(tmp_path / "ledger.sqlite3")
-    ledger.record(Kind.SANDBOX, "docker", "e", "from-parent", Owner.current())
+    ledger.record(Kind.SANDBOX, "docker", "e", "from-parent", OwnerProcess.current())
     reader, writer = multiprocessing.Pipe(duplex=False)
     child = multiprocessing.get_context("fork").Process(
         target=_forked_writer, args=(ledger, id(ledger._connection()), writer)
@@ -65,7 +65,7 @@ def test_a_forked_child_opens_its_own_connection(tmp_path: Path) -> None:
 
 def _write_then_hang(path: str, out: Connection) -> None:
     ledger = Ledger(Path(path))
-    ledger.record(Kind.SANDBOX, "docker", "e", "committed", Owner.current())
+    ledger.record(Kind.SANDBOX, "docker", "e", "committed", OwnerProcess.current())
     db = sqlite3.connect(path)  # a second writer, left mid-transaction
     db.execute("BEGIN IMMEDIATE")
     db.execute(

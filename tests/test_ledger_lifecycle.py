@@ -25,7 +25,7 @@ from harbor.trial.queue import TrialQueue
 
 from osmosis_harbor.agents.native import NotTrainableWarning
 from osmosis_harbor.backend import HarborBackend
-from osmosis_harbor.owner_process import Owner
+from osmosis_harbor.owner_process import OwnerProcess
 from osmosis_harbor.sandbox import environment_config, load_sandbox_sdk
 from osmosis_harbor.sandbox.emulator.client import extensions
 from osmosis_harbor.sandbox.ledger.leftovers import Action, reap_dead_owners
@@ -86,7 +86,7 @@ def _pool_listed(sdk: ModuleType, name: str) -> bool:
 def _write_rows(path: str, start: int) -> None:
     ledger = Ledger(Path(path))
     for i in range(start, start + 50):
-        ledger.record(Kind.SANDBOX, "docker", "e", f"sb-{i}", Owner.current())
+        ledger.record(Kind.SANDBOX, "docker", "e", f"sb-{i}", OwnerProcess.current())
 
 
 def test_the_ledger_is_shared_by_processes_writing_at_once(tmp_path: Path) -> None:
@@ -184,7 +184,7 @@ async def test_a_failed_terminate_is_never_forgotten_and_retried_in_the_backgrou
     name, refusals = env.sandbox_name, {"left": 2}
     monkeypatch.setenv("OSMOSIS_HARBOR_API_ATTEMPTS", "1")
     try:
-        _refuse_terminate(env._sandbox, monkeypatch, refusals)
+        _refuse_terminate(env.sandbox, monkeypatch, refusals)
         await env.stop(delete=True)
         # Still registered, still in the ledger, still running: not forgotten.
         assert sandboxes.registered(name) and _listed(sdk, name)
@@ -210,7 +210,7 @@ async def test_the_shutdown_sweep_removes_a_sandbox_whose_terminate_kept_failing
     name, refusals = env.sandbox_name, {"left": 10**6}
     monkeypatch.setenv("OSMOSIS_HARBOR_API_ATTEMPTS", "1")
     try:
-        _refuse_terminate(env._sandbox, monkeypatch, refusals)
+        _refuse_terminate(env.sandbox, monkeypatch, refusals)
         await env.stop(delete=True)
         failures = await sandboxes.terminate_all()  # the API still refuses: reported, kept
         assert [f.split(":")[0] for f in failures] == [name]
@@ -276,11 +276,11 @@ asyncio.run(main())
 """
 
 
-def _dead_owner() -> Owner:
+def _dead_owner() -> OwnerProcess:
     """The owner record of a process that has exited (as a crashed server's would read)."""
-    script = "from osmosis_harbor.owner_process import Owner; print(Owner.current().model_dump_json())"
+    script = "from osmosis_harbor.owner_process import OwnerProcess; print(OwnerProcess.current().model_dump_json())"
     out = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, check=True)
-    owner = Owner.model_validate_json(out.stdout)
+    owner = OwnerProcess.model_validate_json(out.stdout)
     assert owner.is_dead()
     return owner
 

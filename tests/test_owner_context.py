@@ -15,16 +15,18 @@ import docker.errors
 import pytest
 
 from osmosis_harbor.errors import NoOwnerError
-from osmosis_harbor.owner_process import Owner
+from osmosis_harbor.owner_process import OwnerProcess
 from osmosis_harbor.sandbox import SandboxEnvironment, environment_config
 from osmosis_harbor.sandbox.environment.own_sandbox import SandboxCreator
 from osmosis_harbor.sandbox.images.builds import ImageBuildCoordinator
 from osmosis_harbor.sandbox.ledger.store import Ledger
 from osmosis_harbor.sandbox.owner.context import (
+    Role,
     SandboxOwner,
+    TrialContext,
     current_owner,
     current_trial,
-    defer_termination,
+    guard_scope,
     owner_scope,
     trial_scope,
 )
@@ -41,7 +43,8 @@ async def test_outside_every_owner_a_call_that_needs_one_raises_naming_it() -> N
         current_owner("the workflow agent's rollout credentials")
     with pytest.raises(NoOwnerError, match="a trial's scope"), trial_scope():
         pass
-    assert current_trial() is None and not defer_termination(asyncio.sleep)  # run inline, nothing deferred
+    alone = TrialContext.of("alone__env", "a test")  # Harbor's CLI: an owner of its own, nothing deferred
+    assert current_trial() is None and alone.owns_itself and not alone.defer_termination(asyncio.sleep)
     owner = SandboxOwner.make("test")
     with owner_scope(owner):
         assert current_owner("a test") is owner
@@ -54,15 +57,40 @@ async def test_outside_every_owner_a_call_that_needs_one_raises_naming_it() -> N
         current_owner("after the scope")
 
 
+async def test_one_trial_context_carries_owner_role_guard_head_start_and_losses() -> None:
+    """Read once per environment: the role from Harbor's session id (a separate verifier's is
+    ``{trial}__verifier__{key}``), the guard for the agent's sandbox only, one loss sink and one
+    deferral into the trial's scope."""
+    from osmosis_harbor.errors import SandboxLostError
+    from osmosis_harbor.sandbox.guard import GuardPlan, GuardSession
+
+    owner, guard = SandboxOwner.make("test"), GuardSession(GuardPlan())
+    with owner_scope(owner), trial_scope(head_start=True, guard=guard) as trial:
+        agent = TrialContext.of("t1__env", "a test")
+        verifier = TrialContext.of("t1__verifier__k", "a test")
+    assert (agent.role, verifier.role) == (Role.AGENT, Role.VERIFIER)
+    assert agent.guard is guard and verifier.guard is None  # control: the scope held one
+    assert agent.owner is verifier.owner is owner and not agent.owns_itself
+    assert agent.head_start is verifier.head_start is trial.head_start is not None
+    assert agent.credentials is owner.credentials
+    loss = SandboxLostError.of_role("agent", "hb-x", "gone")
+    agent.record_loss(loss)
+    assert trial.losses == [loss]
+    assert verifier.defer_termination(lambda: asyncio.sleep(0)) and len(trial.terminations) == 1
+    await asyncio.gather(*trial.terminations)
+    with guard_scope(guard):  # validate's guard without a trial: still one scope, one variable
+        assert TrialContext.of("v__env", "a test").guard is guard
+
+
 def test_an_environment_made_outside_every_owner_owns_itself(tmp_path: Path) -> None:
     """Harbor's own CLI makes environments with no backend: each owns itself, apart."""
     task = make_task(tmp_path / "ds", "alone")
     first, second = _environment(task, tmp_path), _environment(task, tmp_path)
-    assert first._creator.owns_itself and second._creator.owns_itself and first._owner is not second._owner
+    assert first._creator.owns_itself and second._creator.owns_itself and first.owner is not second.owner
     owner = SandboxOwner.make("test")
     with owner_scope(owner):
         inside = _environment(task, tmp_path)
-    assert not inside._creator.owns_itself and inside._owner is owner
+    assert not inside._creator.owns_itself and inside.owner is owner
 
 
 def test_harbor_run_with_our_environment_and_no_backend_works(tmp_path: Path) -> None:
@@ -161,17 +189,17 @@ async def test_a_coordinator_builds_once_for_concurrent_callers_and_frees_its_lo
     assert not coordinator._locks and not coordinator._users
 
 
-def _dead_process() -> Owner:
-    script = "from osmosis_harbor.owner_process import Owner; print(Owner.current().model_dump_json())"
+def _dead_process() -> OwnerProcess:
+    script = "from osmosis_harbor.owner_process import OwnerProcess; print(OwnerProcess.current().model_dump_json())"
     out = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, check=True)
-    owner = Owner.model_validate_json(out.stdout)
+    owner = OwnerProcess.model_validate_json(out.stdout)
     assert owner.is_dead()
     return owner
 
 
 def test_a_pools_live_users_exclude_the_asker_and_dead_owners(tmp_path: Path) -> None:
     ledger = Ledger(tmp_path / "ledger.sqlite")
-    me = Owner.current()
+    me = OwnerProcess.current()
     ledger.use_pool("docker", "e", "warm-1", "a", me)
     ledger.use_pool("docker", "e", "warm-1", "b", me)
     ledger.use_pool("docker", "e", "warm-1", "crashed", _dead_process())
@@ -198,7 +226,7 @@ async def test_stop_terminates_a_handle_that_our_create_did_not_make(
     with owner_scope(owner):
         env = _environment(make_task(tmp_path / "ds", "held"), tmp_path)
         handle = await env.state.sdk.create.aio(name=env.sandbox_name, image=sandbox_image, timeout=300)
-        env._sandbox = handle
+        env.sandbox = handle
         try:
             await env.stop(delete=True)
             listed = {record.name for record in await env.state.sdk.ls.aio()}

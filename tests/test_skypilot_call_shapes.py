@@ -273,7 +273,7 @@ async def test_a_raw_shell_command_is_sh_c_with_no_workdir(sky: FakeSkySandbox, 
     await env.start(force_build=False)
     try:
         before = len(sky.calls("exec"))
-        await env._run_shell("ls /", timeout_seconds=30)
+        await env.run_shell("ls /", timeout_seconds=30)
         (call,) = sky.calls("exec")[before:]
         assert command_of(list(call.args)) == ["sh", "-c", "ls /"]
         assert call.kwargs == {"workdir": None, "timeout_seconds": 30, "env": None}
@@ -322,7 +322,7 @@ async def test_stop_terminates_with_wait_once(sky: FakeSkySandbox, tmp_path: Pat
     await env.start(force_build=False)
     await env.stop(delete=False)  # SkyPilot sandboxes are ephemeral: terminated whatever delete says
     assert sky.calls("terminate") == [Call("terminate", (), {"wait": True})]
-    assert env._sandbox is None
+    assert env.sandbox is None
     await env.stop(delete=True)
     assert len(sky.calls("terminate")) == 1
 
@@ -331,7 +331,7 @@ async def test_stop_terminates_a_handle_it_did_not_create(sky: FakeSkySandbox, t
     """Harbor's stop terminates whatever ``_sandbox`` holds; so does ours, and says so (read
     from a logger of the test's own: the suite's other tests reconfigure Harbor's loggers)."""
     env = _environment(_prebuilt_task(tmp_path), tmp_path)
-    env._sandbox = FakeSandbox(env.sandbox_name, sky.log)
+    env.sandbox = FakeSandbox(env.sandbox_name, sky.log)
     said: list[str] = []
     handler = logging.Handler(logging.WARNING)
     handler.emit = lambda record: said.append(record.getMessage())  # type: ignore[method-assign]
@@ -385,3 +385,119 @@ async def test_a_generic_pool_claim_is_harbors_pool_create_then_environment_uplo
         assert unpacks and "/srv/app" in " ".join(command_of(list(unpacks[0].args)))
     finally:
         await env.stop(delete=True)
+
+
+def test_sandbox_names_are_harbors_dns_names(sky: FakeSkySandbox, tmp_path: Path) -> None:
+    """Harbor's DNS-1123 name of ``hb-{session_id}``: lower case, 53 characters at most, a hash
+    suffix when cut (``_sanitize_dns_name``, compared on an awkward session id)."""
+    from harbor.environments.skypilot import _sanitize_dns_name
+
+    env = _environment(_prebuilt_task(tmp_path), tmp_path)
+    assert env.sandbox_name == _sanitize_dns_name(f"hb-{env.session_id}")
+    long_id = "Trial__" + "X" * 80 + "__verifier__key"
+    made = EnvironmentFactory.create_environment_from_config(
+        environment_config("skypilot"),
+        environment_dir=env.environment_dir,
+        environment_name="long",
+        session_id=long_id,
+        trial_paths=env.trial_paths,
+        task_env_config=env.task_env_config,
+    )
+    assert isinstance(made, SandboxEnvironment)
+    assert made.sandbox_name == _sanitize_dns_name(f"hb-{long_id}") and len(made.sandbox_name) <= 53
+    assert made.sandbox_name.islower() and made.sandbox_name != f"hb-{long_id}".lower()[:53]  # control: hashed
+
+
+async def test_exec_defaults_are_harbors_the_cap_and_the_dockerfile_workdir(
+    sky: FakeSkySandbox, tmp_path: Path
+) -> None:
+    """No timeout: SkyPilot's 3600 s cap; a shorter one as given. No cwd: the task's workdir,
+    else the Dockerfile's WORKDIR (Harbor's ``effective_exec_cwd``); no env: ``env=None``."""
+    task = make_task(tmp_path, "workdir", dockerfile="FROM debian:trixie-slim\nWORKDIR /srv/task\n")
+    env = _environment(task, tmp_path, registry="registry.example")
+    sky_image = {"ref": ""}
+
+    async def prepared(force_build: bool = False) -> tuple[str, bool]:  # nothing to build here
+        sky_image["ref"] = env.image_ref
+        return env.image_ref, False
+
+    env.prepare_image = prepared  # type: ignore[method-assign]
+    await env.start(force_build=False)
+    try:
+        assert sky.calls("create")[0].kwargs["image"] == sky_image["ref"]
+        before = len(sky.calls("exec"))
+        await env.exec("true")
+        await env.exec("true", timeout_sec=30)
+        first, second = sky.calls("exec")[before:]
+        assert first.kwargs == {"workdir": "/srv/task", "timeout_seconds": 3600, "env": None}
+        assert second.kwargs["timeout_seconds"] == 30
+    finally:
+        await env.stop(delete=True)
+
+
+def test_type_and_capabilities_are_harbors_skypilot_ones(tmp_path: Path, sky: FakeSkySandbox) -> None:
+    env = _environment(_prebuilt_task(tmp_path), tmp_path)
+    assert SandboxEnvironment.type() == SkypilotEnvironment.type()
+    assert SandboxEnvironment.resource_capabilities() == SkypilotEnvironment.resource_capabilities()
+    assert env.capabilities == SkypilotEnvironment.capabilities.fget(env)  # type: ignore[attr-defined]
+
+
+def _runtime_error_words(function: Any) -> str:
+    """The message of the RuntimeError ``function``'s source raises (Harbor's own words)."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "RuntimeError":
+            return str(ast.literal_eval(node.args[0]))
+    raise AssertionError("no RuntimeError raised there")
+
+
+def test_a_build_without_a_registry_fails_with_harbors_words(sky: FakeSkySandbox, tmp_path: Path) -> None:
+    env = _environment(make_task(tmp_path, "no-registry"), tmp_path)
+    with pytest.raises(RuntimeError) as raised:
+        _ = env.image_ref
+    assert str(raised.value) == _runtime_error_words(SkypilotEnvironment._image_ref.fget)  # type: ignore[attr-defined]
+
+
+async def test_a_registry_build_runs_harbors_two_commands(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Our build and push is Harbor's: the same ``docker build --platform -t -f`` and ``docker
+    push`` argv (both recorded, nothing run), the same words when one fails."""
+    from tenacity import stop_after_attempt
+
+    from osmosis_harbor.sandbox.environment.images import ImageSource, build_and_push
+
+    ran: list[tuple[str, ...]] = []
+    failing = {"push"}
+
+    class Process:
+        def __init__(self, argv: tuple[str, ...]) -> None:
+            self.returncode = 1 if argv[1] in failing else 0
+
+        async def communicate(self) -> tuple[bytes, None]:
+            return b"denied\n", None
+
+    async def create_subprocess_exec(*argv: str, **_: Any) -> Process:
+        ran.append(argv)
+        return Process(argv)
+
+    monkeypatch.setattr("asyncio.create_subprocess_exec", create_subprocess_exec)
+    task = make_task(tmp_path, "build")
+    ref, logger = "registry.example/osmosis-harbor-env:abc", logging.getLogger("test-build")
+    source = ImageSource(
+        task / "environment", task / "environment" / "Dockerfile", None, "registry.example", "linux/amd64", False
+    )
+    with pytest.raises(RuntimeError) as ours:
+        await build_and_push(source, ref, logger)
+    harbor_self = types.SimpleNamespace(
+        _image_ref=ref,
+        _platform="linux/amd64",
+        _dockerfile_path=source.dockerfile,
+        environment_dir=source.environment_dir,
+        logger=logger,
+    )
+    once = SkypilotEnvironment._build_and_push_image.retry_with(stop=stop_after_attempt(1))  # type: ignore[attr-defined]
+    with pytest.raises(RuntimeError) as harbors:
+        await once(harbor_self)
+    assert (
+        len(ran) == 4 and ran[:2] == ran[2:] and ran[0][:2] == ("docker", "build") and ran[1] == ("docker", "push", ref)
+    )
+    assert str(ours.value) == str(harbors.value) == f"docker push failed for {ref}: denied\n"

@@ -164,17 +164,18 @@ async def test_a_hostile_sandbox_cannot_write_outside_the_target(env: SandboxEnv
 
 
 async def test_without_the_capability_harbors_own_path_runs(
-    env: SandboxEnvironment, tmp_path: Path, calls: Counter[str], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, calls: Counter[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(environment_routes, "has_archives", lambda _sandbox: False)
-    monkeypatch.setenv("OSMOSIS_HARBOR_EXEC_ARCHIVES", "0")  # not archives made of commands either
-    src = _tree(tmp_path / "src")
-    await env.upload_dir(src, "/work/payload")
-    assert calls["write_bytes"] == 1  # sent at once, through Harbor's write + unpack
-    await env.download_dir("/work/payload", tmp_path / "back")
-    assert list(_listing(tmp_path / "back")) == list(_listing(src))
-    assert calls["put_archive"] == calls["get_archive"] == 0 and calls["read_bytes"] == 1
-    assert await env.is_dir("/work/payload/sub")
+    monkeypatch.setenv("OSMOSIS_HARBOR_EXEC_ARCHIVES", "0")  # not archives made of commands either (read at init)
+    async with started_environment(tmp_path, "harbor-path") as env:
+        src = _tree(tmp_path / "src")
+        await env.upload_dir(src, "/work/payload")
+        assert calls["write_bytes"] == 1  # sent at once, through Harbor's write + unpack
+        await env.download_dir("/work/payload", tmp_path / "back")
+        assert list(_listing(tmp_path / "back")) == list(_listing(src))
+        assert calls["put_archive"] == calls["get_archive"] == 0 and calls["read_bytes"] == 1
+        assert await env.is_dir("/work/payload/sub")
 
 
 def test_the_fresh_sandbox_layout_is_harbors() -> None:

@@ -64,9 +64,9 @@ def events(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, Any]]:
         seen.append(("begin", agent_session))
         begin(self, agent_session, shape, create, end)
 
-    async def noted_take(self: Any, session_id: str, shape: Any) -> Any:
-        asked = self.is_for(session_id)  # every create asks; only a verifier's may take it
-        created = await take(self, session_id, shape)
+    async def noted_take(self: Any, shape: Any) -> Any:
+        asked = self.free  # only a verifier's create asks (its trial context's role)
+        created = await take(self, shape)
         if asked:
             seen.append(("take", created[0] if created is not None else None))
         return created

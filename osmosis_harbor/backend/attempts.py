@@ -46,7 +46,7 @@ from osmosis_harbor.backend.tracker import RolloutState, RolloutTracker
 from osmosis_harbor.errors import SandboxLostError
 from osmosis_harbor.harbor_compat import error_policies
 from osmosis_harbor.keys import KeyCustody
-from osmosis_harbor.sandbox.guard import GuardSession, guard_scope
+from osmosis_harbor.sandbox.guard import GuardSession
 from osmosis_harbor.sandbox.owner.context import SandboxOwner, current_owner, settle, trial_scope
 from osmosis_harbor.sandbox.relay.refusals import RelayRecord
 from osmosis_harbor.trials.export import export_rollout_files
@@ -209,7 +209,7 @@ class TrialRunner:
         (``sandbox.head_start``); one nobody took is terminated before the trial counts as done."""
         # The trial's task inherits these scopes (the environments Harbor makes read them), inside
         # the backend's owner scope (``execute``).
-        with trial_scope(head_start=head_start) as scope, guard_scope(guard):
+        with trial_scope(head_start=head_start, guard=guard) as scope:
             trial = asyncio.ensure_future(self._gated(config, turn, scope.losses))
         terminations, head = scope.terminations, scope.head_start
         owner = current_owner("a trial's sandbox terminations")

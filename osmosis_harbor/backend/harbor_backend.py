@@ -58,9 +58,8 @@ from osmosis_harbor.harbor_compat import error_policies
 from osmosis_harbor.harbor_compat import fastpaths as harbor_fastpaths
 from osmosis_harbor.keys import KeyCustody, default_trials_dirs, sweep_unscrubbed
 from osmosis_harbor.prewarm import PrewarmReport, ProgressCallback
-from osmosis_harbor.sandbox.guard import add_guard_hooks
 from osmosis_harbor.sandbox.options import SandboxOptions
-from osmosis_harbor.sandbox.owner.context import SandboxOwner, owner_scope
+from osmosis_harbor.sandbox.owner.context import SandboxOwner, add_guard_hooks, owner_scope
 from osmosis_harbor.sandbox.owner.starts import SandboxStarts
 from osmosis_harbor.sandbox.relay.policy_relay import PolicyRelay, RelayRegistration
 from osmosis_harbor.sandbox.sdk.registry import implementation

@@ -5,7 +5,7 @@ error does not always reach the trial's result: Harbor wraps a failed test uploa
 download (``AddTestsDirError``, ``DownloadVerifierDirError``, the loss being their cause), and
 swallows a failed agent-log download as best-effort, after which the verifier finds no sample
 and the rollout would read as the workflow's failure. The environment hands every loss it
-raises to the trial's scope (``owner.context.record_loss``); a trial with a loss there is recorded here as
+raises to the trial's scope (``owner.context.TrialContext.record_loss``); a trial with a loss there is recorded here as
 lost (``internal_error``, or an ``infra_retries`` attempt on a fresh sandbox). Only the host's
 own observation counts: the sandbox can neither cause nor hide a loss this way.
 """

@@ -128,14 +128,14 @@ def _cleanup_pools(args: argparse.Namespace) -> list[tuple[str, str]]:
 
 def _live_claimers(listed: list[Any], pool: str) -> list[str]:
     """The live processes (other than this one) whose sandboxes were claimed from ``pool``."""
-    from osmosis_harbor.owner_process import Owner
+    from osmosis_harbor.owner_process import OwnerProcess
 
-    me = Owner.current()
+    me = OwnerProcess.current()
     users = set()
     for record in listed:
         if record.pool != pool or record.owner_pid is None:
             continue
-        owner = Owner(pid=record.owner_pid, host=record.owner_host or "")
+        owner = OwnerProcess(pid=record.owner_pid, host=record.owner_host or "")
         if owner.pid != me.pid and not owner.is_dead():
             users.add(f"pid {owner.pid}")
     return sorted(users)

@@ -27,7 +27,6 @@ __all__ = [
     "S",
     "HarborName",
     "Use",
-    "attribute_we_set",
 ]
 
 
@@ -35,7 +34,7 @@ class Use(StrEnum):
     OVERRIDE = "override"  # we replace it, and Harbor's code calls ours
     CALL = "call"  # we call it (often through super()), or rely on Harbor calling it on our object
     READ = "read"  # a property, attribute or constant we read
-    SET = "set"  # an attribute Harbor's methods read, set by us because its __init__ is skipped
+    SET = "set"  # an attribute Harbor's methods read, set by us
     COPY = "copy"  # we carry a copy of its logic, or of a command it builds
 
 
@@ -72,8 +71,3 @@ OVR, C, R, S, K = Use.OVERRIDE, Use.CALL, Use.READ, Use.SET, Use.COPY
 
 
 V025, V026 = ("0.25",), ("0.26",)
-
-
-def attribute_we_set(name: str, why: str, lines: tuple[str, ...] = tuple(LINES)) -> HarborName:
-    """An attribute of SkypilotEnvironment's that Harbor's methods read and we set (its __init__ is skipped)."""
-    return HarborName(SKY, name, "attribute", (S, R), ENV, why, lines)

@@ -1,10 +1,10 @@
 """Every Harbor name we depend on beyond a plain call of its documented API, in one place.
 
-Harbor's ``SkypilotEnvironment`` is subclassed, not wrapped
-(``sandbox/environment/sandbox_environment.py``): trials take Harbor's own code path, and that
-couples us to its private names. We skip its ``__init__`` and
-set its attributes ourselves, override its private methods, call others, and carry a copy of
-``_create_sandbox`` with the SDK swapped in. Elsewhere we call a private helper of Harbor's lint
+Our environment implements Harbor's ``BaseEnvironment`` (``sandbox/environment/``): it calls
+its ``__init__``, overrides its abstract and transfer methods and calls a few of its private
+helpers; of Harbor's ``SkypilotEnvironment`` it keeps the behaviour (create keywords, exec argv,
+image commands, pool upload) as copies, listed too, so that a change there says a copy may be
+stale; Harbor's private constants are re-exported by ``skypilot_names.py``. Elsewhere we call a private helper of Harbor's lint
 CLI, copy a command its verifier builds, and subclass its agent base. Each such name is listed
 here: the Harbor object, the name, the shape we rely on (parameter names and kinds, or what kind
 of attribute it is), how we use it and why. ``tests/test_harbor_surface.py`` checks each against

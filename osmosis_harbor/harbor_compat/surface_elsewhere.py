@@ -3,21 +3,22 @@ policies, factories, the queue, tasks and the agent base (``surface.py``)."""
 
 from __future__ import annotations
 
-from osmosis_harbor.harbor_compat.names import BASE, ENV, LIFECYCLE, OVR, V026, C, HarborName, K, R, S
+from osmosis_harbor.harbor_compat.names import BASE, ENV, OVR, V026, C, HarborName, K, R, S
 
 __all__ = ["ELSEWHERE_NAMES"]
 
+NAMES = "harbor_compat/skypilot_names.py"  # re-exported there under public names
+
 ELSEWHERE_NAMES: tuple[HarborName, ...] = (
     # ── module-level helpers ─────────────────────────────────────────────────────────────────
-    HarborName(
-        "harbor.environments.skypilot", "_SANDBOX_TTL_SEC", "constant", (R,), LIFECYCLE, "the TTL Harbor asks for"
-    ),
+    HarborName("harbor.environments.skypilot", "_SANDBOX_TTL_SEC", "constant", (R,), NAMES, "the TTL Harbor asks for"),
+    HarborName("harbor.environments.skypilot", "_MAX_TIMEOUT_SEC", "constant", (R,), NAMES, "SkyPilot's exec cap"),
     HarborName(
         "harbor.environments.skypilot",
         "_REMOTE_TRANSFER_DIR",
         "constant",
         (R,),
-        "sandbox/transfer/downloads.py",
+        NAMES,
         "Harbor's own sandbox-side staging dir for a packed download, kept so the sandbox sees Harbor's commands",
     ),
     HarborName(
@@ -25,7 +26,7 @@ ELSEWHERE_NAMES: tuple[HarborName, ...] = (
         "_ENV_TRANSFER_TAR_DIR",
         "constant",
         (R,),
-        "sandbox/transfer/filtered.py",
+        NAMES,
         "where Harbor's filtered download packs in the sandbox; the host-side unpack is ours",
     ),
     HarborName(
@@ -33,7 +34,7 @@ ELSEWHERE_NAMES: tuple[HarborName, ...] = (
         "_TRANSFER_PACK_TIMEOUT_SEC",
         "constant",
         (R,),
-        "sandbox/transfer/filtered.py",
+        NAMES,
         "Harbor's timeout for packing a filtered download, kept as Harbor's",
     ),
     HarborName(
@@ -52,7 +53,7 @@ ELSEWHERE_NAMES: tuple[HarborName, ...] = (
         "sandbox/transfer/filtered.py",
         "the same sandbox commands, our bounded extraction on the host (never tarfile)",
     ),
-    HarborName("harbor.environments.skypilot", "_sanitize_dns_name", "(value, *, max_len)", (C,), ENV, "names"),
+    HarborName("harbor.environments.skypilot", "_sanitize_dns_name", "(value, *, max_len)", (C,), NAMES, "names"),
     HarborName("harbor.environments.definition", "parse_dockerfile_workdir", "(dockerfile_path)", (C,), ENV, "WORKDIR"),
     HarborName(
         "harbor.environments.definition",

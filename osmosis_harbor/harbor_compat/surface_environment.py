@@ -1,5 +1,7 @@
-"""The Harbor names our environment depends on: ``SkypilotEnvironment``'s and ``BaseEnvironment``'s
-construction, options, images, sandbox lifecycle, commands and transfers (``surface.py``)."""
+"""The Harbor names our environment depends on (``surface.py``): ``BaseEnvironment``'s, which it
+implements (construction, options, lifecycle, commands, transfers), and the parts of
+``SkypilotEnvironment`` whose behaviour it keeps as a copy (its create keywords, exec argv,
+image commands and pool upload): a change in one of those shapes says our copy may be stale."""
 
 from __future__ import annotations
 
@@ -7,8 +9,6 @@ from osmosis_harbor.harbor_compat.names import (
     BASE,
     BOUNDS,
     ENV,
-    EXEC_RECORDS,
-    GUARD,
     IMAGES,
     LIFECYCLE,
     OVR,
@@ -21,13 +21,17 @@ from osmosis_harbor.harbor_compat.names import (
     K,
     R,
     S,
-    attribute_we_set,
 )
 
 __all__ = ["ENVIRONMENT_NAMES"]
 
+CLASS = "sandbox/environment/class_facts.py"
+COMMANDS = "sandbox/environment/commands.py"
+SESSION = "sandbox/environment/session.py"
+ROUTES = "sandbox/environment/routes.py"
+
 ENVIRONMENT_NAMES: tuple[HarborName, ...] = (
-    # ── SkypilotEnvironment's construction: skipped, its attributes set by us ──────────────
+    # ── construction: BaseEnvironment's, called; SkypilotEnvironment's keywords, taken ──────────
     HarborName(
         SKY,
         "__init__",
@@ -35,8 +39,7 @@ ENVIRONMENT_NAMES: tuple[HarborName, ...] = (
         "registry, pool, context_name, namespace, secrets, platform, **kwargs)",
         (K,),
         ENV,
-        "skipped: it refuses to run unless Harbor imported sky.sandbox at import time; ours takes "
-        "the same keywords and sets the attributes below itself",
+        "ours takes the same keywords (SandboxOptions has each)",
         V025,
     ),
     HarborName(
@@ -45,21 +48,9 @@ ENVIRONMENT_NAMES: tuple[HarborName, ...] = (
         "(self, *args, **kwargs)",
         (K,),
         ENV,
-        "skipped: it refuses to run unless Harbor imported sky.sandbox at import time; ours takes "
-        "SkypilotOptions' fields (SandboxOptions has each) and sets the attributes below itself",
+        "ours takes SkypilotOptions' fields (SandboxOptions has each)",
         V026,
     ),
-    attribute_we_set(
-        "_pool", "the pool a launch claims from; Harbor's _validate_definition reads it during init", V025
-    ),
-    attribute_we_set("_registry", "where images are pushed (Harbor's _image_ref and ours)"),
-    attribute_we_set("_context_name", "passed to create"),
-    attribute_we_set("_namespace", "passed to create"),
-    attribute_we_set("_secrets", "passed to create"),
-    attribute_we_set("_platform", "the build platform"),
-    attribute_we_set("_sandbox", "the live handle every Harbor method uses (_require_sandbox, stop)"),
-    attribute_we_set("_workdir", "the Dockerfile's WORKDIR, Harbor's exec cwd fallback"),
-    attribute_we_set("_sandbox_name", "the DNS-1123 sandbox name"),
     HarborName(
         BASE,
         "__init__",
@@ -70,42 +61,48 @@ ENVIRONMENT_NAMES: tuple[HarborName, ...] = (
         "auto_mounts, auto_mounting, **kwargs)",
         (C,),
         ENV,
-        "called directly in place of SkypilotEnvironment.__init__",
+        "our __init__ calls it (super()), after reading its trial context and options",
     ),
     HarborName(BASE, "_persistent_env", "attribute", (R,), ENV, "the trial's env, passed to create as Harbor does"),
     HarborName(
         BASE, "_enable_environment_dir_upload", "attribute", (R,), ENV, "Harbor's pool rule (_validate_definition)"
     ),
-    # ── options and preflight ────────────────────────────────────────────────────────────────
+    HarborName(BASE, "environment_id", "cached_property", (R,), ENV, "content hash: image tags and pool groups"),
+    HarborName(
+        BASE,
+        "_validate_definition",
+        "(self)",
+        (OVR,),
+        ENV,
+        "Harbor's SkyPilot rule for the pool claimed (a generic pool supplies the image)",
+    ),
+    # ── options, preflight, type and capabilities ────────────────────────────────────────────
     HarborName(
         BASE,
         "options",
         "attribute",
         (S, R),
         ENV,
-        "set (our SandboxOptions) before BaseEnvironment.__init__, which then keeps it and reads auto_mounting",
+        "a property of ours (SandboxOptions), set before BaseEnvironment.__init__, which keeps it and reads "
+        "auto_mounting",
         V026,
     ),
-    HarborName(BASE, "options_model", "constant", (R,), ENV, "the model Harbor validates --ek with (None)", V026),
-    HarborName(SKY, "options_model", "class", (OVR,), ENV, "SandboxOptions in place of SkypilotOptions", V026),
+    HarborName(BASE, "options_model", "constant", (OVR,), CLASS, "SandboxOptions: Harbor validates --ek with it", V026),
     HarborName(
         BASE,
         "parse_options",
         "(kwargs)",
         (OVR,),
-        ENV,
+        CLASS,
         "SandboxOptions.build: our kwargs carry Harbor's own keywords beside ours",
         V026,
     ),
-    HarborName(BASE, "options_schema", "()", (C,), ENV, "`harbor environments schema` shows SandboxOptions", V026),
+    HarborName(BASE, "options_schema", "()", (C,), CLASS, "`harbor environments schema` shows SandboxOptions", V026),
     HarborName(
-        BASE, "preflight", "(kwargs)", (OVR, C), ENV, "Harbor's options check, then the chosen SDK's check", V026
+        BASE, "preflight", "()", (OVR,), CLASS, "the chosen SDK's check (Harbor 0.25 passes no kwargs: none)", V025
     ),
     HarborName(
-        SKY, "preflight", "()", (OVR,), ENV, "not run: it exits without sky.sandbox whatever the chosen SDK", V025
-    ),
-    HarborName(
-        SKY, "preflight", "(kwargs)", (OVR,), ENV, "not run: it exits without sky.sandbox whatever the chosen SDK", V026
+        BASE, "preflight", "(kwargs)", (OVR, C), CLASS, "Harbor's options check, then the chosen SDK's check", V026
     ),
     HarborName(
         "harbor.utils.optional_import:MissingExtraError",
@@ -115,95 +112,78 @@ ENVIRONMENT_NAMES: tuple[HarborName, ...] = (
         "harbor_compat/missing_sdk.py",
         "the registry's SandboxSdkMissingError subclasses it, setting package and extra itself (its message is ours)",
     ),
-    HarborName(BASE, "environment_id", "cached_property", (R,), ENV, "content hash: image tags and pool groups"),
+    HarborName(BASE, "type", "()", (OVR,), CLASS, "SKYPILOT, as Harbor's SkyPilot class says"),
+    HarborName(BASE, "resource_capabilities", "()", (OVR,), CLASS, "SkyPilot's: requests are limits"),
+    HarborName(BASE, "capabilities", "property", (OVR,), CLASS, "SkyPilot's: egress blockable at create, no GPUs"),
+    HarborName(SKY, "resource_capabilities", "()", (K,), CLASS, "copied"),
+    HarborName(SKY, "capabilities", "property", (K,), CLASS, "copied"),
     # ── images ──────────────────────────────────────────────────────────────────────────────
-    HarborName(SKY, "_image_ref", "property", (OVR, C), IMAGES, "one image per environment content; local names"),
-    HarborName(
-        SKY, "_image_exists", "(self)", (OVR,), IMAGES, "`docker manifest inspect` fails on plain-http registries"
-    ),
+    HarborName(SKY, "_image_ref", "property", (K,), IMAGES, "its 'needs a registry' words; our refs are per content"),
+    HarborName(SKY, "_image_exists", "(self)", (K,), IMAGES, "`docker manifest inspect`, for want of docker-py"),
     HarborName(
         SKY,
         "_build_and_push_image",
         "(self)",
-        (OVR, C),
+        (K,),
         IMAGES,
-        "with a registry, one attempt of Harbor's own (tenacity's retry_with; our retry knows a missing base, "
-        "its RuntimeError becomes ImageBuildError); without one: built locally, never pushed",
-    ),
-    HarborName(SKY, "_resolve_image", "(self, force_build)", (OVR,), IMAGES, "each image built once across trials"),
-    HarborName(SKY, "_dockerfile_path", "property", (R,), ENV, "what is built, and the baked-bundle marker"),
-    HarborName(
-        SKY,
-        "_validate_definition",
-        "(self)",
-        (OVR, K),
-        ENV,
-        "Harbor's rule for the pool this environment claims (0.26's reads its options' pool, our base name)",
+        "its two commands and their RuntimeError words, one attempt per attempt of our retry (which knows a "
+        "missing base); without a registry: built locally, never pushed",
     ),
     # ── sandbox lifecycle ────────────────────────────────────────────────────────────────────
+    HarborName(BASE, "start", "(self, force_build)", (OVR,), ENV, "image, create or claim, mount targets, upload"),
+    HarborName(SKY, "start", "(self, force_build)", (K,), ENV, "its order of steps"),
+    HarborName(BASE, "_mount_targets", "(self, *, writable_only)", (C,), ENV, "made at the start, as Harbor's are"),
     HarborName(
         SKY,
         "_create_sandbox",
         "(self, image)",
-        (OVR, K),
+        (K,),
         LIFECYCLE,
-        "Harbor's calls the module-global sky_sandbox: ours is a copy of its two create calls over the "
-        "chosen SDK, plus host networking and no sandbox left by a cancellation",
+        "a copy of its two create calls over the chosen SDK, plus host networking and no sandbox left by a "
+        "cancellation (tests/test_skypilot_call_shapes.py compares the keywords)",
     ),
     HarborName(
-        SKY,
+        BASE,
         "_upload_environment_dir_after_start",
         "(self)",
         (OVR, C),
         ENV,
-        "a group pool's image holds environment/ already; a generic pool gets Harbor's upload",
+        "a generic pool's image gets environment/ (SkyPilot's rule); a group pool's and a plain create's: Harbor's base",
     ),
-    HarborName(BASE, "_upload_environment_dir_after_start", "(self)", (C,), ENV, "what a plain start uploads"),
-    HarborName(
-        SKY,
-        "_terminate_sandbox",
-        "(self)",
-        (OVR, C),
-        LIFECYCLE,
-        "through the owner's registry, deferred off the trial's path",
-    ),
-    HarborName(
-        SKY,
-        "_require_sandbox",
-        "(self)",
-        (C,),
-        ENV,
-        "the live handle, or Harbor's error (exec records read through it)",
-    ),
-    HarborName(
-        SKY, "stop", "(self, delete)", (OVR, C), ENV, "drops staged uploads; a self-owned environment closes its owner"
-    ),
+    HarborName(SKY, "_upload_environment_dir_after_start", "(self)", (K,), ENV, "its generic-pool rule"),
+    HarborName(BASE, "stop", "(self, delete)", (OVR,), ENV, "drops staged uploads; terminates through the owner"),
+    HarborName(SKY, "stop", "(self, delete)", (K,), ENV, "terminated whatever delete says; an error logged"),
     HarborName(BASE, "_effective_cpus", "property", (OVR, R), f"{ENV}, {BOUNDS}", "Harbor's documented default sizing"),
     HarborName(
         BASE, "_effective_memory_mb", "property", (OVR, R), f"{ENV}, {BOUNDS}", "Harbor's documented default sizing"
     ),
     HarborName(BASE, "_network_disabled", "property", (R,), ENV, "block_network, pool shape, host networking"),
     # ── commands and transfers ───────────────────────────────────────────────────────────────
-    HarborName(SKY, "exec", "(self, command, cwd, env, timeout_sec, user)", (OVR, C), ENV, "lost sandboxes; flushes"),
-    HarborName(SKY, "_run_shell", "(self, command, *, timeout_seconds)", (OVR, C), ENV, "lost sandboxes; flushes"),
+    HarborName(BASE, "exec", "(self, command, cwd, env, timeout_sec, user)", (OVR,), ENV, "the command pipeline"),
     HarborName(
         SKY,
-        "_dispatch_exec",
-        "(self, argv, *, workdir, timeout_seconds, env)",
-        (OVR, C),
-        f"{ENV}, {EXEC_RECORDS}, {GUARD}",
-        "each exec under a record in the sandbox, re-read after an API fault on its result; every argv of a "
-        "guarded agent phase behind the verifier guard's drop, and the guard's own commands sent as they are",
+        "exec",
+        "(self, command, cwd, env, timeout_sec, user)",
+        (K,),
+        ENV,
+        "its argv, merged env, effective workdir and the 3600 s cap",
     ),
     HarborName(
-        SKY, "_drain_stream", "(stream)", (C,), f"{EXEC_RECORDS}, {GUARD}", "a handle's stream as Harbor reads it"
+        SKY,
+        "_exec_argv",
+        "(self, command, user)",
+        (K,),
+        f"{COMMANDS}, sandbox/conformance/core.py",
+        "bash -c, or su for another user (sandbox-check's as_user runs the same argv)",
     ),
-    HarborName(SKY, "_write_remote_bytes", "(self, data, remote_path)", (OVR, C), ENV, "lost sandboxes"),
-    HarborName(SKY, "_read_remote_bytes", "(self, remote_path)", (OVR, C), ENV, "lost sandboxes"),
-    HarborName(SKY, "upload_dir", "(self, source_dir, target_dir)", (OVR, C), ENV, "archive capability, when offered"),
-    HarborName(SKY, "upload_file", "(self, source_path, target_path)", (OVR, C), ENV, "archive capability"),
-    HarborName(SKY, "download_dir", "(self, source_dir, target_dir)", (OVR, C), ENV, "archive capability"),
-    HarborName(SKY, "download_file", "(self, source_path, target_path)", (OVR, C), ENV, "archive capability"),
+    HarborName(SKY, "_dispatch_exec", "(self, argv, *, workdir, timeout_seconds, env)", (K,), SESSION, "the SDK call"),
+    HarborName(SKY, "_drain_stream", "(stream)", (K,), SESSION, "a handle's stream as Harbor reads it"),
+    HarborName(SKY, "_run_shell", "(self, command, *, timeout_seconds)", (K,), COMMANDS, "sh -c, no workdir"),
+    HarborName(SKY, "upload_dir", "(self, source_dir, target_dir)", (K,), ROUTES, "one tar written, one unpack"),
+    HarborName(BASE, "upload_dir", "(self, source_dir, target_dir)", (OVR,), ENV, "the transfer router"),
+    HarborName(BASE, "upload_file", "(self, source_path, target_path)", (OVR,), ENV, "the transfer router"),
+    HarborName(BASE, "download_dir", "(self, source_dir, target_dir)", (OVR,), ENV, "the transfer router"),
+    HarborName(BASE, "download_file", "(self, source_path, target_path)", (OVR,), ENV, "the transfer router"),
     HarborName(BASE, "is_dir", "(self, path, user)", (OVR, C), ENV, "answered from an archive snapshot"),
     HarborName(BASE, "is_file", "(self, path, user)", (OVR, C), ENV, "answered from an archive snapshot"),
     HarborName(
@@ -213,24 +193,16 @@ ENVIRONMENT_NAMES: tuple[HarborName, ...] = (
         BASE, "empty_dirs", "(self, dirs, *, chmod)", (OVR, C), PREPARATION, "no-op on a known-fresh baked sandbox"
     ),
     HarborName(BASE, "_resolve_user", "(self, user)", (C,), ENV, "which preparation commands run as root"),
-    HarborName(BASE, "_merge_env", "(self, env)", (C,), ENV, "a head start's early command gets Harbor's env"),
+    HarborName(BASE, "_merge_env", "(self, env)", (C,), ENV, "an exec's env; a head start's early command's"),
     HarborName(
         BASE,
         "_empty_dirs_command",
         "(self, dirs, *, chmod)",
         (C,),
         ENV,
-        "a head start (own_sandbox.py) empties the agent's workdir with Harbor's own command, early",
+        "staged with an upload; a head start (own_sandbox.py) empties the agent's workdir with it, early",
     ),
     HarborName(BASE, "_reset_dirs_user", "(self)", (C,), ENV, "the user Harbor's empty_dirs runs as"),
-    HarborName(
-        SKY,
-        "_exec_argv",
-        "(self, command, user)",
-        (K,),
-        "sandbox/conformance/core.py",
-        "as_user: sandbox-check runs Harbor's exact argv for a non-default user",
-    ),
     HarborName(
         "harbor.verifier.verifier:Verifier",
         "_remove_reward_files",

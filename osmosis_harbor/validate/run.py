@@ -31,10 +31,10 @@ from osmosis_harbor.errors import ConfigError, DatasetError, TaskResolutionError
 from osmosis_harbor.harbor_compat import error_policies
 from osmosis_harbor.harbor_compat import fastpaths as harbor_fastpaths
 from osmosis_harbor.sandbox.environment.grouping import declares_no_network, pool_refusal
-from osmosis_harbor.sandbox.guard import Allowance, GuardPlan, GuardSession, add_guard_hooks, guard_scope
+from osmosis_harbor.sandbox.guard import Allowance, GuardPlan, GuardSession
 from osmosis_harbor.sandbox.images.builds import local_image_labels
 from osmosis_harbor.sandbox.options import IMPORT_PATH, SandboxOptions, environment_label
-from osmosis_harbor.sandbox.owner.context import SandboxOwner, owner_scope
+from osmosis_harbor.sandbox.owner.context import SandboxOwner, add_guard_hooks, guard_scope, owner_scope
 from osmosis_harbor.sandbox.owner.starts import SandboxStarts
 from osmosis_harbor.tasks.carried import add_carried_hooks
 from osmosis_harbor.tasks.discovery import TaskRef, check_task

@@ -69,7 +69,7 @@ from osmosis_harbor.sandbox.docker.exec import (
 from osmosis_harbor.sandbox.docker.inventory import list_containers
 from osmosis_harbor.sandbox.docker.labels import (
     Network,
-    Owner,
+    OwnerProcess,
     PoolInfo,
     PoolSpec,
     RemovedContainer,
@@ -169,7 +169,7 @@ def _create(
     context_name: str | None = None,
     namespace: str | None = None,
     host_network: bool = False,
-    owner: Owner | None = None,
+    owner: OwnerProcess | None = None,
     num_sandboxes: int | None = None,
     start_if_empty: bool = True,
 ) -> DockerSandbox | list[DockerSandbox]:
@@ -212,7 +212,7 @@ def _create(
         raise ValueError("image is required unless pool= is given")
     engine = get_engine()
     engine.maybe_auto_reap()
-    owner = owner or Owner.current()
+    owner = owner or OwnerProcess.current()
     if pool is not None:
         engine.ensure_name_free(name)
         container_id, spec = engine.pools.claim(

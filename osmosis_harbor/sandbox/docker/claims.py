@@ -17,7 +17,7 @@ import docker.errors
 from docker import APIClient
 
 from osmosis_harbor.errors import SandboxExistsError
-from osmosis_harbor.owner_process import Owner
+from osmosis_harbor.owner_process import OwnerProcess
 from osmosis_harbor.sandbox.docker import labels as L
 from osmosis_harbor.sandbox.docker.inventory import claim_volume_name, is_running, remove_volume
 from osmosis_harbor.sandbox.docker.labels import ContainerInfo, Network, PoolInfo, PoolSpec, Role
@@ -99,7 +99,9 @@ def take_member(api: APIClient, member: ContainerInfo, name: str, labels: dict[s
     return True
 
 
-def claim_labels(member: ContainerInfo, name: str, ttl_sec: int, owner: Owner, extra: dict[str, str]) -> dict[str, str]:
+def claim_labels(
+    member: ContainerInfo, name: str, ttl_sec: int, owner: OwnerProcess, extra: dict[str, str]
+) -> dict[str, str]:
     at = time.time()
     labels = {
         L.MANAGED: "1",
@@ -137,7 +139,7 @@ def arm_ttl(api: APIClient, member: ContainerInfo, ttl_sec: int) -> None:
 
 
 def cold_start(
-    launcher: MemberLauncher, spec: PoolSpec, *, name: str, ttl_sec: int, owner: Owner, extra: dict[str, str]
+    launcher: MemberLauncher, spec: PoolSpec, *, name: str, ttl_sec: int, owner: OwnerProcess, extra: dict[str, str]
 ) -> str:
     """A member created straight under the sandbox name: its own labels are the claim."""
     labels = L.container_labels(

@@ -19,7 +19,7 @@ from pydantic import BaseModel, Field
 from osmosis_harbor.owner_process import OWNER_HOST as OWNER_HOST
 from osmosis_harbor.owner_process import OWNER_PID as OWNER_PID
 from osmosis_harbor.owner_process import OWNER_START as OWNER_START
-from osmosis_harbor.owner_process import Owner
+from osmosis_harbor.owner_process import OwnerProcess
 
 PREFIX = "osmosis-harbor"
 
@@ -126,7 +126,7 @@ def container_labels(
     *,
     sandbox: str,
     role: Role,
-    owner: Owner,
+    owner: OwnerProcess,
     created_at: float,
     ttl_sec: int,
     network: Network,
@@ -207,8 +207,8 @@ class ContainerInfo(BaseModel):
         return {**self.labels, **(self.claim or {})}
 
     @property
-    def owner(self) -> Owner | None:
-        return Owner.from_labels(self._effective)
+    def owner(self) -> OwnerProcess | None:
+        return OwnerProcess.from_labels(self._effective)
 
     @property
     def created_at(self) -> float:
@@ -268,7 +268,7 @@ class PoolSpec(BaseModel):
     created_at: float
     generation: int = 0
 
-    def to_labels(self, owner: Owner) -> dict[str, str]:
+    def to_labels(self, owner: OwnerProcess) -> dict[str, str]:
         labels = {
             MANAGED: "1",
             POOL_SPEC: self.name,

@@ -59,7 +59,7 @@ from osmosis_harbor.sandbox.docker.inventory import (
 from osmosis_harbor.sandbox.docker.labels import (
     ContainerInfo,
     Network,
-    Owner,
+    OwnerProcess,
     PoolInfo,
     PoolSpec,
     RemovedContainer,
@@ -153,7 +153,7 @@ class PoolManager:
         old = self._spec_volumes(spec.name).get(spec.name, [])
         spec = spec.model_copy(update={"generation": (old[-1][0] + 1) if old else 0})
         name = f"{L.SPEC_VOLUME_PREFIX}{spec.name}_{spec.generation:08d}"
-        self._api.create_volume(name=name, labels=spec.to_labels(Owner.current()))
+        self._api.create_volume(name=name, labels=spec.to_labels(OwnerProcess.current()))
         for _, vol_name, _ in old:
             remove_volume(self._api, vol_name)
         return spec
@@ -314,7 +314,7 @@ class PoolManager:
         labels = L.container_labels(
             sandbox=name,
             role=Role.POOL_MEMBER,
-            owner=Owner.current(),
+            owner=OwnerProcess.current(),
             created_at=at,
             ttl_sec=spec.member_ttl_sec,
             network=spec.network,
@@ -339,7 +339,7 @@ class PoolManager:
         *,
         name: str,
         ttl_sec: int,
-        owner: Owner,
+        owner: OwnerProcess,
         extra: dict[str, str],
         network: Network | None = None,
         start_if_empty: bool = True,
@@ -372,7 +372,7 @@ class PoolManager:
         return member.id, spec
 
     def _claim_idle_locked(
-        self, pool: str, *, name: str, ttl_sec: int, owner: Owner, extra: dict[str, str]
+        self, pool: str, *, name: str, ttl_sec: int, owner: OwnerProcess, extra: dict[str, str]
     ) -> ContainerInfo | None:
         """Rename the idle member with the most life left; the rename is the claim."""
         at = time.time()

@@ -24,7 +24,7 @@ from docker import APIClient
 from osmosis_harbor.sandbox.docker import inventory
 from osmosis_harbor.sandbox.docker import labels as L
 from osmosis_harbor.sandbox.docker.inventory import list_containers, removed_record
-from osmosis_harbor.sandbox.docker.labels import ContainerInfo, Owner, RemovedContainer
+from osmosis_harbor.sandbox.docker.labels import ContainerInfo, OwnerProcess, RemovedContainer
 from osmosis_harbor.sandbox.docker.pools import PoolManager
 
 
@@ -167,6 +167,6 @@ def remove_all(engine: ReapEngine, owner_pid: int | None) -> list[RemovedContain
 def _remove_pool_specs(engine: ReapEngine, owner_pid: int | None, host: str) -> None:
     volumes = engine.api.volumes(filters={"label": [L.MANAGED_FILTER, L.POOL_SPEC]}).get("Volumes") or []
     for vol in volumes:
-        owner = Owner.from_labels(vol.get("Labels") or {})
+        owner = OwnerProcess.from_labels(vol.get("Labels") or {})
         if owner_pid is None or (owner is not None and owner.pid == owner_pid and owner.host == host):
             inventory.remove_volume(engine.api, vol["Name"])

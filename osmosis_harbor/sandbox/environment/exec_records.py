@@ -40,7 +40,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from harbor.environments.skypilot import SkypilotEnvironment
 from tenacity import (
     AsyncRetrying,
     retry_if_exception,
@@ -49,10 +48,11 @@ from tenacity import (
     wait_exponential,
 )
 
-from osmosis_harbor import settings
+from osmosis_harbor.sandbox.environment.session import drain_stream
 from osmosis_harbor.sandbox.environment.state import EnvironmentState
 from osmosis_harbor.sandbox.sdk.errors import is_api_fault, is_missing
 from osmosis_harbor.sandbox.sdk.faults import retry_safe
+from osmosis_harbor.settings import Settings
 
 __all__ = ["RECORDS_DIR", "ExecRecorder", "Launch", "RecordedExec", "parse_status"]
 
@@ -94,7 +94,7 @@ _WRAPPER = (
 # $1: the record dir; $2: the bound. Read-only: safe to run again after a fault of its own.
 _REREAD = 'head -c "$2" "$1/out"; head -c "$2" "$1/err" >&2'
 
-# Harbor's ``_dispatch_exec``: an argv launched in the sandbox, its handle returned.
+# An argv launched in the sandbox, its handle returned (the session's, behind the guard).
 Launch = Callable[..., Awaitable[Any]]
 
 
@@ -142,8 +142,8 @@ class RecordedExec:
     async def wait(self) -> int | None:
         try:
             code = await self._handle.wait()
-            stdout = await SkypilotEnvironment._drain_stream(getattr(self._handle, "stdout", None))
-            stderr = await SkypilotEnvironment._drain_stream(getattr(self._handle, "stderr", None))
+            stdout = await drain_stream(getattr(self._handle, "stdout", None))
+            stderr = await drain_stream(getattr(self._handle, "stderr", None))
         except Exception as exc:
             if not is_api_fault(exc):
                 raise
@@ -158,10 +158,10 @@ class RecordedExec:
         return code
 
 
-def _relaunching() -> AsyncRetrying:
+def _on_api_faults(current: Settings) -> AsyncRetrying:
     """A launch whose answer an API fault lost is launched again under the same record: the
-    record's claim runs the command once whichever launch arrives first (``_WRAPPER``)."""
-    current = settings.current()
+    record's claim runs the command once whichever launch arrives first (``_WRAPPER``); a
+    read-only re-read is repeated the same way."""
     return AsyncRetrying(
         retry=retry_if_exception(is_api_fault),
         stop=stop_after_attempt(current.api_attempts),
@@ -183,10 +183,13 @@ class ExecRecorder:
     see the module docstring). ``launch`` sends an argv to the sandbox; ``sandbox`` is the live
     handle, whose file API reads a record's status."""
 
-    def __init__(self, state: EnvironmentState, launch: Launch, sandbox: Callable[[], Any], *, enabled: bool) -> None:
+    def __init__(
+        self, state: EnvironmentState, launch: Launch, sandbox: Callable[[], Any], current: Settings, *, enabled: bool
+    ) -> None:
         self._state = state
         self._launch = launch
         self._sandbox = sandbox
+        self._settings = current
         self.enabled = enabled
 
     async def dispatch(
@@ -196,10 +199,10 @@ class ExecRecorder:
             return await self._launch(argv, workdir=workdir, timeout_seconds=timeout_seconds, env=env)
         record = uuid.uuid4().hex
         done, self._state.records_read = " ".join(self._state.records_read), []
-        bound = str(settings.current().exec_output_max_bytes)
+        bound = str(self._settings.exec_output_max_bytes)
         deadline = time.monotonic() + timeout_seconds + RECORD_GRACE_SEC
         launch_fault: BaseException | None = None
-        async for attempt in _relaunching():
+        async for attempt in _on_api_faults(self._settings):
             with attempt:
                 mode = "launch" if launch_fault is None else "relaunch"
                 wrapped = ["sh", "-c", _WRAPPER, "sh", f"{RECORDS_DIR}/{record}", done, bound, mode, *argv]
@@ -242,18 +245,12 @@ class ExecRecorder:
         return bytes(await retrying(retry_safe, "read_bytes", sandbox.read_bytes.aio, path))
 
     async def _read_outputs(self, path: str) -> tuple[str, str]:
-        bound = settings.current().exec_output_max_bytes
+        bound = self._settings.exec_output_max_bytes
         argv = ["sh", "-c", _REREAD, "sh", path, str(bound)]
-        retrying = AsyncRetrying(
-            retry=retry_if_exception(is_api_fault),
-            stop=stop_after_attempt(settings.current().api_attempts),
-            wait=wait_exponential(multiplier=0.2, max=settings.current().api_retry_max_wait),
-            reraise=True,
-        )
-        async for attempt in retrying:
+        async for attempt in _on_api_faults(self._settings):
             with attempt:
                 handle = await self._launch(argv, workdir=None, timeout_seconds=60)
                 await handle.wait()
-                stdout = await SkypilotEnvironment._drain_stream(getattr(handle, "stdout", None)) or ""
-                stderr = await SkypilotEnvironment._drain_stream(getattr(handle, "stderr", None)) or ""
+                stdout = await drain_stream(getattr(handle, "stdout", None)) or ""
+                stderr = await drain_stream(getattr(handle, "stderr", None)) or ""
         return stdout[:bound], stderr[:bound]

@@ -4,30 +4,21 @@ all three."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import logging
+from typing import Any
 
 from harbor.models.task.config import EnvironmentConfig as TaskEnvironmentConfig
 from harbor.models.task.config import NetworkMode
 
 from osmosis_harbor.sandbox.options import SandboxOptions
-from osmosis_harbor.sandbox.owner.pools import environment_group_key, pool_name_for, unserved
+from osmosis_harbor.sandbox.owner.pools import pool_name_for, unserved
 
-if TYPE_CHECKING:
-    from osmosis_harbor.sandbox.environment.sandbox_environment import SandboxEnvironment
-
-__all__ = ["declares_no_network", "group_key_of", "group_pool_of", "network_shape", "pool_refusal", "pool_shape_of"]
+__all__ = ["declares_no_network", "group_pool", "network_shape", "pool_refusal", "pool_shape"]
 
 
 def declares_no_network(task_env: TaskEnvironmentConfig) -> bool:
     """The task's declared network mode (``allow_internet = false`` is read into it by Harbor)."""
     return task_env.network_mode == NetworkMode.NO_NETWORK
-
-
-def group_key_of(env: SandboxEnvironment) -> str:
-    """From the task's declared network mode, not the runtime policy Harbor derives per role
-    and phase: prewarm and every trial of the task read the same declaration."""
-    no_network = declares_no_network(env.task_env_config)
-    return environment_group_key(env.environment_id, env._effective_cpus, env._effective_memory_mb, no_network)
 
 
 def network_shape(options: SandboxOptions, *, no_network: bool) -> dict[str, bool]:
@@ -39,12 +30,14 @@ def network_shape(options: SandboxOptions, *, no_network: bool) -> dict[str, boo
     return shape
 
 
-def pool_shape_of(env: SandboxEnvironment) -> dict[str, Any]:
-    memory_mb = env._effective_memory_mb
+def pool_shape(
+    options: SandboxOptions, cpus: float | None, memory_mb: int | None, *, no_network: bool
+) -> dict[str, Any]:
+    """What a warm pool of an environment group is created with, besides its image."""
     return {
-        "cpus": env._effective_cpus,
+        "cpus": cpus,
         "memory_gb": memory_mb / 1024 if memory_mb else None,
-        **network_shape(env.options, no_network=env._network_disabled),
+        **network_shape(options, no_network=no_network),
     }
 
 
@@ -60,13 +53,15 @@ def pool_refusal(options: SandboxOptions, *, no_network: bool) -> str | None:
     return f"runs cold, not from warm pool {options.pool!r}: on {options.sdk}, {reason}"
 
 
-def group_pool_of(env: SandboxEnvironment) -> str | None:
-    """The group pool this environment claims from under its pool base name, or None when that
-    pool cannot serve it (`pool_refusal`, said once in the trial's log): it is created cold."""
-    options = env.options
+def group_pool(options: SandboxOptions, group_key: str, *, no_network: bool, logger: logging.Logger) -> str | None:
+    """The group pool an environment of group ``group_key`` claims from under its pool base name,
+    or None when that pool cannot serve it (`pool_refusal`, said once in the trial's log): it is
+    created cold. The group key is the task's declared network mode's (``declares_no_network``),
+    not the runtime policy Harbor derives per role and phase: prewarm and every trial of the task
+    read the same declaration."""
     assert options.pool is not None
-    refusal = pool_refusal(options, no_network=env._network_disabled)
+    refusal = pool_refusal(options, no_network=no_network)
     if refusal is not None:
-        env.logger.warning("%s", refusal)
+        logger.warning("%s", refusal)
         return None
-    return pool_name_for(options.pool, env.group_key)
+    return pool_name_for(options.pool, group_key)

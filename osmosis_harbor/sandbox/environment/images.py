@@ -6,8 +6,9 @@ What ours do in place of Harbor's image methods:
   tasks sharing an ``environment/`` share one build;
 * existence answered correctly for plain-http registries and images kept on the local engine;
 * with the Docker SDK and no registry, images stay on the local engine (never pushed); with a
-  registry, Harbor's own build and push run, once per attempt of our retry, which knows that
-  a missing base image stays missing;
+  registry, Harbor's build and push (``docker build --platform``, ``docker push``: the same two
+  commands as ``SkypilotEnvironment._build_and_push_image``) run once per attempt of our retry,
+  which knows that a missing base image stays missing;
 * concurrent trials of one environment build it once per owner (``SandboxOwner.builds``).
 
 The engine calls themselves are ``images.py``'s.
@@ -17,11 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from harbor.environments.skypilot import SkypilotEnvironment
 from tenacity import retry, retry_if_exception, stop_after_attempt, wait_exponential
 
 from osmosis_harbor.errors import BaseImageMissingError, DockerSdkMissingError, ImageBuildError
@@ -37,12 +36,16 @@ from osmosis_harbor.sandbox.images.builds import (
 )
 from osmosis_harbor.shim import contract
 
-__all__ = ["HARBOR_BUILD_ONCE", "HarborImages", "ImageResolver", "ImageSource", "declares_baked_layout"]
+__all__ = ["NEEDS_A_REGISTRY", "ImageResolver", "ImageSource", "declares_baked_layout"]
 
 LOCAL_IMAGE_NAMESPACE = "osmosis-harbor"
 SHARED_REPOSITORY = "osmosis-harbor-env"
-# Harbor's build and push, without Harbor's retry (ours, around it, knows a missing base).
-HARBOR_BUILD_ONCE = SkypilotEnvironment._build_and_push_image.retry_with(stop=stop_after_attempt(1))
+# Harbor's words when a task needs an image built and no registry can hold it.
+NEEDS_A_REGISTRY = (
+    "The skypilot environment needs a container registry to build and push task images. Set the "
+    "'registry' environment kwarg or the HARBOR_SKYPILOT_REGISTRY environment variable, or use a "
+    "prebuilt [environment].docker_image or a warm 'pool'."
+)
 
 
 def declares_baked_layout(dockerfile: Path) -> bool:
@@ -82,13 +85,37 @@ class ImageSource:
     local_only: bool  # sandboxes on the engine that builds need no registry: images stay local
 
 
-@dataclass(frozen=True)
-class HarborImages:
-    """Harbor's own image calls, for what ours leave to them."""
+async def _run(*argv: str) -> tuple[int | None, str]:
+    """A docker CLI command's exit status and combined output."""
+    process = await asyncio.create_subprocess_exec(
+        *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+    )
+    stdout, _ = await process.communicate()
+    return process.returncode, stdout.decode(errors="replace")
 
-    ref: Callable[[], str]  # raises Harbor's "needs a registry" error
-    exists: Callable[[], Awaitable[bool]]  # ``docker manifest inspect``
-    build_once: Callable[[], Awaitable[None]]  # one attempt of its build and push
+
+async def manifest_exists(ref: str) -> bool:
+    """Harbor's existence check, ``docker manifest inspect`` (for want of docker-py)."""
+    process = await asyncio.create_subprocess_exec(
+        "docker", "manifest", "inspect", ref, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL
+    )
+    return await process.wait() == 0
+
+
+async def build_and_push(source: ImageSource, ref: str, logger: logging.Logger) -> None:
+    """One attempt of Harbor's build and push: its two CLI commands, its RuntimeError words
+    (``docker build failed for REF: OUTPUT``), which `ImageResolver._build_error` reads."""
+    logger.debug(f"Building and pushing image: {ref}")
+    platform = ["--platform", source.platform] if source.platform else []
+    code, output = await _run(
+        "docker", "build", *platform, "-t", ref, "-f", str(source.dockerfile), str(source.environment_dir)
+    )
+    if code != 0:
+        raise RuntimeError(f"docker build failed for {ref}: {output}")
+    code, output = await _run("docker", "push", ref)
+    if code != 0:
+        raise RuntimeError(f"docker push failed for {ref}: {output}")
+    logger.debug(f"Successfully built and pushed: {ref}")
 
 
 class ImageResolver:
@@ -97,15 +124,13 @@ class ImageResolver:
     def __init__(
         self,
         source: ImageSource,
-        environment_id: Callable[[], str],
+        environment_id: str,
         builds: ImageBuildCoordinator,
-        harbor: HarborImages,
         logger: logging.Logger,
     ) -> None:
         self._source = source
         self._environment_id = environment_id
         self._builds = builds
-        self._harbor = harbor
         self._logger = logger
 
     @property
@@ -118,10 +143,10 @@ class ImageResolver:
         """
         source = self._source
         if source.local_only:
-            return f"{LOCAL_IMAGE_NAMESPACE}/env:{self._environment_id()}"
+            return f"{LOCAL_IMAGE_NAMESPACE}/env:{self._environment_id}"
         if not source.registry:
-            return self._harbor.ref()  # raises Harbor's "needs a registry" error
-        return f"{source.registry.rstrip('/')}/{SHARED_REPOSITORY}:{self._environment_id()}"
+            raise RuntimeError(NEEDS_A_REGISTRY)
+        return f"{source.registry.rstrip('/')}/{SHARED_REPOSITORY}:{self._environment_id}"
 
     async def exists(self) -> bool:
         """Harbor asks ``docker manifest inspect``, which answers "missing" for a plain-http
@@ -132,7 +157,7 @@ class ImageResolver:
         try:
             return await asyncio.to_thread(registry_image_exists, ref)
         except DockerSdkMissingError:
-            return await self._harbor.exists()  # no docker-py: Harbor's own CLI check
+            return await manifest_exists(ref)  # no docker-py: Harbor's own CLI check
 
     @retry(
         stop=stop_after_attempt(2),
@@ -141,9 +166,8 @@ class ImageResolver:
         reraise=True,
     )
     async def build(self) -> None:
-        """With a registry: Harbor's own build and push (``docker build`` / ``docker push``),
-        one attempt of it per attempt here, so that Harbor's retry does not run around ours
-        and a missing base image is not built twice. Without a registry, sandboxes run on the
+        """With a registry: Harbor's build and push (``docker build`` / ``docker push``),
+        one attempt of it per attempt here, so that a missing base image is not built twice. Without a registry, sandboxes run on the
         engine that builds: built there, never pushed (Harbor's would push to Docker Hub)."""
         ref, source = self.ref, self._source
         if source.local_only:
@@ -151,7 +175,7 @@ class ImageResolver:
             await build_detached(build_image, source.environment_dir, source.dockerfile, ref, source.platform)
             return
         try:
-            await self._harbor.build_once()
+            await build_and_push(source, ref, self._logger)
         except RuntimeError as exc:
             await asyncio.to_thread(remove_failed_build_containers, str(exc))
             raise self._build_error(ref, str(exc)) from exc

@@ -21,18 +21,17 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
-from pathlib import PurePosixPath
 from typing import Any
 
-from harbor.environments.skypilot import _SANDBOX_TTL_SEC, _sanitize_dns_name
-
+from osmosis_harbor.harbor_compat.skypilot_names import SANDBOX_TTL_SEC, sanitize_dns_name
 from osmosis_harbor.sandbox.environment.routes import takes_exec_archives
 from osmosis_harbor.sandbox.environment.state import EnvironmentState
 from osmosis_harbor.sandbox.owner import pools
-from osmosis_harbor.sandbox.owner.context import SandboxOwner, current_trial, defer_termination
+from osmosis_harbor.sandbox.owner.context import Role, TrialContext
 from osmosis_harbor.sandbox.owner.head_start import VERIFIER_SESSION_MARK
 from osmosis_harbor.sandbox.owner.starts import SandboxStarts
 from osmosis_harbor.sandbox.sdk.faults import create_checked
+from osmosis_harbor.settings import Settings
 from osmosis_harbor.shim import contract
 
 __all__ = ["CreateSpec", "SandboxCreator", "SandboxPlan", "WorkdirReset"]
@@ -47,7 +46,6 @@ class SandboxPlan:
     pool_base: str | None  # the user's pool name: a task claims its environment group's pool
     baked_layout: bool  # the image holds Harbor's log dirs empty and 0777 (``contract.LAYOUT_DIRS``)
     environment_upload: bool  # Harbor's ``_enable_environment_dir_upload``: a generic pool needs it
-    owns_itself: bool  # made outside every owner (Harbor's CLI): it closes its own owner at stop
 
 
 @dataclass(frozen=True)
@@ -67,77 +65,81 @@ class CreateSpec:
 
 @dataclass(frozen=True)
 class WorkdirReset:
-    """How Harbor empties the agent's workdir, for a verifier's head-started sandbox."""
+    """How Harbor empties the agent's workdir, for a verifier's head-started sandbox: its
+    empty-dirs command of that dir as an exec argv, with Harbor's exec env (None: no workdir
+    to empty)."""
 
-    workdir: str | None
-    argv: Callable[[list[str]], list[str]]  # Harbor's empty-dirs command as an exec argv
-    env: Callable[[], dict[str, str] | None]  # Harbor's exec env
+    workdir: str
+    argv: tuple[str, ...]
+    env: tuple[tuple[str, str], ...]
 
 
 class SandboxCreator:
-    """Harbor's create, claim and terminate over the chosen SDK (see the module docstring)."""
+    """Harbor's create, claim and terminate over the chosen SDK (see the module docstring): the
+    provisioner of one environment's sandbox, through its trial context's owner and ledger."""
 
     def __init__(
         self,
         state: EnvironmentState,
-        owner: SandboxOwner,
+        context: TrialContext,
         plan: SandboxPlan,
-        spec: Callable[[], CreateSpec],
-        reset: WorkdirReset,
         prepare_image: Callable[[], Awaitable[tuple[str | None, bool]]],
         logger: logging.Logger,
+        current: Settings,
     ) -> None:
+        self._settings = current
         self._state = state
-        self._owner = owner
+        self._context = context
+        self._owner = context.owner
         self._plan = plan
-        self._spec = spec
-        self._reset = reset
         self._prepare_image = prepare_image
         self._logger = logger
+        self._spec: CreateSpec | None = None  # frozen at the start (`create`)
 
     @property
     def owns_itself(self) -> bool:
         """Made outside every owner: its owner is its own, closed at stop."""
-        return self._plan.owns_itself
+        return self._context.owns_itself
 
-    async def create(self, image: str | None) -> Any:
+    async def create(
+        self, image: str | None, spec: CreateSpec, reset: WorkdirReset | None
+    ) -> tuple[Any, frozenset[str]]:
         """Harbor's calls its module-global ``sky_sandbox``: ours is the chosen SDK's create
         (a copy of Harbor's two calls, `_create_fresh` and the pool claim), registered as live,
         and never leaves a sandbox behind when cancelled mid-create. A separate verifier takes
         its trial's head-started sandbox when there is one (``head_start.py``); an agent's
-        sandbox, once up, gives its trial's verifier that head start."""
-        state, session_id = self._state, self._plan.session_id
-        trial = current_trial()
-        head = trial.head_start if trial is not None else None
-        created = await head.take(session_id, self._create_shape(image)) if head is not None else None
+        sandbox, once up, gives its trial's verifier that head start (``reset``: how it empties
+        the agent's workdir there). Returns the handle and the dirs known ready in it."""
+        state, agent = self._state, self._context.role is Role.AGENT
+        self._spec = spec
+        head = self._context.head_start
+        created = await head.take(self._create_shape(image)) if head is not None and not agent else None
         if created is None:
             name, sandbox = await self._create_named(state.name, image)
             ready: frozenset[str] = frozenset()
         else:
             name, sandbox, ready = created
         state.name = name
-        state.archive_transfers = None
-        state.known_ready = (set(contract.LAYOUT_DIRS) if self._plan.baked_layout else set()) | ready
-        if head is not None and not head.begun and VERIFIER_SESSION_MARK not in session_id and not state.pool:
+        if self._plan.baked_layout:
+            ready |= frozenset(contract.LAYOUT_DIRS)
+        if head is not None and not head.begun and agent and not state.pool:
             # A pool claim is sub-second already; a head start would hold a warm member idle.
-            head.begin(
-                session_id, self._create_shape(image), lambda: self._head_start(image), self._owner.sandboxes.end
-            )
-        return sandbox
+            session_id, shape = self._plan.session_id, self._create_shape(image)
+            head.begin(session_id, shape, lambda: self._head_start(image, reset), self._owner.sandboxes.end)
+        return sandbox, ready
 
-    async def _head_start(self, image: str | None) -> tuple[str, Any, frozenset[str]]:
+    async def _head_start(self, image: str | None, reset: WorkdirReset | None) -> tuple[str, Any, frozenset[str]]:
         """The verifier's sandbox for this trial (``head_start.py``), its agent workdir emptied."""
         name, sandbox = await self._create_named(
-            _sanitize_dns_name(f"hb-{self._plan.session_id}{VERIFIER_SESSION_MARK}head"), image
+            sanitize_dns_name(f"hb-{self._plan.session_id}{VERIFIER_SESSION_MARK}head"), image
         )
-        workdir = self._reset.workdir
-        if not workdir or PurePosixPath(workdir) == PurePosixPath("/"):
+        if reset is None:
             return name, sandbox, frozenset()
-        if takes_exec_archives(sandbox):  # the verifier's own emptying rides its first upload there
+        if takes_exec_archives(sandbox, self._settings):  # the verifier's own emptying rides its first upload there
             return name, sandbox, frozenset()
-        dirs = [str(PurePosixPath(workdir))]
+        dirs = [reset.workdir]
         try:
-            handle = await sandbox.exec.aio(*self._reset.argv(dirs), timeout_seconds=120, env=self._reset.env())
+            handle = await sandbox.exec.aio(*reset.argv, timeout_seconds=120, env=dict(reset.env) or None)
             emptied = await handle.wait() == 0
         except Exception as exc:  # the verifier empties it itself, as without a head start
             self._logger.debug(f"head start: emptying {dirs} failed early ({exc}); the verifier will")
@@ -170,7 +172,7 @@ class SandboxCreator:
         """Everything a create is made with but its name: a head start serves only a verifier
         that would have created exactly this."""
         state = self._state
-        return (image, state.pool, self._plan.pool_base, state.generic_pool, self._spec())
+        return (image, state.pool, self._plan.pool_base, state.generic_pool, self._spec)
 
     async def _bounded_create(self, image: str | None, name: str) -> Any:
         """The SDK's create, or a pool claim, inside the start bound of whoever submitted this
@@ -243,6 +245,7 @@ class SandboxCreator:
             fallback=None if state.generic_pool else cold_create,
             base=self._plan.pool_base,
             generic=state.generic_pool,
+            wait_sec=self._settings.pool_claim_wait_sec,
         )
 
     async def _adopt_name(self, name: str, sandbox: Any) -> str:
@@ -256,14 +259,15 @@ class SandboxCreator:
 
     def _create_keywords(self, name: str) -> dict[str, Any]:
         """What Harbor's two create calls share (a copy of its keywords, the SDK swapped in)."""
-        spec = self._spec()
+        spec = self._spec
+        assert spec is not None
         common: dict[str, Any] = {
             "name": name,
             "context_name": spec.context_name,
             "namespace": spec.namespace,
             "env": dict(spec.env) or None,
             "secrets": list(spec.secrets) if spec.secrets else None,
-            "timeout": _SANDBOX_TTL_SEC,
+            "timeout": SANDBOX_TTL_SEC,
         }
         if spec.host_network:
             common["host_network"] = True
@@ -271,7 +275,8 @@ class SandboxCreator:
 
     async def _create_fresh(self, image: str | None, name: str) -> Any:
         """Harbor's create of a sandbox from ``image`` (not from a pool)."""
-        spec = self._spec()
+        spec = self._spec
+        assert spec is not None
         return await self._state.sdk.create.aio(
             image=image,
             cpus=spec.cpus,
@@ -284,7 +289,7 @@ class SandboxCreator:
     async def after_stop(self) -> None:
         """An environment that owns itself has no backend sweeping after it: a failed
         terminate gets its last try here."""
-        if self._plan.owns_itself:
+        if self._context.owns_itself:
             for failure in await self._owner.close():
                 self._logger.warning(f"could not terminate sandbox {failure} (it stays in the ledger)")
 
@@ -296,7 +301,7 @@ class SandboxCreator:
         sandboxes, name = self._owner.sandboxes, self._state.name
         if not sandboxes.registered(name):
             await self._adopt_held_handle(name)
-        if not defer_termination(lambda: sandboxes.end(name)):
+        if not self._context.defer_termination(lambda: sandboxes.end(name)):
             await sandboxes.end(name)
 
     async def _adopt_held_handle(self, name: str) -> None:

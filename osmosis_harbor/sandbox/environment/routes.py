@@ -7,25 +7,30 @@ SDK); or, with ``exec_archives`` off, by Harbor's own transfer commands.
 Uploads on the archive routes are written behind (``transfer/archives.py``): every command sees
 the uploads made before it, and may change anything it can reach, except Harbor's preparation
 commands, which touch only their own paths (``preparation.py``).
+
+The router alone holds what is staged (the archive transfers) and which dirs are known ready
+(existing, empty and 0777: ``preparation.py`` elides Harbor's commands on them); everyone else
+asks it, or tells it what changed.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+import shlex
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from harbor.environments.base import ExecResult
-from harbor.environments.skypilot import _REMOTE_TRANSFER_DIR
+from harbor.environments.tar_transfer import pack_dir_to_bytes, remote_unpack_command
 
-from osmosis_harbor import settings
-from osmosis_harbor.sandbox.environment.preparation import PreparationElider
+from osmosis_harbor.harbor_compat.skypilot_names import MAX_EXEC_TIMEOUT_SEC, REMOTE_TRANSFER_DIR
 from osmosis_harbor.sandbox.environment.state import EnvironmentState
 from osmosis_harbor.sandbox.sdk.protocol import has_archives
-from osmosis_harbor.sandbox.transfer.archives import ArchiveTransfers
+from osmosis_harbor.sandbox.transfer.archives import ArchiveTransfers, overlaps
 from osmosis_harbor.sandbox.transfer.downloads import HarborPath, fetch_archive
 from osmosis_harbor.sandbox.transfer.exec_archives import ExecArchives, ReadBytes, WriteBytes
 from osmosis_harbor.sandbox.transfer.exec_folds import (
@@ -36,13 +41,13 @@ from osmosis_harbor.sandbox.transfer.exec_folds import (
     read_trailer,
     upload_failure,
 )
+from osmosis_harbor.settings import Settings
 
 __all__ = ["CommandFold", "FileCalls", "TransferRoutes", "takes_archive_calls", "takes_exec_archives"]
 
 # The pack after a command runs within the command's exec: its time is added to the exec's
 # timeout (up to SkyPilot's cap), so it never makes a command that finished in time time out.
 PACK_ALLOWANCE_SEC = 30
-MAX_EXEC_TIMEOUT_SEC = 3600
 
 
 @dataclass(frozen=True)
@@ -53,31 +58,31 @@ class CommandFold:
     upload: UploadFold | None
     pack: FoldedPack | None
 
-    def argv(self, argv: list[str]) -> list[str]:
-        return fold_argv(argv, self.upload, self.pack)
+    def riding(self, argv: list[str], timeout_seconds: int) -> tuple[list[str], int]:
+        """The argv and timeout of the exec that carries this fold."""
+        return fold_argv(argv, self.upload, self.pack), min(timeout_seconds + PACK_ALLOWANCE_SEC, MAX_EXEC_TIMEOUT_SEC)
 
 
 @dataclass(frozen=True)
 class FileCalls:
-    """The environment's calls a route is made of: its shell command (which flushes staged
-    uploads first), Harbor's own shell command (which does not), and its guarded file calls."""
+    """The session's calls a route is made of: a raw shell command (unguarded, flushing nothing:
+    Harbor's ``_run_shell`` through the exec records), and the guarded file calls."""
 
-    run_shell: Callable[..., Awaitable[ExecResult]]  # (command, *, timeout_seconds)
-    harbor_shell: Callable[..., Awaitable[ExecResult]]  # (command, *, timeout_seconds)
+    raw_shell: Callable[[str, int], Awaitable[ExecResult]]  # (command, timeout_seconds)
     write_bytes: WriteBytes
     read_bytes: ReadBytes
 
 
-def takes_archive_calls(sandbox: Any) -> bool:
+def takes_archive_calls(sandbox: Any, current: Settings) -> bool:
     """Whether this sandbox's transfers go over its handle's own archive calls: offered, and asked
     for (``sdk_archive_calls``)."""
-    return settings.current().sdk_archive_calls and has_archives(sandbox)
+    return current.sdk_archive_calls and has_archives(sandbox)
 
 
-def takes_exec_archives(sandbox: Any) -> bool:
+def takes_exec_archives(sandbox: Any, current: Settings) -> bool:
     """Whether this sandbox's transfers are archives made of its own calls (``exec_archives.py``),
     whose uploads can carry Harbor's preparation of their targets (`stage_preparation`)."""
-    return not takes_archive_calls(sandbox) and settings.current().exec_archives
+    return not takes_archive_calls(sandbox, current) and current.exec_archives
 
 
 class TransferRoutes:
@@ -86,10 +91,10 @@ class TransferRoutes:
     def __init__(
         self,
         state: EnvironmentState,
-        elider: PreparationElider,
         guarded: Callable[[Awaitable[Any]], Awaitable[Any]],
         calls: FileCalls,
         logger: logging.Logger,
+        current: Settings,
         companions: tuple[str, ...] = (),
         *,
         fresh_verifier: bool = False,
@@ -98,23 +103,59 @@ class TransferRoutes:
         # no process of the workflow ever ran (``exec_folds.py``).
         self._fresh_verifier = fresh_verifier
         self._exec_archives: ExecArchives | None = None
+        self._transfers: ArchiveTransfers | None = None  # what is staged, once a route is taken
+        self._ready: set[str] = set()  # dirs known to exist, empty and 0777
+        self._scope: list[str] | None = None  # the paths the running preparation command touches
         self._logs_follow: str | None = None  # the command after which Harbor reads /logs
-        self._riding: CommandFold | None = None  # the running command's fold, for its exec
         self._companions = companions  # trees read after /logs, fetched with it (``ArchiveTransfers``)
         self._state = state
-        self._elider = elider
         self._guarded = guarded
         self._calls = calls
         self._logger = logger
+        self._settings = current
+
+    # ── what is known ready (``preparation.py`` elides Harbor's commands on it) ──────────────
+
+    def started(self, ready: frozenset[str]) -> None:
+        """A sandbox was created or claimed: nothing staged yet, ``ready`` known ready."""
+        self._transfers, self._exec_archives, self._ready = None, None, set(ready)
+
+    def is_ready(self, path: str) -> bool:
+        return path in self._ready
+
+    def mark_ready(self, dirs: Sequence[Any]) -> None:
+        """``dirs`` exist, are empty and 0777 (Harbor's emptying, or the guard's check, left them so)."""
+        self._ready.update(str(d) for d in dirs)
+
+    def forget_ready(self, paths: Sequence[Any] | None) -> None:
+        """Something changed at ``paths`` (anywhere, when None): the known-ready dirs there
+        are known no more."""
+        if paths is None:
+            self._ready.clear()
+        else:
+            self._ready = {d for d in self._ready if not any(overlaps(d, str(p)) for p in paths)}
+
+    @contextlib.contextmanager
+    def scoped(self, paths: Sequence[Any]) -> Iterator[None]:
+        """Mark the commands inside as touching only ``paths`` (Harbor's dir preparation)."""
+        self._scope = [str(p) for p in paths]
+        try:
+            yield
+        finally:
+            self._scope = None
+
+    def make_executable(self, path: str) -> bool:
+        """``chmod +x path`` on a file still staged: applied to the staged copy (True)."""
+        return self._transfers is not None and self._transfers.make_executable(path)
 
     def archives(self) -> ArchiveTransfers | None:
         """The archive transfers of this sandbox: built from a file write or read plus one command
         (``exec_archives.py``), or over its handle's archive calls where ``takes_archive_calls``;
         None with ``exec_archives`` off (Harbor's own transfer commands run)."""
         state = self._state
-        if state.archive_transfers is not None or state.sandbox is None:
-            return state.archive_transfers
-        if takes_archive_calls(state.sandbox):
+        if self._transfers is not None or state.sandbox is None:
+            return self._transfers
+        if takes_archive_calls(state.sandbox, self._settings):
             sandbox = state.sandbox
 
             async def put(data: bytes, path: str) -> None:
@@ -123,11 +164,11 @@ class TransferRoutes:
             async def get(path: str, into: BinaryIO) -> None:
                 await self._guarded(fetch_archive(sandbox, path, into))
 
-            state.archive_transfers = ArchiveTransfers(put, get, self._logger)
-        elif takes_exec_archives(state.sandbox):
+            self._transfers = ArchiveTransfers(put, get, self._logger)
+        elif takes_exec_archives(state.sandbox, self._settings):
             archives = ExecArchives(self._raw_shell, self._calls.write_bytes, self._calls.read_bytes)
             self._exec_archives = archives
-            state.archive_transfers = ArchiveTransfers(
+            self._transfers = ArchiveTransfers(
                 archives.put,
                 archives.get,
                 self._logger,
@@ -135,13 +176,19 @@ class TransferRoutes:
                 companions=self._companions,
                 put_after=archives.put_after,
             )
-        return state.archive_transfers
+        return self._transfers
 
     async def _raw_shell(self, command: str, timeout_seconds: int) -> ExecResult:
         """A command of the transfers themselves: guarded, but neither flushing the staged
         uploads nor invalidating snapshots, as every other command does (`command`)."""
-        result: ExecResult = await self._guarded(self._calls.harbor_shell(command, timeout_seconds=timeout_seconds))
+        result: ExecResult = await self._guarded(self._calls.raw_shell(command, timeout_seconds))
         return result
+
+    async def shell(self, command: str, timeout_seconds: int) -> ExecResult:
+        """Harbor's raw shell command (``sh -c``, no workdir, env or user), as any command is:
+        after the uploads before it, guarded."""
+        async with self.command():
+            return await self._raw_shell(command, timeout_seconds)
 
     def logs_follow(self, command: str) -> None:
         """The next exec of exactly ``command`` is followed by a read of ``/logs`` (the workflow
@@ -153,10 +200,10 @@ class TransferRoutes:
         """A command sees every upload made before it, and may change anything it can reach;
         Harbor's preparation commands (``_prepare``) touch only their own paths. ``text``: the
         command (Harbor's exec), whose exec the transfers around it may ride (the fold yielded,
-        for ``_dispatch_exec``; `settle` reads its result)."""
-        scope = self._state.scope
-        transfers = self.archives() if text is not None and self._logs_follow == text else self._state.archive_transfers
-        self._elider.forget_ready(scope)
+        for its exec's argv: `CommandFold.riding`; `settle` reads its result)."""
+        scope = self._scope
+        transfers = self.archives() if text is not None and self._logs_follow == text else self._transfers
+        self.forget_ready(scope)
         if transfers is None:
             yield None
             return
@@ -164,23 +211,13 @@ class TransferRoutes:
         if fold is None or fold.upload is None:
             await (transfers.flush() if scope is None else transfers.flush_overlapping(scope))
         transfers.command_ran(scope)
-        self._riding = fold
         try:
             yield fold
         finally:
-            self._riding = None
             transfers.command_ran(scope)
 
-    def riding_argv(self, argv: list[str], timeout_seconds: int) -> tuple[list[str], int]:
-        """The argv and timeout of the exec that carries the running command's fold (taken
-        once: its other execs, an exec record's re-read say, carry nothing)."""
-        fold, self._riding = self._riding, None
-        if fold is None:
-            return argv, timeout_seconds
-        return fold.argv(argv), min(timeout_seconds + PACK_ALLOWANCE_SEC, MAX_EXEC_TIMEOUT_SEC)
-
     async def _fold_for(self, text: str) -> CommandFold | None:
-        archives, transfers = self._exec_archives, self._state.archive_transfers
+        archives, transfers = self._exec_archives, self._transfers
         follows, self._logs_follow = text == self._logs_follow, None
         if archives is None or transfers is None:
             return None
@@ -203,7 +240,7 @@ class TransferRoutes:
         if fold.pack is None:
             return result
         result, trailer = read_trailer(result, fold.pack)
-        archives, transfers = self._exec_archives, self._state.archive_transfers
+        archives, transfers = self._exec_archives, self._transfers
         if archives is None or transfers is None:
             return result
         if trailer is None:
@@ -220,29 +257,44 @@ class TransferRoutes:
     # target and its temp archive under Harbor's transfer dir, so it makes only those unknown
     # (``preparation.py``), not every dir known ready: a later preparation there stays elided.
 
-    async def upload_dir(self, source: Path, target: str, *, harbor: Callable[[Path, str], Awaitable[None]]) -> None:
-        self._elider.forget_ready([target])
+    async def upload_dir(self, source: Path, target: str) -> None:
+        self.forget_ready([target])
         if (transfers := self.archives()) is None:
-            with self._elider.scoped([target, _REMOTE_TRANSFER_DIR]):
-                return await harbor(source, target)
+            with self.scoped([target, REMOTE_TRANSFER_DIR]):
+                return await self._harbor_upload_dir(source, target)
         transfers.stage_dir(source, target)
 
-    async def upload_file(self, source: Path, target: str, *, harbor: Callable[[Path, str], Awaitable[None]]) -> None:
-        self._elider.forget_ready([target])
+    async def upload_file(self, source: Path, target: str) -> None:
+        self.forget_ready([target])
         if (transfers := self.archives()) is None:
-            return await harbor(source, target)
+            return await self._calls.write_bytes(source.read_bytes(), target)  # Harbor's: one write
         transfers.stage_file(source, target)
+
+    async def _harbor_upload_dir(self, source: Path, target: str) -> None:
+        """Harbor's directory upload: one gzipped tar written under its transfer dir, unpacked
+        by one command (POSIX fidelity: modes, symlinks, empty dirs), then removed."""
+        if not source.is_dir():
+            raise FileNotFoundError(f"Source directory {source} does not exist")
+        archive = pack_dir_to_bytes(source, compress=True).getvalue()
+        remote = f"{REMOTE_TRANSFER_DIR}/hb-upload-{uuid.uuid4().hex}.tar.gz"
+        await self._calls.write_bytes(archive, remote)
+        try:
+            result = await self.shell(remote_unpack_command(remote, target), 120)
+            if result.return_code != 0:
+                raise RuntimeError(f"Failed to unpack directory in SkyPilot sandbox: {result.stdout} {result.stderr}")
+        finally:
+            await self.shell(f"rm -f {shlex.quote(remote)}", 30)
 
     async def download_dir(self, source: str, target: Path) -> None:
         if (transfers := self.archives()) is None:
-            with self._elider.scoped([_REMOTE_TRANSFER_DIR]):
+            with self.scoped([REMOTE_TRANSFER_DIR]):
                 await self.harbor_path().download_dir(source, target)
             return
         await transfers.download_dir(source, target)
 
     async def download_file(self, source: str, target: Path) -> None:
         if (transfers := self.archives()) is None:
-            with self._elider.scoped([]):  # a size probe: it changes nothing
+            with self.scoped([]):  # a size probe: it changes nothing
                 return await self.harbor_path().download_file(source, target)
         await transfers.download_file(source, target)
 
@@ -258,19 +310,18 @@ class TransferRoutes:
         transfers = self.archives()
         if transfers is None or not transfers.stages_preparations:
             return False
-        self._elider.forget_ready(dirs)
+        self.forget_ready(dirs)
         transfers.stage_preparation(command, dirs)
         return True
 
     def harbor_path(self) -> HarborPath:
         """Harbor's transfer commands with our bounded host side (no archive capability)."""
-        return HarborPath(self._calls.run_shell, self._calls.read_bytes, self._logger)
+        return HarborPath(self.shell, self._calls.read_bytes, self._logger)
 
     def discard(self) -> None:
         """The sandbox is stopping: uploads still staged are dropped (nothing could observe them)."""
-        state = self._state
-        if state.archive_transfers is not None:
-            dropped = state.archive_transfers.discard()
+        if self._transfers is not None:
+            dropped = self._transfers.discard()
             if dropped:
                 self._logger.debug(f"{dropped} staged upload(s) not sent: the sandbox is stopping")
-            state.archive_transfers = None
+            self._transfers = None

@@ -17,13 +17,10 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
-from harbor.environments.base import ExecResult
-from harbor.environments.skypilot import SkypilotEnvironment
-
-from osmosis_harbor import settings
 from osmosis_harbor.errors import VerifierTamperedError
 from osmosis_harbor.sandbox.environment.exec_records import Launch
 from osmosis_harbor.sandbox.environment.preparation import REMOVE_REWARDS_COMMAND
+from osmosis_harbor.sandbox.environment.session import exec_result
 from osmosis_harbor.sandbox.environment.state import EnvironmentState
 from osmosis_harbor.sandbox.guard import commands
 from osmosis_harbor.sandbox.guard.allowance import Allowance, Verdict, judge
@@ -50,9 +47,9 @@ def baked_guard(dockerfile: Path) -> str | None:
 
 
 class VerifierGuardExecs:
-    """Commands of a guarded trial's agent sandbox (see the module docstring). ``launch`` is
-    Harbor's own dispatch, ``guarded`` the loss guard, ``write_bytes`` the environment's file
-    write; ``workdirs`` are where the agent works (the check looks there for pytest's hooks)."""
+    """Commands of a guarded trial's agent sandbox (see the module docstring). ``launch`` is the
+    session's launch, ``guarded`` its loss guard, ``write_bytes`` its file write; ``workdirs``
+    are where the agent works (the check looks there for pytest's hooks)."""
 
     def __init__(
         self,
@@ -65,6 +62,7 @@ class VerifierGuardExecs:
         launch: Launch,
         guarded: Callable[[Awaitable[Any]], Awaitable[Any]],
         write_bytes: Callable[[bytes, str], Awaitable[None]],
+        timeout_sec: float,
     ) -> None:
         self.session = session
         self._baked = baked_guard(dockerfile) if session is not None else None  # the image's guard, if any
@@ -74,17 +72,20 @@ class VerifierGuardExecs:
         self._launch = launch
         self._guarded = guarded
         self._write_bytes = write_bytes
+        self._timeout_sec = int(timeout_sec)  # ``Settings.verifier_guard_timeout_sec``
 
-    async def took(self, command: str, user: str | int | None) -> bool:
+    async def took(self, command: str, user: str | int | None) -> frozenset[str] | None:
         """Harbor's verifier first clears stale rewards (``REMOVE_REWARDS_COMMAND``, as root): the
-        check, due then, empties ``/logs/verifier``, so it takes that command's place."""
+        check, due then, empties ``/logs/verifier``, so it takes that command's place. Returns
+        None when it did not, else the dirs the check left empty and 0777 (known ready)."""
         session = self.session
         if session is None or session.phase is not Phase.PENDING or user not in ("root", 0):
-            return False
+            return None
         if command != REMOVE_REWARDS_COMMAND:
-            return False
+            return None
+        checked = session.daemon_pid is not None
         await self.guard_before_command(session)
-        return True
+        return frozenset({contract.VERIFIER_LOGS}) if checked else frozenset()
 
     async def dispatch(
         self, argv: list[str], *, workdir: str | None, timeout_seconds: int, env: dict[str, str] | None = None
@@ -115,13 +116,8 @@ class VerifierGuardExecs:
     async def _guard_exec(self, argv: list[str], *, env: dict[str, str] | None = None) -> tuple[int, bytes, str]:
         """One of the guard's own commands: straight to the SDK (no record wrapper, no shell)."""
 
-        async def run() -> ExecResult:
-            timeout = int(settings.current().verifier_guard_timeout_sec)
-            handle = await self._launch(argv, workdir=None, timeout_seconds=timeout, env=env)
-            code = await handle.wait()
-            stdout = await SkypilotEnvironment._drain_stream(getattr(handle, "stdout", None))
-            stderr = await SkypilotEnvironment._drain_stream(getattr(handle, "stderr", None))
-            return ExecResult(stdout=stdout, stderr=stderr, return_code=code if code is not None else 0)
+        async def run() -> Any:
+            return await exec_result(await self._launch(argv, workdir=None, timeout_seconds=self._timeout_sec, env=env))
 
         result = await self._guarded(run())
         return result.return_code, (result.stdout or "").encode("utf-8", "surrogateescape"), result.stderr or ""
@@ -180,8 +176,7 @@ class VerifierGuardExecs:
         if verdict.tampered:
             self._tampered(session, verdict, report)
         session.checks.append(GuardCheck(report, verdict))
-        session.phase, session.recorded_since_check = Phase.VERIFIED, False
-        self._state.known_ready.add(contract.VERIFIER_LOGS)  # the check left it empty, 0777
+        session.phase, session.recorded_since_check = Phase.VERIFIED, False  # /logs/verifier: empty, 0777
 
     def _tampered(self, session: GuardSession, verdict: Verdict, report: GuardReport) -> NoReturn:
         session.checks.append(GuardCheck(report, verdict))

@@ -19,9 +19,6 @@ from osmosis_harbor.sandbox.guard.session import (
     GuardPlan,
     GuardSession,
     Phase,
-    add_guard_hooks,
-    current_guard,
-    guard_scope,
 )
 
 __all__ = [
@@ -35,10 +32,7 @@ __all__ = [
     "Phase",
     "ReportRejected",
     "Verdict",
-    "add_guard_hooks",
-    "current_guard",
     "guard_binary",
-    "guard_scope",
     "judge",
     "parse_report",
 ]

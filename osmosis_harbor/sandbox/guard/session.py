@@ -1,8 +1,9 @@
 """One trial's verifier guard: its plan, where its agent phase stands, and what its checks found.
 
 Whoever submits a trial whose task's tests run in the agent's sandbox (a backend, a validation
-run) opens a `guard_scope` around it; the trial's agent environment finds the session there, and
-Harbor's ``AGENT_START`` / ``VERIFICATION_START`` hooks (``add_guard_hooks``) move its phase: from
+run) opens a scope with it (``owner.context.guard_scope``, or ``trial_scope(guard=...)``); the
+trial's agent environment carries it in its trial context, and Harbor's ``AGENT_START`` /
+``VERIFICATION_START`` hooks (``owner.context.add_guard_hooks``) move its phase: from
 the first agent command on, every command goes through the guard's ``drop`` (the downloads of the
 agent's outputs after its run too: the agent's processes still live then); once verification
 starts, the next command first runs the check. The session is plain state; the commands are the
@@ -12,20 +13,14 @@ environment's (``environment.verifier_guard.VerifierGuardExecs``).
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import contextvars
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
-
-from harbor.trial.hooks import TrialEvent, TrialHookEvent
 
 from osmosis_harbor.errors import VerifierTamperedError
 from osmosis_harbor.sandbox.guard.allowance import Allowance, Verdict
 from osmosis_harbor.sandbox.guard.report import GuardReport
 
-__all__ = ["GuardCheck", "GuardPlan", "GuardSession", "Phase", "add_guard_hooks", "current_guard", "guard_scope"]
+__all__ = ["GuardCheck", "GuardPlan", "GuardSession", "Phase"]
 
 
 @dataclass(frozen=True)
@@ -99,38 +94,3 @@ class GuardSession:
         if self.processes_killed:
             metrics["verifier_killed_processes"] = float(self.processes_killed)
         return metrics
-
-
-_SESSION: contextvars.ContextVar[GuardSession | None] = contextvars.ContextVar("osmosis_harbor_guard", default=None)
-
-
-@contextlib.contextmanager
-def guard_scope(session: GuardSession | None) -> Iterator[GuardSession | None]:
-    """``session`` guards the trial submitted inside (its task inherits the scope); None: unguarded."""
-    token = _SESSION.set(session)
-    try:
-        yield session
-    finally:
-        _SESSION.reset(token)
-
-
-def current_guard() -> GuardSession | None:
-    return _SESSION.get()
-
-
-async def _agent_started(_event: TrialHookEvent) -> None:
-    if (session := current_guard()) is not None:
-        session.agent_starts()
-
-
-async def _verification_started(_event: TrialHookEvent) -> None:
-    if (session := current_guard()) is not None:
-        session.verification_starts()
-
-
-def add_guard_hooks(queue: Any) -> None:
-    """Make ``queue``'s trials tell their guard where the agent phase and verification begin
-    (Harbor emits the hooks in the trial's own task, where its `guard_scope` is visible). Adding
-    them twice is harmless: each move is made once."""
-    queue.add_hook(TrialEvent.AGENT_START, _agent_started)
-    queue.add_hook(TrialEvent.VERIFICATION_START, _verification_started)

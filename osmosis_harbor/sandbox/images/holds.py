@@ -18,7 +18,7 @@ import logging
 from typing import Any
 
 from osmosis_harbor.errors import DockerSdkMissingError
-from osmosis_harbor.owner_process import Owner
+from osmosis_harbor.owner_process import OwnerProcess
 from osmosis_harbor.sandbox.images.docker_py import docker_py
 
 __all__ = ["HOLD_LABEL", "hold", "holders", "remove_unheld"]
@@ -33,7 +33,7 @@ def _client() -> Any:  # docker.DockerClient: docker-py is untyped, and imported
     return docker_py().from_env()
 
 
-def _volume_name(ref: str, owner: Owner) -> str:
+def _volume_name(ref: str, owner: OwnerProcess) -> str:
     return f"{_VOLUME_PREFIX}{hashlib.sha256(ref.encode()).hexdigest()[:16]}_{owner.pid}"
 
 
@@ -45,7 +45,7 @@ def hold(ref: str) -> None:
         docker = docker_py()
     except DockerSdkMissingError:
         return  # no docker-py: this process built nothing on a local engine to hold
-    owner = Owner.current()
+    owner = OwnerProcess.current()
     name = _volume_name(ref, owner)
     try:
         api = _client().api
@@ -54,7 +54,7 @@ def hold(ref: str) -> None:
         except docker.errors.NotFound:
             existing = None
         if existing is not None:
-            if Owner.from_labels(existing.get("Labels") or {}) == owner:
+            if OwnerProcess.from_labels(existing.get("Labels") or {}) == owner:
                 return
             api.remove_volume(name, force=True)
         api.create_volume(name=name, labels={HOLD_LABEL: ref, **owner.labels()})
@@ -63,12 +63,12 @@ def hold(ref: str) -> None:
         log.warning("cannot record that this process uses image %s: %s", ref, exc)
 
 
-def _live_holds(api: Any, label: str) -> list[Owner]:
+def _live_holds(api: Any, label: str) -> list[OwnerProcess]:
     """The owners of the live holds matching the volume filter ``label``; dead ones are removed."""
     docker = docker_py()
     live = []
     for volume in api.volumes(filters={"label": label}).get("Volumes") or []:
-        owner = Owner.from_labels(volume.get("Labels") or {})
+        owner = OwnerProcess.from_labels(volume.get("Labels") or {})
         if owner is not None and not owner.is_dead():
             live.append(owner)
             continue
@@ -79,7 +79,7 @@ def _live_holds(api: Any, label: str) -> list[Owner]:
     return live
 
 
-def holders(ref: str, *, besides: Owner | None = None) -> list[Owner]:
+def holders(ref: str, *, besides: OwnerProcess | None = None) -> list[OwnerProcess]:
     """The live processes holding ``ref`` (other than ``besides``); dead holds are dropped."""
     return [owner for owner in _live_holds(_client().api, f"{HOLD_LABEL}={ref}") if owner != besides]
 
@@ -88,7 +88,7 @@ def remove_unheld(ref: str) -> str | None:
     """Remove the image ``ref`` unless another live process holds it (or a container uses it);
     returns why it was kept, or None once it is gone."""
     docker = docker_py()
-    me = Owner.current()
+    me = OwnerProcess.current()
     others = holders(ref, besides=me)
     if others:
         return f"{ref}: in use by {', '.join(f'pid {o.pid} on {o.host}' for o in others)} (kept)"

@@ -2,7 +2,7 @@
 
 A host process killed mid-rollout or mid-prewarm (SIGKILL, OOM, a lost node) cannot terminate
 its sandboxes or delete its pools; on SkyPilot they would bill until their TTL. The ledger
-(``ledger/store.py``) says what each owner made; an entry whose owner is dead (``Owner.is_dead``: the
+(``ledger/store.py``) says what each owner made; an entry whose owner is dead (``OwnerProcess.is_dead``: the
 pid is gone or reused, on this host) is looked up in the SDK's ``ls`` (sandboxes) or pool
 listing, removed when it is there and dropped from the ledger either way. A pool a live owner
 still uses (the ledger's pool users) is not a leftover. Entries of live owners

@@ -37,7 +37,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from osmosis_harbor import settings
-from osmosis_harbor.owner_process import Owner
+from osmosis_harbor.owner_process import OwnerProcess
 
 __all__ = ["Kind", "Ledger", "LedgerEntry", "PoolUser", "State", "default_ledger", "endpoint_for"]
 
@@ -97,7 +97,7 @@ class LedgerEntry(BaseModel):
     sdk: str
     endpoint: str
     name: str
-    owner: Owner
+    owner: OwnerProcess
     created_at: float
     state: State
     attempts: int = 0
@@ -110,7 +110,7 @@ class PoolUser(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     user: str
-    owner: Owner
+    owner: OwnerProcess
 
 
 class Ledger:
@@ -145,7 +145,7 @@ class Ledger:
         with db:
             yield db
 
-    def record(self, kind: Kind, sdk: str, endpoint: str, name: str, owner: Owner) -> None:
+    def record(self, kind: Kind, sdk: str, endpoint: str, name: str, owner: OwnerProcess) -> None:
         """Before the create call: this owner is about to make ``name`` (replaces an old row)."""
         with self._connect() as db:
             db.execute(
@@ -172,7 +172,7 @@ class Ledger:
             )
 
     # ── who uses a pool: pool names are shared warm capacity, so a pool has many users ──────
-    def use_pool(self, sdk: str, endpoint: str, pool: str, user: str, owner: Owner) -> None:
+    def use_pool(self, sdk: str, endpoint: str, pool: str, user: str, owner: OwnerProcess) -> None:
         """``user`` (an owner of process ``owner``) uses ``pool``: no other owner's shutdown
         deletes it while ``user`` is alive and has not released it."""
         with self._connect() as db:
@@ -189,14 +189,16 @@ class Ledger:
             )
 
     def pool_users(self, sdk: str, endpoint: str, pool: str) -> list[PoolUser]:
-        """The owners using ``pool``, dead processes' included (``Owner.is_dead`` tells)."""
+        """The owners using ``pool``, dead processes' included (``OwnerProcess.is_dead`` tells)."""
         with self._connect() as db:
             rows = db.execute(
                 "SELECT user, owner_host, owner_pid, owner_start FROM pool_users "
                 "WHERE sdk = ? AND endpoint = ? AND pool = ? ORDER BY user",
                 (sdk, endpoint, pool),
             ).fetchall()
-        return [PoolUser(user=user, owner=Owner(host=host, pid=pid, start=start)) for user, host, pid, start in rows]
+        return [
+            PoolUser(user=user, owner=OwnerProcess(host=host, pid=pid, start=start)) for user, host, pid, start in rows
+        ]
 
     def live_pool_users(self, sdk: str, endpoint: str, pool: str, *, besides: str | None = None) -> list[PoolUser]:
         """The users of ``pool`` other than ``besides`` whose process lives; a dead process's

@@ -1,17 +1,23 @@
-"""The one owner context: who owns what a trial makes, found by the code Harbor runs.
+"""The one trial context: who owns what a trial makes, and what one trial carries, found by the
+code Harbor runs through one ``ContextVar`` (the only one of the sandbox layer).
 
 An owner is a backend, a validation run or a command (``sandbox-check``, ``prewarm``): it holds
 its sandboxes and pools (``OwnedSandboxes``), its start bound and batch claims
 (``SandboxStarts``), its rollouts' credentials and its image builds. Harbor constructs our
 environments and agents itself, so the owner cannot be passed down: it opens ``owner_scope``
-around the trials it submits, and everything they run finds it through one ``ContextVar``.
-A trial's own state (its deferred terminations, its sandbox losses, its verifier head start)
-rides in the same variable (``trial_scope``).
+around the trials it submits, and everything they run finds it here. A trial's own state (its
+deferred terminations, its sandbox losses, its verifier head start) rides in the same variable
+(``trial_scope``), and so does its verifier guard (``guard_scope``).
+
+An environment reads all of it once, when Harbor makes it (``TrialContext.of``): from then on
+it carries a `TrialContext` value (owner, credentials, role, guard, head start, loss sink) and
+hands its collaborators the parts they need. Whether a sandbox is the agent's or the verifier's
+(``Role``) is decided there, once, from the session id Harbor gave the environment.
 
 There is no process-wide owner: a call that needs one outside every scope raises
 ``NoOwnerError``, since what it made would belong to nobody and nobody would remove it. The one
 exception is an environment Harbor's own CLI makes (``harbor run -e ...``, no backend): it owns
-itself (``SandboxEnvironment`` makes a private owner and closes it at ``stop``).
+itself (`TrialContext.of` makes a private owner, which its environment closes at ``stop``).
 """
 
 from __future__ import annotations
@@ -22,25 +28,32 @@ import contextvars
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from dataclasses import dataclass, field, replace
+from enum import StrEnum
 from typing import Any
+
+from harbor.trial.hooks import TrialEvent, TrialHookEvent
 
 from osmosis_harbor.credentials import CredentialStore
 from osmosis_harbor.errors import NoOwnerError, SandboxLostError
+from osmosis_harbor.sandbox.guard.session import GuardSession
 from osmosis_harbor.sandbox.images.builds import ImageBuildCoordinator
 from osmosis_harbor.sandbox.ledger.store import Ledger
-from osmosis_harbor.sandbox.owner.head_start import HeadStart
+from osmosis_harbor.sandbox.owner.head_start import VERIFIER_SESSION_MARK, HeadStart
 from osmosis_harbor.sandbox.owner.sandboxes import OwnedSandboxes
 from osmosis_harbor.sandbox.owner.starts import SandboxStarts
 
 __all__ = [
+    "Role",
     "SandboxOwner",
+    "TrialContext",
     "TrialScope",
+    "add_guard_hooks",
+    "current_guard",
     "current_owner",
     "current_trial",
-    "defer_termination",
+    "guard_scope",
     "owner_if_any",
     "owner_scope",
-    "record_loss",
     "settle",
     "trial_scope",
 ]
@@ -102,14 +115,84 @@ class TrialScope:
     losses: list[SandboxLostError] = field(default_factory=list)
     head_start: HeadStart | None = None
 
+    def record_loss(self, loss: SandboxLostError) -> None:
+        """A sandbox of this trial was lost: Harbor may wrap or swallow the raise, so the
+        backend reads the trial's losses too."""
+        self.losses.append(loss)
+
+    def defer(self, termination: Callable[[], Coroutine[Any, Any, Any]]) -> None:
+        """Run ``termination()`` in the background, so the trial's queue slot frees while its
+        sandbox goes (its owner settles it once the trial has a result)."""
+
+        async def run() -> None:
+            await termination()
+
+        self.terminations.append(asyncio.ensure_future(run()))
+
+
+class Role(StrEnum):
+    """Whose sandbox an environment's is: a trial's agent's, or its separate verifier's."""
+
+    AGENT = "agent"
+    VERIFIER = "verifier"
+
+    @classmethod
+    def of_session(cls, session_id: str) -> Role:
+        """Decided from the session id Harbor gave the environment (a separate verifier's is
+        ``{trial}__verifier__{key}``), never from a sandbox's name."""
+        return cls.VERIFIER if VERIFIER_SESSION_MARK in session_id else cls.AGENT
+
 
 @dataclass(frozen=True)
 class _Scope:
-    owner: SandboxOwner
+    owner: SandboxOwner | None
     trial: TrialScope | None = None
+    guard: GuardSession | None = None
 
 
-_CURRENT: contextvars.ContextVar[_Scope | None] = contextvars.ContextVar("osmosis_harbor_owner", default=None)
+_CURRENT: contextvars.ContextVar[_Scope | None] = contextvars.ContextVar("osmosis_harbor_trial", default=None)
+
+
+@dataclass(frozen=True)
+class TrialContext:
+    """What one environment of a trial carries, read once when Harbor makes it (`of`)."""
+
+    owner: SandboxOwner
+    owns_itself: bool  # made outside every owner (Harbor's CLI): it closes its owner at stop
+    role: Role
+    trial: TrialScope | None = None  # None: no trial scope (a check, a tool): nothing deferred
+    guard: GuardSession | None = None  # the verifier guard of an agent's sandbox, if guarded
+
+    @classmethod
+    def of(cls, session_id: str, label: str) -> TrialContext:
+        """The one ambient lookup (Harbor constructs the environment, so nothing can be passed):
+        the submitter's owner, trial and guard; made by Harbor's CLI, an owner of its own."""
+        scope = _CURRENT.get() or _Scope(None)
+        role = Role.of_session(session_id)
+        guard = scope.guard if role is Role.AGENT else None  # a separate verifier's needs none
+        if scope.owner is None:
+            return cls(SandboxOwner.make(label), True, role, scope.trial, guard)
+        return cls(scope.owner, False, role, scope.trial, guard)
+
+    @property
+    def credentials(self) -> CredentialStore:
+        return self.owner.credentials
+
+    @property
+    def head_start(self) -> HeadStart | None:
+        return self.trial.head_start if self.trial is not None else None
+
+    def record_loss(self, loss: SandboxLostError) -> None:
+        """The loss sink: the trial (if any) is told its sandbox was lost."""
+        if self.trial is not None:
+            self.trial.record_loss(loss)
+
+    def defer_termination(self, termination: Callable[[], Coroutine[Any, Any, Any]]) -> bool:
+        """In the background inside a trial (False: no trial, run it yourself)."""
+        if self.trial is None:
+            return False
+        self.trial.defer(termination)
+        return True
 
 
 @contextlib.contextmanager
@@ -125,28 +208,39 @@ def owner_scope(owner: SandboxOwner) -> Iterator[SandboxOwner]:
 def current_owner(call: str) -> SandboxOwner:
     """The owner of the code running here; ``call`` names what needs it, for the error."""
     scope = _CURRENT.get()
-    if scope is None:
+    if scope is None or scope.owner is None:
         raise NoOwnerError(call)
     return scope.owner
 
 
 def owner_if_any() -> SandboxOwner | None:
-    """The owner of the code running here, if any (for the environment that owns itself)."""
+    """The owner of the code running here, if any."""
     scope = _CURRENT.get()
     return None if scope is None else scope.owner
 
 
 @contextlib.contextmanager
-def trial_scope(*, head_start: bool = False) -> Iterator[TrialScope]:
+def trial_scope(*, head_start: bool = False, guard: GuardSession | None = None) -> Iterator[TrialScope]:
     """One trial's scope inside its owner's (the trial's task inherits it); ``head_start``:
-    its separate verifier's sandbox is created while the agent runs (``head_start.py``)."""
+    its separate verifier's sandbox is created while the agent runs (``head_start.py``);
+    ``guard``: its agent's sandbox is guarded (``guard/session.py``)."""
     scope = _CURRENT.get()
-    if scope is None:
+    if scope is None or scope.owner is None:
         raise NoOwnerError("a trial's scope")
     trial = TrialScope(head_start=HeadStart() if head_start else None)
-    token = _CURRENT.set(replace(scope, trial=trial))
+    token = _CURRENT.set(replace(scope, trial=trial, guard=guard))
     try:
         yield trial
+    finally:
+        _CURRENT.reset(token)
+
+
+@contextlib.contextmanager
+def guard_scope(session: GuardSession | None) -> Iterator[GuardSession | None]:
+    """``session`` guards the trial submitted inside (its task inherits the scope); None: unguarded."""
+    token = _CURRENT.set(replace(_CURRENT.get() or _Scope(None), guard=session))
+    try:
+        yield session
     finally:
         _CURRENT.reset(token)
 
@@ -157,26 +251,28 @@ def current_trial() -> TrialScope | None:
     return None if scope is None else scope.trial
 
 
-def record_loss(loss: SandboxLostError) -> None:
-    """Tell the current trial (if any) that its sandbox was lost: Harbor may wrap or swallow
-    the raise, so the backend reads the trial's losses too."""
-    trial = current_trial()
-    if trial is not None:
-        trial.losses.append(loss)
+def current_guard() -> GuardSession | None:
+    """The verifier guard of the trial running here, if it is guarded."""
+    scope = _CURRENT.get()
+    return None if scope is None else scope.guard
 
 
-def defer_termination(termination: Callable[[], Coroutine[Any, Any, Any]]) -> bool:
-    """Run ``termination()`` in the background inside a trial's scope, so the trial's queue slot
-    frees while its sandbox goes (False: no trial scope, run it yourself)."""
-    trial = current_trial()
-    if trial is None:
-        return False
+async def _agent_started(_event: TrialHookEvent) -> None:
+    if (session := current_guard()) is not None:
+        session.agent_starts()
 
-    async def run() -> None:
-        await termination()
 
-    trial.terminations.append(asyncio.ensure_future(run()))
-    return True
+async def _verification_started(_event: TrialHookEvent) -> None:
+    if (session := current_guard()) is not None:
+        session.verification_starts()
+
+
+def add_guard_hooks(queue: Any) -> None:
+    """Make ``queue``'s trials tell their guard where the agent phase and verification begin
+    (Harbor emits the hooks in the trial's own task, where its scope is visible). Adding them
+    twice is harmless: each move is made once."""
+    queue.add_hook(TrialEvent.AGENT_START, _agent_started)
+    queue.add_hook(TrialEvent.VERIFICATION_START, _verification_started)
 
 
 async def settle(pending: list[asyncio.Task[None]]) -> None:

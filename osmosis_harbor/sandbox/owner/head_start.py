@@ -76,19 +76,19 @@ class HeadStart:
         self._agent_session, self._shape, self._end = agent_session, shape, end
         self._task = asyncio.get_running_loop().create_task(_completed(create))
 
-    def is_for(self, session_id: str) -> bool:
-        """Whether ``session_id`` is a separate verifier's (the scope is one trial's: Harbor names
-        its agent environment ``{trial}__env``, its verifier's ``{trial}__verifier__{key}``) and
-        the head start is still free."""
-        return self._task is not None and not self._settled and VERIFIER_SESSION_MARK in session_id
+    @property
+    def free(self) -> bool:
+        """Begun, and neither taken nor closed yet."""
+        return self._task is not None and not self._settled
 
-    async def take(self, session_id: str, shape: Hashable) -> Created | None:
-        """The head-started sandbox for the verifier ``session_id``, or None: create as usual
-        (no head start, its create failed, or it was made for other create options)."""
-        if not self.is_for(session_id):
+    async def take(self, shape: Hashable) -> Created | None:
+        """The head-started sandbox for this trial's separate verifier (only its environment asks:
+        the role is the trial context's), or None: create as usual (no head start, its create
+        failed, or it was made for other create options)."""
+        if not self.free:
             return None
         if shape != self._shape:
-            log.debug("verifier head start not used: created for other options than %s asks for", session_id)
+            log.debug("verifier head start not used: created for other options than the verifier asks for")
             await self.close()
             return None
         self._settled = True

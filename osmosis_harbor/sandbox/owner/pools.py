@@ -39,7 +39,6 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from osmosis_harbor import settings
 from osmosis_harbor.errors import ConfigError, PoolClaimError
 from osmosis_harbor.sandbox.owner.sandboxes import OwnedSandboxes
 from osmosis_harbor.sandbox.sdk import records
@@ -182,7 +181,8 @@ class ClaimRequest:
     """One sandbox to claim from ``pool``: ``common`` are the create keywords (``name`` among
     them); ``attempt`` makes one claim call (batched or not, in a start slot); ``fallback``, a
     cold create of the pool's image (None for a generic pool, whose image is not ours to know);
-    ``base``: the user's pool name, for the remedy when the pool does not exist."""
+    ``base``: the user's pool name, for the remedy when the pool does not exist; ``wait_sec``:
+    how long a pool that cannot serve is asked again (``Settings.pool_claim_wait_sec``)."""
 
     sdk: SandboxSdk
     pool: str
@@ -191,6 +191,7 @@ class ClaimRequest:
     fallback: Callable[[], Awaitable[Any]] | None
     base: str | None
     generic: bool
+    wait_sec: float
 
 
 class MissingPoolError(LookupError):
@@ -220,11 +221,11 @@ async def claim(request: ClaimRequest) -> tuple[Any, bool]:
     """A member of the pool for ``request.name``, and whether it had to be cold-created instead.
 
     A claim the pool cannot serve (no ready member; the refusal's shape is SkyPilot's own, so
-    anything but "no such pool") is tried again until ``pool_claim_wait_sec`` has passed, then
+    anything but "no such pool") is tried again until ``request.wait_sec`` has passed, then
     the sandbox is cold-created from the pool's image: a burst larger than the warm pool runs,
     slower, instead of failing. Each call goes through ``create_checked``: a call that faulted
     and made a sandbox anyway is terminated before the next."""
-    deadline = time.monotonic() + settings.current().pool_claim_wait_sec
+    deadline = time.monotonic() + request.wait_sec
     delay = CLAIM_RETRY_FIRST_SEC
     while True:
         try:
@@ -240,7 +241,7 @@ async def claim(request: ClaimRequest) -> tuple[Any, bool]:
     if request.fallback is None:
         raise PoolClaimError(
             f"warm pool {request.pool!r} could not serve a claim for "
-            f"{settings.current().pool_claim_wait_sec:g}s ({_one_line(last)}), and a task with no environment "
+            f"{request.wait_sec:g}s ({_one_line(last)}), and a task with no environment "
             "definition has no image to cold-create from: make the pool larger"
         ) from last
     log.info(

@@ -25,7 +25,7 @@ from typing import Any
 
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
 
-from osmosis_harbor.owner_process import Owner
+from osmosis_harbor.owner_process import OwnerProcess
 from osmosis_harbor.sandbox.ledger.store import Kind, Ledger, State, default_ledger, endpoint_for
 from osmosis_harbor.sandbox.sdk import records
 from osmosis_harbor.sandbox.sdk.faults import retry_safe, terminate_by_name, terminate_record
@@ -65,7 +65,7 @@ class OwnedSandboxes:
         self._live: dict[str, _Live] = {}
         self._pools: dict[str, str] = {}  # pool name -> SDK name, while this owner holds it
         self._guard = threading.Lock()
-        self.process = Owner.current()
+        self.process = OwnerProcess.current()
         self.user = user or uuid.uuid4().hex
 
     @property

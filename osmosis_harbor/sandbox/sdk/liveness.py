@@ -13,7 +13,7 @@ ephemeral-storage limit, which the local SDKs give too, in the record's ``status
 theirs for the inode bound) is the workflow's doing: `SandboxDiskBoundError`, an ``agent_error``.
 An eviction for the node's own pressure ("The node was low on resource") stays a loss.
 
-The environment also hands every loss it raises to the trial's scope (``owner.context.record_loss``),
+The environment also hands every loss it raises to the trial's scope (``owner.context.TrialContext.record_loss``),
 since Harbor does not always let the error reach the trial's result (``backend/losses.py`` says how it is read).
 """
 

@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from harbor.environments.base import ExecResult
-from harbor.environments.skypilot import _REMOTE_TRANSFER_DIR
 from harbor.environments.tar_transfer import remote_pack_command
 
 from osmosis_harbor.errors import TransferLimitError
+from osmosis_harbor.harbor_compat.skypilot_names import REMOTE_TRANSFER_DIR
 from osmosis_harbor.sandbox.transfer.extract import ExtractResult, TransferLimits, extract_archive, write_file
 from osmosis_harbor.sandbox.transfer.snapshot import Logger
 
@@ -67,7 +67,7 @@ class HarborPath:
 
     async def download_dir(self, source_dir: str, target_dir: Path) -> ExtractResult:
         limits = TransferLimits.current()
-        remote = f"{_REMOTE_TRANSFER_DIR}/hb-download-{uuid.uuid4().hex}.tar.gz"
+        remote = f"{REMOTE_TRANSFER_DIR}/hb-download-{uuid.uuid4().hex}.tar.gz"
         try:
             pack = f"{remote_pack_command(source_dir, remote)} && wc -c < {shlex.quote(remote)}"
             result = await self._run_shell(pack, timeout_seconds=120)

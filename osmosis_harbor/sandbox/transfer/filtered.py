@@ -14,23 +14,46 @@ import shlex
 import tempfile
 import uuid
 from collections.abc import Sequence
+from logging import Logger
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from harbor.environments.base import _ENV_TRANSFER_TAR_DIR, _TRANSFER_PACK_TIMEOUT_SEC
 from harbor.utils.path_filter import filter_paths_by_patterns
 
+from osmosis_harbor.harbor_compat.skypilot_names import ENV_TRANSFER_TAR_DIR, TRANSFER_PACK_TIMEOUT_SEC
 from osmosis_harbor.harbor_compat.tar_pack import pack_succeeded
 from osmosis_harbor.sandbox.transfer.extract import extract_archive
 
-__all__ = ["download_filtered", "download_with_exclusions"]
+__all__ = ["HarborCalls", "download_filtered", "download_with_exclusions"]
+
+
+class HarborCalls(Protocol):
+    """What these downloads ask of an environment: Harbor's public ``BaseEnvironment`` calls only
+    (each goes through the environment's own command pipeline and transfer router)."""
+
+    logger: Logger
+
+    async def exec(
+        self,
+        command: str,
+        cwd: str | None = ...,
+        env: dict[str, str] | None = ...,
+        timeout_sec: int | None = ...,
+        user: Any = ...,
+    ) -> Any: ...
+
+    async def service_exec(self, command: str, *, service: str | None, timeout_sec: int, user: Any) -> Any: ...
+
+    async def service_download_file(self, *, source_path: str, target_path: Path, service: str | None) -> None: ...
+
+    async def upload_file(self, source_path: Path | str, target_path: str) -> None: ...
 
 
 def _remote(suffix: str) -> str:
-    return str(_ENV_TRANSFER_TAR_DIR / f".hb-transfer-{uuid.uuid4()}.{suffix}")
+    return str(ENV_TRANSFER_TAR_DIR / f".hb-transfer-{uuid.uuid4()}.{suffix}")
 
 
-async def _fetch_and_extract(env: Any, remote: str, source_dir: str, target: Path, service: str | None) -> None:
+async def _fetch_and_extract(env: HarborCalls, remote: str, source_dir: str, target: Path, service: str | None) -> None:
     with tempfile.TemporaryDirectory() as host_tmp:
         local = Path(host_tmp) / "transfer.tar.gz"
         await env.service_download_file(source_path=remote, target_path=local, service=service)
@@ -39,7 +62,7 @@ async def _fetch_and_extract(env: Any, remote: str, source_dir: str, target: Pat
 
 
 async def download_with_exclusions(
-    env: Any, *, source_dir: str, target_dir: Path | str, exclude: list[str], service: str | None
+    env: HarborCalls, *, source_dir: str, target_dir: Path | str, exclude: list[str], service: str | None
 ) -> None:
     target = Path(target_dir)
     target.mkdir(parents=True, exist_ok=True)
@@ -48,7 +71,7 @@ async def download_with_exclusions(
     result = await env.service_exec(
         f"tar czf {shlex.quote(remote)} {flags} -C {shlex.quote(source_dir)} .",
         service=service,
-        timeout_sec=_TRANSFER_PACK_TIMEOUT_SEC,
+        timeout_sec=TRANSFER_PACK_TIMEOUT_SEC,
         user="root",
     )
     try:
@@ -63,7 +86,7 @@ async def download_with_exclusions(
 
 
 async def download_filtered(
-    env: Any,
+    env: HarborCalls,
     *,
     source_dir: str,
     target_dir: Path | str,
@@ -96,7 +119,7 @@ async def download_filtered(
             await env.upload_file(source_path=host_list, target_path=remote_list)
         packed = await env.exec(
             f"tar czf {shlex.quote(remote)} -C {shlex.quote(source_dir)} -T {shlex.quote(remote_list)}",
-            timeout_sec=_TRANSFER_PACK_TIMEOUT_SEC,
+            timeout_sec=TRANSFER_PACK_TIMEOUT_SEC,
             user="root",
         )
         if not pack_succeeded(packed.return_code, stdout=packed.stdout, stderr=packed.stderr, logger=env.logger):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from osmosis_harbor.owner_process import Owner
+from osmosis_harbor.owner_process import OwnerProcess
 from osmosis_harbor.sandbox.ledger.leftovers import Action, reap_dead_owners
 from osmosis_harbor.sandbox.ledger.store import Kind, Ledger, State, endpoint_for
 from osmosis_harbor.sandbox.owner import pools
@@ -127,9 +127,9 @@ async def test_deleting_a_pool_ends_the_owners_claimed_members_first(
     assert fake_cloud.pools() == [] and fake_cloud.live() == []
 
 
-def _dead_owner() -> Owner:
+def _dead_owner() -> OwnerProcess:
     """This host, this pid, another process's start time: a pid reused, so the owner is dead."""
-    return Owner(pid=os.getpid(), host=socket.gethostname(), start="not-this-process")
+    return OwnerProcess(pid=os.getpid(), host=socket.gethostname(), start="not-this-process")
 
 
 def test_a_dead_owners_leftovers_are_reaped_and_a_dry_run_only_lists_them(fake_cloud: FakeSky, ledger: Ledger) -> None:
@@ -150,6 +150,6 @@ def test_a_dead_owners_leftovers_are_reaped_and_a_dry_run_only_lists_them(fake_c
 
 def test_a_live_owners_sandboxes_are_never_reaped(fake_cloud: FakeSky, ledger: Ledger) -> None:
     live = fake_cloud.create(name="still-mine", image=FAKE_IMAGE)
-    ledger.record(Kind.SANDBOX, FAKE_SDK, endpoint_for(FAKE_SDK), live.name, Owner.current())
+    ledger.record(Kind.SANDBOX, FAKE_SDK, endpoint_for(FAKE_SDK), live.name, OwnerProcess.current())
     assert reap_dead_owners(FAKE_SDK, ledger=ledger) == []
     assert fake_cloud.live() == ["still-mine"]

@@ -14,7 +14,7 @@ import asyncio
 import time
 from typing import TYPE_CHECKING, Any
 
-from osmosis_harbor.owner_process import Owner
+from osmosis_harbor.owner_process import OwnerProcess
 from osmosis_harbor.sandbox import docker as docker_sdk
 from osmosis_harbor.sandbox.docker.labels import POOL_SPEC, validate_name
 from osmosis_harbor.sandbox.emulator.errors import (
@@ -113,7 +113,7 @@ class AccountPools:
         owners: dict[str, set[tuple[str | None, int | None]]] = {}
         for volume in volumes:
             labels = volume.get("Labels") or {}
-            owner = Owner.from_labels(labels)
+            owner = OwnerProcess.from_labels(labels)
             owners.setdefault(labels[POOL_SPEC], set()).add((owner.host, owner.pid) if owner else (None, None))
         return owners
 

@@ -34,7 +34,7 @@ import time
 import uuid
 from collections.abc import Sequence
 
-from osmosis_harbor.owner_process import Owner
+from osmosis_harbor.owner_process import OwnerProcess
 from osmosis_harbor.sandbox import docker as docker_sdk
 from osmosis_harbor.sandbox.docker.exec import ExecRun
 from osmosis_harbor.sandbox.docker.labels import validate_name
@@ -127,10 +127,10 @@ class Emulator(AccountPools):
     ) -> None:
         self.registry = registry
         self.knobs = knobs
-        self.owner = Owner(pid=os.getpid(), host=EMULATOR_OWNER_HOST)
+        self.owner = OwnerProcess(pid=os.getpid(), host=EMULATOR_OWNER_HOST)
         self._account_pids = frozenset({self.owner.pid, *predecessors})
         # A pool's spec records the process that wrote it (this server), under the machine's name.
-        self._pool_host = Owner.current().host
+        self._pool_host = OwnerProcess.current().host
         self._handles: dict[str, docker_sdk.DockerSandbox] = {}
         self._execs: collections.OrderedDict[str, ExecRun] = collections.OrderedDict()
         self._exec_sandboxes: dict[str, str] = {}  # exec id -> sandbox name, while its result is kept

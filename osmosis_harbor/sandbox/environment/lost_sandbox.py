@@ -6,7 +6,7 @@ gone or stopped without this trial stopping it: then `SandboxLostError`, which t
 ``internal_error`` and ``infra_retries`` may retry on a fresh sandbox; or, when ``ls`` says it was
 evicted past its own disk bound, `SandboxDiskBoundError`, the workflow's ``agent_error``. An API
 fault mid-call also loses the sandbox to the trial, as the call may have run (``sdk/faults.py``).
-Every loss raised is also handed to the trial's scope (``owner.context.record_loss``).
+Every loss raised is also handed to the trial's loss sink (``owner.context.TrialContext.record_loss``).
 """
 
 from __future__ import annotations
@@ -15,20 +15,19 @@ import asyncio
 import contextlib
 import errno
 import logging
-from collections.abc import Awaitable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 
 from harbor.environments.base import ExecResult
 from tenacity import AsyncRetrying, RetryCallState, retry_if_result, stop_after_delay, wait_exponential
 
 from osmosis_harbor.errors import SandboxDiskBoundError, SandboxLostError
 from osmosis_harbor.sandbox.environment.state import EnvironmentState
-from osmosis_harbor.sandbox.owner.context import record_loss
-from osmosis_harbor.sandbox.owner.head_start import VERIFIER_SESSION_MARK
+from osmosis_harbor.sandbox.owner.context import Role
 from osmosis_harbor.sandbox.sdk.errors import is_api_fault, is_missing
 from osmosis_harbor.sandbox.sdk.faults import retry_safe
 from osmosis_harbor.sandbox.sdk.liveness import SandboxState, sandbox_state
 
-__all__ = ["LOSS_SETTLE_SEC", "LossGuard", "loss_role_of", "missing_as_file_not_found"]
+__all__ = ["LOSS_SETTLE_SEC", "LossGuard", "LossSink", "missing_as_file_not_found"]
 
 log = logging.getLogger(__name__)
 
@@ -43,20 +42,17 @@ def _last_answer(state: RetryCallState) -> SandboxState:
     return state.outcome.result()
 
 
-def loss_role_of(session_id: str) -> str:
-    """Whose sandbox this is, carried by every loss it raises (``errors.AgentSandboxLostError``,
-    ``VerifierSandboxLostError``): decided from the session id Harbor gave the environment (a
-    separate verifier's is ``{trial}__verifier__{key}``, the mark the head start reads too), never
-    from a lost sandbox's name."""
-    return "verifier" if VERIFIER_SESSION_MARK in session_id else "agent"
+# Where a loss is told (the trial context's sink): Harbor may wrap or swallow the raise.
+LossSink = Callable[[SandboxLostError], None]
 
 
 class LossGuard:
     """Lost-sandbox detection around every call into one environment's sandbox."""
 
-    def __init__(self, state: EnvironmentState, role: str) -> None:
+    def __init__(self, state: EnvironmentState, role: Role, sink: LossSink) -> None:
         self._state = state
-        self.role = role
+        self.role = role.value  # carried by every loss raised (``errors.AgentSandboxLostError``, ...)
+        self._sink = sink
 
     async def guarded[T](self, call: Awaitable[T]) -> T:
         """Await *call*; if it fails (an error, or a non-zero exit), tell a lost sandbox apart."""
@@ -79,7 +75,7 @@ class LossGuard:
                 # this sandbox is lost to the trial; a retry gets a fresh one (``sdk/faults.py``).
                 reason = f"the sandbox API failed mid-call: {exc}"
                 state.lost = SandboxLostError.of_role(self.role, state.name, reason)
-                record_loss(state.lost)  # Harbor may wrap or swallow the raise (context.record_loss)
+                self._sink(state.lost)
                 raise SandboxLostError.of_role(self.role, state.name, reason) from exc
             raise
         if isinstance(result, ExecResult) and result.return_code != 0:
@@ -107,7 +103,7 @@ class LossGuard:
             state.evicted = SandboxDiskBoundError(state.name, answer.message or "")
             raise SandboxDiskBoundError(state.name, state.evicted.message) from cause
         state.lost = SandboxLostError.of_role(self.role, state.name, answer.loss_reason())
-        record_loss(state.lost)  # Harbor may wrap or swallow the raise (context.record_loss)
+        self._sink(state.lost)
         raise SandboxLostError.of_role(self.role, state.name, state.lost.reason) from cause
 
     async def _settled_state(self, settle_sec: float) -> SandboxState:
