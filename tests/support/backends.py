@@ -9,9 +9,8 @@ from harbor.models.trial.config import EnvironmentConfig
 from harbor.trial.queue import TrialQueue
 
 from osmosis_harbor.backend import HarborBackend
-
-from .sdk_paths import DOCKER, SdkPath
-from .support import FIXTURES, TASKS
+from tests.support.common import FIXTURES, TASKS
+from tests.support.sdk_paths import DOCKER, SdkPath
 
 PROJECT = FIXTURES / "rollout_project"
 WF = "rollout_fixtures.workflows"

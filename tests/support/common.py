@@ -20,9 +20,9 @@ import docker
 if TYPE_CHECKING:
     from osmosis_harbor.sandbox import SandboxEnvironment
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 TASKS = REPO / "tasks"
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
+FIXTURES = REPO / "tests" / "fixtures"
 MANAGED = "osmosis-harbor.managed=1"
 OWNER_PID = "osmosis-harbor.owner-pid"
 

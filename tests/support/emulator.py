@@ -19,8 +19,7 @@ import httpx
 from osmosis_harbor.owner_process import OWNER_HOST, OWNER_PID
 from osmosis_harbor.sandbox.docker.labels import IDLE_PREFIX
 from osmosis_harbor.sandbox.emulator.server.process import ServerState, read_state
-
-from .support import REPO, wait_until
+from tests.support.common import REPO, wait_until
 
 LOCAL_REGISTRY = "127.0.0.1:5000"
 # Pids of the emulator servers this test session started: their sandboxes are the session's

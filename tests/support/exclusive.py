@@ -23,7 +23,7 @@ from typing import IO
 
 import pytest
 
-from .xdist_run import is_worker, run_directory
+from tests.support.xdist_run import is_worker, run_directory
 
 MARKER = "exclusive"
 
@@ -97,6 +97,6 @@ def register(config: pytest.Config) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """When loaded on its own (``-p tests.exclusive``), as its test's sessions do; the suite's
+    """When loaded on its own (``-p tests.support.exclusive``), as its test's sessions do; the suite's
     conftest calls :func:`register` itself."""
     register(config)

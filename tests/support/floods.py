@@ -13,10 +13,9 @@ from harbor.trial.queue import TrialQueue
 from osmosis_ai.rollout.types import RolloutStatus
 
 from osmosis_harbor.backend import HarborBackend
-
-from .rollout_server import client_for, serve
-from .sdk_paths import SdkPath
-from .support import FIXTURES, TASKS
+from tests.support.common import FIXTURES, TASKS
+from tests.support.rollout_server import client_for, serve
+from tests.support.sdk_paths import SdkPath
 
 PROJECT = FIXTURES / "rollout_project"
 IMAGE = "python:3.12-slim"  # the template task's base image

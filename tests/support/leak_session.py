@@ -1,4 +1,4 @@
-"""The session's leak check (``tests/leaks.py``'s rule), run once per test run.
+"""The session's leak check (``tests/support/leaks.py``'s rule), run once per test run.
 
 Why its own module: under pytest-xdist a run is several worker processes on one engine. A
 worker that checked at its own end would see another worker's test mid-way (a CLI it has just
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from .xdist_run import is_controller, run_directory
+from tests.support.xdist_run import is_controller, run_directory
 
 FACTS = "leak-facts"
 
@@ -59,8 +59,7 @@ def remove_and_report(started: float, facts: LeakFacts) -> list[str]:
     import docker
 
     from osmosis_harbor.sandbox import docker as docker_sdk
-
-    from .leaks import session_leaks, session_pools
+    from tests.support.leaks import session_leaks, session_pools
 
     leaked_pools = session_pools(started, facts.servers, facts.own_pids, facts.ledgers)
     for pool in leaked_pools:

@@ -23,8 +23,7 @@ import docker
 from osmosis_harbor.owner_process import OWNER_HOST, OWNER_PID
 from osmosis_harbor.sandbox.docker.labels import CREATED_AT, IDLE_PREFIX, POOL, POOL_SPEC
 from osmosis_harbor.sandbox.emulator.server.state import EMULATOR_OWNER_HOST
-
-from .support import process_alive
+from tests.support.common import process_alive
 
 
 def is_leak(

@@ -15,8 +15,7 @@ from harbor.models.task.task import Task
 from harbor.models.trial.paths import TrialPaths
 
 from osmosis_harbor.sandbox import SandboxEnvironment, environment_config
-
-from .support import REPO, make_task
+from tests.support.common import REPO, make_task
 
 
 def environment_for(sdk: str, root: Path, image: str) -> SandboxEnvironment:
@@ -42,7 +41,7 @@ import asyncio, sys
 from pathlib import Path
 from osmosis_harbor.sandbox import load_sandbox_sdk
 from osmosis_harbor.sandbox.owner.context import SandboxOwner, owner_scope
-from tests.ledger_support import environment_for
+from tests.support.ledger import environment_for
 
 SDK, ROOT, IMAGE, POOL, FAIL_TERMINATE = sys.argv[1:6]
 

@@ -22,8 +22,7 @@ from osmosis_harbor.sandbox import environment_config
 from osmosis_harbor.sandbox.docker.labels import IDLE_PREFIX
 from osmosis_harbor.sandbox.emulator.server.state import EMULATOR_OWNER_HOST
 from osmosis_harbor.sandbox.sdk.registry import implementation
-
-from .emulator_support import EmulatorServer
+from tests.support.emulator import EmulatorServer
 
 EMULATOR = "skypilot-emulator"
 NO_LOOPBACK = (

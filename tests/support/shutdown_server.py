@@ -1,7 +1,7 @@
 """A HarborBackend served the documented way (``osmosis_harbor.serving.server.serve``), as its own
 process, so that tests can stop it with a real SIGTERM.
 
-``python -m tests.shutdown_server --port P --pool NAME --grace S --delivery S --work DIR --bundles DIR``
+``python -m tests.support.shutdown_server --port P --pool NAME --grace S --delivery S --work DIR --bundles DIR``
 """
 
 from __future__ import annotations
@@ -15,8 +15,7 @@ from osmosis_ai.rollout.server import create_rollout_server
 from osmosis_harbor.backend import HarborBackend
 from osmosis_harbor.sandbox import environment_config
 from osmosis_harbor.serving.server import add_status_route, serve
-
-from .support import FIXTURES, TASKS
+from tests.support.common import FIXTURES, TASKS
 
 
 def main() -> None:

@@ -1,5 +1,5 @@
-"""What both soak tests check the same way: the Docker soak (``tests/test_soak.py``) and the
-API-fault soak on the emulator (``tests/test_soak_emulator.py``) differ in their faults, not in
+"""What both soak tests check the same way: the Docker soak (``tests/e2e/bench/test_soak.py``) and the
+API-fault soak on the emulator (``tests/e2e/bench/test_soak_emulator.py``) differ in their faults, not in
 what a clean run is. Sizes are the smallest that still give every planned kind a rollout."""
 
 from __future__ import annotations

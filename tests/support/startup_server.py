@@ -2,7 +2,7 @@
 the documented way (``serve``) as its own process, so that tests can watch its start-up from
 outside and stop it with a real SIGTERM.
 
-``python -m tests.startup_server --port P --tasks DIR --task ID ... --work DIR [--sdk NAME]``
+``python -m tests.support.startup_server --port P --tasks DIR --task ID ... --work DIR [--sdk NAME]``
 """
 
 from __future__ import annotations
@@ -16,8 +16,7 @@ from osmosis_ai.rollout.server import create_rollout_server
 from osmosis_harbor.backend import HarborBackend
 from osmosis_harbor.sandbox import environment_config
 from osmosis_harbor.serving.server import serve
-
-from .support import FIXTURES
+from tests.support.common import FIXTURES
 
 
 def main() -> None:

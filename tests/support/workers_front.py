@@ -1,7 +1,7 @@
 """A ``HarborBackend(workers=2)`` front in a process of its own, running one sleeping rollout on
 each worker, so that a test can SIGKILL the front and watch what its workers do.
 
-``python -m tests.workers_front --work DIR --bundles DIR --chat URL``: prints one JSON line with
+``python -m tests.support.workers_front --work DIR --bundles DIR --chat URL``: prints one JSON line with
 the workers' pids once both rollouts are in their sandboxes, then waits to be killed.
 """
 
@@ -15,7 +15,7 @@ from pathlib import Path
 from osmosis_ai.rollout.context import RolloutContext
 from osmosis_ai.rollout.types import ExecutionRequest
 
-from .backends import make_backend
+from tests.support.backends import make_backend
 
 
 async def _rollout(backend, chat: str, rollout_id: str) -> None:

@@ -19,8 +19,7 @@ from osmosis_harbor.cli import EXIT_USAGE, run_guarded
 from osmosis_harbor.sandbox.sdk.registry import implementation, load_sandbox_sdk, name_of
 from osmosis_harbor.serving.local import ARTIFACT_ROOT_ENV, local_trajectories
 from osmosis_harbor.trials.reading import Phase, phase_of_exception
-
-from .support import FIXTURES, REPO, TASKS
+from tests.support.common import FIXTURES, REPO, TASKS
 
 
 def test_importing_the_package_has_no_side_effects() -> None:

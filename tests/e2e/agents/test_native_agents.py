@@ -48,8 +48,7 @@ from osmosis_harbor.sandbox import environment_config
 from osmosis_harbor.sandbox.owner.context import SandboxOwner, owner_scope
 from osmosis_harbor.testing.scripted_policy import FakeChatServer
 from osmosis_harbor.trials.reading import Phase, read_trial
-
-from .support import make_task
+from tests.support.common import make_task
 
 URL = "http://127.0.0.1:8/v1"
 
@@ -321,7 +320,7 @@ def test_mini_swe_agent_trajectory_becomes_an_openai_chat_sample(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Harbor's mini-swe-agent module imports litellm; imported directly (not through one of our
-    # entry points, which set this themselves: tests/test_model_prices.py) it would download
+    # entry points, which set this themselves: tests/e2e/cli/test_model_prices.py) it would download
     # litellm's price map. Tests talk to 127.0.0.1 only.
     monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", os.environ.get("LITELLM_LOCAL_MODEL_COST_MAP", "True"))
     from harbor.agents.installed.mini_swe_agent import convert_mini_swe_agent_to_atif

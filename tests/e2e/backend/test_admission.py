@@ -17,9 +17,8 @@ from osmosis_harbor.backend import HarborBackend
 from osmosis_harbor.backend.admission import MAX_ROLLOUT_ID_BYTES, request_problem
 from osmosis_harbor.sandbox import environment_config
 from osmosis_harbor.testing.scripted_policy import FakeChatServer
-
-from .rollout_server import client_for, http_to, serve
-from .support import FIXTURES, TASKS, managed_containers, wait_until
+from tests.support.common import FIXTURES, TASKS, managed_containers, wait_until
+from tests.support.rollout_server import client_for, http_to, serve
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("osmosis_home")]
 

@@ -19,10 +19,9 @@ from osmosis_harbor.backend import HarborBackend
 from osmosis_harbor.shim.errors import REDACTED
 from osmosis_harbor.testing.scripted_policy import FakeChatServer
 from osmosis_harbor.trials.export import export_rollout_files
-
-from .rollout_server import client_for, serve
-from .sdk_paths import SdkPath
-from .support import FIXTURES, graded_template
+from tests.support.common import FIXTURES, graded_template
+from tests.support.rollout_server import client_for, serve
+from tests.support.sdk_paths import SdkPath
 
 pytestmark = [pytest.mark.usefixtures("osmosis_home")]
 

@@ -25,9 +25,8 @@ from osmosis_harbor.backend.plan import Planner
 from osmosis_harbor.sandbox import environment_config
 from osmosis_harbor.sandbox.environment.sandbox_environment import SandboxEnvironment
 from osmosis_harbor.shim import contract
-
-from .rollout_server import client_for, serve
-from .support import FIXTURES, graded_template
+from tests.support.common import FIXTURES, graded_template
+from tests.support.rollout_server import client_for, serve
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("osmosis_home")]
 

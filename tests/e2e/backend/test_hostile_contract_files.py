@@ -27,10 +27,9 @@ from osmosis_harbor.backend import HarborBackend
 from osmosis_harbor.keys import MARKER
 from osmosis_harbor.sandbox import environment_config
 from osmosis_harbor.shim.errors import Redactor
-
-from .rollout_server import client_for, serve
-from .support import FIXTURES, TASKS, managed_containers
-from .test_lost_sandbox import engine, waiting_at
+from tests.e2e.lost_sandbox.test_lost_in_agent_or_verifier import engine, waiting_at
+from tests.support.common import FIXTURES, TASKS, managed_containers
+from tests.support.rollout_server import client_for, serve
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("osmosis_home")]
 

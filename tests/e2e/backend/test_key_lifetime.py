@@ -29,10 +29,9 @@ from osmosis_harbor.keys import MARKER, KeyCustody
 from osmosis_harbor.serving.server import draining_server
 from osmosis_harbor.shim.errors import Redactor
 from osmosis_harbor.testing.scripted_policy import FakeChatServer
-
-from .rollout_server import client_for, http_to, serve
-from .sdk_paths import DOCKER, SdkPath
-from .support import FIXTURES, REPO, TASKS, await_until, managed_containers
+from tests.support.common import FIXTURES, REPO, TASKS, await_until, managed_containers
+from tests.support.rollout_server import client_for, http_to, serve
+from tests.support.sdk_paths import DOCKER, SdkPath
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("osmosis_home")]
 

@@ -21,10 +21,9 @@ from osmosis_harbor.backend import HarborBackend
 from osmosis_harbor.prewarm import PrewarmError
 from osmosis_harbor.sandbox import docker as docker_sdk
 from osmosis_harbor.testing.scripted_policy import FakeChatServer
-
-from .rollout_server import client_for, serve
-from .sdk_paths import DOCKER, SdkPath
-from .support import FIXTURES, TASKS, make_task, managed_containers, wait_until
+from tests.support.common import FIXTURES, TASKS, make_task, managed_containers, wait_until
+from tests.support.rollout_server import client_for, serve
+from tests.support.sdk_paths import DOCKER, SdkPath
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("osmosis_home")]
 

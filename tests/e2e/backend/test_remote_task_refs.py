@@ -26,9 +26,8 @@ from osmosis_ai.rollout.types import RolloutStatus
 
 from osmosis_harbor.backend import HarborBackend
 from osmosis_harbor.sandbox import environment_config
-
-from .rollout_server import client_for, serve
-from .support import FIXTURES, TASKS, managed_containers
+from tests.support.common import FIXTURES, TASKS, managed_containers
+from tests.support.rollout_server import client_for, serve
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("osmosis_home")]
 

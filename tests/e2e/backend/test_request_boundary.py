@@ -30,10 +30,9 @@ from osmosis_harbor.backend import HarborBackend
 from osmosis_harbor.errors import ConfigError
 from osmosis_harbor.sandbox import environment_config
 from osmosis_harbor.settings import Settings
-
-from .git_server import PINNED_NAME, SmartGitServer, self_signed
-from .rollout_server import client_for, serve
-from .support import TASKS
+from tests.support.common import TASKS
+from tests.support.git_server import PINNED_NAME, SmartGitServer, self_signed
+from tests.support.rollout_server import client_for, serve
 
 pytestmark = [pytest.mark.usefixtures("osmosis_home")]
 

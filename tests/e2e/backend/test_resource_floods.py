@@ -38,12 +38,11 @@ from osmosis_harbor.sandbox import load_sandbox_sdk
 from osmosis_harbor.sandbox.docker.evictions import inode_limit_message
 from osmosis_harbor.sandbox.sdk.bounds import PIDS_LIMIT
 from osmosis_harbor.sandbox.sdk.liveness import SandboxState, sandbox_state
-
-from .emulator_support import EmulatorServer, private_emulator, push_to_local_registry
-from .flood_support import IMAGE, MIB, PROJECT, FreeSpace, assert_victim_fine, flood_beside_victim, make_backend
-from .rollout_server import client_for, serve
-from .sdk_paths import SdkPath
-from .support import TASKS, await_until
+from tests.support.common import TASKS, await_until
+from tests.support.emulator import EmulatorServer, private_emulator, push_to_local_registry
+from tests.support.floods import IMAGE, MIB, PROJECT, FreeSpace, assert_victim_fine, flood_beside_victim, make_backend
+from tests.support.rollout_server import client_for, serve
+from tests.support.sdk_paths import SdkPath
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("osmosis_home")]
 
@@ -68,7 +67,7 @@ def flood_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
         monkeypatch.setenv("OSMOSIS_HARBOR_SANDBOX_DISK_MB", str(DISK_MB))
         yield SdkPath("docker")
         return
-    from .emulator_support import emulator_env
+    from tests.support.emulator import emulator_env
 
     server = request.getfixturevalue("bounded_emulator")
     with emulator_env(server.url):

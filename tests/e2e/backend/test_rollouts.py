@@ -15,12 +15,11 @@ from osmosis_ai.rollout.types import RolloutErrorCategory, RolloutStatus
 
 from osmosis_harbor.sandbox.environment.sandbox_environment import IMPORT_PATH as SANDBOX_ENVIRONMENT
 from osmosis_harbor.testing.scripted_policy import FakeChatServer
-
-from .backends import make_backend
-from .rollout_server import client_for, http_to, serve
-from .sdk_paths import SdkPath
-from .support import TASKS, graded_template, managed_containers
-from .test_prepared_copies import assert_prepared_unchanged
+from tests.support.backends import make_backend
+from tests.support.common import TASKS, graded_template, managed_containers
+from tests.support.rollout_server import client_for, http_to, serve
+from tests.support.sdk_paths import SdkPath
+from tests.unit.tasks.test_prepared_copies import assert_prepared_unchanged
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("osmosis_home")]
 

@@ -31,9 +31,8 @@ from osmosis_harbor.sandbox import docker as docker_sdk
 from osmosis_harbor.sandbox import environment_config
 from osmosis_harbor.sandbox.docker import labels as L
 from osmosis_harbor.testing.scripted_policy import FakeChatServer
-
-from .rollout_server import client_for, serve
-from .support import FIXTURES, TASKS, await_until, managed_containers, wait_until
+from tests.support.common import FIXTURES, TASKS, await_until, managed_containers, wait_until
+from tests.support.rollout_server import client_for, serve
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("osmosis_home")]
 

@@ -44,10 +44,9 @@ from osmosis_harbor.sandbox import docker as docker_sdk
 from osmosis_harbor.serving.drain import DrainPolicy
 from osmosis_harbor.serving.server import draining_server
 from osmosis_harbor.testing.scripted_policy import FakeChatServer
-
-from .rollout_server import http_to
-from .sdk_paths import SdkPath
-from .support import FIXTURES, REPO, TASKS, await_until, managed_containers, wait_until
+from tests.support.common import FIXTURES, REPO, TASKS, await_until, managed_containers, wait_until
+from tests.support.rollout_server import http_to
+from tests.support.sdk_paths import SdkPath
 
 pytestmark = pytest.mark.slow
 
@@ -105,7 +104,7 @@ def _free_port() -> int:
 
 @contextlib.contextmanager
 def server_process(tmp_path: Path, pool: str, bundles: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
-    """``python -m tests.shutdown_server`` on a free port; yields it and its URL once it serves
+    """``python -m tests.support.shutdown_server`` on a free port; yields it and its URL once it serves
     (prewarm done). Its temporary files go to ``tmp_path/tmp``; kills it if a test fails."""
     port = _free_port()
     (tmp_path / "tmp").mkdir()
@@ -121,7 +120,7 @@ def server_process(tmp_path: Path, pool: str, bundles: Path) -> Iterator[tuple[s
         [
             sys.executable,
             "-m",
-            "tests.shutdown_server",
+            "tests.support.shutdown_server",
             "--port",
             str(port),
             "--pool",

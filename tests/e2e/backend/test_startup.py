@@ -35,10 +35,9 @@ from osmosis_harbor.sandbox.emulator.server.process import read_state
 from osmosis_harbor.sandbox.options import IMPORT_PATH, SandboxOptions
 from osmosis_harbor.sandbox.sdk.registry import implementation
 from osmosis_harbor.testing.scripted_policy import FakeChatServer
-
-from .rollout_server import client_for, http_to, serve
-from .sdk_paths import SdkPath
-from .support import FIXTURES, REPO, TASKS, make_task, process_alive, wait_until
+from tests.support.common import FIXTURES, REPO, TASKS, make_task, process_alive, wait_until
+from tests.support.rollout_server import client_for, http_to, serve
+from tests.support.sdk_paths import SdkPath
 
 pytestmark = [pytest.mark.usefixtures("osmosis_home")]
 
@@ -159,13 +158,13 @@ def _free_port() -> int:
 
 @contextlib.contextmanager
 def startup_server(tmp_path: Path, tasks: Path, task: str, sdk: SdkPath) -> Iterator[tuple[subprocess.Popen, str]]:
-    """``python -m tests.startup_server``, in a session of its own as the harness starts its
+    """``python -m tests.support.startup_server``, in a session of its own as the harness starts its
     rollout server; its temporary files in ``tmp_path/tmp``. Killed with its group if the test
     fails."""
     port = _free_port()
     (tmp_path / "tmp").mkdir()
     env = {**os.environ, **sdk.cli_env(), "TMPDIR": str(tmp_path / "tmp"), "PYTHONPATH": str(REPO)}
-    argv = [sys.executable, "-m", "tests.startup_server", "--port", str(port), "--tasks", str(tasks)]
+    argv = [sys.executable, "-m", "tests.support.startup_server", "--port", str(port), "--tasks", str(tasks)]
     argv += ["--task", task, "--work", str(tmp_path / "work"), "--sdk", sdk.name]
     with (tmp_path / "server.log").open("w") as log:
         proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)

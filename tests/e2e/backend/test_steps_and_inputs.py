@@ -23,10 +23,9 @@ from osmosis_ai.rollout.types import RolloutErrorCategory, RolloutStatus
 from osmosis_harbor.backend import HarborBackend
 from osmosis_harbor.sandbox import environment_config
 from osmosis_harbor.testing.scripted_policy import FakeChatServer
-
-from .rollout_server import client_for, serve
-from .support import FIXTURES, managed_containers
-from .support import graded_template as support_graded_template
+from tests.support.common import FIXTURES, managed_containers
+from tests.support.common import graded_template as support_graded_template
+from tests.support.rollout_server import client_for, serve
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("osmosis_home")]
 

@@ -23,11 +23,10 @@ from osmosis_ai.rollout.types import RolloutStatus
 
 from osmosis_harbor.sandbox.owner.context import SandboxOwner
 from osmosis_harbor.sandbox.owner.sandboxes import OwnedSandboxes
-
-from .backends import make_backend
-from .rollout_server import client_for, serve
-from .sdk_paths import SdkPath
-from .support import graded_template, managed_containers
+from tests.support.backends import make_backend
+from tests.support.common import graded_template, managed_containers
+from tests.support.rollout_server import client_for, serve
+from tests.support.sdk_paths import SdkPath
 
 pytestmark = pytest.mark.slow
 

@@ -33,11 +33,10 @@ from osmosis_ai.rollout.types import (
 
 from osmosis_harbor.backend import HarborBackend
 from osmosis_harbor.backend.workers.messages import Done, frame, from_worker
-
-from .backends import make_backend
-from .rollout_server import client_for, http_to, serve
-from .sdk_paths import SdkPath
-from .support import FIXTURES, TASKS
+from tests.support.backends import make_backend
+from tests.support.common import FIXTURES, TASKS
+from tests.support.rollout_server import client_for, http_to, serve
+from tests.support.sdk_paths import SdkPath
 
 pytestmark = [pytest.mark.usefixtures("osmosis_home")]
 

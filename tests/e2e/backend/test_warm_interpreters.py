@@ -31,11 +31,10 @@ from osmosis_harbor.sandbox.guard import guard_binary
 from osmosis_harbor.shim import contract
 from osmosis_harbor.tasks.dockerfile import WARM_ENTRYPOINT_COMMENT, EnvironmentPatch, patch_environment
 from osmosis_harbor.tasks.refs import ResolvedTask
-
-from .backends import GR, PROJECT, WF, make_backend
-from .rollout_server import client_for, serve
-from .sdk_paths import SdkPath
-from .support import FIXTURES, TASKS, await_until, graded_template, make_task
+from tests.support.backends import GR, PROJECT, WF, make_backend
+from tests.support.common import FIXTURES, TASKS, await_until, graded_template, make_task
+from tests.support.rollout_server import client_for, serve
+from tests.support.sdk_paths import SdkPath
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("osmosis_home")]
 

@@ -18,11 +18,10 @@ from osmosis_ai.rollout.types import RolloutErrorCategory, RolloutStatus
 from osmosis_harbor.backend import HarborBackend
 from osmosis_harbor.errors import ConfigError
 from osmosis_harbor.testing.scripted_policy import FakeChatServer
-
-from .backends import PROJECT, WF, make_backend
-from .rollout_server import client_for, http_to, serve
-from .sdk_paths import DOCKER, SdkPath
-from .support import TASKS, await_until, managed_containers
+from tests.support.backends import PROJECT, WF, make_backend
+from tests.support.common import TASKS, await_until, managed_containers
+from tests.support.rollout_server import client_for, http_to, serve
+from tests.support.sdk_paths import DOCKER, SdkPath
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("osmosis_home")]
 
@@ -293,9 +292,9 @@ def test_workers_of_a_killed_front_remove_their_sandboxes_and_exit(tmp_path, bun
     import subprocess
     import sys
 
-    from .support import REPO, process_alive, wait_until
+    from tests.support.common import REPO, process_alive, wait_until
 
-    argv = [sys.executable, "-m", "tests.workers_front", "--work", str(tmp_path), "--bundles", str(bundles_dir)]
+    argv = [sys.executable, "-m", "tests.support.workers_front", "--work", str(tmp_path), "--bundles", str(bundles_dir)]
     front = subprocess.Popen([*argv, "--chat", fake_chat.base_url], cwd=REPO, stdout=subprocess.PIPE, text=True)
     try:
         line = front.stdout.readline()  # once both rollouts run (the trials left the queues)

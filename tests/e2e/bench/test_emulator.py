@@ -18,8 +18,7 @@ from bench.__main__ import main
 from bench.emulator_path import SANDBOX_IMAGE
 from bench.emulator_server import LOCAL_REGISTRY
 from osmosis_harbor.sandbox import docker as docker_sdk
-
-from .leaks import session_leaks
+from tests.support.leaks import session_leaks
 
 
 def _tag_exists(ref: str) -> bool:

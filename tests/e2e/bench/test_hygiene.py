@@ -18,8 +18,7 @@ import docker.errors
 import pytest
 
 from osmosis_harbor.sandbox import docker as docker_sdk
-
-from .support import REPO, managed_containers
+from tests.support.common import REPO, managed_containers
 
 # exclusive: the run removes the images it built, by tag, from the engine every test shares
 pytestmark = [pytest.mark.slow, pytest.mark.exclusive]

@@ -50,8 +50,7 @@ async def test_the_reference_environment_runs_harbors_trial_and_leaves_nothing(t
     from harbor.trial.queue import TrialQueue
 
     from bench.reference_environment import IMPORT_PATH, LABEL
-
-    from .support import make_task
+    from tests.support.common import make_task
 
     task = make_task(tmp_path, "reference")
     queue = TrialQueue(n_concurrent=2)

@@ -12,8 +12,7 @@ import pytest
 
 from bench.soak import run_soak
 from bench.soak_plan import EXPECTED, FAULTS, Kind, SoakConfig, make_plans
-
-from .soak_support import PYTESTMARK, assert_every_rollout_ended_as_planned, plan_kinds
+from tests.support.soak import PYTESTMARK, assert_every_rollout_ended_as_planned, plan_kinds
 
 pytestmark = PYTESTMARK
 

@@ -15,9 +15,8 @@ import pytest
 from bench.emulator_server import start_emulator
 from bench.soak_emulator import SANDBOX_IMAGE, EmulatorSoakConfig, make_plans, run_soak
 from bench.soak_plan import Kind
-
-from .emulator_support import SESSION_SERVERS
-from .soak_support import PYTESTMARK, assert_every_rollout_ended_as_planned, plan_kinds
+from tests.support.emulator import SESSION_SERVERS
+from tests.support.soak import PYTESTMARK, assert_every_rollout_ended_as_planned, plan_kinds
 
 pytestmark = PYTESTMARK
 

@@ -35,10 +35,9 @@ from osmosis_harbor.bundle.project import load_project
 from osmosis_harbor.bundle.shim import Shim, load_shim
 from osmosis_harbor.bundle.targets import resolve_targets
 from osmosis_harbor.cli.bundle import cli_main
+from tests.support.common import run_cli
 
-from .support import run_cli
-
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "calc_agent"
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "calc_agent"
 WORKFLOW = "calc_agent.workflow:CalcWorkflow"
 WORKFLOW_CONFIG = "calc_agent.workflow:calc_config"
 GRADER = "calc_agent.grader:CalcGrader"

@@ -19,7 +19,7 @@ from pathlib import Path
 import docker
 import pytest
 
-from .support import FIXTURES, REPO, load_json, managed_containers, wait_until
+from tests.support.common import FIXTURES, REPO, load_json, managed_containers, wait_until
 
 SCRIPT = REPO / "scripts" / "base-images.sh"
 UBUNTU_TASK = FIXTURES / "public-formats" / "ubuntu-task"

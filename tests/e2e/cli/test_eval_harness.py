@@ -19,9 +19,8 @@ import pytest
 from osmosis_ai.source_scan import source_digest
 
 from osmosis_harbor.testing.scripted_policy import FakeChatServer
-
-from .sdk_paths import SdkPath
-from .support import REPO
+from tests.support.common import REPO
+from tests.support.sdk_paths import SdkPath
 
 pytestmark = [pytest.mark.slow]
 

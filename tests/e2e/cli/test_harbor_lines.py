@@ -35,9 +35,8 @@ from osmosis_harbor.sandbox.docker import labels as L
 from osmosis_harbor.sandbox.options import IMPORT_PATH, SandboxOptions
 from osmosis_harbor.sandbox.sdk.registry import implementation
 from osmosis_harbor.sandbox.sdk.skypilot_login import check_logged_in
-
-from .sdk_paths import DOCKER, SdkPath
-from .support import TASKS, made_environment, make_task, managed_containers, wait_until
+from tests.support.common import TASKS, made_environment, make_task, managed_containers, wait_until
+from tests.support.sdk_paths import DOCKER, SdkPath
 
 on_026 = pytest.mark.skipif(not HARBOR.options_model, reason="Harbor 0.25 has no options model or error policies")
 on_025 = pytest.mark.skipif(HARBOR.options_model, reason="Harbor 0.26 has both")

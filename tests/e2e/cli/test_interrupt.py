@@ -2,7 +2,7 @@
 
 A real SIGINT reaches ``rollout`` while its workflow runs in a sandbox (the command's own
 osmosis server is in the same process) and ``sandbox-check`` while its sandboxes run;
-``validate``'s is in ``tests/test_validate.py``. For the rest of the commands, which hold
+``validate``'s is in ``tests/e2e/cli/test_validate.py``. For the rest of the commands, which hold
 no sandbox at any moment a test could wait for, the interrupt is raised inside the
 command's own function through ``main``, as Python raises it on SIGINT.
 """
@@ -18,8 +18,7 @@ import pytest
 
 from osmosis_harbor import cli
 from osmosis_harbor.cli import bundle as bundle_cli
-
-from .support import FIXTURES, REPO, TASKS, managed_containers, wait_until
+from tests.support.common import FIXTURES, REPO, TASKS, managed_containers, wait_until
 
 COMMANDS = {
     "validate": ["validate", str(TASKS)],

@@ -22,9 +22,8 @@ from osmosis_harbor.audit import AuditSubject, audit_sandbox
 from osmosis_harbor.audit.run import environment_id_of, sandbox_environment
 from osmosis_harbor.sandbox import environment_config
 from osmosis_harbor.sandbox.owner.context import SandboxOwner, owner_scope
-
-from .sdk_paths import SdkPath
-from .support import FIXTURES, load_json, run_cli
+from tests.support.common import FIXTURES, load_json, run_cli
+from tests.support.sdk_paths import SdkPath
 
 pytestmark = pytest.mark.slow
 
@@ -265,8 +264,7 @@ async def test_a_training_server_refuses_a_leaking_task_by_default(
     from osmosis_ai.rollout.types import RolloutErrorCategory, RolloutStatus
 
     from osmosis_harbor.backend import HarborBackend
-
-    from .rollout_server import client_for, http_to, serve
+    from tests.support.rollout_server import client_for, http_to, serve
 
     backend = HarborBackend(
         orchestrator=TrialQueue(n_concurrent=1),
@@ -317,8 +315,7 @@ async def test_without_prewarm_the_first_rollout_audits_its_environment_once(
     from osmosis_ai.rollout.types import RolloutErrorCategory, RolloutStatus
 
     from osmosis_harbor.backend import HarborBackend, leak_audits
-
-    from .rollout_server import client_for, serve
+    from tests.support.rollout_server import client_for, serve
 
     dataset = tmp_path / "dataset"
     for name, source in (("leak-a", "branch-leak"), ("leak-b", "branch-leak"), ("clean", "clean")):

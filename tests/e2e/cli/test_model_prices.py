@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from .support import REPO, TASKS
+from tests.support.common import REPO, TASKS
 
 VARIABLE = "LITELLM_LOCAL_MODEL_COST_MAP"
 

@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 
 from osmosis_harbor.sandbox import docker as docker_sdk
-
-from .support import REPO, TASKS, load_json, run_cli
+from tests.support.common import REPO, TASKS, load_json, run_cli
 
 pytestmark = pytest.mark.slow
 

@@ -9,9 +9,8 @@ import pytest
 
 from osmosis_harbor.trials.reading import Phase, StepReading, TrialReading
 from osmosis_harbor.trials.verdict import judge, reward_shortfall
-
-from .sdk_paths import SdkPath
-from .support import FIXTURES, load_json, managed_containers, orphaned_containers, run_cli
+from tests.support.common import FIXTURES, load_json, managed_containers, orphaned_containers, run_cli
+from tests.support.sdk_paths import SdkPath
 
 PUBLIC = FIXTURES / "public-formats"
 IDS = [

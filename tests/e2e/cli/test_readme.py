@@ -25,8 +25,7 @@ import pytest
 
 from osmosis_harbor.sandbox import docker as docker_sdk
 from osmosis_harbor.testing.scripted_policy import FakeChatServer
-
-from .support import REPO, TASKS, wait_until
+from tests.support.common import REPO, TASKS, wait_until
 
 pytestmark = pytest.mark.slow
 

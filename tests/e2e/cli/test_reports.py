@@ -33,9 +33,8 @@ from osmosis_harbor.tasks.discovery import load_dataset
 from osmosis_harbor.validate import TaskValidation, ValidationReport, validate_tasks
 from osmosis_harbor.validate.junit import junit_tree
 from osmosis_harbor.validate.lint import LintMode
-
-from .sdk_paths import SdkPath
-from .support import FIXTURES, REPO, copy_task, load_json, run_cli
+from tests.support.common import FIXTURES, REPO, copy_task, load_json, run_cli
+from tests.support.sdk_paths import SdkPath
 
 ODD_ID = 'build <fails> & "ünï"'  # markup characters, quotes and non-ASCII in a task id
 CTL_ID = "ctl-\x1b[2J-\u202eid"  # a directory name with a clear-screen escape and a bidi override

@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 
 from osmosis_harbor.sandbox import docker as docker_sdk
-
-from .support import FIXTURES, REPO
+from tests.support.common import FIXTURES, REPO
 
 pytestmark = pytest.mark.slow
 

@@ -15,9 +15,8 @@ from osmosis_harbor.sandbox import environment_config
 from osmosis_harbor.sandbox.owner.context import SandboxOwner
 from osmosis_harbor.tasks.discovery import discover_tasks, load_dataset
 from osmosis_harbor.validate import validate_tasks
-
-from .sdk_paths import SdkPath
-from .support import FIXTURES, REPO, TASKS, load_json, make_task, managed_containers, run_cli, wait_until
+from tests.support.common import FIXTURES, REPO, TASKS, load_json, make_task, managed_containers, run_cli, wait_until
+from tests.support.sdk_paths import SdkPath
 
 pytestmark = pytest.mark.slow
 
@@ -142,7 +141,7 @@ async def test_tasks_sharing_an_environment_build_its_image_once(tmp_path: Path,
 
 
 # --force-build over an unpullable docker_image, with its control (the same task failing without
-# it): tests/test_cli_flags.py, through the command a user runs.
+# it): tests/e2e/cli/test_validate_flags.py, through the command a user runs.
 
 
 def test_ctrl_c_leaves_no_sandbox(tmp_path: Path) -> None:

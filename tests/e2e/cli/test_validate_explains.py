@@ -27,8 +27,7 @@ from osmosis_harbor.tasks.discovery import load_dataset
 from osmosis_harbor.trials.evidence import TAIL_BYTES, output_tail, runner_never_started
 from osmosis_harbor.trials.progress_lines import without_progress
 from osmosis_harbor.validate import validate_tasks
-
-from .support import FIXTURES, load_json, run_cli
+from tests.support.common import FIXTURES, load_json, run_cli
 
 EXPLAIN = FIXTURES / "explain"
 KEY_VAR = "FIXTURE_API_KEY"

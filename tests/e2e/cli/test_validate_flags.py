@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from .support import load_json, make_task, run_cli
+from tests.support.common import load_json, make_task, run_cli
 
 pytestmark = pytest.mark.slow
 

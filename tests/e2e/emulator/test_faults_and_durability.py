@@ -17,8 +17,8 @@ import pytest
 from osmosis_harbor.sandbox import emulator as sky
 from osmosis_harbor.sandbox.emulator.server.process import read_state
 from osmosis_harbor.sandbox.sdk.liveness import sandbox_state
-
-from .emulator_support import (
+from tests.support.common import REPO, wait_until
+from tests.support.emulator import (
     EmulatorServer,
     emulator_env,
     private_emulator,
@@ -26,7 +26,6 @@ from .emulator_support import (
     start_server,
     stop_server,
 )
-from .support import REPO, wait_until
 
 
 @pytest.fixture(scope="module")

@@ -16,9 +16,8 @@ import pytest
 from osmosis_harbor.sandbox import emulator as sky
 from osmosis_harbor.sandbox.emulator.client import extensions
 from osmosis_harbor.sandbox.sdk.errors import Meaning, is_api_fault, meaning
-
-from .emulator_support import EmulatorServer, private_emulator, push_to_local_registry
-from .support import wait_until
+from tests.support.common import wait_until
+from tests.support.emulator import EmulatorServer, private_emulator, push_to_local_registry
 
 BUILTINS = (ValueError, LookupError, FileNotFoundError, IsADirectoryError, ConnectionError, TimeoutError)
 DOCUMENTED_SURFACE = {"create", "ls", "create_pool", "set_pool_size", "delete_pool", "aclose"}

@@ -22,8 +22,7 @@ from osmosis_harbor.sandbox.docker.labels import Role
 from osmosis_harbor.sandbox.emulator.client import extensions
 from osmosis_harbor.sandbox.emulator.server.state import check_exec_timeout
 from osmosis_harbor.sandbox.sdk.protocol import has_archives
-
-from .emulator_support import (
+from tests.support.emulator import (
     EmulatorServer,
     emulator_env,
     private_emulator,

@@ -14,13 +14,13 @@ import docker.errors
 import pytest
 from harbor.environments.base import environment_content_hash
 
-from .emulator_support import (
+from tests.support.common import REPO, copy_task, run_cli
+from tests.support.emulator import (
     LOCAL_REGISTRY,
     EmulatorServer,
     private_emulator,
     registry_tags,
 )
-from .support import REPO, copy_task, run_cli
 
 SHARED_REPOSITORY = "osmosis-harbor-env"
 

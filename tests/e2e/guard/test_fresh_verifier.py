@@ -33,10 +33,9 @@ from osmosis_harbor.tasks.materialize import prepare_task
 from osmosis_harbor.tasks.verification import VerificationMode, decide_verification, glob_prefix
 from osmosis_harbor.validate import validate_tasks
 from osmosis_harbor.validate.run import TaskValidation
-
-from .sdk_paths import EMULATOR, SdkPath
-from .support import FIXTURES, TASKS, managed_containers
-from .test_verifier_guard import PROJECT, WRONG, _file, _rollouts
+from tests.e2e.guard.test_verifier_guard import PROJECT, WRONG, _file, _rollouts
+from tests.support.common import FIXTURES, TASKS, managed_containers
+from tests.support.sdk_paths import EMULATOR, SdkPath
 
 DATASET = FIXTURES / "fresh_dataset"
 HONEST = "echo 42 > /app/sum.txt; rm /app/stale.txt"

@@ -27,10 +27,9 @@ from osmosis_harbor.sandbox.sdk.registry import implementation
 from osmosis_harbor.tasks.discovery import discover_tasks
 from osmosis_harbor.tasks.verifier_shell import OPT_IN, RULE, shell_exec_refusal
 from osmosis_harbor.validate.lint import LintMode, lint_dataset
-
-from .sdk_paths import EMULATOR, SdkPath
-from .support import managed_containers
-from .test_verifier_guard import DATASET, REWRITER, WRONG, _backend, _file, _rollouts
+from tests.e2e.guard.test_verifier_guard import DATASET, REWRITER, WRONG, _backend, _file, _rollouts
+from tests.support.common import managed_containers
+from tests.support.sdk_paths import EMULATOR, SdkPath
 
 HONEST = ("sum-42", "echo 42 > /app/sum.txt")
 OPT_IN_VAR = OPT_IN.split("=")[0]

@@ -37,11 +37,10 @@ from osmosis_ai.rollout.types import RolloutErrorCategory, RolloutResultResponse
 from osmosis_harbor.backend import HarborBackend
 from osmosis_harbor.backend import plan as plan_module
 from osmosis_harbor.testing.scripted_policy import FakeChatServer
-
-from .emulator_support import EmulatorServer
-from .rollout_server import client_for, serve
-from .sdk_paths import DOCKER, EMULATOR, SdkPath
-from .support import FIXTURES, graded_template, managed_containers
+from tests.support.common import FIXTURES, graded_template, managed_containers
+from tests.support.emulator import EmulatorServer
+from tests.support.rollout_server import client_for, serve
+from tests.support.sdk_paths import DOCKER, EMULATOR, SdkPath
 
 pytestmark = pytest.mark.slow
 

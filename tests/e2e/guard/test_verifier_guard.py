@@ -34,10 +34,9 @@ from osmosis_harbor.backend import HarborBackend
 from osmosis_harbor.tasks.discovery import discover_tasks
 from osmosis_harbor.testing.scripted_policy import FakeChatServer
 from osmosis_harbor.validate import validate_tasks
-
-from .rollout_server import client_for, serve
-from .sdk_paths import EMULATOR, SdkPath
-from .support import FIXTURES, managed_containers
+from tests.support.common import FIXTURES, managed_containers
+from tests.support.rollout_server import client_for, serve
+from tests.support.sdk_paths import EMULATOR, SdkPath
 
 pytestmark = pytest.mark.slow
 

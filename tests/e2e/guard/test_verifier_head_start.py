@@ -21,11 +21,10 @@ from osmosis_ai.rollout.types import RolloutErrorCategory, RolloutStatus
 from osmosis_harbor.agents.workflow import WorkflowAgent
 from osmosis_harbor.sandbox.environment.sandbox_environment import SandboxEnvironment
 from osmosis_harbor.sandbox.owner import head_start as head_start_module
-
-from .backends import make_backend
-from .rollout_server import client_for, serve
-from .sdk_paths import DOCKER, SdkPath
-from .support import graded_template, managed_containers
+from tests.support.backends import make_backend
+from tests.support.common import graded_template, managed_containers
+from tests.support.rollout_server import client_for, serve
+from tests.support.sdk_paths import DOCKER, SdkPath
 
 pytestmark = pytest.mark.slow
 

@@ -1,4 +1,4 @@
-"""The ``exclusive`` marker's lock (``tests/exclusive.py``): an exclusive holder shuts out every
+"""The ``exclusive`` marker's lock (``tests/support/exclusive.py``): an exclusive holder shuts out every
 other test, shared holders run side by side, and a waiting exclusive test is not starved by
 tests that keep arriving. Each ``_RunLock`` opens the files anew, so two of them contend as two
 xdist workers do (``flock`` locks belong to the open file, not the process). Then a real xdist
@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from .exclusive import _RunLock
-from .exclusive import lock_is_free as _free
-from .support import REPO, wait_until
+from tests.support.common import REPO, wait_until
+from tests.support.exclusive import _RunLock
+from tests.support.exclusive import lock_is_free as _free
 
 
 def test_shared_holders_coexist_and_an_exclusive_one_waits_for_them_without_starving(tmp_path: Path) -> None:
@@ -52,7 +52,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.exclusive import lock_is_free
+from tests.support.exclusive import lock_is_free
 
 RW = Path({rw!r})
 
@@ -78,7 +78,7 @@ def test_the_plugin_holds_the_lock_around_each_test_on_xdist_workers(tmp_path: P
     test_file.write_text(SESSION.format(rw=str(base / "exclusive-rw.lock")))
     (tmp_path / "none.ini").write_text("[pytest]\nmarkers =\n    exclusive: alone\n")
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "tests.exclusive", "-c", str(tmp_path / "none.ini")]
+        [sys.executable, "-m", "pytest", "-q", "-p", "tests.support.exclusive", "-c", str(tmp_path / "none.ini")]
         + ["--rootdir", str(tmp_path), "-p", "no:cacheprovider", "--basetemp", str(base), "-n", "2", str(test_file)],
         cwd=REPO,
         capture_output=True,

@@ -1,4 +1,4 @@
-"""The session's leak check (``tests/leaks.py``) on the emulator path: it counts the sandboxes an
+"""The session's leak check (``tests/support/leaks.py``) on the emulator path: it counts the sandboxes an
 emulator server of this session made and left, even after that server stopped, and never one of
 another session's server on the same engine (positive control: the same sandbox is counted once
 its server is this session's). Warm pools likewise, even once the other session's server has
@@ -13,8 +13,7 @@ from pathlib import Path
 
 from osmosis_harbor.sandbox import docker as docker_sdk
 from osmosis_harbor.sandbox import emulator as sky
-
-from .emulator_support import (
+from tests.support.emulator import (
     SESSION_SERVERS,
     emulator_env,
     push_to_local_registry,
@@ -22,7 +21,7 @@ from .emulator_support import (
     start_server,
     stop_server,
 )
-from .leaks import session_leaks, session_pools
+from tests.support.leaks import session_leaks, session_pools
 
 
 def _leak_names(started: float) -> set[str]:

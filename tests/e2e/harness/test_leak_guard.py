@@ -15,9 +15,8 @@ from pathlib import Path
 import pytest
 
 from osmosis_harbor.sandbox import docker as docker_sdk
-
-from .conftest import SANDBOX_IMAGE
-from .support import REPO
+from tests.conftest import SANDBOX_IMAGE
+from tests.support.common import REPO
 
 # exclusive: the sessions it runs check the whole engine for sandboxes of exited owners, which another
 # worker's test may hold for a moment (a CLI it has just killed, before it removes what that left)

@@ -22,7 +22,7 @@ from pathlib import Path
 import docker
 import pytest
 
-from .support import FIXTURES, REPO, TASKS, managed_containers, wait_until
+from tests.support.common import FIXTURES, REPO, TASKS, managed_containers, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("osmosis_home")]
 

@@ -26,10 +26,9 @@ from osmosis_harbor.errors import ConfigError
 from osmosis_harbor.harbor_compat.version import HARBOR
 from osmosis_harbor.sandbox.docker import labels as L
 from osmosis_harbor.testing.scripted_policy import FakeChatServer
-
-from .rollout_server import client_for, serve
-from .sdk_paths import DOCKER, SdkPath
-from .support import FIXTURES, TASKS, managed_containers, wait_until
+from tests.support.common import FIXTURES, TASKS, managed_containers, wait_until
+from tests.support.rollout_server import client_for, serve
+from tests.support.sdk_paths import DOCKER, SdkPath
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("osmosis_home")]
 

@@ -1,5 +1,5 @@
 """A sandbox lost in the ``environment`` and ``agent_setup`` phases (docs/operations.md, "Lost sandboxes";
-the agent and verifier phases are in ``tests/test_lost_sandbox.py``): ``internal_error`` naming
+the agent and verifier phases are in ``tests/e2e/lost_sandbox/test_lost_in_agent_or_verifier.py``): ``internal_error`` naming
 the sandbox and the phase, through the real server. Beside them, a third rollout on the same
 backend shows ``patch_dockerfile_with_sdk=False`` itself works (README, "Rollouts"): the image is
 built as the task wrote it and the wheel is pip-installed at setup.
@@ -25,10 +25,9 @@ from osmosis_harbor.sandbox import docker as docker_sdk
 from osmosis_harbor.sandbox.docker import labels as L
 from osmosis_harbor.sandbox.sdk.calls import Dual
 from osmosis_harbor.tasks.refs import ResolvedTask
-
-from .rollout_server import client_for, serve
-from .support import managed_containers, wait_until
-from .test_lost_sandbox import engine, make_backend, sandbox_of, start, tasks  # noqa: F401 (fixture)
+from tests.e2e.lost_sandbox.test_lost_in_agent_or_verifier import engine, make_backend, sandbox_of, start, tasks  # noqa: F401 (fixture)
+from tests.support.common import managed_containers, wait_until
+from tests.support.rollout_server import client_for, serve
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("osmosis_home")]
 

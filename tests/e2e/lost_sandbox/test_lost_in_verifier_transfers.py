@@ -15,7 +15,7 @@ and re-runs nothing (one chat call per attempt).
 
 It runs on the emulator only, with archives over commands off (``OSMOSIS_HARBOR_EXEC_ARCHIVES=0``),
 where these transfers are Harbor's own (SkyPilot's SDK has no archives). By default both paths
-send them as archives, and a sandbox lost in the verifier is ``tests/test_lost_sandbox.py``'s key
+send them as archives, and a sandbox lost in the verifier is ``tests/e2e/lost_sandbox/test_lost_in_agent_or_verifier.py``'s key
 test, which runs on both SDKs.
 """
 
@@ -37,13 +37,12 @@ from osmosis_ai.rollout.types import RolloutStatus
 from osmosis_harbor.backend import attempts
 from osmosis_harbor.sandbox import SandboxEnvironment
 from osmosis_harbor.shim import contract
-
-from .emulator_support import EmulatorServer
-from .rollout_server import client_for, serve
-from .sdk_paths import EMULATOR, SdkPath
-from .support import managed_containers
-from .test_exec_records import fault_on_result_read
-from .test_lost_sandbox import diagnostics, make_backend, start, tasks  # noqa: F401 (fixture)
+from tests.e2e.lost_sandbox.test_lost_in_agent_or_verifier import diagnostics, make_backend, start, tasks  # noqa: F401 (fixture)
+from tests.e2e.sandbox.test_exec_records import fault_on_result_read
+from tests.support.common import managed_containers
+from tests.support.emulator import EmulatorServer
+from tests.support.rollout_server import client_for, serve
+from tests.support.sdk_paths import EMULATOR, SdkPath
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("osmosis_home")]
 

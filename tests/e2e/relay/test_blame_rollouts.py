@@ -20,11 +20,10 @@ import pytest
 from osmosis_ai.rollout.types import RolloutErrorCategory, RolloutStatus
 
 from osmosis_harbor.testing.scripted_policy import FakeChatServer
-
-from .backends import make_backend
-from .rollout_server import client_for, serve
-from .sdk_paths import SdkPath
-from .support import graded_template
+from tests.support.backends import make_backend
+from tests.support.common import graded_template
+from tests.support.rollout_server import client_for, serve
+from tests.support.sdk_paths import SdkPath
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("osmosis_home")]
 

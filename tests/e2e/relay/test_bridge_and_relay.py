@@ -32,8 +32,7 @@ from osmosis_harbor.sandbox.relay.http import forwardable_path
 from osmosis_harbor.sandbox.relay.limits import Blame, RelayAdmission, RelayLimits
 from osmosis_harbor.sandbox.relay.policy_relay import PolicyRelay
 from osmosis_harbor.testing.scripted_policy import FakeChatServer
-
-from .support import wait_until
+from tests.support.common import wait_until
 
 LISTENER_IMAGE = "python:3.13-slim"  # bootstrap's base images; the peer test needs a listener
 PEER_PORT = 8731

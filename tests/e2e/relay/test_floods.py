@@ -29,12 +29,11 @@ from osmosis_harbor import settings
 from osmosis_harbor.backend import HarborBackend
 from osmosis_harbor.sandbox import load_sandbox_sdk
 from osmosis_harbor.testing.scripted_policy import FakeChatServer
-
-from .emulator_support import push_to_local_registry
-from .relay_process import RelayProcess
-from .rollout_server import client_for, serve
-from .sdk_paths import SdkPath
-from .support import FIXTURES, TASKS, await_until
+from tests.support.common import FIXTURES, TASKS, await_until
+from tests.support.emulator import push_to_local_registry
+from tests.support.relay_process import RelayProcess
+from tests.support.rollout_server import client_for, serve
+from tests.support.sdk_paths import SdkPath
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("osmosis_home")]
 

@@ -28,9 +28,8 @@ from osmosis_harbor.backend import HarborBackend
 from osmosis_harbor.sandbox import environment_config
 from osmosis_harbor.sandbox.docker.engine import sandbox_network
 from osmosis_harbor.testing.scripted_policy import FakeChatServer
-
-from .rollout_server import client_for, serve
-from .support import FIXTURES, TASKS
+from tests.support.common import FIXTURES, TASKS
+from tests.support.rollout_server import client_for, serve
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("osmosis_home")]
 

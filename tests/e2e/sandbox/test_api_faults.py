@@ -26,13 +26,12 @@ from osmosis_harbor.sandbox.sdk.faults import (
     terminate_by_name,
 )
 from osmosis_harbor.sandbox.sdk.liveness import sandbox_state
-
-from .emulator_support import (
+from tests.support.emulator import (
     EmulatorServer,
     private_emulator,
     push_to_local_registry,
 )
-from .ledger_support import environment_for, remove_own_emulator_sandboxes
+from tests.support.ledger import environment_for, remove_own_emulator_sandboxes
 
 
 @pytest.fixture(scope="module")
@@ -173,7 +172,7 @@ async def test_an_unrecorded_exec_is_never_retried_and_its_fault_is_a_lost_sandb
     emulator: EmulatorServer, image: str, tmp_path
 ) -> None:
     """Without an exec record (the local engine's case) a launch fault loses the sandbox; with
-    one, the launch is resumed through the record (``tests/test_exec_records.py``)."""
+    one, the launch is resumed through the record (``tests/e2e/sandbox/test_exec_records.py``)."""
     env = environment_for("skypilot-emulator", tmp_path, image)
     await env.start(force_build=False)
     env._exec_records.enabled = False

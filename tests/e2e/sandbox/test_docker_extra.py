@@ -15,8 +15,7 @@ import pytest
 
 from osmosis_harbor.sandbox.emulator.server.launcher import STATE_FILE
 from osmosis_harbor.sandbox.emulator.server.process import read_state
-
-from .support import process_alive, wait_until
+from tests.support.common import process_alive, wait_until
 
 # A meta-path finder that makes ``import docker`` fail, as on a machine without docker-py.
 _WITHOUT_DOCKER_PY = textwrap.dedent(

@@ -33,14 +33,14 @@ from osmosis_harbor.sandbox.docker import labels as L
 from osmosis_harbor.sandbox.docker.labels import Owner, Role
 from osmosis_harbor.sandbox.sdk.calls import Dual
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[3]
 CHECKS = [c.name for c in conformance.selected_checks(include_pools=True)]
 
 
 # ── helpers ──────────────────────────────────────────────────────────────────────────────────
 
 
-from .support import await_until as apoll  # noqa: E402
+from tests.support.common import await_until as apoll  # noqa: E402
 
 
 def unique(stem: str) -> str:

@@ -18,8 +18,7 @@ from harbor.models.trial.paths import TrialPaths
 from osmosis_harbor.sandbox import SandboxEnvironment, SandboxSdkMissingError, environment_config, load_sandbox_sdk
 from osmosis_harbor.sandbox.images.builds import registry_image_exists
 from osmosis_harbor.sandbox.sdk.liveness import SandboxLostError
-
-from .support import make_task, managed_containers, wait_until
+from tests.support.common import make_task, managed_containers, wait_until
 
 REGISTRY = "127.0.0.1:5000"
 

@@ -9,7 +9,7 @@ result read (``GET /execs/{id}``). The emulator SDK's own retries are off (as in
 ``test_api_faults.py``), so the read really fails; the positive control shows the same fault
 loses the sandbox without records. The command appends to a file: it ran exactly once. Through
 the real server, a reset on the workflow's own result read costs a rollout no attempt
-(``tests/test_lost_in_harbor_transfers.py``).
+(``tests/e2e/lost_sandbox/test_lost_in_verifier_transfers.py``).
 """
 
 from __future__ import annotations
@@ -23,9 +23,8 @@ from osmosis_harbor.errors import SandboxLostError
 from osmosis_harbor.sandbox.emulator.client import handles
 from osmosis_harbor.sandbox.environment import exec_records
 from osmosis_harbor.sandbox.environment.exec_records import RECORDS_DIR, parse_status
-
-from .emulator_support import EmulatorServer, push_to_local_registry
-from .ledger_support import environment_for
+from tests.support.emulator import EmulatorServer, push_to_local_registry
+from tests.support.ledger import environment_for
 
 MARK = "exec-records-target"
 REAL_START = handles.ExecMethod._start

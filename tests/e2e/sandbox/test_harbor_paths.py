@@ -32,8 +32,7 @@ from osmosis_harbor.errors import BaseImageMissingError, ImageBuildError
 from osmosis_harbor.sandbox import SandboxEnvironment, environment_config
 from osmosis_harbor.sandbox.environment import assembly
 from osmosis_harbor.sandbox.owner.pools import pool_name_for
-
-from .support import make_task
+from tests.support.common import make_task
 
 REGISTRY = "127.0.0.1:5000"
 

@@ -36,10 +36,9 @@ from osmosis_harbor.sandbox.conformance.core import ConformanceContext
 from osmosis_harbor.sandbox.docker import network as sandbox_networks
 from osmosis_harbor.sandbox.docker.engine import get_engine, sandbox_network
 from osmosis_harbor.sandbox.sdk.privileges import SandboxPrivileges
-
-from .emulator_support import push_to_local_registry
-from .sdk_paths import SdkPath
-from .support import FIXTURES
+from tests.support.common import FIXTURES
+from tests.support.emulator import push_to_local_registry
+from tests.support.sdk_paths import SdkPath
 
 pytestmark = pytest.mark.slow
 

@@ -33,10 +33,9 @@ from osmosis_ai.rollout.types import RolloutErrorCategory, RolloutStatus
 
 from osmosis_harbor.sandbox import load_sandbox_sdk
 from osmosis_harbor.sandbox.sdk.seccomp import restrict_preallocation
-
-from .emulator_support import EmulatorServer, emulator_env, private_emulator, push_to_local_registry
-from .flood_support import IMAGE, MIB, FreeSpace, assert_victim_fine, flood_beside_victim, make_backend
-from .sdk_paths import SdkPath
+from tests.support.emulator import EmulatorServer, emulator_env, private_emulator, push_to_local_registry
+from tests.support.floods import IMAGE, MIB, FreeSpace, assert_victim_fine, flood_beside_victim, make_backend
+from tests.support.sdk_paths import SdkPath
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("osmosis_home")]
 

@@ -33,14 +33,13 @@ from osmosis_harbor.sandbox.ledger.store import Kind, Ledger, State, default_led
 from osmosis_harbor.sandbox.owner import pools
 from osmosis_harbor.sandbox.owner.context import SandboxOwner, owner_scope
 from osmosis_harbor.sandbox.owner.sandboxes import OwnedSandboxes
-
-from .emulator_support import (
+from tests.support.common import REPO, TASKS, wait_until
+from tests.support.emulator import (
     EmulatorServer,
     private_emulator,
     push_to_local_registry,
 )
-from .ledger_support import cleanup, environment_for, remove_own_emulator_sandboxes, start_owner
-from .support import REPO, TASKS, wait_until
+from tests.support.ledger import cleanup, environment_for, remove_own_emulator_sandboxes, start_owner
 
 SDKS = ["skypilot-emulator", "docker"]
 # On Docker a dead owner's sandbox is also what any other process's background reap removes
@@ -329,7 +328,7 @@ async def test_a_pool_a_live_owners_sandbox_holds_stays_in_the_ledger_for_the_ne
 
 def _wait_for_a_member(pool: str) -> None:
     """The pool's refill after the first claim: a member for the claimer to take."""
-    from .support import wait_until
+    from tests.support.common import wait_until
 
     wait_until(lambda: extensions.get_pool(pool).idle >= 1, timeout=60, what=f"a ready member of {pool}")
 

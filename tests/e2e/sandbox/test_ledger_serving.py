@@ -1,4 +1,4 @@
-"""kill -9 of a real serving process mid-rollout (``tests.shutdown_server``: a HarborBackend that
+"""kill -9 of a real serving process mid-rollout (``tests.support.shutdown_server``: a HarborBackend that
 prewarmed a warm pool and serves through the osmosis server, on Docker): the ledger names its
 sandbox and its pool, and ``cleanup`` leaves 0 of either, in the ledger and in ``ls``. The
 rollout is mid-run by construction: its workflow waits on a policy call the test never answers."""
@@ -16,10 +16,9 @@ import pytest
 
 from osmosis_harbor.sandbox import docker as docker_sdk
 from osmosis_harbor.sandbox.ledger.store import Kind, default_ledger
-
-from .ledger_support import cleanup
-from .support import wait_until
-from .test_shutdown import GatedPolicy, server_process
+from tests.e2e.backend.test_shutdown import GatedPolicy, server_process
+from tests.support.common import wait_until
+from tests.support.ledger import cleanup
 
 pytestmark = pytest.mark.slow
 

@@ -28,8 +28,7 @@ from osmosis_harbor.sandbox.owner.context import (
     owner_scope,
     trial_scope,
 )
-
-from .support import REPO, made_environment, make_task
+from tests.support.common import REPO, made_environment, make_task
 
 
 def _environment(task_dir: Path, tmp_path: Path) -> SandboxEnvironment:

@@ -33,9 +33,8 @@ from osmosis_harbor.sandbox.owner.sandboxes import OwnedSandboxes
 from osmosis_harbor.sandbox.owner.starts import SandboxStarts
 from osmosis_harbor.sandbox.sdk import records
 from osmosis_harbor.sandbox.sdk.registry import load_sandbox_sdk
-
-from .emulator_support import EmulatorServer, private_emulator, push_to_local_registry
-from .support import make_task, wait_until
+from tests.support.common import make_task, wait_until
+from tests.support.emulator import EmulatorServer, private_emulator, push_to_local_registry
 
 SDK = "skypilot-emulator"
 

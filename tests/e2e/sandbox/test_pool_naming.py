@@ -11,9 +11,8 @@ import pytest
 
 from osmosis_harbor.sandbox import docker as docker_sdk
 from osmosis_harbor.sandbox.docker import labels as L
-
-from .sdk_paths import SdkPath
-from .support import TASKS, load_json, run_cli
+from tests.support.common import TASKS, load_json, run_cli
+from tests.support.sdk_paths import SdkPath
 
 pytestmark = pytest.mark.slow
 

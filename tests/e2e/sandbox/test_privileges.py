@@ -19,9 +19,8 @@ import pytest
 from osmosis_harbor.sandbox import load_sandbox_sdk
 from osmosis_harbor.sandbox.conformance.core import ConformanceContext
 from osmosis_harbor.sandbox.conformance.privilege_checks import PRIVILEGES_SCRIPT, parse_privileges
-
-from .emulator_support import push_to_local_registry
-from .sdk_paths import SdkPath
+from tests.support.emulator import push_to_local_registry
+from tests.support.sdk_paths import SdkPath
 
 pytestmark = pytest.mark.slow
 

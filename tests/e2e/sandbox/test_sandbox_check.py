@@ -18,9 +18,8 @@ from osmosis_harbor.sandbox import conformance, load_sandbox_sdk
 from osmosis_harbor.sandbox.conformance.core import Check, CheckResult, CheckStatus, skip
 from osmosis_harbor.sandbox.conformance.privilege_checks import parse_privileges
 from osmosis_harbor.sandbox.sdk.registry import SDK_NAMES, implementation
-
-from .emulator_support import LOCAL_REGISTRY
-from .support import run_cli
+from tests.support.common import run_cli
+from tests.support.emulator import LOCAL_REGISTRY
 
 
 @pytest.fixture

@@ -20,8 +20,7 @@ from bench.env import remove_images
 from osmosis_harbor.sandbox import docker as docker_sdk
 from osmosis_harbor.sandbox.images import holds as image_holds
 from osmosis_harbor.sandbox.images.builds import local_image_exists
-
-from .support import REPO, run_cli
+from tests.support.common import REPO, run_cli
 
 # The other process: it uses the image the way a trial does (the build coordinator's ensure),
 # or claims a member of the pool, says so, and waits until it is told to go.

@@ -19,8 +19,7 @@ from osmosis_harbor.sandbox import SandboxEnvironment
 from osmosis_harbor.sandbox.environment import routes as environment_routes
 from osmosis_harbor.sandbox.environment.sandbox_environment import REMOVE_REWARDS_COMMAND
 from osmosis_harbor.shim import contract
-
-from .support import started_environment
+from tests.support.common import started_environment
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ A real Docker sandbox with the archive capability switched off (``has_archives``
 SkyPilot's SDK has none: every tree moves as one tar through a file write or read plus one
 command. SDK calls are counted, so each claim about round trips is checked against what the
 sandbox was really asked. The graded rollout's call budget on this path is
-``tests/test_baked_bundle.py``; the key end-to-end tests run it on the emulator.
+``tests/e2e/backend/test_baked_bundle.py``; the key end-to-end tests run it on the emulator.
 """
 
 from __future__ import annotations
@@ -18,8 +18,7 @@ import pytest
 from osmosis_harbor.errors import TransferLimitError
 from osmosis_harbor.sandbox import SandboxEnvironment
 from osmosis_harbor.sandbox.environment import routes as environment_routes
-
-from .support import made_environment, make_task, started_environment
+from tests.support.common import made_environment, make_task, started_environment
 
 pytestmark = pytest.mark.slow
 

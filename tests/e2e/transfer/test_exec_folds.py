@@ -22,8 +22,7 @@ from osmosis_harbor.sandbox import SandboxEnvironment
 from osmosis_harbor.sandbox.environment import routes as environment_routes
 from osmosis_harbor.sandbox.transfer import exec_folds
 from osmosis_harbor.sandbox.transfer.exec_folds import FoldedPack, is_verifier_test_command, read_trailer
-
-from .support import started_environment
+from tests.support.common import started_environment
 
 pytestmark = pytest.mark.slow
 

@@ -18,8 +18,7 @@ import pytest
 
 from osmosis_harbor.sandbox import SandboxEnvironment
 from osmosis_harbor.sandbox.environment import routes as environment_routes
-
-from .support import started_environment
+from tests.support.common import started_environment
 
 pytestmark = pytest.mark.slow
 

@@ -13,9 +13,8 @@ import pytest
 from osmosis_harbor.errors import TransferLimitError
 from osmosis_harbor.sandbox import SandboxEnvironment
 from osmosis_harbor.sandbox.environment import routes as environment_routes
-
-from .support import started_environment
-from .test_extract import inventory, make_canary
+from tests.support.common import started_environment
+from tests.unit.sandbox.test_extract import inventory, make_canary
 
 MIB = 1024 * 1024
 

@@ -191,7 +191,7 @@ def test_a_loss_the_host_saw_is_lost_whatever_harbor_recorded(trial: Path, recor
     finds no sample): the loss the environment recorded still makes the trial a lost one
     (``backend.losses``), so ``infra_retries`` retries it and the category is ours. Here the
     agent's sandbox went while the agent ran (its attribution by role and moment:
-    ``tests/test_lost_attribution.py``)."""
+    ``tests/unit/backend/test_lost_sandbox_attribution.py``)."""
     from osmosis_harbor.backend.losses import recognise_loss
     from osmosis_harbor.backend.outcome import lost_sandbox_message
     from osmosis_harbor.errors import AgentSandboxLostError

@@ -12,8 +12,7 @@ from osmosis_harbor.backend import HarborBackend
 from osmosis_harbor.bundle import BundleError
 from osmosis_harbor.errors import TaskResolutionError
 from osmosis_harbor.sandbox import SandboxSdkMissingError, environment_config
-
-from .support import FIXTURES, TASKS
+from tests.support.common import FIXTURES, TASKS
 
 PROJECT = FIXTURES / "rollout_project"
 

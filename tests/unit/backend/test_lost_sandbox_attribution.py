@@ -19,8 +19,7 @@ from osmosis_ai.rollout.types import ExecutionOutcome, RolloutErrorCategory, Rol
 from osmosis_harbor.backend.losses import recognise_loss
 from osmosis_harbor.backend.outcome import RewardSource, build_outcome
 from osmosis_harbor.errors import AgentSandboxLostError, SandboxLostError, VerifierSandboxLostError
-
-from .test_categories import T0, trial, trial_result, write  # noqa: F401 (fixture)
+from tests.unit.backend.test_categories import T0, trial, trial_result, write  # noqa: F401 (fixture)
 
 REASON = "container gone: killed or removed by the infrastructure"
 SAMPLE = {"messages": [{"role": "assistant", "content": "42"}]}

@@ -19,8 +19,7 @@ from osmosis_harbor.harbor_compat.shapes import assigned_in_init, current_shape,
 from osmosis_harbor.harbor_compat.surface import BASE, SKY, SURFACE, HarborName, Use, surface_for
 from osmosis_harbor.harbor_compat.version import HARBOR, LINES, line_of
 from osmosis_harbor.sandbox import SandboxEnvironment
-
-from .support import made_environment, make_task
+from tests.support.common import made_environment, make_task
 
 PACKAGE = Path(osmosis_harbor.__file__).parent
 HARBOR_ENVIRONMENT_OWNERS = {SKY, BASE}

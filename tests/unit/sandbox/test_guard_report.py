@@ -18,8 +18,7 @@ from osmosis_harbor.sandbox.guard.report import shown
 from osmosis_harbor.shim import contract
 from osmosis_harbor.tasks.dockerfile import EnvironmentPatch, patch_environment
 from osmosis_harbor.tasks.verifier_allowance import guard_plan, recorded_allowance, save_recorded
-
-from .support import FIXTURES, TASKS
+from tests.support.common import FIXTURES, TASKS
 
 KEY = bytes(range(32))
 ODD = b"/usr/lib/x\n\xff.pth"  # a name with a newline and a byte that is not UTF-8

@@ -35,8 +35,7 @@ from harbor.utils.optional_import import MissingExtraError
 from osmosis_harbor.errors import SandboxSdkMissingError
 from osmosis_harbor.sandbox import SandboxEnvironment, environment_config
 from osmosis_harbor.sandbox.environment.exec_records import RECORDS_DIR
-
-from .support import make_task
+from tests.support.common import make_task
 
 PREBUILT = "registry.example/prebuilt:1"
 TTL_SEC = 86_400  # Harbor's _SANDBOX_TTL_SEC

@@ -32,7 +32,7 @@ from osmosis_harbor.testing.scripted_policy import FakeChatServer
 
 SECRET = "sk-osmosis-test-SECRET-0123456789abcdef"
 BUNDLE = "shim_fake_bundle"
-SHIM_SRC = Path(__file__).resolve().parents[1] / "osmosis_harbor" / "shim"
+SHIM_SRC = Path(__file__).resolve().parents[3] / "osmosis_harbor" / "shim"
 PROMPT = [
     {"role": "system", "content": "You add numbers."},
     {"role": "user", "content": "What is 2 + 2?"},

@@ -21,8 +21,7 @@ from osmosis_harbor.tasks.files import write_file
 from osmosis_harbor.tasks.materialize import prepare_task, stage_rollout
 from osmosis_harbor.tasks.prepared import PreparedCopies
 from osmosis_harbor.tasks.refs import ResolvedTask
-
-from .support import graded_template
+from tests.support.common import graded_template
 
 
 def test_write_file_replaces_a_hard_linked_file_and_keeps_its_mode(tmp_path: Path) -> None:

@@ -25,8 +25,7 @@ from osmosis_harbor.validate import TaskValidation, ValidationReport
 from osmosis_harbor.validate.causes import note_causes, task_base_images
 from osmosis_harbor.validate.json_report import report_json
 from osmosis_harbor.validate.junit import junit_tree
-
-from .report_rows import LONG_ID, PASSING, STAND_IN, seventeen_task_report
+from tests.support.report_rows import LONG_ID, PASSING, STAND_IN, seventeen_task_report
 
 WIDTHS = (80, 100, 120, 160)
 # What a terminal acts on: C0 (but tab and newline), DEL, C1, bidi controls, separators.
