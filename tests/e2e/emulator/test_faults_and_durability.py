@@ -9,7 +9,6 @@ import subprocess
 import sys
 import textwrap
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,27 +20,9 @@ from tests.support.common import REPO, wait_until
 from tests.support.emulator import (
     EmulatorServer,
     emulator_env,
-    private_emulator,
-    push_to_local_registry,
     start_server,
     stop_server,
 )
-
-
-@pytest.fixture(scope="module")
-def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatorServer]:
-    with private_emulator(tmp_path_factory.mktemp("emulator")) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def image(sandbox_image: str) -> str:
-    return push_to_local_registry(sandbox_image)
-
-
-@pytest.fixture(autouse=True)
-def _clean_knobs(emulator: EmulatorServer) -> None:
-    emulator.reset()
 
 
 def _name(stem: str) -> str:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator
 
 import pytest
 
@@ -17,26 +16,10 @@ from osmosis_harbor.sandbox import emulator as sky
 from osmosis_harbor.sandbox.emulator.client import extensions
 from osmosis_harbor.sandbox.sdk.errors import Meaning, is_api_fault, meaning
 from tests.support.common import wait_until
-from tests.support.emulator import EmulatorServer, private_emulator, push_to_local_registry
+from tests.support.emulator import EmulatorServer, private_emulator
 
 BUILTINS = (ValueError, LookupError, FileNotFoundError, IsADirectoryError, ConnectionError, TimeoutError)
 DOCUMENTED_SURFACE = {"create", "ls", "create_pool", "set_pool_size", "delete_pool", "aclose"}
-
-
-@pytest.fixture(scope="module")
-def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatorServer]:
-    with private_emulator(tmp_path_factory.mktemp("emulator-strict")) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def image(sandbox_image: str) -> str:
-    return push_to_local_registry(sandbox_image)
-
-
-@pytest.fixture(autouse=True)
-def _clean_knobs(emulator: EmulatorServer) -> None:
-    emulator.reset()
 
 
 def _name(stem: str) -> str:

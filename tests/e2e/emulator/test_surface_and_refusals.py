@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import time
 import uuid
-from collections.abc import Iterator
 
 import docker
 import docker.errors
@@ -26,24 +25,7 @@ from tests.support.emulator import (
     EmulatorServer,
     emulator_env,
     private_emulator,
-    push_to_local_registry,
 )
-
-
-@pytest.fixture(scope="module")
-def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatorServer]:
-    with private_emulator(tmp_path_factory.mktemp("emulator")) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def image(sandbox_image: str) -> str:
-    return push_to_local_registry(sandbox_image)
-
-
-@pytest.fixture(autouse=True)
-def _clean_knobs(emulator: EmulatorServer) -> None:
-    emulator.reset()
 
 
 def _name(stem: str) -> str:
