@@ -1,4 +1,4 @@
-"""The package's shape (issue 9): a side-effect-free public face, one error base that the command
+"""The package's shape: a side-effect-free public face, one error base that the command
 line turns into one line, typed classification of our own trial errors, one settings model, the
 sandbox registry, the host<->sandbox contract, and the shim's deadline set from the request."""
 
@@ -116,10 +116,9 @@ def test_a_local_rollout_keeps_its_trajectories_in_a_scoped_directory(monkeypatc
         assert kept is None and ARTIFACT_ROOT_ENV not in os.environ
 
 
-def test_sandbox_implementations_are_registered_with_their_capabilities() -> None:
-    docker = implementation("docker")
-    assert docker.reaches_host and docker.local_images
-    assert not implementation("skypilot").reaches_host
+def test_sandbox_implementations_are_registered_and_loadable() -> None:
+    """What each registered implementation can do is checked by what it does (the conformance
+    suite, the loopback refusals on the SkyPilot path), not by its flags here."""
     sdk = load_sandbox_sdk("docker")
     assert name_of(sdk) == "docker"
     for call in ("create", "ls", "create_pool", "set_pool_size", "delete_pool", "get_pool"):
@@ -134,11 +133,10 @@ def test_the_contract_ships_in_the_shim_of_every_bundle() -> None:
 
     files = load_shim().files
     assert "contract.py" in files and b"import osmosis_harbor" not in files["contract.py"]
-    assert (contract.VENV, contract.GRADING_INPUT, contract.EXIT_NO_PYTHON) == (
-        "/opt/osmosis/venv",
-        "/tests/osmosis_grading_input.json",
-        90,
-    )
+    # the sandbox reads the host's definitions: only the shim's own package name is rewritten
+    host = [line for line in Path(contract.__file__).read_text().splitlines() if "osmosis_harbor" not in line]
+    shipped = [line for line in files["contract.py"].decode().splitlines() if "osmosis_harbor" not in line]
+    assert host and shipped == host
 
 
 def test_the_shim_deadline_is_set_from_the_request_before_harbors(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""Requests cannot point at the host (issue 14, item 5; issue 25, item 5), through HarborBackend
+"""Requests cannot point at the host, through HarborBackend
 and the real osmosis server: a local ``harbor_task`` resolves inside ``tasks_dir`` or
 ``task_roots`` and never into a trials directory; git refs are remote unless
 ``allow_local_git=True``, and their hosts public unless ``allow_private_git_hosts=True``, with

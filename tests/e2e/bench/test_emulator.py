@@ -52,7 +52,7 @@ def test_the_emulator_bench_leaves_nothing_behind(tmp_path: Path) -> None:
     assert bench["info"]["archive capability"] is False
     headline = bench["headline"]
     assert headline["emulator_calls_trivial"] and headline["emulator_calls_graded"], headline
-    top = payload["emulator"]  # the figures, at the top level
+    top = payload["emulator"]  # the figures docs/performance.md names, at the top level
     assert top["sdk_calls_graded"] == headline["emulator_calls_graded"] and top["sdk_calls_trivial"], top
     assert top["sdk_sec_graded_at_80ms"] == round(top["sdk_calls_graded"] * 0.080, 3), top
     assert headline["emulator_pool_over_cold"], headline

@@ -37,7 +37,7 @@ async def test_scale_phase_holds_n_in_flight_and_leaves_nothing(tmp_path: Path, 
 
 
 def test_the_scale_figures_land_under_a_top_level_scale_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """``python -m bench --only scale`` writes the issue's keys under ``"scale"`` at the top level of
+    """``python -m bench --only scale`` writes the keys docs/performance.md names under ``"scale"`` at the top level of
     its JSON (as well as in the benchmark's own entry), and prints the targets table from them. The
     benchmark itself is stood in for: what is checked is where its figures land."""
     import json
@@ -87,7 +87,7 @@ async def test_the_graded_cpu_phase_splits_the_servers_cpu_by_thread_family(
 
 async def test_the_workers_figures_at_the_smallest_size(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``bench.workers`` at its smallest (``--smallest``): servers of 1 and 2 worker processes,
-    every figure the issue names finite and under its key, the 2-worker front's CPU below what
+    every figure the benchmark reports finite and under its key, the 2-worker front's CPU below what
     all its processes spent (the trials' work ran in the workers), and nothing left behind."""
     from bench import workers as workers_bench
 

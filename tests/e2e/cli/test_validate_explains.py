@@ -1,4 +1,4 @@
-"""Validation that says why (issue 18, part B): a missing base image named with its remedy and
+"""Validation that says why: a missing base image named with its remedy and
 not retried, the tail of the verifier's and ``solve.sh``'s output kept in the row, the JSON and
 the JUnit failure (key redacted), a verifier that never ran its tests failing under oracle and
 nop, and lint findings out of the error column and into JUnit.

@@ -227,6 +227,8 @@ async def runs(
 
 
 def test_a_real_solve_scores_one_and_a_wrong_answer_zero(runs: Runs) -> None:
+    """On the emulator, SkyPilot's own calls (no archives) carried the guard and the transfers."""
+    runs.sdk.assert_harbors_transfer_path(runs.routes)
     honest, wrong = runs.guarded["honest"], runs.guarded["wrong"]
     assert honest.status is RolloutStatus.SUCCESS, honest.err_message
     assert honest.sample is not None and honest.sample.reward == 1.0
@@ -274,12 +276,6 @@ def test_a_service_is_kept_once_validate_recorded_it(runs: Runs) -> None:
     assert kept.sample is not None and kept.sample.reward == 1.0
     assert kept.sample.metrics["verifier_services_kept"] >= 1 and kept.sample.metrics["verifier_tampered"] == 0.0
     assert other.status is RolloutStatus.FAILURE and "left running" in (other.err_message or "")
-
-
-def test_on_the_emulator_only_skypilots_calls_carried_the_guard(runs: Runs) -> None:
-    if not runs.sdk.is_emulator:
-        pytest.skip("the Docker path has archive calls; this checks the SkyPilot path")
-    runs.sdk.assert_harbors_transfer_path(runs.routes)
 
 
 def test_each_step_of_a_multi_step_task_is_checked(runs: Runs) -> None:

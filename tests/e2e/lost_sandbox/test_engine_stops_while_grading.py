@@ -1,5 +1,5 @@
 """The engine stopping while the task's tests run is the infrastructure's failure
-(``internal_error``), not the workflow's (issue 14, item 9), through the real osmosis server.
+(``internal_error``), not the workflow's, through the real osmosis server.
 
 The host process runs in a subprocess whose ``DOCKER_HOST`` is a Unix-socket relay to the real
 engine that this test owns: once the tests wait at a gate (a FIFO in /tmp, which is also how

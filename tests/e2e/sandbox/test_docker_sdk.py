@@ -1,8 +1,8 @@
 """The Docker implementation of the ``sky.sandbox`` surface.
 
-First the whole conformance suite (one test per check, so a failure names the behaviour), then
-what only the Docker emulation promises: labels, TTL enforcement, reaping, host networking,
-pool storage and claim safety across tasks and processes. Every wait polls the engine with a
+The conformance suite runs on it through ``sandbox-check`` (``test_sandbox_check.py``: every
+check must pass on Docker). Here is what only the Docker emulation promises: labels, TTL
+enforcement, reaping, host networking, pool storage and claim safety across tasks and processes. Every wait polls the engine with a
 deadline; nothing sleeps to synchronise.
 """
 
@@ -27,14 +27,12 @@ from typing import Any
 import docker.errors
 import pytest
 
-from osmosis_harbor.sandbox import conformance
 from osmosis_harbor.sandbox import docker as docker_sdk
 from osmosis_harbor.sandbox.docker import labels as L
 from osmosis_harbor.sandbox.docker.labels import Owner, Role
 from osmosis_harbor.sandbox.sdk.calls import Dual
 
 REPO = Path(__file__).resolve().parents[3]
-CHECKS = [c.name for c in conformance.selected_checks(include_pools=True)]
 
 
 # ── helpers ──────────────────────────────────────────────────────────────────────────────────
@@ -116,30 +114,6 @@ def make_pool(docker_sandbox_sdk: Any, sandbox_image: str) -> Iterator[Callable[
             docker_sandbox_sdk.delete_pool(name)
         except docker_sandbox_sdk.PoolNotFoundError:
             pass
-
-
-# ── the conformance suite ────────────────────────────────────────────────────────────────────
-
-
-@pytest.fixture(scope="module")
-async def conformance_ctx(docker_sandbox_sdk: Any, sandbox_image: str) -> Any:
-    ctx = conformance.ConformanceContext(sdk=docker_sandbox_sdk, image=sandbox_image)
-    yield ctx
-    await ctx.close()
-
-
-@pytest.mark.parametrize("check_name", CHECKS)
-async def test_conformance(conformance_ctx: Any, check_name: str) -> None:
-    result = await conformance.run_check(conformance.get_check(check_name), conformance_ctx)
-    assert result.passed, f"{check_name}: {result.detail}"
-
-
-async def test_run_conformance_reports_structured_results(docker_sandbox_sdk: Any, sandbox_image: str) -> None:
-    results = await conformance.run_conformance(
-        docker_sandbox_sdk, sandbox_image, only=["exec_stdout_and_exit_code", "file_empty"]
-    )
-    assert [r.name for r in results] == ["exec_stdout_and_exit_code", "file_empty"]
-    assert all(r.passed and r.seconds >= 0 for r in results), results
 
 
 # ── labels, config, validation ───────────────────────────────────────────────────────────────

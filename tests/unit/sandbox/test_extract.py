@@ -98,7 +98,7 @@ def inventory(root: Path) -> dict[str, str]:
     return found
 
 
-# ── the hardlink trick ───────────────────────────────────────────────
+# ── the hardlink trick ───────────────────────────────────────────────
 
 
 def _trick(canary: Canary) -> io.BytesIO:
