@@ -98,3 +98,7 @@ class SdkPath:
 
 
 DOCKER = SdkPath("docker")  # the default path of a helper that is not parametrized
+
+# A test off the key paths runs on one SDK path (tests/README.md, "Both SDK paths or one"): the
+# Docker one, which needs no emulator server. It overrides the ``sandbox_sdk`` fixture's params.
+DOCKER_PATH_ONLY = pytest.mark.parametrize("sandbox_sdk", ["docker"], indirect=True)

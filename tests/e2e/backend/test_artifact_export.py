@@ -21,7 +21,7 @@ from osmosis_harbor.testing.scripted_policy import FakeChatServer
 from osmosis_harbor.trials.export import export_rollout_files
 from tests.support.common import FIXTURES, graded_template
 from tests.support.rollout_server import client_for, serve
-from tests.support.sdk_paths import SdkPath
+from tests.support.sdk_paths import DOCKER_PATH_ONLY, SdkPath
 
 pytestmark = [pytest.mark.usefixtures("osmosis_home")]
 
@@ -49,6 +49,7 @@ async def run_one(backend, fake_chat: FakeChatServer, rollout_id: str, text: str
 
 
 @pytest.mark.slow
+@DOCKER_PATH_ONLY
 async def test_rollout_files_reach_the_artifact_root_as_local_backend_leaves_them(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_chat: FakeChatServer, sandbox_sdk: SdkPath
 ) -> None:

@@ -46,7 +46,7 @@ from osmosis_harbor.serving.server import draining_server
 from osmosis_harbor.testing.scripted_policy import FakeChatServer
 from tests.support.common import FIXTURES, REPO, TASKS, await_until, managed_containers, wait_until
 from tests.support.rollout_server import http_to
-from tests.support.sdk_paths import SdkPath
+from tests.support.sdk_paths import DOCKER_PATH_ONLY, SdkPath
 
 pytestmark = pytest.mark.slow
 
@@ -227,6 +227,7 @@ async def _draining_health(http: httpx.AsyncClient) -> dict[str, Any] | None:
     return payload if payload["status"] == "draining" else None
 
 
+@DOCKER_PATH_ONLY
 async def test_backend_shutdown_is_idempotent_and_removes_pools_and_temp_root(
     bundles: Path, sandbox_sdk: SdkPath
 ) -> None:

@@ -26,7 +26,7 @@ from osmosis_harbor.sandbox.owner.sandboxes import OwnedSandboxes
 from tests.support.backends import make_backend
 from tests.support.common import graded_template, managed_containers
 from tests.support.rollout_server import client_for, serve
-from tests.support.sdk_paths import SdkPath
+from tests.support.sdk_paths import DOCKER_PATH_ONLY, SdkPath
 
 pytestmark = pytest.mark.slow
 
@@ -57,6 +57,7 @@ class HeldTerminations:
         monkeypatch.setattr(OwnedSandboxes, "_terminate_once", held_terminate)
 
 
+@DOCKER_PATH_ONLY
 async def test_a_result_arrives_while_its_sandboxes_are_still_terminating(
     tmp_path: Path, bundles_dir: Path, fake_chat: Any, sandbox_sdk: SdkPath, monkeypatch: pytest.MonkeyPatch
 ) -> None:

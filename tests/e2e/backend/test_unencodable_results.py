@@ -36,7 +36,7 @@ from osmosis_harbor.backend.workers.messages import Done, frame, from_worker
 from tests.support.backends import make_backend
 from tests.support.common import FIXTURES, TASKS
 from tests.support.rollout_server import client_for, http_to, serve
-from tests.support.sdk_paths import SdkPath
+from tests.support.sdk_paths import DOCKER_PATH_ONLY, SdkPath
 
 pytestmark = [pytest.mark.usefixtures("osmosis_home")]
 
@@ -112,6 +112,7 @@ def assert_results(fake_chat, attacks: dict[str, str], results: dict, health: di
 
 
 @pytest.mark.slow
+@DOCKER_PATH_ONLY
 async def test_unencodable_text_ends_every_rollout_with_two_workers(
     tmp_path, bundles_dir, fake_chat, sandbox_sdk: SdkPath
 ):
@@ -126,6 +127,7 @@ async def test_unencodable_text_ends_every_rollout_with_two_workers(
 
 
 @pytest.mark.slow
+@DOCKER_PATH_ONLY
 async def test_a_workflows_unencodable_failure_is_its_own_in_process(
     tmp_path, bundles_dir, fake_chat, sandbox_sdk: SdkPath
 ):
@@ -159,6 +161,7 @@ def test_a_done_that_cannot_be_encoded_becomes_a_named_failure():
 
 
 @pytest.mark.slow
+@DOCKER_PATH_ONLY
 async def test_an_unencodable_reward_channel_name_ends_its_rollout_with_two_workers(
     tmp_path, bundles_dir, fake_chat, sandbox_sdk: SdkPath
 ):

@@ -34,7 +34,7 @@ from osmosis_harbor.tasks.refs import ResolvedTask
 from tests.support.backends import GR, PROJECT, WF, make_backend
 from tests.support.common import FIXTURES, TASKS, await_until, graded_template, make_task
 from tests.support.rollout_server import client_for, serve
-from tests.support.sdk_paths import SdkPath
+from tests.support.sdk_paths import DOCKER_PATH_ONLY, SdkPath
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("osmosis_home")]
 
@@ -78,6 +78,7 @@ def graded_backend(root: Path, bundles_dir: Path, sdk: SdkPath) -> HarborBackend
     )
 
 
+@DOCKER_PATH_ONLY
 async def test_a_graded_rollout_is_served_warm_and_gives_the_cold_result(
     tmp_path: Path, bundles_dir: Path, fake_chat, sandbox_sdk: SdkPath, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -96,6 +97,7 @@ async def test_a_graded_rollout_is_served_warm_and_gives_the_cold_result(
     assert warm.messages == cold.messages and warm.metrics == cold.metrics
 
 
+@DOCKER_PATH_ONLY
 async def test_the_warm_child_takes_the_rollouts_environment_before_the_workflow_is_imported(
     tmp_path: Path, bundles_dir: Path, fake_chat, sandbox_sdk: SdkPath, warm_on: None
 ) -> None:
@@ -117,6 +119,7 @@ async def test_the_warm_child_takes_the_rollouts_environment_before_the_workflow
     assert facts["key_set"] and facts["key_in_cmdline"] == [] and facts["key_in_files"] == []
 
 
+@DOCKER_PATH_ONLY
 async def test_an_agent_timeout_kills_a_warm_served_run(
     tmp_path: Path, bundles_dir: Path, fake_chat, sandbox_sdk: SdkPath, warm_on: None
 ) -> None:
@@ -206,6 +209,7 @@ def has_mknod(cap_set: str) -> bool:
     return bool(int(cap_set, 16) >> CAP_MKNOD & 1)
 
 
+@DOCKER_PATH_ONLY
 async def test_one_warm_interpreter_serves_one_run_and_the_next_runs_cold(
     tmp_path: Path, bundles_dir: Path, sandbox_sdk: SdkPath
 ) -> None:
@@ -221,6 +225,7 @@ async def test_one_warm_interpreter_serves_one_run_and_the_next_runs_cold(
     assert contract.WARM_MODULE in facts[0]["parent"] and contract.WARM_MODULE not in facts[1]["parent"]
 
 
+@DOCKER_PATH_ONLY
 async def test_a_missing_socket_or_other_privileges_run_cold_and_correct(
     tmp_path: Path, bundles_dir: Path, sandbox_sdk: SdkPath
 ) -> None:
@@ -258,6 +263,7 @@ async def started_guard(sandbox: SandboxEnvironment) -> Callable[[str], str]:
     return lambda command: f"/proc/{daemon}/exe drop -- sh -c {shlex.quote(command)}"
 
 
+@DOCKER_PATH_ONLY
 async def test_a_marked_workflow_cannot_run_its_code_unmarked_through_the_warm_interpreter(
     tmp_path: Path, bundles_dir: Path, sandbox_sdk: SdkPath
 ) -> None:
@@ -292,6 +298,7 @@ async def test_a_marked_workflow_cannot_run_its_code_unmarked_through_the_warm_i
     assert paid["served"] == "served=warm" and has_mknod(paid["cap_bnd"]), attack  # the attack pays
 
 
+@DOCKER_PATH_ONLY
 async def test_a_timed_out_exec_kills_its_warm_served_run(
     tmp_path: Path, bundles_dir: Path, sandbox_sdk: SdkPath
 ) -> None:

@@ -21,7 +21,7 @@ from osmosis_harbor.testing.scripted_policy import FakeChatServer
 from tests.support.backends import PROJECT, WF, make_backend
 from tests.support.common import TASKS, await_until, managed_containers
 from tests.support.rollout_server import client_for, http_to, serve
-from tests.support.sdk_paths import DOCKER, SdkPath
+from tests.support.sdk_paths import DOCKER, DOCKER_PATH_ONLY, SdkPath
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("osmosis_home")]
 
@@ -69,6 +69,7 @@ def key_in_process(pid: int, key: str) -> list[str]:
     return found
 
 
+@DOCKER_PATH_ONLY
 async def test_rollouts_spread_over_two_workers(tmp_path, bundles_dir, fake_chat, api_key, sandbox_sdk: SdkPath):
     """Four rollouts on two workers: each succeeds, each worker ran some, status reads back
     through the front, and the key is in neither worker's argv, environment or files."""
@@ -133,6 +134,7 @@ async def test_status_and_cancel_reach_the_owning_worker(tmp_path, bundles_dir, 
         assert managed_containers(owner_pid=handle.pid) == []
 
 
+@DOCKER_PATH_ONLY
 async def test_a_killed_worker_loses_only_its_rollout(tmp_path, bundles_dir, fake_chat, api_key, sandbox_sdk: SdkPath):
     """SIGKILL the worker running one rollout: it ends internal_error (status and result), its
     sandbox is reaped, the other worker's rollout succeeds, and a new worker serves the next."""

@@ -20,7 +20,7 @@ from osmosis_ai.source_scan import source_digest
 
 from osmosis_harbor.testing.scripted_policy import FakeChatServer
 from tests.support.common import REPO
-from tests.support.sdk_paths import SdkPath
+from tests.support.sdk_paths import DOCKER_PATH_ONLY, SdkPath
 
 pytestmark = [pytest.mark.slow]
 
@@ -93,6 +93,7 @@ def local_control(policy: FakeChatServer, tmp_path_factory: pytest.TempPathFacto
     return eval_run(workspace, harness_env(policy, root / "tmp"), "calc-local", "control")
 
 
+@DOCKER_PATH_ONLY
 def test_osmosis_eval_run_drives_the_example_workspace(
     tmp_path: Path, policy: FakeChatServer, local_control: EvalRun, sandbox_sdk: SdkPath
 ) -> None:

@@ -34,7 +34,7 @@ from osmosis_harbor.validate import TaskValidation, ValidationReport, validate_t
 from osmosis_harbor.validate.junit import junit_tree
 from osmosis_harbor.validate.lint import LintMode
 from tests.support.common import FIXTURES, REPO, copy_task, load_json, run_cli
-from tests.support.sdk_paths import SdkPath
+from tests.support.sdk_paths import DOCKER_PATH_ONLY, SdkPath
 
 ODD_ID = 'build <fails> & "ünï"'  # markup characters, quotes and non-ASCII in a task id
 CTL_ID = "ctl-\x1b[2J-\u202eid"  # a directory name with a clear-screen escape and a bidi override
@@ -372,6 +372,7 @@ def _failure_blocks(stdout: str) -> dict[str, list[str]]:
 
 
 @pytest.mark.slow
+@DOCKER_PATH_ONLY
 def test_a_report_a_person_reads_at_80_columns(tmp_path: Path, sandbox_sdk: SdkPath, bookworm_stand_in: str) -> None:
     """A stand-in-caused failure, a failure whose output holds control characters, and a passing
     task with a long id, validated as a user would at 80 columns: each id whole, each failure in

@@ -24,7 +24,7 @@ from osmosis_harbor.sandbox.owner import head_start as head_start_module
 from tests.support.backends import make_backend
 from tests.support.common import graded_template, managed_containers
 from tests.support.rollout_server import client_for, serve
-from tests.support.sdk_paths import DOCKER, SdkPath
+from tests.support.sdk_paths import DOCKER, DOCKER_PATH_ONLY, SdkPath
 
 pytestmark = pytest.mark.slow
 
@@ -96,6 +96,7 @@ def _left(sdk: SdkPath) -> list[str]:
     return [c["Names"][0].lstrip("/") for c in managed_containers(os.getpid())]
 
 
+@DOCKER_PATH_ONLY
 async def test_the_verifier_runs_in_the_sandbox_started_while_the_agent_ran(
     tmp_path, bundles_dir, fake_chat, api_key, graded_task, events, sandbox_sdk: SdkPath
 ):
@@ -116,6 +117,7 @@ async def test_the_verifier_runs_in_the_sandbox_started_while_the_agent_ran(
     assert _left(sandbox_sdk) == []
 
 
+@DOCKER_PATH_ONLY
 async def test_a_head_start_nobody_takes_is_terminated(
     tmp_path, bundles_dir, fake_chat, api_key, graded_task, events, sandbox_sdk: SdkPath
 ):
