@@ -27,8 +27,8 @@ from osmosis_harbor.backend import HarborBackend
 from osmosis_harbor.keys import MARKER
 from osmosis_harbor.sandbox import environment_config
 from osmosis_harbor.shim.errors import Redactor
-from tests.e2e.lost_sandbox.test_lost_in_agent_or_verifier import engine, waiting_at
 from tests.support.common import FIXTURES, TASKS, managed_containers
+from tests.support.lost_sandbox import engine, waiting_at
 from tests.support.rollout_server import client_for, serve
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("osmosis_home")]

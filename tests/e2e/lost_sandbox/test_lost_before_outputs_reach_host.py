@@ -27,8 +27,8 @@ from osmosis_harbor.backend import attempts
 from osmosis_harbor.sandbox import SandboxEnvironment
 from osmosis_harbor.sandbox.docker import labels as L
 from osmosis_harbor.sandbox.owner.head_start import VERIFIER_SESSION_MARK
-from tests.e2e.lost_sandbox.test_lost_in_agent_or_verifier import diagnostics, engine, make_backend, start, tasks  # noqa: F401 (fixture)
 from tests.support.common import managed_containers
+from tests.support.lost_sandbox import diagnostics, engine, make_backend, start
 from tests.support.rollout_server import client_for, serve
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("osmosis_home")]

@@ -25,8 +25,8 @@ from osmosis_harbor.sandbox import docker as docker_sdk
 from osmosis_harbor.sandbox.docker import labels as L
 from osmosis_harbor.sandbox.sdk.calls import Dual
 from osmosis_harbor.tasks.refs import ResolvedTask
-from tests.e2e.lost_sandbox.test_lost_in_agent_or_verifier import engine, make_backend, sandbox_of, start, tasks  # noqa: F401 (fixture)
 from tests.support.common import managed_containers, wait_until
+from tests.support.lost_sandbox import engine, make_backend, sandbox_of, start
 from tests.support.rollout_server import client_for, serve
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("osmosis_home")]

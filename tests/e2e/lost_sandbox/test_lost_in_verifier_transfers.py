@@ -37,10 +37,10 @@ from osmosis_ai.rollout.types import RolloutStatus
 from osmosis_harbor.backend import attempts
 from osmosis_harbor.sandbox import SandboxEnvironment
 from osmosis_harbor.shim import contract
-from tests.e2e.lost_sandbox.test_lost_in_agent_or_verifier import diagnostics, make_backend, start, tasks  # noqa: F401 (fixture)
 from tests.e2e.sandbox.test_exec_records import fault_on_result_read
 from tests.support.common import managed_containers
 from tests.support.emulator import EmulatorServer
+from tests.support.lost_sandbox import diagnostics, make_backend, start
 from tests.support.rollout_server import client_for, serve
 from tests.support.sdk_paths import EMULATOR, SdkPath
 
