@@ -17,29 +17,29 @@ HARBOR_UNAVAILABLE = 3  # bootstrap.sh --harbor: no such Harbor on the configure
 # What the Harbor 0.26 leg runs by default: every difference between the lines, and the key
 # end-to-end paths, each on both local SDKs where the test is parametrized by SDK.
 HARBOR_026_TESTS = (
-    "tests/test_harbor_surface.py",
-    "tests/test_skypilot_call_shapes.py",  # the sky.sandbox calls kept from Harbor
-    "tests/test_harbor_lines.py",  # preflight, options, error policies, harbor run, a lost sandbox
-    "tests/test_backend_e2e.py::test_template_mode_with_grader",  # graded and ungraded rollouts
-    "tests/test_backend_e2e.py::test_grader_timeout_is_a_timeout",  # a verifier timeout
-    "tests/test_public_formats.py::test_oracle_verdicts_on_public_task_formats",  # validate, multi-step
-    "tests/test_public_formats.py::test_nop_verdicts_on_public_task_formats",
-    "tests/test_prewarm_and_lifecycle.py::test_server_with_prewarm_lifespan_serves_from_a_warm_pool",
-    "tests/test_reward_integrity.py",
-    "tests/test_lost_sandbox.py",  # a lost sandbox, infra_retries
-    "tests/test_exec_folds.py",  # transfers riding Harbor's verifier command
+    "tests/unit/harbor_compat/test_surface.py",
+    "tests/unit/sandbox/test_skypilot_call_shapes.py",  # the sky.sandbox calls kept from Harbor
+    "tests/e2e/cli/test_harbor_lines.py",  # preflight, options, error policies, harbor run, a lost sandbox
+    "tests/e2e/backend/test_rollouts.py::test_template_mode_with_grader",  # graded and ungraded rollouts
+    "tests/e2e/backend/test_rollouts.py::test_grader_timeout_is_a_timeout",  # a verifier timeout
+    "tests/e2e/cli/test_public_formats.py::test_oracle_verdicts_on_public_task_formats",  # validate, multi-step
+    "tests/e2e/cli/test_public_formats.py::test_nop_verdicts_on_public_task_formats",
+    "tests/e2e/backend/test_prewarm_and_lifecycle.py::test_server_with_prewarm_lifespan_serves_from_a_warm_pool",
+    "tests/e2e/guard/test_reward_integrity.py",
+    "tests/e2e/lost_sandbox/test_lost_in_agent_or_verifier.py",  # a lost sandbox, infra_retries
+    "tests/e2e/transfer/test_exec_folds.py",  # transfers riding Harbor's verifier command
     # warm interpreters through Harbor's trial: served warm, the cold result; its agent timeout
-    "tests/test_warm_interpreters.py::test_a_graded_rollout_is_served_warm_and_gives_the_cold_result",
-    "tests/test_warm_interpreters.py::test_an_agent_timeout_kills_a_warm_served_run",
-    "tests/test_workers.py",  # workers=N: each worker's queue rebuilt from the user's (harbor_compat/queue_facts.py)
-    "tests/test_terminations_after_result.py",  # a result before its sandboxes' terminations, through Harbor's trial
-    "tests/test_baked_bundle.py::test_sandbox_call_budget_of_trivial_and_graded_rollouts",  # both transfer routes
+    "tests/e2e/backend/test_warm_interpreters.py::test_a_graded_rollout_is_served_warm_and_gives_the_cold_result",
+    "tests/e2e/backend/test_warm_interpreters.py::test_an_agent_timeout_kills_a_warm_served_run",
+    "tests/e2e/backend/test_workers.py",  # workers=N: each worker's queue rebuilt from the user's (harbor_compat/queue_facts.py)
+    "tests/e2e/backend/test_terminations_after_result.py",  # a result before its sandboxes' terminations, through Harbor's trial
+    "tests/e2e/backend/test_baked_bundle.py::test_sandbox_call_budget_of_trivial_and_graded_rollouts",  # both transfer routes
     # a task's own tests in a fresh sandbox of its image (Harbor's separate verifier), plants that do not pay
-    "tests/test_fresh_verifier.py::test_an_honest_answer_scores_one_and_a_wrong_one_zero",
-    "tests/test_fresh_verifier.py::test_no_plant_in_the_agents_sandbox_pays_in_a_fresh_one",
-    "tests/test_guard_trees.py::test_an_addition_anywhere_in_an_import_tree_is_tampering",  # the shared guard
-    "tests/test_unencodable_results.py::test_a_workflows_unencodable_failure_is_its_own_in_process",  # Harbor's records
-    "tests/test_leak_audit.py::test_a_training_server_refuses_a_leaking_task_by_default",  # the leak audit
+    "tests/e2e/guard/test_fresh_verifier.py::test_an_honest_answer_scores_one_and_a_wrong_one_zero",
+    "tests/e2e/guard/test_fresh_verifier.py::test_no_plant_in_the_agents_sandbox_pays_in_a_fresh_one",
+    "tests/e2e/guard/test_guard_trees.py::test_an_addition_anywhere_in_an_import_tree_is_tampering",  # the shared guard
+    "tests/e2e/backend/test_unencodable_results.py::test_a_workflows_unencodable_failure_is_its_own_in_process",  # Harbor's records
+    "tests/e2e/cli/test_leak_audit.py::test_a_training_server_refuses_a_leaking_task_by_default",  # the leak audit
 )
 
 

@@ -16,7 +16,7 @@ one; directories in the default mode; every entry's mtime (as ``(mtime, mtime)``
 set when it is made, so a non-empty one ends up with the time its last entry was written, as
 when extracting). Anything else (a link of either kind, a special file, a name that is not
 ASCII, an entry we cannot read, a source that is a file, missing or a link) goes to Harbor's
-own ``copy_via_tar`` unchanged, refusals and messages included. ``tests/test_artifact_copy.py``
+own ``copy_via_tar`` unchanged, refusals and messages included. ``tests/unit/harbor_compat/test_artifact_copy.py``
 compares both on generated trees. It is installed like the other Harbor fast paths (``fastpaths``), only
 over the ``copy_via_tar`` source and the Python ``data`` filter it was verified against.
 """

@@ -10,7 +10,7 @@ Harbor 0.25 offers no way to hand a trial an already checked task.
 
 What this does: it installs string-based versions of those five functions in Harbor's classes
 and modules. Each one computes exactly what Harbor's does, in the same order, raising the same
-errors with the same messages; ``tests/test_harbor_fastpaths.py`` checks that against Harbor's
+errors with the same messages; ``tests/unit/harbor_compat/test_fastpaths.py`` checks that against Harbor's
 originals on generated task trees (``.harborignore`` rules, links inside and out, loops). Each
 is installed only when the Harbor function it replaces has the source it was verified against
 (a different Harbor keeps its own code; ``installed()`` says what was replaced), and

@@ -6,7 +6,7 @@ Why: ``build_trial_lock`` (every trial, ``harbor/models/job/lock.py``) asks
 own parse: two of a trial's three ``task.toml`` parses. Both answers are immutable values that
 depend on the file's text alone, so these compute them as Harbor does, once per distinct text
 (the file is still read each time, so an edited task is seen at once). Installed by
-``fastpaths`` over the verified Harbor source; ``tests/test_harbor_fastpaths.py``
+``fastpaths`` over the verified Harbor source; ``tests/unit/harbor_compat/test_fastpaths.py``
 compares them with Harbor's own on valid, invalid, multi-step and versioned task files.
 """
 

@@ -7,7 +7,7 @@ image commands, pool upload) as copies, listed too, so that a change there says 
 stale; Harbor's private constants are re-exported by ``skypilot_names.py``. Elsewhere we call a private helper of Harbor's lint
 CLI, copy a command its verifier builds, and subclass its agent base. Each such name is listed
 here: the Harbor object, the name, the shape we rely on (parameter names and kinds, or what kind
-of attribute it is), how we use it and why. ``tests/test_harbor_surface.py`` checks each against
+of attribute it is), how we use it and why. ``tests/unit/harbor_compat/test_surface.py`` checks each against
 the installed Harbor, and checks that the list is complete, so a Harbor release that renames or
 reshapes one fails there, by name, instead of inside a trial. An entry holds on the Harbor
 lines it names (``lines``, ``version.py``): where 0.25 and 0.26 differ, each has its own entry,

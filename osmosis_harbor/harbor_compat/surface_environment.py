@@ -209,7 +209,7 @@ ENVIRONMENT_NAMES: tuple[HarborName, ...] = (
         "(self)",
         (K,),
         PREPARATION,
-        "REMOVE_REWARDS_COMMAND, skipped on a fresh dir (tests/test_transfers.py compares the two), and "
+        "REMOVE_REWARDS_COMMAND, skipped on a fresh dir (tests/e2e/transfer/test_archives.py compares the two), and "
         "answered by the verifier guard's check, which empties /logs/verifier",
     ),
 )

@@ -12,7 +12,7 @@ Why a shared inode is safe here: nothing writes a copied file in place. Our own 
 through ``write_file``, which renames a new file over the name (the linked inode keeps its
 bytes); Harbor and the sandbox environment only read the task (its load, hashes, image build
 context and uploads: the sandbox gets bytes, never the host file); the key scrub walks trial
-directories, never the task copy. ``tests/test_prepared_copies.py`` checks that a prepared
+directories, never the task copy. ``tests/unit/tasks/test_prepared_copies.py`` checks that a prepared
 template's bytes are unchanged after a rollout whose copy was rewritten.
 
 The tree's signature (each entry's kind, mode, size, inode, mtime and ctime, and link

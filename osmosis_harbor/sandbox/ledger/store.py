@@ -19,8 +19,8 @@ so they survive the process and the next reader sees them, exactly as with ``FUL
 then be lost (the file is never corrupted), and a sandbox created in that window is unknown to
 the ledger, so on SkyPilot it bills until its TTL (on Docker its owner labels still find it).
 So a row is still written before each create call, and still there after a kill -9 of its
-owner (``tests/test_ledger_lifecycle.py``, ``tests/test_ledger_serving.py``,
-``tests/test_ledger_connections.py``).
+owner (``tests/e2e/sandbox/test_ledger_lifecycle.py``, ``tests/e2e/sandbox/test_ledger_serving.py``,
+``tests/unit/sandbox/test_ledger_connections.py``).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ when the API server cannot be reached, ``ServerTemporarilyUnavailableError``,
 "delete_pool 500s"). So an exception is read here by its HTTP status when it carries one
 (``status_code``, or its ``response``'s), then by those documented names anywhere in its class
 hierarchy, then by its builtin family; every caller asks this module, never ``isinstance`` on a
-builtin, so both shapes mean the same thing (``tests/test_api_faults.py`` raises each kind in
+builtin, so both shapes mean the same thing (``tests/e2e/sandbox/test_api_faults.py`` raises each kind in
 both shapes).
 """
 

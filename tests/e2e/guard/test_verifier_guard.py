@@ -1,0 +1,293 @@
+"""A task's own tests, run in the agent's sandbox, give their honest verdict however a root
+workflow attacks them: the verifier guard (``osmosis_harbor/sandbox/guard``).
+
+Every rollout runs ``OutputWorkflow``, whose scripted policy replies with a shell command that the
+workflow runs as root in its sandbox: the wrong answer (``7`` where ``tests/fixtures/
+guard_dataset/sum-42`` wants ``42``), then one attack on that task's ``test.sh``, which calls
+``cat`` and ``python3`` through the loader. Through the real backend and the osmosis server, on
+``docker`` and ``skypilot-emulator``, each attack under the guard ends the rollout as the
+workflow's own failure (``agent_error``, ``verifier_tampered`` = 1, a message naming what it
+found). Positive control: the same attacks with the guard switched off
+(``OSMOSIS_HARBOR_VERIFIER_GUARD=0``) forge reward 1.0, so each attack is real.
+
+A real solve still scores 1, and a solution that leaves a service the tests call
+(``service-reverse``) keeps it once ``validate``'s oracle run recorded it as the task's allowance.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import subprocess
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from harbor.trial.queue import TrialQueue
+from osmosis_ai.rollout.types import RolloutErrorCategory, RolloutResultResponse, RolloutStatus
+
+from osmosis_harbor.backend import HarborBackend
+from osmosis_harbor.tasks.discovery import discover_tasks
+from osmosis_harbor.testing.scripted_policy import FakeChatServer
+from osmosis_harbor.validate import validate_tasks
+from tests.support.common import FIXTURES, managed_containers
+from tests.support.rollout_server import client_for, serve
+from tests.support.sdk_paths import EMULATOR, SdkPath
+
+pytestmark = pytest.mark.slow
+
+DATASET = FIXTURES / "guard_dataset"
+PROJECT = FIXTURES / "rollout_project"
+WRONG = "echo 7 > /app/sum.txt"
+FORGED = '{"reward": 1.0}'
+# Two steps in one sandbox; in the second, the tampered variant's policy replaces cat.
+MULTI_STEP = ("two-steps", "two-steps-tampered")
+
+# Keeps writing a perfect reward where Harbor reads it (after test.sh wrote 0), named as argv[1].
+REWRITER = f"""
+import ctypes, os, sys, time
+if len(sys.argv) > 1:
+    ctypes.CDLL(None).prctl(15, sys.argv[1].encode(), 0, 0, 0)  # PR_SET_NAME: its comm too
+end = time.time() + 300
+while time.time() < end:
+    try:
+        with open("/logs/verifier/.forged", "w") as f:
+            f.write({FORGED!r})
+        os.replace("/logs/verifier/.forged", "/logs/verifier/reward.json")
+    except OSError:
+        pass
+    time.sleep(0.005)
+"""
+# Lies only about the answer: everything else (an exec record's own reads) gets the real cat.
+FAKE_CAT = '#!/bin/sh\ncase "$1" in /app/sum.txt) echo 42 ;; *) exec /usr/lib/cat.real "$@" ;; esac\n'
+FAKE_PYTHON = f"#!/bin/sh\necho '{FORGED}' > /logs/verifier/reward.json\n"
+FORGING_PTH = f"import atexit; atexit.register(lambda: open('/logs/verifier/reward.json', 'w').write({FORGED!r}))\n"
+# Loaded into every process by /etc/ld.so.preload: as each exits, a reward there becomes 1.0.
+FORGING_LIBRARY = r"""
+#include <fcntl.h>
+#include <unistd.h>
+__attribute__((destructor)) static void forge(void) {
+    int fd = open("/logs/verifier/reward.json", O_WRONLY | O_TRUNC);
+    if (fd >= 0) { write(fd, "{\"reward\": 1.0}", 15); close(fd); }
+}
+"""
+
+
+def _file(path: str, content: bytes | str, mode: str = "644") -> str:
+    data = content.encode() if isinstance(content, str) else content
+    return f"echo {base64.b64encode(data).decode()} | base64 -d > {path}.new && chmod {mode} {path}.new && mv {path}.new {path}"
+
+
+def _detached(command: str) -> str:
+    return f"setsid {command} </dev/null >/dev/null 2>&1 &"
+
+
+def _attacks(library: bytes) -> dict[str, tuple[str, str]]:
+    """Each attack's command (after the wrong answer) and what the guard's message must name."""
+    rewriter = _file("/tmp/rewriter.py", REWRITER)
+    return {
+        "new-session": (f"{rewriter}; {_detached('python3 /tmp/rewriter.py')}", "python3 /tmp/rewriter.py"),
+        "double-fork": (
+            f"{rewriter}; ( ( python3 /tmp/rewriter.py </dev/null >/dev/null 2>&1 & ) & )",
+            "python3 /tmp/rewriter.py",
+        ),
+        "respawning": (
+            f"{rewriter}; {_detached("bash -c 'while true; do python3 /tmp/rewriter.py; done'")}",
+            "while true; do python3 /tmp/rewriter.py",
+        ),
+        "named-init": (
+            f"{rewriter}; {_detached("bash -c 'exec -a /sbin/init python3 /tmp/rewriter.py init'")}",
+            "/sbin/init",
+        ),
+        "replaced-cat": (
+            f"cp /usr/bin/cat /usr/lib/cat.real; {_file('/usr/bin/cat', FAKE_CAT, '755')}",
+            "/usr/bin/cat changed",
+        ),
+        "replaced-python": (_file("/usr/bin/python3", FAKE_PYTHON, "755"), "/usr/bin/python3 changed"),
+        "pth-hook": (
+            _file("/usr/lib/python3/dist-packages/zz-forge.pth", FORGING_PTH),
+            "zz-forge.pth added (startup-hook)",
+        ),
+        "loader-preload": (
+            f"{_file('/usr/lib/libforge.so', library)}; echo /usr/lib/libforge.so > /etc/ld.so.preload",
+            "/etc/ld.so.preload added (loader)",
+        ),
+    }
+
+
+@pytest.fixture(scope="module")
+def forging_library(tmp_path_factory: pytest.TempPathFactory) -> bytes:
+    """The preload attack's shared library, built with the host's compiler (which the guard needs too)."""
+    directory = tmp_path_factory.mktemp("forge")
+    (directory / "forge.c").write_text(FORGING_LIBRARY)
+    subprocess.run(
+        ["cc", "-shared", "-fPIC", "-O2", "-s", "-o", str(directory / "forge.so"), str(directory / "forge.c")],
+        check=True,
+    )
+    return (directory / "forge.so").read_bytes()
+
+
+@dataclass
+class Runs:
+    sdk: SdkPath
+    guarded: dict[str, RolloutResultResponse] = field(default_factory=dict)
+    unguarded: dict[str, RolloutResultResponse] = field(default_factory=dict)
+    service: dict[str, Any] = field(default_factory=dict)
+    routes: dict[str, int] = field(default_factory=dict)
+
+
+def _backend(root: Path, sdk: SdkPath, name: str) -> HarborBackend:
+    return HarborBackend(
+        orchestrator=TrialQueue(n_concurrent=3),
+        tasks_dir=DATASET,
+        task_mode="dataset",
+        agent="rollout_fixtures.workflows:OutputWorkflow",
+        workflow_config="rollout_fixtures.workflows:fixture_config",
+        code_dir=PROJECT,
+        bundles_dir=None,  # the session's cache ($OSMOSIS_HARBOR_BUNDLES, tests/conftest.py)
+        environment_config=sdk.environment(),
+        trials_dir=root / f"trials-{name}",
+    )
+
+
+async def _rollouts(backend: HarborBackend, commands: dict[str, tuple[str, str]]) -> dict[str, RolloutResultResponse]:
+    """One rollout per command (``name: (task, command)``), all at once through the osmosis server."""
+    chat = FakeChatServer()
+    try:
+        async with serve(backend) as url, client_for(url) as client:
+            results = await asyncio.gather(
+                *(
+                    client.run_rollout(
+                        initial_messages=[{"role": "user", "content": f"Do the task.\nreply: {command}"}],
+                        chat_completions_url=chat.base_url,
+                        rollout_id=f"guard-{name}-{uuid.uuid4().hex[:6]}",
+                        llm_api_key="sk-guard",
+                        metadata={"harbor_task_id": task},
+                    )
+                    for name, (task, command) in commands.items()
+                )
+            )
+    finally:
+        chat.close()
+    return dict(zip(commands, results, strict=True))
+
+
+def _solve_service(port: int) -> str:
+    solve = (DATASET / "service-reverse" / "solution" / "solve.sh").read_text().replace("50051", str(port))
+    return f"{_file('/tmp/solve.sh', solve, '755')}; /tmp/solve.sh"
+
+
+@pytest.fixture(scope="module", params=["docker", EMULATOR])
+async def runs(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, forging_library: bytes
+) -> AsyncIterator[Runs]:
+    sdk = (
+        SdkPath("docker")
+        if request.param == "docker"
+        else SdkPath(EMULATOR, request.getfixturevalue("emulator_server"))
+    )
+    root = tmp_path_factory.mktemp(f"guard-{request.param}")
+    attacks = {name: ("sum-42", f"{WRONG}; {command}") for name, (command, _) in _attacks(forging_library).items()}
+    out = Runs(sdk, routes=sdk.routes())
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("HOME", str(root))
+        patch.setenv("OSMOSIS_HARBOR_VERIFIER_ALLOWANCES", str(root / "allowances"))
+        # The guard itself is under test: on the emulator (SkyPilot's sh -c) a root agent whose tests
+        # share its sandbox is refused unless opted into (test_guard_trees.py shows both).
+        patch.setenv("OSMOSIS_HARBOR_ALLOW_SHARED_VERIFIER_WITH_SHELL_EXEC", "1")
+        guarded = {**attacks, "honest": ("sum-42", "echo 42 > /app/sum.txt"), "wrong": ("sum-42", WRONG)}
+        guarded["service-unrecorded"] = ("service-reverse", _solve_service(50051))
+        guarded |= {name: (name, "true") for name in MULTI_STEP}  # each step's instruction scripts its reply
+        out.guarded = await _rollouts(_backend(root, sdk, "guarded"), guarded)
+        # validate's oracle run records the service as the task's allowance; rollouts keep it then
+        [service] = [t for t in discover_tasks(DATASET) if t.id == "service-reverse"]
+        for agent in ("oracle", "nop"):
+            report = await validate_tasks([service], environment=sdk.environment(), agent=agent)
+            out.service[agent] = report.tasks[0]
+        out.service["rollouts"] = await _rollouts(
+            _backend(root, sdk, "service"),
+            {
+                "kept": ("service-reverse", _solve_service(50051)),
+                "other-port": ("service-reverse", _solve_service(50052)),
+            },
+        )
+        patch.setenv("OSMOSIS_HARBOR_VERIFIER_GUARD", "0")
+        out.unguarded = await _rollouts(
+            _backend(root, sdk, "unguarded"), {**attacks, "two-steps-tampered": ("two-steps-tampered", "true")}
+        )
+    yield out
+    if sdk.is_emulator:
+        assert sdk.sandboxes_left() == [], "emulator sandboxes left behind"
+    else:
+        assert not managed_containers(owner_pid=os.getpid()), "sandboxes left behind"
+
+
+def test_a_real_solve_scores_one_and_a_wrong_answer_zero(runs: Runs) -> None:
+    """On the emulator, SkyPilot's own calls (no archives) carried the guard and the transfers."""
+    runs.sdk.assert_harbors_transfer_path(runs.routes)
+    honest, wrong = runs.guarded["honest"], runs.guarded["wrong"]
+    assert honest.status is RolloutStatus.SUCCESS, honest.err_message
+    assert honest.sample is not None and honest.sample.reward == 1.0
+    assert honest.sample.metrics["verifier_tampered"] == 0.0
+    assert wrong.status is RolloutStatus.SUCCESS and wrong.sample is not None and wrong.sample.reward == 0.0
+
+
+@pytest.mark.parametrize("attack", list(_attacks(b"").keys()))
+def test_the_guard_ends_every_attack_as_the_workflows_failure(runs: Runs, attack: str) -> None:
+    result = runs.guarded[attack]
+    _, named = _attacks(b"")[attack]
+    assert result.status is RolloutStatus.FAILURE, (
+        f"{attack}: {result.status} reward {result.sample and result.sample.reward}"
+    )
+    assert result.err_category is RolloutErrorCategory.AGENT_ERROR
+    assert "the verifier's environment was tampered with" in (result.err_message or ""), result.err_message
+    assert named in (result.err_message or ""), result.err_message
+    assert result.sample is not None and result.sample.metrics["verifier_tampered"] == 1.0
+    assert result.sample.metrics.get("commands") == 1.0  # the workflow's own sample still arrived
+
+
+@pytest.mark.parametrize("attack", list(_attacks(b"").keys()))
+def test_without_the_guard_every_attack_forges_the_reward(runs: Runs, attack: str) -> None:
+    """Positive control: the same command, the guard off, pays 1.0 for the wrong answer."""
+    result = runs.unguarded[attack]
+    assert result.status is RolloutStatus.SUCCESS, (attack, result.err_message)
+    assert result.sample is not None and result.sample.reward == 1.0, attack
+    assert "verifier_tampered" not in result.sample.metrics
+
+
+def test_a_service_is_kept_once_validate_recorded_it(runs: Runs) -> None:
+    """Without an allowance every process the workflow left dies, the service too (so the tests
+    fail and the rollout is the workflow's failure); ``validate``'s oracle run keeps what its
+    solution leaves listening and records it; a later rollout's service on that port is kept."""
+    unrecorded = runs.guarded["service-unrecorded"]
+    assert unrecorded.status is RolloutStatus.FAILURE and unrecorded.err_category is RolloutErrorCategory.AGENT_ERROR
+    assert "python3 /app/server.py" in (unrecorded.err_message or "") and "left running" in (
+        unrecorded.err_message or ""
+    )
+    oracle, nop = runs.service["oracle"], runs.service["nop"]
+    assert oracle.passed and oracle.reward == 1.0, oracle.error
+    assert nop.passed and nop.reward == 0.0, nop.error
+    kept, other = runs.service["rollouts"]["kept"], runs.service["rollouts"]["other-port"]
+    assert kept.status is RolloutStatus.SUCCESS, kept.err_message
+    assert kept.sample is not None and kept.sample.reward == 1.0
+    assert kept.sample.metrics["verifier_services_kept"] >= 1 and kept.sample.metrics["verifier_tampered"] == 0.0
+    assert other.status is RolloutStatus.FAILURE and "left running" in (other.err_message or "")
+
+
+def test_each_step_of_a_multi_step_task_is_checked(runs: Runs) -> None:
+    """The first step's own tests change a toolchain file (``/etc/steps.log``): trusted, so the
+    record made before the second step's agent includes it and nothing is blamed on the agent. The
+    second step's replaced ``cat`` is caught at that step's check; unguarded, it forges 1.0."""
+    honest, tampered = runs.guarded["two-steps"], runs.guarded["two-steps-tampered"]
+    assert honest.status is RolloutStatus.SUCCESS, honest.err_message
+    assert honest.sample is not None and honest.sample.reward == 1.0
+    assert honest.sample.metrics["step_reward/first"] == honest.sample.metrics["step_reward/second"] == 1.0
+    assert honest.sample.metrics["verifier_tampered"] == 0.0
+    assert tampered.status is RolloutStatus.FAILURE and tampered.err_category is RolloutErrorCategory.AGENT_ERROR
+    assert "/usr/bin/cat changed" in (tampered.err_message or ""), tampered.err_message
+    forged = runs.unguarded["two-steps-tampered"]
+    assert forged.status is RolloutStatus.SUCCESS and forged.sample is not None and forged.sample.reward == 1.0
