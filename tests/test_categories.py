@@ -17,7 +17,8 @@ from harbor.models.trial.config import TaskConfig, TrialConfig
 from harbor.models.trial.result import AgentInfo, ExceptionInfo, LocalTaskId, TimingInfo, TrialResult
 from osmosis_ai.rollout.types import RolloutErrorCategory, RolloutStatus
 
-from osmosis_harbor.backend.outcome import RewardSource, build_outcome
+from osmosis_harbor.backend.outcome import build_outcome
+from osmosis_harbor.backend.plan import RewardSource
 
 T0 = datetime(2026, 12, 1, tzinfo=UTC)
 FORGED = {

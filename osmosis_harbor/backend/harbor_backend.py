@@ -56,6 +56,7 @@ from osmosis_harbor.credentials import RolloutCredentials
 from osmosis_harbor.errors import ConfigError, OsmosisHarborError, TaskResolutionError, VerifierGuardError
 from osmosis_harbor.harbor_compat import error_policies
 from osmosis_harbor.harbor_compat import fastpaths as harbor_fastpaths
+from osmosis_harbor.harbor_compat.queue_facts import queue_slots
 from osmosis_harbor.keys import KeyCustody, default_trials_dirs, sweep_unscrubbed
 from osmosis_harbor.prewarm import PrewarmReport, ProgressCallback
 from osmosis_harbor.sandbox.guard import add_guard_hooks
@@ -156,7 +157,7 @@ class HarborBackend(ExecutionBackend):
             prewarming=self.prewarming,
         )
         # The queue's concurrency, ordered by us (retries first): see gate.py.
-        self.gate = TrialGate(options.orchestrator._n_concurrent)
+        self.gate = TrialGate(queue_slots(options.orchestrator))
         self.runner = TrialRunner(
             options.orchestrator,
             self.tracker,

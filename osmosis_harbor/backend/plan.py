@@ -17,6 +17,7 @@ import json
 import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -34,7 +35,6 @@ from osmosis_harbor.agents.native import native_agent_config
 from osmosis_harbor.agents.workflow import IMPORT_PATH as WORKFLOW_AGENT
 from osmosis_harbor.agents.workflow import VENV, agent_timeout_budget, bundle_check_command, install_command
 from osmosis_harbor.backend.options import BackendOptions
-from osmosis_harbor.backend.outcome import RewardSource
 from osmosis_harbor.bundle.info import BundleInfo
 from osmosis_harbor.errors import ConfigError
 from osmosis_harbor.sandbox.guard import GuardPlan, guard_binary
@@ -50,9 +50,17 @@ from osmosis_harbor.tasks.verifier import task_step_names
 from osmosis_harbor.tasks.verifier_allowance import guard_plan
 from osmosis_harbor.tasks.verifier_shell import shell_exec_refusal
 
-__all__ = ["GRADE_SCRIPT", "Planner", "Refusal", "RolloutPlan"]
+__all__ = ["GRADE_SCRIPT", "Planner", "Refusal", "RewardSource", "RolloutPlan"]
 
 GRADE_SCRIPT = "osmosis_grade.sh"
+
+
+class RewardSource(StrEnum):
+    """Where a rollout's reward comes from: the plan decides it once, the outcome reads it."""
+
+    GRADER = "grader"
+    TASK_TESTS = "task_tests"
+    NONE = "none"
 
 
 @dataclass(frozen=True)
