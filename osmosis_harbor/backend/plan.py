@@ -13,7 +13,6 @@ its image hash and setup proof are the rollout's.
 from __future__ import annotations
 
 import functools
-import json
 import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -30,7 +29,6 @@ from harbor.models.trial.config import (
 )
 from osmosis_ai.rollout.types import ExecutionRequest
 
-from osmosis_harbor import settings
 from osmosis_harbor.agents.native import native_agent_config
 from osmosis_harbor.agents.workflow import IMPORT_PATH as WORKFLOW_AGENT
 from osmosis_harbor.agents.workflow import VENV, agent_timeout_budget, bundle_check_command, install_command
@@ -40,6 +38,7 @@ from osmosis_harbor.errors import ConfigError
 from osmosis_harbor.sandbox.guard import GuardPlan, guard_binary
 from osmosis_harbor.sandbox.options import IMPORT_PATH, SandboxOptions
 from osmosis_harbor.sandbox.sdk.registry import implementation
+from osmosis_harbor.shim.models import RolloutInput
 from osmosis_harbor.tasks.dockerfile import EnvironmentPatch
 from osmosis_harbor.tasks.materialize import MaterializedTask, prepare_task, stage_rollout
 from osmosis_harbor.tasks.prepared import PreparedCopies
@@ -175,7 +174,7 @@ class Planner:
         sandbox = SandboxOptions.of(self.environment)
         chosen = sandbox.warm_interpreters
         if chosen is None:
-            chosen = settings.current().warm_interpreters
+            chosen = self.options.settings.warm_interpreters
         if chosen is not None:
             return chosen
         default = implementation(sandbox.sdk).warm_interpreters
@@ -324,7 +323,9 @@ class Planner:
         assert self.bundle is not None and self.bundle.agent_script
         rollout_input = work / "rollout_input.json"
         rollout_input.write_text(
-            json.dumps({"rollout_id": request.id, "prompt": request.prompt, "metadata": request.metadata})
+            RolloutInput(
+                rollout_id=request.id, prompt=list(request.prompt), metadata=request.metadata
+            ).model_dump_json()
         )
         kwargs: dict[str, Any] = {
             "bundle_wheel": str(self.bundle.wheel),

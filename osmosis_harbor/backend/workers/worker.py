@@ -172,17 +172,18 @@ def _backend(init: Init) -> Any:
     for entry in reversed(init.sys_path):
         if entry not in sys.path:
             sys.path.insert(0, entry)
-    from osmosis_harbor.backend.harbor_backend import HarborBackend
+    from osmosis_harbor.backend.in_process import InProcessBackend
+    from osmosis_harbor.backend.options import BackendOptions
     from osmosis_harbor.harbor_compat.queue_facts import make_queue
 
     kwargs = pickle.loads(base64.b64decode(init.options))  # noqa: S301 - the front's own options
-    return HarborBackend(
+    options = BackendOptions.parse(
         orchestrator=make_queue(init.n_concurrent, init.retry_config),
         trials_dir=Path(init.trials_dir),
         workers=1,
-        _work_root=Path(init.work_root),
         **kwargs,
     )
+    return InProcessBackend(options, work_root=Path(init.work_root))
 
 
 async def _serve(fd: int) -> None:
