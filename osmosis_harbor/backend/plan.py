@@ -38,7 +38,7 @@ from osmosis_harbor.errors import ConfigError
 from osmosis_harbor.sandbox.guard import GuardPlan, guard_binary
 from osmosis_harbor.sandbox.options import IMPORT_PATH, SandboxOptions
 from osmosis_harbor.sandbox.sdk.registry import implementation
-from osmosis_harbor.shim.models import RolloutInput
+from osmosis_harbor.shim.models import GradingInput, RolloutInput
 from osmosis_harbor.tasks.dockerfile import EnvironmentPatch
 from osmosis_harbor.tasks.materialize import MaterializedTask, prepare_task, stage_rollout
 from osmosis_harbor.tasks.prepared import PreparedCopies
@@ -190,12 +190,9 @@ class Planner:
         grading_input = None
         grade_command = f"/bin/sh /tests/{GRADE_SCRIPT}" if plan.grader_verifies else None
         if plan.grader_verifies and request is not None:
-            grading_input = {
-                "rollout_id": request.id,
-                "label": request.label,
-                "metadata": request.metadata,
-                "prompt": request.prompt,
-            }
+            grading_input = GradingInput(
+                rollout_id=request.id, label=request.label, metadata=request.metadata, prompt=list(request.prompt)
+            ).model_dump(mode="json")
         instruction = None
         if request is not None and self.options.task_mode is TaskMode.TEMPLATE:
             instruction = render_prompt(request.prompt)
