@@ -50,7 +50,7 @@ from osmosis_harbor.sandbox.relay.refusals import RelayRecord
 from osmosis_harbor.trials.export import export_rollout_files
 from osmosis_harbor.trials.naming import trial_name as make_trial_name
 
-__all__ = ["Attempt", "Attempts", "TrialRunner"]
+__all__ = ["Attempt", "LastTrial", "TrialRunner"]
 
 
 @dataclass(frozen=True)
@@ -96,7 +96,7 @@ class _TrialEnd:
 
 
 @dataclass(frozen=True)
-class Attempts:
+class LastTrial:
     """What the retry loop ends with: the last trial's result (or the outcome that ended the
     rollout), its trial directory, the extra fields recording the attempts, and the last
     attempt's verifier guard (None when its tests do not run in the agent's sandbox)."""
@@ -172,7 +172,7 @@ class TrialRunner:
         if remove:
             shutil.rmtree(trial_dir, True)
 
-    async def _attempts(self, attempt: Attempt, state: RolloutState | None, extra: dict[str, Any]) -> Attempts:
+    async def _attempts(self, attempt: Attempt, state: RolloutState | None, extra: dict[str, Any]) -> LastTrial:
         """Run the trial, and again on a fresh sandbox after each infrastructure failure."""
         failed: dict[str, list[dict[str, str]]] = {}
         config, trial_dir = attempt.config, attempt.trial_dir
@@ -187,14 +187,14 @@ class TrialRunner:
                 turn = _Turn(lease, priority, retries < self.infra_retries)
                 end = await self._trial(attempt, config, state, extra, turn, guard)
                 if end.failure is None or not turn.retry_left:
-                    return Attempts(end.result, trial_dir, {**extra, "attempts": retries + 1, **failed}, guard)
+                    return LastTrial(end.result, trial_dir, {**extra, "attempts": retries + 1, **failed}, guard)
                 retries += 1
                 failed.setdefault(end.failure.key, []).append(
                     {"trial_name": config.trial_name, "error": end.failure.reason}
                 )
                 if state is not None and state.cancel_requested:  # cancelled between attempts
                     await asyncio.to_thread(shutil.rmtree, trial_dir, True)
-                    return Attempts(cancelled({**extra, **failed}), trial_dir, extra)
+                    return LastTrial(cancelled({**extra, **failed}), trial_dir, extra)
                 config, trial_dir = await self._fresh_attempt(attempt, config, trial_dir)
                 extra = {**extra, "trial_name": config.trial_name}
                 priority = Priority.RETRY  # the lease was requeued as the failed trial ended
@@ -288,7 +288,7 @@ class TrialRunner:
         self.tracker.bind_trial(attempt.request.id, name, attempt.plan.task.task_id)
         return config.model_copy(update={"trial_name": name}), fresh
 
-    def _outcome(self, attempt: Attempt, ended: Attempts) -> ExecutionOutcome:
+    def _outcome(self, attempt: Attempt, ended: LastTrial) -> ExecutionOutcome:
         request, extra = attempt.request, dict(ended.extra)
         assert isinstance(ended.result, TrialResult)
         agent_sample: Any = ...

@@ -1,10 +1,11 @@
 """A worker process: ``python -m osmosis_harbor.backend.workers.worker --fd N``.
 
-It rebuilds an in-process ``HarborBackend`` (``workers=1``) from the front's options with its
-share of the queue's slots, then runs each submitted rollout inside a ``RolloutContext`` made
-from the ``Submit`` message (the backend reads the chat URL and key from it, as it does under
-the osmosis server), streams the rollout's status changes back and answers with its outcome.
-Its sandboxes carry this process as owner: if it dies, the front reaps them through the ledger.
+It builds an ``InProcessBackend`` from the front's options with its share of the queue's slots
+(and the front's retry policy, which already carries our exclusions), then runs each submitted
+rollout inside a ``RolloutContext`` made from the ``Submit`` message (the backend reads the chat
+URL and key from it, as it does under the osmosis server), streams the rollout's status changes
+back and answers with its outcome. Its sandboxes carry this process as owner: if it dies, the
+front reaps them through the ledger.
 
 The socket (fd ``N``, inherited) is the only channel: the key is never in argv, the
 environment or a file. A closed socket means the front is gone: the worker shuts its backend
