@@ -8,20 +8,24 @@ refusing the rollout's calls through no fault of its own: ``sandbox.relay.refusa
 the rollout's ``ExecutionOutcome``.
 A trial reaches the queue only while its rollout holds a slot of the backend's ``TrialGate``
 (retries first), and its sandbox starts inside the backend's start bound (``sandbox.starts``).
+
+The trial's context (its owner's trial scope and its verifier guard) is entered in one place,
+``_trial_context``, and what the trial's sandboxes wrote back to it (losses, terminations, an
+untaken head start) is read in ``_trial`` and ``_gated`` from the scope it yields.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from harbor.models.trial.config import TrialConfig
 from harbor.models.trial.result import TrialResult
-from harbor.trial.queue import TrialQueue
 from osmosis_ai.rollout.types import (
     ExecutionOutcome,
     ExecutionRequest,
@@ -30,29 +34,23 @@ from osmosis_ai.rollout.types import (
     RolloutStatus,
 )
 
-from osmosis_harbor import settings
 from osmosis_harbor.agents.native import sample_from_trajectory
 from osmosis_harbor.agents.workflow import agent_timeout_budget
 from osmosis_harbor.backend.gate import Lease, Priority, TrialGate
 from osmosis_harbor.backend.losses import recognise_loss
-from osmosis_harbor.backend.outcome import (
-    build_outcome,
-    cancelled,
-    lost_sandbox_message,
-    refused,
-)
+from osmosis_harbor.backend.options import BackendOptions
+from osmosis_harbor.backend.outcome import build_outcome, cancelled, lost_sandbox_message, refused
 from osmosis_harbor.backend.plan import RolloutPlan
 from osmosis_harbor.backend.tracker import RolloutState, RolloutTracker
-from osmosis_harbor.errors import SandboxLostError
 from osmosis_harbor.harbor_compat import error_policies
 from osmosis_harbor.keys import KeyCustody
 from osmosis_harbor.sandbox.guard import GuardSession
-from osmosis_harbor.sandbox.owner.context import SandboxOwner, current_owner, settle, trial_scope
+from osmosis_harbor.sandbox.owner.context import TrialScope, current_owner, settle, trial_scope
 from osmosis_harbor.sandbox.relay.refusals import RelayRecord
 from osmosis_harbor.trials.export import export_rollout_files
 from osmosis_harbor.trials.naming import trial_name as make_trial_name
 
-__all__ = ["Attempt", "TrialRunner"]
+__all__ = ["Attempt", "LastTrial", "TrialRunner"]
 
 
 @dataclass(frozen=True)
@@ -72,61 +70,74 @@ class Attempt:
 
 
 @dataclass(frozen=True)
+class InfraFailure:
+    """Why the infrastructure failed a trial: the outcome's extra key, and the reason."""
+
+    key: str  # "lost_sandboxes" or "relay_failures"
+    reason: str
+
+
+@dataclass(frozen=True)
 class _Turn:
     """One attempt's place in the backend's ``TrialGate``."""
 
     lease: Lease
     priority: Priority
     retry_left: bool  # an infrastructure failure would be retried
-    relay: RelayRecord | None
 
 
-def _infra_failure(
+@dataclass(frozen=True)
+class _TrialEnd:
+    """How one trial ended: its result (or the outcome that ends the rollout instead), and the
+    infrastructure failure that a retry would answer, judged once."""
+
+    result: TrialResult | ExecutionOutcome
+    failure: InfraFailure | None = None
+
+
+@dataclass(frozen=True)
+class LastTrial:
+    """What the retry loop ends with: the last trial's result (or the outcome that ended the
+    rollout), its trial directory, the extra fields recording the attempts, and the last
+    attempt's verifier guard (None when its tests do not run in the agent's sandbox)."""
+
+    result: TrialResult | ExecutionOutcome
+    trial_dir: Path
+    extra: Mapping[str, Any] = field(default_factory=dict)
+    guard: GuardSession | None = None
+
+
+def infra_failure(
     result: TrialResult | ExecutionOutcome, relay: RelayRecord | None, overrides: Mapping[str, Any]
-) -> tuple[str, str] | None:
-    """Why the infrastructure failed this trial, as (the outcome's extra key, the reason): a
-    lost sandbox (unless the user's ``override_error_policy`` says its type is not retried), or
-    the relay refusing a call of the rollout that it never recovered from."""
+) -> InfraFailure | None:
+    """Why the infrastructure failed this trial: a lost sandbox (unless the user's
+    ``override_error_policy`` says its type is not retried), or the relay refusing a call of
+    the rollout that it never recovered from."""
     if isinstance(result, ExecutionOutcome):
         return None
     if (lost := lost_sandbox_message(result)) is not None:
         info = result.exception_info
         if info is not None and not error_policies.retry_allowed(info.exception_type, overrides):
             return None
-        return "lost_sandboxes", lost
+        return InfraFailure("lost_sandboxes", lost)
     failure = relay.report().failure_message() if relay is not None else None
-    return ("relay_failures", failure) if failure is not None else None
-
-
-def _head_start(attempt: Attempt) -> bool:
-    """A single-step trial whose verifier runs in a sandbox of its own (the grader's, or a fresh
-    one for the task's tests): start it early (``sandbox.head_start``) unless
-    ``OSMOSIS_HARBOR_VERIFIER_HEAD_START=0``."""
-    plan = attempt.plan
-    return plan.verifier_sandbox and len(plan.steps) <= 1 and settings.current().verifier_head_start
+    return InfraFailure("relay_failures", failure) if failure is not None else None
 
 
 class TrialRunner:
     """Submits rollouts' trials and turns them into outcomes."""
 
-    def __init__(
-        self,
-        orchestrator: TrialQueue,
-        tracker: RolloutTracker,
-        custody: KeyCustody,
-        *,
-        infra_retries: int,
-        gate: TrialGate,
-        error_overrides: Mapping[str, Any] | None = None,
-    ) -> None:
-        self.orchestrator = orchestrator
+    def __init__(self, options: BackendOptions, tracker: RolloutTracker, custody: KeyCustody, *, gate: TrialGate):
+        self.orchestrator = options.orchestrator
+        self.infra_retries = options.infra_retries
+        self.error_overrides = dict(options.override_error_policy)
+        self.cleanup_success = options.cleanup_successful_trials
+        self.verifier_head_start = options.settings.verifier_head_start
         self.tracker = tracker
         self.custody = custody
-        self.infra_retries = infra_retries
         self.gate = gate
-        self.error_overrides = dict(error_overrides or {})
 
-    async def run(self, attempt: Attempt, *, cleanup_success: bool) -> ExecutionOutcome:
+    async def run(self, attempt: Attempt) -> ExecutionOutcome:
         request, trial_dir = attempt.request, attempt.trial_dir
         extra: dict[str, Any] = {"task_id": attempt.plan.task.task_id, "trial_name": attempt.config.trial_name}
         succeeded = False
@@ -137,17 +148,20 @@ class TrialRunner:
             state = self.tracker.get(request.id)
             if state is not None and state.cancel_requested:
                 return cancelled(extra)
-            result, trial_dir, extra, guard = await self._attempts(attempt, trial_dir, state, extra)
-            if isinstance(result, ExecutionOutcome):
-                return result
+            ended = await self._attempts(attempt, state, extra)
+            trial_dir = ended.trial_dir
+            if isinstance(ended.result, ExecutionOutcome):
+                return ended.result
             if await asyncio.to_thread(self.custody.seal, trial_dir):  # before anything reads the trial
-                extra = {**extra, "trial_dir_removed": "the trial could not be scrubbed of the API key"}
+                ended = replace(
+                    ended, extra={**ended.extra, "trial_dir_removed": "the trial could not be scrubbed of the API key"}
+                )
             # The trial dir holds what the sandbox wrote: read it off the event loop.
-            outcome = await asyncio.to_thread(self._outcome, attempt, result, trial_dir, extra, guard)
+            outcome = await asyncio.to_thread(self._outcome, attempt, ended)
             succeeded = outcome.result.status is RolloutStatus.SUCCESS
             return outcome
         finally:  # every other ending too: cancelled, refused, our own task cancelled
-            await asyncio.to_thread(self._close_trial, trial_dir, succeeded and cleanup_success, attempt)
+            await asyncio.to_thread(self._close_trial, trial_dir, succeeded and self.cleanup_success, attempt)
 
     def _close_trial(self, trial_dir: Path, remove: bool, exported: Attempt | None = None) -> None:
         """Seal the trial directory; copy ``exported``'s files to the platform's artifact root
@@ -158,119 +172,110 @@ class TrialRunner:
         if remove:
             shutil.rmtree(trial_dir, True)
 
-    async def _attempts(
-        self, attempt: Attempt, trial_dir: Path, state: RolloutState | None, extra: dict[str, Any]
-    ) -> tuple[TrialResult | ExecutionOutcome, Path, dict[str, Any], GuardSession | None]:
-        """Run the trial, and again on a fresh sandbox after each infrastructure failure.
-        Returns the last result (or the outcome that ended the rollout), its trial directory,
-        the extra fields recording the attempts, and the last attempt's verifier guard (None
-        when its tests do not run in the agent's sandbox)."""
+    async def _attempts(self, attempt: Attempt, state: RolloutState | None, extra: dict[str, Any]) -> LastTrial:
+        """Run the trial, and again on a fresh sandbox after each infrastructure failure."""
         failed: dict[str, list[dict[str, str]]] = {}
-        retries = 0
-        config = attempt.config
+        config, trial_dir = attempt.config, attempt.trial_dir
         lease = self.gate.lease()  # the rollout's place in line, kept by its retries
         priority = Priority.FIRST_ATTEMPT
+        retries = 0
         try:
             while True:
                 if attempt.relay is not None:
                     attempt.relay.clear()  # this attempt's calls only
-                turn = _Turn(lease, priority, retries < self.infra_retries, attempt.relay)
                 guard = GuardSession(attempt.plan.guard) if attempt.plan.guard is not None else None
-                result = await self._submit(config, state, extra, turn, head_start=_head_start(attempt), guard=guard)
-                failure = _infra_failure(result, attempt.relay, self.error_overrides)
-                if failure is None or retries >= self.infra_retries:
-                    break
+                turn = _Turn(lease, priority, retries < self.infra_retries)
+                end = await self._trial(attempt, config, state, extra, turn, guard)
+                if end.failure is None or not turn.retry_left:
+                    return LastTrial(end.result, trial_dir, {**extra, "attempts": retries + 1, **failed}, guard)
                 retries += 1
-                failed.setdefault(failure[0], []).append({"trial_name": config.trial_name, "error": failure[1]})
+                failed.setdefault(end.failure.key, []).append(
+                    {"trial_name": config.trial_name, "error": end.failure.reason}
+                )
                 if state is not None and state.cancel_requested:  # cancelled between attempts
                     await asyncio.to_thread(shutil.rmtree, trial_dir, True)
-                    return cancelled({**extra, **failed}), trial_dir, extra, None
+                    return LastTrial(cancelled({**extra, **failed}), trial_dir, extra)
                 config, trial_dir = await self._fresh_attempt(attempt, config, trial_dir)
                 extra = {**extra, "trial_name": config.trial_name}
                 priority = Priority.RETRY  # the lease was requeued as the failed trial ended
         finally:
             lease.release()
-        return result, trial_dir, {**extra, "attempts": retries + 1, **failed}, guard
 
-    async def _submit(
+    @staticmethod
+    @contextlib.contextmanager
+    def _trial_context(head_start: bool, guard: GuardSession | None) -> Iterator[TrialScope]:
+        """The trial's context, which the trial's task inherits (the environments Harbor makes
+        read it), inside the backend's owner scope (``execute``)."""
+        with trial_scope(head_start=head_start, guard=guard) as scope:
+            yield scope
+
+    async def _trial(
         self,
+        attempt: Attempt,
         config: TrialConfig,
         state: RolloutState | None,
         extra: dict[str, Any],
         turn: _Turn,
-        *,
-        head_start: bool = False,
-        guard: GuardSession | None = None,
-    ) -> TrialResult | ExecutionOutcome:
+        guard: GuardSession | None,
+    ) -> _TrialEnd:
         """One trial through the user's queue: its result, or the outcome that ends the rollout
         (cancelled, or a trial Harbor could not create). Waiting for a gate slot is part of the
-        trial's task, so cancelling a rollout that waits there cancels its wait. ``head_start``:
-        the trial's separate verifier gets its sandbox created while the agent runs
-        (``sandbox.head_start``); one nobody took is terminated before the trial counts as done."""
-        # The trial's task inherits these scopes (the environments Harbor makes read them), inside
-        # the backend's owner scope (``execute``).
-        with trial_scope(head_start=head_start, guard=guard) as scope:
-            trial = asyncio.ensure_future(self._gated(config, turn, scope.losses))
-        terminations, head = scope.terminations, scope.head_start
+        trial's task, so cancelling a rollout that waits there cancels its wait. A single-step
+        trial whose verifier has a sandbox of its own gets that sandbox created while the agent
+        runs (``sandbox.head_start``); one nobody took is terminated with the trial's sandboxes.
+        The sandboxes' terminations go on after the result, held by the owner (``settle_later``):
+        no part of the outcome depends on them."""
+        plan = attempt.plan
+        head_start = plan.verifier_sandbox and len(plan.steps) <= 1 and self.verifier_head_start
+        with self._trial_context(head_start, guard) as scope:
+            trial = asyncio.ensure_future(self._gated(config, turn, attempt.relay, scope))
         owner = current_owner("a trial's sandbox terminations")
         if state is not None:
             state.task = trial
         try:
             try:
-                return await self._finish(trial, terminations, owner)
+                return await asyncio.shield(trial)
             finally:
-                if head is not None:  # a head start nobody took goes with the trial's sandboxes
-                    owner.settle_later(head.close())
+                if trial.done():  # else we are being cancelled: the trial is taken down below first
+                    owner.settle_later(*scope.terminations)
+                if scope.head_start is not None:  # a head start nobody took goes with the trial's sandboxes
+                    owner.settle_later(scope.head_start.close())
         except asyncio.CancelledError:
             if not trial.done():  # our own task was cancelled: take the trial down with us
                 trial.cancel()
                 await asyncio.gather(trial, return_exceptions=True)
-                await settle(terminations)
+                await settle(scope.terminations)
                 raise
             current = asyncio.current_task()
             if current is not None and current.cancelling():
                 raise
-            return cancelled(extra)  # cancel_rollouts cancelled the trial
+            return _TrialEnd(cancelled(extra))  # cancel_rollouts cancelled the trial
         except Exception as exc:  # Trial.create errors escape the queue's coroutine
-            return refused(
-                f"trial could not be created: {type(exc).__name__}: {exc}",
-                {**extra, "failed_phase": "environment"},
-                RolloutErrorCategory.INTERNAL_ERROR,
+            return _TrialEnd(
+                refused(
+                    f"trial could not be created: {type(exc).__name__}: {exc}",
+                    {**extra, "failed_phase": "environment"},
+                    RolloutErrorCategory.INTERNAL_ERROR,
+                )
             )
 
-    async def _gated(self, config: TrialConfig, turn: _Turn, losses: list[SandboxLostError]) -> TrialResult:
-        """The trial, submitted once its rollout holds a gate slot, read as lost when one of
-        its sandboxes was (``losses``, whatever Harbor recorded: ``backend.losses``). The slot
-        goes back as the trial ends (its sandbox may still be terminating): to the next in
-        line, or, when the infrastructure lost the sandbox and a retry follows, with the retry
-        first in line."""
-        lease = turn.lease
-        await lease.acquire(turn.priority)
+    async def _gated(self, config: TrialConfig, turn: _Turn, relay: RelayRecord | None, scope: TrialScope) -> _TrialEnd:
+        """The trial, submitted once its rollout holds a gate slot, read as lost when one of its
+        sandboxes was (the losses its context collected: ``backend.losses``). The slot goes back
+        as the trial ends (its sandbox may still be terminating): to the next in line, or, when
+        the infrastructure failed it and a retry follows, with the retry first in line."""
+        await turn.lease.acquire(turn.priority)
         try:
-            result = recognise_loss(await self.orchestrator.submit(config), losses)
+            result = recognise_loss(await self.orchestrator.submit(config), scope.losses)
         except BaseException:
-            lease.release()
+            turn.lease.release()
             raise
-        if turn.retry_left and _infra_failure(result, turn.relay, self.error_overrides) is not None:
-            lease.requeue()
+        failure = infra_failure(result, relay, self.error_overrides)
+        if turn.retry_left and failure is not None:
+            turn.lease.requeue()
         else:
-            lease.release()
-        return result
-
-    @staticmethod
-    async def _finish(
-        trial: asyncio.Future[TrialResult], terminations: list[asyncio.Task[None]], owner: SandboxOwner
-    ) -> TrialResult:
-        """The trial's result, as soon as it has one: the trial stops its sandboxes without
-        waiting (its queue slot frees, a separate verifier starts meanwhile), and their
-        terminations go on after the result, held by the owner (``settle_later``: retried, kept
-        in the ledger, waited for at shutdown). A terminate is an API call (on SkyPilot, a pod's
-        deletion) that no part of the outcome depends on."""
-        try:
-            return await asyncio.shield(trial)
-        finally:
-            if trial.done():  # else we are being cancelled: the caller takes the trial down first
-                owner.settle_later(*terminations)
+            turn.lease.release()
+        return _TrialEnd(result, failure)
 
     async def _fresh_attempt(self, attempt: Attempt, config: TrialConfig, trial_dir: Path) -> tuple[TrialConfig, Path]:
         """The next attempt after a lost sandbox: a new trial name, so a new sandbox name (the
@@ -283,28 +288,27 @@ class TrialRunner:
         self.tracker.bind_trial(attempt.request.id, name, attempt.plan.task.task_id)
         return config.model_copy(update={"trial_name": name}), fresh
 
-    def _outcome(
-        self, attempt: Attempt, result: TrialResult, trial_dir: Path, extra: dict[str, Any], guard: GuardSession | None
-    ) -> ExecutionOutcome:
-        request = attempt.request
+    def _outcome(self, attempt: Attempt, ended: LastTrial) -> ExecutionOutcome:
+        request, extra = attempt.request, dict(ended.extra)
+        assert isinstance(ended.result, TrialResult)
         agent_sample: Any = ...
         if attempt.native_agent is not None:
             try:
-                agent_sample = sample_from_trajectory(trial_dir)
+                agent_sample = sample_from_trajectory(ended.trial_dir)
             except ValueError as exc:  # a trajectory we cannot read: keep the reward, say why
-                extra = {**extra, "trajectory_error": str(exc)}
+                extra["trajectory_error"] = str(exc)
                 agent_sample = None
             if agent_sample is None:
                 agent_sample = RolloutSample(messages=list(request.prompt))
-            extra = {**extra, "native_agent": attempt.native_agent}
+            extra["native_agent"] = attempt.native_agent
         return build_outcome(
-            result,
-            trial_dir,
+            ended.result,
+            ended.trial_dir,
             reward_source=attempt.plan.reward_source,
             label=request.label,
             base_extra=extra,
             agent_sample=agent_sample,
             agent_deadline_sec=None if attempt.native_agent else agent_timeout_budget(request.agent_timeout_sec),
             relay=attempt.relay.report() if attempt.relay is not None else None,
-            guard=guard,
+            guard=ended.guard,
         )

@@ -17,6 +17,7 @@ from typing import Any
 from osmosis_ai.rollout.types import RolloutErrorCategory
 
 from osmosis_harbor.errors import recorded_error
+from osmosis_harbor.shim.models import ErrorClaim
 from osmosis_harbor.trials.reading import TIMEOUT_EXCEPTIONS, TrialReading
 
 __all__ = ["Claim", "claimed_category", "verifier_failure"]
@@ -38,13 +39,11 @@ class Claim:
 
     @classmethod
     def of(cls, document: Any) -> Claim:
+        """The claim of an ``error.json`` document, read through its model (``ErrorClaim``)."""
         if not isinstance(document, dict):
             return cls("Error", _bounded(str(document)), None)
-        return cls(
-            _bounded(str(document.get("type") or "Error"), 200),
-            _bounded(str(document.get("message") or "")),
-            document.get("category"),
-        )
+        said = ErrorClaim.model_validate(document)
+        return cls(_bounded(said.type, 200), _bounded(said.message), said.category)
 
 
 def _bounded(text: str, limit: int = _MESSAGE_LIMIT) -> str:

@@ -13,6 +13,8 @@ from osmosis_harbor.backend.options import BackendOptions, locate_project
 from osmosis_harbor.backend.workspace import Workspace
 from osmosis_harbor.bundle import BundleInfo, build_bundle, inspect_bundle
 from osmosis_harbor.errors import BundleError
+from osmosis_harbor.harbor_compat import error_policies
+from osmosis_harbor.harbor_compat.queue_facts import queue_retry
 from osmosis_harbor.sandbox import environment_config
 from osmosis_harbor.sandbox.ledger.leftovers import Leftover, reap_dead_owners
 from osmosis_harbor.sandbox.owner.starts import SandboxStarts
@@ -20,6 +22,7 @@ from osmosis_harbor.sandbox.sdk.registry import implementation
 from osmosis_harbor.tasks.resolver import TaskResolver
 
 __all__ = [
+    "adopt_orchestrator",
     "default_environment",
     "preload_model_client",
     "prepared_bundle",
@@ -33,7 +36,7 @@ logger = logging.getLogger(__name__)
 
 def task_resolver(options: BackendOptions, workspace: Workspace) -> TaskResolver:
     """The task resolver, with the request boundary the options and settings draw on this host."""
-    current = settings.current()
+    current = options.settings
     roots = options.task_roots if options.task_roots is not None else current.task_root_paths()
     allow_local_git = options.allow_local_git if options.allow_local_git is not None else current.allow_local_git
     allow_private = options.allow_private_git_hosts
@@ -45,6 +48,14 @@ def task_resolver(options: BackendOptions, workspace: Workspace) -> TaskResolver
         allow_private_git_hosts=allow_private if allow_private is not None else current.allow_private_git_hosts,
         trials_dirs=workspace.sandbox_output_dirs,
     )
+
+
+def adopt_orchestrator(options: BackendOptions) -> None:
+    """Make the user's queue treat our trial errors as their policies say: our policies join
+    Harbor's table, and those that must not be retried (ours, or by the user's
+    ``override_error_policy``) leave the queue's retries, whenever its ``RetryConfig`` was made."""
+    error_policies.install()
+    error_policies.exclude_ours(queue_retry(options.orchestrator), options.override_error_policy)
 
 
 def reap_leftovers(sdk_name: str) -> list[Leftover]:
@@ -59,7 +70,7 @@ def reap_leftovers(sdk_name: str) -> list[Leftover]:
 
 def sandbox_starts(sdk_name: str, options: BackendOptions) -> SandboxStarts:
     """The bound on sandbox starts: the option, else the SDK's own default."""
-    current = settings.current()
+    current = options.settings
     return SandboxStarts(
         options.max_concurrent_starts or implementation(sdk_name).max_concurrent_starts,
         batch_window_sec=current.claim_batch_window_ms / 1000,

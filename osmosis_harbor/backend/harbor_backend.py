@@ -1,181 +1,65 @@
-"""``HarborBackend``: the ``osmosis_ai`` execution backend that runs each rollout as a
-Harbor trial in a SkyPilot sandbox (or a local Docker sandbox).
+"""``HarborBackend``: the ``osmosis_ai`` execution backend that runs each rollout as a Harbor
+trial in a SkyPilot sandbox (or a local Docker sandbox).
 
-Per rollout: resolve the task (template or dataset mode, or a per-rollout ref), decide the
-rollout's plan and copy the task for it (``plan``), submit one trial through the user's
-``TrialQueue`` (agent = the workflow bundle or a native agent, verifier = the bundled grader
-or the task's own tests), then read the trial directory back into an ``ExecutionOutcome``
-(``outcome``). The constructor does all the checking it can (options, bundle built, tasks dir
-valid) so that a misconfigured server fails at start-up, not on its first rollout.
+The facade checks the options, makes the user's queue treat our trial errors as their policies
+say, and picks the job that runs the rollouts: ``InProcessBackend`` (``workers=1``: the trials
+run in this process) or ``WorkerFront`` (``workers=N``: they run in N worker processes, and this
+process admits, follows and cancels them). Both answer the osmosis server's calls; prewarm and
+task copies exist only in process.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import logging
-import shutil
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal, Unpack
 
 from osmosis_ai.rollout.backend.base import ExecutionBackend
-from osmosis_ai.rollout.context import RolloutContext, get_rollout_context
-from osmosis_ai.rollout.types import (
-    ExecutionOutcome,
-    ExecutionRequest,
-    RolloutErrorCategory,
-    RolloutStatus,
-)
+from osmosis_ai.rollout.types import ExecutionOutcome, ExecutionRequest
 
-from osmosis_harbor.agents.native import native_agent_config, scoped_api_key
-from osmosis_harbor.backend.admission import endpoint_problem, relays_endpoint, request_problem
-from osmosis_harbor.backend.attempts import Attempt, TrialRunner
-from osmosis_harbor.backend.construction import (
-    default_environment,
-    preload_model_client,
-    prepared_bundle,
-    reap_leftovers,
-    sandbox_starts,
-    task_resolver,
-)
-from osmosis_harbor.backend.gate import TrialGate
-from osmosis_harbor.backend.leak_audits import FirstUseAudits
+from osmosis_harbor.backend.construction import adopt_orchestrator
+from osmosis_harbor.backend.in_process import InProcessBackend
 from osmosis_harbor.backend.options import BackendKwargs, BackendOptions
-from osmosis_harbor.backend.outcome import refused
-from osmosis_harbor.backend.plan import Planner, Refusal, RolloutPlan
-from osmosis_harbor.backend.prewarming import BackendPrewarm, PrewarmedTasks
-from osmosis_harbor.backend.serving_state import ServingState
-from osmosis_harbor.backend.task_copies import TaskCopies
-from osmosis_harbor.backend.tracker import TERMINAL, RolloutTracker
 from osmosis_harbor.backend.workers.front import WorkerFront
 from osmosis_harbor.backend.workspace import Workspace
-from osmosis_harbor.bundle import BundleInfo
-from osmosis_harbor.credentials import RolloutCredentials
-from osmosis_harbor.errors import ConfigError, OsmosisHarborError, TaskResolutionError, VerifierGuardError
-from osmosis_harbor.harbor_compat import error_policies
-from osmosis_harbor.harbor_compat import fastpaths as harbor_fastpaths
-from osmosis_harbor.keys import KeyCustody, default_trials_dirs, sweep_unscrubbed
+from osmosis_harbor.errors import ConfigError
 from osmosis_harbor.prewarm import PrewarmReport, ProgressCallback
-from osmosis_harbor.sandbox.options import SandboxOptions
-from osmosis_harbor.sandbox.owner.context import SandboxOwner, add_guard_hooks, owner_scope
-from osmosis_harbor.sandbox.owner.starts import SandboxStarts
-from osmosis_harbor.sandbox.relay.policy_relay import PolicyRelay, RelayRegistration
-from osmosis_harbor.sandbox.sdk.registry import implementation
-from osmosis_harbor.tasks.carried import add_carried_hooks
 from osmosis_harbor.tasks.materialize import MaterializedTask
-from osmosis_harbor.tasks.prepared import PreparedCopies
 from osmosis_harbor.tasks.refs import ResolvedTask
-from osmosis_harbor.trials.naming import trial_name as make_trial_name
 
 __all__ = ["HarborBackend"]
-
-logger = logging.getLogger(__name__)
 
 
 class HarborBackend(ExecutionBackend):
     """Runs Osmosis rollouts as Harbor trials in sandboxes (the v0.3 constructor)."""
 
-    def __init__(self, *, _work_root: Path | None = None, **kwargs: Unpack[BackendKwargs]) -> None:
-        """``_work_root``: a worker process's root inside its front's (``backend/workers/``)."""
+    def __init__(self, **kwargs: Unpack[BackendKwargs]) -> None:
         options = BackendOptions.parse(**kwargs)
         self.options = options
-        # workers > 1: the trials run in worker processes; this process is their front.
-        self.front: WorkerFront | None = None
-        if options.worker_count() > 1:
-            self.front = WorkerFront(options, options.worker_count())
-            self.workspace = self.front.workspace
-            self.tracker = self.front.tracker
-            self.max_queue_depth = options.max_queue_depth
-            return
-        harbor_fastpaths.install()  # Harbor's per-trial task checks, same answers, less host CPU
-        error_policies.install()  # Harbor 0.26 retries and grades our trial errors as their category says
-        self.orchestrator = options.orchestrator
-        self.task_mode = options.task_mode
-        self.agent = options.agent
-        self.workspace = Workspace(options.trials_dir, root=_work_root)
-        self.resolver = task_resolver(options, self.workspace)
-        self.environment_config = options.environment_config or default_environment()
-        self.max_queue_depth = options.max_queue_depth  # beyond it, POST /rollout answers 429 (adjustable)
-        # Trials a crashed process could not scrub: the key died with it, so they go.
-        given = self.workspace.given_trials_dir()
-        sweep_unscrubbed([d for d in (given,) if d is not None] + default_trials_dirs())
-        self.custody = KeyCustody()
-        self.bundle: BundleInfo | None = prepared_bundle(options)
-        if options.is_native:
-            # Validates native_agent_kwargs now (and warns once that oracle is not trainable).
-            assert isinstance(options.agent, str)
-            native_agent_config(
-                options.agent,
-                chat_completions_url="http://127.0.0.1/v1",
-                model_name=options.model_name,
-                native_agent_kwargs=options.native_agent_kwargs,
-            )
-        preload_model_client()
-        self.tracker = RolloutTracker(options.orchestrator)
-        # What this backend owns (its sandboxes, pools, start bound, rollouts' keys, image builds),
-        # found by the environments and agents of its trials (owner_scope), never another's.
-        self.sdk_name = SandboxOptions.of(self.environment_config).sdk
-        self.owner = SandboxOwner.make("backend", starts=sandbox_starts(self.sdk_name, options))
-        add_guard_hooks(options.orchestrator)  # where each trial's agent phase begins and ends
-        add_carried_hooks(options.orchestrator)  # a separate verifier's workdir without the runner's names
-        reap_leftovers(self.sdk_name)  # what dead owners left on this SDK (the ledger x ls)
-        self.prewarmed = PrewarmedTasks()
-        self.planner = Planner(
-            options,
-            self.bundle,
-            self.environment_config,
-            task_pools=self.prewarmed.task_pools,
-            prepared=PreparedCopies(self.workspace.prepared_copies_dir),
+        adopt_orchestrator(options)
+        count = options.worker_count()
+        self.job: InProcessBackend | WorkerFront = (
+            WorkerFront(options, count) if count > 1 else InProcessBackend(options)
         )
-        self.task_copies = TaskCopies(options, self.planner)
-        self.leak_audits = FirstUseAudits(
-            prewarmed=self.prewarmed,
-            resolver=self.resolver,
-            copies=self.task_copies,
-            environment_config=self.environment_config,
-        )
-        self.prewarming = BackendPrewarm(
-            options,
-            bundle=self.bundle,
-            resolver=self.resolver,
-            environment_config=self.environment_config,
-            copies=self.task_copies,
-            owner=self.owner,
-            prewarmed=self.prewarmed,
-        )
-        self.serving = ServingState(
-            options,
-            self.environment_config,
-            tracker=self.tracker,
-            custody=self.custody,
-            workspace=self.workspace,
-            owner=self.owner,
-            prewarming=self.prewarming,
-        )
-        # The queue's concurrency, ordered by us (retries first): see gate.py.
-        self.gate = TrialGate(options.orchestrator._n_concurrent)
-        self.runner = TrialRunner(
-            options.orchestrator,
-            self.tracker,
-            self.custody,
-            infra_retries=options.infra_retries,
-            gate=self.gate,
-            error_overrides=options.override_error_policy,
-        )
-        # A loopback policy endpoint reaches local sandboxes through this, started on first use.
-        self.relay = PolicyRelay()
 
     @property
-    def starts(self) -> SandboxStarts:
-        """The backend's bound on sandbox starts (its owner's)."""
-        assert self.owner.starts is not None
-        return self.owner.starts
+    def front(self) -> WorkerFront | None:
+        """The workers' front, when the trials run in worker processes."""
+        return self.job if isinstance(self.job, WorkerFront) else None
+
+    def __getattr__(self, name: str) -> Any:
+        """The job's own parts (``tracker``, ``owner``, ``planner``, ...), for tools and tests."""
+        if name == "job":  # not made yet: the constructor failed
+            raise AttributeError(name)
+        return getattr(self.job, name)
+
+    @property
+    def workspace(self) -> Workspace:
+        return self.job.workspace
 
     @property
     def trials_dir(self) -> Path:
-        return self.workspace.trials_dir
+        return self.job.workspace.trials_dir
 
     @property
     def is_native(self) -> bool:
@@ -185,93 +69,30 @@ class HarborBackend(ExecutionBackend):
     def has_capacity(self) -> bool:
         """Whether the server may admit one more rollout (it asks once per admission).
 
-        A yes reserves a queue place until that rollout's execute() starts, so a burst of
+        A yes holds a queue place until that rollout's execute() starts, so a burst of
         concurrent POSTs cannot overshoot ``max_queue_depth``."""
-        if self.front is not None:
-            return self.front.has_capacity()
-        if not (self.serving.accepting and self.serving.ready):  # 429 while prewarm runs
-            return False
-        return self.tracker.reserve_within(self.max_queue_depth)
+        return self.job.has_capacity()
 
     def rollout_status(self, rollout_id: str) -> dict[str, Any] | None:
-        return self.tracker.status(rollout_id)
+        return self.job.rollout_status(rollout_id)
 
     async def execute(self, request: ExecutionRequest) -> ExecutionOutcome:
-        if self.front is not None:
-            return await self.front.execute(request)
-        if not self.serving.accepting:
-            return refused(
-                "the backend is shutting down", {"failed_phase": "task"}, RolloutErrorCategory.INTERNAL_ERROR
-            )
-        ctx = get_rollout_context()
-        listener = ctx.set_status if ctx is not None and ctx.progress is not None else None
-        self.tracker.admit(request.id, listener)
-        started = time.monotonic()
-        try:
-            # What the rollout's trial makes is this backend's (its environment and agent find it).
-            with owner_scope(self.owner):
-                outcome = await self._execute(request, ctx)
-        except asyncio.CancelledError:
-            self.tracker.finish(request.id, RolloutStatus.CANCELLED, error="cancelled")
-            raise
-        except VerifierGuardError as exc:  # the deployment cannot guard a verifier (no compiler, say)
-            outcome = refused(str(exc), {"failed_phase": "task"}, RolloutErrorCategory.INTERNAL_ERROR)
-        except OsmosisHarborError as exc:  # bad input found while preparing (e.g. an empty prompt)
-            outcome = refused(str(exc), {"failed_phase": "task"})
-        except Exception as exc:  # a bug: the server reports it; the status must not stay "queued"
-            self.tracker.finish(
-                request.id,
-                RolloutStatus.FAILURE,
-                error=f"{type(exc).__name__}: {exc}",
-                err_category=RolloutErrorCategory.INTERNAL_ERROR,
-            )
-            raise
-        self.tracker.finish_with(request.id, outcome)
-        for part in (outcome.workflow, outcome.grader):
-            if part is not None and part.extra_fields is not None:
-                part.extra_fields.setdefault("wall_sec", round(time.monotonic() - started, 3))
-        return outcome
+        return await self.job.execute(request)
 
     def cancel_rollouts(
         self, ids: Sequence[str] | None = None, prefix: str | None = None, all: bool = False
     ) -> dict[str, str]:
         """Cancel matching rollouts: a queued one never starts a sandbox, a running one is
-        stopped and its sandbox terminated (Harbor's trial does that on cancellation)."""
-        if self.front is not None:
-            return self.front.cancel_rollouts(ids, prefix, all)
-        dispositions: dict[str, str] = {}
-        for rollout_id in self.tracker.select(ids, prefix, all):
-            state = self.tracker.get(rollout_id)
-            if state is None or state.status in TERMINAL:
-                dispositions[rollout_id] = "not_found"
-                continue
-            queued = state.status is RolloutStatus.QUEUED
-            state.cancel_requested = True
-            if state.task is not None and not state.task.done():
-                state.task.cancel()
-            dispositions[rollout_id] = "cancelled_queued" if queued else "cancelled_running"
-        return dispositions
+        stopped and its sandbox terminated."""
+        return self.job.cancel_rollouts(ids, prefix, all)
 
     def health(self) -> dict[str, Any]:
-        if self.front is not None:
-            return self.front.health()
-        return {
-            **self.serving.health(max_queue_depth=self.max_queue_depth, max_concurrent=self.gate.capacity),
-            **self.starts.state(),
-            "waiting_for_slot": self.gate.waiting,  # admitted, waiting for one of the queue's slots
-        }
+        return self.job.health()
 
     async def shutdown(self) -> None:
-        if self.front is not None:
-            await self.front.shutdown()
-            return
-        await self.serving.shutdown()
-        await self.relay.aclose()
-        # After its sandboxes and pools are gone: a local SDK server this process started
-        # (the emulator's on-demand one) stops with it; one that was already running stays.
-        await asyncio.to_thread(implementation(self.sdk_name).stop_local_servers)
+        await self.job.shutdown()
 
-    # ── prewarm (see prewarming.py) ──────────────────────────────────────────
+    # ── prewarm (one process's: see osmosis_harbor.prewarm) ───────────────────────────
     async def prewarm(
         self,
         task_ids: Sequence[str] | None = None,
@@ -281,98 +102,26 @@ class HarborBackend(ExecutionBackend):
     ) -> PrewarmReport:
         """Build/push images, prove agent setup and size warm pools before any traffic
         (``pool_size="auto"``: sized from the observed claim rate while serving)."""
-        self._refuse_prewarm_with_workers()
-        return await self.prewarming.prewarm(task_ids, pool_size=pool_size, on_progress=on_progress)
+        prewarming = self._in_process("prewarm()").prewarming
+        return await prewarming.prewarm(task_ids, pool_size=pool_size, on_progress=on_progress)
 
     def prewarm_lifespan(self, task_ids: Sequence[str] | None = None, *, background: bool = False) -> Any:
         """An ASGI lifespan for ``create_rollout_server(lifespan=...)``: prewarm, then serve.
         ``background=True`` serves during prewarm (``/health`` shows its progress, rollouts get
         429 until it is done): what a harness with a start-up timeout needs."""
-        self._refuse_prewarm_with_workers()
-        return self.prewarming.lifespan(task_ids, background=background)
+        return self._in_process("prewarm_lifespan()").prewarming.lifespan(task_ids, background=background)
 
-    def _refuse_prewarm_with_workers(self) -> None:
-        if self.front is not None:
+    def _in_process(self, call: str) -> InProcessBackend:
+        """The in-process job, for what only one process can do (its pools, its task copies)."""
+        if isinstance(self.job, WorkerFront):
             raise ConfigError(
-                f"prewarm() is not available with workers={self.front.count}: its pools belong to one process, "
+                f"{call} is not available with workers={self.job.count}: its pools belong to one process, "
                 "and the trials run in the worker processes; serve without prewarm (images build on first use), "
                 "or pass workers=1"
             )
+        return self.job
 
     def materialize(self, task: ResolvedTask, dest: Path, *, request: ExecutionRequest | None) -> MaterializedTask:
         """The per-rollout task copy (``request=None``: the copy a graded rollout runs, which
         prewarm builds and proves)."""
-        return self.task_copies.materialize(task, dest, request=request)
-
-    # ── one rollout ───────────────────────────────────────────────────────────
-    async def _execute(self, request: ExecutionRequest, ctx: RolloutContext | None) -> ExecutionOutcome:
-        if ctx is not None and ctx.progress is not None:
-            # The server marks a started rollout "running"; here it still waits for a slot.
-            await ctx.set_status(RolloutStatus.QUEUED)
-        url = ctx.chat_completions_url if ctx is not None else ""
-        key = ctx.api_key if ctx is not None else None
-        problem = request_problem(request) or endpoint_problem(self.options, self.environment_config, url)
-        if problem:
-            return refused(problem, {"failed_phase": "task"})
-        try:
-            resolved = await self.resolver.resolve(request.metadata)
-        except TaskResolutionError as exc:
-            return refused(str(exc), {"failed_phase": "task"})
-        plan = await asyncio.to_thread(self.planner.plan, resolved, request)
-        if isinstance(plan, Refusal):
-            return refused(plan.message, plan.extra)
-        failed = self.prewarmed.failed_tasks.get(resolved.task_id)
-        if failed is not None:
-            return refused(
-                f"task {resolved.task_id} failed prewarm: {failed}",
-                {"failed_phase": "environment", "task_id": resolved.task_id},
-            )
-        leaking = await self.leak_audits.refusal(resolved)  # prewarm's audit, else one on first use
-        if leaking is not None:
-            return refused(leaking, {"failed_phase": "task", "task_id": resolved.task_id})
-        return await self._run(request, plan, url, key)
-
-    async def _run(self, request: ExecutionRequest, plan: RolloutPlan, url: str, key: str | None) -> ExecutionOutcome:
-        # Paths derive from the bounded, unique trial name, never from the raw rollout id.
-        name = make_trial_name(request.id, max_slug=24, fallback="rollout")
-        work = self.workspace.rollout_dir(name)
-        try:
-            relayed = await self._relay(url)
-        except OsmosisHarborError as exc:  # the engine or its network: the host's failure
-            return refused(str(exc), {"failed_phase": "environment"}, RolloutErrorCategory.INTERNAL_ERROR)
-        sandbox_url = relayed.sandbox_url if relayed is not None else None
-        self.owner.credentials.hold(request.id, RolloutCredentials(url, key, sandbox_url))
-        key_scope = scoped_api_key(key) if self.options.is_native else contextlib.nullcontext("")
-        try:
-            with key_scope as key_env:
-                # File work (the task copy) runs off the event loop: thousands may queue at once.
-                config = await asyncio.to_thread(
-                    self.planner.trial_config,
-                    plan,
-                    request,
-                    work=work,
-                    trial_name=name,
-                    trials_dir=self.trials_dir,
-                    url=sandbox_url or url,  # a native agent whose client runs in the sandbox
-                    key_env=key_env,
-                )
-                attempt = Attempt(
-                    request=request,
-                    plan=plan,
-                    config=config,
-                    key=key,
-                    native_agent=self.agent if isinstance(self.agent, str) and self.options.is_native else None,
-                    relay=relayed.record if relayed is not None else None,
-                )
-                return await self.runner.run(attempt, cleanup_success=self.options.cleanup_successful_trials)
-        finally:
-            self.owner.credentials.drop(request.id)
-            if relayed is not None:
-                relayed.close()
-            await asyncio.to_thread(shutil.rmtree, work, True)
-
-    async def _relay(self, url: str) -> RelayRegistration | None:
-        """The rollout's way to a loopback endpoint through the policy relay, when it needs one."""
-        if not relays_endpoint(self.options, self.environment_config, url):
-            return None
-        return await self.relay.register(url)
+        return self._in_process("materialize()").task_copies.materialize(task, dest, request=request)

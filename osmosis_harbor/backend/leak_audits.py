@@ -19,12 +19,11 @@ from pathlib import Path
 
 from harbor.models.trial.config import EnvironmentConfig
 
-from osmosis_harbor import settings
 from osmosis_harbor.audit import AuditSubject, audit_sandbox
 from osmosis_harbor.audit.findings import incomplete
 from osmosis_harbor.audit.run import environment_id_of, sandbox_environment
-from osmosis_harbor.backend.prewarming import PrewarmedTasks
 from osmosis_harbor.backend.task_copies import TaskCopies
+from osmosis_harbor.prewarm.prewarmed import Prewarmed
 from osmosis_harbor.tasks.refs import ResolvedTask
 from osmosis_harbor.tasks.resolver import TaskResolver
 
@@ -32,12 +31,12 @@ __all__ = ["FirstUseAudits"]
 
 
 class FirstUseAudits:
-    """See the module docstring; results go to ``PrewarmedTasks.leaks``, beside prewarm's."""
+    """See the module docstring; results go to ``Prewarmed.leaks``, beside prewarm's."""
 
     def __init__(
         self,
         *,
-        prewarmed: PrewarmedTasks,
+        prewarmed: Prewarmed,
         resolver: TaskResolver,
         copies: TaskCopies,
         environment_config: EnvironmentConfig,
@@ -51,7 +50,7 @@ class FirstUseAudits:
 
     async def refusal(self, resolved: ResolvedTask) -> str | None:
         """Why ``resolved`` is refused for what its sandbox leaks (None: admitted)."""
-        if resolved.source != "dataset" or settings.current().allow_leaking_tasks:
+        if resolved.source != "dataset" or self.copies.options.settings.allow_leaking_tasks:
             return None
         if resolved.task_id not in self.prewarmed.leaks:
             environments = await self._environment_ids()

@@ -12,7 +12,7 @@ import importlib.util
 import inspect
 from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
-from typing import Any, TypedDict
+from typing import Any, ClassVar, TypedDict
 
 from harbor.models.trial.config import EnvironmentConfig
 from harbor.trial.queue import TrialQueue
@@ -116,11 +116,17 @@ class BackendOptions(BaseModel):
     override_error_policy: dict[str, Any] = {}
     # Worker processes the trials run in (``backend/workers/``); None: ``OSMOSIS_HARBOR_WORKERS``.
     workers: int | None = None
+    # The host's settings, read once as the options are made and carried to every part of the
+    # backend (not an argument: ``parse`` refuses it).
+    settings: settings.Settings
+
+    # Fields that are not constructor arguments.
+    INTERNAL: ClassVar[frozenset[str]] = frozenset({"settings"})
 
     @classmethod
     def parse(cls, **kwargs: Any) -> BackendOptions:
         """Check ``kwargs`` (legacy names, types, ranges) and make the options."""
-        unknown = [name for name in kwargs if name not in cls.model_fields]
+        unknown = [name for name in kwargs if name not in cls.model_fields or name in cls.INTERNAL]
         legacy = {name: LEGACY_KWARGS[name] for name in unknown if name in LEGACY_KWARGS}
         if legacy:
             raise LegacyArgumentError(legacy)
@@ -133,7 +139,7 @@ class BackendOptions(BaseModel):
         kwargs["task_mode"] = _task_mode(kwargs.get("task_mode", TaskMode.TEMPLATE))
         kwargs["native_agent_kwargs"] = dict(kwargs.get("native_agent_kwargs") or {})
         kwargs["override_error_policy"] = error_policies.checked_overrides(kwargs.get("override_error_policy"))
-        return cls(**kwargs)
+        return cls(**kwargs, settings=settings.current())
 
     @property
     def is_native(self) -> bool:
@@ -141,7 +147,7 @@ class BackendOptions(BaseModel):
 
     def worker_count(self) -> int:
         """How many worker processes run the trials (1: this process runs them itself)."""
-        return self.workers if self.workers is not None else settings.current().workers
+        return self.workers if self.workers is not None else self.settings.workers
 
     def agent_label(self) -> str:
         return self.agent if isinstance(self.agent, str) else f"{self.agent.__module__}:{self.agent.__qualname__}"

@@ -17,7 +17,6 @@ relay failed them through no fault of the rollout, whatever its workflow then di
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -32,6 +31,7 @@ from osmosis_ai.rollout.types import (
 
 from osmosis_harbor.agents.limits import LIMITS_MARK
 from osmosis_harbor.backend.categories import Claim, claimed_category, verifier_failure
+from osmosis_harbor.backend.plan import RewardSource
 from osmosis_harbor.errors import (
     ContractFileError,
     SandboxLostError,
@@ -52,15 +52,7 @@ from osmosis_harbor.trials.reading import (
     read_trial,
 )
 
-__all__ = ["RewardSource", "build_outcome", "cancelled", "load_sample", "lost_sandbox_message", "refused"]
-
-
-class RewardSource(StrEnum):
-    """Where a rollout's reward comes from (decided once, in the rollout plan)."""
-
-    GRADER = "grader"
-    TASK_TESTS = "task_tests"
-    NONE = "none"
+__all__ = ["build_outcome", "cancelled", "load_sample", "lost_sandbox_message", "refused"]
 
 
 def refused(

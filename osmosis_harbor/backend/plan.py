@@ -13,10 +13,10 @@ its image hash and setup proof are the rollout's.
 from __future__ import annotations
 
 import functools
-import json
 import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -29,17 +29,16 @@ from harbor.models.trial.config import (
 )
 from osmosis_ai.rollout.types import ExecutionRequest
 
-from osmosis_harbor import settings
 from osmosis_harbor.agents.native import native_agent_config
 from osmosis_harbor.agents.workflow import IMPORT_PATH as WORKFLOW_AGENT
 from osmosis_harbor.agents.workflow import VENV, agent_timeout_budget, bundle_check_command, install_command
 from osmosis_harbor.backend.options import BackendOptions
-from osmosis_harbor.backend.outcome import RewardSource
 from osmosis_harbor.bundle.info import BundleInfo
 from osmosis_harbor.errors import ConfigError
 from osmosis_harbor.sandbox.guard import GuardPlan, guard_binary
 from osmosis_harbor.sandbox.options import IMPORT_PATH, SandboxOptions
 from osmosis_harbor.sandbox.sdk.registry import implementation
+from osmosis_harbor.shim.models import GradingInput, RolloutInput
 from osmosis_harbor.tasks.dockerfile import EnvironmentPatch
 from osmosis_harbor.tasks.materialize import MaterializedTask, prepare_task, stage_rollout
 from osmosis_harbor.tasks.prepared import PreparedCopies
@@ -50,9 +49,17 @@ from osmosis_harbor.tasks.verifier import task_step_names
 from osmosis_harbor.tasks.verifier_allowance import guard_plan
 from osmosis_harbor.tasks.verifier_shell import shell_exec_refusal
 
-__all__ = ["GRADE_SCRIPT", "Planner", "Refusal", "RolloutPlan"]
+__all__ = ["GRADE_SCRIPT", "Planner", "Refusal", "RewardSource", "RolloutPlan"]
 
 GRADE_SCRIPT = "osmosis_grade.sh"
+
+
+class RewardSource(StrEnum):
+    """Where a rollout's reward comes from: the plan decides it once, the outcome reads it."""
+
+    GRADER = "grader"
+    TASK_TESTS = "task_tests"
+    NONE = "none"
 
 
 @dataclass(frozen=True)
@@ -167,7 +174,7 @@ class Planner:
         sandbox = SandboxOptions.of(self.environment)
         chosen = sandbox.warm_interpreters
         if chosen is None:
-            chosen = settings.current().warm_interpreters
+            chosen = self.options.settings.warm_interpreters
         if chosen is not None:
             return chosen
         default = implementation(sandbox.sdk).warm_interpreters
@@ -183,12 +190,9 @@ class Planner:
         grading_input = None
         grade_command = f"/bin/sh /tests/{GRADE_SCRIPT}" if plan.grader_verifies else None
         if plan.grader_verifies and request is not None:
-            grading_input = {
-                "rollout_id": request.id,
-                "label": request.label,
-                "metadata": request.metadata,
-                "prompt": request.prompt,
-            }
+            grading_input = GradingInput(
+                rollout_id=request.id, label=request.label, metadata=request.metadata, prompt=list(request.prompt)
+            ).model_dump(mode="json")
         instruction = None
         if request is not None and self.options.task_mode is TaskMode.TEMPLATE:
             instruction = render_prompt(request.prompt)
@@ -316,7 +320,9 @@ class Planner:
         assert self.bundle is not None and self.bundle.agent_script
         rollout_input = work / "rollout_input.json"
         rollout_input.write_text(
-            json.dumps({"rollout_id": request.id, "prompt": request.prompt, "metadata": request.metadata})
+            RolloutInput(
+                rollout_id=request.id, prompt=list(request.prompt), metadata=request.metadata
+            ).model_dump_json()
         )
         kwargs: dict[str, Any] = {
             "bundle_wheel": str(self.bundle.wheel),

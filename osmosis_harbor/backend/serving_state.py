@@ -10,10 +10,10 @@ from harbor.models.trial.config import EnvironmentConfig
 
 from osmosis_harbor.backend.admission import requires_public_url
 from osmosis_harbor.backend.options import BackendOptions
-from osmosis_harbor.backend.prewarming import BackendPrewarm
 from osmosis_harbor.backend.tracker import RolloutTracker
 from osmosis_harbor.backend.workspace import Workspace
 from osmosis_harbor.keys import KeyCustody
+from osmosis_harbor.prewarm.prewarming import Prewarming
 from osmosis_harbor.sandbox.options import SandboxOptions, environment_label
 from osmosis_harbor.sandbox.owner import pools
 from osmosis_harbor.sandbox.owner.context import SandboxOwner
@@ -33,7 +33,7 @@ class ServingState:
         custody: KeyCustody,
         workspace: Workspace,
         owner: SandboxOwner,
-        prewarming: BackendPrewarm,
+        prewarming: Prewarming,
     ) -> None:
         self.options = options
         self.environment_config = environment_config
@@ -83,7 +83,7 @@ class ServingState:
             print(f"HarborBackend shutdown: could not remove {problem}", flush=True)
 
     # ── health ────────────────────────────────────────────────────────────────
-    def health(self, *, max_queue_depth: int | None, max_concurrent: int) -> dict[str, Any]:
+    def health(self, *, max_queue_depth: int | None, max_concurrent: int, queued: int) -> dict[str, Any]:
         """The backend's state, in the shape osmosis-ai's own Harbor backend reports it (the
         harness reads ``chat_endpoint`` to choose a tunnel, and its in-flight capacity from
         ``max_queue_depth``, else ``concurrency.max_concurrent``), plus ours."""
@@ -98,6 +98,7 @@ class ServingState:
                 self.options,
                 self.environment_config,
                 self.tracker,
+                queued=queued,
                 max_queue_depth=max_queue_depth,
                 max_concurrent=max_concurrent,
             ),
@@ -128,6 +129,7 @@ def rollout_health(
     environment_config: EnvironmentConfig,
     tracker: RolloutTracker,
     *,
+    queued: int,
     max_queue_depth: int | None,
     max_concurrent: int,
 ) -> dict[str, Any]:
@@ -149,6 +151,6 @@ def rollout_health(
         "in_flight": counts["in_flight"],
         "running": counts["running"] + counts["grading"],
         "grading": counts["grading"],
-        "queued": tracker.queued(),  # what has_capacity() counts, admissions included
+        "queued": queued,  # what has_capacity() counts, admissions included
         "max_queue_depth": max_queue_depth,
     }

@@ -1,11 +1,12 @@
-"""The TrialQueue adapter: submitting rollout trials, and knowing where each one is.
+"""Where each rollout is: its status, fed by the TrialQueue's hooks, kept after it ends.
 
 Harbor's ``TrialQueue`` runs trials under a semaphore but exposes neither status nor
 cancellation: ``submit()`` returns an unscheduled coroutine, a trial waiting for a slot
 is invisible, and cancelling is cancelling the task. ``RolloutTracker`` wraps each
 submission in a task it owns, learns from the queue's hooks when a trial leaves the
 queue (``START``) and when it reaches verification, and keeps terminal states for a
-retention window so a controller can poll them after the fact.
+retention window so a controller can poll them after the fact. Whether a rollout may come in
+at all is admission's (``reservations.py``), not the tracker's.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import asyncio
 import time
 from collections import Counter, deque
 from collections.abc import Awaitable, Callable, Sequence
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,18 +24,6 @@ from osmosis_ai.rollout.types import ExecutionOutcome, RolloutStatus
 
 TERMINAL = {RolloutStatus.SUCCESS, RolloutStatus.FAILURE, RolloutStatus.CANCELLED}
 StatusListener = Callable[[RolloutStatus], Awaitable[None]]
-
-
-@dataclass(eq=False)
-class _Reservation:
-    """One admission's place in the queue, until its execute() claims it."""
-
-    made_at: float
-    tracked: bool = False  # released with its admission's task, not by TTL
-
-
-# The admission's reservation, inherited by the rollout task the admission creates.
-_RESERVATION: ContextVar[_Reservation | None] = ContextVar("osmosis_harbor_reservation", default=None)
 
 
 @dataclass
@@ -84,72 +72,12 @@ class RolloutTracker:
         # tens of thousands of rollouts queued.
         self._counts: Counter[RolloutStatus] = Counter()
         self._finished: deque[tuple[float, str]] = deque()
-        # Admissions the server granted whose execute() has not started yet (see reserve()),
-        # in the order they were made.
-        self._reservations: dict[_Reservation, None] = {}
         if orchestrator is not None:
             orchestrator.add_hook(TrialEvent.START, self._on_event(RolloutStatus.RUNNING))
             orchestrator.add_hook(TrialEvent.VERIFICATION_START, self._on_event(RolloutStatus.GRADING))
 
     # ── lifecycle ─────────────────────────────────────────────────────────────
-    RESERVATION_TTL_SEC = 10.0  # only for reservations made outside an asyncio task
-
-    def reserve(self) -> None:
-        """Count an admission the server just granted as queued until its execute() starts.
-
-        The osmosis server asks ``has_capacity()`` and only later (after awaits of its own)
-        calls ``execute()``; without a reservation a burst of POSTs would all see the same
-        free capacity and overshoot ``max_queue_depth``. But the server may still refuse
-        the request after asking (a duplicate id gets 409), so a reservation lives exactly
-        as long as the admission that made it, or the rollout task that admission started:
-        it travels in a context variable into that task, whose execute() claims it, and is
-        released when neither is left to claim it (``_settle``). Reservations made outside
-        an asyncio task lapse after ``RESERVATION_TTL_SEC`` instead.
-        """
-        reservation = _Reservation(time.monotonic())
-        self._reservations[reservation] = None
-        _RESERVATION.set(reservation)
-        try:
-            admission = asyncio.current_task()
-        except RuntimeError:  # no event loop
-            admission = None
-        if admission is not None:
-            reservation.tracked = True
-            admission.add_done_callback(lambda _task: self._settle(reservation))
-
-    def _settle(self, reservation: _Reservation) -> None:
-        """The admitting request is over: keep the reservation only for a rollout task it
-        started that has not reached execute() yet (a refused request started none)."""
-        if reservation not in self._reservations:
-            return
-        heirs = [
-            task
-            for task in asyncio.all_tasks()
-            if not task.done() and task.get_context().get(_RESERVATION) is reservation
-        ]
-        if not heirs:
-            self._reservations.pop(reservation, None)
-        for heir in heirs:
-            heir.add_done_callback(lambda _task: self._reservations.pop(reservation, None))
-
-    def _claim_reservation(self) -> None:
-        reservation = _RESERVATION.get()
-        if reservation is not None and reservation in self._reservations:
-            del self._reservations[reservation]
-            return
-        untracked = next((r for r in self._reservations if not r.tracked), None)
-        if untracked is not None:  # has_capacity() was asked outside the rollout's task
-            del self._reservations[untracked]
-
-    def _live_reservations(self) -> int:
-        cutoff = time.monotonic() - self.RESERVATION_TTL_SEC
-        lapsed = [r for r in self._reservations if not r.tracked and r.made_at < cutoff]
-        for reservation in lapsed:
-            del self._reservations[reservation]
-        return len(self._reservations)
-
     def admit(self, rollout_id: str, listener: StatusListener | None = None) -> RolloutState:
-        self._claim_reservation()
         self._expire()
         previous = self._states.get(rollout_id)
         if previous is not None:
@@ -203,13 +131,6 @@ class RolloutTracker:
         )
         return outcome
 
-    def reserve_within(self, depth: int | None) -> bool:
-        """Reserve a queue place (``reserve``) unless ``depth`` rollouts already queue."""
-        if depth is not None and self.queued() >= depth:
-            return False
-        self.reserve()
-        return True
-
     def _on_event(self, status: RolloutStatus):
         async def hook(event: TrialHookEvent) -> None:
             rollout_id = self._by_trial.get(event.trial_name)
@@ -248,8 +169,8 @@ class RolloutTracker:
         return counts
 
     def queued(self) -> int:
-        """Rollouts waiting for a trial slot, plus admissions not yet in execute()."""
-        return self._counts[RolloutStatus.QUEUED] + self._live_reservations()
+        """Rollouts in ``execute()`` waiting for a trial slot (admission adds its held places)."""
+        return self._counts[RolloutStatus.QUEUED]
 
     def in_flight(self) -> list[RolloutState]:
         return [s for s in self._states.values() if s.status not in TERMINAL]

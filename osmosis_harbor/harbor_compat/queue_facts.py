@@ -17,7 +17,7 @@ from harbor.models.job.config import RetryConfig
 from harbor.trial.queue import TrialQueue
 from pydantic import BaseModel, ConfigDict
 
-__all__ = ["QueueFacts", "make_queue", "queue_facts"]
+__all__ = ["QueueFacts", "make_queue", "queue_facts", "queue_retry", "queue_slots"]
 
 
 class QueueFacts(BaseModel):
@@ -41,6 +41,17 @@ def _callable_name(callback: Any) -> str:
     return f"{module}.{getattr(callback, '__qualname__', type(callback).__qualname__)}"
 
 
+def queue_slots(queue: TrialQueue) -> int:
+    """How many trials ``queue`` runs at once (the backend's gate has as many slots)."""
+    return int(queue._n_concurrent)
+
+
+def queue_retry(queue: TrialQueue) -> RetryConfig:
+    """The retry policy ``queue`` runs by (the live object: a change to it is the queue's)."""
+    retry: RetryConfig = queue._retry_config
+    return retry
+
+
 def queue_facts(queue: TrialQueue) -> QueueFacts:
     """The facts of ``queue`` (read before this backend adds hooks of its own)."""
     hooks = getattr(queue, "_hooks", {}) or {}
@@ -49,10 +60,10 @@ def queue_facts(queue: TrialQueue) -> QueueFacts:
         for event, callbacks in hooks.items()
         for callback in callbacks
     )
-    retry: RetryConfig = getattr(queue, "_retry_config", None) or RetryConfig()
+    retry = queue_retry(queue)
     cls = type(queue)
     return QueueFacts(
-        n_concurrent=int(queue._n_concurrent),
+        n_concurrent=queue_slots(queue),
         retry_config=retry.model_dump(mode="json"),
         hooks=named,
         agent_limits=tuple(sorted(getattr(queue, "_agent_pool_limits", {}) or {})),

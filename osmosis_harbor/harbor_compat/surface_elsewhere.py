@@ -68,7 +68,7 @@ ELSEWHERE_NAMES: tuple[HarborName, ...] = (
         "environment_content_hash",
         "(environment_dir, *, docker_image, truncate)",
         (C,),
-        "prewarm.py",
+        "prewarm/warmer.py",
         "groups tasks by environment the way environment_id does",
     ),
     HarborName(
@@ -123,7 +123,7 @@ ELSEWHERE_NAMES: tuple[HarborName, ...] = (
         "create_environment_from_config",
         "(config, environment_dir, environment_name, session_id, trial_paths, task_env_config, logger, **kwargs)",
         (C,),
-        "prewarm.py, sandbox/conformance/environment_checks.py",
+        "prewarm/warmer.py, sandbox/conformance/environment_checks.py",
         "environments made the way a trial makes them",
     ),
     HarborName(
@@ -131,7 +131,7 @@ ELSEWHERE_NAMES: tuple[HarborName, ...] = (
         "create_agent_from_config",
         "(config, logs_dir, **kwargs)",
         (C,),
-        "backend/prewarming.py",
+        "prewarm/setup_proof.py",
         "the setup proof runs the trial's own agent",
     ),
     HarborName("harbor.trial.queue:TrialQueue", "submit", "(self, trial_config)", (C,), "backend/", "runs trials"),

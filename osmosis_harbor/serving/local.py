@@ -23,7 +23,7 @@ import uvicorn
 from osmosis_ai.rollout.types import RolloutResultResponse
 
 from osmosis_harbor import settings
-from osmosis_harbor.backend.startup import STOP_HOOK
+from osmosis_harbor.prewarm.startup import STOP_HOOK
 
 
 def _free_port() -> int:

@@ -25,7 +25,7 @@ from fastapi import FastAPI, HTTPException
 from osmosis_ai.rollout.backend.base import ExecutionBackend
 
 from osmosis_harbor import settings
-from osmosis_harbor.backend.startup import STOP_HOOK
+from osmosis_harbor.prewarm.startup import STOP_HOOK
 from osmosis_harbor.serving.drain import (
     DEFAULT_DELIVERY_SEC,
     DEFAULT_GRACE_SEC,

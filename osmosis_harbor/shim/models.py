@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any, ClassVar, Literal
 
 from osmosis_ai.rollout.types import MessageDict, RolloutErrorCategory
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 Phase = Literal["agent", "verifier"]
 
@@ -65,3 +65,31 @@ class ErrorFile(BaseModel):
     message: str
     category: RolloutErrorCategory
     traceback: str
+
+
+class ErrorClaim(BaseModel):
+    """An ``error.json`` as the host reads it back: what a sandbox claims about its failure.
+
+    Lenient where ``ErrorFile`` is strict, because the writer is the sandbox and may be hostile
+    or broken: unknown fields are ignored, a missing or empty ``type`` is ``"Error"``, other
+    values are taken as their text, and a ``category`` that is not a string is no claim at all.
+    What the claim may cause is the host's decision (``backend.categories``), never this model's.
+    """
+
+    model_config: ClassVar[ConfigDict] = ConfigDict(extra="ignore")
+
+    type: str = "Error"
+    message: str = ""
+    category: str | None = None
+
+    @field_validator("type", "message", mode="before")
+    @classmethod
+    def _text(cls, value: Any, info: Any) -> str:
+        if value is None or value == "":
+            return "Error" if info.field_name == "type" else ""
+        return value if isinstance(value, str) else str(value)
+
+    @field_validator("category", mode="before")
+    @classmethod
+    def _category(cls, value: Any) -> str | None:
+        return value if isinstance(value, str) else None

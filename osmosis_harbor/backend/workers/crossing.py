@@ -12,7 +12,6 @@ import base64
 import pickle
 from typing import Any
 
-from osmosis_harbor import settings
 from osmosis_harbor.backend.options import BackendOptions
 from osmosis_harbor.errors import ConfigError
 from osmosis_harbor.harbor_compat.queue_facts import QueueFacts
@@ -20,10 +19,11 @@ from osmosis_harbor.harbor_compat.queue_facts import QueueFacts
 __all__ = ["checked_facts", "pickled_options", "shares"]
 
 # Set by the front for each worker (its share of the queue, its trials dir and work root).
-_NOT_CARRIED = frozenset({"orchestrator", "workers", "trials_dir"})
+# The settings are each process's own reading of the same environment.
+_NOT_CARRIED = frozenset({"orchestrator", "workers", "trials_dir", "settings"})
 
 
-def checked_facts(facts: QueueFacts, count: int) -> None:
+def checked_facts(facts: QueueFacts, count: int, relay_port: int) -> None:
     """Refuse an orchestrator the workers could not rebuild."""
     prefix = f"HarborBackend(workers={count})"
     if facts.queue_class != "TrialQueue":
@@ -47,9 +47,9 @@ def checked_facts(facts: QueueFacts, count: int) -> None:
             f"{prefix}: the orchestrator's n_concurrent={facts.n_concurrent} cannot be shared by {count} "
             f"workers (each needs one slot at least); raise n_concurrent or lower workers"
         )
-    if settings.current().relay_port != 0:
+    if relay_port != 0:
         raise ConfigError(
-            f"{prefix}: OSMOSIS_HARBOR_RELAY_PORT={settings.current().relay_port} is one port, and each "
+            f"{prefix}: OSMOSIS_HARBOR_RELAY_PORT={relay_port} is one port, and each "
             "worker runs a policy relay of its own; leave it unset (ephemeral ports), or pass workers=1"
         )
 

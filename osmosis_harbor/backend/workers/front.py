@@ -26,6 +26,7 @@ from osmosis_ai.rollout.types import ExecutionOutcome, ExecutionRequest, Rollout
 from osmosis_harbor.backend.construction import default_environment, prepared_bundle, reap_leftovers
 from osmosis_harbor.backend.options import BackendOptions
 from osmosis_harbor.backend.outcome import cancelled, refused
+from osmosis_harbor.backend.reservations import Reservations
 from osmosis_harbor.backend.serving_state import rollout_health
 from osmosis_harbor.backend.tracker import TERMINAL, RolloutState, RolloutTracker
 from osmosis_harbor.backend.workers.crossing import checked_facts, pickled_options, shares
@@ -51,7 +52,7 @@ class WorkerFront:
 
     def __init__(self, options: BackendOptions, count: int) -> None:
         facts = queue_facts(options.orchestrator)  # before anything adds hooks to it
-        checked_facts(facts, count)
+        checked_facts(facts, count, options.settings.relay_port)
         self.options = options
         self.count = count
         self._pickled = pickled_options(options, count)
@@ -65,6 +66,7 @@ class WorkerFront:
         reap_leftovers(self.sdk_name)
         prepared_bundle(options)  # built once here: every worker finds it in the bundle cache
         self.tracker = RolloutTracker(None)
+        self.reservations = Reservations(options.max_queue_depth, self.tracker.queued)
         self.accepting = True
         self.restarts = 0
         self._owners: dict[str, WorkerHandle] = {}
@@ -155,7 +157,7 @@ class WorkerFront:
     def has_capacity(self) -> bool:
         if not self.accepting:
             return False
-        return self.tracker.reserve_within(self.options.max_queue_depth)
+        return self.reservations.grant() is not None
 
     def rollout_status(self, rollout_id: str) -> dict[str, Any] | None:
         return self.tracker.status(rollout_id)
@@ -166,6 +168,7 @@ class WorkerFront:
         return handle.pid if handle is not None else None
 
     async def execute(self, request: ExecutionRequest) -> ExecutionOutcome:
+        self.reservations.claim()  # the place has_capacity() held for this rollout
         if not self.accepting:
             return refused(
                 "the backend is shutting down", {"failed_phase": "task"}, RolloutErrorCategory.INTERNAL_ERROR
@@ -260,6 +263,7 @@ class WorkerFront:
                 self.options,
                 self.environment_config,
                 self.tracker,
+                queued=self.reservations.queued(),
                 max_queue_depth=self.options.max_queue_depth,
                 max_concurrent=sum(self._shares),
             ),

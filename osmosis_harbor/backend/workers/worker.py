@@ -1,10 +1,11 @@
 """A worker process: ``python -m osmosis_harbor.backend.workers.worker --fd N``.
 
-It rebuilds an in-process ``HarborBackend`` (``workers=1``) from the front's options with its
-share of the queue's slots, then runs each submitted rollout inside a ``RolloutContext`` made
-from the ``Submit`` message (the backend reads the chat URL and key from it, as it does under
-the osmosis server), streams the rollout's status changes back and answers with its outcome.
-Its sandboxes carry this process as owner: if it dies, the front reaps them through the ledger.
+It builds an ``InProcessBackend`` from the front's options with its share of the queue's slots
+(and the front's retry policy, which already carries our exclusions), then runs each submitted
+rollout inside a ``RolloutContext`` made from the ``Submit`` message (the backend reads the chat
+URL and key from it, as it does under the osmosis server), streams the rollout's status changes
+back and answers with its outcome. Its sandboxes carry this process as owner: if it dies, the
+front reaps them through the ledger.
 
 The socket (fd ``N``, inherited) is the only channel: the key is never in argv, the
 environment or a file. A closed socket means the front is gone: the worker shuts its backend
@@ -172,17 +173,18 @@ def _backend(init: Init) -> Any:
     for entry in reversed(init.sys_path):
         if entry not in sys.path:
             sys.path.insert(0, entry)
-    from osmosis_harbor.backend.harbor_backend import HarborBackend
+    from osmosis_harbor.backend.in_process import InProcessBackend
+    from osmosis_harbor.backend.options import BackendOptions
     from osmosis_harbor.harbor_compat.queue_facts import make_queue
 
     kwargs = pickle.loads(base64.b64decode(init.options))  # noqa: S301 - the front's own options
-    return HarborBackend(
+    options = BackendOptions.parse(
         orchestrator=make_queue(init.n_concurrent, init.retry_config),
         trials_dir=Path(init.trials_dir),
         workers=1,
-        _work_root=Path(init.work_root),
         **kwargs,
     )
+    return InProcessBackend(options, work_root=Path(init.work_root))
 
 
 async def _serve(fd: int) -> None:

@@ -24,9 +24,9 @@ from harbor.trial.queue import TrialQueue
 from osmosis_ai.rollout.types import RolloutStatus
 
 from osmosis_harbor.backend import HarborBackend
-from osmosis_harbor.backend.autoscale import AutoscalePolicy, PoolAutoscaler
 from osmosis_harbor.backend.gate import Lease, Priority, TrialGate
 from osmosis_harbor.errors import ConfigError
+from osmosis_harbor.prewarm.autoscale import AutoscalePolicy, PoolAutoscaler
 from osmosis_harbor.sandbox import docker as docker_sdk
 from osmosis_harbor.sandbox import environment_config
 from osmosis_harbor.sandbox.docker import labels as L

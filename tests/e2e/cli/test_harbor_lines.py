@@ -11,12 +11,14 @@ environment on each local SDK; and a lost sandbox is not graded, through Harbor'
 from __future__ import annotations
 
 import asyncio
+import importlib
 import json
 import os
 import subprocess
 import sys
 import uuid
 from pathlib import Path
+from types import MappingProxyType
 
 import docker
 import pytest
@@ -28,7 +30,7 @@ from harbor.trial.queue import TrialQueue
 from harbor.utils.optional_import import MissingExtraError
 
 from osmosis_harbor import settings
-from osmosis_harbor.errors import AgentSandboxLostError, SandboxSdkMissingError, SandboxUnavailableError
+from osmosis_harbor.errors import AgentSandboxLostError, SandboxSdkMissingError, SandboxUnavailableError, trial_errors
 from osmosis_harbor.harbor_compat import error_policies
 from osmosis_harbor.harbor_compat.version import HARBOR
 from osmosis_harbor.sandbox import SandboxEnvironment
@@ -116,7 +118,7 @@ def test_our_environment_takes_harbors_own_options(tmp_path: Path) -> None:
     assert env.options.auto_mounting is False and env.options.sdk == "docker"
 
 
-# ── error policies (0.26) ──────────────────────────────────────────────────────────────────────
+# ── error policies ──────────────────────────────────────────────────────────────────────
 @on_026
 def test_our_errors_are_in_harbors_error_policies() -> None:
     from harbor.models.job.config import JobConfig, RetryConfig
@@ -145,15 +147,138 @@ def test_our_errors_are_in_harbors_error_policies() -> None:
 
 
 @on_025
-def test_on_025_the_policy_table_drives_neither_retries_nor_grading() -> None:
+def test_on_025_our_errors_have_a_failure_cause_and_drive_nothing_else() -> None:
     """0.25's table names a ``FailureCause`` for reports; its queue retries by RetryConfig alone
-    and its agent phase ends the trial ungraded on any error but two: nothing to join."""
+    and its agent phase ends the trial ungraded on any error but two: ours get a cause of their
+    own (not ``unclassified``) and nothing else changes."""
     from dataclasses import fields
 
-    from harbor.models.trial.error_policy import ErrorPolicy
+    from harbor.models.trial.error_policy import ErrorPolicy, FailureCause, policy_for
 
-    assert not error_policies.install() and not error_policies.installed()
+    assert error_policies.install() and error_policies.installed()
     assert {f.name for f in fields(ErrorPolicy)} == {"cause", "retry", "grade"}
+    causes = {name: policy_for(name).cause for name in trial_errors()}
+    assert causes["AgentSandboxLostError"] is FailureCause.SANDBOX_FAILED
+    assert causes["VerifierSandboxLostError"] is FailureCause.SANDBOX_FAILED
+    assert causes["BaseImageMissingError"] is FailureCause.SANDBOX_FAILED
+    assert causes["VerifierTamperedError"] is FailureCause.VERIFIER_FAILED
+    assert causes["TransferLimitError"] is FailureCause.AGENT_EXHAUSTED_BUDGET
+    # A workflow's non-zero exit reads as Harbor's own agent's does.
+    assert causes["WorkflowFailedError"] is policy_for("NonZeroAgentExitCodeError").cause
+    unclassified = sorted(n for n, c in causes.items() if c is FailureCause.UNCLASSIFIED)
+    assert unclassified == ["WorkflowFailedError"]
+    assert not any(policy_for(name).grade for name in trial_errors())
+
+
+# ── a RetryConfig made before our policies were known ──────────────────────────────────────────
+def _retried(queue: TrialQueue, exception_type: str) -> bool:
+    """Whether the installed Harbor's queue would retry a failure of ``exception_type``."""
+    retry = queue._retry_config
+    if HARBOR.error_policies:
+        return bool(retry.is_retryable(exception_type))
+    return bool(queue._should_retry_exception(exception_type))
+
+
+def _early_retry_config(monkeypatch: pytest.MonkeyPatch, **fields: object):
+    """A ``RetryConfig`` made while Harbor's table holds none of ours (as one made before
+    anything of osmosis_harbor ran would be)."""
+    from harbor.models.job.config import RetryConfig
+
+    module = importlib.import_module(error_policies.POLICY_MODULE)
+    harbors = MappingProxyType({k: v for k, v in module.ERROR_POLICIES.items() if k not in trial_errors()})
+    with monkeypatch.context() as patch:
+        patch.setattr(module, "ERROR_POLICIES", harbors)
+        return RetryConfig(max_retries=2, min_wait_sec=0, max_wait_sec=0, **fields)
+
+
+def _oracle_backend(tmp_path: Path, queue: TrialQueue, **kwargs: object):
+    from osmosis_harbor.backend import HarborBackend
+
+    return HarborBackend(
+        orchestrator=queue,
+        tasks_dir=tmp_path / "tasks",
+        task_mode="dataset",
+        agent="oracle",
+        trials_dir=tmp_path / "trials",
+        environment_config=DOCKER.environment(),
+        **kwargs,
+    )
+
+
+def test_a_retry_config_made_before_our_policies_does_not_retry_ours(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    make_task(tmp_path / "tasks", "ok")
+    queue = TrialQueue(n_concurrent=1, retry_config=_early_retry_config(monkeypatch))
+    assert _retried(queue, "WorkflowFailedError") and _retried(queue, "BaseImageMissingError")  # the hazard
+    backend = _oracle_backend(tmp_path, queue)
+    try:
+        for ours in ("WorkflowFailedError", "BaseImageMissingError", "TransferLimitError", "VerifierTamperedError"):
+            assert not _retried(queue, ours), ours
+        assert _retried(queue, "AgentSandboxLostError") and _retried(queue, "ImageBuildError")  # retries that help
+        assert not _retried(queue, "AgentTimeoutError")  # Harbor's own exclusions stay
+    finally:
+        asyncio.run(backend.shutdown())
+    # Exclusions a user wrote out are theirs, as Harbor leaves them: nothing of ours is added.
+    written = TrialQueue(n_concurrent=1, retry_config=_early_retry_config(monkeypatch, exclude_exceptions={"X"}))
+    backend = _oracle_backend(tmp_path, written)
+    try:
+        assert written._retry_config.exclude_exceptions == {"X"} and _retried(written, "WorkflowFailedError")
+    finally:
+        asyncio.run(backend.shutdown())
+
+
+@on_026
+def test_a_users_override_changes_our_backends_queue_retries(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``override_error_policy`` reaches the queue's retries as Harbor's ``JobConfig`` applies it:
+    a should_retry=False excludes a type, a should_retry=True lets one of ours be retried."""
+    make_task(tmp_path / "tasks", "ok")
+    queue = TrialQueue(n_concurrent=1, retry_config=_early_retry_config(monkeypatch))
+    overrides = {"AgentSandboxLostError": {"should_retry": False}, "BaseImageMissingError": {"should_retry": True}}
+    backend = _oracle_backend(tmp_path, queue, override_error_policy=overrides)
+    try:
+        assert not _retried(queue, "AgentSandboxLostError") and _retried(queue, "BaseImageMissingError")
+        assert not _retried(queue, "WorkflowFailedError")
+    finally:
+        asyncio.run(backend.shutdown())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("protected", [True, False], ids=["ours-excluded", "control-unprotected"])
+async def test_harbors_queue_runs_a_trial_failing_with_one_of_our_non_retryable_errors_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, protected: bool
+) -> None:
+    """Through the real queue and the real engine: a task whose base image is missing fails as
+    ``BaseImageMissingError``, which no retry can help. With our exclusions the queue's
+    RetryConfig (made before our policies were known) runs the trial once; with them switched
+    off, the queue tries it three times."""
+    from osmosis_ai.rollout.types import ExecutionRequest, RolloutErrorCategory
+
+    absent = f"127.0.0.1:5000/absent-base-{uuid.uuid4().hex[:6]}:1"  # a pull reaches only 127.0.0.1
+    make_task(tmp_path / "tasks", "no-base", dockerfile=f"FROM {absent}\n")
+    queue = TrialQueue(n_concurrent=1, retry_config=_early_retry_config(monkeypatch))
+    starts: list[str] = []
+
+    async def on_start(event: TrialHookEvent) -> None:
+        starts.append(event.trial_name)
+
+    queue.add_hook(TrialEvent.START, on_start)
+    if not protected:
+        monkeypatch.setattr(error_policies, "exclude_ours", lambda retry, overrides=None: set())
+    backend = _oracle_backend(tmp_path, queue)
+    try:
+        outcome = await backend.execute(
+            ExecutionRequest(
+                id=f"no-base-{uuid.uuid4().hex[:6]}",
+                prompt=[{"role": "user", "content": "x"}],
+                metadata={"harbor_task_id": "no-base"},
+            )
+        )
+    finally:
+        await backend.shutdown()
+    result = outcome.result
+    assert result.err_category is RolloutErrorCategory.INTERNAL_ERROR and absent in (result.err_message or "")
+    assert len(starts) == (1 if protected else 3), starts
 
 
 def test_harbors_pack_commands_are_judged_as_the_installed_harbor_judges_them() -> None:
@@ -235,6 +360,10 @@ async def test_a_lost_sandbox_is_not_graded(tmp_path: Path) -> None:
     result, verified = await _lose_the_sandbox(tmp_path)
     assert result["exception_info"]["exception_type"] == "AgentSandboxLostError"
     assert verified == [] and result["verifier_result"] is None
+    if not HARBOR.error_policies:  # 0.25 reports who ended the trial: the sandbox, not "unclassified"
+        from harbor.models.trial.result import TrialResult
+
+        assert TrialResult.model_validate(result).failure_cause == "sandbox_failed"
 
 
 @on_026

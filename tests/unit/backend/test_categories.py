@@ -17,7 +17,9 @@ from harbor.models.trial.config import TaskConfig, TrialConfig
 from harbor.models.trial.result import AgentInfo, ExceptionInfo, LocalTaskId, TimingInfo, TrialResult
 from osmosis_ai.rollout.types import RolloutErrorCategory, RolloutStatus
 
-from osmosis_harbor.backend.outcome import RewardSource, build_outcome
+from osmosis_harbor.backend.categories import Claim, claimed_category
+from osmosis_harbor.backend.outcome import build_outcome
+from osmosis_harbor.backend.plan import RewardSource
 
 T0 = datetime(2026, 12, 1, tzinfo=UTC)
 FORGED = {
@@ -213,3 +215,24 @@ def test_a_loss_the_host_saw_is_lost_whatever_harbor_recorded(trial: Path, recor
     # Harbor recorded a later raise (a call failing fast after the loss): the host's first one stands
     later = trial_result(trial, "AgentSandboxLostError", verifier_started=True)
     assert recognise_loss(later, [loss]).exception_info.occurred_at == loss.observed_at
+
+
+@pytest.mark.parametrize(
+    ("document", "claimed"),
+    [
+        (
+            {"type": "Boom", "message": "it broke", "category": "validation_error"},
+            ("Boom", "it broke", "validation_error"),
+        ),
+        ({"type": 5, "message": None, "category": {"x": 1}, "unknown": 1}, ("5", "", None)),
+        ({"type": "", "category": 7}, ("Error", "", None)),
+        (["not", "an", "object"], ("Error", "['not', 'an', 'object']", None)),
+    ],
+)
+def test_an_error_file_is_read_through_its_lenient_model(document, claimed) -> None:
+    """Whatever shape a sandbox gave its ``error.json``, the host reads a bounded claim from it:
+    unknown fields ignored, odd values as their text, a non-string category no claim at all."""
+    claim = Claim.of(document)
+    assert (claim.type, claim.message, claim.category) == claimed
+    if claim.category is None:
+        assert claimed_category(claim.category, deadline_sec=None, ran_sec=None) is RolloutErrorCategory.AGENT_ERROR

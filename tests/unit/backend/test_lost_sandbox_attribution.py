@@ -17,7 +17,8 @@ from harbor.models.trial.result import TimingInfo, TrialResult
 from osmosis_ai.rollout.types import ExecutionOutcome, RolloutErrorCategory, RolloutStatus
 
 from osmosis_harbor.backend.losses import recognise_loss
-from osmosis_harbor.backend.outcome import RewardSource, build_outcome
+from osmosis_harbor.backend.outcome import build_outcome
+from osmosis_harbor.backend.plan import RewardSource
 from osmosis_harbor.errors import AgentSandboxLostError, SandboxLostError, VerifierSandboxLostError
 from tests.unit.backend.test_categories import T0, trial, trial_result, write  # noqa: F401 (fixture)
 

@@ -38,6 +38,7 @@ from osmosis_harbor.errors import (
     SandboxSdkMissingError,
     TrialPhaseError,
 )
+from osmosis_harbor.prewarm.report import PrewarmGroup, PrewarmReport
 from osmosis_harbor.sandbox.environment.grouping import pool_refusal
 from osmosis_harbor.sandbox.environment.sandbox_environment import SandboxEnvironment
 from osmosis_harbor.sandbox.options import SandboxOptions
@@ -66,7 +67,7 @@ DETAIL_LINES = 24  # a detailed error's lines kept: one screen with the summary 
 
 class PrewarmTarget(Protocol):
     """What prewarm needs of a backend: its tasks, the copy a rollout runs, its sandboxes and
-    its agent setup (``osmosis_harbor.backend.prewarming.BackendPrewarm`` provides it)."""
+    its agent setup (``prewarming.Prewarming`` provides it)."""
 
     @property
     def resolver(self) -> TaskResolver: ...
@@ -81,39 +82,6 @@ class PrewarmTarget(Protocol):
     async def prove_agent_setup(
         self, environment: BaseEnvironment, *, deps_baked: bool, bundle_baked: str | None
     ) -> None: ...
-
-
-class PrewarmGroup(BaseModel):
-    """One environment group: its tasks, its image and what prewarm did for it."""
-
-    key: str
-    environment_id: str
-    task_ids: list[str]
-    image: str | None = None
-    built: bool = False
-    reused: bool = False
-    setup_ok: bool = False
-    pool: str | None = None
-    pool_size: int | None = None
-    # an existing pool adopted, or one still warming (usable: claims wait or fall back); or why no
-    # pool can serve the group (its tasks run cold, and that is no failure)
-    pool_note: str | None = None
-    error: str | None = None
-    timings_sec: dict[str, float] = {}
-    audit: EnvironmentAudit | None = None  # the leak audit of its sandbox (osmosis_harbor.audit)
-
-
-class PrewarmReport(BaseModel):
-    """The summary ``prewarm --json`` writes and ``health()`` shows."""
-
-    groups: int
-    tasks: int
-    built: int
-    reused: int
-    failed: int
-    wall_sec: float
-    groups_detail: list[PrewarmGroup]
-    failed_tasks: dict[str, str] = {}
 
 
 class _Prepared(BaseModel):
@@ -154,8 +122,8 @@ async def _with_progress(notify: ProgressCallback, key: str, stage: str, timings
         timings[stage] = round(time.monotonic() - started, 3)
 
 
-class Prewarmer:
-    """Runs a prewarm for one backend (see the module docstring)."""
+class Warmer:
+    """Runs one prewarm over a backend's tasks (see the module docstring)."""
 
     def __init__(
         self, backend: PrewarmTarget, *, pool_size: int | None = None, on_progress: ProgressCallback | None = None
@@ -298,12 +266,4 @@ class Prewarmer:
         return await pools.create(owner.sandboxes, self.sdk_name, name, image, self.pool_size, env.pool_shape())
 
 
-__all__ = [
-    "PrewarmError",
-    "PrewarmGroup",
-    "PrewarmReport",
-    "PrewarmTarget",
-    "Prewarmer",
-    "ProgressCallback",
-    "pool_name_for",
-]
+__all__ = ["PrewarmTarget", "ProgressCallback", "Warmer"]

@@ -20,9 +20,10 @@ from collections.abc import Awaitable, Callable
 from enum import StrEnum
 from typing import Any
 
-from osmosis_harbor.prewarm import PrewarmReport, ProgressCallback
+from osmosis_harbor.prewarm.report import PrewarmReport
+from osmosis_harbor.prewarm.warmer import ProgressCallback
 
-__all__ = ["STOP_HOOK", "BackgroundPrewarm", "StartupPhase"]
+__all__ = ["STOP_HOOK", "Startup", "StartupPhase"]
 
 # ``app.state.<STOP_HOOK>(reason)``: how a server run by ``serving`` is asked to stop, failing.
 STOP_HOOK = "osmosis_harbor_stop"
@@ -35,7 +36,7 @@ class StartupPhase(StrEnum):
     FAILED = "failed"
 
 
-class BackgroundPrewarm:
+class Startup:
     """One prewarm run while the server serves: its progress, and the task running it."""
 
     def __init__(self, tasks: int) -> None:

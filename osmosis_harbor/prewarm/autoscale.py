@@ -49,8 +49,7 @@ class AutoscalePolicy(BaseModel):
     smoothing: float = 0.5  # weight of the newest rate in the moving average
 
     @classmethod
-    def from_settings(cls) -> AutoscalePolicy:
-        current = settings.current()
+    def from_settings(cls, current: settings.Settings) -> AutoscalePolicy:
         return cls(
             min_size=current.pool_min,
             max_size=max(current.pool_max, current.pool_min),
