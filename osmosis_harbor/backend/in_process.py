@@ -53,9 +53,8 @@ from osmosis_harbor.prewarm.autoscale import AutoscalePolicy
 from osmosis_harbor.prewarm.prewarmed import Prewarmed
 from osmosis_harbor.prewarm.prewarming import Prewarming
 from osmosis_harbor.prewarm.setup_proof import AgentSetup
-from osmosis_harbor.sandbox.owner.context import add_guard_hooks
 from osmosis_harbor.sandbox.options import SandboxOptions
-from osmosis_harbor.sandbox.owner.context import SandboxOwner, owner_scope
+from osmosis_harbor.sandbox.owner.context import SandboxOwner, add_guard_hooks, owner_scope
 from osmosis_harbor.sandbox.owner.starts import SandboxStarts
 from osmosis_harbor.sandbox.relay.policy_relay import PolicyRelay, RelayRegistration
 from osmosis_harbor.sandbox.sdk.registry import implementation
