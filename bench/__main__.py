@@ -52,6 +52,7 @@ BENCHMARKS: tuple[str, ...] = (
     "transfer",
     "scale",
     "workers",
+    "weight",
 )
 # Run only when named with --only: the incumbent needs uv (its harbor extra's pin) beside this
 # interpreter and builds an image of its own.
@@ -184,6 +185,7 @@ def load(name: str, args: argparse.Namespace) -> Callable[[bool], Awaitable[Benc
     parameters = inspect.signature(run).parameters
     names = ("latency_ms", "scale_n", "soak_n", "cold_create_sec", "pool_claim_sec", "smallest", "workers")
     options = {k: getattr(args, k) for k in names}
+    options["envs"] = tuple(args.env or ["docker"])
     return functools.partial(run, **{k: v for k, v in options.items() if k in parameters})
 
 

@@ -338,11 +338,12 @@ def install() -> tuple[str, ...]:
     return installed()
 
 
-def uninstall() -> None:
-    """Put Harbor's originals back (tests)."""
+def uninstall(labels: tuple[str, ...] | None = None) -> None:
+    """Put Harbor's originals back: all, or those of ``labels`` (tests, and the bench's
+    with-and-without runs of one group)."""
     with _lock:
         for fast in FASTPATHS:
-            if fast.label in _installed:
+            if fast.label in _installed and (labels is None or fast.label in labels):
                 setattr(_holder(fast), fast.name, _installed.pop(fast.label))
 
 
