@@ -210,14 +210,8 @@ class Settings(BaseSettings):
         True,
         description="directories move as one tar through a file write or read plus one command, folded into the "
         "commands they precede and follow, with write-behind uploads and one /logs snapshot "
-        "(sandbox/transfer/exec_archives.py, exec_folds.py): SkyPilot's path, on every SDK unless "
-        "sdk_archive_calls; off: Harbor's own transfer commands",
-    )
-    sdk_archive_calls: bool = Field(
-        False,
-        description="on an SDK that offers archive calls (the local Docker SDK's put_archive/get_archive, "
-        "which SkyPilot lacks), move directories with them instead of SkyPilot's path: an image without tar "
-        "and gzip then transfers too, at two to four more calls per graded rollout",
+        "(sandbox/transfer/exec_archives.py, exec_folds.py): SkyPilot's path, on every SDK; off: Harbor's own "
+        "transfer commands",
     )
     warm_interpreters: bool | None = Field(
         None,
@@ -280,6 +274,13 @@ class Settings(BaseSettings):
         description="HarborBackend admits dataset tasks whose leak audit found an error (history beyond HEAD, "
         "a copy of the tests' expected output); off: they end validation_error",
     )
+
+    @property
+    def sdk_archive_calls(self) -> bool:
+        """Always off: the route over an SDK's own archive calls is gone (it gained nothing on the
+        default path, docs/performance.md). Kept only until ``sandbox/environment/routes.py`` stops
+        asking."""
+        return False
 
     def pool_lock_dir(self) -> Path:
         """Lock files live in the user cache dir: machine-local, like the engine they guard."""
