@@ -130,10 +130,11 @@ async def graded_round(work: Path, chat: FakeChatServer, variant: Variant, rollo
     return spent / rollouts, wall
 
 
-def judge(result: BenchResult, name: str, without: Figure, with_: Figure, *, lower_is_gain: bool = True) -> str:
-    """Ratio without / with, the ranges, and whether the gain is clear of the noise (no overlap)."""
+def judge(result: BenchResult, name: str, without: Figure, with_: Figure) -> str:
+    """Ratio without / with, the ranges, and whether the gain is clear of the noise: every sample
+    without above every sample with."""
     ratio = result.ratio(name, without, with_, f"without {_span(without)} vs with {_span(with_)}")
-    clear = min(without.samples) > max(with_.samples) if lower_is_gain else max(without.samples) < min(with_.samples)
+    clear = min(without.samples) > max(with_.samples)
     verdict = "gains (ranges apart)" if clear else "no clear gain (ranges overlap)"
     result.info[f"{name}: verdict"] = f"{ratio.value:.3f}x, {verdict}"
     return verdict
