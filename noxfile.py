@@ -28,12 +28,9 @@ HARBOR_026_TESTS = (
     "tests/test_reward_integrity.py",
     "tests/test_lost_sandbox.py",  # a lost sandbox, infra_retries
     "tests/test_exec_folds.py",  # transfers riding Harbor's verifier command
-    # warm interpreters through Harbor's trial: served warm, the cold result; its agent timeout
-    "tests/test_warm_interpreters.py::test_a_graded_rollout_is_served_warm_and_gives_the_cold_result",
-    "tests/test_warm_interpreters.py::test_an_agent_timeout_kills_a_warm_served_run",
     "tests/test_workers.py",  # workers=N: each worker's queue rebuilt from the user's (harbor_compat/queue_facts.py)
     "tests/test_terminations_after_result.py",  # a result before its sandboxes' terminations, through Harbor's trial
-    "tests/test_baked_bundle.py::test_sandbox_call_budget_of_trivial_and_graded_rollouts",  # both transfer routes
+    "tests/test_baked_bundle.py::test_sandbox_call_budget_of_trivial_and_graded_rollouts",  # the default transfer route
     # a task's own tests in a fresh sandbox of its image (Harbor's separate verifier), plants that do not pay
     "tests/test_fresh_verifier.py::test_an_honest_answer_scores_one_and_a_wrong_one_zero",
     "tests/test_fresh_verifier.py::test_no_plant_in_the_agents_sandbox_pays_in_a_fresh_one",

@@ -185,7 +185,6 @@ def load(name: str, args: argparse.Namespace) -> Callable[[bool], Awaitable[Benc
     parameters = inspect.signature(run).parameters
     names = ("latency_ms", "scale_n", "soak_n", "cold_create_sec", "pool_claim_sec", "smallest", "workers")
     options = {k: getattr(args, k) for k in names}
-    options["envs"] = tuple(args.env or ["docker"])
     return functools.partial(run, **{k: v for k, v in options.items() if k in parameters})
 
 

@@ -11,15 +11,10 @@ ratio without / with; a gain counts only when every round without is slower than
 * ``graded``: the rollout server's CPU per graded rollout (the server in a process of its own,
   ``bench.server_proc``; 8 graded rollouts at concurrency 4 after two warm-ups, per round) with the
   defaults, and with one switch flipped each: Harbor's fast paths off
-  (``OSMOSIS_HARBOR_HARBOR_FASTPATHS=0``), only the artifact copy's left out, docker-py's own
-  transport (``OSMOSIS_HARBOR_LEAN_ENGINE_CLIENT=0``), and the Docker SDK's archive calls
-  (``OSMOSIS_HARBOR_SDK_ARCHIVE_CALLS=1``, off by default). Also each batch's wall time.
+  (``OSMOSIS_HARBOR_HARBOR_FASTPATHS=0``). Also each batch's wall time.
 * ``floor``: Harbor's own ``Trial`` on a null environment (``bench.harbor_floor``) without our fast
-  paths, with all, and with all but one group (the task checks, the trial lock's ``task.toml``
-  facts), each in a fresh process: finer than the rollout, where a few milliseconds drown.
-* ``warm``: sequential graded rollouts, submit to result, alternating between a backend whose
-  baked images start a warm interpreter and one whose do not, on ``docker`` (no pool: its default
-  is off) and, with ``--env skypilot-emulator``, on the emulator (its default is on).
+  paths and with them, each in a fresh process: finer than the rollout, where a few milliseconds
+  drown.
 """
 
 from __future__ import annotations
@@ -35,13 +30,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from osmosis_harbor.harbor_compat import fastpaths
-from osmosis_harbor.serving.local import serve_locally
 from osmosis_harbor.testing.scripted_policy import FakeChatServer
 
 from . import harbor_floor
 from .common import BenchResult, Figure
-from .env import dispose, grader_task, make_backend, workdir
+from .env import workdir
 from .server_proc import ServerProcess, ServerSpec, make_ours
 from .soak import controller
 from .workload import GRADED_PROMPT, submit_rollout
@@ -49,20 +42,6 @@ from .workload import GRADED_PROMPT, submit_rollout
 NAME = "weight"
 TITLE = "each optional speed path with vs without, alternating rounds in one run"
 CONCURRENCY = 4
-
-ARTIFACT_COPY = ("harbor.trial.artifact_handler:copy_via_tar",)
-LOCK_FACTS = (
-    "harbor.models.job.lock:_task_package_version",
-    "harbor.models.job.lock:_task_verifier_environment_mode",
-)
-TASK_CHECKS = tuple(f.label for f in fastpaths.FASTPATHS if f.label not in ARTIFACT_COPY + LOCK_FACTS)
-
-
-def make_without_artifact_copy(spec: ServerSpec) -> Any:
-    """Our backend with Harbor's fast paths installed but its own ``copy_via_tar`` put back."""
-    backend = make_ours(spec)
-    fastpaths.uninstall(ARTIFACT_COPY)
-    return backend
 
 
 @dataclass(frozen=True)
@@ -79,9 +58,6 @@ DEFAULTS = Variant("defaults", "defaults (every switch as shipped)")
 GRADED_VARIANTS: tuple[Variant, ...] = (
     DEFAULTS,
     Variant("no_fastpaths", "Harbor's fast paths off", {"OSMOSIS_HARBOR_HARBOR_FASTPATHS": "0"}),
-    Variant("no_artifact_copy", "Harbor's own artifact copy (other fast paths on)", make=make_without_artifact_copy),
-    Variant("no_lean_http", "docker-py's transport", {"OSMOSIS_HARBOR_LEAN_ENGINE_CLIENT": "0"}),
-    Variant("sdk_archive_calls", "the Docker SDK's archive calls", {"OSMOSIS_HARBOR_SDK_ARCHIVE_CALLS": "1"}),
 )
 
 
@@ -168,10 +144,7 @@ async def graded_case(result: BenchResult, work: Path, rounds: int, rollouts: in
     }
     base = figures[DEFAULTS.key]
     judge(result, "Harbor's fast paths: CPU off / on", figures["no_fastpaths"], base)
-    judge(result, "artifact copy: CPU Harbor's / ours", figures["no_artifact_copy"], base)
-    judge(result, "lean engine client: CPU docker-py / ours", figures["no_lean_http"], base)
-    judge(result, "SDK archive calls: CPU defaults / archive calls", base, figures["sdk_archive_calls"])
-    judge(result, "SDK archive calls: wall defaults / archive calls", walls[DEFAULTS.key], walls["sdk_archive_calls"])
+    judge(result, "Harbor's fast paths: batch wall off / on", walls["no_fastpaths"], walls[DEFAULTS.key])
     for key in cpu:
         result.headline_value(f"graded_cpu_{key}_s", figures[key].median)
 
@@ -179,9 +152,7 @@ async def graded_case(result: BenchResult, work: Path, rounds: int, rollouts: in
 async def floor_case(result: BenchResult, rounds: int, trials: int) -> None:
     sides: tuple[tuple[str, bool, tuple[str, ...]], ...] = (
         ("as shipped", False, ()),
-        ("all our fast paths", True, ()),
-        ("all but the task checks", True, TASK_CHECKS),
-        ("all but the lock facts", True, LOCK_FACTS),
+        ("our fast paths", True, ()),
     )
     samples: dict[str, list[float]] = {label: [] for label, _, _ in sides}
     for index in range(rounds):
@@ -193,69 +164,18 @@ async def floor_case(result: BenchResult, rounds: int, trials: int) -> None:
     made = {
         label: result.add(f"Harbor's Trial, null environment: {label}", "s", s, note) for label, s in samples.items()
     }
-    ours = made["all our fast paths"]
-    judge(result, "Harbor floor: as shipped / all fast paths", made["as shipped"], ours)
-    judge(result, "Harbor floor: without the task checks / all", made["all but the task checks"], ours)
-    judge(result, "Harbor floor: without the lock facts / all", made["all but the lock facts"], ours)
+    judge(result, "Harbor floor: as shipped / our fast paths", made["as shipped"], made["our fast paths"])
+    result.headline_value("harbor_floor_fastpaths_ratio", made["as shipped"].median / made["our fast paths"].median)
 
 
-async def warm_case(result: BenchResult, work: Path, sdk: str, rollouts: int) -> None:
-    """Sequential graded rollouts alternating between warm interpreters on and off on ``sdk``."""
-    chat = FakeChatServer(default_reply="true")
-    backends = {
-        warm: make_backend(
-            work / f"warm-{sdk}-{warm}",
-            grader="AnswerGrader",
-            sdk=sdk,
-            tasks_dir=grader_task(work / f"warm-{sdk}-{warm}"),
-            warm_interpreters=warm,
-        )
-        for warm in (True, False)
-    }
-    seconds: dict[bool, list[float]] = {True: [], False: []}
-    try:
-        for backend in backends.values():
-            await backend.prewarm()
-        async with serve_locally(backends[True]) as warm_url, serve_locally(backends[False]) as cold_url:
-            async with controller(warm_url, rollouts + 1) as warm_client, controller(cold_url, rollouts + 1) as cold:
-                clients = {True: warm_client, False: cold}
-                for warm in (True, False):  # a warm-up each (image build, bundle)
-                    await submit_rollout(clients[warm], chat.base_url, GRADED_PROMPT, grade=True, timeout=None)
-                for index in range(2 * rollouts):
-                    warm = index % 2 == 0
-                    started = time.perf_counter()
-                    ok = await submit_rollout(clients[warm], chat.base_url, GRADED_PROMPT, grade=True, timeout=None)
-                    seconds[warm].append(time.perf_counter() - started)
-                    if not ok:
-                        result.warn(f"a graded rollout on {sdk} (warm={warm}) did not succeed")
-    finally:
-        for backend in backends.values():
-            await dispose(backend)
-        chat.close()
-    on = result.add(f"{sdk}, no pool: submit to result, warm interpreters on", "s", seconds[True])
-    off = result.add(f"{sdk}, no pool: submit to result, warm interpreters off", "s", seconds[False])
-    judge(result, f"warm interpreters on {sdk}: off / on", off, on)
-
-
-async def run(quick: bool, *, smallest: bool = False, envs: tuple[str, ...] = ("docker",)) -> BenchResult:
-    rounds, rollouts, trials, sequential = (1, 1, 2, 1) if smallest else (3, 8, 40, 4) if quick else (5, 8, 100, 6)
+async def run(quick: bool, *, smallest: bool = False) -> BenchResult:
+    rounds, rollouts, trials = (1, 1, 2) if smallest else (3, 8, 40) if quick else (5, 8, 100)
     result = BenchResult(NAME, TITLE)
     result.info["rounds"] = rounds
     work = workdir(NAME)
     try:
         await floor_case(result, rounds, trials)
         await graded_case(result, work, rounds, rollouts)
-        await warm_case(result, work, "docker", sequential)
-        if "skypilot-emulator" in envs:
-            from .emulator_path import SANDBOX_IMAGE
-            from .emulator_server import EMULATOR, start_emulator
-
-            emulator = await asyncio.to_thread(start_emulator, SANDBOX_IMAGE, 0, 0, 0)
-            try:
-                await warm_case(result, work, EMULATOR, sequential)
-            finally:
-                for problem in await asyncio.to_thread(emulator.close):
-                    result.warn(problem)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     result.notes.append(

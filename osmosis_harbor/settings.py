@@ -213,12 +213,6 @@ class Settings(BaseSettings):
         "(sandbox/transfer/exec_archives.py, exec_folds.py): SkyPilot's path, on every SDK; off: Harbor's own "
         "transfer commands",
     )
-    warm_interpreters: bool | None = Field(
-        None,
-        description="an image with the bundle baked in starts a warm interpreter (osmosis_ai imported) that the "
-        "agent's and the grader's runs hand themselves to (osmosis_harbor/shim/warm.py); unset: the SDK's "
-        "default (skypilot and skypilot-emulator on, docker on only with warm pools; docs/performance.md says why)",
-    )
     verifier_guard: bool = Field(
         True,
         description="a task's own tests that run in the agent's sandbox (Harbor's shared verifier) run under the "
@@ -244,12 +238,6 @@ class Settings(BaseSettings):
     )
     verifier_guard_timeout_sec: float = Field(
         300.0, gt=0, le=3600, description="the longest one of the verifier guard's own commands may run"
-    )
-    lean_engine_client: bool = Field(
-        True,
-        description="the Docker engine's plain JSON requests go over http.client with one kept connection per "
-        "thread, an exec's output and archive reads on a connection of their own (sandbox/docker/lean_http.py); "
-        "off: docker-py's requests transport for all",
     )
 
     # The leak audit (osmosis_harbor/audit): its bounds, and whether training admits leaking tasks.
@@ -281,6 +269,12 @@ class Settings(BaseSettings):
         default path, docs/performance.md). Kept only until ``sandbox/environment/routes.py`` stops
         asking."""
         return False
+
+    @property
+    def warm_interpreters(self) -> bool | None:
+        """Always unset: warm interpreters are gone (no gain measured, docs/performance.md). Kept
+        only until ``backend/plan.py`` stops asking."""
+        return None
 
     def pool_lock_dir(self) -> Path:
         """Lock files live in the user cache dir: machine-local, like the engine they guard."""

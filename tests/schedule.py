@@ -32,7 +32,6 @@ LONGEST_FIRST = [
     "test_lost_in_harbor_transfers.py",
     "test_readme.py",
     "test_backend_e2e.py",
-    "test_warm_interpreters.py",  # about 2 minutes: rollouts and sandboxes of their own, on both SDKs
     "test_soak_emulator.py",
     "test_bench_emulator.py",
     "test_soak.py",

@@ -189,15 +189,13 @@ async def test_a_workflow_taken_down_by_its_fork_bomb_names_the_pids_limit(
 
 
 async def test_a_fork_bomb_stops_at_the_pids_limit_and_the_victim_succeeds(
-    flood_path: SdkPath, tmp_path: Path, bundles_dir: Path, fake_chat, monkeypatch: pytest.MonkeyPatch
+    flood_path: SdkPath, tmp_path: Path, bundles_dir: Path, fake_chat
 ) -> None:
     """The bomb's forks are refused at the sandbox's pids limit, while the victim's sandbox,
     whose limit is its own, starts its processes. The sleepers it leaves hold that limit: on
     SkyPilot's path (every SDK's by default) every transfer is a command in the sandbox, or rides
     one, and cannot start, so the workflow left no outputs the host could take: its own failure
-    (``agent_error``), never the host's. Without warm
-    interpreters: a warm run ends its child's whole session, sleepers included."""
-    monkeypatch.setenv("OSMOSIS_HARBOR_WARM_INTERPRETERS", "0")
+    (``agent_error``), never the host's."""
     backend = make_backend(tmp_path, bundles_dir, flood_path)
     flooder, victim = await flood_beside_victim(backend, fake_chat, FORK_BOMB)
     assert_victim_fine(victim)

@@ -45,7 +45,7 @@ class SandboxOptions(BaseModel):
     registry: str | None = None
     pool: str | None = None  # a base name: each environment group claims ``pools.pool_name_for(pool, group)``
     pool_size: int | Literal["auto"] | None = None  # read by prewarm only; trials claim
-    warm_interpreters: bool | None = None  # read by the plan only (the image's ENTRYPOINT); None: the setting
+    warm_interpreters: bool | None = None  # ignored (warm interpreters are gone); backend/plan.py still reads it
     context_name: str | None = None
     namespace: str | None = None
     secrets: list[str] | None = None
