@@ -24,16 +24,12 @@ HARBOR_026_TESTS = (
     "tests/e2e/backend/test_rollouts.py::test_grader_timeout_is_a_timeout",  # a verifier timeout
     "tests/e2e/cli/test_public_formats.py::test_oracle_verdicts_on_public_task_formats",  # validate, multi-step
     "tests/e2e/cli/test_public_formats.py::test_nop_verdicts_on_public_task_formats",
-    "tests/e2e/backend/test_prewarm_and_lifecycle.py::test_server_with_prewarm_lifespan_serves_from_a_warm_pool",
     "tests/e2e/guard/test_reward_integrity.py",
     "tests/e2e/lost_sandbox/test_lost_in_agent_or_verifier.py",  # a lost sandbox, infra_retries
     "tests/e2e/transfer/test_exec_folds.py",  # transfers riding Harbor's verifier command
-    # warm interpreters through Harbor's trial: served warm, the cold result; its agent timeout
-    "tests/e2e/backend/test_warm_interpreters.py::test_a_graded_rollout_is_served_warm_and_gives_the_cold_result",
-    "tests/e2e/backend/test_warm_interpreters.py::test_an_agent_timeout_kills_a_warm_served_run",
     "tests/e2e/backend/test_workers.py",  # workers=N: each worker's queue rebuilt from the user's (harbor_compat/queue_facts.py)
     "tests/e2e/backend/test_terminations_after_result.py",  # a result before its sandboxes' terminations, through Harbor's trial
-    "tests/e2e/backend/test_baked_bundle.py::test_sandbox_call_budget_of_trivial_and_graded_rollouts",  # both transfer routes
+    "tests/e2e/backend/test_baked_bundle.py::test_sandbox_call_budget_of_trivial_and_graded_rollouts",  # the default transfer route
     # a task's own tests in a fresh sandbox of its image (Harbor's separate verifier), plants that do not pay
     "tests/e2e/guard/test_fresh_verifier.py::test_an_honest_answer_scores_one_and_a_wrong_one_zero",
     "tests/e2e/guard/test_fresh_verifier.py::test_no_plant_in_the_agents_sandbox_pays_in_a_fresh_one",

@@ -52,6 +52,7 @@ BENCHMARKS: tuple[str, ...] = (
     "transfer",
     "scale",
     "workers",
+    "weight",
 )
 # Run only when named with --only: the incumbent needs uv (its harbor extra's pin) beside this
 # interpreter and builds an image of its own.

@@ -146,21 +146,6 @@ def grader_elapsed(trials_dir: Path, trial_name: str) -> float | None:
     return float(matches[-1]) if matches else None
 
 
-def served_warm(trials_dir: Path) -> str:
-    """How many of the trials' agent and grader runs a warm interpreter served (the shim's
-    ``served=warm`` on its summary line, ``osmosis_harbor/shim/warm.py``), of how many ran."""
-    counts = []
-    for phase, log in (("agent", "agent/workflow.log"), ("grader", "verifier/test-stdout.txt")):
-        tokens = [
-            line.rsplit(" served=", 1)[1].split()[0]
-            for path in trials_dir.glob(f"*/{log}")
-            for line in path.read_text(errors="replace").splitlines()
-            if line.startswith("osmosis-harbor-shim[") and " served=" in line
-        ]
-        counts.append(f"{phase} {tokens.count('warm')} of {len(tokens)}")
-    return "served warm: " + ", ".join(counts)
-
-
 def grader_task(work: Path) -> Path:
     """The template task without ``tests/``, so the generated test.sh (the grader) verifies it."""
     task = Path(shutil.copytree(TEMPLATE, work / "template-graded"))

@@ -57,12 +57,14 @@ async def _trials(n: int, trials_dir: Path, tag: str) -> int:
     )
 
 
-async def _measure_here(n: int, fastpaths: bool) -> dict[str, float | int | list[str]]:
+async def _measure_here(n: int, fastpaths: bool, without: tuple[str, ...] = ()) -> dict[str, float | int | list[str]]:
     installed: tuple[str, ...] = ()
     if fastpaths:
         from osmosis_harbor.harbor_compat import fastpaths as harbor_fastpaths
 
-        installed = harbor_fastpaths.install()
+        harbor_fastpaths.install()
+        harbor_fastpaths.uninstall(without)
+        installed = harbor_fastpaths.installed()
     trials_dir = Path(tempfile.mkdtemp(prefix="osmosis-bench-harbor-floor-"))
     try:
         await _trials(WARM_UP, trials_dir, "warm")
@@ -74,10 +76,11 @@ async def _measure_here(n: int, fastpaths: bool) -> dict[str, float | int | list
     return {"cpu_per_trial_s": spent / n, "trials": n, "rewarded": rewarded, "fastpaths": list(installed)}
 
 
-def measure(n: int, *, fastpaths: bool) -> dict[str, float | int | list[str]]:
-    """Run the batch in a child process; its figures. Raises if a trial did not reward 1."""
+def measure(n: int, *, fastpaths: bool, without: tuple[str, ...] = ()) -> dict[str, float | int | list[str]]:
+    """Run the batch in a child process; its figures. Raises if a trial did not reward 1.
+    ``without``: fast-path labels left out (Harbor's own kept), to measure one group's share."""
     completed = subprocess.run(
-        [sys.executable, "-m", "bench.harbor_floor", str(n), "on" if fastpaths else "off"],
+        [sys.executable, "-m", "bench.harbor_floor", str(n), "on" if fastpaths else "off", ",".join(without)],
         cwd=REPO,  # `python -m` puts it on sys.path: Harbor imports bench.null_environment from there
         capture_output=True,
         text=True,
@@ -94,4 +97,5 @@ def measure(n: int, *, fastpaths: bool) -> dict[str, float | int | list[str]]:
 
 if __name__ == "__main__":
     count, switch = int(sys.argv[1]), sys.argv[2]
-    print(json.dumps(asyncio.run(_measure_here(count, switch == "on"))))
+    left_out = tuple(label for label in (sys.argv[3] if len(sys.argv) > 3 else "").split(",") if label)
+    print(json.dumps(asyncio.run(_measure_here(count, switch == "on", left_out))))

@@ -37,7 +37,7 @@ from typing import Any
 from osmosis_harbor.serving.local import serve_locally
 from osmosis_harbor.testing.scripted_policy import FakeChatServer
 
-from .env import dispose, grader_elapsed, grader_task, make_backend, served_warm, shim_elapsed, workdir
+from .env import dispose, grader_elapsed, grader_task, make_backend, shim_elapsed, workdir
 from .soak import controller
 from .workload import GRADED_PROMPT, submit_rollout
 
@@ -263,7 +263,7 @@ async def run(sdk: str, n: int, pool: bool) -> str:
                 "grader's own elapsed (verifier shim)": grader_elapsed(work / "trials", last) or float("nan"),
             }
             header = f"== one graded rollout on {sdk}{' with a warm pool' if pool else ''}: the last of {n} =="
-            out += [header, render(runs[-1][:-1], t0, total, extra), "", served_warm(work / "trials")]
+            out += [header, render(runs[-1][:-1], t0, total, extra)]
             out += ["", f"== medians over {n} rollouts =="]
             for label, seconds in sorted(medians(runs).items(), key=lambda kv: -kv[1]):
                 out.append(f"{seconds:8.3f}  {label}")

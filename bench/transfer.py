@@ -7,8 +7,9 @@ transfer of the same bytes is the baseline; the ratio is the per-entry overhead.
 
 How: a sandbox of the template task holds ``/logs/agent`` as N files of 100 bytes (made by
 ``split``) or as one file of N x 100 bytes; ``download_dir("/logs/agent")`` is timed into a
-fresh host directory, the snapshot dropped before each repeat (a command runs), over the
-archive capability and over Harbor's own path (pack, ``read_bytes``, our extraction). The
+fresh host directory, the snapshot dropped before each repeat (a command runs), on the default
+route (an archive made of the SDK's own calls) and on Harbor's own path
+(``OSMOSIS_HARBOR_EXEC_ARCHIVES=0``: pack, ``read_bytes``, our extraction). The
 host extraction alone (a tar made on the host) shows what the sandbox side adds. The entry
 bound is raised for the run (the default, 50,000 entries, would refuse 100,000 files).
 """
@@ -28,7 +29,6 @@ from harbor.models.trial.paths import TrialPaths
 
 from osmosis_harbor import settings
 from osmosis_harbor.sandbox import SandboxEnvironment, environment_config
-from osmosis_harbor.sandbox.environment import sandbox_environment as environment_module
 from osmosis_harbor.sandbox.transfer.extract import extract_archive
 
 from .common import BenchResult
@@ -101,35 +101,33 @@ async def run(quick: bool) -> BenchResult:
     result.info["files"] = n
     result.info["bytes per file"] = FILE_BYTES
     work = workdir(NAME)
-    saved = environment_module.has_archives
     with settings.scoped_variable("OSMOSIS_HARBOR_TRANSFER_MAX_FILES", str(2 * n)):
-        env = await _environment(work)
-        try:
-            for path, hide in (("archive", False), ("harbor", True)):
-                environment_module.has_archives = (lambda _s: False) if hide else saved  # type: ignore[assignment]
-                await _sh(
-                    env,
-                    f"rm -rf /logs/agent && mkdir -p /logs/agent && head -c {n * FILE_BYTES} /dev/zero > /logs/agent/one.bin",
-                )
-                one = result.add(
-                    f"{path}: one file of {n * FILE_BYTES} bytes",
-                    "s",
-                    await _timed_downloads(env, work, repeats),
-                    baseline=True,
-                )
-                await _sh(
-                    env,
-                    f"rm -rf /logs/agent && mkdir -p /logs/agent && cd /logs/agent && head -c {n * FILE_BYTES} /dev/zero | split -b {FILE_BYTES} -a 6 - f",
-                )
-                many = result.add(
-                    f"{path}: {n} files of {FILE_BYTES} bytes", "s", await _timed_downloads(env, work, repeats)
-                )
-                ratio = result.ratio(f"{path}: {n} files / one file", many, one)
-                result.headline_value(f"transfer_{path}_files_ratio", ratio.value)
-                result.headline_value(f"transfer_{path}_files_sec", many.median)
-        finally:
-            environment_module.has_archives = saved  # type: ignore[assignment]
-            await env.stop(delete=True)
+        for path, exec_archives in (("archive", "1"), ("harbor", "0")):
+            with settings.scoped_variable("OSMOSIS_HARBOR_EXEC_ARCHIVES", exec_archives):
+                env = await _environment(work / path)  # the route is chosen once per sandbox
+                try:
+                    await _sh(
+                        env,
+                        f"rm -rf /logs/agent && mkdir -p /logs/agent && head -c {n * FILE_BYTES} /dev/zero > /logs/agent/one.bin",
+                    )
+                    one = result.add(
+                        f"{path}: one file of {n * FILE_BYTES} bytes",
+                        "s",
+                        await _timed_downloads(env, work, repeats),
+                        baseline=True,
+                    )
+                    await _sh(
+                        env,
+                        f"rm -rf /logs/agent && mkdir -p /logs/agent && cd /logs/agent && head -c {n * FILE_BYTES} /dev/zero | split -b {FILE_BYTES} -a 6 - f",
+                    )
+                    many = result.add(
+                        f"{path}: {n} files of {FILE_BYTES} bytes", "s", await _timed_downloads(env, work, repeats)
+                    )
+                    ratio = result.ratio(f"{path}: {n} files / one file", many, one)
+                    result.headline_value(f"transfer_{path}_files_ratio", ratio.value)
+                    result.headline_value(f"transfer_{path}_files_sec", many.median)
+                finally:
+                    await env.stop(delete=True)
         host_many, host_one = _host_only(work, n, repeats)
     one = result.add(f"host extraction only: one file of {n * FILE_BYTES} bytes", "s", host_one, baseline=True)
     many = result.add(f"host extraction only: {n} files", "s", host_many)

@@ -37,7 +37,6 @@ from osmosis_harbor.bundle.info import BundleInfo
 from osmosis_harbor.errors import ConfigError
 from osmosis_harbor.sandbox.guard import GuardPlan, guard_binary
 from osmosis_harbor.sandbox.options import IMPORT_PATH, SandboxOptions
-from osmosis_harbor.sandbox.sdk.registry import implementation
 from osmosis_harbor.shim.models import GradingInput, RolloutInput
 from osmosis_harbor.tasks.dockerfile import EnvironmentPatch
 from osmosis_harbor.tasks.materialize import MaterializedTask, prepare_task, stage_rollout
@@ -166,20 +165,6 @@ class Planner:
             return RewardSource.GRADER
         return None
 
-    @property
-    def warm_interpreters(self) -> bool:
-        """Whether baked images start a warm interpreter: ``environment_config(warm_interpreters=)``,
-        else the setting, else the SDK's default (for ``pools``: whether this environment claims
-        from warm pools)."""
-        sandbox = SandboxOptions.of(self.environment)
-        chosen = sandbox.warm_interpreters
-        if chosen is None:
-            chosen = self.options.settings.warm_interpreters
-        if chosen is not None:
-            return chosen
-        default = implementation(sandbox.sdk).warm_interpreters
-        return default == "on" or (default == "pools" and sandbox.pool is not None)
-
     # ── the task copy ────────────────────────────────────────────────────────
     def materialize(self, plan: RolloutPlan, dest: Path, request: ExecutionRequest | None) -> MaterializedTask:
         """The per-rollout task copy. With the grader as verifier, the grader wheel and its
@@ -230,10 +215,6 @@ class Planner:
                 bundle_key=self.bundle.key,
                 guard=guard.path if guard else None,
                 guard_sha256=guard.sha256 if guard else None,
-                # Under the guard the agent's processes are marked, so a warm interpreter (unmarked)
-                # could serve none of them: none is started where the workflow could reach it. A
-                # native agent (a grader-only bundle) would leave it idle within its shell's reach.
-                warm=guard is None and not self.options.is_native and self.warm_interpreters,
             )
         copy = prepare_task(
             task,

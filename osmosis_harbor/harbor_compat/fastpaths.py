@@ -31,8 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from osmosis_harbor import settings
-from osmosis_harbor.harbor_compat import artifact_copy, string_paths
-from osmosis_harbor.harbor_compat.lock_facts import task_package_version, task_verifier_environment_mode
+from osmosis_harbor.harbor_compat import string_paths
 
 log = logging.getLogger(__name__)
 
@@ -204,8 +203,6 @@ class FastPath:
     name: str
     source_sha256: str
     replacement: Any
-    # Further code whose behaviour the replacement reproduces: (module, qualified name, sha256)
-    requires: tuple[tuple[str, str, str], ...] = ()
 
     @property
     def label(self) -> str:
@@ -217,9 +214,7 @@ class FastPath:
 # module that imports them by name (``TaskPaths.validate_input_tree`` calls the one in ``paths``).
 _VALIDATE = "2536a39f61d6f200cd57cf0799b132878d2a5f4e4e5549440306bcc74c85ed4a"
 _SELECT = "205aaa64e806f6602b8a943ccf93832a5641e7515c2f892c0e30b0289e84bae0"
-_EXTRACT_DIR = "7cf0968791644188164a435176e4b615a343e78a9afde9ce6771d978a997bcca"
 _FILTER = "harbor.models.task.file_filter"
-_LOCK = "harbor.models.job.lock"
 FASTPATHS: tuple[FastPath, ...] = (
     FastPath(
         _FILTER,
@@ -246,36 +241,6 @@ FASTPATHS: tuple[FastPath, ...] = (
         "e3ee34c22bd0630fdc30b7ae6b4eaee7d32983a2b9d372eb3c274199a641b5b4",
         collect_files,
     ),
-    # the separate verifier's sanitising artifact copy, without the tar for plain trees
-    # (``artifact_copy``), which reproduces what the data filter of this Python's tarfile does
-    FastPath(
-        "harbor.trial.artifact_handler",
-        None,
-        "copy_via_tar",
-        "58107a658c17e59711646e8145ae94c99873af600235231abe92e968cf9d73f0",
-        artifact_copy.copy_via_tar,
-        requires=(
-            ("harbor.environments.tar_transfer", "extract_dir", _EXTRACT_DIR),
-            ("tarfile", "_get_filtered_attrs", "36d463b50920091dd8abde2b160ea0462f0221ac35795424a5d9811635042119"),
-            ("tarfile", "TarFile._extract_member", "9ddc344364fbafb8dfd0e5538559b6e21ec4de599819c4636bcbfbcb5338e890"),
-            ("tarfile", "TarFile.makedir", "cbe008becd0f3de821f5d210e4c9fa464a49873347bce9bfb6ead3c9271633d2"),
-        ),
-    ),
-    # the trial lock's two task.toml facts, once per distinct text (``harbor_lock_facts``)
-    FastPath(
-        _LOCK,
-        None,
-        "_task_package_version",
-        "179f9f3bf6267c64fa935b499c5af529e705f82b8122e45426724b1fac187e07",
-        task_package_version,
-    ),
-    FastPath(
-        _LOCK,
-        None,
-        "_task_verifier_environment_mode",
-        "f50844bd53086a5ee3124652eaab108435cf077538c0939a51e69843fa529fb6",
-        task_verifier_environment_mode,
-    ),
 )
 
 _lock = threading.Lock()
@@ -292,20 +257,6 @@ def _holder(fast: FastPath) -> Any:
 
     module = importlib.import_module(fast.module)
     return getattr(module, fast.owner) if fast.owner else module
-
-
-def _requirements_hold(fast: FastPath) -> bool:
-    """Whether the further code ``fast`` reproduces is the verified version."""
-    import importlib
-
-    for module_name, qualified, digest in fast.requires:
-        target: Any = importlib.import_module(module_name)
-        for part in qualified.split("."):
-            target = getattr(target, part)
-        if source_sha256(target) != digest:
-            log.debug("%s is not the verified version: %s kept", f"{module_name}.{qualified}", fast.label)
-            return False
-    return True
 
 
 def original(label: str) -> Any:
@@ -331,18 +282,17 @@ def install() -> tuple[str, ...]:
             if source_sha256(function) != fast.source_sha256:
                 log.debug("Harbor's %s is not the verified version: kept", fast.label)
                 continue
-            if not _requirements_hold(fast):
-                continue
             _installed[fast.label] = current
             setattr(holder, fast.name, staticmethod(fast.replacement) if function is not current else fast.replacement)
     return installed()
 
 
-def uninstall() -> None:
-    """Put Harbor's originals back (tests)."""
+def uninstall(labels: tuple[str, ...] | None = None) -> None:
+    """Put Harbor's originals back: all, or those of ``labels`` (tests, and the bench's
+    with-and-without runs of one group)."""
     with _lock:
         for fast in FASTPATHS:
-            if fast.label in _installed:
+            if fast.label in _installed and (labels is None or fast.label in labels):
                 setattr(_holder(fast), fast.name, _installed.pop(fast.label))
 
 

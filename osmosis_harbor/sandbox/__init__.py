@@ -37,7 +37,6 @@ def environment_config(
     secrets: list[str] | None = None,
     host_network: bool = False,
     pool_size: int | Literal["auto"] | None = None,
-    warm_interpreters: bool | None = None,
     force_build: bool = False,
     delete: bool = True,
     **extra_kwargs: Any,
@@ -51,9 +50,7 @@ def environment_config(
     sandboxes through the backend's policy relay (``relay/policy_relay.py``), and nothing else does. ``pool`` names
     the warm pool trials claim sandboxes from (``HarborBackend.prewarm`` creates one pool
     per environment group, named after it, with ``pool_size`` running sandboxes, or sized
-    from the observed claim rate with ``pool_size="auto"``). ``warm_interpreters``: whether images
-    that bake the bundle in start a warm interpreter (``shim/warm.py``); None: the setting
-    ``OSMOSIS_HARBOR_WARM_INTERPRETERS``, else the SDK's default. ``extra_kwargs``: Harbor's own
+    from the observed claim rate with ``pool_size="auto"``). ``extra_kwargs``: Harbor's own
     environment keywords; any other name is a `ConfigError` naming it (``options.py``).
     """
     options = SandboxOptions.build(
@@ -65,7 +62,6 @@ def environment_config(
         secrets=secrets,
         host_network=host_network,
         pool_size=pool_size,
-        warm_interpreters=warm_interpreters,
         **extra_kwargs,
     )
     options.impl.load()  # fail now, with the install hint, not mid-trial

@@ -45,7 +45,6 @@ class SandboxOptions(BaseModel):
     registry: str | None = None
     pool: str | None = None  # a base name: each environment group claims ``pools.pool_name_for(pool, group)``
     pool_size: int | Literal["auto"] | None = None  # read by prewarm only; trials claim
-    warm_interpreters: bool | None = None  # read by the plan only (the image's ENTRYPOINT); None: the setting
     context_name: str | None = None
     namespace: str | None = None
     secrets: list[str] | None = None
@@ -115,11 +114,8 @@ class SandboxOptions(BaseModel):
 
     def for_trial(self, *, claims_pool: bool) -> SandboxOptions:
         """What one trial's environment gets: the pool base only when it claims from the pool
-        (prewarm made its group's pool), never the size (prewarm's alone) nor the warm choice
-        (the plan's, already in the image)."""
-        return self.model_copy(
-            update={"pool_size": None, "warm_interpreters": None, "pool": self.pool if claims_pool else None}
-        )
+        (prewarm made its group's pool), never the size (prewarm's alone)."""
+        return self.model_copy(update={"pool_size": None, "pool": self.pool if claims_pool else None})
 
     def applied_to(self, config: EnvironmentConfig) -> EnvironmentConfig:
         """``config`` carrying these options (another environment's config: unchanged)."""

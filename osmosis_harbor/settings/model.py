@@ -198,20 +198,8 @@ class Settings(BaseSettings):
         True,
         description="directories move as one tar through a file write or read plus one command, folded into the "
         "commands they precede and follow, with write-behind uploads and one /logs snapshot "
-        "(sandbox/transfer/exec_archives.py, exec_folds.py): SkyPilot's path, on every SDK unless "
-        "sdk_archive_calls; off: Harbor's own transfer commands",
-    )
-    sdk_archive_calls: bool = Field(
-        False,
-        description="on an SDK that offers archive calls (the local Docker SDK's put_archive/get_archive, "
-        "which SkyPilot lacks), move directories with them instead of SkyPilot's path: an image without tar "
-        "and gzip then transfers too, at two to four more calls per graded rollout",
-    )
-    warm_interpreters: bool | None = Field(
-        None,
-        description="an image with the bundle baked in starts a warm interpreter (osmosis_ai imported) that the "
-        "agent's and the grader's runs hand themselves to (osmosis_harbor/shim/warm.py); unset: the SDK's "
-        "default (skypilot and skypilot-emulator on, docker on only with warm pools; docs/performance.md says why)",
+        "(sandbox/transfer/exec_archives.py, exec_folds.py): SkyPilot's path, on every SDK; off: Harbor's own "
+        "transfer commands",
     )
     verifier_guard: bool = Field(
         True,
@@ -238,12 +226,6 @@ class Settings(BaseSettings):
     )
     verifier_guard_timeout_sec: float = Field(
         300.0, gt=0, le=3600, description="the longest one of the verifier guard's own commands may run"
-    )
-    lean_engine_client: bool = Field(
-        True,
-        description="the Docker engine's plain JSON requests go over http.client with one kept connection per "
-        "thread, an exec's output and archive reads on a connection of their own (sandbox/docker/lean_http.py); "
-        "off: docker-py's requests transport for all",
     )
 
     # The leak audit (osmosis_harbor/audit): its bounds, and whether training admits leaking tasks.

@@ -14,8 +14,6 @@ from collections.abc import Mapping
 
 from osmosis_ai.rollout.context import API_KEY_ENV, CHAT_COMPLETIONS_URL_ENV
 
-from . import handoff
-
 # ── paths in the sandbox ─────────────────────────────────────────────────────
 LOGS_DIR = "/logs"  # Harbor downloads /logs/agent and /logs/verifier into the trial directory
 AGENT_LOGS = f"{LOGS_DIR}/agent"
@@ -41,12 +39,6 @@ BUNDLE_MARKER = f"{BUNDLE_ROOT}/bundle.id"
 # after this comment in the patched Dockerfile; without it, the host uploads the guard.
 GUARD_PATH = f"{BUNDLE_ROOT}/guard"
 BAKED_GUARD_COMMENT = "# osmosis-harbor baked guard: "
-# The warm interpreter (shim/warm.py): its socket, in a directory of root's (0700), and the module
-# the image's ENTRYPOINT starts (the socket's names are the console scripts' half's: handoff.py).
-WARM_DIR = handoff.SOCKET_DIR
-WARM_SOCKET = handoff.SOCKET_PATH
-WARM_LAUNCH_MARKER = handoff.LAUNCH_MARKER
-WARM_MODULE = "osmosis_harbor_shim.warm"
 
 # ── files the shim writes (under agent/ and verifier/) ───────────────────────
 SAMPLE_FILENAME = "sample.json"

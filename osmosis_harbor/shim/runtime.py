@@ -29,9 +29,6 @@ from .paths import ShimPaths
 
 EXIT_OK = 0
 EXIT_FAILED = 1
-# How this run was started, on its summary line: a warm interpreter's child sets "served=warm"
-# (``warm.py``), so a run's log says which path it took.
-SERVED = "served=cold"
 _SUMMARY_MESSAGE_LIMIT = 300
 
 
@@ -220,7 +217,7 @@ class _Recorder:
         self.prefix = f"osmosis-harbor-shim[{phase}] v{SHIM_VERSION}"
 
     def _elapsed(self) -> str:
-        return f"elapsed={time.monotonic() - self.started:.2f}s {SERVED}"
+        return f"elapsed={time.monotonic() - self.started:.2f}s"
 
     def success(self, summary: str) -> int:
         self.exit_code = EXIT_OK

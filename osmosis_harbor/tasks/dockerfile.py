@@ -10,7 +10,6 @@ so identical task copies keep one Harbor environment hash and one image.
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 from pathlib import Path, PurePosixPath
@@ -59,8 +58,6 @@ class EnvironmentPatch(BaseModel):
     # The verifier guard baked in beside the bundle (``sandbox/guard``), with its sha256.
     guard: Path | None = None
     guard_sha256: str | None = None
-    # The image's ENTRYPOINT starts a warm interpreter (shim/warm.py); only with a baked bundle.
-    warm: bool = False
 
     @model_validator(mode="after")
     def _bundle(self) -> EnvironmentPatch:
@@ -72,8 +69,6 @@ class EnvironmentPatch(BaseModel):
             raise ValueError(f"bundle_key must be letters, digits, '.', '_' or '-', got {self.bundle_key!r}")
         if (self.guard is None) != (self.guard_sha256 is None) or (self.guard is not None and self.wheel is None):
             raise ValueError("guard and guard_sha256 go together, and only with a baked bundle")
-        if self.warm and self.wheel is None:
-            raise ValueError("warm interpreters need a baked bundle (wheel)")
         if self.guard_sha256 is not None and not _SAFE_KEY.match(self.guard_sha256):
             raise ValueError(f"guard_sha256 must be hex, got {self.guard_sha256!r}")
         return self
@@ -166,14 +161,12 @@ def patch_environment(env_dir: Path, patch: EnvironmentPatch) -> bool:
     instructions = _instructions(base.splitlines())
     last_from = max((i for i, (kw, _) in enumerate(instructions) if kw == "FROM"), default=-1)
     users = [text for kw, text in instructions[last_from + 1 :] if kw == "USER"]
-    own_entrypoint = any(kw == "ENTRYPOINT" for kw, _ in instructions[last_from + 1 :])
     block = [
         PATCH_BEGIN,
         "USER root",
         f"COPY {REQUIREMENTS_FILENAME} {contract.CONTAINER_REQUIREMENTS}",
         f"RUN {_dependencies_command(patch)}",
         *_bundle_lines(patch),
-        *(_warm_lines() if patch.warm and not own_entrypoint else []),
         *users[-1:],
         PATCH_END,
     ]
@@ -220,8 +213,6 @@ def _bundle_lines(patch: EnvironmentPatch) -> list[str]:
         f"--no-cache-dir {wheel} && echo {patch.bundle_key} > {contract.BUNDLE_MARKER} && "
         f"rm -rf {logs} && mkdir -p {logs} {contract.ROLLOUT_INPUT_DIR} && chmod 777 {logs} && chmod 755 {contract.ROLLOUT_INPUT_DIR}"
     )
-    if patch.warm:
-        run += f" && mkdir -p -m 0700 {contract.WARM_DIR}"
     guard = []
     if patch.guard is not None:
         guard = [
@@ -233,29 +224,6 @@ def _bundle_lines(patch: EnvironmentPatch) -> list[str]:
         *guard,
         f"RUN {run}",
         f"{BAKED_BUNDLE_COMMENT}{patch.bundle_key}",
-    ]
-
-
-WARM_ENTRYPOINT_COMMENT = "# osmosis-harbor warm interpreter"
-
-
-def _warm_lines() -> list[str]:
-    """The ENTRYPOINT that starts the warm interpreter, detached (a subshell's background job, so
-    init reaps it), then runs the container's command: the sandbox's main process is unchanged.
-    It first leaves the launch marker (``handoff.LAUNCH_MARKER``: a run that starts before the
-    interpreter listens waits for it), which the interpreter removes once it listens, and the
-    shell when it exits. Not added when the task's own final stage sets an ENTRYPOINT (replacing
-    it would change the task). Its directory (root's, 0700) is made by the bundle's layer; the
-    interpreter refuses to listen otherwise."""
-    marker = contract.WARM_LAUNCH_MARKER
-    launch = (
-        f"{{ : > {marker}; }} 2>/dev/null; "
-        f"( {{ {contract.VENV}/bin/python -P -m {contract.WARM_MODULE}; rm -f {marker}; }} "
-        '</dev/null >/dev/null 2>&1 & ) ; exec "$@"'
-    )
-    return [
-        WARM_ENTRYPOINT_COMMENT,
-        f"ENTRYPOINT {json.dumps(['/bin/sh', '-c', launch, 'osmosis-warm'])}",
     ]
 
 

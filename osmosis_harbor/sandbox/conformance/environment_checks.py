@@ -11,7 +11,6 @@ Tasks use the run's image directly (``docker_image``), so only the image check b
 from __future__ import annotations
 
 import asyncio
-import json
 import shutil
 import tempfile
 import uuid
@@ -24,7 +23,6 @@ from harbor.models.trial.paths import TrialPaths
 
 from osmosis_harbor.sandbox.conformance.core import (
     ConformanceContext,
-    Observation,
     check,
     expect,
     poll,
@@ -252,39 +250,3 @@ async def check_environment_default_bounds(ctx: ConformanceContext) -> str:
     expect(bounds.memory_bytes == 2048 * 1024 * 1024, f"memory {bounds.memory_bytes}")
     expect(bounds.cpus == 1.0, f"cpus {bounds.cpus}")
     return bounds.describe()
-
-
-ENTRYPOINT_MARK = "/osmosis-entrypoint.ran"
-
-
-@check(assumption="a task image's ENTRYPOINT runs in the sandbox (warm interpreters start from it)")
-async def check_assume_image_entrypoint_runs(ctx: ConformanceContext) -> Observation:
-    """An image whose ENTRYPOINT leaves a mark, started as a trial starts its sandbox: SkyPilot's docs
-    do not say whether the image's ENTRYPOINT runs (a Kubernetes pod whose spec sets ``command``
-    skips it). Either way our runs are correct: without it no warm interpreter starts and the
-    agent's and grader's runs go cold (``shim/handoff.py``)."""
-    impl = implementation(_sdk_name(ctx))
-    if not impl.local_images and not (current_settings().registry or impl.default_registry):
-        skip("this SDK pulls images from a registry, and none is set (OSMOSIS_HARBOR_REGISTRY)")
-    entrypoint = ["/bin/sh", "-c", f'echo ran > {ENTRYPOINT_MARK}; exec "$@"', "entrypoint-probe"]
-    dockerfile = (
-        f"FROM {ctx.image}\nENTRYPOINT {json.dumps(entrypoint)}\nLABEL osmosis-harbor-conformance={ctx.prefix}\n"
-    )
-    env = _environment(ctx, _task(ctx, "entrypoint", dockerfile=dockerfile))
-
-    async def forget() -> None:
-        ctx.owner.builds.forget(env.image_ref)
-        if impl.local_images and not current_settings().registry:
-            await asyncio.to_thread(remove_local_image, env.image_ref)
-
-    ctx.on_close(forget)
-    await env.start(force_build=False)
-    # The ENTRYPOINT runs beside the first command, not before it: wait a little for its mark.
-    out = await env.exec(f"for i in $(seq 1 100); do [ -f {ENTRYPOINT_MARK} ] && exit 0; sleep 0.05; done; exit 1")
-    if out.return_code == 0:
-        return Observation(True, "the image's ENTRYPOINT ran: warm interpreters start in baked images here")
-    return Observation(
-        False,
-        "the image's ENTRYPOINT did not run: no warm interpreter starts here, every run is cold "
-        "(correct); set OSMOSIS_HARBOR_WARM_INTERPRETERS=0 to leave the ENTRYPOINT out of baked images",
-    )

@@ -1,8 +1,7 @@
 """Which way this environment's files go: as archives made of one file call plus one command
 (``transfer/exec_archives.py``), folded into the commands around them (``exec_folds.py``): SkyPilot's
-path, on every SDK by default, so a local run moves its files exactly as SkyPilot's does; over the
-handle's own archive calls where it offers them and ``sdk_archive_calls`` asks for them (the Docker
-SDK); or, with ``exec_archives`` off, by Harbor's own transfer commands.
+path, on every SDK by default, so a local run moves its files exactly as SkyPilot's does; or, with
+``exec_archives`` off, by Harbor's own transfer commands.
 
 Uploads on the archive routes are written behind (``transfer/archives.py``): every command sees
 the uploads made before it, and may change anything it can reach, except Harbor's preparation
@@ -22,16 +21,15 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 from harbor.environments.base import ExecResult
 from harbor.environments.tar_transfer import pack_dir_to_bytes, remote_unpack_command
 
 from osmosis_harbor.harbor_compat.skypilot_names import MAX_EXEC_TIMEOUT_SEC, REMOTE_TRANSFER_DIR
 from osmosis_harbor.sandbox.environment.state import EnvironmentState
-from osmosis_harbor.sandbox.sdk.protocol import has_archives
 from osmosis_harbor.sandbox.transfer.archives import ArchiveTransfers, overlaps
-from osmosis_harbor.sandbox.transfer.downloads import HarborPath, fetch_archive
+from osmosis_harbor.sandbox.transfer.downloads import HarborPath
 from osmosis_harbor.sandbox.transfer.exec_archives import ExecArchives, ReadBytes, WriteBytes
 from osmosis_harbor.sandbox.transfer.exec_folds import (
     FoldedPack,
@@ -43,7 +41,7 @@ from osmosis_harbor.sandbox.transfer.exec_folds import (
 )
 from osmosis_harbor.settings import Settings
 
-__all__ = ["CommandFold", "FileCalls", "TransferRoutes", "takes_archive_calls", "takes_exec_archives"]
+__all__ = ["CommandFold", "FileCalls", "TransferRoutes", "takes_exec_archives"]
 
 # The pack after a command runs within the command's exec: its time is added to the exec's
 # timeout (up to SkyPilot's cap), so it never makes a command that finished in time time out.
@@ -73,16 +71,10 @@ class FileCalls:
     read_bytes: ReadBytes
 
 
-def takes_archive_calls(sandbox: Any, current: Settings) -> bool:
-    """Whether this sandbox's transfers go over its handle's own archive calls: offered, and asked
-    for (``sdk_archive_calls``)."""
-    return current.sdk_archive_calls and has_archives(sandbox)
-
-
 def takes_exec_archives(sandbox: Any, current: Settings) -> bool:
     """Whether this sandbox's transfers are archives made of its own calls (``exec_archives.py``),
     whose uploads can carry Harbor's preparation of their targets (`stage_preparation`)."""
-    return not takes_archive_calls(sandbox, current) and current.exec_archives
+    return current.exec_archives
 
 
 class TransferRoutes:
@@ -150,22 +142,11 @@ class TransferRoutes:
 
     def archives(self) -> ArchiveTransfers | None:
         """The archive transfers of this sandbox: built from a file write or read plus one command
-        (``exec_archives.py``), or over its handle's archive calls where ``takes_archive_calls``;
-        None with ``exec_archives`` off (Harbor's own transfer commands run)."""
+        (``exec_archives.py``); None with ``exec_archives`` off (Harbor's own transfer commands run)."""
         state = self._state
         if self._transfers is not None or state.sandbox is None:
             return self._transfers
-        if takes_archive_calls(state.sandbox, self._settings):
-            sandbox = state.sandbox
-
-            async def put(data: bytes, path: str) -> None:
-                await self._guarded(sandbox.put_archive.aio(data, path))
-
-            async def get(path: str, into: BinaryIO) -> None:
-                await self._guarded(fetch_archive(sandbox, path, into))
-
-            self._transfers = ArchiveTransfers(put, get, self._logger)
-        elif takes_exec_archives(state.sandbox, self._settings):
+        if takes_exec_archives(state.sandbox, self._settings):
             archives = ExecArchives(self._raw_shell, self._calls.write_bytes, self._calls.read_bytes)
             self._exec_archives = archives
             self._transfers = ArchiveTransfers(

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
-from typing import Literal, cast
+from typing import cast
 
 from osmosis_harbor import settings
 from osmosis_harbor.errors import ConfigError, DockerSdkMissingError, SandboxSdkMissingError, SandboxUnavailableError
@@ -59,12 +59,8 @@ class SandboxImplementation:
     started on this machine to serve the SDK (the emulator's on-demand server), called by
     ``stop_local_servers`` when a backend shuts down. ``ready_check``: ``module:function``
     raising `SandboxUnavailableError` when what the SDK talks to is not there (the engine, the
-    emulator, a SkyPilot login), run by `preflight` after the import. ``warm_interpreters``: the
-    default of ``OSMOSIS_HARBOR_WARM_INTERPRETERS`` on this SDK (baked images start a warm
-    interpreter, ``shim/warm.py``), measured (docs/performance.md): ``on``, ``off``, or ``pools``
-    (on when the environment claims from warm pools: the local engine's sandboxes share the host's
-    cores, and a sandbox created for its rollout starts its warm import in the rollout's own
-    critical window, which costs more than it saves). ``exec_runs_sandbox_shell``: an exec's argv runs
+    emulator, a SkyPilot login), run by `preflight` after the import.
+    ``exec_runs_sandbox_shell``: an exec's argv runs
     under a shell of the sandbox, found on the sandbox's own PATH (SkyPilot's ``sh -c``), so a root
     agent that plants that shell runs its program first, unmarked, in every later exec: the
     verifier guard cannot protect a shared verifier there (``tasks/verifier_shell.py``)."""
@@ -80,7 +76,6 @@ class SandboxImplementation:
     records_exec_results: bool = False
     local_server: str | None = None
     ready_check: str | None = None
-    warm_interpreters: Literal["on", "off", "pools"] = "off"
     exec_runs_sandbox_shell: bool = False
 
     def preflight(self, config: settings.Settings | None = None) -> None:
@@ -132,7 +127,6 @@ register(
         local_images=True,
         max_concurrent_starts=8,
         ready_check="osmosis_harbor.sandbox.docker.engine:check_reachable",
-        warm_interpreters="pools",
     )
 )
 register(
@@ -143,7 +137,6 @@ register(
         missing_hint=SKYPILOT_SDK_MISSING,
         max_concurrent_starts=128,
         records_exec_results=True,
-        warm_interpreters="on",
         ready_check="osmosis_harbor.sandbox.sdk.skypilot_login:check_logged_in",
     )
 )
@@ -158,7 +151,6 @@ register(
         relays_host_endpoint=True,
         max_concurrent_starts=32,
         records_exec_results=True,
-        warm_interpreters="on",
         local_server="osmosis_harbor.sandbox.emulator.server.launcher:stop_started_servers",
         ready_check="osmosis_harbor.sandbox.emulator.server.launcher:check_reachable",
     )

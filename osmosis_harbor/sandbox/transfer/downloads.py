@@ -1,9 +1,6 @@
 """Bounded downloads from a sandbox for ``SandboxEnvironment``, on either transfer path.
 
-* Archive capability (``transfer/archives.py``): `fetch_archive` streams a tree's tar into a host
-  file when the handle can (``stream_archive``, the Docker SDK), refusing it past the bound
-  as it streams; a handle that returns the tar whole has it checked on arrival.
-* Harbor's own path (SkyPilot's SDK: no archive calls): the sandbox side is Harbor's (``tar
+* Harbor's own path (with ``exec_archives`` off): the sandbox side is Harbor's (``tar
   -czf`` of the directory, ``read_bytes`` of the archive, ``rm``), with the archive's size
   asked in the same command so an oversized one is refused before it is read; the host side
   is our extractor instead of ``tarfile``. A single file's size is asked first for the same
@@ -20,7 +17,6 @@ import shlex
 import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, BinaryIO
 
 from harbor.environments.base import ExecResult
 from harbor.environments.tar_transfer import remote_pack_command
@@ -30,22 +26,10 @@ from osmosis_harbor.harbor_compat.skypilot_names import REMOTE_TRANSFER_DIR
 from osmosis_harbor.sandbox.transfer.extract import ExtractResult, TransferLimits, extract_archive, write_file
 from osmosis_harbor.sandbox.transfer.snapshot import Logger
 
-__all__ = ["HarborPath", "fetch_archive", "reported_size"]
+__all__ = ["HarborPath", "reported_size"]
 
 RunShell = Callable[..., Awaitable[ExecResult]]
 ReadBytes = Callable[[str], Awaitable[bytes]]
-
-
-async def fetch_archive(sandbox: Any, path: str, into: BinaryIO) -> None:
-    """The tar of sandbox ``path`` written to ``into``, within ``max_archive_bytes``."""
-    limit = TransferLimits.current().max_archive_bytes
-    stream = getattr(sandbox, "stream_archive", None)
-    if callable(getattr(stream, "aio", None)):
-        await stream.aio(path, into, limit)  # type: ignore[union-attr]
-        return
-    data = bytes(await sandbox.get_archive.aio(path))
-    TransferLimits.current().check_archive(path, len(data))
-    await asyncio.to_thread(into.write, data)
 
 
 def reported_size(result: ExecResult) -> int | None:

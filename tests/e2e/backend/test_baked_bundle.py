@@ -120,16 +120,14 @@ async def rollout_via(client, fake_chat, text: str = ANSWER, *, grade: bool = Tr
 
 
 async def test_sandbox_call_budget_of_trivial_and_graded_rollouts(
-    tmp_path: Path, bundles_dir: Path, fake_chat, sdk_calls: Counter[str], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, bundles_dir: Path, fake_chat, sdk_calls: Counter[str]
 ) -> None:
     """Each SDK call is a round trip to the SkyPilot API server. By default every SDK moves files
     as SkyPilot's path does (``routes.py``): a trivial rollout is create, the workflow's exec (the
     input rides it, the /logs pack rides back in its output), terminate. A graded one adds a fresh
     verifier sandbox: create, one file write (the artifacts and tests, Harbor's emptying of the
     workdir staged with them), test.sh's exec (the unpack before it, the /logs pack after it),
-    terminate. With the Docker SDK's own archive calls (``OSMOSIS_HARBOR_SDK_ARCHIVE_CALLS=1``) the
-    agent's /logs and workdir, the verifier's upload and /logs are archive calls of their own, and
-    Harbor's emptying a command."""
+    terminate."""
     async with serve(backend(tmp_path, bundles_dir, graded_template(tmp_path))) as url, client_for(url) as client:
         result = await rollout_via(client, fake_chat, grade=False)
         assert result.status is RolloutStatus.SUCCESS, result.err_message
@@ -138,15 +136,6 @@ async def test_sandbox_call_budget_of_trivial_and_graded_rollouts(
         result = await rollout_via(client, fake_chat)
         assert result.status is RolloutStatus.SUCCESS and result.sample.reward == 1.0, result.err_message
         assert dict(sdk_calls) == {"create": 2, "exec": 2, "write_bytes": 1, "terminate": 2}
-        sdk_calls.clear()
-        monkeypatch.setenv("OSMOSIS_HARBOR_SDK_ARCHIVE_CALLS", "1")
-        result = await rollout_via(client, fake_chat, grade=False)
-        assert result.status is RolloutStatus.SUCCESS, result.err_message
-        assert dict(sdk_calls) == {"create": 1, "exec": 1, "get_archive": 1, "terminate": 1}
-        sdk_calls.clear()
-        result = await rollout_via(client, fake_chat)
-        assert result.status is RolloutStatus.SUCCESS and result.sample.reward == 1.0, result.err_message
-        assert dict(sdk_calls) == {"create": 2, "exec": 3, "put_archive": 1, "get_archive": 3, "terminate": 2}
 
 
 async def test_an_input_too_large_to_ride_the_exec_goes_as_a_file(
@@ -222,21 +211,16 @@ async def test_an_image_only_task_still_installs_the_bundle_with_pip(
     assert any(name.endswith(".whl") for name in tests) and b"pip install" in tests["osmosis_grade.sh"]
 
 
-async def test_an_sdk_without_archives_moves_trees_over_its_own_calls(
+async def test_trees_move_over_the_sdks_own_calls_in_fewer_calls_than_harbors_path(
     tmp_path: Path, bundles_dir: Path, fake_chat, sdk_calls: Counter[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """SkyPilot's SDK offers no archive calls (here: a handle without them, even with
-    ``sdk_archive_calls`` on). A tree still moves as one archive, made of its own calls
+    """SkyPilot's SDK offers no archive calls. A tree still moves as one archive, made of its own calls
     (``exec_archives.py``): an upload is a file write plus the unpack command, which also empties
     its targets as Harbor asked; a fetch the pack command plus a file read, the agent's /logs and
     its workdir (a declared artifact) in one. So the graded rollout costs: the workflow's exec,
     one fetch of the agent's trees; in the verifier's sandbox one upload, test.sh, one fetch of
     /logs. With ``OSMOSIS_HARBOR_EXEC_ARCHIVES=0`` the same rollout takes Harbor's own write/read
     + tar path, at more calls, and still skips what a fresh baked sandbox makes redundant."""
-    from osmosis_harbor.sandbox.environment import routes as environment_routes
-
-    monkeypatch.setattr(environment_routes, "has_archives", lambda _sandbox: False)
-    monkeypatch.setenv("OSMOSIS_HARBOR_SDK_ARCHIVE_CALLS", "1")  # asked for, and not offered
     async with serve(backend(tmp_path, bundles_dir, graded_template(tmp_path))) as url, client_for(url) as client:
         result = await rollout_via(client, fake_chat)
         assert result.status is RolloutStatus.SUCCESS and result.sample.reward == 1.0, result.err_message

@@ -137,9 +137,9 @@ async def test_the_setting_turns_the_head_start_off(
     tmp_path, bundles_dir, fake_chat, api_key, graded_task, events, monkeypatch
 ):
     monkeypatch.setenv("OSMOSIS_HARBOR_VERIFIER_HEAD_START", "0")
-    # the route on which Harbor's emptying of the workdir is a command of its own (on SkyPilot's,
-    # the default, it rides the verifier's upload with or without a head start)
-    monkeypatch.setenv("OSMOSIS_HARBOR_SDK_ARCHIVE_CALLS", "1")
+    # Harbor's own transfer path, on which its emptying of the workdir is a command of its own (on
+    # the default route it rides the verifier's upload with or without a head start)
+    monkeypatch.setenv("OSMOSIS_HARBOR_EXEC_ARCHIVES", "0")
     backend = make_backend(
         tmp_path, bundles_dir, agent="OutputWorkflow", grader="AnswerGrader", tasks_dir=graded_task, sdk=DOCKER
     )

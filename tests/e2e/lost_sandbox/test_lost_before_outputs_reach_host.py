@@ -90,9 +90,9 @@ async def test_the_agents_sandbox_lost_before_its_outputs_reached_the_host_is_th
     osmosis_home: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # The route on which /logs/agent is fetched by a call of its own after the workflow's exec; on
-    # SkyPilot's (the default) a small /logs rides back in that exec's own output, already on the host.
-    monkeypatch.setenv("OSMOSIS_HARBOR_SDK_ARCHIVE_CALLS", "1")
+    # Harbor's own transfer path, on which /logs/agent is fetched by calls of their own after the
+    # workflow's exec; on the default route a small /logs rides back in that exec's own output.
+    monkeypatch.setenv("OSMOSIS_HARBOR_EXEC_ARCHIVES", "0")
     removed = remove_agent_sandbox_at_log_download(monkeypatch)
     recorded, outcomes = spy(monkeypatch)
     backend = make_backend(tmp_path, tasks)

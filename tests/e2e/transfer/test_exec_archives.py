@@ -1,7 +1,6 @@
 """Archives made of SkyPilot's own calls (``sandbox/transfer/exec_archives.py``), on a real sandbox.
 
-A real Docker sandbox with the archive capability switched off (``has_archives``), as
-SkyPilot's SDK has none: every tree moves as one tar through a file write or read plus one
+A real Docker sandbox on the default route, SkyPilot's (every SDK's): every tree moves as one tar through a file write or read plus one
 command. SDK calls are counted, so each claim about round trips is checked against what the
 sandbox was really asked. The graded rollout's call budget on this path is
 ``tests/e2e/backend/test_baked_bundle.py``; the key end-to-end tests run it on the emulator.
@@ -17,7 +16,6 @@ import pytest
 
 from osmosis_harbor.errors import TransferLimitError
 from osmosis_harbor.sandbox import SandboxEnvironment
-from osmosis_harbor.sandbox.environment import routes as environment_routes
 from tests.support.common import made_environment, make_task, started_environment
 
 pytestmark = pytest.mark.slow
@@ -25,7 +23,6 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture
 async def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[SandboxEnvironment]:
-    monkeypatch.setattr(environment_routes, "has_archives", lambda _sandbox: False)
     async with started_environment(tmp_path, "execarch") as environment:
         yield environment
 
@@ -123,7 +120,6 @@ async def test_an_archive_over_the_bound_is_refused_before_it_is_read_or_while_i
 async def env_with_artifacts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[SandboxEnvironment]:
     """A sandbox whose task declares ``/work`` and ``/absent`` as artifacts (Harbor downloads them
     after the agent's run)."""
-    monkeypatch.setattr(environment_routes, "has_archives", lambda _sandbox: False)
     task = make_task(tmp_path / "ds", "execarch-artifacts", dockerfile="FROM debian:trixie-slim\nWORKDIR /work\n")
     toml = task / "task.toml"
     toml.write_text('artifacts = ["/work", "/absent", "/logs/artifacts"]\n' + toml.read_text())

@@ -19,7 +19,6 @@ import pytest
 from harbor.environments.base import ExecResult
 
 from osmosis_harbor.sandbox import SandboxEnvironment
-from osmosis_harbor.sandbox.environment import routes as environment_routes
 from osmosis_harbor.sandbox.transfer import exec_folds
 from osmosis_harbor.sandbox.transfer.exec_folds import FoldedPack, is_verifier_test_command, read_trailer
 from tests.support.common import started_environment
@@ -32,14 +31,12 @@ TEST_COMMAND = "(/tests/test.sh) > /logs/verifier/test-stdout.txt 2>&1"
 @pytest.fixture
 async def verifier(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[SandboxEnvironment]:
     """A separate verifier's sandbox (Harbor's session id ``{trial}__verifier__{key}``)."""
-    monkeypatch.setattr(environment_routes, "has_archives", lambda _sandbox: False)
     async with started_environment(tmp_path, "folds", session_prefix="folds__verifier__k") as environment:
         yield environment
 
 
 @pytest.fixture
 async def agent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[SandboxEnvironment]:
-    monkeypatch.setattr(environment_routes, "has_archives", lambda _sandbox: False)
     async with started_environment(tmp_path, "folds", session_prefix="folds-agent") as environment:
         yield environment
 

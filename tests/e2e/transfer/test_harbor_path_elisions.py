@@ -3,8 +3,7 @@ touch only its target and its temp archive: a dir known ready elsewhere stays kn
 Harbor's preparation there is still answered without a round trip; what a transfer or a command
 may have changed is prepared for real.
 
-A real Docker sandbox with the archive capability switched off (``has_archives``) and archives
-over commands off (``OSMOSIS_HARBOR_EXEC_ARCHIVES=0``), so every transfer runs Harbor's write +
+A real Docker sandbox with archives over commands off (``OSMOSIS_HARBOR_EXEC_ARCHIVES=0``), so every transfer runs Harbor's write +
 unpack / pack + read commands; SDK calls are counted.
 """
 
@@ -17,7 +16,6 @@ from pathlib import Path
 import pytest
 
 from osmosis_harbor.sandbox import SandboxEnvironment
-from osmosis_harbor.sandbox.environment import routes as environment_routes
 from tests.support.common import started_environment
 
 pytestmark = pytest.mark.slow
@@ -27,7 +25,6 @@ READY = "/work/ready"
 
 @pytest.fixture
 async def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[SandboxEnvironment]:
-    monkeypatch.setattr(environment_routes, "has_archives", lambda _sandbox: False)
     monkeypatch.setenv("OSMOSIS_HARBOR_EXEC_ARCHIVES", "0")
     async with started_environment(tmp_path, "elide") as environment:
         yield environment

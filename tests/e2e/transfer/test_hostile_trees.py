@@ -12,7 +12,6 @@ import pytest
 
 from osmosis_harbor.errors import TransferLimitError
 from osmosis_harbor.sandbox import SandboxEnvironment
-from osmosis_harbor.sandbox.environment import routes as environment_routes
 from tests.support.common import started_environment
 from tests.unit.sandbox.test_extract import inventory, make_canary
 
@@ -23,10 +22,10 @@ MIB = 1024 * 1024
 async def env(
     request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> AsyncIterator[SandboxEnvironment]:
-    """A started sandbox environment; ``harbor``: the handle's archive calls are hidden, so
-    Harbor's own sandbox-side commands (SkyPilot's path) run."""
+    """A started sandbox environment; ``archive``: the default route (archives made of the SDK's
+    own calls); ``harbor``: archives off, so Harbor's own sandbox-side commands run."""
     if request.param == "harbor":
-        monkeypatch.setattr(environment_routes, "has_archives", lambda _sandbox: False)
+        monkeypatch.setenv("OSMOSIS_HARBOR_EXEC_ARCHIVES", "0")
     async with started_environment(tmp_path, "hostile") as environment:
         yield environment
 

@@ -1,12 +1,11 @@
 """The rollout plan (``backend/plan.py``): one request on one task decided once, before anything
-is copied or started. Through ``Planner.plan`` and ``Planner.warm_interpreters`` only, on the
+is copied or started. Through ``Planner.plan`` only, on the
 fake SDK's environment config, so nothing here builds, copies or starts."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 from harbor.trial.queue import TrialQueue
 from osmosis_ai.rollout.types import ExecutionRequest
 
@@ -94,12 +93,3 @@ def test_the_trial_claims_from_a_pool_only_where_prewarm_made_one_for_its_task(t
     planner = _planner(tmp_path, pools={"t1": "warm-t1"})
     assert _plan(planner, _task(tmp_path, "t1")).claims_pool
     assert not _plan(planner, _task(tmp_path, "t2")).claims_pool
-
-
-def test_warm_interpreters_follow_the_option_then_the_setting_then_the_sdk(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    assert _planner(tmp_path).warm_interpreters is False  # the fake's registration: "off"
-    monkeypatch.setenv("OSMOSIS_HARBOR_WARM_INTERPRETERS", "1")
-    assert _planner(tmp_path).warm_interpreters is True
-    assert _planner(tmp_path, environment={"warm_interpreters": False}).warm_interpreters is False

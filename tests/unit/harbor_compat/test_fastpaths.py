@@ -204,39 +204,3 @@ def test_the_setting_turns_them_off(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("OSMOSIS_HARBOR_HARBOR_FASTPATHS")
     harbor_fastpaths.install()
     assert TaskFileFilter.is_excluded is harbor_fastpaths.is_excluded
-
-
-LOCK_TOMLS = {
-    "plain": TASK_TOML.split("[[steps]]")[0],
-    "steps": TASK_TOML,
-    "separate": '[verifier]\nenvironment_mode = "separate"\n',
-    "versioned": '[task]\nname = "org/t"\nversion = "1.2.3"\n',
-    "invalid toml": "[verifier\n",
-    "invalid config": '[verifier]\ntimeout_sec = "soon"\n',
-}
-
-
-def test_the_trial_locks_task_facts_equal_harbors_own(tmp_path: Path) -> None:
-    """Both facts, on each kind of task.toml (and a missing one), as Harbor answers them; the
-    answers differ across the files (not trivially equal), and an edited file is read anew."""
-    answers = {}
-    for kind, text in [*LOCK_TOMLS.items(), ("missing", None)]:
-        task = tmp_path / kind.replace(" ", "-")
-        task.mkdir()
-        if text is not None:
-            (task / "task.toml").write_text(text)
-        for name in ("_task_package_version", "_task_verifier_environment_mode"):
-            label = f"harbor.models.job.lock:{name}"
-            fast = next(f for f in harbor_fastpaths.FASTPATHS if f.label == label).replacement
-            harbor = harbor_fastpaths.original(label)
-            assert fast(task) == harbor(task), (kind, name)
-            answers[(kind, name)] = harbor(task)
-    assert answers[("versioned", "_task_package_version")] == "1.2.3"
-    assert answers[("steps", "_task_verifier_environment_mode")] is None
-    assert {str(answers[(k, "_task_verifier_environment_mode")]) for k in ("plain", "separate")} == {
-        "VerifierEnvironmentMode.SHARED",
-        "VerifierEnvironmentMode.SEPARATE",
-    }
-    (tmp_path / "plain" / "task.toml").write_text(LOCK_TOMLS["separate"])
-    fast_mode = harbor_fastpaths.FASTPATHS[-1].replacement
-    assert fast_mode(tmp_path / "plain") == answers[("separate", "_task_verifier_environment_mode")]

@@ -1,7 +1,7 @@
 """Our Harbor environment on the fake SDK, through Harbor's ``BaseEnvironment`` API only (start,
 exec, uploads and downloads, stop) and the SDK calls it makes: the call shapes it keeps from
-Harbor's ``SkypilotEnvironment``, the transfer routes the fake can run, lost sandboxes and API
-faults. The default exec-archive route (folded shell scripts the fake does not run) is left to
+Harbor's ``SkypilotEnvironment``, Harbor's own transfer commands (the route the fake can run),
+lost sandboxes and API faults. The default exec-archive route (folded shell scripts the fake does not run) is left to
 the end-to-end tests on real sandboxes."""
 
 from __future__ import annotations
@@ -18,14 +18,13 @@ from tests.unit.fake_sky.fixtures import FAKE_IMAGE, fake_cloud, fake_environmen
 
 __all__ = ["fake_cloud"]
 
-ARCHIVE_CALLS = {"OSMOSIS_HARBOR_SDK_ARCHIVE_CALLS": "1"}  # the handle's own put/get_archive
 HARBOR_PATH = {"OSMOSIS_HARBOR_EXEC_ARCHIVES": "0"}  # Harbor's write + tar command path
-ROUTES = {"archive_calls": ARCHIVE_CALLS, "harbor_commands": HARBOR_PATH}
+ROUTES = {"harbor_commands": HARBOR_PATH}
 
 
 @pytest.fixture
 def route(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    name = getattr(request, "param", "archive_calls")
+    name = getattr(request, "param", "harbor_commands")
     for key, value in ROUTES[name].items():
         monkeypatch.setenv(key, value)
     monkeypatch.setenv("OSMOSIS_HARBOR_API_RETRY_MAX_WAIT", "0.01")
@@ -78,7 +77,7 @@ async def test_exec_runs_in_the_tasks_workdir_or_the_cwd_given(started: SandboxE
 
 
 @pytest.mark.parametrize("route", list(ROUTES), indirect=True)
-async def test_directories_and_files_round_trip_on_each_route(
+async def test_directories_and_files_round_trip_with_modes_and_empty_dirs(
     started: SandboxEnvironment, route: str, fake_cloud: FakeSky, tmp_path: Path
 ) -> None:
     source = _payload(tmp_path)
@@ -94,23 +93,10 @@ async def test_directories_and_files_round_trip_on_each_route(
     await started.download_file("/work/one.bin", tmp_path / "one.bin")
     assert (tmp_path / "one.bin").read_bytes() == (source / "sub" / "data.bin").read_bytes()
     used = {call.call for call in fake_cloud.calls}
-    if route == "archive_calls":
-        assert {"put_archive", "get_archive"} <= used and "write_bytes" not in used
-    else:
-        assert {"write_bytes", "read_bytes"} <= used and not used & {"put_archive", "get_archive"}
-        assert any("tar -xzf" in " ".join(c.args) for c in fake_cloud.calls_of("exec"))
+    assert {"write_bytes", "read_bytes"} <= used and not used & {"put_archive", "get_archive"}
+    assert any("tar -xzf" in " ".join(c.args) for c in fake_cloud.calls_of("exec"))
 
 
-MISSING_ON_ARCHIVE_CALLS = pytest.mark.xfail(
-    strict=True,
-    reason="the archive-calls route passes the SDK's own 'not found' through (a 404 from a SkyPilot-shaped "
-    "SDK): only the Docker SDK, which raises FileNotFoundError itself, gets FileNotFoundError there",
-)
-
-
-@pytest.mark.parametrize(
-    "route", [pytest.param("archive_calls", marks=MISSING_ON_ARCHIVE_CALLS), "harbor_commands"], indirect=True
-)
 async def test_a_missing_file_downloads_as_file_not_found(started: SandboxEnvironment, tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError):
         await started.download_file("/work/never-written", tmp_path / "x")
@@ -169,19 +155,6 @@ async def test_a_file_write_that_met_an_api_fault_is_retried(
     await started.upload_file(source, "/work/one.txt")
     assert (await started.exec("cat /work/one.txt")).stdout == "payload"
     assert len(fake_cloud.calls_of("write_bytes")) == 2
-
-
-async def test_an_archive_put_that_met_an_api_fault_loses_the_sandbox(
-    started: SandboxEnvironment, fake_cloud: FakeSky, tmp_path: Path
-) -> None:
-    """Its effects are unknown (it may have run): the trial's sandbox is lost, never re-put."""
-    source = tmp_path / "one.txt"
-    source.write_text("payload")
-    fake_cloud.faults.fail("put_archive", times=1)
-    with pytest.raises(SandboxLostError, match="API failed mid-call"):
-        await started.upload_file(source, "/work/one.txt")
-        await started.exec("cat /work/one.txt")  # a write-behind upload is put before the next command
-    assert len(fake_cloud.calls_of("put_archive")) == 1
 
 
 async def test_a_refused_create_fails_the_start_and_leaves_nothing(fake_cloud: FakeSky, tmp_path: Path) -> None:

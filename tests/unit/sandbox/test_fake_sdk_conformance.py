@@ -31,7 +31,6 @@ SKIPPED: dict[str, str] = {
     "tmp_bound_refuses_writes": f"fills a bounded /tmp: {NO_KERNEL}",
     "privileges": f"reads capabilities from /proc/self/status: {NO_KERNEL}",
     "environment_image_by_content_hash": NO_IMAGES,
-    "assume_image_entrypoint_runs": NO_IMAGES,
     "environment_default_bounds": f"reads a started environment's cgroup bounds: {NO_KERNEL}",
     "environment_host_network_reaches_loopback": "not applicable: the fake's sandboxes never reach the host",
     "environment_relay_reaches_loopback_endpoint": (
@@ -53,9 +52,9 @@ CANCELLED_CREATE = "environment_cancelled_during_create_leaves_nothing"
 
 @pytest.fixture
 def suite_cloud(fake_cloud: fake_sky.FakeSky, monkeypatch: pytest.MonkeyPatch) -> fake_sky.FakeSky:
-    """The cloud the suite runs on: the environment checks move directories with the fake's own
-    archive calls (its shell does not run the product's folded transfer scripts)."""
-    monkeypatch.setenv("OSMOSIS_HARBOR_SDK_ARCHIVE_CALLS", "1")
+    """The cloud the suite runs on: the environment checks move directories by Harbor's own
+    transfer commands (the fake's shell does not run the product's folded transfer scripts)."""
+    monkeypatch.setenv("OSMOSIS_HARBOR_EXEC_ARCHIVES", "0")
     return fake_cloud
 
 
