@@ -101,13 +101,21 @@ def osmosis_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return home
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    from . import timeouts
+
+    timeouts.add_options(parser)
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    """Under pytest-xdist: the ``exclusive`` marker's lock, and the leak check on the controller."""
-    from . import exclusive, leak_session, schedule
+    """Under pytest-xdist: the ``exclusive`` marker's lock, and the leak check on the controller;
+    everywhere: a test that outlives its timeout fails, with every stack (``tests/timeouts.py``)."""
+    from . import exclusive, leak_session, schedule, timeouts
 
     exclusive.register(config)
     leak_session.register(config)
     schedule.register(config)
+    timeouts.register(config)
 
 
 @pytest.fixture(scope="session", autouse=True)
