@@ -1,10 +1,10 @@
 """A test that outlives its timeout fails, with every thread's stack and every task's
 (``tests/timeouts.py``), in pytest sessions of their own (pytester, a subprocess each: a real
 SIGALRM, a real process exit). Blocked where it is plainly seen, inside a product call that
-cleans up and re-raises, inside a served backend's shutdown (uvicorn logs what the app's shutdown
-raises, and ends normally), after a failure, and blocked again after swallowing the timeout; on
-one process and on an xdist worker. Each swallowing case has its positive control: the same
-session without the plugin passes."""
+cleans up and re-raises, in a task whose exceptions are kept as results, inside a served
+backend's shutdown, after a failure, and blocked again after swallowing the timeout; on one
+process and on an xdist worker. Each swallowing case has its positive control: the same
+session without the plugin passes (or blocks for all its time)."""
 
 from __future__ import annotations
 
@@ -99,6 +99,17 @@ async def test_a_backend_whose_shutdown_blocks():
         assert url.startswith("http://127.0.0.1:")
 """.replace("SERVED_TIMEOUT_SEC", str(SERVED_TIMEOUT_SEC))
 
+# The timeout's exception as a task's result, as any gather(return_exceptions=True) keeps it.
+GATHERED = """
+import asyncio, time
+
+async def blocked():
+    time.sleep(60)  # a blocking wait on the event loop's thread
+
+async def test_a_task_whose_exceptions_are_results():
+    await asyncio.gather(blocked(), return_exceptions=True)
+"""
+
 SWALLOWED_THEN_BLOCKED = """
 import time
 
@@ -180,19 +191,32 @@ def test_a_block_inside_a_product_call_that_cleans_up_fails_with_the_stacks(sess
 
 
 @pytest.mark.parametrize("workers", [[], ["-n", "1"]], ids=["one-process", "xdist-worker"])
-def test_a_timeout_swallowed_by_a_servers_shutdown_still_fails(session, workers: list[str]) -> None:
-    result = session(SERVED_SHUTDOWN, *workers)
+def test_a_swallowed_timeout_still_fails(session, workers: list[str]) -> None:
+    result = session(GATHERED, *workers)
     result.assert_outcomes(failed=1)
     text = _text(result)
     assert "something caught the timeout's exception and went on" in text
-    assert "in shutdown" in text and "time.sleep(60)" in text  # where the alarm found the loop's thread
-    assert _phase_sec(result, "call") < SERVED_TIMEOUT_SEC + GRACE_SEC, "not at the last resort"
+    assert "in blocked" in text and "time.sleep(60)" in text  # where the alarm found the loop's thread
+    assert _phase_sec(result, "call") < TIMEOUT_SEC + GRACE_SEC, "not at the last resort"
 
-    # positive control: pytest-timeout alone raises the same exception there, uvicorn logs it,
-    # and the test passes once its time is up
-    control = session(SERVED_SHUTDOWN, *workers, plugin=False)
+    # positive control: pytest-timeout alone raises the same exception there, the gather keeps
+    # it as a result, and the test passes once its time is up
+    control = session(GATHERED, *workers, plugin=False)
     control.assert_outcomes(passed=1)
-    assert _phase_sec(control, "call") >= SERVED_TIMEOUT_SEC - 1  # the timer ran through its setup too
+    assert _phase_sec(control, "call") >= TIMEOUT_SEC - 1  # the timer ran through its setup too
+
+
+def test_a_timeout_in_a_served_backends_shutdown_fails_with_the_stacks(session) -> None:
+    """uvicorn logs what the app's lifespan raises and ends normally; ``serve_locally`` raises
+    an interruption of the backend's shutdown again once the server has stopped: the timeout
+    fails the test with pytest-timeout alone too."""
+    result = session(SERVED_SHUTDOWN)
+    result.assert_outcomes(failed=1)
+    text = _text(result)
+    assert f"Timeout (>{SERVED_TIMEOUT_SEC}s)" in text
+    assert "in shutdown" in text and "time.sleep(60)" in text and "osmosis_harbor/serving/local.py" in text
+    assert _phase_sec(result, "call") < SERVED_TIMEOUT_SEC + GRACE_SEC, "not at the last resort"
+    session(SERVED_SHUTDOWN, plugin=False).assert_outcomes(failed=1)
 
 
 @pytest.mark.parametrize("workers", [[], ["-n", "1"]], ids=["one-process", "xdist-worker"])
