@@ -65,12 +65,20 @@ def _session_bundle_cache(bundles_dir: Path) -> Iterator[None]:
         yield
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    from tests.support import timeouts
+
+    timeouts.add_options(parser)
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    """Under pytest-xdist: the ``exclusive`` marker's lock, and the leak check on the controller."""
-    from tests.support import exclusive, leak_session
+    """Under pytest-xdist: the ``exclusive`` marker's lock, and the leak check on the controller;
+    everywhere: a test that outlives its timeout fails, with every stack (``tests/support/timeouts.py``)."""
+    from tests.support import exclusive, leak_session, timeouts
 
     exclusive.register(config)
     leak_session.register(config)
+    timeouts.register(config)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -158,7 +158,9 @@ class Warmer:
         systemic: BaseException | None = None
         for (key, items), outcome in zip(groups.items(), results, strict=True):
             if isinstance(outcome, BaseException):
-                if isinstance(outcome, asyncio.CancelledError):
+                if not isinstance(
+                    outcome, Exception
+                ):  # a cancellation, an exit, a test's timeout: not a group's failure
                     raise outcome
                 group = PrewarmGroup(
                     key=key,

@@ -61,13 +61,36 @@ async def serve_locally(
 
     uvicorn holds SIGINT and SIGTERM while it serves (it raises them again once it has shut
     down), so the block itself never sees Ctrl-C: ``on_signal`` is called, on the event loop,
-    when one arrives."""
+    when one arrives.
+
+    An interruption of the backend's shutdown (``KeyboardInterrupt``, ``SystemExit``, a
+    cancellation, a test's timeout: any ``BaseException`` that is not an ``Exception``) is
+    raised again once the server has stopped: uvicorn only logs what the app's lifespan raises
+    and ends normally, which made an interrupted shutdown look like a finished one."""
     # FastAPI and the osmosis server load only when a backend is served, not for local trajectories.
     from osmosis_ai.rollout.server import create_rollout_server
 
     from osmosis_harbor.serving.server import KEEP_ALIVE_SEC, add_status_route
 
-    app = add_status_route(create_rollout_server(backend=backend, lifespan=lifespan, configure_logging=False), backend)
+    interrupted: list[BaseException] = []
+
+    @contextlib.asynccontextmanager
+    async def watched(app: Any) -> AsyncIterator[None]:
+        """The caller's lifespan, seeing what the shutdown raises: osmosis runs the backend's
+        shutdown inside it (on the same exit stack, entered after it)."""
+        try:
+            if lifespan is None:
+                yield
+            else:
+                async with lifespan(app):
+                    yield
+        except Exception:
+            raise  # uvicorn logs it: the server's own failure, as before
+        except BaseException as exc:
+            interrupted.append(exc)
+            raise
+
+    app = add_status_route(create_rollout_server(backend=backend, lifespan=watched, configure_logging=False), backend)
     port = _free_port()
     config = uvicorn.Config(
         app, host="127.0.0.1", port=port, log_level="warning", lifespan="on", timeout_keep_alive=KEEP_ALIVE_SEC
@@ -89,6 +112,8 @@ async def serve_locally(
     finally:
         server.should_exit = True
         await task
+        if interrupted:
+            raise interrupted[0]
 
 
 async def run_one_rollout(

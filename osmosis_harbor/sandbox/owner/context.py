@@ -100,9 +100,20 @@ class SandboxOwner:
             task.add_done_callback(self._ending.discard)
 
     async def settled(self) -> None:
-        """Wait until every termination handed to ``settle_later`` has ended."""
-        while self._ending:
-            await asyncio.gather(*list(self._ending), return_exceptions=True)
+        """Wait until every termination handed to ``settle_later`` has ended.
+
+        Only the endings still running are waited for; one already done goes here, not only by
+        its done callback. A done one left in the set made this a busy loop that no timeout ended
+        (a gather of done futures returns at once, and ``close``'s bound never fired): a backend's
+        shutdown spun for ten minutes on the loop's thread."""
+        while True:
+            for ending in [e for e in self._ending if e.done()]:
+                self._ending.discard(ending)
+                if not ending.cancelled():
+                    ending.exception()  # retrieved: a failed termination is kept by the ledger, not logged here
+            if not self._ending:
+                return
+            await asyncio.wait(list(self._ending))
 
 
 @dataclass(frozen=True)
