@@ -1,7 +1,7 @@
 """One rollout's trial through the user's ``TrialQueue``, and again after a lost sandbox.
 
 ``TrialRunner.run`` holds the trial directory in key custody from before the trial starts
-until it is scrubbed (``osmosis_harbor.keys``), submits the trial, runs it again on a fresh
+until it is scrubbed (``osmosis_harbor.key_custody``), submits the trial, runs it again on a fresh
 sandbox when the infrastructure failed the first one (a lost sandbox, or the policy relay
 refusing the rollout's calls through no fault of its own: ``sandbox.relay.refusals``; at most
 ``infra_retries`` times, never after a workflow's own failure), and reads the last trial into
@@ -43,7 +43,7 @@ from osmosis_harbor.backend.outcome import build_outcome, cancelled, lost_sandbo
 from osmosis_harbor.backend.plan import RolloutPlan
 from osmosis_harbor.backend.tracker import RolloutState, RolloutTracker
 from osmosis_harbor.harbor_compat import error_policies
-from osmosis_harbor.keys import KeyCustody
+from osmosis_harbor.key_custody import KeyCustody
 from osmosis_harbor.sandbox.guard import GuardSession
 from osmosis_harbor.sandbox.owner.context import TrialScope, current_owner, settle, trial_scope
 from osmosis_harbor.sandbox.relay.refusals import RelayRecord

@@ -48,7 +48,7 @@ from osmosis_harbor.errors import OsmosisHarborError, TaskResolutionError, Verif
 from osmosis_harbor.harbor_compat import error_policies
 from osmosis_harbor.harbor_compat import fastpaths as harbor_fastpaths
 from osmosis_harbor.harbor_compat.queue_facts import queue_slots
-from osmosis_harbor.keys import KeyCustody, default_trials_dirs, sweep_unscrubbed
+from osmosis_harbor.key_custody import KeyCustody, default_trials_dirs, sweep_unscrubbed
 from osmosis_harbor.prewarm.autoscale import AutoscalePolicy
 from osmosis_harbor.prewarm.prewarmed import Prewarmed
 from osmosis_harbor.prewarm.prewarming import Prewarming

@@ -26,7 +26,7 @@ from osmosis_harbor.sandbox.guard import commands
 from osmosis_harbor.sandbox.guard.allowance import Allowance, Verdict, judge
 from osmosis_harbor.sandbox.guard.binary import guard_binary
 from osmosis_harbor.sandbox.guard.report import GuardReport, ReportRejected, parse_report, shown
-from osmosis_harbor.sandbox.guard.session import GuardCheck, GuardSession, Phase
+from osmosis_harbor.sandbox.guard.session import GuardCheck, GuardSession, GuardStage
 from osmosis_harbor.shim import contract
 
 __all__ = ["VerifierGuardExecs", "baked_guard"]
@@ -79,7 +79,7 @@ class VerifierGuardExecs:
         check, due then, empties ``/logs/verifier``, so it takes that command's place. Returns
         None when it did not, else the dirs the check left empty and 0777 (known ready)."""
         session = self.session
-        if session is None or session.phase is not Phase.PENDING or user not in ("root", 0):
+        if session is None or session.stage is not GuardStage.PENDING or user not in ("root", 0):
             return None
         if command != REMOVE_REWARDS_COMMAND:
             return None
@@ -91,7 +91,7 @@ class VerifierGuardExecs:
         self, argv: list[str], *, workdir: str | None, timeout_seconds: int, env: dict[str, str] | None = None
     ) -> Any:
         session = self.session
-        if session is not None and session.phase is not Phase.FRESH:
+        if session is not None and session.stage is not GuardStage.FRESH:
             argv = [*await self.guard_before_command(session), *argv]
         return await self._launch(argv, workdir=workdir, timeout_seconds=timeout_seconds, env=env)
 
@@ -102,9 +102,9 @@ class VerifierGuardExecs:
         async with session.lock:
             if session.tampered is not None:
                 raise VerifierTamperedError(str(session.tampered))
-            if session.phase is Phase.PENDING:
+            if session.stage is GuardStage.PENDING:
                 await self._guard_check(session)
-            if session.phase is not Phase.AGENT:
+            if session.stage is not GuardStage.AGENT:
                 return []
             if session.daemon_pid is None:
                 await self._guard_start(session)
@@ -151,7 +151,7 @@ class VerifierGuardExecs:
 
     async def _guard_check(self, session: GuardSession) -> None:
         if session.daemon_pid is None:  # no agent command ran: nothing to check
-            session.phase = Phase.VERIFIED
+            session.stage = GuardStage.VERIFIED
             return
         assert session.key is not None and session.record_id is not None
         nonce, plan = secrets.token_hex(16), session.plan
@@ -176,11 +176,11 @@ class VerifierGuardExecs:
         if verdict.tampered:
             self._tampered(session, verdict, report)
         session.checks.append(GuardCheck(report, verdict))
-        session.phase, session.recorded_since_check = Phase.VERIFIED, False  # /logs/verifier: empty, 0777
+        session.stage, session.recorded_since_check = GuardStage.VERIFIED, False  # /logs/verifier: empty, 0777
 
     def _tampered(self, session: GuardSession, verdict: Verdict, report: GuardReport) -> NoReturn:
         session.checks.append(GuardCheck(report, verdict))
-        session.phase = Phase.TAMPERED
+        session.stage = GuardStage.TAMPERED
         session.tampered = VerifierTamperedError(verdict.message())
         log.warning("sandbox %s: %s", self._state.name, verdict.message())
         raise VerifierTamperedError(verdict.message())
