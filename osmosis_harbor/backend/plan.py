@@ -138,13 +138,15 @@ class Planner:
             )
         guard = verification = None
         if source is RewardSource.TASK_TESTS:
-            verification = decide_verification(task.path)
+            verification = decide_verification(task.path, config=self.options.settings)
             if verification.mode is VerificationMode.SHARED:  # fresh and separate: no agent sandbox to guard
-                guard = guard_plan(task.path, native_agent=self.options.is_native)
+                guard = guard_plan(task.path, native_agent=self.options.is_native, config=self.options.settings)
         ours = self.environment.import_path == IMPORT_PATH  # the guard runs in our environment only
         sdk = SandboxOptions.of(self.environment).impl
         guarded = ours and guard is not None
-        refusal = request and shell_exec_refusal(task.path, task.task_id, sdk, guarded=guarded)
+        refusal = request and shell_exec_refusal(
+            task.path, task.task_id, sdk, guarded=guarded, config=self.options.settings
+        )
         if refusal:  # a rollout the guard cannot protect (prewarm, request None, still builds its image)
             return Refusal(refusal, {"failed_phase": "task", "task_id": task.task_id})
         return RolloutPlan(
