@@ -133,6 +133,7 @@ class TrialRunner:
         self.error_overrides = dict(options.override_error_policy)
         self.cleanup_success = options.cleanup_successful_trials
         self.verifier_head_start = options.settings.verifier_head_start
+        self.settings = options.settings
         self.tracker = tracker
         self.custody = custody
         self.gate = gate
@@ -168,7 +169,7 @@ class TrialRunner:
         from it (``trials.export``), then remove it when asked."""
         self.custody.seal(trial_dir)  # a no-op when already sealed
         if exported is not None:
-            export_rollout_files(trial_dir, exported.request.id, exported.plan.steps)
+            export_rollout_files(trial_dir, exported.request.id, exported.plan.steps, config=self.settings)
         if remove:
             shutil.rmtree(trial_dir, True)
 

@@ -71,7 +71,7 @@ class InProcessBackend:
 
     def __init__(self, options: BackendOptions, *, work_root: Path | None = None) -> None:
         """``work_root``: a worker process's root inside its front's (``backend/workers/``)."""
-        harbor_fastpaths.install()  # Harbor's per-trial task checks, same answers, less host CPU
+        harbor_fastpaths.install(options.settings)  # Harbor's per-trial task checks, same answers, less host CPU
         error_policies.install()  # Harbor retries, grades and reports our trial errors as their category says
         self.options = options
         self.agent = options.agent
