@@ -144,7 +144,7 @@ class InProcessBackend:
         self.gate = TrialGate(queue_slots(options.orchestrator))  # the queue's slots, retries first: gate.py
         self.runner = TrialRunner(options, self.tracker, self.custody, gate=self.gate)
         # A loopback policy endpoint reaches local sandboxes through this, started on first use.
-        self.relay = PolicyRelay()
+        self.relay = PolicyRelay(config=options.settings)
 
     @property
     def starts(self) -> SandboxStarts:

@@ -312,6 +312,7 @@ class Planner:
             "agent_script": self.bundle.agent_script,
             "rollout_id": request.id,
             "rollout_input": str(rollout_input),
+            "output_max_bytes": self.options.settings.exec_output_max_bytes,
             "deps_preinstalled": materialized.environment_patched,
             "bundle_baked": materialized.bundle_baked,
             "steps": list(plan.steps) or None,
