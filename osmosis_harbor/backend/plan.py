@@ -210,7 +210,8 @@ class Planner:
         if self.bundle is not None and self.options.patch_dockerfile_with_sdk:
             guard = None
             if grade_command is None and guarded:
-                guard = guard_binary(SandboxOptions.of(self.environment).platform)  # baked: no upload per trial
+                platform = SandboxOptions.of(self.environment).platform
+                guard = guard_binary(platform, config=self.options.settings)  # baked: no upload per trial
             patch = EnvironmentPatch(
                 requirements=list(self.bundle.dependencies),
                 wheel=self.bundle.wheel,

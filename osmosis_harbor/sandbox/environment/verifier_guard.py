@@ -27,6 +27,7 @@ from osmosis_harbor.sandbox.guard.allowance import Allowance, Verdict, judge
 from osmosis_harbor.sandbox.guard.binary import guard_binary
 from osmosis_harbor.sandbox.guard.report import GuardReport, ReportRejected, parse_report, shown
 from osmosis_harbor.sandbox.guard.session import GuardCheck, GuardSession, GuardStage
+from osmosis_harbor.settings import Settings
 from osmosis_harbor.shim import contract
 
 __all__ = ["VerifierGuardExecs", "baked_guard"]
@@ -62,7 +63,7 @@ class VerifierGuardExecs:
         launch: Launch,
         guarded: Callable[[Awaitable[Any]], Awaitable[Any]],
         write_bytes: Callable[[bytes, str], Awaitable[None]],
-        timeout_sec: float,
+        config: Settings,
     ) -> None:
         self.session = session
         self._baked = baked_guard(dockerfile) if session is not None else None  # the image's guard, if any
@@ -72,7 +73,8 @@ class VerifierGuardExecs:
         self._launch = launch
         self._guarded = guarded
         self._write_bytes = write_bytes
-        self._timeout_sec = int(timeout_sec)  # ``Settings.verifier_guard_timeout_sec``
+        self._config = config  # the environment's settings: the guard's cache dir
+        self._timeout_sec = int(config.verifier_guard_timeout_sec)
 
     async def took(self, command: str, user: str | int | None) -> frozenset[str] | None:
         """Harbor's verifier first clears stale rewards (``REMOVE_REWARDS_COMMAND``, as root): the
@@ -123,7 +125,7 @@ class VerifierGuardExecs:
         return result.return_code, (result.stdout or "").encode("utf-8", "surrogateescape"), result.stderr or ""
 
     async def _guard_start(self, session: GuardSession) -> None:
-        binary, record_id = guard_binary(self._platform), secrets.token_hex(16)
+        binary, record_id = guard_binary(self._platform, config=self._config), secrets.token_hex(16)
         baked = self._baked == binary.sha256
         if not baked:
             await self._write_bytes(binary.read(), commands.UPLOAD_PATH)
