@@ -60,9 +60,10 @@ async def _trials(n: int, trials_dir: Path, tag: str) -> int:
 async def _measure_here(n: int, fastpaths: bool, without: tuple[str, ...] = ()) -> dict[str, float | int | list[str]]:
     installed: tuple[str, ...] = ()
     if fastpaths:
+        from osmosis_harbor import settings
         from osmosis_harbor.harbor_compat import fastpaths as harbor_fastpaths
 
-        harbor_fastpaths.install()
+        harbor_fastpaths.install(settings.current())
         harbor_fastpaths.uninstall(without)
         installed = harbor_fastpaths.installed()
     trials_dir = Path(tempfile.mkdtemp(prefix="osmosis-bench-harbor-floor-"))

@@ -132,7 +132,7 @@ ensure_guard() {
     log "installing gcc (the verifier guard is built from its C source)"
     apt_install gcc
   fi
-  .venv/bin/python -c 'from osmosis_harbor.sandbox.guard import guard_binary; guard_binary()' \
+  .venv/bin/python -c 'from osmosis_harbor import settings; from osmosis_harbor.sandbox.guard import guard_binary; guard_binary(config=settings.current())' \
     || die "building the verifier guard failed (see above); OSMOSIS_HARBOR_VERIFIER_GUARD=0 runs without it"
 }
 

@@ -23,7 +23,6 @@ from harbor.environments.base import BaseEnvironment
 from harbor.models.agent.context import AgentContext
 from osmosis_ai.rollout.types import RolloutSample
 
-from osmosis_harbor import settings
 from osmosis_harbor.agents.limits import limits_note
 from osmosis_harbor.errors import (
     BundleInstallError,
@@ -118,6 +117,7 @@ class WorkflowAgent(BaseAgent):
         agent_script: str,
         rollout_id: str,
         rollout_input: str,
+        output_max_bytes: int,
         deps_preinstalled: bool = False,
         bundle_baked: str | None = None,
         steps: list[str] | None = None,
@@ -133,6 +133,7 @@ class WorkflowAgent(BaseAgent):
         self._bundle_baked = bundle_baked  # the key the image's marker must hold
         self._steps = list(steps or [])
         self._shim_timeout_sec = shim_timeout_sec
+        self._output_max_bytes = output_max_bytes  # the backend's Settings.exec_output_max_bytes
         self._step_index = 0
         # Where the shim finds this run's input: the file, unless ``_stage_input`` sent it inline.
         self._input_env: dict[str, str] = {contract.ROLLOUT_INPUT_ENV: str(ROLLOUT_INPUT)}
@@ -220,7 +221,7 @@ class WorkflowAgent(BaseAgent):
             logs_follow(command)  # Harbor reads /logs next: on SkyPilot's path the read rides this exec
         result = await environment.exec(command, env=env)
         redactor = Redactor.for_key(creds.api_key if creds else None)
-        log = output_tail(redactor.text((result.stdout or "") + (result.stderr or "")))
+        log = output_tail(redactor.text((result.stdout or "") + (result.stderr or "")), self._output_max_bytes)
         (self.logs_dir / "workflow.log").write_text(log)
         if self._bundle_baked is not None and (wrong := wrong_bundle_line(result.return_code, result.stderr)):
             raise WrongBundleError(wrong)
@@ -247,11 +248,11 @@ class WorkflowAgent(BaseAgent):
         return None
 
 
-def output_tail(text: str) -> str:
-    """The end of a workflow's output, as much as ``Settings.exec_output_max_bytes`` (in
-    characters), with a note of what was cut: an SDK may hand over all of it, and the log
-    file and failure summary need only its end. Cut after redaction, so no partial key."""
-    limit = settings.current().exec_output_max_bytes
+def output_tail(text: str, limit: int) -> str:
+    """The end of a workflow's output, as much as ``limit`` characters (the backend's
+    ``Settings.exec_output_max_bytes``, carried in the agent's kwargs), with a note of what was
+    cut: an SDK may hand over all of it, and the log file and failure summary need only its
+    end. Cut after redaction, so no partial key."""
     if len(text) <= limit:
         return text
     return (

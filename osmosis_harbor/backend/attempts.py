@@ -1,7 +1,7 @@
 """One rollout's trial through the user's ``TrialQueue``, and again after a lost sandbox.
 
 ``TrialRunner.run`` holds the trial directory in key custody from before the trial starts
-until it is scrubbed (``osmosis_harbor.keys``), submits the trial, runs it again on a fresh
+until it is scrubbed (``osmosis_harbor.key_custody``), submits the trial, runs it again on a fresh
 sandbox when the infrastructure failed the first one (a lost sandbox, or the policy relay
 refusing the rollout's calls through no fault of its own: ``sandbox.relay.refusals``; at most
 ``infra_retries`` times, never after a workflow's own failure), and reads the last trial into
@@ -43,7 +43,7 @@ from osmosis_harbor.backend.outcome import build_outcome, cancelled, lost_sandbo
 from osmosis_harbor.backend.plan import RolloutPlan
 from osmosis_harbor.backend.tracker import RolloutState, RolloutTracker
 from osmosis_harbor.harbor_compat import error_policies
-from osmosis_harbor.keys import KeyCustody
+from osmosis_harbor.key_custody import KeyCustody
 from osmosis_harbor.sandbox.guard import GuardSession
 from osmosis_harbor.sandbox.owner.context import TrialScope, current_owner, settle, trial_scope
 from osmosis_harbor.sandbox.relay.refusals import RelayRecord
@@ -133,6 +133,7 @@ class TrialRunner:
         self.error_overrides = dict(options.override_error_policy)
         self.cleanup_success = options.cleanup_successful_trials
         self.verifier_head_start = options.settings.verifier_head_start
+        self.settings = options.settings
         self.tracker = tracker
         self.custody = custody
         self.gate = gate
@@ -168,7 +169,7 @@ class TrialRunner:
         from it (``trials.export``), then remove it when asked."""
         self.custody.seal(trial_dir)  # a no-op when already sealed
         if exported is not None:
-            export_rollout_files(trial_dir, exported.request.id, exported.plan.steps)
+            export_rollout_files(trial_dir, exported.request.id, exported.plan.steps, config=self.settings)
         if remove:
             shutil.rmtree(trial_dir, True)
 

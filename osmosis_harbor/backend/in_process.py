@@ -48,7 +48,7 @@ from osmosis_harbor.errors import OsmosisHarborError, TaskResolutionError, Verif
 from osmosis_harbor.harbor_compat import error_policies
 from osmosis_harbor.harbor_compat import fastpaths as harbor_fastpaths
 from osmosis_harbor.harbor_compat.queue_facts import queue_slots
-from osmosis_harbor.keys import KeyCustody, default_trials_dirs, sweep_unscrubbed
+from osmosis_harbor.key_custody import KeyCustody, default_trials_dirs, sweep_unscrubbed
 from osmosis_harbor.prewarm.autoscale import AutoscalePolicy
 from osmosis_harbor.prewarm.prewarmed import Prewarmed
 from osmosis_harbor.prewarm.prewarming import Prewarming
@@ -71,7 +71,7 @@ class InProcessBackend:
 
     def __init__(self, options: BackendOptions, *, work_root: Path | None = None) -> None:
         """``work_root``: a worker process's root inside its front's (``backend/workers/``)."""
-        harbor_fastpaths.install()  # Harbor's per-trial task checks, same answers, less host CPU
+        harbor_fastpaths.install(options.settings)  # Harbor's per-trial task checks, same answers, less host CPU
         error_policies.install()  # Harbor retries, grades and reports our trial errors as their category says
         self.options = options
         self.agent = options.agent
@@ -144,7 +144,7 @@ class InProcessBackend:
         self.gate = TrialGate(queue_slots(options.orchestrator))  # the queue's slots, retries first: gate.py
         self.runner = TrialRunner(options, self.tracker, self.custody, gate=self.gate)
         # A loopback policy endpoint reaches local sandboxes through this, started on first use.
-        self.relay = PolicyRelay()
+        self.relay = PolicyRelay(config=options.settings)
 
     @property
     def starts(self) -> SandboxStarts:

@@ -46,7 +46,7 @@ from osmosis_harbor.tasks.dockerfile import INCOMPATIBLE_IMAGE_MARKER
 from osmosis_harbor.trials.contract_files import FileKind, read_json
 from osmosis_harbor.trials.reading import (
     TIMEOUT_EXCEPTIONS,
-    Phase,
+    TrialPhase,
     TrialReading,
     agent_had_ended,
     read_trial,
@@ -131,7 +131,7 @@ def _lost_message(result: TrialResult, phase: str | None) -> str:
     """Which sandbox was lost, and when: the agent's may go after its run ended, while Harbor
     downloads its outputs (its timing has ended, the verifier's has not begun)."""
     info = result.exception_info
-    if phase == Phase.AGENT.value and info is not None and agent_had_ended(result, info.occurred_at):
+    if phase == TrialPhase.AGENT.value and info is not None and agent_had_ended(result, info.occurred_at):
         return f"{lost_sandbox_message(result)} after the agent phase, before the agent's outputs reached the host"
     return f"{lost_sandbox_message(result)} during the {phase} phase"
 
@@ -232,20 +232,20 @@ def build_outcome(
     # A lost sandbox's phase is the one the trial was in when the host saw the loss (``reading``):
     # only a loss while verifying (the verifier's own sandbox, or the agent's in Harbor's shared
     # mode, after its outputs were downloaded) leaves the workflow to be judged on its outputs.
-    lost_in_grading = _is_loss(ours) and phase == Phase.VERIFIER.value
+    lost_in_grading = _is_loss(ours) and phase == TrialPhase.VERIFIER.value
     if _is_loss(ours) and not lost_in_grading:
         return _lost_sandbox(result, phase, agent_sample, extra)
     relay_failure = relay.failure_message() if relay is not None else None
-    if relay_failure is not None and phase != Phase.CANCELLED.value:  # the host's word, not the workflow's
-        extra["failed_phase"] = phase or Phase.AGENT.value
+    if relay_failure is not None and phase != TrialPhase.CANCELLED.value:  # the host's word, not the workflow's
+        extra["failed_phase"] = phase or TrialPhase.AGENT.value
         return ExecutionOutcome(
             workflow=_failure(relay_failure, RolloutErrorCategory.INTERNAL_ERROR, agent_sample, extra)
         )
     if exc_type is not None and phase in {
-        Phase.ENVIRONMENT.value,
-        Phase.AGENT_SETUP.value,
-        Phase.AGENT.value,
-        Phase.CANCELLED.value,
+        TrialPhase.ENVIRONMENT.value,
+        TrialPhase.AGENT_SETUP.value,
+        TrialPhase.AGENT.value,
+        TrialPhase.CANCELLED.value,
     }:
         extra["failed_phase"] = phase
         message_of_exception = result.exception_info.exception_message if result.exception_info else ""
@@ -253,12 +253,12 @@ def build_outcome(
         return ExecutionOutcome(workflow=_failure(message, category, agent_sample, extra))
 
     if sample_problem is not None:  # the workflow ended well but left a sample the host will not use
-        extra["failed_phase"] = Phase.AGENT.value
+        extra["failed_phase"] = TrialPhase.AGENT.value
         return ExecutionOutcome(
             workflow=_failure(str(sample_problem), RolloutErrorCategory.VALIDATION_ERROR, None, extra)
         )
     if agent_sample is None and reward_source != RewardSource.TASK_TESTS:
-        extra["failed_phase"] = Phase.AGENT.value
+        extra["failed_phase"] = TrialPhase.AGENT.value
         return ExecutionOutcome(
             workflow=_failure(
                 "the workflow finished but left no agent/sample.json", RolloutErrorCategory.AGENT_ERROR, None, extra
@@ -268,7 +268,7 @@ def build_outcome(
     guard_metrics = guard.metrics() if guard is not None else {}
     if guard is not None and guard.tampered is not None:  # reward 0: the workflow's own doing
         forfeited = _with_metrics(agent_sample or RolloutSample(), guard_metrics).model_copy(update={"reward": 0.0})
-        extra = {**extra, "failed_phase": Phase.VERIFIER.value}
+        extra = {**extra, "failed_phase": TrialPhase.VERIFIER.value}
         return ExecutionOutcome(
             workflow=workflow,
             grader=_failure(str(guard.tampered), RolloutErrorCategory.AGENT_ERROR, forfeited, extra),
@@ -307,7 +307,7 @@ def _graded(
     if exc_type is not None or claim is not None:  # the verifier phase failed
         # A grader that failed has failed, whatever reward file exists beside its error.
         category, message = verifier_failure(exc_type, reading, claim)
-        return _failure(message, category, agent_sample, {**extra, "failed_phase": Phase.VERIFIER.value})
+        return _failure(message, category, agent_sample, {**extra, "failed_phase": TrialPhase.VERIFIER.value})
 
     reward = reading.reward
     if reward is None:
@@ -322,14 +322,14 @@ def _graded(
             agent_sample = agent_sample.model_copy(
                 update={"metrics": {**agent_sample.metrics, **_reward_metrics(reading)}}
             )
-        extra = {**extra, "failed_phase": Phase.VERIFIER.value}
+        extra = {**extra, "failed_phase": TrialPhase.VERIFIER.value}
         return _failure(message, RolloutErrorCategory.AGENT_ERROR, agent_sample, extra)
     graded = None
     if reward_source == RewardSource.GRADER:
         try:
             graded = load_sample(focus.trial_dir, focus.verifier / contract.SAMPLE_FILENAME)
         except ContractFileError as exc:
-            extra = {**extra, "failed_phase": Phase.VERIFIER.value}
+            extra = {**extra, "failed_phase": TrialPhase.VERIFIER.value}
             return _failure(str(exc), RolloutErrorCategory.VALIDATION_ERROR, agent_sample, extra)
     if graded is None:
         base = agent_sample or RolloutSample()
@@ -364,10 +364,10 @@ def _focus(reading: TrialReading, trial_dir: Path, agent_deadline_sec: float | N
     ran = [s for s in reading.steps or [] if s.ran]
     focus = next((s for s in ran if s.failed_phase is not None), ran[-1] if ran else None)
     if focus is None:
-        agent_sec = reading.timings_sec.get(Phase.AGENT.value)
+        agent_sec = reading.timings_sec.get(TrialPhase.AGENT.value)
         return _Focus(trial_dir, agent, verifier, None, agent_sec, agent_deadline_sec)
     step_dir = PurePosixPath("steps", focus.name)
-    agent_sec = focus.timings_sec.get(Phase.AGENT.value)
+    agent_sec = focus.timings_sec.get(TrialPhase.AGENT.value)
     return _Focus(trial_dir, step_dir / agent, step_dir / verifier, focus.name, agent_sec, agent_deadline_sec)
 
 

@@ -138,13 +138,15 @@ class Planner:
             )
         guard = verification = None
         if source is RewardSource.TASK_TESTS:
-            verification = decide_verification(task.path)
+            verification = decide_verification(task.path, config=self.options.settings)
             if verification.mode is VerificationMode.SHARED:  # fresh and separate: no agent sandbox to guard
-                guard = guard_plan(task.path, native_agent=self.options.is_native)
+                guard = guard_plan(task.path, native_agent=self.options.is_native, config=self.options.settings)
         ours = self.environment.import_path == IMPORT_PATH  # the guard runs in our environment only
         sdk = SandboxOptions.of(self.environment).impl
         guarded = ours and guard is not None
-        refusal = request and shell_exec_refusal(task.path, task.task_id, sdk, guarded=guarded)
+        refusal = request and shell_exec_refusal(
+            task.path, task.task_id, sdk, guarded=guarded, config=self.options.settings
+        )
         if refusal:  # a rollout the guard cannot protect (prewarm, request None, still builds its image)
             return Refusal(refusal, {"failed_phase": "task", "task_id": task.task_id})
         return RolloutPlan(
@@ -208,7 +210,8 @@ class Planner:
         if self.bundle is not None and self.options.patch_dockerfile_with_sdk:
             guard = None
             if grade_command is None and guarded:
-                guard = guard_binary(SandboxOptions.of(self.environment).platform)  # baked: no upload per trial
+                platform = SandboxOptions.of(self.environment).platform
+                guard = guard_binary(platform, config=self.options.settings)  # baked: no upload per trial
             patch = EnvironmentPatch(
                 requirements=list(self.bundle.dependencies),
                 wheel=self.bundle.wheel,
@@ -310,6 +313,7 @@ class Planner:
             "agent_script": self.bundle.agent_script,
             "rollout_id": request.id,
             "rollout_input": str(rollout_input),
+            "output_max_bytes": self.options.settings.exec_output_max_bytes,
             "deps_preinstalled": materialized.environment_patched,
             "bundle_baked": materialized.bundle_baked,
             "steps": list(plan.steps) or None,

@@ -12,7 +12,7 @@ from osmosis_harbor.backend.admission import requires_public_url
 from osmosis_harbor.backend.options import BackendOptions
 from osmosis_harbor.backend.tracker import RolloutTracker
 from osmosis_harbor.backend.workspace import Workspace
-from osmosis_harbor.keys import KeyCustody
+from osmosis_harbor.key_custody import KeyCustody
 from osmosis_harbor.prewarm.prewarming import Prewarming
 from osmosis_harbor.sandbox.options import SandboxOptions, environment_label
 from osmosis_harbor.sandbox.owner import pools

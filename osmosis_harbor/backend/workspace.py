@@ -8,7 +8,7 @@ import tempfile
 import threading
 from pathlib import Path
 
-from osmosis_harbor.keys import default_trials_dirs
+from osmosis_harbor.key_custody import default_trials_dirs
 
 __all__ = ["Workspace"]
 

@@ -140,10 +140,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
     use_bundled_model_prices()
+    config = settings.current()  # read once for the command, carried on its arguments
     if words and words[0] == "bundle":
         from osmosis_harbor.cli.bundle import cli_main as bundle_main
 
-        return run_guarded(lambda: bundle_main(words[1:]))
+        return run_guarded(lambda: bundle_main(words[1:], config))
     words = ["--lint-strict" if word == "--lint=strict" else word for word in words]
     args = build_parser().parse_args(words)
     handler = logging.StreamHandler()
@@ -152,7 +153,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Harbor pins its logger at DEBUG; its per-trial chatter belongs in the trial logs, and
     # what matters to the user of this command is in the result table.
     logging.getLogger("harbor.utils.logger").setLevel(logging.DEBUG if args.verbose else logging.CRITICAL)
-    args.settings = settings.current()  # read once for the command, carried on its arguments
+    args.settings = config
     if getattr(args, "n_concurrent", 1) < 1:
         print("error: -n must be at least 1", file=sys.stderr)
         return EXIT_USAGE

@@ -40,8 +40,9 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def cli_main(argv: Sequence[str] | None = None) -> int:
-    """``python -m osmosis_harbor bundle``; *argv* are the arguments after ``bundle``.
+def cli_main(argv: Sequence[str] | None, config: settings.Settings) -> int:
+    """``python -m osmosis_harbor bundle``; *argv* are the arguments after ``bundle``, ``config``
+    the command's settings (read once by ``cli.main``).
 
     A user error is one plain ``error: ...`` line on stderr (never rich markup, which would
     eat ``[project]``) and exit status 2, as for every other command."""
@@ -60,7 +61,7 @@ def cli_main(argv: Sequence[str] | None = None) -> int:
             workflow_config=args.workflow_config,
             grader=args.grader,
             grader_config=args.grader_config,
-            cache_dir=args.out or settings.current().bundles or DEFAULT_OUT,
+            cache_dir=args.out or config.bundles or DEFAULT_OUT,
         )
     except BundleError as exc:
         if args.json:

@@ -34,7 +34,7 @@ def cmd_sandbox_check(args: argparse.Namespace) -> int:
     if impl.default_registry and not names_registry(image):
         # its sandboxes pull by reference: publish the local image to the registry first
         image = publish_local_image(image, args.settings.registry or impl.default_registry)
-    report = asyncio.run(run_suite(sdk, image, include_pools=not args.no_pools, only=args.check))
+    report = asyncio.run(run_suite(sdk, image, config=args.settings, include_pools=not args.no_pools, only=args.check))
     console = result_console(args.settings)
     caps = Table(title=f"capabilities of {args.sdk}")
     for col in ("capability", "offered", "note"):

@@ -267,10 +267,11 @@ def original(label: str) -> Any:
     return getattr(_holder(fast), fast.name)
 
 
-def install() -> tuple[str, ...]:
+def install(config: settings.Settings) -> tuple[str, ...]:
     """Replace each Harbor function whose source is the verified one; idempotent, thread-safe.
-    Returns the labels now replaced. A no-op when ``OSMOSIS_HARBOR_HARBOR_FASTPATHS`` is off."""
-    if not settings.current().harbor_fastpaths:
+    Returns the labels now replaced. A no-op when ``OSMOSIS_HARBOR_HARBOR_FASTPATHS`` is off
+    in ``config`` (the caller's settings: the backend's options, the validation run's)."""
+    if not config.harbor_fastpaths:
         return installed()
     with _lock:
         for fast in FASTPATHS:

@@ -3,6 +3,7 @@ copied for one rollout (``materialize``, with ``prompt``, ``dockerfile`` and ``v
 
 from osmosis_harbor.errors import DatasetError, TaskResolutionError
 from osmosis_harbor.shim.contract import CONTAINER_REQUIREMENTS, GRADING_INPUT_FILENAME
+from osmosis_harbor.task_toml import task_config
 from osmosis_harbor.tasks.discovery import (
     TaskRef,
     check_task,
@@ -23,7 +24,6 @@ from osmosis_harbor.tasks.materialize import MaterializedTask, materialize_task
 from osmosis_harbor.tasks.prompt import render_prompt
 from osmosis_harbor.tasks.refs import ResolvedTask, TaskMode, UnpinnedTaskRefWarning
 from osmosis_harbor.tasks.resolver import TaskResolver
-from osmosis_harbor.tasks.task_toml import task_config
 from osmosis_harbor.tasks.verifier import isolate_verifier, task_step_names
 
 __all__ = [

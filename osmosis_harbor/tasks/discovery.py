@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from osmosis_harbor.errors import DatasetError
-from osmosis_harbor.tasks.task_toml import TASK_CONFIG, task_config
+from osmosis_harbor.task_toml import TASK_CONFIG, task_config
 
 INSTRUCTION = "instruction.md"
 SKIP_DIRS = {".git", "__pycache__", ".venv", "node_modules", ".nox"}

@@ -58,12 +58,11 @@ class Verification:
 
 
 def decide_verification(
-    task_dir: Path, *, allowance: Allowance | None = None, config: settings.Settings | None = None
+    task_dir: Path, *, config: settings.Settings, allowance: Allowance | None = None
 ) -> Verification:
     """Where ``task_dir``'s own tests run, and why (the module docstring). ``allowance``: the
     task's declared and recorded allowance (read from the task and the record when None);
-    ``config``: the run's settings (read here when the caller carries none)."""
-    config = config or settings.current()
+    ``config``: the run's settings, read once by its owner (the backend, a validation run)."""
     declared = declared_verifier_mode(task_dir)
     if declared == "separate":
         return Verification(VerificationMode.SEPARATE, 'separate: task.toml declares environment_mode = "separate"')

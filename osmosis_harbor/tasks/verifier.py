@@ -9,8 +9,8 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from osmosis_harbor.shim import contract
+from osmosis_harbor.task_toml import parse_task_config, task_config
 from osmosis_harbor.tasks.files import write_file
-from osmosis_harbor.tasks.task_toml import parse_task_config, task_config
 
 __all__ = [
     "agent_users",

@@ -88,13 +88,12 @@ def declared_allowance(task_dir: Path, metadata: dict[str, Any]) -> Allowance:
 
 
 def guard_plan(
-    task_dir: Path, *, native_agent: bool, record: bool = False, config: settings.Settings | None = None
+    task_dir: Path, *, native_agent: bool, config: settings.Settings, record: bool = False
 ) -> GuardPlan | None:
     """The verifier guard of a trial of this task, or None when it needs none: the guard is off
     (``OSMOSIS_HARBOR_VERIFIER_GUARD=0``) or no verification runs in the agent's sandbox.
     ``record``: validate's oracle run, which records the allowance instead of enforcing it.
-    ``config``: the run's settings (read here when the caller carries none)."""
-    config = config or settings.current()
+    ``config``: the run's settings, read once by its owner (the backend, a validation run)."""
     if not config.verifier_guard or not verifies_in_agent_sandbox(task_dir):
         return None
     declared = declared_allowance(task_dir, task_metadata(task_dir))

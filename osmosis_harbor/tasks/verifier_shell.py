@@ -32,16 +32,12 @@ def _root(user: str | int | None) -> bool:
 
 
 def unprotected_reason(
-    task_dir: Path, sdk: SandboxImplementation, *, guarded: bool, config: settings.Settings | None = None
+    task_dir: Path, sdk: SandboxImplementation, *, guarded: bool, config: settings.Settings
 ) -> str | None:
     """Why rollouts of this task cannot run on ``sdk`` (naming the ways out), or None.
     ``guarded``: the task's tests run in the agent's sandbox under the verifier guard (with the
     guard switched off, ``OSMOSIS_HARBOR_VERIFIER_GUARD=0``, nothing is promised to refuse)."""
-    if (
-        not guarded
-        or not sdk.exec_runs_sandbox_shell
-        or (config or settings.current()).allow_shared_verifier_with_shell_exec
-    ):
+    if not guarded or not sdk.exec_runs_sandbox_shell or config.allow_shared_verifier_with_shell_exec:
         return None
     if not any(_root(user) for user in agent_users(task_dir)):
         return None
@@ -53,7 +49,9 @@ def unprotected_reason(
     )
 
 
-def shell_exec_refusal(task_dir: Path, task_id: str, sdk: SandboxImplementation, *, guarded: bool) -> str | None:
+def shell_exec_refusal(
+    task_dir: Path, task_id: str, sdk: SandboxImplementation, *, guarded: bool, config: settings.Settings
+) -> str | None:
     """The refusal of a rollout of this task on ``sdk`` (one line), or None (``unprotected_reason``)."""
-    reason = unprotected_reason(task_dir, sdk, guarded=guarded)
+    reason = unprotected_reason(task_dir, sdk, guarded=guarded, config=config)
     return f"task {task_id}: {reason}" if reason else None

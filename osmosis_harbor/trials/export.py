@@ -57,16 +57,18 @@ class ExportReport:
     over_limit: list[str] = field(default_factory=list)
 
 
-def export_rollout_files(trial_dir: Path, rollout_id: str, steps: Sequence[str] = ()) -> ExportReport | None:
-    """Copy the trial's artifacts and logs to ``<root>/<rollout_id>/``; None when there was
-    nothing to do (no trial directory) or the id cannot name a directory. Never raises."""
+def export_rollout_files(
+    trial_dir: Path, rollout_id: str, steps: Sequence[str] = (), *, config: settings.Settings
+) -> ExportReport | None:
+    """Copy the trial's artifacts and logs to ``<root>/<rollout_id>/``, within ``config``'s
+    export bounds (the backend's settings); None when there was nothing to do (no trial
+    directory) or the id cannot name a directory. Never raises."""
     report = ExportReport()
     try:
         if not is_single_path_segment(rollout_id) or not trial_dir.is_dir():
             return None
         root = default_artifact_root()
-        current = settings.current()
-        budget = _Budget(current.export_max_files, current.export_max_bytes)
+        budget = _Budget(config.export_max_files, config.export_max_bytes)
         with _Source(trial_dir) as source, Beneath(root) as target:
             for parts, into in _plan(source, steps):
                 _copy_tree(source, parts, target, (rollout_id, *into), budget, report)

@@ -34,9 +34,6 @@ class TrialPhase(StrEnum):
     CANCELLED = "cancelled"
 
 
-Phase = TrialPhase  # the former name, until backend/outcome.py (rewritten apart) imports TrialPhase
-
-
 class StepReading(BaseModel):
     """One step of a multi-step trial: its rewards, and what stopped it if anything did.
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 from osmosis_harbor.sandbox.images.base_images import base_images
 from osmosis_harbor.sandbox.images.stand_ins import LabelsOf, stand_in_note
+from osmosis_harbor.task_toml import task_config
 from osmosis_harbor.tasks.discovery import TaskRef
-from osmosis_harbor.tasks.task_toml import task_config
 from osmosis_harbor.trials.evidence import host_secrets, redacted
 from osmosis_harbor.trials.reading import TrialPhase
 from osmosis_harbor.validate.report import TaskValidation

@@ -232,7 +232,7 @@ async def validate_tasks(
 
         return hook
 
-    harbor_fastpaths.install()  # Harbor's per-trial task checks, same answers, less host CPU
+    harbor_fastpaths.install(run_settings)  # Harbor's per-trial task checks, same answers, less host CPU
     error_policies.install()  # Harbor 0.26 retries and grades our trial errors as their category says
     queue = TrialQueue(n_concurrent=max(1, n_concurrent))
     for event, stage in stages.items():

@@ -16,9 +16,10 @@ from typing import Any
 
 def _serve(env: dict[str, str], conn: Connection) -> None:
     os.environ.update(env)
+    from osmosis_harbor import settings
     from osmosis_harbor.sandbox.relay.policy_relay import PolicyRelay
 
-    relay = PolicyRelay()
+    relay = PolicyRelay(config=settings.current())
     try:
         registration = relay.register_sync("http://127.0.0.1:9/v1")
         conn.send(registration.sandbox_url)

@@ -35,7 +35,7 @@ from osmosis_harbor.backend.workers.messages import Done, Init, Status, Submit
 from osmosis_harbor.backend.workspace import Workspace
 from osmosis_harbor.errors import ConfigError
 from osmosis_harbor.harbor_compat.queue_facts import queue_facts
-from osmosis_harbor.keys import default_trials_dirs, sweep_unscrubbed
+from osmosis_harbor.key_custody import default_trials_dirs, sweep_unscrubbed
 from osmosis_harbor.sandbox.options import SandboxOptions
 from osmosis_harbor.sandbox.sdk.registry import implementation
 

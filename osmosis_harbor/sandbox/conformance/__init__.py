@@ -61,6 +61,7 @@ from osmosis_harbor.sandbox.conformance.core import (
 )
 from osmosis_harbor.sandbox.conformance.report import ConformanceReport
 from osmosis_harbor.sandbox.owner.context import owner_scope
+from osmosis_harbor.settings import Settings
 
 __all__ = [
     "CHECKS",
@@ -147,13 +148,14 @@ async def run_suite(
     sdk: Any,
     image: str,
     *,
+    config: Settings,
     include_pools: bool = True,
     only: Sequence[str] | None = None,
 ) -> ConformanceReport:
     """Run the suite against *sdk* (an object with the ``sky.sandbox`` surface) on *image*.
 
     Pool checks left out with ``include_pools=False`` are reported as skipped, not dropped."""
-    ctx = ConformanceContext(sdk=sdk, image=image)
+    ctx = ConformanceContext(sdk=sdk, image=image, settings=config)
     chosen = selected_checks(only=only)
     try:
         with owner_scope(ctx.owner):  # what the environment checks make is the run's
@@ -173,8 +175,9 @@ async def run_conformance(
     sdk: Any,
     image: str,
     *,
+    config: Settings,
     include_pools: bool = True,
     only: Sequence[str] | None = None,
 ) -> list[CheckResult]:
     """The results of `run_suite` alone."""
-    return (await run_suite(sdk, image, include_pools=include_pools, only=only)).results
+    return (await run_suite(sdk, image, config=config, include_pools=include_pools, only=only)).results

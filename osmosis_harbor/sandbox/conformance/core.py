@@ -19,6 +19,7 @@ from osmosis_harbor.sandbox.conformance.capabilities import Capabilities, probe
 from osmosis_harbor.sandbox.owner.context import SandboxOwner
 from osmosis_harbor.sandbox.sdk.errors import is_missing
 from osmosis_harbor.sandbox.sdk.registry import name_of
+from osmosis_harbor.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +109,7 @@ class ConformanceContext:
 
     sdk: Any
     image: str
+    settings: Settings  # the run's, read once by its command (``sandbox check``) or test
     prefix: str = field(default_factory=lambda: f"sbchk-{uuid.uuid4().hex[:6]}")
     # The run's owner: the environments its checks make are its, and so are its pools, in the
     # ledger before they exist (a run killed mid-way leaves nothing ``cleanup`` cannot find).

@@ -38,7 +38,6 @@ from osmosis_harbor.sandbox.relay.policy_relay import PolicyRelay
 from osmosis_harbor.sandbox.sdk import records
 from osmosis_harbor.sandbox.sdk.liveness import sandbox_state
 from osmosis_harbor.sandbox.sdk.registry import implementation, name_of
-from osmosis_harbor.settings import current as current_settings
 
 __all__: list[str] = []
 
@@ -102,7 +101,7 @@ def _environment(ctx: ConformanceContext, task_dir: Path, **kwargs: object) -> S
 async def check_environment_image_by_content_hash(ctx: ConformanceContext) -> str:
     """Two tasks with the same environment/ share one image, named by its content hash, built once."""
     impl = implementation(_sdk_name(ctx))
-    if not impl.local_images and not (current_settings().registry or impl.default_registry):
+    if not impl.local_images and not (ctx.settings.registry or impl.default_registry):
         skip("this SDK pulls images from a registry, and none is set (OSMOSIS_HARBOR_REGISTRY)")
     dockerfile = f"FROM {ctx.image}\nLABEL osmosis-harbor-conformance={ctx.prefix}\n"
     first = _environment(ctx, _task(ctx, "first", dockerfile=dockerfile))
@@ -112,7 +111,7 @@ async def check_environment_image_by_content_hash(ctx: ConformanceContext) -> st
 
     async def forget() -> None:
         ctx.owner.builds.forget(first.image_ref)
-        if impl.local_images and not current_settings().registry:
+        if impl.local_images and not ctx.settings.registry:
             await asyncio.to_thread(remove_local_image, first.image_ref)
 
     ctx.on_close(forget)
@@ -218,7 +217,7 @@ async def check_environment_relay_reaches_loopback_endpoint(ctx: ConformanceCont
 
     server = await asyncio.start_server(answer, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
-    relay = PolicyRelay()
+    relay = PolicyRelay(config=ctx.settings)
     try:
         route = await relay.register(f"http://127.0.0.1:{port}/v1")
         assert relay.address is not None

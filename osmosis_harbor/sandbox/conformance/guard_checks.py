@@ -20,7 +20,7 @@ from osmosis_harbor.sandbox.guard import ReportRejected, commands, guard_binary,
 async def check_verifier_guard(ctx: ConformanceContext) -> str:
     """The verifier guard starts, marks a command, and its signed check verifies."""
     try:
-        binary = guard_binary()
+        binary = guard_binary(config=ctx.settings)
     except VerifierGuardError as exc:
         skip(str(exc))
     sandbox = await ctx.new_sandbox("guard")

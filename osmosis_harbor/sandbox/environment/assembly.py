@@ -11,6 +11,7 @@ import posixpath
 from dataclasses import dataclass
 from pathlib import Path
 
+from osmosis_harbor.errors import DatasetError
 from osmosis_harbor.sandbox.environment.commands import CommandPipeline, raw_shell
 from osmosis_harbor.sandbox.environment.exec_records import ExecRecorder
 from osmosis_harbor.sandbox.environment.images import ImageResolver, ImageSource
@@ -23,6 +24,7 @@ from osmosis_harbor.sandbox.environment.state import EnvironmentState
 from osmosis_harbor.sandbox.environment.verifier_guard import VerifierGuardExecs
 from osmosis_harbor.sandbox.owner.context import Role, TrialContext
 from osmosis_harbor.settings import Settings
+from osmosis_harbor.task_toml import task_config
 
 __all__ = ["Collaborators", "EnvironmentFacts", "artifact_roots", "assemble"]
 
@@ -65,7 +67,7 @@ def assemble(state: EnvironmentState, context: TrialContext, facts: EnvironmentF
         launch=session.launch,
         guarded=session.guarded,
         write_bytes=session.write_bytes,
-        timeout_sec=current.verifier_guard_timeout_sec,
+        config=current,
     )
     records = ExecRecorder(state, guard.dispatch, session.require, current, enabled=facts.records_exec_results)
     files = FileCalls(
@@ -73,7 +75,7 @@ def assemble(state: EnvironmentState, context: TrialContext, facts: EnvironmentF
         write_bytes=session.write_bytes,
         read_bytes=session.read_bytes,
     )
-    companions = artifact_roots(facts.image.environment_dir.parent / "task.toml") if agent else ()
+    companions = artifact_roots(facts.image.environment_dir.parent) if agent else ()
     routes = TransferRoutes(state, session.guarded, files, logger, current, companions, fresh_verifier=not agent)
     preparation = PreparationElider(routes)
     images = ImageResolver(facts.image, facts.environment_id, context.owner.builds, logger)
@@ -82,24 +84,14 @@ def assemble(state: EnvironmentState, context: TrialContext, facts: EnvironmentF
     return Collaborators(session, routes, preparation, images, creator, guard, records, pipeline)
 
 
-def artifact_roots(task_toml: Path) -> tuple[str, ...]:
+def artifact_roots(task_dir: Path) -> tuple[str, ...]:
     """The task's declared artifacts that Harbor downloads whole from the agent's sandbox after
     its run (absolute paths outside ``/logs``, no exclusions, the main container): fetched in
-    the same archive as ``/logs`` on the SkyPilot path (``exec_archives.py``)."""
+    the same archive as ``/logs`` on the SkyPilot path (``exec_archives.py``). Read through the
+    one ``task.toml`` parser (``task_toml.task_config``)."""
     try:
-        text = task_toml.read_text(encoding="utf-8")
-    except OSError:
-        return ()
-    return _artifact_roots(text)
-
-
-@functools.lru_cache(maxsize=256)
-def _artifact_roots(text: str) -> tuple[str, ...]:
-    from harbor.models.task.config import TaskConfig
-
-    try:
-        artifacts = TaskConfig.model_validate_toml(text).artifacts
-    except Exception:  # Harbor's own trial reports a broken task.toml
+        artifacts = task_config(task_dir).artifacts
+    except (OSError, DatasetError):  # Harbor's own trial reports a broken task.toml
         return ()
     roots = []
     for artifact in artifacts:

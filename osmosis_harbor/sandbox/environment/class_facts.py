@@ -10,6 +10,7 @@ from harbor.environments.base import BaseEnvironment
 from harbor.environments.capabilities import EnvironmentCapabilities, EnvironmentResourceCapabilities
 from harbor.models.environment_type import EnvironmentType
 
+from osmosis_harbor import settings
 from osmosis_harbor.harbor_compat import error_policies
 from osmosis_harbor.harbor_compat.version import HARBOR
 from osmosis_harbor.sandbox.options import SandboxOptions
@@ -38,7 +39,9 @@ class SandboxEnvironmentBase(BaseEnvironment):
         if HARBOR.options_model:
             cast(Any, super()).preflight(kwargs)  # Harbor's base: parse_options
         if kwargs is not None:
-            cls.parse_options(kwargs).impl.preflight()
+            cls.parse_options(kwargs).impl.preflight(
+                settings.current()
+            )  # Harbor calls this before any environment exists
 
     @staticmethod
     @override

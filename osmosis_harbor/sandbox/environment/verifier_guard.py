@@ -26,7 +26,8 @@ from osmosis_harbor.sandbox.guard import commands
 from osmosis_harbor.sandbox.guard.allowance import Allowance, Verdict, judge
 from osmosis_harbor.sandbox.guard.binary import guard_binary
 from osmosis_harbor.sandbox.guard.report import GuardReport, ReportRejected, parse_report, shown
-from osmosis_harbor.sandbox.guard.session import GuardCheck, GuardSession, Phase
+from osmosis_harbor.sandbox.guard.session import GuardCheck, GuardSession, GuardStage
+from osmosis_harbor.settings import Settings
 from osmosis_harbor.shim import contract
 
 __all__ = ["VerifierGuardExecs", "baked_guard"]
@@ -62,7 +63,7 @@ class VerifierGuardExecs:
         launch: Launch,
         guarded: Callable[[Awaitable[Any]], Awaitable[Any]],
         write_bytes: Callable[[bytes, str], Awaitable[None]],
-        timeout_sec: float,
+        config: Settings,
     ) -> None:
         self.session = session
         self._baked = baked_guard(dockerfile) if session is not None else None  # the image's guard, if any
@@ -72,14 +73,15 @@ class VerifierGuardExecs:
         self._launch = launch
         self._guarded = guarded
         self._write_bytes = write_bytes
-        self._timeout_sec = int(timeout_sec)  # ``Settings.verifier_guard_timeout_sec``
+        self._config = config  # the environment's settings: the guard's cache dir
+        self._timeout_sec = int(config.verifier_guard_timeout_sec)
 
     async def took(self, command: str, user: str | int | None) -> frozenset[str] | None:
         """Harbor's verifier first clears stale rewards (``REMOVE_REWARDS_COMMAND``, as root): the
         check, due then, empties ``/logs/verifier``, so it takes that command's place. Returns
         None when it did not, else the dirs the check left empty and 0777 (known ready)."""
         session = self.session
-        if session is None or session.phase is not Phase.PENDING or user not in ("root", 0):
+        if session is None or session.stage is not GuardStage.PENDING or user not in ("root", 0):
             return None
         if command != REMOVE_REWARDS_COMMAND:
             return None
@@ -91,7 +93,7 @@ class VerifierGuardExecs:
         self, argv: list[str], *, workdir: str | None, timeout_seconds: int, env: dict[str, str] | None = None
     ) -> Any:
         session = self.session
-        if session is not None and session.phase is not Phase.FRESH:
+        if session is not None and session.stage is not GuardStage.FRESH:
             argv = [*await self.guard_before_command(session), *argv]
         return await self._launch(argv, workdir=workdir, timeout_seconds=timeout_seconds, env=env)
 
@@ -102,9 +104,9 @@ class VerifierGuardExecs:
         async with session.lock:
             if session.tampered is not None:
                 raise VerifierTamperedError(str(session.tampered))
-            if session.phase is Phase.PENDING:
+            if session.stage is GuardStage.PENDING:
                 await self._guard_check(session)
-            if session.phase is not Phase.AGENT:
+            if session.stage is not GuardStage.AGENT:
                 return []
             if session.daemon_pid is None:
                 await self._guard_start(session)
@@ -123,7 +125,7 @@ class VerifierGuardExecs:
         return result.return_code, (result.stdout or "").encode("utf-8", "surrogateescape"), result.stderr or ""
 
     async def _guard_start(self, session: GuardSession) -> None:
-        binary, record_id = guard_binary(self._platform), secrets.token_hex(16)
+        binary, record_id = guard_binary(self._platform, config=self._config), secrets.token_hex(16)
         baked = self._baked == binary.sha256
         if not baked:
             await self._write_bytes(binary.read(), commands.UPLOAD_PATH)
@@ -151,7 +153,7 @@ class VerifierGuardExecs:
 
     async def _guard_check(self, session: GuardSession) -> None:
         if session.daemon_pid is None:  # no agent command ran: nothing to check
-            session.phase = Phase.VERIFIED
+            session.stage = GuardStage.VERIFIED
             return
         assert session.key is not None and session.record_id is not None
         nonce, plan = secrets.token_hex(16), session.plan
@@ -176,11 +178,11 @@ class VerifierGuardExecs:
         if verdict.tampered:
             self._tampered(session, verdict, report)
         session.checks.append(GuardCheck(report, verdict))
-        session.phase, session.recorded_since_check = Phase.VERIFIED, False  # /logs/verifier: empty, 0777
+        session.stage, session.recorded_since_check = GuardStage.VERIFIED, False  # /logs/verifier: empty, 0777
 
     def _tampered(self, session: GuardSession, verdict: Verdict, report: GuardReport) -> NoReturn:
         session.checks.append(GuardCheck(report, verdict))
-        session.phase = Phase.TAMPERED
+        session.stage = GuardStage.TAMPERED
         session.tampered = VerifierTamperedError(verdict.message())
         log.warning("sandbox %s: %s", self._state.name, verdict.message())
         raise VerifierTamperedError(verdict.message())

@@ -18,7 +18,7 @@ from osmosis_harbor.sandbox.guard.session import (
     GuardCheck,
     GuardPlan,
     GuardSession,
-    Phase,
+    GuardStage,
 )
 
 __all__ = [
@@ -29,7 +29,7 @@ __all__ = [
     "GuardPlan",
     "GuardReport",
     "GuardSession",
-    "Phase",
+    "GuardStage",
     "ReportRejected",
     "Verdict",
     "guard_binary",

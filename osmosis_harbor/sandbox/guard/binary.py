@@ -80,8 +80,8 @@ def _compilers(arch: str) -> list[list[str]]:
     return found
 
 
-def _cache_dir() -> Path:
-    base = settings.current().xdg_cache_home or Path.home() / ".cache"
+def _cache_dir(config: settings.Settings) -> Path:
+    base = config.xdg_cache_home or Path.home() / ".cache"
     return base / "osmosis-harbor" / "guard"
 
 
@@ -123,6 +123,7 @@ def source_hash() -> str:
     return digest.hexdigest()
 
 
-def guard_binary(platform: str | None = None) -> GuardBinary:
-    """The guard for sandboxes of ``platform``, built on first use (then a cached file)."""
-    return _built(source_hash(), target_arch(platform), _cache_dir())
+def guard_binary(platform: str | None = None, *, config: settings.Settings) -> GuardBinary:
+    """The guard for sandboxes of ``platform``, built on first use (then a cached file under
+    ``config``'s cache dir: the caller's settings, the plan's or the environment's)."""
+    return _built(source_hash(), target_arch(platform), _cache_dir(config))

@@ -20,7 +20,7 @@ from osmosis_harbor.errors import VerifierTamperedError
 from osmosis_harbor.sandbox.guard.allowance import Allowance, Verdict
 from osmosis_harbor.sandbox.guard.report import GuardReport
 
-__all__ = ["GuardCheck", "GuardPlan", "GuardSession", "Phase"]
+__all__ = ["GuardCheck", "GuardPlan", "GuardSession", "GuardStage"]
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,10 @@ class GuardPlan:
     record_allowance: bool = False
 
 
-class Phase(Enum):
+class GuardStage(Enum):
+    """Where one sandbox stands in the guard's check, apart from the trial's phase (``TrialPhase``)
+    and the shim's (``shim.models.Phase``): the guard moves on commands, not on Harbor's steps."""
+
     FRESH = "fresh"  # no agent command has run: the sandbox is what the host made it
     AGENT = "agent"  # the agent phase and after it, until verification: every command is marked
     PENDING = "pending"  # verification starts: the next command first runs the check
@@ -57,7 +60,7 @@ class GuardSession:
     """The guard state of one trial's agent sandbox (see the module docstring)."""
 
     plan: GuardPlan
-    phase: Phase = Phase.FRESH
+    stage: GuardStage = GuardStage.FRESH
     daemon_pid: int | None = None
     key: bytes | None = None
     record_id: str | None = None
@@ -67,14 +70,14 @@ class GuardSession:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     def agent_starts(self) -> None:
-        if self.phase in (Phase.FRESH, Phase.VERIFIED, Phase.PENDING):
+        if self.stage in (GuardStage.FRESH, GuardStage.VERIFIED, GuardStage.PENDING):
             # PENDING: no command ran since verification started (the step's verifier had a
             # sandbox of its own): the next check compares against the older record.
-            self.phase = Phase.AGENT
+            self.stage = GuardStage.AGENT
 
     def verification_starts(self) -> None:
-        if self.phase is Phase.AGENT:
-            self.phase = Phase.PENDING
+        if self.stage is GuardStage.AGENT:
+            self.stage = GuardStage.PENDING
 
     @property
     def services_kept(self) -> int:

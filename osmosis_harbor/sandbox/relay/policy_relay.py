@@ -74,7 +74,15 @@ class RelayRegistration:
 class PolicyRelay:
     """Forwards each registered token's requests to its rollout's chat endpoint only."""
 
-    def __init__(self, bind_host: Callable[[], str] = sandbox_gateway, limits: RelayLimits | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        config: settings.Settings,
+        bind_host: Callable[[], str] = sandbox_gateway,
+        limits: RelayLimits | None = None,
+    ) -> None:
+        """``config``: its owner's settings (the backend's), for its port and bounds."""
+        self._config = config
         self._bind_host = bind_host
         self._limits = limits
         self._routes: dict[str, RelayRoute] = {}
@@ -132,7 +140,7 @@ class PolicyRelay:
             if self._address is not None:
                 return self._address
             host = self._bind_host()
-            config = settings.current()  # once, when the relay starts: its port and bounds
+            config = self._config
             sock = _listen(host, config.relay_port)
             try:
                 server = RelayServer(self._lookup, self._upstream_client, self._limits or limits_from_settings(config))

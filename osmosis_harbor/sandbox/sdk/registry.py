@@ -78,14 +78,14 @@ class SandboxImplementation:
     ready_check: str | None = None
     exec_runs_sandbox_shell: bool = False
 
-    def preflight(self, config: settings.Settings | None = None) -> None:
+    def preflight(self, config: settings.Settings) -> None:
         """Exit with the way out (``SystemExit``, as Harbor's preflight does) unless this SDK
         can be imported and what it talks to is there: checked before a run queues trials."""
         try:
             self.load()
             if self.ready_check is not None:
                 module, _, function = self.ready_check.partition(":")
-                getattr(importlib.import_module(module), function)(config or settings.current())
+                getattr(importlib.import_module(module), function)(config)
         except (SandboxSdkMissingError, SandboxUnavailableError) as exc:
             raise SystemExit(f"sdk={self.name!r}: {exc}") from None
 

@@ -15,6 +15,7 @@ from harbor.trial.queue import TrialQueue
 from osmosis_ai.rollout.backend.local.backend import LocalBackend
 from osmosis_ai.rollout.types import RolloutStatus
 
+from osmosis_harbor import settings
 from osmosis_harbor.backend import HarborBackend
 from osmosis_harbor.shim.errors import REDACTED
 from osmosis_harbor.testing.scripted_policy import FakeChatServer
@@ -154,7 +155,7 @@ def test_export_layout_and_what_it_leaves_out(tmp_path: Path, monkeypatch: pytes
     trial, root = tmp_path / "trial", tmp_path / "root"
     make_trial(trial)
     monkeypatch.setenv("_OSMOSIS_ROLLOUT_ARTIFACT_ROOT", str(root))
-    report = export_rollout_files(trial, "r-1", steps=["implement"])
+    report = export_rollout_files(trial, "r-1", steps=["implement"], config=settings.current())
     assert report is not None
     assert regular_files(root / "r-1") == {
         "artifacts/a.txt": b"a\n",  # the trial's own, after the step's
@@ -166,8 +167,11 @@ def test_export_layout_and_what_it_leaves_out(tmp_path: Path, monkeypatch: pytes
     }
     assert sorted(report.skipped) == ["artifacts/logs/artifacts/fifo", "artifacts/logs/artifacts/inside"]
     assert not any(p.is_symlink() for p in (root / "r-1").rglob("*"))
-    assert export_rollout_files(trial, "../escape") is None and not (tmp_path / "escape").exists()
-    assert export_rollout_files(tmp_path / "no-such-trial", "r-2") is None
+    assert (
+        export_rollout_files(trial, "../escape", config=settings.current()) is None
+        and not (tmp_path / "escape").exists()
+    )
+    assert export_rollout_files(tmp_path / "no-such-trial", "r-2", config=settings.current()) is None
 
 
 def test_export_never_writes_through_a_link(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -180,8 +184,8 @@ def test_export_never_writes_through_a_link(tmp_path: Path, monkeypatch: pytest.
     (root / "r-1" / "artifacts").symlink_to(canary, target_is_directory=True)
     (root / "r-2").symlink_to(canary, target_is_directory=True)
     monkeypatch.setenv("_OSMOSIS_ROLLOUT_ARTIFACT_ROOT", str(root))
-    export_rollout_files(trial, "r-1")
-    export_rollout_files(trial, "r-2")
+    export_rollout_files(trial, "r-1", config=settings.current())
+    export_rollout_files(trial, "r-2", config=settings.current())
     assert list(canary.iterdir()) == []
     assert (root / "r-1" / "artifacts" / "a.txt").read_text() == "a\n" and not (root / "r-2").is_symlink()
     (root / "naive").symlink_to(canary, target_is_directory=True)
@@ -194,11 +198,11 @@ def test_export_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
     make_trial(trial)
     monkeypatch.setenv("_OSMOSIS_ROLLOUT_ARTIFACT_ROOT", str(root))
     monkeypatch.setenv("OSMOSIS_HARBOR_EXPORT_MAX_FILES", "2")
-    report = export_rollout_files(trial, "r-1")
+    report = export_rollout_files(trial, "r-1", config=settings.current())
     assert report is not None and report.files == 2 and len(report.over_limit) == 2
     monkeypatch.setenv("OSMOSIS_HARBOR_EXPORT_MAX_FILES", "100")
     monkeypatch.setenv("OSMOSIS_HARBOR_EXPORT_MAX_BYTES", "5")
-    report = export_rollout_files(trial, "r-2")
+    report = export_rollout_files(trial, "r-2", config=settings.current())
     assert report is not None and report.bytes <= 5 and report.over_limit
 
 
@@ -212,5 +216,5 @@ def test_the_export_reads_nothing_but_the_trial_directory(tmp_path: Path, monkey
     (trial / "artifacts" / "logs" / "artifacts").symlink_to(secret, target_is_directory=True)
     (trial / "agent").symlink_to(secret, target_is_directory=True)
     monkeypatch.setenv("_OSMOSIS_ROLLOUT_ARTIFACT_ROOT", str(root))
-    export_rollout_files(trial, "r-1")
+    export_rollout_files(trial, "r-1", config=settings.current())
     assert not any(b"PRIVATE" in p.read_bytes() for p in root.rglob("*") if p.is_file())

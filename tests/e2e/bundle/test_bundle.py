@@ -28,6 +28,7 @@ from pathlib import Path
 
 import pytest
 
+from osmosis_harbor import settings
 from osmosis_harbor.bundle import BundleError, BundleInfo, build, build_bundle, inspect_bundle
 from osmosis_harbor.bundle import builder as bundle_mod
 from osmosis_harbor.bundle import cache as cache_mod
@@ -658,7 +659,7 @@ def test_cli_json(built: BundleInfo, capsys: pytest.CaptureFixture) -> None:
         str(cache),
         "--json",
     ]
-    assert cli_main(argv) == 0
+    assert cli_main(argv, settings.current()) == 0
     payload = json.loads(capsys.readouterr().out)
     assert payload["wheel"] == str(built.wheel) and payload["key"] == built.key and payload["cached"] is True
     assert payload["console_scripts"] == {
@@ -686,15 +687,15 @@ def test_cli_human_and_errors(built: BundleInfo, tmp_path: Path, capsys: pytest.
         "--out",
         str(cache),
     ]
-    assert cli_main(argv) == 0
+    assert cli_main(argv, settings.current()) == 0
     out = capsys.readouterr().out
     assert "cache hit" in out and "calc-agent-agent" in out and "calc-agent-grade" in out
-    assert cli_main([str(tmp_path), "--workflow", WORKFLOW, "--out", str(tmp_path / "cache")]) == 2
+    assert cli_main([str(tmp_path), "--workflow", WORKFLOW, "--out", str(tmp_path / "cache")], settings.current()) == 2
     assert "no pyproject.toml" in capsys.readouterr().err
-    assert cli_main([str(code_dir), "--out", str(tmp_path / "cache"), "--json"]) == 2
+    assert cli_main([str(code_dir), "--out", str(tmp_path / "cache"), "--json"], settings.current()) == 2
     assert "nothing to bundle" in json.loads(capsys.readouterr().out)["error"]
-    assert cli_main(["--help"]) == 0
-    assert cli_main(["--bogus"]) == 2
+    assert cli_main(["--help"], settings.current()) == 0
+    assert cli_main(["--bogus"], settings.current()) == 2
 
 
 @pytest.mark.parametrize(

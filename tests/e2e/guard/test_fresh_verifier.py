@@ -25,6 +25,7 @@ import pytest
 from harbor.trial.queue import TrialQueue
 from osmosis_ai.rollout.types import RolloutResultResponse, RolloutStatus
 
+from osmosis_harbor import settings
 from osmosis_harbor.backend import HarborBackend
 from osmosis_harbor.sandbox.guard import Allowance
 from osmosis_harbor.tasks.carried import carried_directories, drop_loaded_names
@@ -206,30 +207,41 @@ def _task(tmp_path: Path, source: Path, *, verifier: str = "", extra: str = "") 
 
 def test_the_decision_and_its_reason(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OSMOSIS_HARBOR_VERIFIER_ALLOWANCES", str(tmp_path / "allow"))
-    plain = decide_verification(_task(tmp_path / "a", DATASET / "sum-42"))
+    plain = decide_verification(_task(tmp_path / "a", DATASET / "sum-42"), config=settings.current())
     assert (plain.mode, plain.reason) == (VerificationMode.FRESH, "fresh: single-step, no service")
     assert plain.carried == ("/app", "/srv")
-    explicit = decide_verification(_task(tmp_path / "b", DATASET / "sum-42", verifier='environment_mode = "shared"\n'))
+    explicit = decide_verification(
+        _task(tmp_path / "b", DATASET / "sum-42", verifier='environment_mode = "shared"\n'), config=settings.current()
+    )
     assert explicit.mode is VerificationMode.SHARED
     assert explicit.reason == 'shared: task.toml declares environment_mode = "shared"'
     separate = decide_verification(
-        _task(tmp_path / "c", TASKS / "json-reward", verifier='environment_mode = "separate"\n')
+        _task(tmp_path / "c", TASKS / "json-reward", verifier='environment_mode = "separate"\n'),
+        config=settings.current(),
     )
     assert separate.mode is VerificationMode.SEPARATE and "separate" in separate.reason
-    ports = decide_verification(_task(tmp_path / "d", DATASET / "service-declared"))
+    ports = decide_verification(_task(tmp_path / "d", DATASET / "service-declared"), config=settings.current())
     assert (ports.mode, ports.reason) == (VerificationMode.SHARED, "shared: the solution leaves port 50051 listening")
     recorded = _task(tmp_path / "e", DATASET / "sum-42")
-    assert decide_verification(recorded, allowance=Allowance(ports=frozenset({8080}))).mode is VerificationMode.SHARED
-    steps = decide_verification(FIXTURES / "guard_dataset" / "two-steps")
+    assert (
+        decide_verification(recorded, allowance=Allowance(ports=frozenset({8080})), config=settings.current()).mode
+        is VerificationMode.SHARED
+    )
+    steps = decide_verification(FIXTURES / "guard_dataset" / "two-steps", config=settings.current())
     assert steps.mode is VerificationMode.SHARED and "multi-step" in steps.reason
     declared = _task(
         tmp_path / "f",
         DATASET / "sum-42",
         extra='\n[metadata.osmosis_harbor.verifier_allowance]\npaths = ["/etc/nginx/**", "/var/www/site.conf"]\n',
     )
-    assert decide_verification(declared).carried == ("/app", "/srv", "/etc/nginx", "/var/www/site.conf")
+    assert decide_verification(declared, config=settings.current()).carried == (
+        "/app",
+        "/srv",
+        "/etc/nginx",
+        "/var/www/site.conf",
+    )
     monkeypatch.setenv("OSMOSIS_HARBOR_FRESH_VERIFIER", "0")
-    off = decide_verification(_task(tmp_path / "g", DATASET / "sum-42"))
+    off = decide_verification(_task(tmp_path / "g", DATASET / "sum-42"), config=settings.current())
     assert (off.mode, off.reason) == (VerificationMode.SHARED, "shared: OSMOSIS_HARBOR_FRESH_VERIFIER=0")
 
 
@@ -282,6 +294,8 @@ def test_a_fresh_copy_names_its_carried_directories(tmp_path: Path, monkeypatch:
         DATASET / "sum-42",
         extra='\n[metadata.osmosis_harbor.verifier_allowance]\npaths = ["/etc/x/*", "/tmp/done"]\n',
     )
-    copy = prepare_task(task, tmp_path / "copy", fresh_verifier=decide_verification(task).carried)
+    copy = prepare_task(
+        task, tmp_path / "copy", fresh_verifier=decide_verification(task, config=settings.current()).carried
+    )
     assert carried_directories(copy.path) == ["/app", "/srv", "/etc/x"]
     assert carried_directories(task) == []  # not carried: its tests run in the agent's sandbox

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from osmosis_harbor import settings
 from osmosis_harbor.sandbox.guard import GuardReport, ReportRejected, guard_binary, parse_report
 
 pytestmark = pytest.mark.slow
@@ -61,7 +62,7 @@ class Box:
 async def box(docker_sandbox_sdk: Any) -> AsyncIterator[Box]:
     sandbox = await docker_sandbox_sdk.create.aio(name=f"guard-{uuid.uuid4().hex[:8]}", image=IMAGE, timeout=600)
     try:
-        await sandbox.write_bytes.aio(guard_binary().read(), GUARD)
+        await sandbox.write_bytes.aio(guard_binary(config=settings.current()).read(), GUARD)
         key, record_id = secrets.token_bytes(32), secrets.token_hex(8)
         handle = await sandbox.exec.aio(
             "sh", "-c", f'chmod 755 {GUARD} && mkdir -p /app && exec {GUARD} "$@"', "sh", "start", "--id", record_id,
@@ -290,7 +291,7 @@ def test_a_sandbox_whose_root_holds_no_capability_is_refused() -> None:
     client = docker.from_env()
     container = client.containers.run(IMAGE, ["sleep", "120"], cap_drop=["ALL"], detach=True, auto_remove=False)
     try:
-        container.put_archive("/var/tmp", _tar("osmosis-guard", guard_binary().read()))
+        container.put_archive("/var/tmp", _tar("osmosis-guard", guard_binary(config=settings.current()).read()))
         key = secrets.token_hex(32)
         code, output = container.exec_run(
             [GUARD, "start", "--id", "r1"], environment={"OSMOSIS_GUARD_KEY": key}, demux=True

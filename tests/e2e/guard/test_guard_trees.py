@@ -204,9 +204,14 @@ def test_the_refusal_follows_the_sdks_registration_the_agent_user_and_the_opt_in
         monkeypatch.setenv(OPT_IN_VAR, "1")
     else:
         monkeypatch.delenv(OPT_IN_VAR, raising=False)
-    why = shell_exec_refusal(_task(tmp_path, agent), "t", implementation(sdk), guarded=True)
+    why = shell_exec_refusal(_task(tmp_path, agent), "t", implementation(sdk), guarded=True, config=settings.current())
     assert (why is not None) is refused, why
-    assert shell_exec_refusal(_task(tmp_path / "off", ""), "t", implementation(sdk), guarded=False) is None
+    assert (
+        shell_exec_refusal(
+            _task(tmp_path / "off", ""), "t", implementation(sdk), guarded=False, config=settings.current()
+        )
+        is None
+    )
 
 
 def test_validate_lint_lists_the_tasks_training_refuses_on_that_sdk(monkeypatch: pytest.MonkeyPatch) -> None:

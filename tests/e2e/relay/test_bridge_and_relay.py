@@ -24,6 +24,7 @@ import docker
 import httpx
 import pytest
 
+from osmosis_harbor import settings
 from osmosis_harbor.backend.options import BackendOptions
 from osmosis_harbor.errors import ConfigError, SandboxNetworkError
 from osmosis_harbor.sandbox.docker.engine import sandbox_network
@@ -59,7 +60,7 @@ async def make_sandbox(docker_sandbox_sdk: Any, sandbox_image: str) -> AsyncIter
 
 @pytest.fixture
 def relay() -> Iterator[PolicyRelay]:
-    relay = PolicyRelay()
+    relay = PolicyRelay(config=settings.current())
     yield relay
     relay.close()
 
@@ -199,7 +200,9 @@ async def test_the_relay_forwards_only_a_tokens_chat_path_to_its_own_upstream(
 
 async def test_request_and_response_sizes_are_bounded(policies: tuple[FakeChatServer, FakeChatServer]) -> None:
     one, _ = policies
-    relay = PolicyRelay(limits=RelayLimits(max_request_bytes=16_384, max_response_bytes=4096, timeout_sec=30))
+    relay = PolicyRelay(
+        limits=RelayLimits(max_request_bytes=16_384, max_response_bytes=4096, timeout_sec=30), config=settings.current()
+    )
     try:
         registration = await relay.register(one.base_url)
         url = registration.sandbox_url + "/chat/completions"
@@ -325,7 +328,7 @@ async def test_closing_ends_calls_in_flight_at_once_and_leaves_logging_alone() -
     threading.Thread(target=upstream.serve_forever, daemon=True).start()
     uvicorn_error = logging.getLogger("uvicorn.error")
     uvicorn_error.setLevel(logging.INFO)
-    relay = PolicyRelay()
+    relay = PolicyRelay(config=settings.current())
     try:
         registration = await relay.register(f"http://127.0.0.1:{upstream.server_address[1]}/v1")
         assert uvicorn_error.level == logging.INFO and uvicorn_error.isEnabledFor(logging.INFO)
@@ -413,7 +416,7 @@ def host_relay() -> Iterator[Callable[..., PolicyRelay]]:
     made: list[PolicyRelay] = []
 
     def make(**limits: Any) -> PolicyRelay:
-        relay = PolicyRelay(bind_host=lambda: "127.0.0.1", limits=RelayLimits(**limits))
+        relay = PolicyRelay(bind_host=lambda: "127.0.0.1", limits=RelayLimits(**limits), config=settings.current())
         made.append(relay)
         return relay
 

@@ -112,12 +112,13 @@ def test_the_docker_sdk_loads_only_where_docker_py_is(mode: str) -> None:
 _ON_DEMAND_CLIENT = textwrap.dedent(
     """
     import json
+    from osmosis_harbor import settings
     from osmosis_harbor.sandbox import emulator as sky
     from osmosis_harbor.sandbox.emulator.errors import EmulatorStartError
     from osmosis_harbor.sandbox.sdk.registry import implementation
     out = {}
     try:
-        implementation("skypilot-emulator").preflight()
+        implementation("skypilot-emulator").preflight(settings.current())
         out["preflight"] = "passed"
     except SystemExit as exc:
         out["preflight"] = str(exc)

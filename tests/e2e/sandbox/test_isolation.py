@@ -31,6 +31,7 @@ from typing import Any
 import docker
 import pytest
 
+from osmosis_harbor import settings
 from osmosis_harbor.sandbox import load_sandbox_sdk
 from osmosis_harbor.sandbox.conformance.core import ConformanceContext
 from osmosis_harbor.sandbox.docker import network as sandbox_networks
@@ -139,7 +140,9 @@ def _image_for(path: SdkPath) -> str:
 
 
 async def test_a_sandbox_cannot_spoof_arp_or_read_its_neighbours_traffic(sandbox_sdk: SdkPath) -> None:
-    ctx = ConformanceContext(sdk=load_sandbox_sdk(sandbox_sdk.name), image=_image_for(sandbox_sdk))
+    ctx = ConformanceContext(
+        sdk=load_sandbox_sdk(sandbox_sdk.name), image=_image_for(sandbox_sdk), settings=settings.current()
+    )
     bridge = sandbox_network()
     try:
         outcome = await attack(ctx, bridge.gateway, sandbox_networks.BRIDGE_INTERFACE)
@@ -177,7 +180,7 @@ async def test_positive_control_with_net_raw_kept_the_spoof_pays(
     monkeypatch.setattr(
         SandboxPrivileges, "current", classmethod(lambda cls: cls(cap_drop=(), no_new_privileges=False))
     )
-    ctx = ConformanceContext(sdk=docker_sandbox_sdk, image=IMAGE)
+    ctx = ConformanceContext(sdk=docker_sandbox_sdk, image=IMAGE, settings=settings.current())
     try:
         outcome = await attack(ctx, gateway, interface)
     finally:

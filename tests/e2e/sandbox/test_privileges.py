@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from osmosis_harbor import settings
 from osmosis_harbor.sandbox import load_sandbox_sdk
 from osmosis_harbor.sandbox.conformance.core import ConformanceContext
 from osmosis_harbor.sandbox.conformance.privilege_checks import PRIVILEGES_SCRIPT, parse_privileges
@@ -60,7 +61,7 @@ async def _installed(ctx: ConformanceContext) -> Any:
 
 async def test_a_root_workflow_installs_packages_and_switches_users(sandbox_sdk: SdkPath) -> None:
     image = push_to_local_registry(IMAGE) if sandbox_sdk.is_emulator else IMAGE
-    ctx = ConformanceContext(sdk=load_sandbox_sdk(sandbox_sdk.name), image=image)
+    ctx = ConformanceContext(sdk=load_sandbox_sdk(sandbox_sdk.name), image=image, settings=settings.current())
     try:
         sandbox = await _installed(ctx)
         privileges = parse_privileges((await ctx.sh(sandbox, PRIVILEGES_SCRIPT)).stdout)
@@ -77,7 +78,7 @@ async def test_control_without_no_new_privileges_the_agent_user_becomes_root(
     docker_sandbox_sdk: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("OSMOSIS_HARBOR_SANDBOX_NO_NEW_PRIVILEGES", "0")
-    ctx = ConformanceContext(sdk=docker_sandbox_sdk, image=IMAGE)
+    ctx = ConformanceContext(sdk=docker_sandbox_sdk, image=IMAGE, settings=settings.current())
     try:
         sandbox = await _installed(ctx)
         escalation = await ctx.sh(sandbox, AGENT_SUDO)

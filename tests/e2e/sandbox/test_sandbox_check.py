@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from osmosis_harbor import settings
 from osmosis_harbor.errors import ConfigError, SandboxSdkMissingError
 from osmosis_harbor.sandbox import conformance, load_sandbox_sdk
 from osmosis_harbor.sandbox.conformance.core import Check, CheckResult, CheckStatus, skip
@@ -24,7 +25,7 @@ from tests.support.emulator import LOCAL_REGISTRY
 
 @pytest.fixture
 async def ctx(docker_sandbox_sdk: Any, sandbox_image: str) -> Any:
-    context = conformance.ConformanceContext(sdk=docker_sandbox_sdk, image=sandbox_image)
+    context = conformance.ConformanceContext(sdk=docker_sandbox_sdk, image=sandbox_image, settings=settings.current())
     yield context
     await context.close()
 

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from harbor.models.task.file_filter import TaskFileFilter
 
+from osmosis_harbor import settings
 from osmosis_harbor.harbor_compat import fastpaths as harbor_fastpaths
 
 DIRS = ("", "tests", "tests/sub", "tests/sub/deep", "solution", "solution/x", "environment", "steps/s1",
@@ -127,7 +128,7 @@ def harbor_own() -> Iterator[None]:
     try:
         yield
     finally:
-        harbor_fastpaths.install()
+        harbor_fastpaths.install(settings.current())
 
 
 def compare(task: Path) -> tuple[list[str], dict[str, tuple[Any, ...]]]:
@@ -142,7 +143,7 @@ def compare(task: Path) -> tuple[list[str], dict[str, tuple[Any, ...]]]:
 
 @pytest.fixture(autouse=True)
 def fastpaths_installed() -> None:
-    assert harbor_fastpaths.install() == tuple(f.label for f in harbor_fastpaths.FASTPATHS)
+    assert harbor_fastpaths.install(settings.current()) == tuple(f.label for f in harbor_fastpaths.FASTPATHS)
 
 
 def test_fast_answers_equal_harbor_own_on_generated_trees(tmp_path: Path) -> None:
@@ -190,7 +191,7 @@ def test_a_harbor_function_of_another_source_is_kept(monkeypatch: pytest.MonkeyP
     fast = harbor_fastpaths.FASTPATHS[0]
     stale = harbor_fastpaths.FastPath(fast.module, fast.owner, fast.name, "0" * 64, fast.replacement)
     monkeypatch.setattr(harbor_fastpaths, "FASTPATHS", (stale, *harbor_fastpaths.FASTPATHS[1:]))
-    labels = harbor_fastpaths.install()
+    labels = harbor_fastpaths.install(settings.current())
     assert fast.label not in labels and len(labels) == len(harbor_fastpaths.FASTPATHS) - 1
     assert TaskFileFilter._matches is harbor_fastpaths.original(fast.label)
     harbor_fastpaths.uninstall()
@@ -199,8 +200,8 @@ def test_a_harbor_function_of_another_source_is_kept(monkeypatch: pytest.MonkeyP
 def test_the_setting_turns_them_off(monkeypatch: pytest.MonkeyPatch) -> None:
     harbor_fastpaths.uninstall()
     monkeypatch.setenv("OSMOSIS_HARBOR_HARBOR_FASTPATHS", "0")
-    assert harbor_fastpaths.install() == ()
+    assert harbor_fastpaths.install(settings.current()) == ()
     assert TaskFileFilter.is_excluded is not harbor_fastpaths.is_excluded
     monkeypatch.delenv("OSMOSIS_HARBOR_HARBOR_FASTPATHS")
-    harbor_fastpaths.install()
+    harbor_fastpaths.install(settings.current())
     assert TaskFileFilter.is_excluded is harbor_fastpaths.is_excluded

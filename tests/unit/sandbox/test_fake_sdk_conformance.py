@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from osmosis_harbor import settings
 from osmosis_harbor.sandbox import conformance
 from osmosis_harbor.sandbox.conformance.core import CheckStatus
 from tests.unit import fake_sky
@@ -68,9 +69,11 @@ def test_every_check_of_the_suite_is_claimed_or_skipped_with_a_reason() -> None:
 
 
 async def test_the_fake_passes_every_check_it_claims(suite_cloud: fake_sky.FakeSky) -> None:
-    report = await conformance.run_suite(fake_sky, FAKE_IMAGE, only=[n for n in CLAIMED if n != CANCELLED_CREATE])
+    report = await conformance.run_suite(
+        fake_sky, FAKE_IMAGE, only=[n for n in CLAIMED if n != CANCELLED_CREATE], config=settings.current()
+    )
     suite_cloud.faults.slow_create(0.5)
-    cancelled = await conformance.run_suite(fake_sky, FAKE_IMAGE, only=[CANCELLED_CREATE])
+    cancelled = await conformance.run_suite(fake_sky, FAKE_IMAGE, only=[CANCELLED_CREATE], config=settings.current())
     results = report.results + cancelled.results
     failed = {r.name: r.detail for r in results if r.status is not CheckStatus.PASSED}
     assert not failed, failed
@@ -80,6 +83,8 @@ async def test_the_fake_passes_every_check_it_claims(suite_cloud: fake_sky.FakeS
 
 async def test_the_checks_it_skips_do_not_pass_on_it(suite_cloud: fake_sky.FakeSky) -> None:
     """A skip is a check the fake cannot answer: run, it refuses or fails (never passes)."""
-    report = await conformance.run_suite(fake_sky, FAKE_IMAGE, only=[n for n in SKIPPED if n not in VACUOUS])
+    report = await conformance.run_suite(
+        fake_sky, FAKE_IMAGE, only=[n for n in SKIPPED if n not in VACUOUS], config=settings.current()
+    )
     passing = [r.name for r in report.results if r.status is CheckStatus.PASSED]
     assert not passing, f"listed as skipped but pass on the fake (move them to the claimed checks): {passing}"

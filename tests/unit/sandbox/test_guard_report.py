@@ -140,27 +140,29 @@ def test_an_allowance_survives_its_file(tmp_path: Path, monkeypatch: pytest.Monk
 def test_which_trials_get_a_guard(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OSMOSIS_HARBOR_VERIFIER_ALLOWANCES", str(tmp_path / "allow"))
     shared = shutil.copytree(FIXTURES / "guard_dataset" / "sum-42", tmp_path / "shared")
-    plan = guard_plan(shared, native_agent=False)
+    plan = guard_plan(shared, native_agent=False, config=settings.current())
     assert plan is not None and plan.processes_are_tampering and not plan.record_allowance
-    native = guard_plan(shared, native_agent=True, record=True)
+    native = guard_plan(shared, native_agent=True, record=True, config=settings.current())
     assert native is not None and not native.processes_are_tampering and native.record_allowance
     monkeypatch.setenv("OSMOSIS_HARBOR_VERIFIER_GUARD", "0")
-    assert guard_plan(shared, native_agent=False) is None
+    assert guard_plan(shared, native_agent=False, config=settings.current()) is None
     monkeypatch.delenv("OSMOSIS_HARBOR_VERIFIER_GUARD")
     separate = shutil.copytree(TASKS / "json-reward", tmp_path / "separate")
     toml = separate / "task.toml"
     toml.write_text(toml.read_text().replace("[verifier]", '[verifier]\nenvironment_mode = "separate"'))
-    assert guard_plan(separate, native_agent=False) is None  # its tests never see the agent's sandbox
+    assert (
+        guard_plan(separate, native_agent=False, config=settings.current()) is None
+    )  # its tests never see the agent's sandbox
     declared = shared / "task.toml"
     declared.write_text(
         declared.read_text()
         + '\n[metadata.osmosis_harbor.verifier_allowance]\npaths = ["/etc/nginx/**"]\nports = [8080]\n'
     )
-    plan = guard_plan(shared, native_agent=False)
+    plan = guard_plan(shared, native_agent=False, config=settings.current())
     assert plan is not None and plan.allowance.globs == ("/etc/nginx/**",) and plan.allowance.ports == {8080}
     declared.write_text(declared.read_text().replace("ports = [8080]", 'ports = ["8080"]'))
     with pytest.raises(DatasetError, match="ports must be TCP ports"):
-        guard_plan(shared, native_agent=False)
+        guard_plan(shared, native_agent=False, config=settings.current())
 
 
 def test_the_image_bakes_the_guard_beside_the_bundle(tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
+from osmosis_harbor import settings
 from osmosis_harbor.sandbox.relay.limits import RelayLimits
 from osmosis_harbor.sandbox.relay.policy_relay import PolicyRelay
 from osmosis_harbor.testing.scripted_policy import FakeChatServer
@@ -29,7 +30,7 @@ def host_relay() -> Iterator[Callable[..., PolicyRelay]]:
     made: list[PolicyRelay] = []
 
     def make(**limits: Any) -> PolicyRelay:
-        relay = PolicyRelay(bind_host=lambda: "127.0.0.1", limits=RelayLimits(**limits))
+        relay = PolicyRelay(bind_host=lambda: "127.0.0.1", limits=RelayLimits(**limits), config=settings.current())
         made.append(relay)
         return relay
 
