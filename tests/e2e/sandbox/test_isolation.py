@@ -178,7 +178,7 @@ async def test_positive_control_with_net_raw_kept_the_spoof_pays(
     engine = get_engine()
     monkeypatch.setattr(engine, "sandbox_bridge", lambda refresh=False: name)
     monkeypatch.setattr(
-        SandboxPrivileges, "current", classmethod(lambda cls: cls(cap_drop=(), no_new_privileges=False))
+        SandboxPrivileges, "of", classmethod(lambda cls, _current: cls(cap_drop=(), no_new_privileges=False))
     )
     ctx = ConformanceContext(sdk=docker_sandbox_sdk, image=IMAGE, settings=settings.current())
     try:
