@@ -266,14 +266,17 @@ async def test_a_training_server_refuses_a_leaking_task_by_default(
     from osmosis_harbor.backend import HarborBackend
     from tests.support.rollout_server import client_for, http_to, serve
 
-    backend = HarborBackend(
-        orchestrator=TrialQueue(n_concurrent=1),
-        tasks_dir=LEAKS,
-        task_mode="dataset",
-        agent="oracle",
-        environment_config=environment_config("docker"),
-        trials_dir=tmp_path / "trials",
-    )
+    def make_backend(trials: str) -> HarborBackend:
+        return HarborBackend(
+            orchestrator=TrialQueue(n_concurrent=1),
+            tasks_dir=LEAKS,
+            task_mode="dataset",
+            agent="oracle",
+            environment_config=environment_config("docker"),
+            trials_dir=tmp_path / trials,
+        )
+
+    backend = make_backend("trials")
     report = await backend.prewarm(["clean", "branch-leak"])
     audits = {tuple(g.task_ids): g.audit for g in report.groups_detail}
     assert audits[("clean",)] is not None and audits[("clean",)].findings == []
@@ -298,7 +301,9 @@ async def test_a_training_server_refuses_a_leaking_task_by_default(
         health = (await http.get("/health")).json()
         assert list(health["leak_audit"]) == ["branch-leak"]
         assert health["leak_audit"]["branch-leak"][0]["kind"] == "git-history"
-        monkeypatch.setenv("OSMOSIS_HARBOR_ALLOW_LEAKING_TASKS", "1")
+    # A backend reads its settings once, when it is made: the setting admits the task there.
+    monkeypatch.setenv("OSMOSIS_HARBOR_ALLOW_LEAKING_TASKS", "1")
+    async with serve(make_backend("allowed")) as url, client_for(url) as client:
         admitted = await rollout(client, "branch-leak", "leak-2")
         assert admitted.status is RolloutStatus.SUCCESS, admitted.err_message
 
