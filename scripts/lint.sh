@@ -10,5 +10,6 @@ BIN="${LINT_BIN:-.venv/bin}"
 "$BIN/lint-imports"
 "$BIN/mypy"
 "$BIN/python" scripts/check_environ.py
+"$BIN/python" scripts/check_harbor_private.py
 # Import circles, TYPE_CHECKING imports included (import-linter does not look for circles).
 "$BIN/python" scripts/check_cycles.py

@@ -76,7 +76,7 @@ ELSEWHERE_NAMES: tuple[HarborName, ...] = (
         "_selected_rules",
         "(root, cli_config)",
         (C,),
-        "validate/lint.py",
+        "harbor_compat/lint_rules.py",
         "the rule selection behind `harbor lint`, private to Harbor's CLI",
     ),
     HarborName("harbor.lint", "lint_task", "(root, *, selected_rules)", (C,), "validate/lint.py", "Harbor's lint"),

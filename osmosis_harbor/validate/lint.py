@@ -18,6 +18,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from osmosis_harbor import settings
+from osmosis_harbor.harbor_compat.lint_rules import selected_rules
 from osmosis_harbor.sandbox.sdk.registry import SandboxImplementation
 from osmosis_harbor.tasks.discovery import DatasetError, TaskRef
 from osmosis_harbor.tasks.verification import VerificationMode, decide_verification
@@ -85,10 +86,6 @@ def _relative(path: str, task_dir: Path) -> str:
 def lint_task_ref(task: TaskRef) -> list[LintIssue]:
     """Harbor's findings for ``task``, exactly those ``harbor lint TASK_DIR`` prints."""
     import typer
-
-    # The rule selection behind `harbor lint` (defaults, dataset manifest, task.toml) is private
-    # to Harbor's CLI module; re-deriving it would drift from Harbor's (harbor is pinned <0.26).
-    from harbor.cli.lint import _selected_rules as selected_rules
     from harbor.lint import lint_task
     from harbor.lint.compose import ComposeLoadError
     from harbor.lint.models import COMPOSE_RULES, LintConfig

@@ -48,6 +48,27 @@ def test_the_package_reads_the_environment_only_in_settings() -> None:
     assert proc.returncode == 0, proc.stdout
 
 
+def test_every_import_of_a_harbor_private_name_is_found(tmp_path: Path) -> None:
+    check = _script("check_harbor_private")
+    source = tmp_path / "user.py"
+    source.write_text(
+        "from harbor.environments.skypilot import _sanitize_dns_name, SkypilotEnvironment\n"
+        "from harbor import __version__\n"  # a dunder is public
+        "from harborx.y import _z\n"  # not Harbor
+        "from .harbor import _local\n"  # relative: ours
+        "from harbor.cli.lint import _selected_rules as rules\n"
+    )
+    assert check.offences(source) == [
+        (1, "from harbor.environments.skypilot import _sanitize_dns_name"),
+        (5, "from harbor.cli.lint import _selected_rules"),
+    ]
+
+
+def test_harbors_private_names_are_imported_only_in_harbor_compat() -> None:
+    proc = subprocess.run([sys.executable, "scripts/check_harbor_private.py"], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout
+
+
 def test_an_import_circle_is_reported_with_its_modules() -> None:
     check = _script("check_cycles")
     graph = grimp.ImportGraph()
