@@ -3,7 +3,7 @@
 Our environment matches Harbor's ``SkypilotEnvironment`` where it keeps its behaviour: the
 sandbox TTL it asks for, the 3600 s exec cap, its DNS-safe sandbox names, its transfer dirs and
 pack timeout. These are Harbor's own objects, read here and nowhere else: a Harbor release that
-drops or renames one fails at this import, by name, and ``tests/test_harbor_surface.py`` checks
+drops or renames one fails at this import, by name, and ``tests/unit/harbor_compat/test_surface.py`` checks
 each entry's shape (``surface_elsewhere.py`` lists them)."""
 
 from __future__ import annotations

@@ -140,7 +140,7 @@ ENVIRONMENT_NAMES: tuple[HarborName, ...] = (
         (K,),
         LIFECYCLE,
         "a copy of its two create calls over the chosen SDK, plus host networking and no sandbox left by a "
-        "cancellation (tests/test_skypilot_call_shapes.py compares the keywords)",
+        "cancellation (tests/unit/sandbox/test_skypilot_call_shapes.py compares the keywords)",
     ),
     HarborName(
         BASE,

@@ -3,7 +3,7 @@ per environment (``sdk=``), a thin adapter over collaborators built from values 
 
 It is not Harbor's ``SkypilotEnvironment``: it keeps that class's behaviour where we match it
 (its create keywords, its exec argv, env and workdir, the 3600 s cap, its DNS names: pinned by
-``tests/test_skypilot_call_shapes.py`` against Harbor's own class) and does the rest its own way.
+``tests/unit/sandbox/test_skypilot_call_shapes.py`` against Harbor's own class) and does the rest its own way.
 Harbor calls its methods; each hands its work to the collaborator of that concern, and every
 command goes down one pipeline to the SDK (``commands.py``). The Harbor names it relies on are
 ``BaseEnvironment``'s, listed with why in ``harbor_compat/surface_environment.py``."""
