@@ -1,5 +1,6 @@
 """The one trial context: who owns what a trial makes, and what one trial carries, found by the
-code Harbor runs through one ``ContextVar`` (the only one of the sandbox layer).
+code Harbor runs through one ``ContextVar``; beside it the project's only other ``ContextVar``,
+admission's place (``carry_admission_place``), so that all ambient state lives in this module.
 
 An owner is a backend, a validation run or a command (``sandbox-check``, ``prewarm``): it holds
 its sandboxes and pools (``OwnedSandboxes``), its start bound and batch claims
@@ -18,6 +19,12 @@ There is no process-wide owner: a call that needs one outside every scope raises
 ``NoOwnerError``, since what it made would belong to nobody and nobody would remove it. The one
 exception is an environment Harbor's own CLI makes (``harbor run -e ...``, no backend): it owns
 itself (`TrialContext.of` makes a private owner, which its environment closes at ``stop``).
+
+Admission's place (``backend/reservations.py``) rides the same way for the same reason: the
+osmosis server calls ``has_capacity()`` in the admission's task and then starts the rollout's
+task, passing nothing from one to the other; a task copies the context it is created in, so the
+place ``has_capacity()`` left there reaches that rollout's ``execute()``, and the ended admission
+finds the tasks it left running by their context (``admission_place(task)``).
 """
 
 from __future__ import annotations
@@ -48,6 +55,8 @@ __all__ = [
     "TrialContext",
     "TrialScope",
     "add_guard_hooks",
+    "admission_place",
+    "carry_admission_place",
     "current_guard",
     "current_owner",
     "current_trial",
@@ -163,6 +172,12 @@ class _Scope:
 
 _CURRENT: contextvars.ContextVar[_Scope | None] = contextvars.ContextVar("osmosis_harbor_trial", default=None)
 
+# Admission's place (``backend/reservations.py``): the server starts the rollout's task after
+# ``has_capacity()`` and passes nothing along, but the task copies the admission's context.
+_ADMISSION_PLACE: contextvars.ContextVar[object | None] = contextvars.ContextVar(
+    "osmosis_harbor_admission_place", default=None
+)
+
 
 @dataclass(frozen=True)
 class TrialContext:
@@ -266,6 +281,19 @@ def current_guard() -> GuardSession | None:
     """The verifier guard of the trial running here, if it is guarded."""
     scope = _CURRENT.get()
     return None if scope is None else scope.guard
+
+
+def carry_admission_place(place: object) -> None:
+    """Leave ``place`` in the running code's context (not reset: the admission that asked keeps
+    it, and so does every task it starts from now on, the rollout's among them)."""
+    _ADMISSION_PLACE.set(place)
+
+
+def admission_place(task: asyncio.Task[Any] | None = None) -> object | None:
+    """The admission place the running code carries, or ``task`` (its context, Python 3.12)."""
+    if task is None:
+        return _ADMISSION_PLACE.get()
+    return task.get_context().get(_ADMISSION_PLACE)
 
 
 async def _agent_started(_event: TrialHookEvent) -> None:

@@ -1,8 +1,8 @@
-"""RolloutTracker bookkeeping (counts and retention without scanning) and admission's reservations."""
+"""RolloutTracker bookkeeping (counts and retention without scanning) and admission's reservations
+(through the real server: ``test_admission_places.py``)."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 
 from harbor.trial.queue import TrialQueue
@@ -39,35 +39,3 @@ def test_reservations_count_as_queued_until_claimed_or_lapsed(monkeypatch) -> No
     now = time.monotonic() + Reservations.UNFOLLOWED_SEC + 1
     monkeypatch.setattr(time, "monotonic", lambda: now)
     assert reservations.queued() == 1  # places granted outside a task, never claimed, lapsed
-
-
-async def test_a_refused_admission_gives_its_place_back_and_an_accepted_one_keeps_it() -> None:
-    """The server may refuse a request after has_capacity() said yes (a duplicate id): the place
-    goes with the admission that failed; an admission that succeeded keeps its place for the
-    rollout task it started, whose execute() claims it, even after the admission ended."""
-    reservations = Reservations(None, lambda: 0)
-    claimed: list[object] = []
-    go = asyncio.Event()
-
-    async def _run_rollout() -> None:  # named as the server's runner (ROLLOUT_RUNNER)
-        await go.wait()  # the server's own awaits before execute()
-        claimed.append(reservations.claim())
-
-    async def bystander() -> None:  # a task the admission did not start for a rollout
-        await go.wait()
-
-    async def admission(refuse: bool) -> asyncio.Task[None] | None:
-        assert reservations.grant() is not None
-        asyncio.ensure_future(bystander())
-        return None if refuse else asyncio.ensure_future(_run_rollout())
-
-    await asyncio.ensure_future(admission(True))
-    await asyncio.sleep(0)  # the admission's done callbacks run on the next turn of the loop
-    assert reservations.held() == 0  # refused: no rollout left to claim the place, whatever else runs
-    started = await asyncio.ensure_future(admission(False))
-    await asyncio.sleep(0)
-    assert reservations.held() == 1  # kept for the rollout it started
-    assert reservations.claim() is None  # not this task's place: a direct execute() holds none
-    go.set()
-    await started
-    assert claimed[0] is not None and reservations.held() == 0
