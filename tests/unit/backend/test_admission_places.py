@@ -97,6 +97,23 @@ def post(http: httpx.AsyncClient, rollout_id: str) -> asyncio.Task[httpx.Respons
     return asyncio.create_task(http.post("/rollout", json=body))
 
 
+def holding_lock_after_the_next_admission(
+    backend: PlacesBackend, registry: Any
+) -> tuple[asyncio.Event, asyncio.Task[None]]:
+    """Stands for a result poll or a cancel holding the server's registry lock just as the next
+    admission is under way, so that its runner waits before execute(); held until ``free`` is set.
+    (The holder starts in the test's task: its context carries no admission's place.)"""
+    free = asyncio.Event()
+    backend.asked.clear()
+
+    async def hold() -> None:
+        await backend.asked.wait()
+        async with registry.lock:
+            await free.wait()
+
+    return free, asyncio.create_task(hold())
+
+
 @pytest.mark.parametrize("reserving", [True, False], ids=["places-held", "positive-control-no-places"])
 async def test_a_burst_of_posts_never_overshoots_the_queue_depth(reserving: bool) -> None:
     """Eight POSTs at once against a depth of three: the server admits them one after another,
@@ -141,17 +158,9 @@ async def test_an_admitted_rollout_on_its_way_keeps_its_place_after_its_admissio
     if forgetful:
         backend.reservations = Forgetful(1, lambda: backend.executing)
     async with server_for(backend) as (http, registry):
-        held, free = asyncio.Event(), asyncio.Event()
-
-        async def hold() -> None:  # takes the lock once the first admission is under way
-            await backend.asked.wait()
-            async with registry.lock:
-                held.set()
-                await free.wait()
-
-        holder = asyncio.create_task(hold())
+        free, holder = holding_lock_after_the_next_admission(backend, registry)
         first = post(http, "first")
-        assert (await first).status_code == 202 and held.is_set()
+        assert (await first).status_code == 202 and registry.lock.locked()
         assert backend.executing == 0  # its runner is still on its way to execute()
         backend.asked.clear()
         second = post(http, "second")  # asked after the first admission's task ended
@@ -167,6 +176,27 @@ async def test_an_admitted_rollout_on_its_way_keeps_its_place_after_its_admissio
             assert codes == [202, 429] and backend.peak == 1
             assert isinstance(backend.claimed["first"], Reservation)  # the first claimed its own place
             assert backend.reservations.held() == 0
+
+
+async def test_a_rollout_that_ends_before_execute_gives_its_place_back() -> None:
+    """An admitted rollout cancelled on its way (its runner waits on the registry lock): its place
+    is held no longer than the tasks its admission left, which end with the rollout's result."""
+    backend = PlacesBackend(1)
+    granted: list[Reservation | None] = []
+    grant = backend.reservations.grant
+    backend.reservations.grant = lambda: granted.append(grant()) or granted[-1]  # type: ignore[method-assign]
+    async with server_for(backend) as (http, registry):
+        free, holder = holding_lock_after_the_next_admission(backend, registry)
+        assert (await post(http, "cancelled")).status_code == 202
+        assert (await post(http, "refused")).status_code == 429  # the first admission has ended...
+        place = granted[0]
+        assert place is not None and place.heirs and backend.executing == 0  # ...its runner on its way
+        registry.entries["cancelled"].task.cancel()
+        free.set()
+        await holder
+        await asyncio.wait_for(asyncio.wait(list(place.heirs)), WAIT_SEC)  # the server settles it
+        assert backend.reservations.held() == 0 and backend.executing == 0
+        assert (await post(http, "next")).status_code == 202
 
 
 async def test_a_place_travels_only_into_the_tasks_its_admission_started() -> None:
