@@ -124,6 +124,10 @@ class WorkflowAgent(BaseAgent):
         shim_timeout_sec: float | None = None,
         **kwargs: Any,
     ) -> None:
+        # The workflow reaches its model through the rollout's chat endpoint (the policy relay), so
+        # Harbor's LiteLLM provider parse says nothing about it, and it would import litellm (5 s
+        # of CPU) in every process that runs a trial.
+        kwargs.setdefault("skip_model_parsing", True)
         super().__init__(logs_dir=logs_dir, model_name=model_name, **kwargs)
         self._wheel = Path(bundle_wheel)
         self._script = agent_script

@@ -109,10 +109,11 @@ def prepared_bundle(options: BackendOptions) -> BundleInfo | None:
 
 
 def preload_model_client() -> None:
-    """Import Harbor's LiteLLM configuration now, not on the first trial.
+    """Import Harbor's LiteLLM configuration now, not on the first trial of a native agent.
 
-    ``Trial.create`` imports litellm synchronously (seconds), which would block the
-    server's event loop during its first rollout; the constructor runs before serving."""
+    A native agent's module imports litellm synchronously (seconds) when ``Trial.create`` makes
+    it, which would block the server's event loop during its first rollout; the constructor runs
+    before serving. A workflow's trials never import it (``WorkflowAgent`` skips the parse)."""
     settings.use_bundled_model_prices()
     try:
         import harbor.llms.litellm_config  # noqa: F401

@@ -92,7 +92,7 @@ class InProcessBackend:
                 model_name=options.model_name,
                 native_agent_kwargs=options.native_agent_kwargs,
             )
-        preload_model_client()
+            preload_model_client()  # a workflow never imports litellm (WorkflowAgent skips the parse)
         self.tracker = RolloutTracker(options.orchestrator)
         self.reservations = Reservations(options.max_queue_depth, self.tracker.queued)
         # What this backend owns (its sandboxes, pools, start bound, rollouts' keys, image builds),
