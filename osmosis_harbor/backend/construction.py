@@ -104,7 +104,7 @@ def prepared_bundle(options: BackendOptions) -> BundleInfo | None:
         workflow_config=options.workflow_config,
         grader=options.grader,
         grader_config=options.grader_config,
-        cache_dir=options.bundles_dir,
+        cache_dir=options.bundles_dir or options.settings.bundle_cache(),  # the backend's settings
     )
 
 

@@ -130,6 +130,7 @@ class InProcessBackend:
             owner=self.owner,
             prewarmed=self.prewarmed,
             needs_task_ids=options.task_mode is TaskMode.DATASET,
+            settings=options.settings,
             autoscale=AutoscalePolicy.from_settings(options.settings),
         )
         self.serving = ServingState(

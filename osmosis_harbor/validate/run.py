@@ -169,7 +169,7 @@ async def validate_tasks(
         try:
             with owner_scope(owner):
                 report, leaks = await audit_findings(
-                    auditable, environment, n_concurrent=max(1, n_concurrent), on_progress=notify
+                    auditable, environment, run_settings, n_concurrent=max(1, n_concurrent), on_progress=notify
                 )
         except BaseException:  # cancelled: nothing this run made outlives it
             await asyncio.shield(owner.close())

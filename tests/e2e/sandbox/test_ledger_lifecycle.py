@@ -176,13 +176,13 @@ async def test_a_failed_terminate_is_never_forgotten_and_retried_in_the_backgrou
     sdk_name: str, tmp_path: Path, ledger: Ledger, images: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     sdk = load_sandbox_sdk(sdk_name)
+    monkeypatch.setenv("OSMOSIS_HARBOR_API_ATTEMPTS", "1")  # before the owner: it reads its settings when made
     owner = SandboxOwner.make("test")
     sandboxes = owner.sandboxes
     with owner_scope(owner):
         env = environment_for(sdk_name, tmp_path, images[sdk_name])
     await env.start(force_build=False)
     name, refusals = env.sandbox_name, {"left": 2}
-    monkeypatch.setenv("OSMOSIS_HARBOR_API_ATTEMPTS", "1")
     try:
         _refuse_terminate(env.sandbox, monkeypatch, refusals)
         await env.stop(delete=True)
@@ -202,13 +202,13 @@ async def test_the_shutdown_sweep_removes_a_sandbox_whose_terminate_kept_failing
     sdk_name: str, tmp_path: Path, ledger: Ledger, images: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     sdk = load_sandbox_sdk(sdk_name)
+    monkeypatch.setenv("OSMOSIS_HARBOR_API_ATTEMPTS", "1")  # before the owner: it reads its settings when made
     owner = SandboxOwner.make("test")
     sandboxes = owner.sandboxes
     with owner_scope(owner):
         env = environment_for(sdk_name, tmp_path, images[sdk_name])
     await env.start(force_build=False)
     name, refusals = env.sandbox_name, {"left": 10**6}
-    monkeypatch.setenv("OSMOSIS_HARBOR_API_ATTEMPTS", "1")
     try:
         _refuse_terminate(env.sandbox, monkeypatch, refusals)
         await env.stop(delete=True)
