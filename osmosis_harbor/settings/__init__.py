@@ -7,7 +7,8 @@ table. The settings are read once per owner or command and carried as values (th
 Who reads them:
 
 * the entry points: a command (``cli``), a backend's options (``backend/options.py``), a
-  validation run (``validate/run.py``), ``serve()``, Harbor's class preflight
+  validation run (``validate/run.py``), ``serve()`` and ``build_bundle`` given no port or cache
+  (``serving/server.py``, ``bundle/cache.py``), Harbor's class preflight
   (``environment/class_facts.py``) and each environment Harbor constructs
   (``sandbox_environment.py``);
 * an owner its maker gave none (``owner/sandboxes.py``: once, when it is made);
