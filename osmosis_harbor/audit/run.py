@@ -108,8 +108,8 @@ async def _history(
 async def audit_sandbox(
     env: Any,
     subjects: Sequence[AuditSubject],
-    config: settings.Settings,
     *,
+    config: settings.Settings,
     environment_id: str = "",
     timeout_sec: float | None = None,
 ) -> EnvironmentAudit:
@@ -186,7 +186,7 @@ async def _audit_group(
         env = sandbox_environment(subjects[0].path, environment, work)
         await env.start(force_build=environment.force_build)
         try:
-            return await audit_sandbox(env, subjects, config, environment_id=environment_id)
+            return await audit_sandbox(env, subjects, config=config, environment_id=environment_id)
         finally:
             await env.stop(delete=True)
     except Exception as exc:

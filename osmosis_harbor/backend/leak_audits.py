@@ -98,7 +98,7 @@ class FirstUseAudits:
                 audit = await audit_sandbox(
                     env,
                     subjects,
-                    self.copies.options.settings,
+                    config=self.copies.options.settings,
                     environment_id=await asyncio.to_thread(environment_id_of, copy.path),
                 )
             finally:

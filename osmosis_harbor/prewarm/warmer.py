@@ -260,7 +260,7 @@ class Warmer:
         await env.start(force_build=False)
         try:
             subjects = [AuditSubject(task_id=i.task_id, path=i.source) for i in items]
-            audit = await audit_sandbox(env, subjects, self.backend.settings, environment_id=item.environment_id)
+            audit = await audit_sandbox(env, subjects, config=self.backend.settings, environment_id=item.environment_id)
             await self.backend.prove_agent_setup(env, deps_baked=item.deps_baked, bundle_baked=item.bundle_baked)
         finally:
             await env.stop(delete=True)

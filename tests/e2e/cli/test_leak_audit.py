@@ -203,7 +203,7 @@ async def test_the_leaks_are_readable_by_an_agent_with_the_commands_the_findings
                     audit = await audit_sandbox(
                         env,
                         [AuditSubject(task_id=task_id, path=path)],
-                        settings.current(),
+                        config=settings.current(),
                         environment_id=environment_id_of(path),
                     )
                 finally:
