@@ -36,6 +36,7 @@ import httpx
 from harbor.environments.skypilot import _sanitize_dns_name
 from harbor.trial.queue import TrialQueue
 
+from osmosis_harbor import settings
 from osmosis_harbor.backend import HarborBackend
 from osmosis_harbor.key_custody import MARKER
 from osmosis_harbor.sandbox import environment_config
@@ -236,7 +237,8 @@ def check_leftovers(report: SoakReport, run: EmulatorRun, tmp: Path, trials: Pat
     quiet_faults(run)
     report.leftovers += [f"sandbox {s.name} in the emulator's ls" for s in run.sdk.ls()]
     report.leftovers += [f"pool {name} on the emulator" for name in sorted(pool_names(run) - pools_before)]
-    entries = default_ledger().entries(sdk=EMULATOR, endpoint=endpoint_for(EMULATOR))
+    current = settings.current()
+    entries = default_ledger(current).entries(sdk=EMULATOR, endpoint=endpoint_for(EMULATOR, current))
     report.leftovers += [f"ledger: {e.kind} {e.name} ({e.state})" for e in entries]
     labels = [L.MANAGED_FILTER, f"{L.OWNER_PID}={run.process.pid}"]
     report.leftovers += [

@@ -29,7 +29,7 @@ from harbor.models.trial.paths import TrialPaths
 
 from osmosis_harbor import settings
 from osmosis_harbor.sandbox import SandboxEnvironment, environment_config
-from osmosis_harbor.sandbox.transfer.extract import extract_archive
+from osmosis_harbor.sandbox.transfer.extract import TransferLimits, extract_archive
 
 from .common import BenchResult
 from .env import TEMPLATE, workdir
@@ -85,11 +85,12 @@ def _host_only(work: Path, n: int, repeats: int) -> tuple[list[float], list[floa
         return out.getvalue()
 
     results: tuple[list[float], list[float]] = ([], [])
+    limits = TransferLimits.of(settings.current())
     for samples, data in zip(results, (archive(True), archive(False)), strict=True):
         for i in range(repeats):
             target = work / f"host-{i}"
             started = time.perf_counter()
-            extract_archive(io.BytesIO(data), target, transfer="bench", subtree="agent")
+            extract_archive(io.BytesIO(data), target, transfer="bench", limits=limits, subtree="agent")
             samples.append(time.perf_counter() - started)
             shutil.rmtree(target)
     return results

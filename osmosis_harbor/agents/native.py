@@ -54,7 +54,7 @@ from osmosis_ai.rollout.types import RolloutSample
 from osmosis_harbor import settings
 from osmosis_harbor.errors import ConfigError, ContractFileError
 from osmosis_harbor.shim.atif import TrajectoryError, sample_from_atif
-from osmosis_harbor.trials.contract_files import FileKind, read_json
+from osmosis_harbor.trials.contract_files import ContractBounds, FileKind, read_json
 
 __all__ = [
     "DEFAULT_MODEL_NAME",
@@ -306,11 +306,11 @@ def native_agent_config(
 
 
 # ── ATIF trajectory → RolloutSample ────────────────────────────────────────────
-def sample_from_trajectory(trial_dir: Path) -> RolloutSample | None:
+def sample_from_trajectory(trial_dir: Path, bounds: ContractBounds) -> RolloutSample | None:
     """The ``RolloutSample`` of a native agent's trial, from ``agent/trajectory.json``
     (see ``osmosis_harbor.shim.atif``); ``None`` when the agent left no trajectory."""
     try:  # the sandbox wrote it: read as a contract file (no links, no FIFOs, bounded)
-        document = read_json(Path(trial_dir), str(TRAJECTORY_PATH), FileKind.TRAJECTORY)
+        document = read_json(Path(trial_dir), str(TRAJECTORY_PATH), FileKind.TRAJECTORY, bounds)
     except ContractFileError as exc:
         raise TrajectoryError(f"{exc.relative}: not a readable JSON document: {exc.reason}") from None
     return None if document is None else sample_from_atif(document, TRAJECTORY_PATH)

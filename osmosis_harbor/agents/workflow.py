@@ -35,7 +35,7 @@ from osmosis_harbor.sandbox.owner.context import current_owner
 from osmosis_harbor.shim import contract
 from osmosis_harbor.shim.errors import Redactor
 from osmosis_harbor.shim.models import ErrorFile, RolloutInput
-from osmosis_harbor.trials.contract_files import FileKind, read_json
+from osmosis_harbor.trials.contract_files import ContractBounds, FileKind, read_json
 
 __all__ = [
     "IMPORT_PATH",
@@ -118,6 +118,7 @@ class WorkflowAgent(BaseAgent):
         rollout_id: str,
         rollout_input: str,
         output_max_bytes: int,
+        contract_bounds: dict[str, int],
         deps_preinstalled: bool = False,
         bundle_baked: str | None = None,
         steps: list[str] | None = None,
@@ -138,6 +139,7 @@ class WorkflowAgent(BaseAgent):
         self._steps = list(steps or [])
         self._shim_timeout_sec = shim_timeout_sec
         self._output_max_bytes = output_max_bytes  # the backend's Settings.exec_output_max_bytes
+        self._bounds = ContractBounds.model_validate(contract_bounds)  # the backend's, for files the sandbox wrote
         self._step_index = 0
         # Where the shim finds this run's input: the file, unless ``_stage_input`` sent it inline.
         self._input_env: dict[str, str] = {contract.ROLLOUT_INPUT_ENV: str(ROLLOUT_INPUT)}
@@ -180,7 +182,9 @@ class WorkflowAgent(BaseAgent):
         if index > 0:
             previous = PurePosixPath("steps", self._steps[index - 1], "agent", contract.SAMPLE_FILENAME)
             try:  # the previous step's sandbox wrote it: a contract file, read off the event loop
-                document = await asyncio.to_thread(read_json, self.logs_dir.parent, previous, FileKind.SAMPLE)
+                document = await asyncio.to_thread(
+                    read_json, self.logs_dir.parent, previous, FileKind.SAMPLE, self._bounds
+                )
                 prompt = [dict(m) for m in RolloutSample.model_validate(document).messages]
             except (OSError, ValueError) as exc:
                 raise WorkflowFailedError(
@@ -239,7 +243,7 @@ class WorkflowAgent(BaseAgent):
         try:
             await environment.download_file(str(AGENT_LOGS / contract.ERROR_FILENAME), local)
             # The workflow's own words (the host decides the category: backend/categories.py).
-            document = await asyncio.to_thread(read_json, local.parent, local.name, FileKind.ERROR)
+            document = await asyncio.to_thread(read_json, local.parent, local.name, FileKind.ERROR, self._bounds)
             error = ErrorFile.model_validate(document)
             said = f"[{error.category.value}] {error.type}: {error.message}"
             return redactor.text(said[:2000])

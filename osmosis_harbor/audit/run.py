@@ -106,12 +106,17 @@ async def _history(
 
 
 async def audit_sandbox(
-    env: Any, subjects: Sequence[AuditSubject], *, environment_id: str = "", timeout_sec: float | None = None
+    env: Any,
+    subjects: Sequence[AuditSubject],
+    *,
+    config: settings.Settings,
+    environment_id: str = "",
+    timeout_sec: float | None = None,
 ) -> EnvironmentAudit:
     """Audit the started sandbox of ``env`` (a ``SandboxEnvironment``) for every task in
-    ``subjects`` (the tasks that share its image). Read-only; it never stops the sandbox."""
+    ``subjects`` (the tasks that share its image), within the bounds of ``config`` (the caller's
+    settings). Read-only; it never stops the sandbox."""
     started = time.monotonic()
-    config = settings.current()  # once per audit, carried to its parts
     budget = timeout_sec or config.audit_timeout_sec
     deadline = started + budget
     ids = [s.task_id for s in subjects]
@@ -173,7 +178,7 @@ def sandbox_environment(task_path: Path, environment: EnvironmentConfig, work: P
 
 
 async def _audit_group(
-    environment_id: str, subjects: list[AuditSubject], environment: EnvironmentConfig
+    environment_id: str, subjects: list[AuditSubject], environment: EnvironmentConfig, config: settings.Settings
 ) -> EnvironmentAudit:
     work = Path(tempfile.mkdtemp(prefix="osmosis-harbor-audit-env-"))
     ids = [s.task_id for s in subjects]
@@ -181,7 +186,7 @@ async def _audit_group(
         env = sandbox_environment(subjects[0].path, environment, work)
         await env.start(force_build=environment.force_build)
         try:
-            return await audit_sandbox(env, subjects, environment_id=environment_id)
+            return await audit_sandbox(env, subjects, config=config, environment_id=environment_id)
         finally:
             await env.stop(delete=True)
     except Exception as exc:
@@ -196,6 +201,7 @@ async def audit_tasks(
     subjects: Sequence[AuditSubject],
     *,
     environment: EnvironmentConfig,
+    config: settings.Settings,
     n_concurrent: int = 2,
     on_progress: ProgressCallback | None = None,
 ) -> AuditReport:
@@ -211,7 +217,7 @@ async def audit_tasks(
         async with gate:
             for m in members:
                 notify(m.task_id, "audit")
-            return await _audit_group(environment_id, members, environment)
+            return await _audit_group(environment_id, members, environment, config)
 
     audits = await asyncio.gather(*(one(key, members) for key, members in groups.items()))
     return AuditReport(environments=list(audits))

@@ -47,6 +47,7 @@ from osmosis_harbor.key_custody import KeyCustody
 from osmosis_harbor.sandbox.guard import GuardSession
 from osmosis_harbor.sandbox.owner.context import TrialScope, current_owner, settle, trial_scope
 from osmosis_harbor.sandbox.relay.refusals import RelayRecord
+from osmosis_harbor.trials.contract_files import ContractBounds
 from osmosis_harbor.trials.export import export_rollout_files
 from osmosis_harbor.trials.naming import trial_name as make_trial_name
 
@@ -134,6 +135,7 @@ class TrialRunner:
         self.cleanup_success = options.cleanup_successful_trials
         self.verifier_head_start = options.settings.verifier_head_start
         self.settings = options.settings
+        self.contract_bounds = ContractBounds.of(options.settings)  # what trials' files are read within
         self.tracker = tracker
         self.custody = custody
         self.gate = gate
@@ -295,7 +297,7 @@ class TrialRunner:
         agent_sample: Any = ...
         if attempt.native_agent is not None:
             try:
-                agent_sample = sample_from_trajectory(ended.trial_dir)
+                agent_sample = sample_from_trajectory(ended.trial_dir, self.contract_bounds)
             except ValueError as exc:  # a trajectory we cannot read: keep the reward, say why
                 extra["trajectory_error"] = str(exc)
                 agent_sample = None
@@ -305,6 +307,7 @@ class TrialRunner:
         return build_outcome(
             ended.result,
             ended.trial_dir,
+            self.contract_bounds,
             reward_source=attempt.plan.reward_source,
             label=request.label,
             base_extra=extra,

@@ -58,11 +58,11 @@ def adopt_orchestrator(options: BackendOptions) -> None:
     error_policies.exclude_ours(queue_retry(options.orchestrator), options.override_error_policy)
 
 
-def reap_leftovers(sdk_name: str) -> list[Leftover]:
+def reap_leftovers(sdk_name: str, config: settings.Settings) -> list[Leftover]:
     """Remove what dead owners left on this SDK (``leftovers.py``). An SDK that cannot answer
     now does not stop the start: the next start or ``cleanup`` retries."""
     try:
-        return reap_dead_owners(sdk_name)
+        return reap_dead_owners(sdk_name, config)
     except Exception as exc:
         logger.warning("could not reap what dead owners left on %s: %s", sdk_name, exc)
         return []
@@ -104,7 +104,7 @@ def prepared_bundle(options: BackendOptions) -> BundleInfo | None:
         workflow_config=options.workflow_config,
         grader=options.grader,
         grader_config=options.grader_config,
-        cache_dir=options.bundles_dir,
+        cache_dir=options.bundles_dir or options.settings.bundle_cache(),  # the backend's settings
     )
 
 

@@ -101,7 +101,7 @@ class InProcessBackend:
         self.owner = SandboxOwner.make("backend", starts=sandbox_starts(self.sdk_name, options))
         add_guard_hooks(options.orchestrator)  # where each trial's agent phase begins and ends
         add_carried_hooks(options.orchestrator)  # a separate verifier's workdir without the runner's names
-        reap_leftovers(self.sdk_name)  # what dead owners left on this SDK (the ledger x ls)
+        reap_leftovers(self.sdk_name, options.settings)  # what dead owners left on this SDK (the ledger x ls)
         self.prewarmed = Prewarmed(options.settings)
         self.planner = Planner(
             options,
@@ -130,6 +130,7 @@ class InProcessBackend:
             owner=self.owner,
             prewarmed=self.prewarmed,
             needs_task_ids=options.task_mode is TaskMode.DATASET,
+            settings=options.settings,
             autoscale=AutoscalePolicy.from_settings(options.settings),
         )
         self.serving = ServingState(

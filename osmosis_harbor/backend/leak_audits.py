@@ -96,7 +96,10 @@ class FirstUseAudits:
             await env.start(force_build=False)
             try:
                 audit = await audit_sandbox(
-                    env, subjects, environment_id=await asyncio.to_thread(environment_id_of, copy.path)
+                    env,
+                    subjects,
+                    config=self.copies.options.settings,
+                    environment_id=await asyncio.to_thread(environment_id_of, copy.path),
                 )
             finally:
                 await env.stop(delete=True)

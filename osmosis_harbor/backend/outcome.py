@@ -43,7 +43,7 @@ from osmosis_harbor.sandbox.guard import GuardSession
 from osmosis_harbor.sandbox.relay.refusals import RelayReport
 from osmosis_harbor.shim import contract
 from osmosis_harbor.tasks.dockerfile import INCOMPATIBLE_IMAGE_MARKER
-from osmosis_harbor.trials.contract_files import FileKind, read_json
+from osmosis_harbor.trials.contract_files import ContractBounds, FileKind, read_json
 from osmosis_harbor.trials.reading import (
     TIMEOUT_EXCEPTIONS,
     TrialPhase,
@@ -72,10 +72,10 @@ def cancelled(extra: dict[str, Any]) -> ExecutionOutcome:
     )
 
 
-def load_sample(trial_dir: Path, relative: PurePosixPath) -> RolloutSample | None:
+def load_sample(trial_dir: Path, relative: PurePosixPath, bounds: ContractBounds) -> RolloutSample | None:
     """The sample a sandbox left at ``trial_dir/relative`` (None when there is none); raises
     `ContractFileError` naming the file when it is there but unusable."""
-    data = read_json(trial_dir, relative, FileKind.SAMPLE)
+    data = read_json(trial_dir, relative, FileKind.SAMPLE, bounds)
     if data is None:
         return None
     if not isinstance(data, dict):
@@ -94,10 +94,10 @@ def _first_error(exc: ValueError) -> str:
     return type(exc).__name__
 
 
-def _read_claim(trial_dir: Path, relative: PurePosixPath) -> Claim | None:
+def _read_claim(trial_dir: Path, relative: PurePosixPath, bounds: ContractBounds) -> Claim | None:
     """A sandbox's ``error.json``, as a claim; an unusable one is a claim of its own."""
     try:
-        document = read_json(trial_dir, relative, FileKind.ERROR)
+        document = read_json(trial_dir, relative, FileKind.ERROR, bounds)
     except ContractFileError as exc:
         return Claim("UnreadableErrorFile", str(exc), None)
     return None if document is None else Claim.of(document)
@@ -158,7 +158,7 @@ def _setup_or_agent_failure(
 ) -> tuple[RolloutErrorCategory, str]:
     """Category and message of a trial stopped before verification (environment, setup, agent)."""
     if ours is WorkflowFailedError:
-        said = _read_claim(focus.trial_dir, focus.agent / contract.ERROR_FILENAME)
+        said = _read_claim(focus.trial_dir, focus.agent / contract.ERROR_FILENAME, focus.bounds)
         note = _limits(reading) if said is not None else ""  # without its own words, reading.error has it
         claim = said or Claim("Error", reading.error or "", None)
         category = claimed_category(claim.category, deadline_sec=focus.agent_deadline_sec, ran_sec=focus.agent_sec)
@@ -191,6 +191,7 @@ def _limits(reading: TrialReading) -> str:
 def build_outcome(
     result: TrialResult,
     trial_dir: Path,
+    bounds: ContractBounds,
     *,
     reward_source: str,
     label: str | None,
@@ -209,17 +210,17 @@ def build_outcome(
     ``guard``: the trial's verifier guard, whose finding that the verifier's environment was
     tampered with is the host's, whatever Harbor recorded. Reads files a sandbox wrote: call it
     off the event loop."""
-    reading = read_trial(result, trial_dir)
+    reading = read_trial(result, trial_dir, bounds)
     extra: dict[str, Any] = {**base_extra, "timings_sec": reading.timings_sec, "reward_source": str(reward_source)}
     if relay is not None and (relayed := relay.extra_fields()):
         extra["relay"] = relayed
-    focus = _focus(reading, trial_dir, agent_deadline_sec)
+    focus = _focus(reading, trial_dir, agent_deadline_sec, bounds)
     if focus.step is not None:
         extra["step"] = focus.step
     sample_problem: ContractFileError | None = None
     if agent_sample is ...:
         try:
-            agent_sample = load_sample(trial_dir, focus.agent / contract.SAMPLE_FILENAME)
+            agent_sample = load_sample(trial_dir, focus.agent / contract.SAMPLE_FILENAME, bounds)
         except ContractFileError as exc:
             agent_sample, sample_problem = None, exc
             extra["sample_error"] = str(exc)
@@ -300,7 +301,7 @@ def _graded(
 ) -> ExecutionResult:
     """The verifier's half of the outcome: the graded sample, or why there is none."""
     claim = (
-        _read_claim(focus.trial_dir, focus.verifier / contract.ERROR_FILENAME)
+        _read_claim(focus.trial_dir, focus.verifier / contract.ERROR_FILENAME, focus.bounds)
         if reward_source == RewardSource.GRADER
         else None
     )
@@ -327,7 +328,7 @@ def _graded(
     graded = None
     if reward_source == RewardSource.GRADER:
         try:
-            graded = load_sample(focus.trial_dir, focus.verifier / contract.SAMPLE_FILENAME)
+            graded = load_sample(focus.trial_dir, focus.verifier / contract.SAMPLE_FILENAME, focus.bounds)
         except ContractFileError as exc:
             extra = {**extra, "failed_phase": TrialPhase.VERIFIER.value}
             return _failure(str(exc), RolloutErrorCategory.VALIDATION_ERROR, agent_sample, extra)
@@ -355,9 +356,10 @@ class _Focus:
     step: str | None
     agent_sec: float | None
     agent_deadline_sec: float | None
+    bounds: ContractBounds  # the backend's: what its files are read within
 
 
-def _focus(reading: TrialReading, trial_dir: Path, agent_deadline_sec: float | None) -> _Focus:
+def _focus(reading: TrialReading, trial_dir: Path, agent_deadline_sec: float | None, bounds: ContractBounds) -> _Focus:
     """The trial's own dirs for a single-step trial; for a multi-step one, the failing step's
     (else the last step that ran), which Harbor archives under ``steps/<name>/``."""
     agent, verifier = PurePosixPath("agent"), PurePosixPath("verifier")
@@ -365,10 +367,10 @@ def _focus(reading: TrialReading, trial_dir: Path, agent_deadline_sec: float | N
     focus = next((s for s in ran if s.failed_phase is not None), ran[-1] if ran else None)
     if focus is None:
         agent_sec = reading.timings_sec.get(TrialPhase.AGENT.value)
-        return _Focus(trial_dir, agent, verifier, None, agent_sec, agent_deadline_sec)
+        return _Focus(trial_dir, agent, verifier, None, agent_sec, agent_deadline_sec, bounds)
     step_dir = PurePosixPath("steps", focus.name)
     agent_sec = focus.timings_sec.get(TrialPhase.AGENT.value)
-    return _Focus(trial_dir, step_dir / agent, step_dir / verifier, focus.name, agent_sec, agent_deadline_sec)
+    return _Focus(trial_dir, step_dir / agent, step_dir / verifier, focus.name, agent_sec, agent_deadline_sec, bounds)
 
 
 def _reward_metrics(reading: TrialReading) -> dict[str, float]:

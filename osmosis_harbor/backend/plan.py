@@ -47,6 +47,7 @@ from osmosis_harbor.tasks.verification import Verification, VerificationMode, de
 from osmosis_harbor.tasks.verifier import task_step_names
 from osmosis_harbor.tasks.verifier_allowance import guard_plan
 from osmosis_harbor.tasks.verifier_shell import shell_exec_refusal
+from osmosis_harbor.trials.contract_files import ContractBounds
 
 __all__ = ["GRADE_SCRIPT", "Planner", "Refusal", "RewardSource", "RolloutPlan"]
 
@@ -314,6 +315,7 @@ class Planner:
             "rollout_id": request.id,
             "rollout_input": str(rollout_input),
             "output_max_bytes": self.options.settings.exec_output_max_bytes,
+            "contract_bounds": ContractBounds.of(self.options.settings).model_dump(),
             "deps_preinstalled": materialized.environment_patched,
             "bundle_baked": materialized.bundle_baked,
             "steps": list(plan.steps) or None,

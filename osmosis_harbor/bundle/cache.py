@@ -43,7 +43,9 @@ _CHUNK = 1 << 20
 
 
 def cache_root(cache_dir: Path | None) -> Path:
-    """``cache_dir``, else ``$OSMOSIS_HARBOR_BUNDLES``, else the user cache; made absolute."""
+    """``cache_dir``, else ``$OSMOSIS_HARBOR_BUNDLES``, else the user cache; made absolute. The
+    settings are read here only for a caller of the public ``build_bundle`` that names no cache
+    (an entry point: the backend and the ``bundle`` command pass the one their settings give)."""
     chosen = cache_dir if cache_dir is not None else settings.current().bundle_cache()
     return Path(os.path.abspath(Path(chosen).expanduser()))
 

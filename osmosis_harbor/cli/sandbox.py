@@ -76,7 +76,7 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
 
     from osmosis_harbor.sandbox.ledger.leftovers import reap_dead_owners
 
-    leftovers = reap_dead_owners(args.env, dry_run=args.dry_run)
+    leftovers = reap_dead_owners(args.env, args.settings, dry_run=args.dry_run)
     rows = [(item.name, f"{item.kind} of dead owner {item.owner}: {item.action}") for item in leftovers]
     if not args.dry_run:
         rows += _cleanup_pools(args) if args.env != "docker" else _cleanup_docker(args)
@@ -109,7 +109,7 @@ def _cleanup_pools(args: argparse.Namespace) -> list[tuple[str, str]]:
 
     if not (args.pool or args.all_pools):
         return []
-    ledger, endpoint = default_ledger(), endpoint_for(args.env)
+    ledger, endpoint = default_ledger(args.settings), endpoint_for(args.env, args.settings)
     handed = [e.name for e in ledger.entries(sdk=args.env, endpoint=endpoint) if e.state is State.HANDED_OVER]
     sdk = load_sandbox_sdk(args.env)
     removed: list[tuple[str, str]] = []
@@ -147,7 +147,7 @@ def _cleanup_docker(args: argparse.Namespace) -> list[tuple[str, str]]:
     from osmosis_harbor.sandbox.owner import pools
 
     removed: list[tuple[str, str]] = [(r.name, r.reason) for r in docker_sdk.reap(expired=True, dead_owners=True)]
-    ledger = default_ledger()
+    ledger = default_ledger(args.settings)
     for name in pools.selected([pool.name for pool in docker_sdk.list_pools()], args.pool, everything=args.all_pools):
         users = _live_claimers(docker_sdk.ls(), name)
         if users:  # another live process runs a sandbox claimed from it: not this cleanup's to take
@@ -155,5 +155,5 @@ def _cleanup_docker(args: argparse.Namespace) -> list[tuple[str, str]]:
             continue
         removed += [(r.name, f"pool {name} deleted") for r in docker_sdk.delete_pool(name)]
         removed.append((name, "pool spec deleted"))
-        ledger.forget(Kind.POOL, "docker", endpoint_for("docker"), name)  # a handed-over pool's row
+        ledger.forget(Kind.POOL, "docker", endpoint_for("docker", args.settings), name)  # a handed-over pool's row
     return removed

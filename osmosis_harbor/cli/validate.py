@@ -77,7 +77,13 @@ def _audit_only(
     progress = ValidationProgress(Console(stderr=True), [t.id for t in tasks])
     with progress.live():
         report = asyncio.run(
-            audit_dataset(tasks, environment=environment, n_concurrent=args.n_concurrent, on_progress=progress.update)
+            audit_dataset(
+                tasks,
+                environment=environment,
+                config=args.settings,
+                n_concurrent=args.n_concurrent,
+                on_progress=progress.update,
+            )
         )
     table = audit_table(report.findings)
     console.print(table if table is not None else "leak audit: no findings")

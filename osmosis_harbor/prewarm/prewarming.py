@@ -24,6 +24,7 @@ from osmosis_harbor.sandbox.options import SandboxOptions
 from osmosis_harbor.sandbox.owner import pools
 from osmosis_harbor.sandbox.owner.context import SandboxOwner, owner_scope
 from osmosis_harbor.sandbox.sdk.registry import load_sandbox_sdk
+from osmosis_harbor.settings import Settings
 from osmosis_harbor.tasks.materialize import MaterializedTask
 from osmosis_harbor.tasks.refs import ResolvedTask
 from osmosis_harbor.tasks.resolver import TaskResolver
@@ -53,6 +54,7 @@ class Prewarming:
         prewarmed: Prewarmed,
         needs_task_ids: bool,
         autoscale: AutoscalePolicy,
+        settings: Settings,
     ) -> None:
         """``needs_task_ids``: a dataset's tasks are named by the caller, a template's are listed."""
         self.setup = setup
@@ -64,6 +66,7 @@ class Prewarming:
         self.prewarmed = prewarmed
         self.needs_task_ids = needs_task_ids
         self.autoscale_policy = autoscale
+        self.settings = settings  # the backend's (the leak audit's bounds)
         self.autoscaler: PoolAutoscaler | None = None  # pool_size="auto": started after prewarm
         self.startup: Startup | None = None  # a prewarm the server serves during
 

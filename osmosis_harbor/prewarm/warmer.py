@@ -45,6 +45,7 @@ from osmosis_harbor.sandbox.options import SandboxOptions
 from osmosis_harbor.sandbox.owner import pools
 from osmosis_harbor.sandbox.owner.context import current_owner
 from osmosis_harbor.sandbox.owner.pools import pool_name_for
+from osmosis_harbor.settings import Settings
 from osmosis_harbor.tasks.materialize import MaterializedTask
 from osmosis_harbor.tasks.refs import ResolvedTask
 from osmosis_harbor.tasks.resolver import TaskResolver
@@ -74,6 +75,9 @@ class PrewarmTarget(Protocol):
 
     @property
     def environment_config(self) -> EnvironmentConfig: ...
+
+    @property
+    def settings(self) -> Settings: ...
 
     def metadata_for_task(self, task_id: str) -> dict[str, Any] | None: ...
 
@@ -256,7 +260,7 @@ class Warmer:
         await env.start(force_build=False)
         try:
             subjects = [AuditSubject(task_id=i.task_id, path=i.source) for i in items]
-            audit = await audit_sandbox(env, subjects, environment_id=item.environment_id)
+            audit = await audit_sandbox(env, subjects, config=self.backend.settings, environment_id=item.environment_id)
             await self.backend.prove_agent_setup(env, deps_baked=item.deps_baked, bundle_baked=item.bundle_baked)
         finally:
             await env.stop(delete=True)

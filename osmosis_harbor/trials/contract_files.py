@@ -35,11 +35,13 @@ from enum import StrEnum
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict
+
 from osmosis_harbor import settings
 from osmosis_harbor.errors import ContractFileError
 from osmosis_harbor.trials.printable import json_safe
 
-__all__ = ["ContractFileError", "FileKind", "read_bytes", "read_json", "read_text"]
+__all__ = ["ContractBounds", "ContractFileError", "FileKind", "read_bytes", "read_json", "read_text"]
 
 _CHUNK = 1 << 16
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -58,14 +60,36 @@ class FileKind(StrEnum):
     TRAJECTORY = "trajectory"
 
 
-def size_bound(kind: FileKind, config: settings.Settings | None = None) -> int:
-    config = config or settings.current()
-    return {
-        FileKind.SAMPLE: config.max_sample_bytes,
-        FileKind.ERROR: config.max_error_bytes,
-        FileKind.REWARD: config.max_reward_bytes,
-        FileKind.TRAJECTORY: config.max_trajectory_bytes,
-    }[kind]
+class ContractBounds(BaseModel):
+    """The bounds files a sandbox wrote are read within (``Settings.max_*_bytes``,
+    ``max_json_depth``), made once by the reader's owner from its settings and carried (a
+    model: it crosses to Harbor's agents in their kwargs)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    max_sample_bytes: int
+    max_error_bytes: int
+    max_reward_bytes: int
+    max_trajectory_bytes: int
+    max_json_depth: int
+
+    @classmethod
+    def of(cls, config: settings.Settings) -> ContractBounds:
+        return cls(
+            max_sample_bytes=config.max_sample_bytes,
+            max_error_bytes=config.max_error_bytes,
+            max_reward_bytes=config.max_reward_bytes,
+            max_trajectory_bytes=config.max_trajectory_bytes,
+            max_json_depth=config.max_json_depth,
+        )
+
+    def size(self, kind: FileKind) -> int:
+        return {
+            FileKind.SAMPLE: self.max_sample_bytes,
+            FileKind.ERROR: self.max_error_bytes,
+            FileKind.REWARD: self.max_reward_bytes,
+            FileKind.TRAJECTORY: self.max_trajectory_bytes,
+        }[kind]
 
 
 def _what(mode: int) -> str:
@@ -110,12 +134,14 @@ def _open_parent(root: Path, parts: tuple[str, ...], relative: str) -> int | Non
     return fd
 
 
-def read_bytes(root: Path, relative: str | PurePosixPath, kind: FileKind, *, limit: int | None = None) -> bytes | None:
+def read_bytes(
+    root: Path, relative: str | PurePosixPath, kind: FileKind, bounds: ContractBounds, *, limit: int | None = None
+) -> bytes | None:
     """The content of ``root/relative`` if it is a regular file within the bound of ``kind``
     (or ``limit``); None when it does not exist; `ContractFileError` for anything else."""
     name = str(relative)
     parts = _parts(relative)
-    bound = limit if limit is not None else size_bound(kind)
+    bound = limit if limit is not None else bounds.size(kind)
     parent = _open_parent(Path(root), parts, name)
     if parent is None:
         return None
@@ -166,9 +192,11 @@ def _read_bounded(fd: int, name: str, bound: int) -> bytes:
             raise ContractFileError(name, f"over the {bound}-byte bound: not read")
 
 
-def read_text(root: Path, relative: str | PurePosixPath, kind: FileKind, *, limit: int | None = None) -> str | None:
+def read_text(
+    root: Path, relative: str | PurePosixPath, kind: FileKind, bounds: ContractBounds, *, limit: int | None = None
+) -> str | None:
     """``read_bytes`` decoded as UTF-8."""
-    data = read_bytes(root, relative, kind, limit=limit)
+    data = read_bytes(root, relative, kind, bounds, limit=limit)
     if data is None:
         return None
     try:
@@ -178,15 +206,21 @@ def read_text(root: Path, relative: str | PurePosixPath, kind: FileKind, *, limi
 
 
 def read_json(
-    root: Path, relative: str | PurePosixPath, kind: FileKind, *, limit: int | None = None, max_depth: int | None = None
+    root: Path,
+    relative: str | PurePosixPath,
+    kind: FileKind,
+    bounds: ContractBounds,
+    *,
+    limit: int | None = None,
+    max_depth: int | None = None,
 ) -> Any:
     """The JSON document in ``root/relative`` (None when there is no such file), nested at
     most ``max_depth`` deep (``Settings.max_json_depth`` by default), every string of it
     encodable (lone surrogates spelled as escapes)."""
-    text = read_text(root, relative, kind, limit=limit)
+    text = read_text(root, relative, kind, bounds, limit=limit)
     if text is None:
         return None
-    depth = max_depth if max_depth is not None else settings.current().max_json_depth
+    depth = max_depth if max_depth is not None else bounds.max_json_depth
     try:
         document = json.loads(text)
     except RecursionError:  # deeper than the interpreter parses: far over any bound

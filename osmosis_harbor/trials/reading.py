@@ -19,7 +19,7 @@ from pydantic import BaseModel
 
 from osmosis_harbor.errors import ContractFileError, SandboxLostError, recorded_error
 from osmosis_harbor.tasks.verifier import task_step_names
-from osmosis_harbor.trials.contract_files import FileKind, read_text
+from osmosis_harbor.trials.contract_files import ContractBounds, FileKind, read_text
 from osmosis_harbor.trials.printable import json_safe
 
 
@@ -214,11 +214,11 @@ def _float_rewards(verifier_result: VerifierResult | None) -> dict[str, float]:
     return {json_safe(str(k)): float(v) for k, v in rewards.items()}
 
 
-def _oracle_exit_code(trial_dir: Path, agent_dir: PurePosixPath) -> str | None:
+def _oracle_exit_code(trial_dir: Path, agent_dir: PurePosixPath, bounds: ContractBounds) -> str | None:
     """Harbor's oracle writes ``exit-code.txt`` (and raises nothing) when ``solve.sh`` fails.
     The sandbox wrote it, so it is read as any contract file is (``contract_files``)."""
     try:
-        text = read_text(trial_dir, agent_dir / "exit-code.txt", FileKind.REWARD)
+        text = read_text(trial_dir, agent_dir / "exit-code.txt", FileKind.REWARD, bounds)
     except ContractFileError as exc:
         return f"unknown ({exc})"
     return None if text is None else text.strip()[:100]
@@ -236,7 +236,7 @@ def _step_phase(step: StepResult) -> TrialPhase:
     return TrialPhase.AGENT if step.agent_execution is not None else TrialPhase.ENVIRONMENT
 
 
-def read_step(step: StepResult, trial_dir: Path) -> StepReading:
+def read_step(step: StepResult, trial_dir: Path, bounds: ContractBounds) -> StepReading:
     """One step's reading; its oracle exit code lives under ``steps/<name>/agent/``."""
     rewards = _float_rewards(step.verifier_result)
     timings = {
@@ -251,14 +251,14 @@ def read_step(step: StepResult, trial_dir: Path) -> StepReading:
         reading.error = _error_text(exc)
         reading.exception_type = exc.exception_type
         return reading
-    code = _oracle_exit_code(trial_dir, PurePosixPath("steps", step.step_name, "agent"))
+    code = _oracle_exit_code(trial_dir, PurePosixPath("steps", step.step_name, "agent"), bounds)
     if code is not None:
         reading.failed_phase = TrialPhase.AGENT
         reading.error = f"solve.sh exited with status {code}"
     return reading
 
 
-def read_steps(result: TrialResult, trial_dir: Path) -> list[StepReading] | None:
+def read_steps(result: TrialResult, trial_dir: Path, bounds: ContractBounds) -> list[StepReading] | None:
     """Readings for every step the task declares, in order (None for a single-step task).
 
     Steps Harbor did not start are listed with ``ran=False``, so that a report can never
@@ -266,7 +266,7 @@ def read_steps(result: TrialResult, trial_dir: Path) -> list[StepReading] | None
     declared = (result.config.task and _declared_steps(result)) or []
     if not declared and not result.step_results:
         return None
-    ran = {step.step_name: read_step(step, trial_dir) for step in result.step_results or []}
+    ran = {step.step_name: read_step(step, trial_dir, bounds) for step in result.step_results or []}
     names = declared or list(ran)
     return [ran.get(name) or StepReading(name=name, ran=False) for name in names]
 
@@ -283,13 +283,13 @@ def _declared_steps(result: TrialResult) -> list[str]:
         return []
 
 
-def read_trial(result: TrialResult, trial_dir: Path | None = None) -> TrialReading:
-    """Interpret ``result`` (and the trial directory's agent exit codes, if any)."""
-    trial_dir = trial_dir or Path(result.trial_uri.removeprefix("file://"))
+def read_trial(result: TrialResult, trial_dir: Path, bounds: ContractBounds) -> TrialReading:
+    """Interpret ``result`` (and the trial directory's agent exit codes, if any, read within
+    ``bounds``: the reader's)."""
     rewards = _float_rewards(result.verifier_result)
     reward = primary_reward(rewards)
     timings = phase_timings(result)
-    steps = read_steps(result, trial_dir)
+    steps = read_steps(result, trial_dir, bounds)
     exc = result.exception_info
     if exc is not None:
         phase = phase_of_exception(exc.exception_type) or _phase_of_unnamed(result, exc)
@@ -313,7 +313,7 @@ def read_trial(result: TrialResult, trial_dir: Path | None = None) -> TrialReadi
             error=f"step {failed.name}: {failed.error}" if failed else None,
             exception_type=failed.exception_type if failed else None,
         )
-    code = _oracle_exit_code(trial_dir, PurePosixPath("agent"))
+    code = _oracle_exit_code(trial_dir, PurePosixPath("agent"), bounds)
     if code is not None:
         return TrialReading(
             reward=reward,

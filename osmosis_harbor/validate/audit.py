@@ -15,18 +15,26 @@ from osmosis_harbor.errors import DatasetError
 from osmosis_harbor.sandbox.options import SandboxOptions
 from osmosis_harbor.sandbox.owner.context import SandboxOwner, owner_scope
 from osmosis_harbor.sandbox.owner.starts import SandboxStarts
+from osmosis_harbor.settings import Settings
 from osmosis_harbor.tasks.discovery import TaskRef, check_task
 
 __all__ = ["audit_dataset", "audit_findings", "refuse_audit_errors"]
 
 
 async def audit_findings(
-    tasks: Sequence[TaskRef], environment: EnvironmentConfig, *, n_concurrent: int, on_progress: ProgressCallback | None
+    tasks: Sequence[TaskRef],
+    environment: EnvironmentConfig,
+    config: Settings,
+    *,
+    n_concurrent: int,
+    on_progress: ProgressCallback | None,
 ) -> tuple[AuditReport, dict[str, list[AuditFinding]]]:
     """The audit of ``tasks`` (in the caller's owner scope) and its findings per task id; an
     environment whose audit could not run gives its tasks a finding saying so."""
     subjects = [AuditSubject(task_id=t.id, path=t.path) for t in tasks]
-    report = await audit_tasks(subjects, environment=environment, n_concurrent=n_concurrent, on_progress=on_progress)
+    report = await audit_tasks(
+        subjects, environment=environment, config=config, n_concurrent=n_concurrent, on_progress=on_progress
+    )
     per_task: dict[str, list[AuditFinding]] = {t.id: [] for t in tasks}
     for audit in report.environments:
         for finding in audit.findings:
@@ -52,6 +60,7 @@ async def audit_dataset(
     tasks: Sequence[TaskRef],
     *,
     environment: EnvironmentConfig,
+    config: Settings,
     n_concurrent: int = 2,
     on_progress: ProgressCallback | None = None,
 ) -> AuditReport:
@@ -70,7 +79,9 @@ async def audit_dataset(
     owner = SandboxOwner.make("audit", starts=SandboxStarts(impl.max_concurrent_starts))
     try:
         with owner_scope(owner):
-            report, _ = await audit_findings(runnable, environment, n_concurrent=n_concurrent, on_progress=on_progress)
+            report, _ = await audit_findings(
+                runnable, environment, config, n_concurrent=n_concurrent, on_progress=on_progress
+            )
     finally:
         await asyncio.shield(owner.close())
     return AuditReport(environments=report.environments + invalid)

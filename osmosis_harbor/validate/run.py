@@ -41,6 +41,7 @@ from osmosis_harbor.tasks.discovery import TaskRef, check_task
 from osmosis_harbor.tasks.materialize import MaterializedTask, prepare_task
 from osmosis_harbor.tasks.verification import Verification, VerificationMode, decide_verification
 from osmosis_harbor.tasks.verifier_allowance import guard_plan, save_recorded
+from osmosis_harbor.trials.contract_files import ContractBounds
 from osmosis_harbor.trials.explain import explain
 from osmosis_harbor.trials.job import write_job_dir
 from osmosis_harbor.trials.naming import trial_name
@@ -58,8 +59,10 @@ from osmosis_harbor.validate.report import TaskValidation, ValidationReport
 ProgressCallback = Callable[[str, str], None]  # (task id, stage)
 
 
-def _row_for_result(task: TaskRef, result, trial_dir: Path, keep: bool, agent: str) -> TaskValidation:
-    reading = read_trial(result, trial_dir)
+def _row_for_result(
+    task: TaskRef, result, trial_dir: Path, keep: bool, agent: str, bounds: ContractBounds
+) -> TaskValidation:
+    reading = read_trial(result, trial_dir, bounds)
     verdict = explain(judge(reading, agent), reading, trial_dir)
     return TaskValidation(
         id=task.id,
@@ -166,7 +169,7 @@ async def validate_tasks(
         try:
             with owner_scope(owner):
                 report, leaks = await audit_findings(
-                    auditable, environment, n_concurrent=max(1, n_concurrent), on_progress=notify
+                    auditable, environment, run_settings, n_concurrent=max(1, n_concurrent), on_progress=notify
                 )
         except BaseException:  # cancelled: nothing this run made outlives it
             await asyncio.shield(owner.close())
@@ -256,7 +259,9 @@ async def validate_tasks(
             )
         else:
             # Reading the trial's output files is file work: off the event loop.
-            rows[task.id] = await asyncio.to_thread(_row_for_result, task, result, trial_dir, keep_trials, agent)
+            rows[task.id] = await asyncio.to_thread(
+                _row_for_result, task, result, trial_dir, keep_trials, agent, ContractBounds.of(run_settings)
+            )
             if guard is not None:
                 await asyncio.to_thread(_guard_verdict, task, rows[task.id], guard, run_settings)
         notify(task.id, "passed" if rows[task.id].passed else "failed")

@@ -20,6 +20,7 @@ from typing import Any
 
 import docker
 
+from osmosis_harbor import settings
 from osmosis_harbor.owner_process import OWNER_HOST, OWNER_PID
 from osmosis_harbor.sandbox.docker.labels import CREATED_AT, IDLE_PREFIX, POOL, POOL_SPEC
 from osmosis_harbor.sandbox.emulator.server.state import EMULATOR_OWNER_HOST
@@ -58,7 +59,7 @@ def session_pools(
     ``ledgers``: the session's ledgers (its xdist workers' own), else the default one."""
     from osmosis_harbor.sandbox.ledger.store import Kind, Ledger, default_ledger
 
-    books = [Ledger(path) for path in ledgers] if ledgers is not None else [default_ledger()]
+    books = [Ledger(path) for path in ledgers] if ledgers is not None else [default_ledger(settings.current())]
     ledgered = {entry.name for book in books for entry in book.entries() if entry.kind is Kind.POOL}
     client = docker.from_env()
     volumes: list[dict[str, Any]] = client.api.volumes(filters={"label": POOL_SPEC})["Volumes"] or []

@@ -63,7 +63,7 @@ class WorkerFront:
         self.workspace = Workspace(options.trials_dir)
         given = self.workspace.given_trials_dir()
         sweep_unscrubbed([d for d in (given,) if d is not None] + default_trials_dirs())
-        reap_leftovers(self.sdk_name)
+        reap_leftovers(self.sdk_name, self.options.settings)
         prepared_bundle(options)  # built once here: every worker finds it in the bundle cache
         self.tracker = RolloutTracker(None)
         self.reservations = Reservations(options.max_queue_depth, self.tracker.queued)
@@ -128,7 +128,9 @@ class WorkerFront:
         shutil.rmtree(handle.work_root, ignore_errors=True)
         if handle.stopping and handle.process.returncode == 0:
             return  # drained: it removed its own sandboxes
-        reap_leftovers(self.sdk_name)  # its pid is a dead owner now: the ledger names its sandboxes
+        reap_leftovers(
+            self.sdk_name, self.options.settings
+        )  # its pid is a dead owner now: the ledger names its sandboxes
         sweep_unscrubbed([self.workspace.trials_dir])
 
     async def _restart(self, index: int) -> None:
@@ -285,7 +287,7 @@ class WorkerFront:
             await asyncio.gather(*self._restarting, return_exceptions=True)
         clean = await asyncio.gather(*(h.stop(STOP_WAIT_SEC) for h in self.handles))
         if not all(clean):
-            await asyncio.to_thread(reap_leftovers, self.sdk_name)
+            await asyncio.to_thread(reap_leftovers, self.sdk_name, self.options.settings)
         self._remove_roots()
         self.workspace.remove()
         await asyncio.to_thread(implementation(self.sdk_name).stop_local_servers)

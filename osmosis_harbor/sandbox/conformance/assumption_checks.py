@@ -25,7 +25,7 @@ from osmosis_harbor.sandbox.conformance.core import (
 )
 from osmosis_harbor.sandbox.sdk import records
 from osmosis_harbor.sandbox.sdk.errors import is_api_fault, is_invalid, is_missing, meaning, status_of
-from osmosis_harbor.sandbox.sdk.faults import terminate_record
+from osmosis_harbor.sandbox.sdk.faults import ApiRetry, terminate_record
 
 # A claim that neither returns nor fails in this long is an SDK that waits for a member.
 CLAIM_PATIENCE_SEC = 60.0
@@ -149,7 +149,7 @@ async def check_assume_ls_records_are_terminable(ctx: ConformanceContext) -> Obs
     expect(record is not None, f"{sandbox.name} is not in ls()")
     status = records.status_of(record)
     terminable = callable(getattr(getattr(record, "terminate", None), "aio", None))
-    await terminate_record(ctx.sdk, record)
+    await terminate_record(ctx.sdk, record, ApiRetry.of(ctx.settings))
 
     async def gone() -> bool:
         return await _ls_pool(ctx, sandbox.name) is None

@@ -224,7 +224,7 @@ def _create(
             network=None if network == "bridge" else network,
             start_if_empty=start_if_empty,
         )
-        engine.layers.claimed(container_id)
+        engine.layers.claimed(container_id, disk_mb=engine.config.sandbox_disk_mb, inodes=engine.config.sandbox_inodes)
         return DockerSandbox(engine, name=name, container_id=container_id, image=spec.image, pool=pool, env=persistent)
     assert image is not None
     labels = L.container_labels(

@@ -37,6 +37,7 @@ from osmosis_harbor.errors import (
 from osmosis_harbor.sandbox.docker import inventory
 from osmosis_harbor.sandbox.docker import labels as L
 from osmosis_harbor.sandbox.docker import reap as docker_reap
+from osmosis_harbor.sandbox.docker.config import DockerConfig
 from osmosis_harbor.sandbox.docker.exec import Deadlines
 from osmosis_harbor.sandbox.docker.labels import (
     ContainerInfo,
@@ -48,8 +49,7 @@ from osmosis_harbor.sandbox.docker.pools import PoolManager
 from osmosis_harbor.sandbox.docker.tmp_volume import read_image_tmp, tmp_mount
 from osmosis_harbor.sandbox.docker.transport import share_one_pool
 from osmosis_harbor.sandbox.sdk.bounds import SandboxBounds
-from osmosis_harbor.sandbox.sdk.calls import executor, executor_workers
-from osmosis_harbor.sandbox.sdk.privileges import SandboxPrivileges
+from osmosis_harbor.sandbox.sdk.calls import executor
 
 log = logging.getLogger(__name__)
 
@@ -57,10 +57,6 @@ API_TIMEOUT_SEC = 120
 AUTO_REAP_INTERVAL_SEC = 60.0
 # How long a reference's image id is trusted before it is looked up again (``_image_id``).
 IMAGE_ID_RECHECK_SEC = 60.0
-
-
-def _engine_url() -> str:
-    return settings.current().docker_host
 
 
 def check_reachable(config: settings.Settings) -> None:
@@ -90,12 +86,18 @@ def _is_loopback_registry(image: str) -> bool:
 
 
 class Engine:
-    """One Docker client per process, plus the container primitives the pools borrow."""
+    """One Docker client per process, plus the container primitives the pools borrow.
 
-    def __init__(self) -> None:
-        url = _engine_url()
+    ``config``: the SDK's settings as the latest call into it found them (``get_engine``); the
+    engine's client, pools and layer bound are made from the one it was made with."""
+
+    def __init__(self, config: DockerConfig) -> None:
+        self.config = config
+        url = config.docker_host
         try:
-            self.client = docker.from_env(version="auto", timeout=API_TIMEOUT_SEC, max_pool_size=executor_workers())
+            self.client = docker.from_env(
+                version="auto", timeout=API_TIMEOUT_SEC, max_pool_size=config.docker_sdk_threads
+            )
             info = self.client.info()
         except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
             raise DockerEngineUnavailable(url, exc) from exc
@@ -104,7 +106,7 @@ class Engine:
         self.ncpu = float(info.get("NCPU") or os.cpu_count() or 1)
         self.key = hashlib.sha256(f"{url}|{info.get('ID', '')}".encode()).hexdigest()[:12]
         self.deadlines = Deadlines()
-        self.pools = PoolManager(self.api, self, executor().submit, engine_key=self.key)
+        self.pools = PoolManager(self.api, self, executor().submit, engine_key=self.key, lock_dir=config.lock_dir)
         self._last_auto_reap = 0.0
         self._tmp_seeds: dict[str, bytes | None] = {}  # image id -> the image's own /tmp (tar)
         self._image_ids: dict[str, tuple[str, float]] = {}  # reference -> (image id, when looked up)
@@ -150,9 +152,9 @@ class Engine:
         """Create (not start) a container whose main process is the TTL itself, within its
         bounds (``bounds.py``: CPU, memory without swap, pids, a size-limited /tmp, the writable
         layer) and with its privileges cut (``privileges.py``)."""
-        current = settings.current()
-        bounds = SandboxBounds.resolve(cpus, memory_gb, disk_mb=current.sandbox_disk_mb, inodes=current.sandbox_inodes)
-        privileges = SandboxPrivileges.of(current)
+        config = self.config  # one create, one config
+        bounds = SandboxBounds.resolve(cpus, memory_gb, disk_mb=config.sandbox_disk_mb, inodes=config.sandbox_inodes)
+        privileges = config.privileges()
 
         def create(network_mode: str) -> str:
             host_config = self.api.create_host_config(
@@ -365,10 +367,16 @@ _engine_instance: Engine | None = None
 
 
 def get_engine() -> Engine:
+    """The process's engine (made on first use), carrying the settings as this call into the SDK
+    finds them: the Docker SDK's one reading of the settings, once per call, as each call of
+    SkyPilot's SDK reads its own configuration (a bound set before a create applies to it)."""
     global _engine_instance
+    config = DockerConfig.of(settings.current())
     with _engine_lock:
         if _engine_instance is None:
-            _engine_instance = Engine()
+            _engine_instance = Engine(config)
+        else:
+            _engine_instance.config = config
         return _engine_instance
 
 

@@ -27,7 +27,7 @@ from typing import Any, Protocol
 import docker.errors
 from docker import APIClient
 
-from osmosis_harbor import settings
+from osmosis_harbor.sandbox.docker.config import DockerConfig
 from osmosis_harbor.sandbox.docker.output import OutputTail
 from osmosis_harbor.sandbox.sdk.calls import executor, run_blocking
 
@@ -99,10 +99,12 @@ class Deadlines:
 
 
 class ExecEngine(Protocol):
-    """What a running command needs of the engine: its API client and the deadline timer."""
+    """What a running command needs of the engine: its API client, the deadline timer and the
+    config (the output bound)."""
 
     api: APIClient
     deadlines: Deadlines
+    config: DockerConfig
 
 
 class Launcher(Protocol):
@@ -168,7 +170,7 @@ class ExecRun:
         self._container_id = container_id
         self._exec_id = exec_id
         self._stream = stream
-        limit = settings.current().exec_output_max_bytes
+        limit = engine.config.exec_output_max_bytes
         self.stdout = OutputTail("stdout", limit)
         self.stderr = OutputTail("stderr", limit)
         self.timed_out = False

@@ -68,8 +68,15 @@ def _single_file(archive: io.BytesIO, path: str) -> bytes:
 class SandboxFiles:
     """The files of one container. *gone* builds the error for "the container no longer exists"."""
 
-    def __init__(self, api: Any, container_id: str, gone: Callable[[Exception], SandboxNotFoundError]) -> None:
+    def __init__(
+        self,
+        api: Any,
+        container_id: str,
+        gone: Callable[[Exception], SandboxNotFoundError],
+        limits: TransferLimits,
+    ) -> None:
         self._api = api
+        self._limits = limits
         self._id = container_id
         self._gone = gone
 
@@ -144,7 +151,7 @@ class SandboxFiles:
         Bounded by ``Settings.transfer_max_file_bytes``: a larger file is refused on its
         size before any of it is fetched, and a file that grows meanwhile as it streams."""
         path = _abs_path(path)
-        limits = TransferLimits.current()
+        limits = self._limits
         for _ in range(_MAX_SYMLINK_HOPS):
             st = self._stat(path)
             if st is None:
@@ -182,7 +189,7 @@ class SandboxFiles:
         entries named from ``basename(path)`` as ``docker cp`` does. One engine call.
         Bounded (``TransferLimits.max_archive_bytes``); `stream_archive` holds none of it."""
         archive = io.BytesIO()
-        self.stream_archive(path, archive, TransferLimits.current().max_archive_bytes)
+        self.stream_archive(path, archive, self._limits.max_archive_bytes)
         return archive.getvalue()
 
     def stream_archive(self, path: str, into: BinaryIO, limit: int) -> int:

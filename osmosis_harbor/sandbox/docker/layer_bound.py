@@ -20,7 +20,6 @@ from typing import Any
 import docker.errors
 from docker import APIClient
 
-from osmosis_harbor import settings
 from osmosis_harbor.sandbox.docker.disk_watch import DiskWatch
 from osmosis_harbor.sandbox.docker.evictions import Evictions, limit_message
 from osmosis_harbor.sandbox.docker.labels import ContainerInfo
@@ -83,10 +82,10 @@ class LayerBound:
         if bound is not None and self._can_watch():
             self.watch.watch(container_id, bound)
 
-    def claimed(self, container_id: str) -> None:
-        """A pool member this process claimed (another process may have started it)."""
-        current = settings.current()
-        bound = self._watched(current.sandbox_disk_mb * 1024 * 1024, current.sandbox_inodes)
+    def claimed(self, container_id: str, *, disk_mb: int, inodes: int) -> None:
+        """A pool member this process claimed (another process may have started it), watched
+        at the bounds the claim's config gives."""
+        bound = self._watched(disk_mb * 1024 * 1024, inodes)
         if (bound.bytes or bound.inodes) and self._can_watch():
             self.watch.watch(container_id, bound)
 

@@ -9,14 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from osmosis_harbor import settings
-
-__all__ = ["default_lock_dir", "pool_lock"]
-
-
-def default_lock_dir() -> Path:
-    """Lock files live in the user cache dir: machine-local, like the engine they guard."""
-    return settings.current().pool_lock_dir()
+__all__ = ["pool_lock"]
 
 
 _thread_locks: dict[str, threading.Lock] = {}
@@ -26,6 +19,9 @@ _thread_locks_guard = threading.Lock()
 @contextmanager
 def pool_lock(lock_dir: Path, key: str) -> Iterator[None]:
     """Exclusive per-pool lock for threads of this process and for other processes.
+
+    ``lock_dir``: ``Settings.pool_lock_dir()``, in the user cache dir (machine-local, like the
+    engine the locks guard), carried by the engine's config.
 
     ``flock`` alone would serialise threads too (each acquisition opens its own file
     description), but the thread lock keeps same-process waiters off the kernel lock and

@@ -65,7 +65,7 @@ from osmosis_harbor.sandbox.docker.labels import (
     RemovedContainer,
     Role,
 )
-from osmosis_harbor.sandbox.docker.locks import default_lock_dir, pool_lock
+from osmosis_harbor.sandbox.docker.locks import pool_lock
 
 log = logging.getLogger(__name__)
 
@@ -93,13 +93,13 @@ class PoolManager:
         submit: Callable[[Callable[[], Any]], Any],
         *,
         engine_key: str,
-        lock_dir: Path | None = None,
+        lock_dir: Path,
     ) -> None:
         self._api = api
         self._launcher = launcher
         self._submit = submit
         self._engine_key = engine_key
-        self._lock_dir = lock_dir or default_lock_dir()
+        self._lock_dir = lock_dir
         # How long a member made from now on takes to count as ready (0 locally: a running
         # container is ready), stamped on it when it is made. The skypilot-emulator sets it to
         # stand in for a pod's scheduling and image pull.

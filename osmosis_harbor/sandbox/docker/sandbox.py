@@ -104,7 +104,7 @@ class DockerSandbox:
     # files -------------------------------------------------------------------------------------
 
     def _files(self) -> SandboxFiles:
-        return SandboxFiles(self._engine.api, self._id, self._gone)
+        return SandboxFiles(self._engine.api, self._id, self._gone, self._engine.config.transfers)
 
     @dual
     def write_bytes(self, data: bytes | bytearray | memoryview, path: str, *, parents: bool = True) -> None:

@@ -23,6 +23,7 @@ from osmosis_harbor.sandbox.environment.session import SandboxSession
 from osmosis_harbor.sandbox.environment.state import EnvironmentState
 from osmosis_harbor.sandbox.environment.verifier_guard import VerifierGuardExecs
 from osmosis_harbor.sandbox.owner.context import Role, TrialContext
+from osmosis_harbor.sandbox.sdk.faults import ApiRetry
 from osmosis_harbor.settings import Settings
 from osmosis_harbor.task_toml import task_config
 
@@ -57,7 +58,7 @@ class Collaborators:
 def assemble(state: EnvironmentState, context: TrialContext, facts: EnvironmentFacts) -> Collaborators:
     """The collaborators of one environment's sandbox."""
     current, logger, agent = facts.settings, facts.logger, context.role is Role.AGENT
-    session = SandboxSession(state, LossGuard(state, context.role, context.record_loss))
+    session = SandboxSession(state, LossGuard(state, context.role, context.record_loss, ApiRetry.of(current)))
     guard = VerifierGuardExecs(
         context.guard,
         facts.image.dockerfile,

@@ -51,7 +51,7 @@ from tenacity import (
 from osmosis_harbor.sandbox.environment.session import drain_stream
 from osmosis_harbor.sandbox.environment.state import EnvironmentState
 from osmosis_harbor.sandbox.sdk.errors import is_api_fault, is_missing
-from osmosis_harbor.sandbox.sdk.faults import retry_safe
+from osmosis_harbor.sandbox.sdk.faults import ApiRetry, retry_safe
 from osmosis_harbor.settings import Settings
 
 __all__ = ["RECORDS_DIR", "ExecRecorder", "Launch", "RecordedExec", "parse_status"]
@@ -242,7 +242,9 @@ class ExecRecorder:
             wait=wait_exponential(multiplier=0.05, max=2.0),
             reraise=True,
         )
-        return bytes(await retrying(retry_safe, "read_bytes", sandbox.read_bytes.aio, path))
+        return bytes(
+            await retrying(retry_safe, "read_bytes", ApiRetry.of(self._settings), sandbox.read_bytes.aio, path)
+        )
 
     async def _read_outputs(self, path: str) -> tuple[str, str]:
         bound = self._settings.exec_output_max_bytes

@@ -24,7 +24,7 @@ from osmosis_harbor.errors import SandboxDiskBoundError, SandboxLostError
 from osmosis_harbor.sandbox.environment.state import EnvironmentState
 from osmosis_harbor.sandbox.owner.context import Role
 from osmosis_harbor.sandbox.sdk.errors import is_api_fault, is_missing
-from osmosis_harbor.sandbox.sdk.faults import retry_safe
+from osmosis_harbor.sandbox.sdk.faults import ApiRetry, retry_safe
 from osmosis_harbor.sandbox.sdk.liveness import SandboxState, sandbox_state
 
 __all__ = ["LOSS_SETTLE_SEC", "LossGuard", "LossSink", "missing_as_file_not_found"]
@@ -49,8 +49,9 @@ LossSink = Callable[[SandboxLostError], None]
 class LossGuard:
     """Lost-sandbox detection around every call into one environment's sandbox."""
 
-    def __init__(self, state: EnvironmentState, role: Role, sink: LossSink) -> None:
+    def __init__(self, state: EnvironmentState, role: Role, sink: LossSink, retry: ApiRetry) -> None:
         self._state = state
+        self.retry = retry  # the sandbox's calls faulted by the API are tried again within it
         self.role = role.value  # carried by every loss raised (``errors.AgentSandboxLostError``, ...)
         self._sink = sink
 
@@ -114,7 +115,7 @@ class LossGuard:
             wait=wait_exponential(multiplier=0.05, max=0.5),
             retry_error_callback=_last_answer,
         )
-        return await retrying(retry_safe, "ls", sandbox_state, state.sdk, state.name)
+        return await retrying(retry_safe, "ls", self.retry, sandbox_state, state.sdk, state.name)
 
 
 @contextlib.contextmanager

@@ -30,7 +30,7 @@ from osmosis_harbor.sandbox.owner import pools
 from osmosis_harbor.sandbox.owner.context import Role, TrialContext
 from osmosis_harbor.sandbox.owner.head_start import VERIFIER_SESSION_MARK
 from osmosis_harbor.sandbox.owner.starts import SandboxStarts
-from osmosis_harbor.sandbox.sdk.faults import create_checked
+from osmosis_harbor.sandbox.sdk.faults import ApiRetry, create_checked
 from osmosis_harbor.settings import Settings
 from osmosis_harbor.shim import contract
 
@@ -88,6 +88,7 @@ class SandboxCreator:
         current: Settings,
     ) -> None:
         self._settings = current
+        self._retry = ApiRetry.of(current)
         self._state = state
         self._context = context
         self._owner = context.owner
@@ -180,7 +181,7 @@ class SandboxCreator:
         state, starts = self._state, self._owner.starts
         if not state.pool:
             return await create_checked(
-                state.sdk, name, lambda: _in_slot(starts, lambda: self._create_fresh(image, name))
+                state.sdk, name, lambda: _in_slot(starts, lambda: self._create_fresh(image, name)), self._retry
             )
         try:
             sandbox, fell_back = await pools.claim(self._claim_request(starts, name))
@@ -229,7 +230,9 @@ class SandboxCreator:
 
         async def attempt() -> Any:
             if batches is not None:
-                return await batches.claim(sdk, pool, name, {k: v for k, v in common.items() if k != "name"})
+                return await batches.claim(
+                    sdk, pool, name, {k: v for k, v in common.items() if k != "name"}, self._retry
+                )
             # A pool launch inherits image/cpu/memory/network from the pool.
             return await _in_slot(starts, lambda: sdk.create.aio(pool=pool, **common))
 
@@ -246,6 +249,7 @@ class SandboxCreator:
             base=self._plan.pool_base,
             generic=state.generic_pool,
             wait_sec=self._settings.pool_claim_wait_sec,
+            retry=self._retry,
         )
 
     async def _adopt_name(self, name: str, sandbox: Any) -> str:

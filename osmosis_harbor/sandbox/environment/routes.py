@@ -39,6 +39,7 @@ from osmosis_harbor.sandbox.transfer.exec_folds import (
     read_trailer,
     upload_failure,
 )
+from osmosis_harbor.sandbox.transfer.extract import TransferLimits
 from osmosis_harbor.settings import Settings
 
 __all__ = ["CommandFold", "FileCalls", "TransferRoutes", "takes_exec_archives"]
@@ -105,6 +106,7 @@ class TransferRoutes:
         self._calls = calls
         self._logger = logger
         self._settings = current
+        self.limits = TransferLimits.of(current)  # every transfer of this environment's sandboxes
 
     # ── what is known ready (``preparation.py`` elides Harbor's commands on it) ──────────────
 
@@ -147,11 +149,12 @@ class TransferRoutes:
         if self._transfers is not None or state.sandbox is None:
             return self._transfers
         if takes_exec_archives(state.sandbox, self._settings):
-            archives = ExecArchives(self._raw_shell, self._calls.write_bytes, self._calls.read_bytes)
+            archives = ExecArchives(self._raw_shell, self._calls.write_bytes, self._calls.read_bytes, self.limits)
             self._exec_archives = archives
             self._transfers = ArchiveTransfers(
                 archives.put,
                 archives.get,
+                self.limits,
                 self._logger,
                 get_together=archives.get_together,
                 companions=self._companions,
@@ -297,7 +300,7 @@ class TransferRoutes:
 
     def harbor_path(self) -> HarborPath:
         """Harbor's transfer commands with our bounded host side (no archive capability)."""
-        return HarborPath(self.shell, self._calls.read_bytes, self._logger)
+        return HarborPath(self.shell, self._calls.read_bytes, self._logger, self.limits)
 
     def discard(self) -> None:
         """The sandbox is stopping: uploads still staged are dropped (nothing could observe them)."""

@@ -370,7 +370,7 @@ class SandboxEnvironment(SandboxEnvironmentBase):
         self, *, source_dir: str, target_dir: Path | str, exclude: list[str], service: str | None
     ) -> None:
         await download_with_exclusions(
-            self, source_dir=source_dir, target_dir=target_dir, exclude=exclude, service=service
+            self, self._routes.limits, source_dir=source_dir, target_dir=target_dir, exclude=exclude, service=service
         )
 
     @override
@@ -384,7 +384,9 @@ class SandboxEnvironment(SandboxEnvironmentBase):
         protect: Sequence[str] | None = None,
     ) -> None:
         filtered = (
-            super().download_dir_filtered if self.os == TaskOS.WINDOWS else functools.partial(download_filtered, self)
+            super().download_dir_filtered
+            if self.os == TaskOS.WINDOWS
+            else functools.partial(download_filtered, self, self._routes.limits)
         )
         await filtered(source_dir=source_dir, target_dir=target_dir, include=include, exclude=exclude, protect=protect)
 

@@ -66,12 +66,12 @@ class SandboxSession:
         return await self.require().exec.aio(*argv, workdir=workdir, timeout_seconds=timeout_seconds, env=env)
 
     async def write_bytes(self, data: bytes, remote_path: str) -> None:
-        await self.guarded(retry_safe("write_bytes", self._write, data, remote_path))
+        await self.guarded(retry_safe("write_bytes", self.losses.retry, self._write, data, remote_path))
 
     async def read_bytes(self, remote_path: str) -> bytes:
         """A missing file is ``FileNotFoundError`` whatever the SDK's shape of "not found"."""
         with missing_as_file_not_found(remote_path):
-            return await self.guarded(retry_safe("read_bytes", self._read, remote_path))
+            return await self.guarded(retry_safe("read_bytes", self.losses.retry, self._read, remote_path))
 
     async def _write(self, data: bytes, remote_path: str) -> None:
         await self.require().write_bytes.aio(data, remote_path)

@@ -26,6 +26,7 @@ from osmosis_harbor.errors import ConfigError
 from osmosis_harbor.sandbox.ledger.store import Kind, Ledger, LedgerEntry, State, default_ledger, endpoint_for
 from osmosis_harbor.sandbox.sdk import records
 from osmosis_harbor.sandbox.sdk.errors import is_api_fault, is_missing
+from osmosis_harbor.sandbox.sdk.faults import ApiRetry
 from osmosis_harbor.sandbox.sdk.protocol import SandboxSdk
 from osmosis_harbor.sandbox.sdk.registry import load_sandbox_sdk
 
@@ -54,46 +55,45 @@ class Leftover(BaseModel):
     detail: str | None = None
 
 
-def _safe[T](call: Callable[..., T], *args: Any) -> T:
+def _safe[T](retry: ApiRetry, call: Callable[..., T], *args: Any) -> T:
     """A blocking SDK call that is safe to retry (``sdk.faults.CALL_SAFETY``), retried."""
-    current = settings.current()
     retrying = Retrying(
         retry=retry_if_exception(is_api_fault),
-        stop=stop_after_attempt(current.api_attempts),
-        wait=wait_random_exponential(multiplier=0.2, max=current.api_retry_max_wait),
+        stop=stop_after_attempt(retry.attempts),
+        wait=wait_random_exponential(multiplier=0.2, max=retry.max_wait),
         reraise=True,
     )
     return retrying(call, *args)
 
 
-def _listed(sdk: SandboxSdk) -> dict[str, Any]:
+def _listed(sdk: SandboxSdk, retry: ApiRetry) -> dict[str, Any]:
     """The SDK's ``ls()`` records by name."""
-    return {str(records.name_of(r)): r for r in _safe(sdk.ls)}
+    return {str(records.name_of(r)): r for r in _safe(retry, sdk.ls)}
 
 
-def _pool_listed(sdk: SandboxSdk, name: str) -> bool | None:
+def _pool_listed(sdk: SandboxSdk, name: str, retry: ApiRetry) -> bool | None:
     """Whether the pool exists, where the SDK can list pools (the Docker SDK); None: cannot tell."""
     list_pools = getattr(sdk, "list_pools", None)
     if list_pools is None:
         return None
-    return name in {records.name_of(p) for p in _safe(list_pools)}
+    return name in {records.name_of(p) for p in _safe(retry, list_pools)}
 
 
-def _terminate(sdk: SandboxSdk, record: Any) -> None:
+def _terminate(sdk: SandboxSdk, record: Any, retry: ApiRetry) -> None:
     """Terminate a listed sandbox: by name where the SDK offers it, else through its record."""
     by_name = getattr(sdk, "terminate_by_name", None)
     if by_name is not None:
-        _safe(by_name, records.name_of(record))
+        _safe(retry, by_name, records.name_of(record))
         return
     if getattr(record, "terminate", None) is None:
         raise ConfigError(f"sandbox {records.name_of(record)}: this SDK's ls() records cannot be terminated")
-    _safe(record.terminate)
+    _safe(retry, record.terminate)
 
 
-def _delete_pool(sdk: SandboxSdk, name: str) -> bool:
+def _delete_pool(sdk: SandboxSdk, name: str, retry: ApiRetry) -> bool:
     """Delete the pool; False when it was already gone."""
     try:
-        _safe(sdk.delete_pool, name)
+        _safe(retry, sdk.delete_pool, name)
     except Exception as exc:
         if is_missing(exc):
             return False
@@ -101,10 +101,12 @@ def _delete_pool(sdk: SandboxSdk, name: str) -> bool:
     return True
 
 
-def _reap_one(sdk: SandboxSdk, entry: LedgerEntry, ledger: Ledger, listed: dict[str, Any], dry_run: bool) -> Leftover:
+def _reap_one(
+    sdk: SandboxSdk, entry: LedgerEntry, ledger: Ledger, listed: dict[str, Any], dry_run: bool, retry: ApiRetry
+) -> Leftover:
     owner = f"{entry.owner.host}:{entry.owner.pid}"
     base = {"kind": entry.kind, "name": entry.name, "sdk": entry.sdk, "owner": owner, "state": entry.state}
-    present = entry.name in listed if entry.kind is Kind.SANDBOX else _pool_listed(sdk, entry.name)
+    present = entry.name in listed if entry.kind is Kind.SANDBOX else _pool_listed(sdk, entry.name, retry)
     if present is False:
         if not dry_run:
             ledger.forget(entry.kind, entry.sdk, entry.endpoint, entry.name)
@@ -114,10 +116,10 @@ def _reap_one(sdk: SandboxSdk, entry: LedgerEntry, ledger: Ledger, listed: dict[
         return Leftover(**base, action=Action.WOULD_REMOVE, detail=detail)
     try:
         if entry.kind is Kind.SANDBOX:
-            _terminate(sdk, listed[entry.name])
+            _terminate(sdk, listed[entry.name], retry)
             gone = Action.TERMINATED
         else:
-            gone = Action.DELETED if _delete_pool(sdk, entry.name) else Action.ALREADY_GONE
+            gone = Action.DELETED if _delete_pool(sdk, entry.name, retry) else Action.ALREADY_GONE
     except Exception as exc:
         return Leftover(**base, action=Action.FAILED, detail=f"{type(exc).__name__}: {exc}")
     ledger.forget(entry.kind, entry.sdk, entry.endpoint, entry.name)
@@ -129,19 +131,23 @@ def _in_use(ledger: Ledger, entry: LedgerEntry) -> bool:
     return entry.kind is Kind.POOL and bool(ledger.live_pool_users(entry.sdk, entry.endpoint, entry.name))
 
 
-def reap_dead_owners(sdk_name: str, *, ledger: Ledger | None = None, dry_run: bool = False) -> list[Leftover]:
+def reap_dead_owners(
+    sdk_name: str, config: settings.Settings, *, ledger: Ledger | None = None, dry_run: bool = False
+) -> list[Leftover]:
     """Remove (or, ``dry_run``, list) every sandbox and pool of ``sdk_name`` whose owner is dead,
     sandboxes first (a pool they were claimed from cannot be deleted before them). The SDK is
-    loaded only when the ledger names something to check."""
-    ledger = ledger or default_ledger()
-    entries = ledger.entries(sdk=sdk_name, endpoint=endpoint_for(sdk_name))
+    loaded only when the ledger names something to check. ``config``: the caller's settings
+    (the ledger, unless ``ledger`` is given, the SDK's endpoint, the retries)."""
+    ledger = ledger or default_ledger(config)
+    retry = ApiRetry.of(config)
+    entries = ledger.entries(sdk=sdk_name, endpoint=endpoint_for(sdk_name, config))
     dead = [e for e in entries if e.state is not State.HANDED_OVER and e.owner.is_dead() and not _in_use(ledger, e)]
     if not dead:
         return []
     dead.sort(key=lambda e: e.kind is Kind.POOL)
     sdk = load_sandbox_sdk(sdk_name)
-    listed = _listed(sdk) if any(e.kind is Kind.SANDBOX for e in dead) else {}
-    reaped = [_reap_one(sdk, entry, ledger, listed, dry_run) for entry in dead]
+    listed = _listed(sdk, retry) if any(e.kind is Kind.SANDBOX for e in dead) else {}
+    reaped = [_reap_one(sdk, entry, ledger, listed, dry_run, retry) for entry in dead]
     for item in reaped:
         log.warning("%s %s of dead owner %s (%s): %s", item.kind, item.name, item.owner, item.sdk, item.action)
     return reaped

@@ -242,14 +242,15 @@ def _entry(row: tuple[object, ...]) -> LedgerEntry:
     )
 
 
-def default_ledger() -> Ledger:
-    """The ledger at ``Settings.ledger`` (``OSMOSIS_HARBOR_LEDGER``), else under the cache dir."""
-    return Ledger(settings.current().ledger_path())
+def default_ledger(current: settings.Settings) -> Ledger:
+    """The ledger ``current`` names: ``Settings.ledger`` (``OSMOSIS_HARBOR_LEDGER``), else under
+    the cache dir."""
+    return Ledger(current.ledger_path())
 
 
-def endpoint_for(sdk: str) -> str:
-    """Which service of ``sdk`` a name belongs to (the same name on two services is two things)."""
-    current = settings.current()
+def endpoint_for(sdk: str, current: settings.Settings) -> str:
+    """Which service of ``sdk`` a name belongs to by ``current`` (the same name on two services is
+    two things)."""
     if sdk == "docker":
         return current.docker_host
     if sdk == "skypilot-emulator":

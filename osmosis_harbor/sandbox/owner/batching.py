@@ -35,7 +35,7 @@ from typing import Any
 
 from osmosis_harbor.sandbox.sdk import records
 from osmosis_harbor.sandbox.sdk.errors import is_api_fault, is_missing
-from osmosis_harbor.sandbox.sdk.faults import retry_safe, terminate_record
+from osmosis_harbor.sandbox.sdk.faults import ApiRetry, retry_safe, terminate_record
 from osmosis_harbor.sandbox.sdk.protocol import SandboxSdk
 
 __all__ = ["BATCH_PREFIX", "ClaimBatcher"]
@@ -50,6 +50,7 @@ class _Batch:
     sdk: SandboxSdk
     pool: str
     common: dict[str, Any]
+    retry: ApiRetry  # the first claim's: how a faulted batch call's leftovers are found
     waiters: list[tuple[str, asyncio.Future[Any]]] = field(default_factory=list)
     full: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -72,12 +73,12 @@ class ClaimBatcher:
         self._runs: set[asyncio.Task[None]] = set()
         self.calls = 0  # batch calls made (k >= 2), for health and tests
 
-    async def claim(self, sdk: SandboxSdk, pool: str, name: str, common: dict[str, Any]) -> Any:
+    async def claim(self, sdk: SandboxSdk, pool: str, name: str, common: dict[str, Any], retry: ApiRetry) -> Any:
         """One member of ``pool`` for the sandbox that would have been called ``name``."""
         key = (id(sdk), pool, repr(sorted(common.items())))
         batch = self._open.get(key)
         if batch is None:
-            batch = self._open[key] = _Batch(sdk, pool, common)
+            batch = self._open[key] = _Batch(sdk, pool, common, retry)
             run = asyncio.ensure_future(self._run(key, batch))
             self._runs.add(run)
             run.add_done_callback(self._runs.discard)
@@ -135,7 +136,7 @@ class ClaimBatcher:
             )
         except Exception as exc:
             if is_api_fault(exc):
-                await self._settle(batch.sdk, prefix)
+                await self._settle(batch.sdk, prefix, batch.retry)
             raise
         members = list(made)
         if len(members) != len(names):
@@ -146,14 +147,14 @@ class ClaimBatcher:
         return members
 
     @staticmethod
-    async def _settle(sdk: SandboxSdk, prefix: str) -> None:
+    async def _settle(sdk: SandboxSdk, prefix: str, retry: ApiRetry) -> None:
         """Terminate what a faulted batch call made (its members share ``prefix``)."""
         try:
-            listed = await retry_safe("ls", sdk.ls.aio)
+            listed = await retry_safe("ls", retry, sdk.ls.aio)
         except Exception as exc:  # cannot tell: their TTL and the ledger's reap remain
             log.warning("cannot list sandboxes after a failed batch claim %s: %s", prefix, exc)
             return
         for record in listed:
             if (records.name_of(record) or "").startswith(f"{prefix}-"):
                 with contextlib.suppress(Exception):
-                    await terminate_record(sdk, record)
+                    await terminate_record(sdk, record, retry)

@@ -43,7 +43,7 @@ from osmosis_harbor.errors import ConfigError, PoolClaimError
 from osmosis_harbor.sandbox.owner.sandboxes import OwnedSandboxes
 from osmosis_harbor.sandbox.sdk import records
 from osmosis_harbor.sandbox.sdk.errors import is_invalid, is_missing
-from osmosis_harbor.sandbox.sdk.faults import create_checked, retry_safe
+from osmosis_harbor.sandbox.sdk.faults import ApiRetry, create_checked, retry_safe
 from osmosis_harbor.sandbox.sdk.protocol import SandboxSdk
 from osmosis_harbor.sandbox.sdk.registry import load_sandbox_sdk
 
@@ -150,19 +150,19 @@ async def create(
     except Exception as exc:
         if is_invalid(exc):  # refused: a resize cannot fix it
             raise
-        note = await _adopt(sdk, name, size, exc)
+        note = await _adopt(sdk, name, size, exc, sandboxes.retry)
         await sandboxes.pool_made(name, sdk_name)
         return note
     await sandboxes.pool_made(name, sdk_name)
     return None
 
 
-async def _adopt(sdk: SandboxSdk, name: str, size: int, failure: Exception) -> str:
+async def _adopt(sdk: SandboxSdk, name: str, size: int, failure: Exception, retry: ApiRetry) -> str:
     """``create_pool`` failed: the pool exists, or did not warm in time. Resized to ``size``
     it is this group's pool; if there is no such pool, ``failure`` stands."""
     log.info("create_pool %s failed (%s): adopting the pool at size %d", name, failure, size)
     try:
-        await retry_safe("set_pool_size", sdk.set_pool_size.aio, name, size)
+        await retry_safe("set_pool_size", retry, sdk.set_pool_size.aio, name, size)
     except Exception as exc:
         if is_missing(exc):
             raise failure from exc
@@ -192,6 +192,7 @@ class ClaimRequest:
     base: str | None
     generic: bool
     wait_sec: float
+    retry: ApiRetry
 
 
 class MissingPoolError(LookupError):
@@ -229,7 +230,7 @@ async def claim(request: ClaimRequest) -> tuple[Any, bool]:
     delay = CLAIM_RETRY_FIRST_SEC
     while True:
         try:
-            return await create_checked(request.sdk, request.name, request.attempt), False
+            return await create_checked(request.sdk, request.name, request.attempt, request.retry), False
         except Exception as exc:
             if is_missing(exc):
                 raise _missing_pool(request, exc) from None
@@ -247,7 +248,7 @@ async def claim(request: ClaimRequest) -> tuple[Any, bool]:
     log.info(
         "pool %s could not serve %s (%s): cold-creating it from the pool's image", request.pool, request.name, last
     )
-    return await create_checked(request.sdk, request.name, request.fallback), True
+    return await create_checked(request.sdk, request.name, request.fallback, request.retry), True
 
 
 async def delete(sandboxes: OwnedSandboxes, sdk_name: str, pools: Iterable[str]) -> list[str]:
@@ -268,7 +269,7 @@ async def delete(sandboxes: OwnedSandboxes, sdk_name: str, pools: Iterable[str])
             continue
         try:
             await _end_members(sandboxes, sdk, sdk_name, pool)
-            await retry_safe("delete_pool", sdk.delete_pool.aio, pool)
+            await retry_safe("delete_pool", sandboxes.retry, sdk.delete_pool.aio, pool)
         except Exception as exc:
             if not is_missing(exc):
                 problems.append(f"pool {pool}: {exc}")
@@ -280,7 +281,7 @@ async def delete(sandboxes: OwnedSandboxes, sdk_name: str, pools: Iterable[str])
 
 async def _end_members(sandboxes: OwnedSandboxes, sdk: SandboxSdk, sdk_name: str, pool: str) -> None:
     """Terminate the sandboxes claimed from ``pool`` that are this owner's or a dead owner's."""
-    for record in await retry_safe("ls", sdk.ls.aio):
+    for record in await retry_safe("ls", sandboxes.retry, sdk.ls.aio):
         if records.pool_of(record) == pool:
             with contextlib.suppress(Exception):  # the delete's 500 then says it is still there
                 await sandboxes.end_if_ours(sdk, sdk_name, record)

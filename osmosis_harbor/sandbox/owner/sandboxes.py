@@ -25,10 +25,11 @@ from typing import Any
 
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
 
+from osmosis_harbor import settings
 from osmosis_harbor.owner_process import OwnerProcess
 from osmosis_harbor.sandbox.ledger.store import Kind, Ledger, State, default_ledger, endpoint_for
 from osmosis_harbor.sandbox.sdk import records
-from osmosis_harbor.sandbox.sdk.faults import retry_safe, terminate_by_name, terminate_record
+from osmosis_harbor.sandbox.sdk.faults import ApiRetry, retry_safe, terminate_by_name, terminate_record
 from osmosis_harbor.sandbox.sdk.liveness import sandbox_state
 from osmosis_harbor.sandbox.sdk.protocol import SandboxSdk
 
@@ -58,9 +59,15 @@ class OwnedSandboxes:
     """One owner's sandboxes and pools, mirrored in the ledger until the SDK said they are gone.
 
     ``user`` names the owner among the pool's users (unique per owner, so two backends of one
-    process are two users); ``process`` is the owner's process, by which a reaper judges it."""
+    process are two users); ``process`` is the owner's process, by which a reaper judges it.
+    ``config``: the owner's settings, read here once when its maker passes none; they give the
+    ledger (unless ``ledger`` is given), each SDK's endpoint and the retries of its calls."""
 
-    def __init__(self, ledger: Ledger | None = None, *, user: str | None = None) -> None:
+    def __init__(
+        self, ledger: Ledger | None = None, *, user: str | None = None, config: settings.Settings | None = None
+    ) -> None:
+        self.config = config if config is not None else settings.current()  # once per owner
+        self.retry = ApiRetry.of(self.config)
         self._ledger = ledger
         self._live: dict[str, _Live] = {}
         self._pools: dict[str, str] = {}  # pool name -> SDK name, while this owner holds it
@@ -71,8 +78,11 @@ class OwnedSandboxes:
     @property
     def ledger(self) -> Ledger:
         if self._ledger is None:
-            self._ledger = default_ledger()
+            self._ledger = default_ledger(self.config)
         return self._ledger
+
+    def _endpoint(self, sdk_name: str) -> str:
+        return endpoint_for(sdk_name, self.config)
 
     def names(self) -> list[str]:
         with self._guard:
@@ -85,7 +95,7 @@ class OwnedSandboxes:
 
     async def pending(self, name: str, sdk: SandboxSdk, sdk_name: str) -> None:
         """Before the create call: in the ledger first, then in memory."""
-        endpoint = endpoint_for(sdk_name)
+        endpoint = self._endpoint(sdk_name)
         await asyncio.to_thread(self.ledger.record, Kind.SANDBOX, sdk_name, endpoint, name, self.process)
         with self._guard:
             self._live[name] = _Live(sdk=sdk, sdk_name=sdk_name, endpoint=endpoint)
@@ -119,9 +129,9 @@ class OwnedSandboxes:
         """One terminate (retried on API faults); the error, or None once it is gone."""
         try:
             if live.handle is not None:
-                await retry_safe("terminate", live.handle.terminate.aio, wait=True)
+                await retry_safe("terminate", self.retry, live.handle.terminate.aio, wait=True)
             else:
-                await terminate_by_name(live.sdk, name)
+                await terminate_by_name(live.sdk, name, self.retry)
         except Exception as exc:
             message = f"{type(exc).__name__}: {exc}"
             await asyncio.to_thread(
@@ -171,7 +181,7 @@ class OwnedSandboxes:
                 await self.end(name)
             return
         try:
-            state = await retry_safe("ls", sandbox_state, live.sdk, name)
+            state = await retry_safe("ls", self.retry, sandbox_state, live.sdk, name)
         except Exception as exc:  # cannot tell: try to terminate it, keep it if that fails
             logger.warning("cannot list sandboxes after a failed create of %s: %s", name, exc)
             await self.end(name)
@@ -185,7 +195,7 @@ class OwnedSandboxes:
     async def pool_pending(self, name: str, sdk_name: str) -> None:
         """Before ``create_pool``: a pool this owner makes or adopts, and uses (it deletes it,
         unless another live owner uses it too, or hands it over)."""
-        endpoint = endpoint_for(sdk_name)
+        endpoint = self._endpoint(sdk_name)
         await asyncio.to_thread(self.ledger.use_pool, sdk_name, endpoint, name, self.user, self.process)
         await asyncio.to_thread(self.ledger.record, Kind.POOL, sdk_name, endpoint, name, self.process)
         with self._guard:
@@ -194,7 +204,7 @@ class OwnedSandboxes:
     async def pool_shared(self, name: str, sdk_name: str) -> bool:
         """Whether another live owner uses ``name``; if so this owner lets go of it (its use
         released, the pool left to the last user: the ledger keeps it, for that user or a reaper)."""
-        endpoint = endpoint_for(sdk_name)
+        endpoint = self._endpoint(sdk_name)
         others = await asyncio.to_thread(self.ledger.live_pool_users, sdk_name, endpoint, name, besides=self.user)
         if not others:
             return False
@@ -204,10 +214,10 @@ class OwnedSandboxes:
         return True
 
     async def pool_made(self, name: str, sdk_name: str) -> None:
-        await asyncio.to_thread(self.ledger.mark, Kind.POOL, sdk_name, endpoint_for(sdk_name), name, State.RUNNING)
+        await asyncio.to_thread(self.ledger.mark, Kind.POOL, sdk_name, self._endpoint(sdk_name), name, State.RUNNING)
 
     async def pool_gone(self, name: str, sdk_name: str) -> None:
-        endpoint = endpoint_for(sdk_name)
+        endpoint = self._endpoint(sdk_name)
         await asyncio.to_thread(self.ledger.forget, Kind.POOL, sdk_name, endpoint, name)
         await asyncio.to_thread(self.ledger.release_pool, sdk_name, endpoint, name, self.user)
         with self._guard:
@@ -215,7 +225,7 @@ class OwnedSandboxes:
 
     async def pool_delete_failed(self, name: str, sdk_name: str, error: str) -> None:
         """The pool stays in the ledger, with why, for the next start or ``cleanup`` to delete."""
-        endpoint = endpoint_for(sdk_name)
+        endpoint = self._endpoint(sdk_name)
         await asyncio.to_thread(self.ledger.mark, Kind.POOL, sdk_name, endpoint, name, State.DELETE_FAILED, error)
 
     async def end_if_ours(self, sdk: SandboxSdk, sdk_name: str, record: Any) -> bool:
@@ -227,12 +237,12 @@ class OwnedSandboxes:
             return False
         if self.registered(name):
             return await self.end(name)
-        endpoint = endpoint_for(sdk_name)
+        endpoint = self._endpoint(sdk_name)
         entries = await asyncio.to_thread(self.ledger.entries, sdk_name, endpoint)
         entry = next((e for e in entries if e.kind is Kind.SANDBOX and e.name == name), None)
         if entry is None or not (entry.owner == self.process or entry.owner.is_dead()):
             return False
-        await terminate_record(sdk, record)
+        await terminate_record(sdk, record, self.retry)
         await asyncio.to_thread(self.ledger.forget, Kind.SANDBOX, sdk_name, endpoint, name)
         return True
 
@@ -243,8 +253,8 @@ class OwnedSandboxes:
         with self._guard:
             pools, self._pools = dict(self._pools), {}
         for name, sdk_name in pools.items():
-            self.ledger.mark(Kind.POOL, sdk_name, endpoint_for(sdk_name), name, State.HANDED_OVER)
-            self.ledger.release_pool(sdk_name, endpoint_for(sdk_name), name, self.user)
+            self.ledger.mark(Kind.POOL, sdk_name, self._endpoint(sdk_name), name, State.HANDED_OVER)
+            self.ledger.release_pool(sdk_name, self._endpoint(sdk_name), name, self.user)
         return sorted(pools)
 
     async def terminate_all(self) -> list[str]:

@@ -22,24 +22,20 @@ from osmosis_harbor import settings
 log = logging.getLogger(__name__)
 
 
-def executor_workers() -> int:
-    """Threads of the SDK's pool (``OSMOSIS_HARBOR_DOCKER_SDK_THREADS``): a running exec holds
-    one for as long as its command runs, so this bounds the rollouts a process holds in flight;
-    threads start only when needed, so a high bound costs nothing until it is used."""
-    return settings.current().docker_sdk_threads
-
-
 _executor_lock = threading.Lock()
 _executor_instance: concurrent.futures.ThreadPoolExecutor | None = None
 
 
 def executor() -> concurrent.futures.ThreadPoolExecutor:
-    """The SDK's own pool: every running exec holds one thread while it streams output."""
+    """The SDKs' own pool, made once per process: every running exec holds one thread while it
+    streams output. Its size (``OSMOSIS_HARBOR_DOCKER_SDK_THREADS``) is read when it is made, the
+    one object both SDKs' calls share: it bounds the rollouts a process holds in flight; threads
+    start only when needed, so a high bound costs nothing until it is used."""
     global _executor_instance
     with _executor_lock:
         if _executor_instance is None:
             _executor_instance = concurrent.futures.ThreadPoolExecutor(
-                max_workers=executor_workers(), thread_name_prefix="osmosis-docker-sdk"
+                max_workers=settings.current().docker_sdk_threads, thread_name_prefix="osmosis-docker-sdk"
             )
         return _executor_instance
 

@@ -21,14 +21,14 @@ The seccomp profile is the engine's default unless the operator gives one
 
 from __future__ import annotations
 
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
-from osmosis_harbor import settings
 from osmosis_harbor.sandbox.sdk.seccomp import read_profile
 
-__all__ = ["CAPABILITY_NAMES", "DROPPED_CAPABILITIES", "SandboxPrivileges", "capability_names"]
+__all__ = ["CAPABILITY_NAMES", "DROPPED_CAPABILITIES", "PrivilegeSettings", "SandboxPrivileges", "capability_names"]
 
 DROPPED_CAPABILITIES = ("NET_RAW", "AUDIT_WRITE")
 NO_NEW_PRIVILEGES = "no-new-privileges"
@@ -53,6 +53,17 @@ def capability_names(mask: int) -> list[str]:
     ]
 
 
+class PrivilegeSettings(Protocol):
+    """The two settings the privileges are made from (``Settings`` has them, and so does the
+    Docker SDK's config)."""
+
+    @property
+    def sandbox_no_new_privileges(self) -> bool: ...
+
+    @property
+    def sandbox_seccomp_profile(self) -> Path | None: ...
+
+
 class SandboxPrivileges(BaseModel):
     """The privilege options one sandbox container is created with (one decision, as data)."""
 
@@ -63,7 +74,7 @@ class SandboxPrivileges(BaseModel):
     seccomp: str | None = None  # the operator's profile (JSON text); None: the engine's default
 
     @classmethod
-    def of(cls, current: settings.Settings) -> SandboxPrivileges:
+    def of(cls, current: PrivilegeSettings) -> SandboxPrivileges:
         """The privileges ``current`` (the caller's one reading of the settings) asks for."""
         profile = current.sandbox_seccomp_profile
         return cls(

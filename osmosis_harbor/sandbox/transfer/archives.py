@@ -40,6 +40,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import BinaryIO
 
+from osmosis_harbor.sandbox.transfer.extract import TransferLimits
 from osmosis_harbor.sandbox.transfer.snapshot import Logger, Member, Snapshot
 
 __all__ = ["LOG_ROOT", "ArchiveTransfers", "overlaps"]
@@ -159,6 +160,7 @@ class ArchiveTransfers:
         self,
         put: Put,
         get: Get,
+        limits: TransferLimits,
         logger: Logger | None = None,
         *,
         get_together: GetTogether | None = None,
@@ -169,6 +171,7 @@ class ArchiveTransfers:
         self._put_after = put_after
         self._get = get
         self._get_together = get_together
+        self._limits = limits
         self._companions = tuple(_norm(c) for c in companions if not overlaps(_norm(c), LOG_ROOT))
         self._logger = logger or log
         self._staged = _Staged()
@@ -264,7 +267,7 @@ class ArchiveTransfers:
             await fill(archive)
             roots = self.fold_roots()
             also = tuple(r for r in roots[1:] if r in present) + tuple(r for r in roots[1:] if r not in present)
-            snapshot = await asyncio.to_thread(Snapshot, LOG_ROOT, archive, also=also)
+            snapshot = await asyncio.to_thread(Snapshot, LOG_ROOT, archive, self._limits, also=also)
         except BaseException:
             archive.close()
             raise
@@ -281,10 +284,10 @@ class ArchiveTransfers:
                 present = await self._get_together([root, *self._companions], archive)
                 also = tuple(c for c in self._companions if c in present)
                 missing = tuple(c for c in self._companions if c not in present)
-                snapshot = await asyncio.to_thread(Snapshot, root, archive, also=also + missing)
+                snapshot = await asyncio.to_thread(Snapshot, root, archive, self._limits, also=also + missing)
                 return snapshot  # a companion that was not there is absent from it, as in the sandbox
             await self._get(root, archive)
-            return await asyncio.to_thread(Snapshot, root, archive)
+            return await asyncio.to_thread(Snapshot, root, archive, self._limits)
         except BaseException:
             archive.close()
             raise

@@ -44,13 +44,14 @@ def reported_size(result: ExecResult) -> int | None:
 class HarborPath:
     """Harbor's sandbox-side transfer commands with our host side (see the module)."""
 
-    def __init__(self, run_shell: RunShell, read_bytes: ReadBytes, logger: Logger) -> None:
+    def __init__(self, run_shell: RunShell, read_bytes: ReadBytes, logger: Logger, limits: TransferLimits) -> None:
         self._run_shell = run_shell
+        self._limits = limits
         self._read_bytes = read_bytes
         self._logger = logger
 
     async def download_dir(self, source_dir: str, target_dir: Path) -> ExtractResult:
-        limits = TransferLimits.current()
+        limits = self._limits
         remote = f"{REMOTE_TRANSFER_DIR}/hb-download-{uuid.uuid4().hex}.tar.gz"
         try:
             pack = f"{remote_pack_command(source_dir, remote)} && wc -c < {shlex.quote(remote)}"
@@ -67,7 +68,7 @@ class HarborPath:
             await self._run_shell(f"rm -f {shlex.quote(remote)}", timeout_seconds=30)
 
     async def download_file(self, source_path: str, target_path: Path) -> None:
-        limits = TransferLimits.current()
+        limits = self._limits
         probe = await self._run_shell(f"stat -L -c %s -- {shlex.quote(source_path)}", timeout_seconds=30)
         size = reported_size(probe) if probe.return_code == 0 else None
         if size is not None:

@@ -83,8 +83,11 @@ class ExecArchives:
     ``run_shell`` runs a raw command as root and must not itself flush or invalidate the
     transfers (it is called from inside them)."""
 
-    def __init__(self, run_shell: RunShell, write_bytes: WriteBytes, read_bytes: ReadBytes) -> None:
+    def __init__(
+        self, run_shell: RunShell, write_bytes: WriteBytes, read_bytes: ReadBytes, limits: TransferLimits
+    ) -> None:
         self._run_shell = run_shell
+        self._limits = limits
         self._write_bytes = write_bytes
         self._read_bytes = read_bytes
         self._stale: list[str] = []  # fetched archives still in the sandbox, removed by the next command
@@ -210,7 +213,7 @@ class ExecArchives:
     async def _receive(self, data: bytes | None, remote: str, size: int, into: BinaryIO, label: str) -> None:
         """A packed archive unzipped into ``into`` within the bounds: ``data`` as it came, or
         read from ``remote`` once the ``size`` the sandbox reported is within them."""
-        limits = TransferLimits.current()
+        limits = self._limits
         if data is None:
             limits.check_archive(label, size)
             data = await self._read_bytes(remote)

@@ -22,7 +22,7 @@ from harbor.utils.path_filter import filter_paths_by_patterns
 
 from osmosis_harbor.harbor_compat.skypilot_names import ENV_TRANSFER_TAR_DIR, TRANSFER_PACK_TIMEOUT_SEC
 from osmosis_harbor.harbor_compat.tar_pack import pack_succeeded
-from osmosis_harbor.sandbox.transfer.extract import extract_archive
+from osmosis_harbor.sandbox.transfer.extract import TransferLimits, extract_archive
 
 __all__ = ["HarborCalls", "download_filtered", "download_with_exclusions"]
 
@@ -53,16 +53,26 @@ def _remote(suffix: str) -> str:
     return str(ENV_TRANSFER_TAR_DIR / f".hb-transfer-{uuid.uuid4()}.{suffix}")
 
 
-async def _fetch_and_extract(env: HarborCalls, remote: str, source_dir: str, target: Path, service: str | None) -> None:
+async def _fetch_and_extract(
+    env: HarborCalls, remote: str, source_dir: str, target: Path, service: str | None, limits: TransferLimits
+) -> None:
     with tempfile.TemporaryDirectory() as host_tmp:
         local = Path(host_tmp) / "transfer.tar.gz"
         await env.service_download_file(source_path=remote, target_path=local, service=service)
         with local.open("rb") as archive:
-            await asyncio.to_thread(extract_archive, archive, target, transfer=source_dir, logger=env.logger)
+            await asyncio.to_thread(
+                extract_archive, archive, target, transfer=source_dir, limits=limits, logger=env.logger
+            )
 
 
 async def download_with_exclusions(
-    env: HarborCalls, *, source_dir: str, target_dir: Path | str, exclude: list[str], service: str | None
+    env: HarborCalls,
+    limits: TransferLimits,
+    *,
+    source_dir: str,
+    target_dir: Path | str,
+    exclude: list[str],
+    service: str | None,
 ) -> None:
     target = Path(target_dir)
     target.mkdir(parents=True, exist_ok=True)
@@ -80,13 +90,14 @@ async def download_with_exclusions(
                 f"Failed to create transfer archive for {source_dir!r} with code {result.return_code}: "
                 f"{result.stderr or result.stdout or 'no output'}"
             )
-        await _fetch_and_extract(env, remote, source_dir, target, service)
+        await _fetch_and_extract(env, remote, source_dir, target, service, limits)
     finally:
         await env.service_exec(f"rm -f {shlex.quote(remote)}", service=service, timeout_sec=120, user="root")
 
 
 async def download_filtered(
     env: HarborCalls,
+    limits: TransferLimits,
     *,
     source_dir: str,
     target_dir: Path | str,
@@ -127,6 +138,6 @@ async def download_filtered(
                 f"Failed to create filtered transfer archive for {source_dir!r} with code {packed.return_code}: "
                 f"{packed.stderr or packed.stdout or 'no output'}"
             )
-        await _fetch_and_extract(env, remote, source_dir, target, None)
+        await _fetch_and_extract(env, remote, source_dir, target, None, limits)
     finally:
         await env.exec(f"rm -f {shlex.quote(remote)} {shlex.quote(remote_list)}", timeout_sec=120, user="root")

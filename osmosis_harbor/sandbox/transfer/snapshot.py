@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import IO
 
 from osmosis_harbor.errors import UnreadableArchiveError
-from osmosis_harbor.sandbox.transfer.extract import ExtractResult, extract_archive, write_file
+from osmosis_harbor.sandbox.transfer.extract import ExtractResult, TransferLimits, extract_archive, write_file
 from osmosis_harbor.sandbox.transfer.extract.archive import member_parts
 
 __all__ = ["Member", "Snapshot"]
@@ -104,8 +104,9 @@ class Snapshot:
     """One fetched tree (``root``), by absolute path, with the uploads made since laid over it;
     or several trees fetched together in one archive (``also``: members named from ``/``)."""
 
-    def __init__(self, root: str, archive: IO[bytes], *, also: tuple[str, ...] = ()) -> None:
+    def __init__(self, root: str, archive: IO[bytes], limits: TransferLimits, *, also: tuple[str, ...] = ()) -> None:
         self.root = root
+        self._limits = limits
         self.roots = (root, *also)
         self._archive = archive
         self._size = archive.seek(0, os.SEEK_END)
@@ -199,13 +200,22 @@ class Snapshot:
             self._check_dir(path)
         subtree = posixpath.relpath(path, self._parent)
         visit = index.add if index is not None else None
-        result = extract_archive(self._whole(), target, transfer=path, subtree=subtree, logger=logger, visit=visit)
+        result = extract_archive(
+            self._whole(), target, transfer=path, limits=self._limits, subtree=subtree, logger=logger, visit=visit
+        )
         if index is not None:
             self._index = index
             self._check_dir(path)
         laid = [m for p, m in sorted(self._overlay.items()) if p.startswith(path.rstrip("/") + "/")]
         if laid:  # host-made content: packed and extracted the same way, on top
-            extract_archive(io.BytesIO(_pack(laid)), target, transfer=path, subtree=path.strip("/"), logger=logger)
+            extract_archive(
+                io.BytesIO(_pack(laid)),
+                target,
+                transfer=path,
+                limits=self._limits,
+                subtree=path.strip("/"),
+                logger=logger,
+            )
         return result
 
 

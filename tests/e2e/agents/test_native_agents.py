@@ -33,6 +33,7 @@ from harbor.models.trajectories import (
 from harbor.models.trial.config import TaskConfig, TrialConfig
 from harbor.trial.queue import TrialQueue
 
+from osmosis_harbor import settings
 from osmosis_harbor.agents import native
 from osmosis_harbor.agents.native import (
     NATIVE_AGENTS,
@@ -47,6 +48,7 @@ from osmosis_harbor.agents.native import (
 from osmosis_harbor.sandbox import environment_config
 from osmosis_harbor.sandbox.owner.context import SandboxOwner, owner_scope
 from osmosis_harbor.testing.scripted_policy import FakeChatServer
+from osmosis_harbor.trials.contract_files import ContractBounds
 from osmosis_harbor.trials.reading import TrialPhase, read_trial
 from tests.support.common import make_task
 
@@ -251,13 +253,13 @@ def _write_trajectory(trial_dir: Path, document: dict) -> None:
 
 
 def test_no_trajectory_means_no_sample(tmp_path: Path) -> None:
-    assert sample_from_trajectory(tmp_path) is None  # oracle leaves none
+    assert sample_from_trajectory(tmp_path, ContractBounds.of(settings.current())) is None  # oracle leaves none
     _write_trajectory(tmp_path, {"schema_version": "ATIF-v1.7"})
     with pytest.raises(TrajectoryError, match="no 'steps' list"):
-        sample_from_trajectory(tmp_path)
+        sample_from_trajectory(tmp_path, ContractBounds.of(settings.current()))
     (tmp_path / "agent" / "trajectory.json").write_text("{not json")
     with pytest.raises(TrajectoryError, match="not a readable JSON"):
-        sample_from_trajectory(tmp_path)
+        sample_from_trajectory(tmp_path, ContractBounds.of(settings.current()))
 
 
 def _mini_swe_agent_native_trajectory() -> dict:
@@ -327,7 +329,7 @@ def test_mini_swe_agent_trajectory_becomes_an_openai_chat_sample(
 
     document = convert_mini_swe_agent_to_atif(_mini_swe_agent_native_trajectory(), "trial__agent")
     _write_trajectory(tmp_path, document.to_json_dict())
-    sample = sample_from_trajectory(tmp_path)
+    sample = sample_from_trajectory(tmp_path, ContractBounds.of(settings.current()))
     assert sample is not None
     assert [m["role"] for m in sample.messages] == ["system", "user", "assistant", "tool", "assistant"]
     first = sample.messages[2]
@@ -419,7 +421,7 @@ def test_atif_details_map_to_chat_messages(tmp_path: Path) -> None:
         final_metrics=FinalMetrics(total_prompt_tokens=25, total_completion_tokens=9, total_cached_tokens=0),
     )
     _write_trajectory(tmp_path, trajectory.to_json_dict())
-    sample = sample_from_trajectory(tmp_path)
+    sample = sample_from_trajectory(tmp_path, ContractBounds.of(settings.current()))
     assert sample is not None
     assert sample.messages == [
         {"role": "user", "content": "Task:\nmake /tmp/done"},
@@ -537,7 +539,7 @@ async def test_terminus_2_completes_a_task_against_the_rollout_endpoint(
         result, trial_dir = await _run_trial(task, agent, tmp_path / "trials")
     print(f"terminus-2 trial: {time.monotonic() - started:.1f}s")
 
-    reading = read_trial(result, trial_dir)
+    reading = read_trial(result, trial_dir, ContractBounds.of(settings.current()))
     assert reading.failed_phase is None, reading.error
     assert reading.reward == 1.0
     # Two calls: the command batch, then the confirmation Terminus asks for.
@@ -549,7 +551,7 @@ async def test_terminus_2_completes_a_task_against_the_rollout_endpoint(
     assert _files_containing(trial_dir, secret) == []
     assert key_env in (trial_dir / "config.json").read_text() and key_env not in os.environ
 
-    sample = sample_from_trajectory(trial_dir)
+    sample = sample_from_trajectory(trial_dir, ContractBounds.of(settings.current()))
     assert sample is not None
     roles = [m["role"] for m in sample.messages]
     assert roles == ["user", "assistant", "user", "assistant", "user"]
@@ -599,7 +601,7 @@ async def test_concurrent_rollouts_each_use_their_own_endpoint_and_key(
     print(f"2 concurrent terminus-2 trials (tmux installed by the agent): {time.monotonic() - started:.1f}s")
     secrets = {secret for _, secret, _, _ in runs}
     for index, (server, secret, result, trial_dir) in enumerate(runs):
-        reading = read_trial(result, trial_dir)
+        reading = read_trial(result, trial_dir, ContractBounds.of(settings.current()))
         assert reading.failed_phase is None and reading.reward == 1.0, reading
         assert len(server.requests) == 2
         assert {r.authorization for r in server.requests} == {f"Bearer {secret}"}
@@ -631,7 +633,7 @@ async def test_mini_swe_agent_install_failure_offline_is_reported_clearly(
         result, trial_dir = await _run_trial(task, agent, tmp_path / "trials")
     print(f"mini-swe-agent trial: {time.monotonic() - started:.1f}s")
 
-    reading = read_trial(result, trial_dir)
+    reading = read_trial(result, trial_dir, ContractBounds.of(settings.current()))
     assert reading.failed_phase is TrialPhase.AGENT_SETUP, reading
     assert result.agent_execution is None  # it never ran
     exc = result.exception_info
@@ -642,5 +644,5 @@ async def test_mini_swe_agent_install_failure_offline_is_reported_clearly(
         or 'python-downloads = "never"' in exc.exception_message
     ), exc.exception_message
     assert server.requests == [] and reading.reward is None
-    assert sample_from_trajectory(trial_dir) is None
+    assert sample_from_trajectory(trial_dir, ContractBounds.of(settings.current())) is None
     assert _files_containing(trial_dir, secret) == []

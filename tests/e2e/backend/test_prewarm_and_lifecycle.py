@@ -17,6 +17,7 @@ import pytest
 from harbor.trial.queue import TrialQueue
 from osmosis_ai.rollout.types import RolloutErrorCategory, RolloutStatus
 
+from osmosis_harbor import settings
 from osmosis_harbor.backend import HarborBackend
 from osmosis_harbor.prewarm import PrewarmError
 from osmosis_harbor.sandbox import docker as docker_sdk
@@ -444,4 +445,4 @@ async def test_one_backends_shutdown_leaves_the_pool_another_backend_uses(
 def _endpoint(sdk_name: str) -> str:
     from osmosis_harbor.sandbox.ledger.store import endpoint_for
 
-    return endpoint_for(sdk_name)
+    return endpoint_for(sdk_name, settings.current())

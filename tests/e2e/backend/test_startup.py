@@ -257,7 +257,8 @@ def test_an_emulator_server_stops_with_the_backend_that_started_it(
         [
             sys.executable,
             "-c",
-            "from osmosis_harbor.sandbox.emulator.server import launcher; print(launcher.server_url())",
+            "from osmosis_harbor import settings; from osmosis_harbor.sandbox.emulator.server import launcher; "
+            "print(launcher.server_url(settings.current()))",
         ],
         env={**os.environ},
         capture_output=True,

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from osmosis_harbor import settings
 from osmosis_harbor.audit import AuditSubject, audit_sandbox
 from osmosis_harbor.audit.run import environment_id_of, sandbox_environment
 from osmosis_harbor.sandbox import environment_config
@@ -168,7 +169,9 @@ async def test_a_prebuilt_docker_image_task_is_audited_from_its_image(tmp_path: 
             )
             assert f'docker_image = "{image}"' in (task / "task.toml").read_text()
             report = await audit_tasks(
-                [AuditSubject(task_id="image-only", path=task)], environment=sandbox_sdk.environment()
+                [AuditSubject(task_id="image-only", path=task)],
+                environment=sandbox_sdk.environment(),
+                config=settings.current(),
             )
     finally:
         await owner.close()
@@ -198,7 +201,10 @@ async def test_the_leaks_are_readable_by_an_agent_with_the_commands_the_findings
                 try:
                     shown = await env.exec(command)
                     audit = await audit_sandbox(
-                        env, [AuditSubject(task_id=task_id, path=path)], environment_id=environment_id_of(path)
+                        env,
+                        [AuditSubject(task_id=task_id, path=path)],
+                        config=settings.current(),
+                        environment_id=environment_id_of(path),
                     )
                 finally:
                     await env.stop(delete=True)

@@ -199,7 +199,10 @@ def test_a_new_server_recovers_a_dead_servers_sandboxes(tmp_path: Path, image: s
 
 
 def test_on_demand_start_is_one_server_for_concurrent_clients(tmp_path: Path) -> None:
-    script = "from osmosis_harbor.sandbox.emulator.server import launcher; print(launcher.server_url(), flush=True)"
+    script = (
+        "from osmosis_harbor import settings; from osmosis_harbor.sandbox.emulator.server import launcher; "
+        "print(launcher.server_url(settings.current()), flush=True)"
+    )
     env = {k: v for k, v in os.environ.items() if k != "OSMOSIS_HARBOR_EMULATOR_URL"}
     env["XDG_CACHE_HOME"] = str(tmp_path / "cache")
     clients = [

@@ -14,11 +14,13 @@ from collections.abc import Iterator
 
 import pytest
 
+from osmosis_harbor import settings
 from osmosis_harbor.errors import ConfigError, SandboxLostError
 from osmosis_harbor.sandbox import emulator as sky
 from osmosis_harbor.sandbox.emulator.client import extensions
 from osmosis_harbor.sandbox.sdk.faults import (
     CALL_SAFETY,
+    ApiRetry,
     Safety,
     create_checked,
     is_api_fault,
@@ -63,7 +65,7 @@ async def test_the_table_names_every_call_and_refuses_blind_retries_of_the_unsaf
     assert CALL_SAFETY["create"] is Safety.SAFE_IF_ABSENT
     assert CALL_SAFETY["exec"] is Safety.UNSAFE_ONCE_STARTED
     with pytest.raises(ConfigError, match="exec"):
-        await retry_safe("exec", sky.ls.aio)
+        await retry_safe("exec", ApiRetry.of(settings.current()), sky.ls.aio)
     assert is_api_fault(sky.ApiUnavailableError("503")) and is_api_fault(sky.RateLimitError("429"))
     assert is_api_fault(sky.ApiConnectionError("reset")) and is_api_fault(sky.ApiTimeoutError("hang"))
     assert not is_api_fault(sky.SandboxNotFoundError("gone")) and not is_api_fault(FileNotFoundError("/x"))
@@ -75,7 +77,7 @@ async def test_ls_is_retried_through(emulator: EmulatorServer, kind: str) -> Non
     with pytest.raises(sky.SandboxApiError):  # positive control: the bare call fails
         await sky.ls.aio()
     emulator.fault(kind, path="/sandboxes", method="GET", count=2)
-    assert isinstance(await retry_safe("ls", sky.ls.aio), list)
+    assert isinstance(await retry_safe("ls", ApiRetry.of(settings.current()), sky.ls.aio), list)
     assert emulator.stats()["faults"] == {kind: 3}
 
 
@@ -83,7 +85,7 @@ async def test_a_hung_ls_times_out_and_is_retried(emulator: EmulatorServer, monk
     monkeypatch.setenv("OSMOSIS_HARBOR_EMULATOR_TIMEOUT", "1")
     emulator.knobs(hang_sec=5)
     emulator.fault("hang", path="/sandboxes", method="GET", count=1)
-    assert isinstance(await retry_safe("ls", sky.ls.aio), list)
+    assert isinstance(await retry_safe("ls", ApiRetry.of(settings.current()), sky.ls.aio), list)
     assert emulator.stats()["faults"] == {"hang": 1}
 
 
@@ -94,9 +96,9 @@ async def test_read_bytes_and_terminate_are_retried(emulator: EmulatorServer, im
         with pytest.raises(sky.ApiUnavailableError):
             await sb.read_bytes.aio("/etc/hostname")
         emulator.fault("reset", path=f"{sb.path}/files", method="GET", count=2)
-        assert await retry_safe("read_bytes", sb.read_bytes.aio, "/etc/hostname")
+        assert await retry_safe("read_bytes", ApiRetry.of(settings.current()), sb.read_bytes.aio, "/etc/hostname")
         emulator.fault("429", path=sb.path, method="DELETE", count=2)
-        await retry_safe("terminate", sb.terminate.aio, wait=True)
+        await retry_safe("terminate", ApiRetry.of(settings.current()), sb.terminate.aio, wait=True)
         assert (await sandbox_state(sky, sb.name)).status is None
         assert emulator.stats()["faults"] == {"503": 1, "reset": 2, "429": 2}
     finally:
@@ -111,10 +113,10 @@ async def test_set_pool_size_and_delete_pool_are_retried(emulator: EmulatorServe
         with pytest.raises(sky.ApiUnavailableError):  # positive control
             await sky.set_pool_size.aio(pool, 1)
         emulator.fault("503", path=f"/pools/{pool}", method="PUT", count=2)
-        await retry_safe("set_pool_size", sky.set_pool_size.aio, pool, 1)
+        await retry_safe("set_pool_size", ApiRetry.of(settings.current()), sky.set_pool_size.aio, pool, 1)
         assert extensions.get_pool(pool).replicas == 1
         emulator.fault("reset", path=f"/pools/{pool}", method="DELETE", count=2)
-        await retry_safe("delete_pool", sky.delete_pool.aio, pool)
+        await retry_safe("delete_pool", ApiRetry.of(settings.current()), sky.delete_pool.aio, pool)
         assert emulator.stats()["faults"] == {"503": 3, "reset": 2}
     finally:
         with contextlib.suppress(sky.PoolNotFoundError):
@@ -129,16 +131,18 @@ async def test_a_sandbox_is_terminated_by_name_through_its_ls_record(emulator: E
     assert not hasattr(sky, "terminate_by_name")
     sb = await sky.create.aio(name=_name("byname"), image=image, timeout=600)
     emulator.fault("503", path=sb.path, method="DELETE", count=2)
-    await terminate_by_name(sky, sb.name)
+    await terminate_by_name(sky, sb.name, ApiRetry.of(settings.current()))
     assert (await sandbox_state(sky, sb.name)).status is None
     assert emulator.stats()["calls_by_route"].get("DELETE /sandboxes/{name}") == 3  # two faulted, then done
-    await terminate_by_name(sky, sb.name)  # gone: nothing to do
+    await terminate_by_name(sky, sb.name, ApiRetry.of(settings.current()))  # gone: nothing to do
 
 
 async def test_a_create_that_made_nothing_is_retried(emulator: EmulatorServer, image: str) -> None:
     name = _name("create")
     emulator.fault("reset", path="/sandboxes", method="POST", count=1)
-    sb = await create_checked(sky, name, lambda: sky.create.aio(name=name, image=image, timeout=600))
+    sb = await create_checked(
+        sky, name, lambda: sky.create.aio(name=name, image=image, timeout=600), ApiRetry.of(settings.current())
+    )
     try:
         assert emulator.stats()["faults"] == {"reset": 1}
         assert [r.name for r in await sky.ls.aio() if r.name == name] == [name]
@@ -160,7 +164,7 @@ async def test_a_create_that_made_its_sandbox_is_not_doubled(emulator: EmulatorS
             raise sky.ApiConnectionError("connection reset after the server answered")
         return made
 
-    sb = await create_checked(sky, name, create)
+    sb = await create_checked(sky, name, create, ApiRetry.of(settings.current()))
     try:
         assert calls == 2
         assert [r.name for r in await sky.ls.aio() if r.name == name] == [name]

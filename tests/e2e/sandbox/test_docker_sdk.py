@@ -27,8 +27,10 @@ from typing import Any
 import docker.errors
 import pytest
 
+from osmosis_harbor import settings
 from osmosis_harbor.sandbox import docker as docker_sdk
 from osmosis_harbor.sandbox.docker import labels as L
+from osmosis_harbor.sandbox.docker.config import DockerConfig
 from osmosis_harbor.sandbox.docker.labels import OwnerProcess, Role
 from osmosis_harbor.sandbox.sdk.calls import Dual
 
@@ -188,7 +190,7 @@ def test_engine_unreachable_message(monkeypatch: pytest.MonkeyPatch, tmp_path: P
     url = f"unix://{tmp_path}/no-docker.sock"
     monkeypatch.setenv("DOCKER_HOST", url)
     with pytest.raises(docker_sdk.DockerEngineUnavailable) as info:
-        docker_sdk.Engine()
+        docker_sdk.Engine(DockerConfig.of(settings.current()))
     assert f"Docker engine not reachable at {url}" in str(info.value)
     assert "scripts/bootstrap.sh" in str(info.value)
 

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 from harbor.trial.queue import TrialQueue
 
+from osmosis_harbor import settings
 from osmosis_harbor.agents.native import NotTrainableWarning
 from osmosis_harbor.backend import HarborBackend
 from osmosis_harbor.owner_process import OwnerProcess
@@ -60,7 +61,7 @@ def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, emulator: EmulatorSe
     emulator.reset()
     monkeypatch.setenv("OSMOSIS_HARBOR_LEDGER", str(tmp_path / "ledger.sqlite3"))
     monkeypatch.setenv("OSMOSIS_HARBOR_API_RETRY_MAX_WAIT", "0.2")
-    return default_ledger()
+    return default_ledger(settings.current())
 
 
 @pytest.fixture(scope="module")
@@ -143,7 +144,7 @@ def test_a_terminate_that_failed_twice_is_reaped_after_its_owner_died(
     assert entry.state is State.TERMINATE_FAILED and "unavailable" in (entry.last_error or "")
     assert _listed(sdk, name)  # positive control: the failed terminate left it running
     monkeypatch.setenv("OSMOSIS_HARBOR_API_ATTEMPTS", "5")
-    reaped = reap_dead_owners(sdk_name)  # what HarborBackend's start runs
+    reaped = reap_dead_owners(sdk_name, settings.current())  # what HarborBackend's start runs
     assert {(r.name, r.action) for r in reaped} == {(name, Action.TERMINATED), (pool, Action.DELETED)}
     assert not _listed(sdk, name) and not _pool_listed(sdk, pool) and ledger.entries() == []
 
@@ -175,13 +176,13 @@ async def test_a_failed_terminate_is_never_forgotten_and_retried_in_the_backgrou
     sdk_name: str, tmp_path: Path, ledger: Ledger, images: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     sdk = load_sandbox_sdk(sdk_name)
+    monkeypatch.setenv("OSMOSIS_HARBOR_API_ATTEMPTS", "1")  # before the owner: it reads its settings when made
     owner = SandboxOwner.make("test")
     sandboxes = owner.sandboxes
     with owner_scope(owner):
         env = environment_for(sdk_name, tmp_path, images[sdk_name])
     await env.start(force_build=False)
     name, refusals = env.sandbox_name, {"left": 2}
-    monkeypatch.setenv("OSMOSIS_HARBOR_API_ATTEMPTS", "1")
     try:
         _refuse_terminate(env.sandbox, monkeypatch, refusals)
         await env.stop(delete=True)
@@ -201,13 +202,13 @@ async def test_the_shutdown_sweep_removes_a_sandbox_whose_terminate_kept_failing
     sdk_name: str, tmp_path: Path, ledger: Ledger, images: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     sdk = load_sandbox_sdk(sdk_name)
+    monkeypatch.setenv("OSMOSIS_HARBOR_API_ATTEMPTS", "1")  # before the owner: it reads its settings when made
     owner = SandboxOwner.make("test")
     sandboxes = owner.sandboxes
     with owner_scope(owner):
         env = environment_for(sdk_name, tmp_path, images[sdk_name])
     await env.start(force_build=False)
     name, refusals = env.sandbox_name, {"left": 10**6}
-    monkeypatch.setenv("OSMOSIS_HARBOR_API_ATTEMPTS", "1")
     try:
         _refuse_terminate(env.sandbox, monkeypatch, refusals)
         await env.stop(delete=True)
@@ -227,7 +228,7 @@ async def test_a_live_owners_sandbox_is_left_alone(ledger: Ledger, images: dict[
         env = environment_for("skypilot-emulator", tmp_path, images["skypilot-emulator"])
     await env.start(force_build=False)
     try:
-        assert reap_dead_owners("skypilot-emulator") == []
+        assert reap_dead_owners("skypilot-emulator", settings.current()) == []
         assert [e.name for e in ledger.entries()] == [env.sandbox_name]
         assert _listed(load_sandbox_sdk("skypilot-emulator"), env.sandbox_name)
     finally:
@@ -318,7 +319,7 @@ async def test_a_pool_a_live_owners_sandbox_holds_stays_in_the_ledger_for_the_ne
     finally:
         claimer.send_signal(signal.SIGKILL)
         claimer.wait()
-    reaped = reap_dead_owners(sdk_name)
+    reaped = reap_dead_owners(sdk_name, settings.current())
     assert [(r.kind, r.name, r.action) for r in reaped] == [
         (Kind.SANDBOX, name, Action.TERMINATED),  # the dead claimer's sandbox first...
         (Kind.POOL, pool, Action.DELETED),  # ...then the pool it held

@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from osmosis_harbor import settings
 from osmosis_harbor.sandbox import docker as docker_sdk
 from osmosis_harbor.sandbox.ledger.store import Kind, default_ledger
 from tests.e2e.backend.test_shutdown import GatedPolicy, server_process
@@ -37,7 +38,7 @@ def test_kill_9_of_a_serving_process_mid_rollout_leaves_nothing_after_cleanup(
     tmp_path: Path, policy: GatedPolicy, monkeypatch: pytest.MonkeyPatch, bundles_dir: Path
 ) -> None:
     monkeypatch.setenv("OSMOSIS_HARBOR_LEDGER", str(tmp_path / "ledger.sqlite3"))
-    ledger = default_ledger()
+    ledger = default_ledger(settings.current())
     pool_base = f"kill{uuid.uuid4().hex[:6]}"
     with server_process(tmp_path, pool_base, bundles_dir) as (proc, url):
         body = {

@@ -19,6 +19,7 @@ from harbor.environments.factory import EnvironmentFactory
 from harbor.models.task.task import Task
 from harbor.models.trial.paths import TrialPaths
 
+from osmosis_harbor import settings
 from osmosis_harbor.errors import PoolClaimError
 from osmosis_harbor.sandbox import SandboxEnvironment, environment_config
 from osmosis_harbor.sandbox import emulator as sky
@@ -131,7 +132,7 @@ async def test_an_empty_pool_claim_waits_then_cold_creates_the_pools_image(
                 await served.stop(delete=True)
         finally:
             assert await pools.delete(sandboxes, SDK, [env.pool_name or ""]) == []
-    assert default_ledger().entries() == []
+    assert default_ledger(settings.current()).entries() == []
 
 
 async def test_a_warming_pool_is_usable_and_serves_within_the_wait(
@@ -234,7 +235,7 @@ async def test_a_batch_call_that_faulted_after_making_members_leaves_none(
                 await asyncio.gather(*(env.stop(delete=True) for env in envs))
         finally:
             assert await pools.delete(sandboxes, SDK, [pool]) == []
-    assert default_ledger().entries() == []
+    assert default_ledger(settings.current()).entries() == []
 
 
 async def test_a_generic_pool_with_no_member_is_a_clear_error_and_leaves_nothing(
@@ -252,7 +253,7 @@ async def test_a_generic_pool_with_no_member_is_a_clear_error_and_leaves_nothing
                 PoolClaimError, match=f"warm pool '{pool}' could not serve a claim.*make the pool larger"
             ):
                 await env.start(force_build=False)
-        assert _record(env.sandbox_name) is None and default_ledger().entries() == []
+        assert _record(env.sandbox_name) is None and default_ledger(settings.current()).entries() == []
         sky.set_pool_size(pool, 1)  # positive control: with a member, the same task runs
         wait_until(lambda: extensions.get_pool(pool).idle == 1, timeout=60, what="a member")
         with owner_scope(SandboxOwner.make("test")):
@@ -346,4 +347,4 @@ async def test_a_task_with_a_dockerfile_claims_from_a_named_generic_pool_as_harb
                 await env.stop(delete=True)
     finally:
         module.delete_pool(pool)
-    assert default_ledger().entries() == []
+    assert default_ledger(settings.current()).entries() == []

@@ -91,27 +91,35 @@ async def test_a_fetch_is_one_command_and_one_read_and_shared_under_logs(
     assert "osmosis-get-" not in leftovers.stdout  # ...which removes it
 
 
+MAKE_BIG_AND_BOMB = (
+    "mkdir -p /work/big /work/bomb && head -c 300000 /dev/urandom > /work/big/blob"
+    " && head -c 3000000 /dev/zero > /work/bomb/zeros"
+)
+
+
 async def test_an_archive_over_the_bound_is_refused_before_it_is_read_or_while_it_unzips(
-    env: SandboxEnvironment, tmp_path: Path, sdk_calls: Counter[str], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, sdk_calls: Counter[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    made = await env.exec(
-        "mkdir -p /work/big /work/bomb && head -c 300000 /dev/urandom > /work/big/blob"
-        " && head -c 3000000 /dev/zero > /work/bomb/zeros",
-        user="root",
-    )
-    assert made.return_code == 0, made.stderr
+    # An environment reads its bounds when it is made: each is set before its environment.
     monkeypatch.setenv("OSMOSIS_HARBOR_TRANSFER_MAX_BYTES", "100000")
     monkeypatch.setenv("OSMOSIS_HARBOR_TRANSFER_MAX_FILES", "10")
-    with pytest.raises(TransferLimitError, match="OSMOSIS_HARBOR_TRANSFER_MAX_BYTES"):
-        await env.download_dir("/work/big", tmp_path / "big")
-    assert sdk_calls["read_bytes"] == 0  # the size the pack command printed was enough to refuse it
-    # zeros gzip to a few KiB: read, then refused as the tar unzips past the bound
-    with pytest.raises(TransferLimitError, match="OSMOSIS_HARBOR_TRANSFER_MAX_BYTES"):
-        await env.download_dir("/work/bomb", tmp_path / "bomb")
-    assert sdk_calls["read_bytes"] == 1 and not (tmp_path / "bomb" / "zeros").exists()
+    async with started_environment(tmp_path / "bounded", "execarch") as env:
+        made = await env.exec(MAKE_BIG_AND_BOMB, user="root")
+        assert made.return_code == 0, made.stderr
+        sdk_calls.clear()
+        with pytest.raises(TransferLimitError, match="OSMOSIS_HARBOR_TRANSFER_MAX_BYTES"):
+            await env.download_dir("/work/big", tmp_path / "big")
+        assert sdk_calls["read_bytes"] == 0  # the size the pack command printed was enough to refuse it
+        # zeros gzip to a few KiB: read, then refused as the tar unzips past the bound
+        with pytest.raises(TransferLimitError, match="OSMOSIS_HARBOR_TRANSFER_MAX_BYTES"):
+            await env.download_dir("/work/bomb", tmp_path / "bomb")
+        assert sdk_calls["read_bytes"] == 1 and not (tmp_path / "bomb" / "zeros").exists()
     monkeypatch.setenv("OSMOSIS_HARBOR_TRANSFER_MAX_BYTES", "4000000")
-    await env.download_dir("/work/big", tmp_path / "big")  # positive control: within the bound both arrive
-    await env.download_dir("/work/bomb", tmp_path / "bomb")
+    async with started_environment(tmp_path / "wide", "execarch") as env:  # positive control: within the bound
+        made = await env.exec(MAKE_BIG_AND_BOMB, user="root")
+        assert made.return_code == 0, made.stderr
+        await env.download_dir("/work/big", tmp_path / "big")  # both arrive
+        await env.download_dir("/work/bomb", tmp_path / "bomb")
     assert (tmp_path / "big" / "blob").stat().st_size == 300000
     assert (tmp_path / "bomb" / "zeros").stat().st_size == 3000000
 

@@ -17,9 +17,11 @@ from harbor.models.trial.config import TaskConfig, TrialConfig
 from harbor.models.trial.result import AgentInfo, ExceptionInfo, LocalTaskId, TimingInfo, TrialResult
 from osmosis_ai.rollout.types import RolloutErrorCategory, RolloutStatus
 
+from osmosis_harbor import settings
 from osmosis_harbor.backend.categories import Claim, claimed_category
 from osmosis_harbor.backend.outcome import build_outcome
 from osmosis_harbor.backend.plan import RewardSource
+from osmosis_harbor.trials.contract_files import ContractBounds
 
 T0 = datetime(2026, 12, 1, tzinfo=UTC)
 FORGED = {
@@ -58,7 +60,13 @@ def trial_result(
 
 def outcome(trial_dir: Path, result: TrialResult, *, deadline: float | None = None, source=RewardSource.GRADER):
     return build_outcome(
-        result, trial_dir, reward_source=source, label=None, base_extra={}, agent_deadline_sec=deadline
+        result,
+        trial_dir,
+        ContractBounds.of(settings.current()),
+        reward_source=source,
+        label=None,
+        base_extra={},
+        agent_deadline_sec=deadline,
     ).result
 
 
@@ -125,6 +133,7 @@ def test_a_graders_claim_of_internal_error_is_not_believed(trial: Path) -> None:
     graded = build_outcome(
         trial_result(trial, None, verifier_started=True),
         trial,
+        ContractBounds.of(settings.current()),
         reward_source=RewardSource.GRADER,
         label=None,
         base_extra={},

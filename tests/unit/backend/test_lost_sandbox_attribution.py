@@ -16,10 +16,12 @@ from pathlib import Path
 from harbor.models.trial.result import TimingInfo, TrialResult
 from osmosis_ai.rollout.types import ExecutionOutcome, RolloutErrorCategory, RolloutStatus
 
+from osmosis_harbor import settings
 from osmosis_harbor.backend.losses import recognise_loss
 from osmosis_harbor.backend.outcome import build_outcome
 from osmosis_harbor.backend.plan import RewardSource
 from osmosis_harbor.errors import AgentSandboxLostError, SandboxLostError, VerifierSandboxLostError
+from osmosis_harbor.trials.contract_files import ContractBounds
 from tests.unit.backend.test_categories import T0, trial, trial_result, write  # noqa: F401 (fixture)
 
 REASON = "container gone: killed or removed by the infrastructure"
@@ -38,7 +40,9 @@ def graded_trial(trial_dir: Path, recorded: str | None) -> TrialResult:
 
 def read(trial_dir: Path, loss: SandboxLostError, recorded: str | None, source=RewardSource.GRADER) -> ExecutionOutcome:
     result = recognise_loss(graded_trial(trial_dir, recorded), [loss])
-    return build_outcome(result, trial_dir, reward_source=source, label=None, base_extra={})
+    return build_outcome(
+        result, trial_dir, ContractBounds.of(settings.current()), reward_source=source, label=None, base_extra={}
+    )
 
 
 def test_the_agents_sandbox_lost_while_its_outputs_were_downloaded_is_the_workflows_internal_error(

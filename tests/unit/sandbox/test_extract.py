@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from osmosis_harbor import settings
 from osmosis_harbor.errors import OsmosisHarborError, TransferLimitError, UnreadableArchiveError
 from osmosis_harbor.sandbox.transfer.extract import ExtractResult, TransferLimits, extract_archive, write_file
 
@@ -79,6 +80,7 @@ def tar(*members: tuple[tarfile.TarInfo, bytes]) -> io.BytesIO:
 
 
 def extract(archive: io.BytesIO, target: Path, **kwargs: object) -> ExtractResult:
+    kwargs.setdefault("limits", TransferLimits.of(settings.current()))
     return extract_archive(archive, target, transfer="/logs/agent", **kwargs)  # type: ignore[arg-type]
 
 

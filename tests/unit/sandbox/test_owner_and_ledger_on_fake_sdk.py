@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from osmosis_harbor import settings
 from osmosis_harbor.owner_process import OwnerProcess
 from osmosis_harbor.sandbox.ledger.leftovers import Action, reap_dead_owners
 from osmosis_harbor.sandbox.ledger.store import Kind, Ledger, State, endpoint_for
@@ -136,20 +137,22 @@ def test_a_dead_owners_leftovers_are_reaped_and_a_dry_run_only_lists_them(fake_c
     """(Blocking: the reaper runs in a thread of its own, with the SDK's blocking calls.)"""
     live = fake_cloud.create(name="left-behind", image=FAKE_IMAGE)
     fake_cloud.create_pool("left-pool", FAKE_IMAGE, replicas=1)
-    endpoint = endpoint_for(FAKE_SDK)
+    endpoint = endpoint_for(FAKE_SDK, settings.current())
     for kind, name in ((Kind.SANDBOX, live.name), (Kind.SANDBOX, "long-gone"), (Kind.POOL, "left-pool")):
         ledger.record(kind, FAKE_SDK, endpoint, name, _dead_owner())
-    listed = {item.name: item.action for item in reap_dead_owners(FAKE_SDK, ledger=ledger, dry_run=True)}
+    listed = {
+        item.name: item.action for item in reap_dead_owners(FAKE_SDK, settings.current(), ledger=ledger, dry_run=True)
+    }
     assert listed == {"left-behind": Action.WOULD_REMOVE, "long-gone": Action.ALREADY_GONE,
                       "left-pool": Action.WOULD_REMOVE}  # fmt: skip
     assert fake_cloud.live() == ["left-behind"] and fake_cloud.pools() == ["left-pool"]
-    reaped = {item.name: item.action for item in reap_dead_owners(FAKE_SDK, ledger=ledger)}
+    reaped = {item.name: item.action for item in reap_dead_owners(FAKE_SDK, settings.current(), ledger=ledger)}
     assert reaped == {"left-behind": Action.TERMINATED, "long-gone": Action.ALREADY_GONE, "left-pool": Action.DELETED}
     assert fake_cloud.live() == [] and fake_cloud.pools() == [] and ledger.entries(sdk=FAKE_SDK) == []
 
 
 def test_a_live_owners_sandboxes_are_never_reaped(fake_cloud: FakeSky, ledger: Ledger) -> None:
     live = fake_cloud.create(name="still-mine", image=FAKE_IMAGE)
-    ledger.record(Kind.SANDBOX, FAKE_SDK, endpoint_for(FAKE_SDK), live.name, OwnerProcess.current())
-    assert reap_dead_owners(FAKE_SDK, ledger=ledger) == []
+    ledger.record(Kind.SANDBOX, FAKE_SDK, endpoint_for(FAKE_SDK, settings.current()), live.name, OwnerProcess.current())
+    assert reap_dead_owners(FAKE_SDK, settings.current(), ledger=ledger) == []
     assert fake_cloud.live() == ["still-mine"]

@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from osmosis_harbor import settings
 from osmosis_harbor.errors import ContractFileError
-from osmosis_harbor.trials.contract_files import FileKind, read_bytes, read_json, read_text
+from osmosis_harbor.trials.contract_files import ContractBounds, FileKind, read_bytes, read_json, read_text
 
 SAMPLE = "agent/sample.json"
 
@@ -39,9 +40,9 @@ def canary(tmp_path: Path) -> Path:
 
 def test_a_regular_sample_is_read(trial: Path) -> None:
     (trial / SAMPLE).write_text('{"messages": []}')
-    assert read_json(trial, SAMPLE, FileKind.SAMPLE) == {"messages": []}
-    assert read_json(trial, "agent/missing.json", FileKind.SAMPLE) is None
-    assert read_json(trial / "no-such-trial", SAMPLE, FileKind.SAMPLE) is None
+    assert read_json(trial, SAMPLE, FileKind.SAMPLE, ContractBounds.of(settings.current())) == {"messages": []}
+    assert read_json(trial, "agent/missing.json", FileKind.SAMPLE, ContractBounds.of(settings.current())) is None
+    assert read_json(trial / "no-such-trial", SAMPLE, FileKind.SAMPLE, ContractBounds.of(settings.current())) is None
 
 
 async def test_a_fifo_is_refused_without_blocking_the_event_loop(trial: Path) -> None:
@@ -58,7 +59,7 @@ async def test_a_fifo_is_refused_without_blocking_the_event_loop(trial: Path) ->
     beating = asyncio.create_task(heartbeat())
     try:
         with pytest.raises(ContractFileError, match=r"^agent/sample\.json: a FIFO, not a regular file"):
-            await asyncio.to_thread(read_json, trial, SAMPLE, FileKind.SAMPLE)
+            await asyncio.to_thread(read_json, trial, SAMPLE, FileKind.SAMPLE, ContractBounds.of(settings.current()))
     finally:
         beating.cancel()
     assert beats > 0  # the loop kept running while the read was refused
@@ -78,7 +79,7 @@ def test_a_link_to_a_host_file_is_not_followed(trial: Path, canary: Path) -> Non
     (trial / SAMPLE).symlink_to(canary)
     assert "HOST-CANARY-SECRET" in (trial / SAMPLE).read_text()  # a plain read would hand it over
     with pytest.raises(ContractFileError, match="a symbolic link, not a regular file") as caught:
-        read_json(trial, SAMPLE, FileKind.SAMPLE)
+        read_json(trial, SAMPLE, FileKind.SAMPLE, ContractBounds.of(settings.current()))
     assert "HOST-CANARY-SECRET" not in str(caught.value)
     assert str(canary.parent) not in str(caught.value)  # the error names the trial's file, not host paths
 
@@ -90,14 +91,14 @@ def test_a_linked_directory_on_the_way_is_not_followed(tmp_path: Path, canary: P
     (canary.parent / "sample.json").write_text(canary.read_text())
     assert (trial / SAMPLE).is_file()  # through the link, a host file sits where the sample is read
     with pytest.raises(ContractFileError, match="agent is not a plain directory"):
-        read_json(trial, SAMPLE, FileKind.SAMPLE)
+        read_json(trial, SAMPLE, FileKind.SAMPLE, ContractBounds.of(settings.current()))
 
 
 def test_a_relative_link_inside_the_trial_is_refused_too(trial: Path) -> None:
     (trial / "agent" / "real.json").write_text("{}")
     (trial / SAMPLE).symlink_to("real.json")
     with pytest.raises(ContractFileError, match="symbolic link"):
-        read_text(trial, SAMPLE, FileKind.SAMPLE)
+        read_text(trial, SAMPLE, FileKind.SAMPLE, ContractBounds.of(settings.current()))
 
 
 @pytest.mark.parametrize("opener", ["[", '{"a":'])
@@ -106,33 +107,35 @@ def test_a_nesting_bomb_is_a_clean_error_naming_the_file(trial: Path, opener: st
     with pytest.raises(RecursionError):  # positive control: what json.loads does with it
         json.loads((trial / SAMPLE).read_text())
     with pytest.raises(ContractFileError, match=r"^agent/sample\.json: JSON nested deeper than 100 levels"):
-        read_json(trial, SAMPLE, FileKind.SAMPLE)
+        read_json(trial, SAMPLE, FileKind.SAMPLE, ContractBounds.of(settings.current()))
 
 
 def test_the_depth_bound_is_exact(trial: Path) -> None:
     (trial / SAMPLE).write_text("[" * 100 + "]" * 100)
-    assert read_json(trial, SAMPLE, FileKind.SAMPLE) is not None
+    assert read_json(trial, SAMPLE, FileKind.SAMPLE, ContractBounds.of(settings.current())) is not None
     (trial / SAMPLE).write_text("[" * 101 + "]" * 101)  # parses fine, but over the bound
     with pytest.raises(ContractFileError, match="deeper than 100"):
-        read_json(trial, SAMPLE, FileKind.SAMPLE)
+        read_json(trial, SAMPLE, FileKind.SAMPLE, ContractBounds.of(settings.current()))
 
 
 def test_sizes_are_bounded_per_kind_and_settable(trial: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (trial / "agent" / "error.json").write_text(json.dumps({"message": "x" * 5000}))
-    assert read_json(trial, "agent/error.json", FileKind.ERROR) is not None
+    assert read_json(trial, "agent/error.json", FileKind.ERROR, ContractBounds.of(settings.current())) is not None
     monkeypatch.setenv("OSMOSIS_HARBOR_MAX_ERROR_BYTES", "4096")
     with pytest.raises(ContractFileError, match=r"^agent/error\.json: 50\d\d bytes, over the 4096-byte bound"):
-        read_json(trial, "agent/error.json", FileKind.ERROR)
-    assert read_bytes(trial, "agent/error.json", FileKind.SAMPLE) is not None  # another kind, another bound
+        read_json(trial, "agent/error.json", FileKind.ERROR, ContractBounds.of(settings.current()))
+    assert (
+        read_bytes(trial, "agent/error.json", FileKind.SAMPLE, ContractBounds.of(settings.current())) is not None
+    )  # another kind, another bound
 
 
 def test_not_utf8_and_not_json_are_named(trial: Path) -> None:
     (trial / SAMPLE).write_bytes(b"\xff\xfe{}")
     with pytest.raises(ContractFileError, match=r"^agent/sample\.json: not UTF-8"):
-        read_json(trial, SAMPLE, FileKind.SAMPLE)
+        read_json(trial, SAMPLE, FileKind.SAMPLE, ContractBounds.of(settings.current()))
     (trial / SAMPLE).write_text("{nope")
     with pytest.raises(ContractFileError, match=r"^agent/sample\.json: not JSON"):
-        read_json(trial, SAMPLE, FileKind.SAMPLE)
+        read_json(trial, SAMPLE, FileKind.SAMPLE, ContractBounds.of(settings.current()))
 
 
 def test_lone_surrogates_are_spelled_in_every_string_and_pairs_kept(trial: Path) -> None:
@@ -144,7 +147,7 @@ def test_lone_surrogates_are_spelled_in_every_string_and_pairs_kept(trial: Path)
     plain = json.loads((trial / SAMPLE).read_text())
     with pytest.raises(UnicodeEncodeError):  # positive control: what the parser alone hands over
         json.dumps(plain, ensure_ascii=False).encode()
-    document = read_json(trial, SAMPLE, FileKind.SAMPLE)
+    document = read_json(trial, SAMPLE, FileKind.SAMPLE, ContractBounds.of(settings.current()))
     assert document == {"messages": [{"role": "user", "content": "a\\ud800b \U0001f600"}], "metrics": {"k\\udfff": 1}}
     json.dumps(document, ensure_ascii=False).encode()
 
@@ -152,10 +155,10 @@ def test_lone_surrogates_are_spelled_in_every_string_and_pairs_kept(trial: Path)
 def test_special_files_are_refused(trial: Path) -> None:
     (trial / SAMPLE).mkdir()
     with pytest.raises(ContractFileError, match="a directory, not a regular file"):
-        read_json(trial, SAMPLE, FileKind.SAMPLE)
+        read_json(trial, SAMPLE, FileKind.SAMPLE, ContractBounds.of(settings.current()))
 
 
 def test_names_must_stay_beneath_the_trial(trial: Path) -> None:
     for bad in ("../x.json", "/etc/passwd", "agent/../../x"):
         with pytest.raises(ValueError, match="plain relative path"):
-            read_json(trial, bad, FileKind.SAMPLE)
+            read_json(trial, bad, FileKind.SAMPLE, ContractBounds.of(settings.current()))

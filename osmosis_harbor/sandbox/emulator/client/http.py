@@ -70,10 +70,10 @@ class Session:
         self._client: httpx.Client | None = None
         self._url: str | None = None
 
-    def _http(self) -> tuple[httpx.Client, str]:
+    def _http(self, current: settings.Settings) -> tuple[httpx.Client, str]:
         with self._lock:
             if self._client is None or self._url is None:
-                self._url = launcher.server_url()
+                self._url = launcher.server_url(current)
                 self._client = httpx.Client(base_url=self._url)  # every request names its own timeout (call)
             return self._client, self._url
 
@@ -95,7 +95,9 @@ class Session:
         self, method: str, path: str, *, extra_timeout: float = 0.0, timeout: float | None = None, **kwargs: Any
     ) -> httpx.Response:
         """One API call, with the SDK's own retries of transient refusals. It fails after
-        ``timeout`` seconds, else after the setting's plus ``extra_timeout``."""
+        ``timeout`` seconds, else after the setting's plus ``extra_timeout``. The settings are read
+        here, once per call (the client's one reading of them, as SkyPilot's SDK reads its config
+        per call), and carried to its attempts."""
         current = settings.current()
         retrying = Retrying(
             retry=retry_if_exception(lambda e: isinstance(e, _Transient)),
@@ -105,12 +107,14 @@ class Session:
         )
         try:
             limit = timeout if timeout is not None else current.emulator_timeout + extra_timeout
-            return retrying(self._once, method, path, limit, kwargs)
+            return retrying(self._once, current, method, path, limit, kwargs)
         except _Transient as exc:
             raise exc.error from None
 
-    def _once(self, method: str, path: str, timeout: float, kwargs: dict[str, Any]) -> httpx.Response:
-        client, url = self._http()
+    def _once(
+        self, current: settings.Settings, method: str, path: str, timeout: float, kwargs: dict[str, Any]
+    ) -> httpx.Response:
+        client, url = self._http(current)
         try:
             response = client.request(method, path, timeout=timeout, **kwargs)
         except httpx.ConnectError as exc:

@@ -44,9 +44,9 @@ _STARTED: dict[Path, subprocess.Popen[bytes]] = {}
 _STARTED_LOCK = threading.Lock()
 
 
-def server_url() -> str:
-    """The base URL of the emulator server this process talks to."""
-    current = settings.current()
+def server_url(current: settings.Settings) -> str:
+    """The base URL of the emulator server this process talks to, by ``current`` (the client's
+    reading of the settings for the call that connects)."""
     if current.emulator_url:
         return current.emulator_url.rstrip("/")
     return _ensure_local_server(current.emulator_dir())

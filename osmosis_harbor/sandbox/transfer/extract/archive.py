@@ -243,7 +243,7 @@ def extract_archive(
     target: Path,
     *,
     transfer: str,
-    limits: TransferLimits | None = None,
+    limits: TransferLimits,
     subtree: str | None = None,
     logger: logging.Logger | logging.LoggerAdapter[logging.Logger] | None = None,
     visit: Callable[[tarfile.TarInfo], None] | None = None,
@@ -253,7 +253,6 @@ def extract_archive(
     ``transfer`` names it in errors and logs (the sandbox path); ``subtree`` (an archive
     path) extracts only that directory's contents. Dropped members are logged as one warning
     on ``logger``. ``visit`` sees every member's header first (an index built in the same pass)."""
-    limits = limits or TransferLimits.current()
     with Beneath(target) as tree:
         run = _Extraction(tree, limits, member_parts(subtree) if subtree else (), transfer)
         try:

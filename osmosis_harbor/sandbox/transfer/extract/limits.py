@@ -1,4 +1,4 @@
-"""The bounds of one transfer out of a sandbox, read once from ``Settings`` and carried as data."""
+"""The bounds of one transfer out of a sandbox, made once from the owner's ``Settings`` and carried as data."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import re
 
 from pydantic import BaseModel, ConfigDict
 
-from osmosis_harbor import settings
 from osmosis_harbor.errors import TransferLimitError
+from osmosis_harbor.settings import Settings
 
 __all__ = ["ARCHIVE_OVERHEAD_PER_ENTRY", "TransferLimits", "masked"]
 
@@ -40,8 +40,8 @@ class TransferLimits(BaseModel):
     max_path_bytes: int
 
     @classmethod
-    def current(cls) -> TransferLimits:
-        s = settings.current()
+    def of(cls, s: Settings) -> TransferLimits:
+        """The bounds ``s`` (the owner's one reading of the settings) gives."""
         return cls(
             max_bytes=s.transfer_max_bytes,
             max_file_bytes=s.transfer_max_file_bytes,
