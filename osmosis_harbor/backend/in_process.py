@@ -98,7 +98,9 @@ class InProcessBackend:
         # What this backend owns (its sandboxes, pools, start bound, rollouts' keys, image builds),
         # found by the environments and agents of its trials (owner_scope), never another's.
         self.sdk_name = SandboxOptions.of(self.environment_config).sdk
-        self.owner = SandboxOwner.make("backend", starts=sandbox_starts(self.sdk_name, options))
+        self.owner = SandboxOwner.make(
+            "backend", config=options.settings, starts=sandbox_starts(self.sdk_name, options)
+        )
         add_guard_hooks(options.orchestrator)  # where each trial's agent phase begins and ends
         add_carried_hooks(options.orchestrator)  # a separate verifier's workdir without the runner's names
         reap_leftovers(self.sdk_name, options.settings)  # what dead owners left on this SDK (the ledger x ls)

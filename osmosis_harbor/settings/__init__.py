@@ -10,8 +10,7 @@ Who reads them:
   validation run (``validate/run.py``), ``serve()`` and ``build_bundle`` given no port or cache
   (``serving/server.py``, ``bundle/cache.py``), Harbor's class preflight
   (``environment/class_facts.py``) and each environment Harbor constructs
-  (``sandbox_environment.py``);
-* an owner its maker gave none (``owner/sandboxes.py``: once, when it is made);
+  (``sandbox_environment.py``); an owner (``SandboxOwner.make``) takes its maker's;
 * the SDKs, where a call enters them, as SkyPilot's SDK reads its own configuration: the Docker
   SDK (``docker/engine.py: get_engine``), the emulator's client (``emulator/client/http.py``),
   and their calls' shared thread pool when it is made (``sdk/calls.py``).

@@ -76,7 +76,7 @@ async def audit_dataset(
             continue
         runnable.append(task)
     impl = SandboxOptions.of(environment).impl
-    owner = SandboxOwner.make("audit", starts=SandboxStarts(impl.max_concurrent_starts))
+    owner = SandboxOwner.make("audit", config=config, starts=SandboxStarts(impl.max_concurrent_starts))
     try:
         with owner_scope(owner):
             report, _ = await audit_findings(

@@ -163,7 +163,9 @@ async def validate_tasks(
     audits: list[EnvironmentAudit] | None = None
     impl = options.impl
     # This run's sandboxes, start bound and builds, not another run's or a backend's.
-    owner = SandboxOwner.make("validate", starts=SandboxStarts(max_concurrent_starts or impl.max_concurrent_starts))
+    owner = SandboxOwner.make(
+        "validate", config=run_settings, starts=SandboxStarts(max_concurrent_starts or impl.max_concurrent_starts)
+    )
     if lint != LintMode.OFF:  # the leak audit: one sandbox per environment, before any trial
         auditable = [t for t in tasks if _checks(t)]
         try:

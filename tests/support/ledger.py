@@ -39,6 +39,7 @@ def environment_for(sdk: str, root: Path, image: str) -> SandboxEnvironment:
 OWNER_SCRIPT = """
 import asyncio, sys
 from pathlib import Path
+from osmosis_harbor import settings
 from osmosis_harbor.sandbox import load_sandbox_sdk
 from osmosis_harbor.sandbox.owner.context import SandboxOwner, owner_scope
 from tests.support.ledger import environment_for
@@ -52,7 +53,7 @@ def refuse(handle_type):
     handle_type.terminate = property(lambda self: Refused())
 
 async def main():
-    owner = SandboxOwner.make("test")
+    owner = SandboxOwner.make("test", config=settings.current())
     sandboxes = owner.sandboxes
     sdk = load_sandbox_sdk(SDK)
     with owner_scope(owner):

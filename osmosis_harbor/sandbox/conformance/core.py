@@ -113,13 +113,16 @@ class ConformanceContext:
     prefix: str = field(default_factory=lambda: f"sbchk-{uuid.uuid4().hex[:6]}")
     # The run's owner: the environments its checks make are its, and so are its pools, in the
     # ledger before they exist (a run killed mid-way leaves nothing ``cleanup`` cannot find).
-    owner: SandboxOwner = field(default_factory=lambda: SandboxOwner.make("sandbox-check"))
+    owner: SandboxOwner = field(init=False)
     _sandboxes: list[Any] = field(default_factory=list)
     _pools: list[str] = field(default_factory=list)
     _shared: Any | None = None
     _shared_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     _cleanups: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
     _capabilities: Capabilities | None = None
+
+    def __post_init__(self) -> None:
+        self.owner = SandboxOwner.make("sandbox-check", config=self.settings)
 
     def on_close(self, cleanup: Callable[[], Awaitable[None]]) -> None:
         """Run ``cleanup`` when the run ends (environment-level checks stop what they start)."""

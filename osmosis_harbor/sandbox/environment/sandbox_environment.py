@@ -105,7 +105,7 @@ class SandboxEnvironment(SandboxEnvironmentBase):
             generic_pool=generic_pool,
         )
         self._image_registry = options.registry or current.registry or options.impl.default_registry
-        self._context = TrialContext.of(session_id, f"environment {session_id}")
+        self._context = TrialContext.of(session_id, f"environment {session_id}", current)
         super().__init__(
             environment_dir=environment_dir,
             environment_name=environment_name,

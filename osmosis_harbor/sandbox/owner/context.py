@@ -48,6 +48,7 @@ from osmosis_harbor.sandbox.ledger.store import Ledger
 from osmosis_harbor.sandbox.owner.head_start import VERIFIER_SESSION_MARK, HeadStart
 from osmosis_harbor.sandbox.owner.sandboxes import OwnedSandboxes
 from osmosis_harbor.sandbox.owner.starts import SandboxStarts
+from osmosis_harbor.settings import Settings
 
 __all__ = [
     "Role",
@@ -86,10 +87,13 @@ class SandboxOwner:
     _ending: set[asyncio.Future[Any]] = field(default_factory=set, repr=False)
 
     @classmethod
-    def make(cls, label: str, *, starts: SandboxStarts | None = None, ledger: Ledger | None = None) -> SandboxOwner:
-        """A new owner, ``label`` saying who it is in errors and logs (``"backend"``)."""
+    def make(
+        cls, label: str, *, config: Settings, starts: SandboxStarts | None = None, ledger: Ledger | None = None
+    ) -> SandboxOwner:
+        """A new owner, ``label`` saying who it is in errors and logs (``"backend"``); ``config``
+        is its maker's settings (the ledger, each SDK's endpoint, the retries of its calls)."""
         user = f"{label.replace(' ', '-')[:24]}-{uuid.uuid4().hex[:12]}"
-        return cls(label=label, sandboxes=OwnedSandboxes(ledger, user=user), starts=starts)
+        return cls(label=label, sandboxes=OwnedSandboxes(ledger, user=user, config=config), starts=starts)
 
     async def close(self) -> list[str]:
         """The owner's final sweep: the terminations still under way first (bounded), then every
@@ -190,14 +194,15 @@ class TrialContext:
     guard: GuardSession | None = None  # the verifier guard of an agent's sandbox, if guarded
 
     @classmethod
-    def of(cls, session_id: str, label: str) -> TrialContext:
+    def of(cls, session_id: str, label: str, config: Settings) -> TrialContext:
         """The one ambient lookup (Harbor constructs the environment, so nothing can be passed):
-        the submitter's owner, trial and guard; made by Harbor's CLI, an owner of its own."""
+        the submitter's owner, trial and guard; made by Harbor's CLI, an owner of its own, with
+        the environment's settings (``config``)."""
         scope = _CURRENT.get() or _Scope(None)
         role = Role.of_session(session_id)
         guard = scope.guard if role is Role.AGENT else None  # a separate verifier's needs none
         if scope.owner is None:
-            return cls(SandboxOwner.make(label), True, role, scope.trial, guard)
+            return cls(SandboxOwner.make(label, config=config), True, role, scope.trial, guard)
         return cls(scope.owner, False, role, scope.trial, guard)
 
     @property

@@ -60,13 +60,11 @@ class OwnedSandboxes:
 
     ``user`` names the owner among the pool's users (unique per owner, so two backends of one
     process are two users); ``process`` is the owner's process, by which a reaper judges it.
-    ``config``: the owner's settings, read here once when its maker passes none; they give the
+    ``config``: the owner's settings, read once by its maker; they give the
     ledger (unless ``ledger`` is given), each SDK's endpoint and the retries of its calls."""
 
-    def __init__(
-        self, ledger: Ledger | None = None, *, user: str | None = None, config: settings.Settings | None = None
-    ) -> None:
-        self.config = config if config is not None else settings.current()  # once per owner
+    def __init__(self, ledger: Ledger | None = None, *, config: settings.Settings, user: str | None = None) -> None:
+        self.config = config
         self.retry = ApiRetry.of(self.config)
         self._ledger = ledger
         self._live: dict[str, _Live] = {}

@@ -480,7 +480,7 @@ async def _run_trial(task: Path, agent, trials_dir: Path, queue: TrialQueue | No
         agent=agent,
         environment=environment_config("docker", host_network=True),
     )
-    owner = SandboxOwner.make("test")  # the trial's sandboxes: swept once it is done
+    owner = SandboxOwner.make("test", config=settings.current())  # the trial's sandboxes: swept once it is done
     try:
         with owner_scope(owner):
             result = await (queue or TrialQueue(n_concurrent=1)).submit(config)

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from osmosis_ai.rollout.types import RolloutStatus
 
+from osmosis_harbor import settings
 from osmosis_harbor.sandbox.owner.context import SandboxOwner
 from osmosis_harbor.sandbox.owner.sandboxes import OwnedSandboxes
 from tests.support.backends import make_backend
@@ -108,7 +109,7 @@ async def test_settled_waits_for_every_handed_over_termination() -> None:
     """``settle_later`` holds what it is given, tasks and coroutines alike (a caller may drop its
     references), ``settled`` waits for all of them, one that fails included, and the owner
     forgets each once it ended."""
-    owner = SandboxOwner.make("test", ledger=None)
+    owner = SandboxOwner.make("test", config=settings.current(), ledger=None)
     gate = asyncio.Event()
     ended: list[str] = []
 

@@ -154,7 +154,7 @@ async def test_a_prebuilt_docker_image_task_is_audited_from_its_image(tmp_path: 
 
     from osmosis_harbor.audit import audit_tasks
 
-    owner = SandboxOwner.make("leak-audit-image-test")
+    owner = SandboxOwner.make("leak-audit-image-test", config=settings.current())
     try:
         with owner_scope(owner):
             # an image built elsewhere: here, the one the branch-leak task's Dockerfile makes
@@ -191,7 +191,7 @@ async def test_the_leaks_are_readable_by_an_agent_with_the_commands_the_findings
         "reflog-leak": "git reflog --format=%s",
         "clean": "git log --all --format=%s",
     }
-    owner = SandboxOwner.make("leak-audit-test")
+    owner = SandboxOwner.make("leak-audit-test", config=settings.current())
     try:
         with owner_scope(owner):
             for task_id, command in tasks.items():

@@ -15,6 +15,7 @@ from harbor.environments.factory import EnvironmentFactory
 from harbor.models.task.task import Task
 from harbor.models.trial.paths import TrialPaths
 
+from osmosis_harbor import settings
 from osmosis_harbor.sandbox import SandboxEnvironment, SandboxSdkMissingError, environment_config, load_sandbox_sdk
 from osmosis_harbor.sandbox.environment.images import manifest_exists
 from osmosis_harbor.sandbox.images.builds import registry_image_exists
@@ -169,7 +170,7 @@ async def test_stop_inside_a_termination_scope_leaves_the_wait_to_settle(tmp_pat
     from osmosis_harbor.sandbox.owner.context import SandboxOwner, owner_scope, settle, trial_scope
 
     task = make_task(tmp_path / "ds", "defer", dockerfile="FROM debian:trixie-slim\n")
-    owner = SandboxOwner.make("test")
+    owner = SandboxOwner.make("test", config=settings.current())
     with owner_scope(owner):
         with trial_scope() as trial:
             deferred = _environment(task, tmp_path)

@@ -177,7 +177,7 @@ async def test_a_failed_terminate_is_never_forgotten_and_retried_in_the_backgrou
 ) -> None:
     sdk = load_sandbox_sdk(sdk_name)
     monkeypatch.setenv("OSMOSIS_HARBOR_API_ATTEMPTS", "1")  # before the owner: it reads its settings when made
-    owner = SandboxOwner.make("test")
+    owner = SandboxOwner.make("test", config=settings.current())
     sandboxes = owner.sandboxes
     with owner_scope(owner):
         env = environment_for(sdk_name, tmp_path, images[sdk_name])
@@ -203,7 +203,7 @@ async def test_the_shutdown_sweep_removes_a_sandbox_whose_terminate_kept_failing
 ) -> None:
     sdk = load_sandbox_sdk(sdk_name)
     monkeypatch.setenv("OSMOSIS_HARBOR_API_ATTEMPTS", "1")  # before the owner: it reads its settings when made
-    owner = SandboxOwner.make("test")
+    owner = SandboxOwner.make("test", config=settings.current())
     sandboxes = owner.sandboxes
     with owner_scope(owner):
         env = environment_for(sdk_name, tmp_path, images[sdk_name])
@@ -224,7 +224,7 @@ async def test_the_shutdown_sweep_removes_a_sandbox_whose_terminate_kept_failing
 
 
 async def test_a_live_owners_sandbox_is_left_alone(ledger: Ledger, images: dict[str, str], tmp_path: Path) -> None:
-    with owner_scope(SandboxOwner.make("test")):
+    with owner_scope(SandboxOwner.make("test", config=settings.current())):
         env = environment_for("skypilot-emulator", tmp_path, images["skypilot-emulator"])
     await env.start(force_build=False)
     try:
@@ -261,12 +261,13 @@ def test_the_next_backend_start_reaps_what_a_dead_owner_left(
 
 CLAIMER = """
 import asyncio, sys
+from osmosis_harbor import settings
 from osmosis_harbor.sandbox import load_sandbox_sdk
 from osmosis_harbor.sandbox.owner.sandboxes import OwnedSandboxes
 SDK, POOL, NAME = sys.argv[1:4]
 
 async def main():
-    sandboxes, sdk = OwnedSandboxes(), load_sandbox_sdk(SDK)
+    sandboxes, sdk = OwnedSandboxes(config=settings.current()), load_sandbox_sdk(SDK)
     await sandboxes.pending(NAME, sdk, SDK)  # in the shared ledger, under this live process
     await sandboxes.attach(NAME, await sdk.create.aio(name=NAME, pool=POOL, timeout=600))
     print(NAME, flush=True)
@@ -294,7 +295,7 @@ async def test_a_pool_a_live_owners_sandbox_holds_stays_in_the_ledger_for_the_ne
     sandbox and then deletes the pool."""
     monkeypatch.setenv("OSMOSIS_HARBOR_API_ATTEMPTS", "2")
     sdk_name, image, pool = "skypilot-emulator", images["skypilot-emulator"], _pool()
-    sandboxes = OwnedSandboxes()
+    sandboxes = OwnedSandboxes(config=settings.current())
     sandboxes.process = _dead_owner()  # the pool's owner is a server that will not come back
     await pools.create(sandboxes, sdk_name, pool, image, 1, {})
     mine = await load_sandbox_sdk(sdk_name).create.aio(name=f"hb-ledger-{uuid.uuid4().hex[:6]}", pool=pool, timeout=600)

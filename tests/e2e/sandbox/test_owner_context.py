@@ -14,6 +14,7 @@ import docker
 import docker.errors
 import pytest
 
+from osmosis_harbor import settings
 from osmosis_harbor.errors import NoOwnerError
 from osmosis_harbor.owner_process import OwnerProcess
 from osmosis_harbor.sandbox import SandboxEnvironment, environment_config
@@ -42,9 +43,11 @@ async def test_outside_every_owner_a_call_that_needs_one_raises_naming_it() -> N
         current_owner("the workflow agent's rollout credentials")
     with pytest.raises(NoOwnerError, match="a trial's scope"), trial_scope():
         pass
-    alone = TrialContext.of("alone__env", "a test")  # Harbor's CLI: an owner of its own, nothing deferred
+    alone = TrialContext.of(
+        "alone__env", "a test", settings.current()
+    )  # Harbor's CLI: an owner of its own, nothing deferred
     assert current_trial() is None and alone.owns_itself and not alone.defer_termination(asyncio.sleep)
-    owner = SandboxOwner.make("test")
+    owner = SandboxOwner.make("test", config=settings.current())
     with owner_scope(owner):
         assert current_owner("a test") is owner
         with trial_scope(head_start=True) as trial:
@@ -63,10 +66,10 @@ async def test_one_trial_context_carries_owner_role_guard_head_start_and_losses(
     from osmosis_harbor.errors import SandboxLostError
     from osmosis_harbor.sandbox.guard import GuardPlan, GuardSession
 
-    owner, guard = SandboxOwner.make("test"), GuardSession(GuardPlan())
+    owner, guard = SandboxOwner.make("test", config=settings.current()), GuardSession(GuardPlan())
     with owner_scope(owner), trial_scope(head_start=True, guard=guard) as trial:
-        agent = TrialContext.of("t1__env", "a test")
-        verifier = TrialContext.of("t1__verifier__k", "a test")
+        agent = TrialContext.of("t1__env", "a test", settings.current())
+        verifier = TrialContext.of("t1__verifier__k", "a test", settings.current())
     assert (agent.role, verifier.role) == (Role.AGENT, Role.VERIFIER)
     assert agent.guard is guard and verifier.guard is None  # control: the scope held one
     assert agent.owner is verifier.owner is owner and not agent.owns_itself
@@ -78,7 +81,7 @@ async def test_one_trial_context_carries_owner_role_guard_head_start_and_losses(
     assert verifier.defer_termination(lambda: asyncio.sleep(0)) and len(trial.terminations) == 1
     await asyncio.gather(*trial.terminations)
     with guard_scope(guard):  # validate's guard without a trial: still one scope, one variable
-        assert TrialContext.of("v__env", "a test").guard is guard
+        assert TrialContext.of("v__env", "a test", settings.current()).guard is guard
 
 
 def test_an_environment_made_outside_every_owner_owns_itself(tmp_path: Path) -> None:
@@ -86,7 +89,7 @@ def test_an_environment_made_outside_every_owner_owns_itself(tmp_path: Path) -> 
     task = make_task(tmp_path / "ds", "alone")
     first, second = _environment(task, tmp_path), _environment(task, tmp_path)
     assert first._creator.owns_itself and second._creator.owns_itself and first.owner is not second.owner
-    owner = SandboxOwner.make("test")
+    owner = SandboxOwner.make("test", config=settings.current())
     with owner_scope(owner):
         inside = _environment(task, tmp_path)
     assert not inside._creator.owns_itself and inside.owner is owner
@@ -144,7 +147,7 @@ async def test_force_build_rebuilds_an_image_another_owner_built(tmp_path: Path)
     task = make_task(tmp_path / "ds", "forced", dockerfile=f"FROM {base}\nRUN echo built > /built\n")
     ref = None
     try:
-        a, b = SandboxOwner.make("a"), SandboxOwner.make("b")
+        a, b = SandboxOwner.make("a", config=settings.current()), SandboxOwner.make("b", config=settings.current())
         with owner_scope(a):
             ref, built = await _environment(task, tmp_path).prepare_image()
         assert built and a.builds.stats.built == [ref]
@@ -221,7 +224,7 @@ async def test_stop_terminates_a_handle_that_our_create_did_not_make(
             return None
 
         monkeypatch.setattr(SandboxCreator, "_adopt_held_handle", ignore)
-    owner = SandboxOwner.make("test")
+    owner = SandboxOwner.make("test", config=settings.current())
     with owner_scope(owner):
         env = _environment(make_task(tmp_path / "ds", "held"), tmp_path)
         handle = await env.state.sdk.create.aio(name=env.sandbox_name, image=sandbox_image, timeout=300)

@@ -100,7 +100,7 @@ async def test_an_empty_pool_claim_waits_then_cold_creates_the_pools_image(
 ) -> None:
     monkeypatch.setenv("OSMOSIS_HARBOR_POOL_CLAIM_WAIT_SEC", "1")
     starts = SandboxStarts(4)
-    owner = SandboxOwner.make("test", starts=starts)
+    owner = SandboxOwner.make("test", config=settings.current(), starts=starts)
     sandboxes = owner.sandboxes
     base = f"claims{uuid.uuid4().hex[:6]}"
     with owner_scope(owner):
@@ -141,7 +141,7 @@ async def test_a_warming_pool_is_usable_and_serves_within_the_wait(
     emulator.knobs(pool_warm_sec=10, pool_warm_timeout_sec=0)  # create_pool returns long before it is warm
     monkeypatch.setenv("OSMOSIS_HARBOR_POOL_CLAIM_WAIT_SEC", "30")
     starts = SandboxStarts(4)
-    owner = SandboxOwner.make("test", starts=starts)
+    owner = SandboxOwner.make("test", config=settings.current(), starts=starts)
     sandboxes = owner.sandboxes
     with owner_scope(owner):
         env = _environment(tmp_path, _task(tmp_path, image), f"warming{uuid.uuid4().hex[:6]}")
@@ -163,7 +163,7 @@ async def test_a_batch_the_pool_cannot_serve_whole_is_split(
 ) -> None:
     monkeypatch.setenv("OSMOSIS_HARBOR_POOL_CLAIM_WAIT_SEC", "0")
     starts = SandboxStarts(8, batch_window_sec=60, batch_max=4)
-    owner = SandboxOwner.make("test", starts=starts)
+    owner = SandboxOwner.make("test", config=settings.current(), starts=starts)
     sandboxes = owner.sandboxes  # the batch closes when four joined
     base = f"split{uuid.uuid4().hex[:6]}"
     with owner_scope(owner):
@@ -214,7 +214,7 @@ async def test_a_batch_call_that_faulted_after_making_members_leaves_none(
 ) -> None:
     monkeypatch.setenv("OSMOSIS_HARBOR_POOL_CLAIM_WAIT_SEC", "10")
     starts = SandboxStarts(8, batch_window_sec=60, batch_max=2)
-    owner = SandboxOwner.make("test", starts=starts)
+    owner = SandboxOwner.make("test", config=settings.current(), starts=starts)
     sandboxes = owner.sandboxes
     faulty = _FaultAfterBatch()
     with owner_scope(owner):
@@ -246,7 +246,7 @@ async def test_a_generic_pool_with_no_member_is_a_clear_error_and_leaves_nothing
     sky.create_pool(pool, image, replicas=0)
     try:
         task = _task(tmp_path, image, defined=False)
-        with owner_scope(SandboxOwner.make("test")):
+        with owner_scope(SandboxOwner.make("test", config=settings.current())):
             env = _environment(tmp_path, task, pool)
             assert env.pool_name == pool  # claimed by its own name
             with pytest.raises(
@@ -256,7 +256,7 @@ async def test_a_generic_pool_with_no_member_is_a_clear_error_and_leaves_nothing
         assert _record(env.sandbox_name) is None and default_ledger(settings.current()).entries() == []
         sky.set_pool_size(pool, 1)  # positive control: with a member, the same task runs
         wait_until(lambda: extensions.get_pool(pool).idle == 1, timeout=60, what="a member")
-        with owner_scope(SandboxOwner.make("test")):
+        with owner_scope(SandboxOwner.make("test", config=settings.current())):
             env = _environment(tmp_path, task, pool)
             await env.start(force_build=False)
             await env.stop(delete=True)
@@ -324,7 +324,7 @@ async def test_a_task_with_a_dockerfile_claims_from_a_named_generic_pool_as_harb
     def record(name: str) -> Any:
         return next((r for r in module.ls() if records.name_of(r) == name), None)
 
-    with owner_scope(SandboxOwner.make("test")):
+    with owner_scope(SandboxOwner.make("test", config=settings.current())):
         env = _environment(tmp_path, task, pool, sdk)
         group = env.pool_name
         assert group is not None and group != pool  # a defined task asks for its group's pool first
@@ -335,7 +335,7 @@ async def test_a_task_with_a_dockerfile_claims_from_a_named_generic_pool_as_harb
     try:
         if sdk == SDK:
             wait_until(lambda: extensions.get_pool(pool).idle == 1, timeout=60, what="a member")
-        with owner_scope(SandboxOwner.make("test")):
+        with owner_scope(SandboxOwner.make("test", config=settings.current())):
             env = _environment(tmp_path, task, pool, sdk)
             await env.start(force_build=False)
             try:

@@ -22,10 +22,13 @@ class RefuseLitellm:
         return None
 
 sys.meta_path.insert(0, RefuseLitellm())
+from osmosis_harbor import settings
 from osmosis_harbor.agents.workflow import WorkflowAgent
+from osmosis_harbor.trials.contract_files import ContractBounds
 agent = WorkflowAgent(
     logs_dir=Path(sys.argv[1]), model_name="openai/gpt-4o-mini", bundle_wheel="w.whl",
     agent_script="pkg-agent", rollout_id="r-1", rollout_input="in.json", output_max_bytes=1024,
+    contract_bounds=ContractBounds.of(settings.current()),
     {extra}
 )
 print("made", agent.skip_model_parsing)

@@ -31,7 +31,7 @@ def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Ledger:
 
 @pytest.fixture
 async def owner(ledger: Ledger) -> AsyncIterator[SandboxOwner]:
-    made = SandboxOwner.make("unit", ledger=ledger)
+    made = SandboxOwner.make("unit", config=settings.current(), ledger=ledger)
     yield made
     await made.close()
 
@@ -104,7 +104,7 @@ async def test_a_pool_is_created_adopted_when_it_exists_and_deleted(
     made = await pools.create(owner.sandboxes, FAKE_SDK, "warm-abc", FAKE_IMAGE, 2, {"cpus": 1, "memory_gb": 2.0})
     assert made is None and fake_cloud.pools() == ["warm-abc"]
     assert "warm-abc" in _entries(ledger, Kind.POOL)
-    other = SandboxOwner.make("other", ledger=ledger)
+    other = SandboxOwner.make("other", config=settings.current(), ledger=ledger)
     adopted = await pools.create(other.sandboxes, FAKE_SDK, "warm-abc", FAKE_IMAGE, 3, {})
     assert adopted is not None and "adopted the existing pool" in adopted  # a 409 is an existing pool
     assert (await fake_cloud.get_pool.aio("warm-abc")).size == 3

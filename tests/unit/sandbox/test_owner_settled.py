@@ -11,6 +11,7 @@ import threading
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from osmosis_harbor import settings
 from osmosis_harbor.sandbox.owner import context
 from osmosis_harbor.sandbox.owner.context import SandboxOwner
 
@@ -29,7 +30,7 @@ def _finishes(main: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
 
 def test_a_done_termination_left_in_the_set_does_not_make_settled_spin() -> None:
     async def main() -> int:
-        owner = SandboxOwner.make("test")
+        owner = SandboxOwner.make("test", config=settings.current())
         done = asyncio.get_running_loop().create_future()
         done.set_result(None)
         owner._ending.add(done)  # done, and no done callback will remove it
@@ -43,7 +44,7 @@ def test_settled_waits_for_a_running_termination_and_close_bounds_one_that_never
     monkeypatch.setattr(context, "CLOSE_SETTLE_SEC", 0.5)
 
     async def main() -> tuple[bool, bool, list[str]]:
-        owner = SandboxOwner.make("test")
+        owner = SandboxOwner.make("test", config=settings.current())
         finish, never = asyncio.Event(), asyncio.Event()
         owner.settle_later(finish.wait())
         settled = asyncio.ensure_future(owner.settled())
