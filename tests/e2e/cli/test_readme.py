@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from osmosis_harbor.sandbox import docker as docker_sdk
+from osmosis_harbor.tasks.discovery import discover_tasks
 from osmosis_harbor.testing.scripted_policy import FakeChatServer
 from tests.support.common import REPO, TASKS, wait_until
 from tests.support.readme_blocks import DOCS, Block, block, readme_blocks
@@ -47,8 +48,13 @@ def run_two_commands(b: Block, tmp_path: Path) -> None:
     assert suite in ci_lines, "CI must run README command 2 as written"
     proc = sh(validate)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    n = len({p.parent for p in TASKS.rglob("task.toml")})
-    assert f"{n} passed, 0 failed" in proc.stdout
+    # the Docker leg of test_validate.py's bundled-dataset test: every task, each a row of the table
+    ids = {t.id for t in discover_tasks(TASKS)}
+    assert len(ids) >= 6 and f"{len(ids)} passed, 0 failed" in proc.stdout
+    rows = proc.stdout.splitlines()
+    for task_id in ids:
+        assert any(task_id in row and "pass" in row.lower() for row in rows), (task_id, proc.stdout[-3000:])
+    assert "files/workdir-task" in proc.stdout
 
 
 def run_base_images(b: Block, tmp_path: Path) -> None:
