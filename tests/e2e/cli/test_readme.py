@@ -155,10 +155,20 @@ def run_server_example(backend_block: Block, shutdown_block: Block, tmp_path: Pa
 
 
 def run_one_rollout(b: Block, tmp_path: Path) -> None:
+    """The result panel holds the whole rollout: the graded verdict, the metrics, and the
+    conversation, in which the sandbox really ran the policy's command (the calc example end to end)."""
     (command,) = b.commands()
     proc = sh(command, home=tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "status: success" in proc.stdout and "reward: 1.0" in proc.stdout
+    body = [line.strip().strip("│").strip() for line in proc.stdout.splitlines()]
+    assert "status: success" in body and "reward: 1.0" in body, proc.stdout
+    (metrics,) = [line for line in body if line.startswith("metrics: ")]
+    assert "'llm_calls': 1.0" in metrics
+    roles = [m[1] for line in body if (m := re.match(r"\[(system|user|assistant|tool)\] ", line))]
+    assert roles == ["system", "user", "assistant", "user"], proc.stdout
+    assert "[user] What is (17 + 4) * 2?" in body and "[assistant] (17 + 4) * 2" in body
+    answer = body.index("42")  # the sandbox ran it: the command, its output, its exit code
+    assert body[answer - 1].startswith("[user] $ ") and body[answer + 1] == "[exit code 0]", proc.stdout
 
 
 def run_prewarm(b: Block, tmp_path: Path) -> None:
