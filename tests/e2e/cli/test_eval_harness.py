@@ -1,15 +1,19 @@
 """``osmosis eval run`` (osmosis-ai's local evaluation harness) driving the example workspace,
-as a new user runs it: a workspace made by ``scripts/eval-workspace.sh``, the harness's own
-``uv sync`` of the rollout project, its rollout server (``main.py``: HarborBackend on docker or
-skypilot-emulator), its model bridge reaching a scripted policy through litellm's
-``OPENAI_BASE_URL``, and the same evaluation under osmosis-ai's LocalBackend as the control:
-the same rewards row for row (five right, one wrong on purpose), the same artifacts, a run that
-resumes by name, and a workspace whose source the run left as it was."""
+as a new user runs it: the README's walk-through run as written (a workspace made by
+``scripts/eval-workspace.sh``, the harness's own ``uv sync`` of the rollout project, its rollout
+server ``main.py`` with HarborBackend on docker, the scripted model of
+``python -m osmosis_harbor.testing`` reached through litellm's ``OPENAI_BASE_URL``), and the same
+evaluation under osmosis-ai's LocalBackend as the control: the same rewards row for row (five
+right, one wrong on purpose), the same artifacts, a run that resumes by name, and a workspace
+whose source the run left as it was. The skypilot-emulator choice of the workspace's config is
+the same server on the other SDK path, which the backend's key tests cover on both."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -20,7 +24,7 @@ from osmosis_ai.source_scan import source_digest
 
 from osmosis_harbor.testing.scripted_policy import FakeChatServer
 from tests.support.common import REPO
-from tests.support.sdk_paths import DOCKER_PATH_ONLY, SdkPath
+from tests.support.readme_blocks import block, free_port
 
 pytestmark = [pytest.mark.slow]
 
@@ -69,12 +73,43 @@ def eval_run(workspace: Path, env: dict[str, str], config: str, name: str) -> Ev
     run_dir = workspace / ".osmosis" / "evals" / name
     logs = (run_dir / "logs.txt").read_text() if (run_dir / "logs.txt").is_file() else ""
     assert done.returncode == 0, f"{done.stdout}\n{done.stderr}\n{logs[-6000:]}"
+    return read_run(run_dir, done.stdout + done.stderr)
+
+
+def read_run(run_dir: Path, output: str) -> EvalRun:
     rows = [json.loads(line) for line in (run_dir / "summary.jsonl").read_text().splitlines() if line.strip()]
     artifacts = {
         item.name: {p.relative_to(item).as_posix(): p.read_bytes() for p in sorted(item.rglob("*")) if p.is_file()}
         for item in sorted((run_dir / "artifacts").iterdir())
     }
-    return EvalRun(run_dir, {r["row_index"]: r.get("reward") for r in rows}, artifacts, done.stdout + done.stderr)
+    return EvalRun(run_dir, {r["row_index"]: r.get("reward") for r in rows}, artifacts, output)
+
+
+def run_walkthrough(home: Path, tmp: Path) -> tuple[Path, str]:
+    """The README's walk-through as one script, with ``~`` a home of the test's own (uv keeps its
+    own cache, as it would for you), ``$TMPDIR`` the test's, and the scripted model on a free port
+    instead of 8401 (the machine is shared). Returns the workspace and the script's output."""
+    walkthrough = block("Evaluating with `osmosis eval run`", "bash")
+    assert walkthrough.body.count("8401") == 2
+    script = "set -e\n" + walkthrough.body.replace("8401", str(free_port()))
+    uv_cache = os.environ.get("UV_CACHE_DIR") or str(Path.home() / ".cache" / "uv")
+    env = {**os.environ, "HOME": str(home), "UV_CACHE_DIR": uv_cache, "COLUMNS": "200", "TMPDIR": str(tmp)}
+    with subprocess.Popen(
+        ["bash", "-c", script],
+        cwd=REPO,
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    ) as shell:
+        try:
+            stdout, stderr = shell.communicate(timeout=HARNESS_TIMEOUT_SEC + 300)
+        finally:  # the backgrounded model too, should the script stop before its kill
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(shell.pid, signal.SIGKILL)
+    assert shell.returncode == 0, stdout[-4000:] + stderr[-4000:]
+    return home / "calc-eval", stdout
 
 
 @pytest.fixture(scope="module")
@@ -93,19 +128,23 @@ def local_control(policy: FakeChatServer, tmp_path_factory: pytest.TempPathFacto
     return eval_run(workspace, harness_env(policy, root / "tmp"), "calc-local", "control")
 
 
-@DOCKER_PATH_ONLY
 def test_osmosis_eval_run_drives_the_example_workspace(
-    tmp_path: Path, policy: FakeChatServer, local_control: EvalRun, sandbox_sdk: SdkPath
+    tmp_path: Path, policy: FakeChatServer, local_control: EvalRun
 ) -> None:
-    workspace = make_workspace(tmp_path / "workspace", sandbox_sdk.name)
-    rollout = workspace / "rollouts" / "calc"
-    before = source_digest(rollout)
-    env = harness_env(policy, tmp_path / "tmp")
+    home, tmp = tmp_path / "home", tmp_path / "tmp"
+    home.mkdir()
+    tmp.mkdir()
+    pristine = make_workspace(tmp_path / "pristine", "docker")  # what the script's workspace was made as
+    before = source_digest(pristine / "rollouts" / "calc")
 
-    run = eval_run(workspace, env, "calc", "harbor")
+    workspace, stdout = run_walkthrough(home, tmp)
+    assert "83.3% (5/6 scored" in stdout  # the result the README states
+    (run_dir,) = (workspace / ".osmosis" / "evals").glob("*-*")
+    run = read_run(run_dir, stdout)
     assert run.rewards == {0: 1.0, 1: 1.0, 2: 1.0, 3: 1.0, 4: 1.0, 5: 0.0}  # 9 + 12 is scripted on purpose
     assert run.rewards == local_control.rewards
     assert run.artifacts == local_control.artifacts  # ctx.artifacts_dir, as LocalBackend leaves it
+    assert run.artifacts["row_0_run_0"]["answer.txt"] == b"42\n"
     assert run.artifacts["row_5_run_0"]["answer.txt"] == b"21\n"
     logs = (run.run_dir / "logs.txt").read_text()
     assert "up to 3 in flight" in logs  # the queue's concurrency, read from /health
@@ -113,8 +152,10 @@ def test_osmosis_eval_run_drives_the_example_workspace(
     for trial in (run.run_dir / "rollout_trials").iterdir():  # Harbor's logs, where osmosis-ai keeps them
         assert (trial / "logs" / "trial.log").is_file() and (trial / "logs" / "verifier" / "reward.json").is_file()
 
-    again = eval_run(workspace, env, "calc", "harbor")  # --name resumes: the inputs did not change
-    assert "already complete" in again.output and "different resolved inputs" not in again.output
+    rollout = workspace / "rollouts" / "calc"
     assert source_digest(rollout) == before and not (rollout / "bundles").exists()
-    assert list((tmp_path / "tmp").glob("osmosis-harbor-*")) == []
-    assert sandbox_sdk.sandboxes_left() == []
+    env = {**harness_env(policy, tmp), "HOME": str(home)}
+    again = eval_run(workspace, env, "calc", run_dir.name)  # --name resumes: the inputs did not change
+    assert "already complete" in again.output and "different resolved inputs" not in again.output
+    assert source_digest(rollout) == before
+    assert list(tmp.glob("osmosis-harbor-*")) == []

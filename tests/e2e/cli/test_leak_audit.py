@@ -24,9 +24,13 @@ from osmosis_harbor.audit.run import environment_id_of, sandbox_environment
 from osmosis_harbor.sandbox import environment_config
 from osmosis_harbor.sandbox.owner.context import SandboxOwner, owner_scope
 from tests.support.common import FIXTURES, load_json, run_cli
-from tests.support.sdk_paths import SdkPath
+from tests.support.sdk_paths import DOCKER_PATH_ONLY, SdkPath
 
 pytestmark = pytest.mark.slow
+
+# The audit itself (its probes through each SDK's exec and file calls, an image by reference) runs on
+# both paths in the first test and the prebuilt-image one; how ``--lint=strict`` and ``prewarm`` use
+# its findings does not depend on the SDK, so those run on the Docker path only.
 
 LEAKS = FIXTURES / "leaks"
 # the large repository holds about 3,300 entries in its .git: a bound under that is hit
@@ -87,6 +91,7 @@ def test_audit_reports_every_leak_and_not_the_control(tmp_path: Path, sandbox_sd
     assert "7 error(s), 3 warning(s)" in proc.stdout
 
 
+@DOCKER_PATH_ONLY
 def test_strict_lint_refuses_a_leaking_task_and_runs_the_clean_one(tmp_path: Path, sandbox_sdk: SdkPath) -> None:
     out = tmp_path / "report.json"
     proc = run_cli(
@@ -118,6 +123,7 @@ def test_strict_lint_refuses_a_leaking_task_and_runs_the_clean_one(tmp_path: Pat
     assert "Leak audit" in proc.stdout
 
 
+@DOCKER_PATH_ONLY
 def test_prewarm_audits_each_environment_and_lists_the_findings(tmp_path: Path, sandbox_sdk: SdkPath) -> None:
     """prewarm audits the fresh sandbox of each environment's setup proof: its report holds the
     findings (the leaking task's, none for the control) and prewarm itself still succeeds."""

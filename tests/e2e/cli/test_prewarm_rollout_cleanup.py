@@ -1,8 +1,8 @@
-"""The ``prewarm``, ``rollout`` and ``cleanup`` commands as a user runs them."""
+"""The ``prewarm``, ``rollout`` and ``cleanup`` commands as a user runs them. The calc example's
+rollout end to end is the README's "One rollout locally" block (``test_readme.py``)."""
 
 from __future__ import annotations
 
-import json
 import shutil
 import uuid
 from pathlib import Path
@@ -33,7 +33,12 @@ def left_in(tmpdir: Path) -> list[str]:
     return sorted(p.name for p in tmpdir.glob("osmosis-harbor-*"))
 
 
-def test_prewarm_builds_once_reuses_after_and_sizes_pools(tmp_path: Path, bundles_dir: Path) -> None:
+def test_prewarm_builds_once_reuses_after_sizes_pools_and_exits_nonzero_on_a_failure(
+    tmp_path: Path, bundles_dir: Path
+) -> None:
+    """One group of three tasks with a fresh image, beside a task whose build fails: the failure is
+    reported with exit 1 while the good group is built, set up and pooled; a second run of the
+    good tasks reuses the image and resizes the pool."""
     tmpdir = tmp_path / "tmpdir"
     tmpdir.mkdir()
     dataset = tmp_path / "ds"
@@ -43,6 +48,7 @@ def test_prewarm_builds_once_reuses_after_and_sizes_pools(tmp_path: Path, bundle
         (task / "environment" / "Dockerfile").write_text(
             f"FROM python:3.12-slim\nRUN echo {marker} > /m\nWORKDIR /workspace\n"
         )
+    shutil.copytree(REPO / "tests" / "fixtures" / "broken" / "build-fails", dataset / "bad")
     pool = f"cli{uuid.uuid4().hex[:6]}"
     first_json, second_json = tmp_path / "first.json", tmp_path / "second.json"
     try:
@@ -60,17 +66,19 @@ def test_prewarm_builds_once_reuses_after_and_sizes_pools(tmp_path: Path, bundle
             str(bundles_dir),  # the session's: images and pools are what is counted
             env={"TMPDIR": str(tmpdir)},
         )
-        assert first.returncode == 0, first.stdout + first.stderr
+        assert first.returncode == 1, first.stdout + first.stderr  # a task failed
         assert left_in(tmpdir) == []  # no work root, no trials dir: a prewarm runs no rollout
         report = load_json(first_json)
         assert (report["groups"], report["tasks"], report["built"], report["reused"], report["failed"]) == (
-            1,
-            3,
+            2,
+            4,
             1,
             0,
-            0,
+            1,
         )
-        group = report["groups_detail"][0]
+        assert list(report["failed_tasks"]) == ["bad"]
+        assert "docker build failed" in first.stdout
+        (group,) = [g for g in report["groups_detail"] if "bad" not in g["task_ids"]]
         assert sorted(group["task_ids"]) == ["group/three", "one", "two"] and group["setup_ok"]
         assert docker_sdk.get_pool(group["pool"]).replicas == 1
         assert "1 built" in first.stdout
@@ -79,6 +87,7 @@ def test_prewarm_builds_once_reuses_after_and_sizes_pools(tmp_path: Path, bundle
             "prewarm",
             str(dataset),
             *CALC,
+            *("--task", "one", "--task", "two", "--task", "group/three"),
             "--pool",
             pool,
             "--pool-size",
@@ -86,54 +95,16 @@ def test_prewarm_builds_once_reuses_after_and_sizes_pools(tmp_path: Path, bundle
             "--json",
             str(second_json),
             "--bundles-dir",
-            str(bundles_dir),  # the session's: images and pools are what is counted
+            str(bundles_dir),
         )
         assert second.returncode == 0, second.stdout + second.stderr
         again = load_json(second_json)
-        assert (again["built"], again["reused"]) == (0, 1)
+        assert (again["built"], again["reused"], again["failed"]) == (0, 1, 0)
         assert docker_sdk.get_pool(group["pool"]).replicas == 2  # resized
     finally:
         cleaned = run_cli("cleanup", "--pool", pool)
         assert cleaned.returncode == 0, cleaned.stderr
     assert not [p for p in docker_sdk.list_pools() if p.name.startswith(pool)]
-
-
-def test_prewarm_reports_failures_with_a_nonzero_exit(tmp_path: Path) -> None:
-    dataset = tmp_path / "ds"
-    shutil.copytree(TASKS / "template", dataset / "good")
-    shutil.copytree(REPO / "tests" / "fixtures" / "broken" / "build-fails", dataset / "bad")
-    out = tmp_path / "r.json"
-    tmpdir = tmp_path / "tmpdir"
-    tmpdir.mkdir()
-    proc = run_cli("prewarm", str(dataset), "--json", str(out), env={"TMPDIR": str(tmpdir)})
-    assert proc.returncode == 1
-    assert left_in(tmpdir) == []
-    report = load_json(out)
-    assert report["failed"] == 1 and list(report["failed_tasks"]) == ["bad"]
-    assert "docker build failed" in proc.stdout
-
-
-def test_rollout_command_runs_the_example_end_to_end() -> None:
-    proc = run_cli(
-        "rollout",
-        "examples/calc_task",
-        *CALC,
-        "--prompt",
-        "What is (17 + 4) * 2?",
-        "--label",
-        "42",
-        "--scripted-reply",
-        "(17 + 4) * 2",
-        "--json",
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    result = json.loads(proc.stdout)
-    assert result["status"] == "success" and result["sample"]["reward"] == 1.0
-    messages = result["sample"]["messages"]
-    assert [m["role"] for m in messages] == ["system", "user", "assistant", "user"]
-    assert messages[1]["content"] == "What is (17 + 4) * 2?" and messages[2]["content"] == "(17 + 4) * 2"
-    assert "\n42\n[exit code 0]" in messages[3]["content"]  # the sandbox ran it
-    assert result["sample"]["metrics"]["llm_calls"] == 1.0
 
 
 def test_rollout_command_needs_an_endpoint() -> None:

@@ -3,12 +3,14 @@ from README.md and docs/*.md themselves (so the two cannot drift) and exercised,
 documented result checked.
 
 ``test_every_block_is_exercised`` fails when a block is added, removed or moved to another
-section or file without a runner here: a new example needs a test before it lands."""
+section or file without a runner here: a new example needs a test before it lands. A block whose
+flow another module drives anyway is run as written there (its runner here is ``None``): the
+``osmosis eval run`` walk-through by ``test_eval_harness.py``, the ``Shutdown`` continuation with
+the ``HarborBackend`` example."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import re
@@ -18,57 +20,17 @@ import sys
 import urllib.request
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from osmosis_harbor.sandbox import docker as docker_sdk
+from osmosis_harbor.tasks.discovery import discover_tasks
 from osmosis_harbor.testing.scripted_policy import FakeChatServer
 from tests.support.common import REPO, TASKS, wait_until
+from tests.support.readme_blocks import DOCS, Block, block, readme_blocks
 
 pytestmark = pytest.mark.slow
-
-README = REPO / "README.md"
-DOCS = REPO / "docs"
-_BLOCK = re.compile(r"^(?P<heading>#{1,4} [^\n]*)$|^```(?P<lang>\w*)\n(?P<body>.*?)^```$", re.M | re.S)
-
-
-@dataclass(frozen=True)
-class Block:
-    doc: str  # the file, relative to the repository
-    section: str
-    lang: str
-    body: str
-
-    def commands(self) -> list[str]:
-        """Shell commands: comment lines dropped, continuations joined, trailing comments kept
-        out (bash would ignore them anyway)."""
-        joined = self.body.replace("\\\n", " ")
-        return [line for line in joined.splitlines() if line.strip() and not line.lstrip().startswith("#")]
-
-
-def documents() -> list[Path]:
-    """The files whose runnable blocks are checked: the README and every page under docs/."""
-    return [README, *sorted(DOCS.glob("*.md"))]
-
-
-def readme_blocks() -> list[Block]:
-    blocks = []
-    for path in documents():
-        doc, section = str(path.relative_to(REPO)), ""
-        for match in _BLOCK.finditer(path.read_text()):
-            if match["heading"]:
-                section = match["heading"].lstrip("#").strip()
-            elif match["lang"] in ("bash", "sh", "python"):
-                blocks.append(Block(doc, section, match["lang"], match["body"]))
-    return blocks
-
-
-def block(section: str, lang: str, doc: str = "README.md") -> Block:
-    found = [b for b in readme_blocks() if (b.doc, b.section, b.lang) == (doc, section, lang)]
-    assert len(found) == 1, f"{doc}: expected one {lang} block under {section!r}, found {len(found)}"
-    return found[0]
 
 
 def sh(command: str, *, timeout: float = 900, home: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -86,8 +48,13 @@ def run_two_commands(b: Block, tmp_path: Path) -> None:
     assert suite in ci_lines, "CI must run README command 2 as written"
     proc = sh(validate)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    n = len({p.parent for p in TASKS.rglob("task.toml")})
-    assert f"{n} passed, 0 failed" in proc.stdout
+    # the Docker leg of test_validate.py's bundled-dataset test: every task, each a row of the table
+    ids = {t.id for t in discover_tasks(TASKS)}
+    assert len(ids) >= 6 and f"{len(ids)} passed, 0 failed" in proc.stdout
+    rows = proc.stdout.splitlines()
+    for task_id in ids:
+        assert any(task_id in row and "pass" in row.lower() for row in rows), (task_id, proc.stdout[-3000:])
+    assert "files/workdir-task" in proc.stdout
 
 
 def run_base_images(b: Block, tmp_path: Path) -> None:
@@ -188,10 +155,20 @@ def run_server_example(backend_block: Block, shutdown_block: Block, tmp_path: Pa
 
 
 def run_one_rollout(b: Block, tmp_path: Path) -> None:
+    """The result panel holds the whole rollout: the graded verdict, the metrics, and the
+    conversation, in which the sandbox really ran the policy's command (the calc example end to end)."""
     (command,) = b.commands()
     proc = sh(command, home=tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "status: success" in proc.stdout and "reward: 1.0" in proc.stdout
+    body = [line.strip().strip("│").strip() for line in proc.stdout.splitlines()]
+    assert "status: success" in body and "reward: 1.0" in body, proc.stdout
+    (metrics,) = [line for line in body if line.startswith("metrics: ")]
+    assert "'llm_calls': 1.0" in metrics
+    roles = [m[1] for line in body if (m := re.match(r"\[(system|user|assistant|tool)\] ", line))]
+    assert roles == ["system", "user", "assistant", "user"], proc.stdout
+    assert "[user] What is (17 + 4) * 2?" in body and "[assistant] (17 + 4) * 2" in body
+    answer = body.index("42")  # the sandbox ran it: the command, its output, its exit code
+    assert body[answer - 1].startswith("[user] $ ") and body[answer + 1] == "[exit code 0]", proc.stdout
 
 
 def run_prewarm(b: Block, tmp_path: Path) -> None:
@@ -221,44 +198,6 @@ def run_bundle(b: Block, tmp_path: Path) -> None:
     assert (info["agent_script"], info["grade_script"]) == ("calc-agent-agent", "calc-agent-grade")
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def run_eval_walkthrough(b: Block, tmp_path: Path) -> None:
-    """The walk-through as one script, with ``~`` a home of the test's own (uv keeps its own cache,
-    as it would for you) and the scripted model on a free port instead of 8401 (the machine is
-    shared): the run ends with five rows of six passed, and the answers where the platform looks."""
-    home = tmp_path / "home"
-    home.mkdir()
-    uv_cache = os.environ.get("UV_CACHE_DIR") or str(Path.home() / ".cache" / "uv")
-    env = {**os.environ, "HOME": str(home), "UV_CACHE_DIR": uv_cache, "COLUMNS": "200"}
-    assert b.body.count("8401") == 2
-    script = "set -e\n" + b.body.replace("8401", str(_free_port()))
-    with subprocess.Popen(
-        ["bash", "-c", script],
-        cwd=REPO,
-        env=env,
-        text=True,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    ) as shell:
-        try:
-            stdout, stderr = shell.communicate(timeout=900)
-        finally:  # the backgrounded model too, should the script stop before its kill
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(shell.pid, signal.SIGKILL)
-    assert shell.returncode == 0, stdout[-4000:] + stderr[-4000:]
-    assert "83.3% (5/6 scored" in stdout
-    (run,) = (home / "calc-eval" / ".osmosis" / "evals").glob("*-*")
-    assert (run / "artifacts" / "row_0_run_0" / "answer.txt").read_text() == "42\n"
-
-
 RUNNERS: dict[tuple[str, str], Callable[[Path], None]] = {
     ("Two commands", "bash"): lambda t: run_two_commands(block("Two commands", "bash"), t),
     ("Offline base images", "bash"): lambda t: run_base_images(block("Offline base images", "bash"), t),
@@ -277,9 +216,9 @@ RUNNERS: dict[tuple[str, str], Callable[[Path], None]] = {
         block("Prewarm, warm pools, admission, status and cancel", "bash"), t
     ),
     ("Bundles", "bash"): lambda t: run_bundle(block("Bundles", "bash"), t),
-    ("Evaluating with `osmosis eval run`", "bash"): lambda t: run_eval_walkthrough(
-        block("Evaluating with `osmosis eval run`", "bash"), t
-    ),
+    # run as written by test_eval_harness.py, whose assertions (the LocalBackend control, the
+    # resume, the untouched source) read that same run: one harness run, not two
+    ("Evaluating with `osmosis eval run`", "bash"): None,
 }
 
 # Runnable blocks of docs/*.md, keyed by (file, section, language); their reference pages hold

@@ -329,14 +329,6 @@ def test_kept_trials_are_a_harbor_job_that_harbor_reads_back(mixed_run: MixedRun
     }
 
 
-def test_lint_flag_may_come_before_the_path(tmp_path: Path) -> None:
-    """``--lint`` is a flag, so it cannot swallow the dataset path; ``--lint=strict`` is its strict form."""
-    report = tmp_path / "r.json"
-    proc = run_cli("validate", "--lint=strict", "--json", str(report), str(FIXTURES / "lint" / "clean"))
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert load_json(report)["tasks"][0]["lint"] == []
-
-
 # -- a report a person reads, on both SDKs -----------------------------------------------------
 
 REPORTS = FIXTURES / "reports"
