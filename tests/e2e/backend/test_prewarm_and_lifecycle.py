@@ -30,6 +30,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("osmosis_home")]
 
 PROJECT = FIXTURES / "rollout_project"
 WF = "rollout_fixtures.workflows"
+# A second image this run builds: new to every run (no engine has it cached from an earlier one),
+# built by whichever SDK path comes first and found by the other (built once, reused after).
+OTHER_IMAGE_MARK = uuid.uuid4().hex
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +80,7 @@ async def test_prewarm_groups_builds_once_and_reuses(tmp_path: Path, sandbox_sdk
     dataset = tmp_path / "ds"
     for name in ("a", "b", "nested/c"):
         shutil.copytree(TASKS / "template", dataset / name)
-    make_task(dataset, "other", dockerfile=f"FROM python:3.12-slim\nRUN echo {uuid.uuid4().hex} > /m\n")
+    make_task(dataset, "other", dockerfile=f"FROM python:3.12-slim\nRUN echo {OTHER_IMAGE_MARK} > /m\n")
     backend = backend_for(tmp_path, tasks_dir=dataset, task_mode="dataset", sdk=sandbox_sdk)
     with pytest.raises(ValueError, match="explicit task ids"):
         await backend.prewarm()
@@ -85,6 +88,7 @@ async def test_prewarm_groups_builds_once_and_reuses(tmp_path: Path, sandbox_sdk
     stages: list[tuple[str, str]] = []
     first = await backend.prewarm(ids, on_progress=lambda key, stage: stages.append((key, stage)))
     assert first.groups == 2 and first.tasks == 4 and first.failed == 0
+    assert first.built + first.reused == 2  # each group's image, made or found
     assert sorted(len(g.task_ids) for g in first.groups_detail) == [1, 3]
     assert all(g.setup_ok and g.image for g in first.groups_detail)
     assert {s for _, s in stages} >= {"image", "setup", "done"}
