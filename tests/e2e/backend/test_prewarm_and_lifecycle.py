@@ -355,34 +355,6 @@ async def test_a_burst_larger_than_the_warm_pool_runs_every_rollout(
     assert sandbox_sdk.sandboxes_left() == [] and managed_containers(owner_pid=os.getpid()) == []
 
 
-async def test_a_prewarm_run_twice_against_the_same_pools_adopts_them(
-    tmp_path: Path, fake_chat, sandbox_sdk: SdkPath
-) -> None:
-    """A second prewarm (a restarted server) meets the pool the first made: on SkyPilot
-    create_pool raises for an existing name, and the pool is adopted and resized, not a
-    "failed prewarm" that refuses every rollout of the group."""
-    sandbox_sdk.require_loopback_endpoint()
-    base = f"twice{uuid.uuid4().hex[:6]}"
-    first = backend_for(tmp_path / "first", pool=base, pool_size=1, sdk=sandbox_sdk)
-    second = backend_for(tmp_path / "second", pool=base, pool_size=2, sdk=sandbox_sdk)
-    try:
-        await first.prewarm()
-        report = await second.prewarm()
-        (group,) = report.groups_detail
-        assert group.error is None and second.health()["failed_prewarm_tasks"] == {}
-        assert (group.pool_note or "").startswith("adopted the existing pool") is sandbox_sdk.is_emulator
-        assert docker_sdk.get_pool(group.pool).replicas == 2  # resized as the second one asked
-        async with serve(second) as url, client_for(url) as client:
-            result = await _run(client, fake_chat, f"twice-{uuid.uuid4().hex[:6]}")
-        assert result.status is RolloutStatus.SUCCESS, result.err_message
-    finally:
-        await second.shutdown()
-        await first.shutdown()  # its pool is gone already: nothing left to do, nothing reported
-    with pytest.raises(docker_sdk.PoolNotFoundError):
-        docker_sdk.get_pool(group.pool)
-    assert sandbox_sdk.sandboxes_left() == []
-
-
 async def test_a_shutdown_with_a_claimed_member_removes_the_member_then_the_pool(
     tmp_path: Path, fake_chat, sandbox_sdk: SdkPath
 ) -> None:
@@ -408,37 +380,44 @@ async def test_a_shutdown_with_a_claimed_member_removes_the_member_then_the_pool
     assert [e for e in backend.owner.sandboxes.ledger.entries() if e.name == pool] == []
 
 
-async def test_one_backends_shutdown_leaves_the_pool_another_backend_uses(
+async def test_a_second_backend_adopts_the_pool_and_the_first_ones_shutdown_leaves_it(
     tmp_path: Path, fake_chat, sandbox_sdk: SdkPath
 ) -> None:
-    """Two backends in one process prewarm one pool (pool names are shared warm capacity). A's
-    shutdown leaves it while B uses it (the ledger's pool users), B's next rollout claims from
-    it, and B's shutdown, the last user's, deletes it."""
+    """Two backends in one process prewarm one pool (pool names are shared warm capacity), the
+    second as a restarted server would: it meets the pool the first made (on SkyPilot
+    create_pool raises for an existing name) and adopts and resizes it, not a "failed prewarm"
+    that refuses every rollout of the group. The first's shutdown leaves the pool while the second
+    uses it (the ledger's pool users), the second's next rollout claims from it, and its
+    shutdown, the last user's, deletes it."""
     sandbox_sdk.require_loopback_endpoint()
     base = f"shared{uuid.uuid4().hex[:6]}"
-    a = backend_for(tmp_path / "a", pool=base, pool_size=1, sdk=sandbox_sdk)
-    b = backend_for(tmp_path / "b", pool=base, pool_size=1, sdk=sandbox_sdk)
-    ledger = b.owner.sandboxes.ledger
+    first = backend_for(tmp_path / "first", pool=base, pool_size=1, sdk=sandbox_sdk)
+    second = backend_for(tmp_path / "second", pool=base, pool_size=2, sdk=sandbox_sdk)
+    ledger = second.owner.sandboxes.ledger
     try:
-        await a.prewarm()
-        await b.prewarm()
-        (pool,) = set(b.prewarmed.task_pools.values())
-        assert set(a.prewarmed.task_pools.values()) == {pool}
+        await first.prewarm()
+        report = await second.prewarm()
+        (group,) = report.groups_detail
+        pool = group.pool
+        assert group.error is None and second.health()["failed_prewarm_tasks"] == {}
+        assert (group.pool_note or "").startswith("adopted the existing pool") is sandbox_sdk.is_emulator
+        assert set(first.prewarmed.task_pools.values()) == set(second.prewarmed.task_pools.values()) == {pool}
+        assert docker_sdk.get_pool(pool).replicas == 2  # resized as the second one asked
         users = {u.user for u in ledger.pool_users(sandbox_sdk.name, _endpoint(sandbox_sdk.name), pool)}
-        assert users == {a.owner.sandboxes.user, b.owner.sandboxes.user}
-        await a.shutdown()
-        assert docker_sdk.get_pool(pool).replicas == 1  # still there: B uses it
-        async with serve(b) as url, client_for(url) as client:
+        assert users == {first.owner.sandboxes.user, second.owner.sandboxes.user}
+        await first.shutdown()
+        assert docker_sdk.get_pool(pool).replicas == 2  # still there: the second uses it
+        async with serve(second) as url, client_for(url) as client:
             await asyncio.to_thread(
-                wait_until, lambda: docker_sdk.get_pool(pool).idle == 1, timeout=120, what="a ready member"
+                wait_until, lambda: docker_sdk.get_pool(pool).idle == 2, timeout=120, what="ready members"
             )
-            result = await _run(client, fake_chat, f"after-a-{uuid.uuid4().hex[:6]}")
+            result = await _run(client, fake_chat, f"after-first-{uuid.uuid4().hex[:6]}")
             assert result.status is RolloutStatus.SUCCESS, result.err_message
             # served by the pool: the agent's sandbox and its tests' fresh one (the task's verifier)
-            assert b.starts.claims[pool] == 2 and b.health()["pool_fallbacks"] == 0
+            assert second.starts.claims[pool] == 2 and second.health()["pool_fallbacks"] == 0
     finally:
-        await b.shutdown()
-        await a.shutdown()
+        await second.shutdown()
+        await first.shutdown()  # its pool is gone already: nothing left to do, nothing reported
     with pytest.raises(docker_sdk.PoolNotFoundError):
         docker_sdk.get_pool(pool)
     assert [e for e in ledger.entries() if e.name == pool] == []
