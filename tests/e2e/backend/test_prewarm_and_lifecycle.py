@@ -127,7 +127,9 @@ async def test_baked_dependencies_are_used_by_the_next_trial(tmp_path: Path, fak
     assert result.status is RolloutStatus.SUCCESS and result.sample.reward == 1.0, result.err_message
 
 
-async def test_prewarm_failures_are_recorded_and_refused(tmp_path: Path, fake_chat) -> None:
+async def test_prewarm_failures_are_recorded_and_refused(
+    tmp_path: Path, fake_chat, monkeypatch: pytest.MonkeyPatch
+) -> None:
     dataset = tmp_path / "ds"
     shutil.copytree(TASKS / "template", dataset / "good")
     shutil.copytree(FIXTURES / "broken" / "build-fails", dataset / "bad")
@@ -151,27 +153,18 @@ async def test_prewarm_failures_are_recorded_and_refused(tmp_path: Path, fake_ch
         )
     assert refused.status is RolloutStatus.FAILURE and "failed prewarm" in refused.err_message
     assert refused.err_category is RolloutErrorCategory.VALIDATION_ERROR
-    # every task failing means the server must not start
-    only_bad = backend_for(tmp_path, tasks_dir=dataset, task_mode="dataset")
-    with pytest.raises(PrewarmError, match="every task") as failed:
-        await only_bad.prewarm(["bad"])
-    assert "exit code 1" in str(failed.value) and "this build fails on purpose" in str(failed.value)
-
-
-async def test_a_failed_prewarm_lifespan_leaves_no_temporary_directory(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+    # every task failing means the server must not start (its prewarm lifespan raises), and
+    # leaves no temporary directory
     tmpdir = tmp_path / "tmpdir"
     tmpdir.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(tmpdir))  # what TMPDIR does for a new process
-    dataset = tmp_path / "ds"
-    shutil.copytree(FIXTURES / "broken" / "build-fails", dataset / "bad")
-    backend = backend_for(tmp_path, tasks_dir=dataset, task_mode="dataset")
-    with pytest.raises(PrewarmError, match="every task"):
-        async with backend.prewarm_lifespan(["bad"])(None):
+    only_bad = backend_for(tmp_path, tasks_dir=dataset, task_mode="dataset")
+    with pytest.raises(PrewarmError, match="every task") as failed:
+        async with only_bad.prewarm_lifespan(["bad"])(None):
             pass
+    assert "exit code 1" in str(failed.value) and "this build fails on purpose" in str(failed.value)
     assert list(tmpdir.glob("osmosis-harbor-*")) == []  # even before (or without) a shutdown
-    await backend.shutdown()
+    await only_bad.shutdown()
     assert list(tmpdir.glob("osmosis-harbor-*")) == []
 
 
