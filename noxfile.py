@@ -21,7 +21,7 @@ HARBOR_026_TESTS = (
     "tests/unit/sandbox/test_skypilot_call_shapes.py",  # the sky.sandbox calls kept from Harbor
     "tests/e2e/cli/test_harbor_lines.py",  # preflight, options, error policies, harbor run, a lost sandbox
     "tests/e2e/backend/test_rollouts.py::test_template_mode_with_grader",  # graded and ungraded rollouts
-    "tests/e2e/backend/test_rollouts.py::test_grader_timeout_is_a_timeout",  # a verifier timeout
+    "tests/e2e/backend/test_rollouts.py::test_status_transitions_and_a_grader_timeout_through_the_server",  # a verifier timeout
     "tests/e2e/cli/test_public_formats.py::test_oracle_verdicts_on_public_task_formats",  # validate, multi-step
     "tests/e2e/cli/test_public_formats.py::test_nop_verdicts_on_public_task_formats",
     "tests/e2e/guard/test_reward_integrity.py",

@@ -22,9 +22,9 @@ IMAGE = "python:3.12-slim"  # the template task's base image
 MIB = 1024 * 1024
 
 
-def make_backend(tmp_path: Path, bundles_dir: Path, path: SdkPath) -> HarborBackend:
+def make_backend(tmp_path: Path, bundles_dir: Path, path: SdkPath, n_concurrent: int = 2) -> HarborBackend:
     return HarborBackend(
-        orchestrator=TrialQueue(n_concurrent=2),
+        orchestrator=TrialQueue(n_concurrent=n_concurrent),
         tasks_dir=TASKS / "template",
         task_mode="template",
         agent="rollout_fixtures.workflows:OutputWorkflow",
@@ -38,6 +38,13 @@ def make_backend(tmp_path: Path, bundles_dir: Path, path: SdkPath) -> HarborBack
 
 async def flood_beside_victim(backend: HarborBackend, fake_chat, flood: str) -> tuple[object, object]:
     """The flooder (its policy replies ``flood``) and the victim (``echo 42``), at once."""
+    flooder, victim = await floods_beside_victim(backend, fake_chat, flood)
+    return flooder, victim
+
+
+async def floods_beside_victim(backend: HarborBackend, fake_chat, *floods: str) -> tuple[object, ...]:
+    """A flooder for each of ``floods`` (its policy replies that) and the victim (``echo 42``),
+    all at once; their results, the victim's last."""
     async with serve(backend) as url, client_for(url) as client:
 
         def rollout(reply: str, tag: str):
@@ -49,7 +56,7 @@ async def flood_beside_victim(backend: HarborBackend, fake_chat, flood: str) -> 
                 grade=False,
             )
 
-        return tuple(await asyncio.gather(rollout(flood, "flood"), rollout("echo 42", "victim")))
+        return tuple(await asyncio.gather(*(rollout(flood, "flood") for flood in floods), rollout("echo 42", "victim")))
 
 
 def assert_victim_fine(victim) -> None:

@@ -30,6 +30,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("osmosis_home")]
 
 PROJECT = FIXTURES / "rollout_project"
 WF = "rollout_fixtures.workflows"
+# A second image this run builds: new to every run (no engine has it cached from an earlier one),
+# built by whichever SDK path comes first and found by the other (built once, reused after).
+OTHER_IMAGE_MARK = uuid.uuid4().hex
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +80,7 @@ async def test_prewarm_groups_builds_once_and_reuses(tmp_path: Path, sandbox_sdk
     dataset = tmp_path / "ds"
     for name in ("a", "b", "nested/c"):
         shutil.copytree(TASKS / "template", dataset / name)
-    make_task(dataset, "other", dockerfile=f"FROM python:3.12-slim\nRUN echo {uuid.uuid4().hex} > /m\n")
+    make_task(dataset, "other", dockerfile=f"FROM python:3.12-slim\nRUN echo {OTHER_IMAGE_MARK} > /m\n")
     backend = backend_for(tmp_path, tasks_dir=dataset, task_mode="dataset", sdk=sandbox_sdk)
     with pytest.raises(ValueError, match="explicit task ids"):
         await backend.prewarm()
@@ -85,6 +88,7 @@ async def test_prewarm_groups_builds_once_and_reuses(tmp_path: Path, sandbox_sdk
     stages: list[tuple[str, str]] = []
     first = await backend.prewarm(ids, on_progress=lambda key, stage: stages.append((key, stage)))
     assert first.groups == 2 and first.tasks == 4 and first.failed == 0
+    assert first.built + first.reused == 2  # each group's image, made or found
     assert sorted(len(g.task_ids) for g in first.groups_detail) == [1, 3]
     assert all(g.setup_ok and g.image for g in first.groups_detail)
     assert {s for _, s in stages} >= {"image", "setup", "done"}
@@ -123,7 +127,9 @@ async def test_baked_dependencies_are_used_by_the_next_trial(tmp_path: Path, fak
     assert result.status is RolloutStatus.SUCCESS and result.sample.reward == 1.0, result.err_message
 
 
-async def test_prewarm_failures_are_recorded_and_refused(tmp_path: Path, fake_chat) -> None:
+async def test_prewarm_failures_are_recorded_and_refused(
+    tmp_path: Path, fake_chat, monkeypatch: pytest.MonkeyPatch
+) -> None:
     dataset = tmp_path / "ds"
     shutil.copytree(TASKS / "template", dataset / "good")
     shutil.copytree(FIXTURES / "broken" / "build-fails", dataset / "bad")
@@ -147,27 +153,18 @@ async def test_prewarm_failures_are_recorded_and_refused(tmp_path: Path, fake_ch
         )
     assert refused.status is RolloutStatus.FAILURE and "failed prewarm" in refused.err_message
     assert refused.err_category is RolloutErrorCategory.VALIDATION_ERROR
-    # every task failing means the server must not start
-    only_bad = backend_for(tmp_path, tasks_dir=dataset, task_mode="dataset")
-    with pytest.raises(PrewarmError, match="every task") as failed:
-        await only_bad.prewarm(["bad"])
-    assert "exit code 1" in str(failed.value) and "this build fails on purpose" in str(failed.value)
-
-
-async def test_a_failed_prewarm_lifespan_leaves_no_temporary_directory(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+    # every task failing means the server must not start (its prewarm lifespan raises), and
+    # leaves no temporary directory
     tmpdir = tmp_path / "tmpdir"
     tmpdir.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(tmpdir))  # what TMPDIR does for a new process
-    dataset = tmp_path / "ds"
-    shutil.copytree(FIXTURES / "broken" / "build-fails", dataset / "bad")
-    backend = backend_for(tmp_path, tasks_dir=dataset, task_mode="dataset")
-    with pytest.raises(PrewarmError, match="every task"):
-        async with backend.prewarm_lifespan(["bad"])(None):
+    only_bad = backend_for(tmp_path, tasks_dir=dataset, task_mode="dataset")
+    with pytest.raises(PrewarmError, match="every task") as failed:
+        async with only_bad.prewarm_lifespan(["bad"])(None):
             pass
+    assert "exit code 1" in str(failed.value) and "this build fails on purpose" in str(failed.value)
     assert list(tmpdir.glob("osmosis-harbor-*")) == []  # even before (or without) a shutdown
-    await backend.shutdown()
+    await only_bad.shutdown()
     assert list(tmpdir.glob("osmosis-harbor-*")) == []
 
 
@@ -351,34 +348,6 @@ async def test_a_burst_larger_than_the_warm_pool_runs_every_rollout(
     assert sandbox_sdk.sandboxes_left() == [] and managed_containers(owner_pid=os.getpid()) == []
 
 
-async def test_a_prewarm_run_twice_against_the_same_pools_adopts_them(
-    tmp_path: Path, fake_chat, sandbox_sdk: SdkPath
-) -> None:
-    """A second prewarm (a restarted server) meets the pool the first made: on SkyPilot
-    create_pool raises for an existing name, and the pool is adopted and resized, not a
-    "failed prewarm" that refuses every rollout of the group."""
-    sandbox_sdk.require_loopback_endpoint()
-    base = f"twice{uuid.uuid4().hex[:6]}"
-    first = backend_for(tmp_path / "first", pool=base, pool_size=1, sdk=sandbox_sdk)
-    second = backend_for(tmp_path / "second", pool=base, pool_size=2, sdk=sandbox_sdk)
-    try:
-        await first.prewarm()
-        report = await second.prewarm()
-        (group,) = report.groups_detail
-        assert group.error is None and second.health()["failed_prewarm_tasks"] == {}
-        assert (group.pool_note or "").startswith("adopted the existing pool") is sandbox_sdk.is_emulator
-        assert docker_sdk.get_pool(group.pool).replicas == 2  # resized as the second one asked
-        async with serve(second) as url, client_for(url) as client:
-            result = await _run(client, fake_chat, f"twice-{uuid.uuid4().hex[:6]}")
-        assert result.status is RolloutStatus.SUCCESS, result.err_message
-    finally:
-        await second.shutdown()
-        await first.shutdown()  # its pool is gone already: nothing left to do, nothing reported
-    with pytest.raises(docker_sdk.PoolNotFoundError):
-        docker_sdk.get_pool(group.pool)
-    assert sandbox_sdk.sandboxes_left() == []
-
-
 async def test_a_shutdown_with_a_claimed_member_removes_the_member_then_the_pool(
     tmp_path: Path, fake_chat, sandbox_sdk: SdkPath
 ) -> None:
@@ -404,37 +373,44 @@ async def test_a_shutdown_with_a_claimed_member_removes_the_member_then_the_pool
     assert [e for e in backend.owner.sandboxes.ledger.entries() if e.name == pool] == []
 
 
-async def test_one_backends_shutdown_leaves_the_pool_another_backend_uses(
+async def test_a_second_backend_adopts_the_pool_and_the_first_ones_shutdown_leaves_it(
     tmp_path: Path, fake_chat, sandbox_sdk: SdkPath
 ) -> None:
-    """Two backends in one process prewarm one pool (pool names are shared warm capacity). A's
-    shutdown leaves it while B uses it (the ledger's pool users), B's next rollout claims from
-    it, and B's shutdown, the last user's, deletes it."""
+    """Two backends in one process prewarm one pool (pool names are shared warm capacity), the
+    second as a restarted server would: it meets the pool the first made (on SkyPilot
+    create_pool raises for an existing name) and adopts and resizes it, not a "failed prewarm"
+    that refuses every rollout of the group. The first's shutdown leaves the pool while the second
+    uses it (the ledger's pool users), the second's next rollout claims from it, and its
+    shutdown, the last user's, deletes it."""
     sandbox_sdk.require_loopback_endpoint()
     base = f"shared{uuid.uuid4().hex[:6]}"
-    a = backend_for(tmp_path / "a", pool=base, pool_size=1, sdk=sandbox_sdk)
-    b = backend_for(tmp_path / "b", pool=base, pool_size=1, sdk=sandbox_sdk)
-    ledger = b.owner.sandboxes.ledger
+    first = backend_for(tmp_path / "first", pool=base, pool_size=1, sdk=sandbox_sdk)
+    second = backend_for(tmp_path / "second", pool=base, pool_size=2, sdk=sandbox_sdk)
+    ledger = second.owner.sandboxes.ledger
     try:
-        await a.prewarm()
-        await b.prewarm()
-        (pool,) = set(b.prewarmed.task_pools.values())
-        assert set(a.prewarmed.task_pools.values()) == {pool}
+        await first.prewarm()
+        report = await second.prewarm()
+        (group,) = report.groups_detail
+        pool = group.pool
+        assert group.error is None and second.health()["failed_prewarm_tasks"] == {}
+        assert (group.pool_note or "").startswith("adopted the existing pool") is sandbox_sdk.is_emulator
+        assert set(first.prewarmed.task_pools.values()) == set(second.prewarmed.task_pools.values()) == {pool}
+        assert docker_sdk.get_pool(pool).replicas == 2  # resized as the second one asked
         users = {u.user for u in ledger.pool_users(sandbox_sdk.name, _endpoint(sandbox_sdk.name), pool)}
-        assert users == {a.owner.sandboxes.user, b.owner.sandboxes.user}
-        await a.shutdown()
-        assert docker_sdk.get_pool(pool).replicas == 1  # still there: B uses it
-        async with serve(b) as url, client_for(url) as client:
+        assert users == {first.owner.sandboxes.user, second.owner.sandboxes.user}
+        await first.shutdown()
+        assert docker_sdk.get_pool(pool).replicas == 2  # still there: the second uses it
+        async with serve(second) as url, client_for(url) as client:
             await asyncio.to_thread(
-                wait_until, lambda: docker_sdk.get_pool(pool).idle == 1, timeout=120, what="a ready member"
+                wait_until, lambda: docker_sdk.get_pool(pool).idle == 2, timeout=120, what="ready members"
             )
-            result = await _run(client, fake_chat, f"after-a-{uuid.uuid4().hex[:6]}")
+            result = await _run(client, fake_chat, f"after-first-{uuid.uuid4().hex[:6]}")
             assert result.status is RolloutStatus.SUCCESS, result.err_message
             # served by the pool: the agent's sandbox and its tests' fresh one (the task's verifier)
-            assert b.starts.claims[pool] == 2 and b.health()["pool_fallbacks"] == 0
+            assert second.starts.claims[pool] == 2 and second.health()["pool_fallbacks"] == 0
     finally:
-        await b.shutdown()
-        await a.shutdown()
+        await second.shutdown()
+        await first.shutdown()  # its pool is gone already: nothing left to do, nothing reported
     with pytest.raises(docker_sdk.PoolNotFoundError):
         docker_sdk.get_pool(pool)
     assert [e for e in ledger.entries() if e.name == pool] == []

@@ -40,7 +40,16 @@ from osmosis_harbor.sandbox.sdk.bounds import PIDS_LIMIT
 from osmosis_harbor.sandbox.sdk.liveness import SandboxState, sandbox_state
 from tests.support.common import TASKS, await_until
 from tests.support.emulator import EmulatorServer, private_emulator, push_to_local_registry
-from tests.support.floods import IMAGE, MIB, PROJECT, FreeSpace, assert_victim_fine, flood_beside_victim, make_backend
+from tests.support.floods import (
+    IMAGE,
+    MIB,
+    PROJECT,
+    FreeSpace,
+    assert_victim_fine,
+    flood_beside_victim,
+    floods_beside_victim,
+    make_backend,
+)
 from tests.support.rollout_server import client_for, serve
 from tests.support.sdk_paths import SdkPath
 
@@ -175,31 +184,25 @@ FATAL_FORK_BOMB = (
 )
 
 
-async def test_a_workflow_taken_down_by_its_fork_bomb_names_the_pids_limit(
+async def test_fork_bombs_stop_at_the_pids_limit_and_the_victim_succeeds(
     flood_path: SdkPath, tmp_path: Path, bundles_dir: Path, fake_chat
 ) -> None:
-    backend = make_backend(tmp_path, bundles_dir, flood_path)
-    flooder, victim = await flood_beside_victim(backend, fake_chat, FATAL_FORK_BOMB)
+    """Two bombs beside one victim. The bomb's forks are refused at the sandbox's pids limit,
+    while the victim's sandbox, whose limit is its own, starts its processes. The sleepers it
+    leaves hold that limit: on SkyPilot's path (every SDK's by default) every transfer is a
+    command in the sandbox, or rides one, and cannot start, so the workflow left no outputs the
+    host could take: its own failure (``agent_error``), never the host's. The other bomb takes its
+    workflow down with it (in a sandbox whose pids are free again): the failure names the pids
+    limit, not an OOM kill."""
+    backend = make_backend(tmp_path, bundles_dir, flood_path, n_concurrent=3)
+    bomb, fatal, victim = await floods_beside_victim(backend, fake_chat, FORK_BOMB, FATAL_FORK_BOMB)
     assert_victim_fine(victim)
-    assert flooder.status is RolloutStatus.FAILURE
-    assert flooder.err_category is RolloutErrorCategory.AGENT_ERROR, flooder.err_message
-    assert f"its pids limit ({PIDS_LIMIT} tasks) refused" in flooder.err_message, flooder.err_message
-    assert "137" in flooder.err_message and "OOM" not in flooder.err_message, flooder.err_message
-
-
-async def test_a_fork_bomb_stops_at_the_pids_limit_and_the_victim_succeeds(
-    flood_path: SdkPath, tmp_path: Path, bundles_dir: Path, fake_chat
-) -> None:
-    """The bomb's forks are refused at the sandbox's pids limit, while the victim's sandbox,
-    whose limit is its own, starts its processes. The sleepers it leaves hold that limit: on
-    SkyPilot's path (every SDK's by default) every transfer is a command in the sandbox, or rides
-    one, and cannot start, so the workflow left no outputs the host could take: its own failure
-    (``agent_error``), never the host's."""
-    backend = make_backend(tmp_path, bundles_dir, flood_path)
-    flooder, victim = await flood_beside_victim(backend, fake_chat, FORK_BOMB)
-    assert_victim_fine(victim)
-    assert flooder.status is RolloutStatus.FAILURE
-    assert flooder.err_category is RolloutErrorCategory.AGENT_ERROR, flooder.err_message
+    assert bomb.status is RolloutStatus.FAILURE
+    assert bomb.err_category is RolloutErrorCategory.AGENT_ERROR, bomb.err_message
+    assert fatal.status is RolloutStatus.FAILURE
+    assert fatal.err_category is RolloutErrorCategory.AGENT_ERROR, fatal.err_message
+    assert f"its pids limit ({PIDS_LIMIT} tasks) refused" in fatal.err_message, fatal.err_message
+    assert "137" in fatal.err_message and "OOM" not in fatal.err_message, fatal.err_message
 
 
 async def test_a_memory_hog_is_killed_at_its_limit_named_as_such_and_the_victim_succeeds(

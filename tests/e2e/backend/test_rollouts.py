@@ -203,13 +203,18 @@ async def test_loopback_endpoint_is_refused_where_sandboxes_cannot_reach_it(tmp_
     assert not (tmp_path / "trials").exists() or not any((tmp_path / "trials").iterdir())
 
 
-async def test_status_transitions_are_observed_through_the_server(
+async def test_status_transitions_and_a_grader_timeout_through_the_server(
     tmp_path, bundles_dir, fake_chat, api_key, grader_template
 ):
+    """On one backend with the slow grader: a rollout observed through running, grading and
+    success; beside it, one whose grader outlives its timeout ends ``timeout``."""
     backend = make_backend(
         tmp_path, bundles_dir, agent="OutputWorkflow", grader="SlowGrader", tasks_dir=grader_template
     )
     async with serve(backend) as url, client_for(url) as client, http_to(url) as http:
+        timed_out = asyncio.ensure_future(
+            run(client, fake_chat, api_key, "reply: echo 42 > answer.txt", label="42", grader_timeout_sec=1.5)
+        )
         handle = await client.run_rollout_async(
             initial_messages=prompt("reply: echo 42 > answer.txt"),
             chat_completions_url=fake_chat.base_url,
@@ -226,19 +231,10 @@ async def test_status_transitions_are_observed_through_the_server(
         final = (await http.get("/rollout/observed-1/status")).json()
         assert final["status"] == "success" and final["reward"] == 1.0
         assert (await http.get("/rollout/never-seen/status")).status_code == 404
-
-
-async def test_grader_timeout_is_a_timeout(tmp_path, bundles_dir, fake_chat, api_key, grader_template):
-    backend = make_backend(
-        tmp_path, bundles_dir, agent="OutputWorkflow", grader="SlowGrader", tasks_dir=grader_template
-    )
-    async with serve(backend) as url, client_for(url) as client:
-        result = await run(
-            client, fake_chat, api_key, "reply: echo 42 > answer.txt", label="42", grader_timeout_sec=1.5
-        )
-    assert result.status is RolloutStatus.FAILURE
-    assert result.err_category is RolloutErrorCategory.TIMEOUT, result.err_message
-    assert "verifier timed out" in result.err_message
+        timeout = await timed_out
+    assert timeout.status is RolloutStatus.FAILURE
+    assert timeout.err_category is RolloutErrorCategory.TIMEOUT, timeout.err_message
+    assert "verifier timed out" in timeout.err_message
 
 
 async def test_bad_prompt_is_a_validation_error_and_leaves_no_queued_state(tmp_path, bundles_dir, fake_chat, api_key):

@@ -37,7 +37,7 @@ from osmosis_harbor.sandbox.sdk.registry import implementation
 from osmosis_harbor.testing.scripted_policy import FakeChatServer
 from tests.support.common import FIXTURES, REPO, TASKS, make_task, process_alive, wait_until
 from tests.support.rollout_server import client_for, http_to, serve
-from tests.support.sdk_paths import SdkPath
+from tests.support.sdk_paths import DOCKER_PATH_ONLY, SdkPath
 
 pytestmark = [pytest.mark.usefixtures("osmosis_home")]
 
@@ -103,6 +103,7 @@ async def _until(predicate, *, timeout: float, what: str):
 
 
 @pytest.mark.slow
+@DOCKER_PATH_ONLY  # the server's start-up states; prewarm itself runs on both paths (test_prewarm_and_lifecycle.py)
 async def test_background_prewarm_answers_health_and_refuses_until_ready(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sandbox_sdk: SdkPath
 ) -> None:

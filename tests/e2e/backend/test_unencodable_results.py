@@ -33,7 +33,6 @@ from osmosis_ai.rollout.types import (
 
 from osmosis_harbor.backend import HarborBackend
 from osmosis_harbor.backend.workers.messages import Done, frame, from_worker
-from tests.support.backends import make_backend
 from tests.support.common import FIXTURES, TASKS
 from tests.support.rollout_server import client_for, http_to, serve
 from tests.support.sdk_paths import DOCKER_PATH_ONLY, SdkPath
@@ -46,10 +45,12 @@ SHUTDOWN_SEC = 60.0  # the shutdown that waited on never-ending rollouts took ab
 SPELLED = "\\ud800"  # what the host makes of the lone surrogate: its escape, as text
 
 
-def attack_backend(tmp_path: Path, bundles_dir: Path, sdk: SdkPath, workers: int) -> HarborBackend:
+def attack_backend(
+    tmp_path: Path, bundles_dir: Path, sdk: SdkPath, workers: int, tasks_dir: Path = TASKS / "template"
+) -> HarborBackend:
     return HarborBackend(
         orchestrator=TrialQueue(n_concurrent=4),
-        tasks_dir=TASKS / "template",
+        tasks_dir=tasks_dir,
         agent=ATTACKER,
         code_dir=PROJECT,
         bundles_dir=bundles_dir,
@@ -68,9 +69,11 @@ def planted(fake_chat, rollout_id: str) -> str:
     raise AssertionError(f"{rollout_id} never planted its attack")
 
 
-async def run_attacks(backend: HarborBackend, fake_chat, attacks: dict[str, str]) -> tuple[dict, dict, float]:
-    """Each attack as a rollout, all at once; their results, ``/health`` after, and how long the
-    server took to shut down."""
+async def run_attacks(
+    backend: HarborBackend, fake_chat, attacks: dict[str, str], graded: frozenset[str] = frozenset()
+) -> tuple[dict, dict, float]:
+    """Each attack as a rollout, all at once (those in ``graded`` graded by the task's tests, the
+    others not); their results, ``/health`` after, and how long the server took to shut down."""
     async with serve(backend) as url:
         async with client_for(url) as client, http_to(url) as http:
             results = await asyncio.gather(
@@ -80,7 +83,7 @@ async def run_attacks(backend: HarborBackend, fake_chat, attacks: dict[str, str]
                             initial_messages=[{"role": "user", "content": f"attack: {attack}"}],
                             chat_completions_url=fake_chat.base_url,
                             rollout_id=rollout_id,
-                            grade=False,
+                            grade=rollout_id in graded,
                         ),
                         600,
                     )
@@ -116,12 +119,25 @@ def assert_results(fake_chat, attacks: dict[str, str], results: dict, health: di
 async def test_unencodable_text_ends_every_rollout_with_two_workers(
     tmp_path, bundles_dir, fake_chat, sandbox_sdk: SdkPath
 ):
+    """Beside the attacks (not graded), one more rollout is graded by the task's tests, which
+    write a reward channel name no UTF-8 can carry. Harbor parses ``reward.json`` itself, so its
+    channel names reach the host outside ``contract_files``: they are spelled where the host reads
+    Harbor's rewards (``trials/reading``). Before, the worker's ``Done`` could not be encoded (with
+    its fallback, the rollout ended ``validation_error``; without it, never)."""
     sandbox_sdk.require_loopback_endpoint()
-    backend = attack_backend(tmp_path, bundles_dir, sandbox_sdk, workers=2)
-    kinds = ["surrogate-sample", "bytes-name", "surrogate-error", "raise-surrogate"]
+    task = shutil.copytree(TASKS / "template", tmp_path / "channels")
+    (task / "tests" / "test.sh").write_text(
+        "#!/bin/bash\nmkdir -p /logs/verifier\n"
+        """echo '{"reward": 0.0, "k\\ud800": 1}' > /logs/verifier/reward.json\n"""
+    )
+    backend = attack_backend(tmp_path, bundles_dir, sandbox_sdk, workers=2, tasks_dir=task)
+    kinds = ["surrogate-sample", "bytes-name", "surrogate-error", "raise-surrogate", "bytes-name"]
     attacks = {f"lone-{i}-{uuid.uuid4().hex[:6]}": kind for i, kind in enumerate(kinds)}
-    results, health, shutdown_sec = await run_attacks(backend, fake_chat, attacks)
+    channels = list(attacks)[-1]  # a workflow that succeeds, graded: its reward channels are the attack
+    results, health, shutdown_sec = await run_attacks(backend, fake_chat, attacks, graded=frozenset({channels}))
     assert_results(fake_chat, attacks, results, health, shutdown_sec)
+    assert results[channels].sample.reward == 0.0
+    assert results[channels].sample.metrics[f"reward/k{SPELLED}"] == 1.0
     assert health["workers"]["restarts"] == 0
     assert sandbox_sdk.sandboxes_left() == []
 
@@ -158,34 +174,3 @@ def test_a_done_that_cannot_be_encoded_becomes_a_named_failure():
 
     error = from_worker(sendable(Done(rollout_id="r-2", error="RuntimeError: boom\ud800"))[4:])
     assert isinstance(error, Done) and error.error == f"RuntimeError: boom{SPELLED}"
-
-
-@pytest.mark.slow
-@DOCKER_PATH_ONLY
-async def test_an_unencodable_reward_channel_name_ends_its_rollout_with_two_workers(
-    tmp_path, bundles_dir, fake_chat, sandbox_sdk: SdkPath
-):
-    """Harbor parses ``reward.json`` itself, so its channel names reach the host outside
-    ``contract_files``: they are spelled where the host reads Harbor's rewards
-    (``trials/reading``). Before, the worker's ``Done`` could not be encoded (with its fallback,
-    the rollout ended ``validation_error``; without it, never)."""
-    sandbox_sdk.require_loopback_endpoint()
-    task = shutil.copytree(TASKS / "template", tmp_path / "channels")
-    (task / "tests" / "test.sh").write_text(
-        "#!/bin/bash\nmkdir -p /logs/verifier\n"
-        """echo '{"reward": 0.0, "k\\ud800": 1}' > /logs/verifier/reward.json\n"""
-    )
-    backend = make_backend(tmp_path, bundles_dir, agent="OutputWorkflow", tasks_dir=task, sdk=sandbox_sdk, workers=2)
-    async with serve(backend) as url, client_for(url) as client:
-        result = await asyncio.wait_for(
-            client.run_rollout(
-                initial_messages=[{"role": "user", "content": "reply: echo 7 > answer.txt"}],
-                chat_completions_url=fake_chat.base_url,
-                rollout_id=f"channels-{uuid.uuid4().hex[:6]}",
-            ),
-            600,
-        )
-    assert result.status is RolloutStatus.SUCCESS, result.err_message
-    assert result.sample.reward == 0.0
-    assert result.sample.metrics[f"reward/k{SPELLED}"] == 1.0
-    assert sandbox_sdk.sandboxes_left() == []

@@ -69,78 +69,24 @@ def key_in_process(pid: int, key: str) -> list[str]:
     return found
 
 
-@DOCKER_PATH_ONLY
-async def test_rollouts_spread_over_two_workers(tmp_path, bundles_dir, fake_chat, api_key, sandbox_sdk: SdkPath):
-    """Four rollouts on two workers: each succeeds, each worker ran some, status reads back
-    through the front, and the key is in neither worker's argv, environment or files."""
-    sandbox_sdk.require_loopback_endpoint()
-    backend = workers_backend(tmp_path, bundles_dir, sandbox_sdk)
-    assert backend.front is not None
-    pids = [h.pid for h in backend.front.handles]
-    ids = [f"spread-{i}-{uuid.uuid4().hex[:6]}" for i in range(4)]
-    owners: dict[str, int | None] = {}
-    async with serve(backend) as url, client_for(url) as client, http_to(url) as http:
-        handles = [await start(client, fake_chat, api_key, f"{QUICK} #{i}", rid) for i, rid in enumerate(ids)]
-        owners = {rid: worker_pid(backend, rid) for rid in ids}
-        for pid in pids:
-            assert key_in_process(pid, api_key) == []
-        results = [await h.wait_for_completion() for h in handles]
-        for rid, result in zip(ids, results, strict=True):
-            assert result.status is RolloutStatus.SUCCESS, result.err_message
-            status = (await http.get(f"/rollout/{rid}/status")).json()
-            assert status["status"] == "success" and status["task_id"] == "template" and status["trial_name"]
-        health = (await http.get("/health")).json()
-    assert set(owners.values()) == set(pids), owners  # least-loaded routing used both
-    assert health["workers"]["count"] == 2 and health["concurrency"]["max_concurrent"] == 3
-    needle = api_key.encode()
-    for path in tmp_path.rglob("*"):
-        if path.is_file() and not path.is_symlink():
-            assert needle not in path.read_bytes(), f"key in {path}"
-    assert sandbox_sdk.sandboxes_left() == []
-    assert not any(Path(r).exists() for r in (backend.workspace.root / "workers",))
-
-
-async def test_status_and_cancel_reach_the_owning_worker(tmp_path, bundles_dir, fake_chat, api_key):
-    """A running rollout on one worker and a queued one on the other (each worker has one slot
-    with n_concurrent=2): both show in the front's status and both cancel."""
-    backend = make_backend(
-        tmp_path, bundles_dir, agent="OutputWorkflow", workers=2, orchestrator=TrialQueue(n_concurrent=2)
-    )
-    assert backend.front is not None
-    ids = [f"cancel-{i}-{uuid.uuid4().hex[:6]}" for i in range(3)]
-    async with serve(backend) as url, client_for(url) as client, http_to(url) as http:
-        running = [await start(client, fake_chat, api_key, f"{SLEEP} #{ids[i]}", ids[i]) for i in range(2)]
-        await await_until(
-            lambda: asyncio.sleep(0, asked(fake_chat, ids[0]) and asked(fake_chat, ids[1])),
-            timeout=300,
-            what="both sleeping workflows running",
-        )
-        queued = await start(client, fake_chat, api_key, f"{SLEEP} #{ids[2]}", ids[2])
-        await await_until(
-            lambda: asyncio.sleep(0, backend.rollout_status(ids[2]) is not None), timeout=30, what="queued admitted"
-        )
-        assert {worker_pid(backend, ids[0]), worker_pid(backend, ids[1])} == {h.pid for h in backend.front.handles}
-        assert (await http.get(f"/rollout/{ids[0]}/status")).json()["status"] == "running"
-        assert (await http.get(f"/rollout/{ids[2]}/status")).json()["status"] == "queued"
-        assert backend.cancel_rollouts(ids=[ids[2]]) == {ids[2]: "cancelled_queued"}
-        assert backend.cancel_rollouts(ids=[ids[0]]) == {ids[0]: "cancelled_running"}
-        first, third = await running[0].wait_for_completion(), await queued.wait_for_completion()
-        assert first.status is RolloutStatus.CANCELLED and third.status is RolloutStatus.CANCELLED
-        assert backend.rollout_status(ids[0])["status"] == "cancelled"
-        assert backend.cancel_rollouts(ids=[ids[1]]) == {ids[1]: "cancelled_running"}
-        assert (await running[1].wait_for_completion()).status is RolloutStatus.CANCELLED
-    assert managed_containers(owner_pid=os.getpid()) == []
-    for handle in backend.front.handles:
-        assert managed_containers(owner_pid=handle.pid) == []
+async def succeeded_through_the_front(http, handle, rollout_id: str) -> None:
+    """The rollout succeeded, and its status reads back through the front."""
+    result = await handle.wait_for_completion()
+    assert result.status is RolloutStatus.SUCCESS, result.err_message
+    status = (await http.get(f"/rollout/{rollout_id}/status")).json()
+    assert status["status"] == "success" and status["task_id"] == "template" and status["trial_name"]
 
 
 @DOCKER_PATH_ONLY
 async def test_a_killed_worker_loses_only_its_rollout(tmp_path, bundles_dir, fake_chat, api_key, sandbox_sdk: SdkPath):
-    """SIGKILL the worker running one rollout: it ends internal_error (status and result), its
-    sandbox is reaped, the other worker's rollout succeeds, and a new worker serves the next."""
+    """Rollouts spread over two workers (least-loaded routing uses both; the key is in neither
+    worker's argv, environment or files; status reads back through the front). SIGKILL the worker
+    running one rollout: it ends internal_error (status and result), its sandbox is reaped, the
+    other worker's rollout succeeds, and a new worker serves the next."""
     sandbox_sdk.require_loopback_endpoint()
     backend = workers_backend(tmp_path, bundles_dir, sandbox_sdk)
     assert backend.front is not None
+    pids = {h.pid for h in backend.front.handles}
     doomed, other, after = (f"{n}-{uuid.uuid4().hex[:6]}" for n in ("doomed", "other", "after"))
     async with serve(backend) as url, client_for(url) as client, http_to(url) as http:
         sleeping = await start(client, fake_chat, api_key, f"{SLEEP} #{doomed}", doomed)
@@ -148,6 +94,11 @@ async def test_a_killed_worker_loses_only_its_rollout(tmp_path, bundles_dir, fak
         quick = await start(client, fake_chat, api_key, QUICK, other)
         victim = worker_pid(backend, doomed)
         assert victim is not None and worker_pid(backend, other) not in (None, victim)
+        assert {victim, worker_pid(backend, other)} == pids  # least-loaded routing used both
+        for pid in pids:
+            assert key_in_process(pid, api_key) == []
+        health = (await http.get("/health")).json()
+        assert health["workers"]["count"] == 2 and health["concurrency"]["max_concurrent"] == 3
         if not sandbox_sdk.is_emulator:
             assert managed_containers(owner_pid=victim), "the doomed rollout's sandbox is the victim's"
         os.kill(victim, signal.SIGKILL)
@@ -158,7 +109,7 @@ async def test_a_killed_worker_loses_only_its_rollout(tmp_path, bundles_dir, fak
         assert status["status"] == "failure" and status["err_category"] == "internal_error"
         # reaped before the rollout ended: nothing of the dead worker is left
         assert managed_containers(owner_pid=victim) == []
-        assert (await quick.wait_for_completion()).status is RolloutStatus.SUCCESS
+        await succeeded_through_the_front(http, quick, other)
         # its worker terminates its sandbox after the result (terminations do not hold results)
         await await_until(
             lambda: asyncio.sleep(0, sandbox_sdk.sandboxes_left() == []), timeout=60, what="the sandbox gone"
@@ -174,7 +125,8 @@ async def test_a_killed_worker_loses_only_its_rollout(tmp_path, bundles_dir, fak
         follow = await start(client, fake_chat, api_key, f"{QUICK} again", after)
         served_by = worker_pid(backend, after)
         assert served_by is not None and served_by != worker_pid(backend, f"blocker-{after}")
-        assert (await follow.wait_for_completion()).status is RolloutStatus.SUCCESS
+        assert key_in_process(served_by, api_key) == []
+        await succeeded_through_the_front(http, follow, after)
         await await_until(
             lambda: asyncio.sleep(0, asked(fake_chat, f"blocker-{after}")), timeout=300, what="the blocker up"
         )
@@ -182,33 +134,98 @@ async def test_a_killed_worker_loses_only_its_rollout(tmp_path, bundles_dir, fak
         assert (await blocker.wait_for_completion()).status is RolloutStatus.CANCELLED
     assert sandbox_sdk.sandboxes_left() == []
     assert managed_containers(owner_pid=victim) == []
+    needle = api_key.encode()
+    for path in tmp_path.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            assert needle not in path.read_bytes(), f"key in {path}"
+    assert not (backend.workspace.root / "workers").exists()
 
 
-async def test_shutdown_with_rollouts_in_flight_drains_every_worker(tmp_path, bundles_dir, fake_chat, api_key):
-    """A rollout running on each worker when the backend shuts down: both end, the workers exit,
-    no sandbox and no work directory is left."""
-    backend = workers_backend(tmp_path, bundles_dir)
-    assert backend.front is not None
+async def test_a_cancelled_execute_status_cancel_and_a_drain_reach_the_owning_workers(
+    tmp_path, bundles_dir, fake_chat, api_key, monkeypatch
+):
+    """One backend with two workers (from the ``OSMOSIS_HARBOR_WORKERS`` setting; prewarm is
+    refused for it), each worker with one slot (n_concurrent=2), through four stages:
+
+    - a cancelled execute() (what a drain or an expired lease does): the front has the worker
+      stop the trial and waits for it, so the sandbox is gone when the cancellation lands;
+    - a running rollout on each worker and a queued third: all show in the front's status, the
+      queued and a running one cancel;
+    - a new rollout takes the freed worker, so each worker runs one when the backend shuts down:
+      both end cancelled, the workers exit, no sandbox and no work directory is left."""
+    from osmosis_ai.rollout.context import RolloutContext
+    from osmosis_ai.rollout.types import ExecutionRequest
+
+    monkeypatch.setenv("OSMOSIS_HARBOR_WORKERS", "2")
+    backend = make_backend(tmp_path, bundles_dir, agent="OutputWorkflow", orchestrator=TrialQueue(n_concurrent=2))
+    assert backend.front is not None and backend.front.count == 2
     handles = list(backend.front.handles)
-    results = []
-    async with serve(backend) as url, client_for(url) as client:
-        runs = [
-            await start(client, fake_chat, api_key, f"{SLEEP} #drain-{i}-{api_key[-6:]}", f"drain-{i}")
-            for i in range(2)
-        ]
+    with pytest.raises(ConfigError, match="prewarm.. is not available with workers=2"):
+        await backend.prewarm()
+
+    try:
+        drained = f"drained-{uuid.uuid4().hex[:6]}"
+
+        async def execute():
+            with RolloutContext(chat_completions_url=fake_chat.base_url, api_key=api_key, rollout_id=drained):
+                return await backend.execute(
+                    ExecutionRequest(
+                        id=drained, prompt=[{"role": "user", "content": f"{SLEEP} #{drained}"}], grade=False
+                    )
+                )
+
+        task = asyncio.create_task(execute())
         await await_until(
-            lambda: asyncio.sleep(
-                0, asked(fake_chat, f"drain-0-{api_key[-6:]}") and asked(fake_chat, f"drain-1-{api_key[-6:]}")
-            ),
-            timeout=300,
-            what="both workers running a rollout",
+            lambda: asyncio.sleep(0, asked(fake_chat, drained) or task.done()), timeout=300, what="the sandbox up"
         )
-        assert all(managed_containers(owner_pid=h.pid) for h in handles)
-        results = [asyncio.ensure_future(r.wait_for_completion()) for r in runs]
-        await backend.shutdown()
-        for done in results:
-            assert (await done).status is RolloutStatus.CANCELLED
-        assert backend.health()["status"] == "shutting_down" and not backend.has_capacity()
+        assert not task.done(), task.result().result
+        owner = worker_pid(backend, drained)
+        assert owner is not None and managed_containers(owner_pid=owner)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert backend.rollout_status(drained)["status"] == "cancelled"
+        await await_until(  # its worker terminates it after the cancelled result
+            lambda: asyncio.sleep(0, managed_containers(owner_pid=owner) == []), timeout=60, what="the sandbox gone"
+        )
+        assert backend.health()["in_flight"] == 0
+
+        ids = [f"cancel-{i}-{uuid.uuid4().hex[:6]}" for i in range(4)]
+        async with serve(backend) as url, client_for(url) as client, http_to(url) as http:
+            running = [await start(client, fake_chat, api_key, f"{SLEEP} #{ids[i]}", ids[i]) for i in range(2)]
+            await await_until(
+                lambda: asyncio.sleep(0, asked(fake_chat, ids[0]) and asked(fake_chat, ids[1])),
+                timeout=300,
+                what="both sleeping workflows running",
+            )
+            queued = await start(client, fake_chat, api_key, f"{SLEEP} #{ids[2]}", ids[2])
+            await await_until(
+                lambda: asyncio.sleep(0, backend.rollout_status(ids[2]) is not None), timeout=30, what="queued admitted"
+            )
+            assert {worker_pid(backend, ids[0]), worker_pid(backend, ids[1])} == {h.pid for h in handles}
+            assert (await http.get(f"/rollout/{ids[0]}/status")).json()["status"] == "running"
+            assert (await http.get(f"/rollout/{ids[2]}/status")).json()["status"] == "queued"
+            assert backend.cancel_rollouts(ids=[ids[2]]) == {ids[2]: "cancelled_queued"}
+            assert backend.cancel_rollouts(ids=[ids[0]]) == {ids[0]: "cancelled_running"}
+            first, third = await running[0].wait_for_completion(), await queued.wait_for_completion()
+            assert first.status is RolloutStatus.CANCELLED and third.status is RolloutStatus.CANCELLED
+            assert backend.rollout_status(ids[0])["status"] == "cancelled"
+
+            # the drain: a rollout on each worker (the new one takes the worker ids[0] freed)
+            refill = await start(client, fake_chat, api_key, f"{SLEEP} #{ids[3]}", ids[3])
+            await await_until(
+                lambda: asyncio.sleep(0, asked(fake_chat, ids[3])), timeout=300, what="a rollout on each worker"
+            )
+            assert {worker_pid(backend, ids[1]), worker_pid(backend, ids[3])} == {h.pid for h in handles}
+            assert all(managed_containers(owner_pid=h.pid) for h in handles)
+            results = [asyncio.ensure_future(r.wait_for_completion()) for r in (running[1], refill)]
+            await backend.shutdown()
+            for done in results:
+                assert (await done).status is RolloutStatus.CANCELLED
+            assert backend.health()["status"] == "shutting_down" and not backend.has_capacity()
+    finally:
+        await backend.shutdown()  # what a failure above left running
+    assert managed_containers(owner_pid=os.getpid()) == []
     for handle in handles:
         assert handle.process.returncode == 0
         assert managed_containers(owner_pid=handle.pid) == []
@@ -237,54 +254,6 @@ def test_orchestrator_hooks_and_unpicklable_options_are_refused_by_name(tmp_path
         )
     with pytest.raises(ConfigError, match="workers must be"):
         make_backend(tmp_path, bundles_dir, agent="OutputWorkflow", workers=0)
-
-
-def test_workers_setting_and_prewarm_refusal(tmp_path, bundles_dir, monkeypatch):
-    monkeypatch.setenv("OSMOSIS_HARBOR_WORKERS", "2")
-    backend = make_backend(tmp_path, bundles_dir, agent="OutputWorkflow")
-    try:
-        assert backend.front is not None and backend.front.count == 2
-        with pytest.raises(ConfigError, match="prewarm.. is not available with workers=2"):
-            asyncio.run(backend.prewarm())
-    finally:
-        asyncio.run(backend.shutdown())
-    assert all(h.process.returncode == 0 for h in backend.front.handles)
-
-
-async def test_a_cancelled_execute_stops_its_trial_in_the_worker(tmp_path, bundles_dir, fake_chat, api_key):
-    """What a drain or an expired lease does (the server cancels execute()): the front has the
-    worker stop the trial and waits for it, so the sandbox is gone when the cancellation lands."""
-    from osmosis_ai.rollout.context import RolloutContext
-    from osmosis_ai.rollout.types import ExecutionRequest
-
-    backend = workers_backend(tmp_path, bundles_dir)
-    assert backend.front is not None
-    rid = f"drained-{uuid.uuid4().hex[:6]}"
-
-    async def execute():
-        with RolloutContext(chat_completions_url=fake_chat.base_url, api_key=api_key, rollout_id=rid):
-            return await backend.execute(
-                ExecutionRequest(id=rid, prompt=[{"role": "user", "content": f"{SLEEP} #{rid}"}], grade=False)
-            )
-
-    try:
-        task = asyncio.create_task(execute())
-        await await_until(
-            lambda: asyncio.sleep(0, asked(fake_chat, rid) or task.done()), timeout=300, what="the sandbox up"
-        )
-        assert not task.done(), task.result().result
-        owner = worker_pid(backend, rid)
-        assert owner is not None and managed_containers(owner_pid=owner)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-        assert backend.rollout_status(rid)["status"] == "cancelled"
-        await await_until(  # its worker terminates it after the cancelled result
-            lambda: asyncio.sleep(0, managed_containers(owner_pid=owner) == []), timeout=60, what="the sandbox gone"
-        )
-        assert backend.health()["in_flight"] == 0
-    finally:
-        await backend.shutdown()
 
 
 def test_workers_of_a_killed_front_remove_their_sandboxes_and_exit(tmp_path, bundles_dir, fake_chat):

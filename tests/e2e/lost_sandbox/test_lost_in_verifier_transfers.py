@@ -6,12 +6,13 @@ Harbor wraps a failure of either transfer in its own ``AddTestsDirError`` /
 ``internal_error`` that ``infra_retries`` does not retry. The test plays the infrastructure at
 the very step: when Harbor calls the environment's ``upload_dir`` to the tests directory (or
 its ``download_dir`` of ``/logs/verifier``), the emulator is told to evict the sandbox on its
-next call (a targeted fault); then the transfer runs. With ``infra_retries=1`` the rollout must
-succeed on a fresh sandbox, its first attempt recorded as lost, and a spy on the trial results
-shows Harbor really recorded its wrapper: the loss was recognised through what the environment
-saw, not because Harbor named it. In the same rollout the result read of the workflow's own exec
-is reset once (``sandbox/environment/exec_records.py``): survived from the exec's record, it costs no attempt
-and re-runs nothing (one chat call per attempt).
+next call (a targeted fault); then the transfer runs. Both transfers are
+played at once, one rollout each on one backend, each loss aimed at its rollout's sandbox. With
+``infra_retries=1`` each rollout must succeed on a fresh sandbox, its first attempt recorded as
+lost, and a spy on the trial results shows Harbor really recorded its wrapper: the loss was
+recognised through what the environment saw, not because Harbor named it. Meanwhile the result
+read of one workflow's exec is reset once (``sandbox/environment/exec_records.py``): survived
+from the exec's record, it costs no attempt and re-runs nothing (one chat call per attempt).
 
 It runs on the emulator only, with archives over commands off (``OSMOSIS_HARBOR_EXEC_ARCHIVES=0``),
 where these transfers are Harbor's own (SkyPilot's SDK has no archives). By default both paths
@@ -59,8 +60,8 @@ def lose(sdk: SdkPath, name: str) -> None:
     sdk.emulator.fault("evict", path=f"/sandboxes/{name}/", count=1)
 
 
-def lose_at(monkeypatch: pytest.MonkeyPatch, sdk: SdkPath, phase: str) -> list[str]:
-    """Lose the first sandbox that reaches ``phase``; returns its name once it happened."""
+def lose_at(monkeypatch: pytest.MonkeyPatch, sdk: SdkPath, phase: str, rollout_id: str) -> list[str]:
+    """Lose the first sandbox of ``rollout_id`` that reaches ``phase``; returns its name once it happened."""
     method, argument, directory, _ = PHASES[phase]
     real: Callable[..., Any] = getattr(SandboxEnvironment, method)
     signature = inspect.signature(real)
@@ -68,7 +69,7 @@ def lose_at(monkeypatch: pytest.MonkeyPatch, sdk: SdkPath, phase: str) -> list[s
 
     async def losing(self: SandboxEnvironment, *args: Any, **kwargs: Any) -> Any:
         where = signature.bind(self, *args, **kwargs).arguments[argument]
-        if not lost and str(where).rstrip("/") == directory:
+        if not lost and rollout_id in self.sandbox_name and str(where).rstrip("/") == directory:
             lost.append(self.sandbox_name)
             await asyncio.to_thread(lose, sdk, self.sandbox_name)
         return await real(self, *args, **kwargs)
@@ -77,20 +78,20 @@ def lose_at(monkeypatch: pytest.MonkeyPatch, sdk: SdkPath, phase: str) -> list[s
     return lost
 
 
-def recorded_exceptions(monkeypatch: pytest.MonkeyPatch) -> list[str | None]:
-    """What Harbor recorded on each trial, before the host read it (``backend.losses``)."""
+def recorded_exceptions(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str | None]]:
+    """What Harbor recorded on each trial (its name, the exception's type), before the host read
+    it (``backend.losses``)."""
     real = attempts.recognise_loss
-    seen: list[str | None] = []
+    seen: list[tuple[str, str | None]] = []
 
     def spy(result: TrialResult, losses: Any) -> TrialResult:
-        seen.append(result.exception_info.exception_type if result.exception_info else None)
+        seen.append((result.trial_name, result.exception_info.exception_type if result.exception_info else None))
         return real(result, losses)
 
     monkeypatch.setattr(attempts, "recognise_loss", spy)
     return seen
 
 
-@pytest.mark.parametrize("phase", list(PHASES))
 async def test_a_sandbox_lost_in_harbors_verifier_transfers_is_retried(
     tmp_path: Path,
     tasks: Path,  # noqa: F811 (the fixture imported above)
@@ -98,33 +99,39 @@ async def test_a_sandbox_lost_in_harbors_verifier_transfers_is_retried(
     osmosis_home: Path,
     monkeypatch: pytest.MonkeyPatch,
     emulator_server: EmulatorServer,
-    phase: str,
 ) -> None:
     sandbox_sdk = SdkPath(EMULATOR, emulator_server)
     sandbox_sdk.require_loopback_endpoint()
     monkeypatch.setenv("OSMOSIS_HARBOR_EXEC_ARCHIVES", "0")
-    lost = lose_at(monkeypatch, sandbox_sdk, phase)
+    ids = {phase: f"{phase.split()[-2]}-{uuid.uuid4().hex[:6]}" for phase in PHASES}  # tests-…, verifier-…
+    lost = {phase: lose_at(monkeypatch, sandbox_sdk, phase, ids[phase]) for phase in PHASES}
     recorded = recorded_exceptions(monkeypatch)
-    workflow = f"{contract.VENV}/bin/"  # the workflow's exec: its result read is reset, once
+    workflow = f"{contract.VENV}/bin/"  # a workflow's exec: its result read is reset, once
     reset = fault_on_result_read(monkeypatch, emulator_server, "reset", lambda arg: workflow in arg and not reset)
     resets = emulator_server.stats()["faults"].get("reset", 0)
     backend = make_backend(tmp_path, tasks, sandbox_sdk, infra_retries=1)
-    rollout_id = f"harbor-wrapped-{uuid.uuid4().hex[:6]}"
     async with serve(backend) as url, client_for(url) as client:
-        handle = await start(client, fake_chat, rollout_id, f"reply: echo 42 > answer.txt # {rollout_id}")
-        result = await handle.wait_for_completion()
+        handles = {
+            phase: await start(client, fake_chat, rid, f"reply: echo 42 > answer.txt # {rid}")
+            for phase, rid in ids.items()
+        }
+        results = {phase: await handle.wait_for_completion() for phase, handle in handles.items()}
 
-    assert len(lost) == 1, f"the rollout never reached {phase}"
     assert len(reset) == 1 and emulator_server.stats()["faults"]["reset"] == resets + 1
-    assert result.status is RolloutStatus.SUCCESS, result.err_message
-    assert result.sample.reward == 1.0
-    extra = diagnostics(osmosis_home, rollout_id)
-    assert extra["attempts"] == 2, extra
-    (first,) = extra["lost_sandboxes"]
-    assert first["error"].startswith(f"sandbox {lost[0]} was lost"), first
-    assert recorded[0] == PHASES[phase][3], recorded  # no archives: Harbor's own transfer failed, and wrapped it
-    # the reset read cost no attempt (with infra_retries=1 it would have ended the rollout), and
-    # re-ran nothing: one chat call per attempt (exec_records.py)
-    assert len([r for r in fake_chat.requests if rollout_id in json.dumps(r.body)]) == 2
+    for phase, rollout_id in ids.items():
+        assert len(lost[phase]) == 1, f"the rollout never reached {phase}"
+        result = results[phase]
+        assert result.status is RolloutStatus.SUCCESS, (phase, result.err_message)
+        assert result.sample.reward == 1.0
+        extra = diagnostics(osmosis_home, rollout_id)
+        assert extra["attempts"] == 2, (phase, extra)
+        (first,) = extra["lost_sandboxes"]
+        assert first["error"].startswith(f"sandbox {lost[phase][0]} was lost"), first
+        # no archives: Harbor's own transfer failed, and wrapped it
+        mine = [kind for trial, kind in recorded if trial.startswith(rollout_id)]
+        assert mine[0] == PHASES[phase][3], (phase, recorded)
+        # the reset read cost no attempt (with infra_retries=1 it would have ended its rollout),
+        # and re-ran nothing: one chat call per attempt (exec_records.py)
+        assert len([r for r in fake_chat.requests if rollout_id in json.dumps(r.body)]) == 2
     assert sandbox_sdk.sandboxes_left() == []
     assert managed_containers(owner_pid=os.getpid()) == []
