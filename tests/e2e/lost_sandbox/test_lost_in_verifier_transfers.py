@@ -26,6 +26,7 @@ import asyncio
 import inspect
 import json
 import os
+import threading
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -107,7 +108,17 @@ async def test_a_sandbox_lost_in_harbors_verifier_transfers_is_retried(
     lost = {phase: lose_at(monkeypatch, sandbox_sdk, phase, ids[phase]) for phase in PHASES}
     recorded = recorded_exceptions(monkeypatch)
     workflow = f"{contract.VENV}/bin/"  # a workflow's exec: its result read is reset, once
-    reset = fault_on_result_read(monkeypatch, emulator_server, "reset", lambda arg: workflow in arg and not reset)
+    picked: list[str] = []
+    picking = threading.Lock()  # both rollouts' execs start at once, on the SDK's threads
+
+    def first_workflow_exec(arg: str) -> bool:
+        with picking:
+            if workflow in arg and not picked:
+                picked.append(arg)
+                return True
+            return False
+
+    reset = fault_on_result_read(monkeypatch, emulator_server, "reset", first_workflow_exec)
     resets = emulator_server.stats()["faults"].get("reset", 0)
     backend = make_backend(tmp_path, tasks, sandbox_sdk, infra_retries=1)
     async with serve(backend) as url, client_for(url) as client:

@@ -324,8 +324,12 @@ def test_reap_removes_expired_and_frees_the_name(docker_sandbox_sdk: Any, sandbo
         live = sdk.create(name=unique("live"), image=sandbox_image, timeout=300)
         try:
             removed = sdk.reap()
-            assert {(r.container_id, r.reason) for r in removed} >= {(expired, "expired")}
-            assert live.id not in {r.container_id for r in removed}
+            # Another xdist worker's Docker SDK (its own auto-reap, not paused here) may have
+            # removed the expired container first: the same reap, so it is gone either way; when
+            # this reap removed it, it says why.
+            reasons = {r.container_id: r.reason for r in removed}
+            assert reasons.get(expired, "expired") == "expired"
+            assert live.id not in reasons
             assert container_gone(expired)
             # A stale holder of a name does not block a new sandbox with that name.
             stale_name = unique("stale")
