@@ -215,10 +215,12 @@ async def runs(
         patch.setenv("HOME", str(root))
         patch.setenv("OSMOSIS_HARBOR_VERIFIER_ALLOWANCES", str(root / "allowances"))
         patch.delenv(OPT_IN_VAR, raising=False)
-        out.default = await _rollouts(_backend(root, sdk, "default"), {"honest": HONEST})
-        # The guard itself is under test: on the emulator (SkyPilot's sh -c) a root agent whose tests
-        # share its sandbox is refused unless opted into (the default rollout above shows it).
-        patch.setenv(OPT_IN_VAR, "1")
+        if sdk.is_emulator:
+            # The guard itself is under test: on the emulator (SkyPilot's sh -c) a root agent whose
+            # tests share its sandbox is refused (before any sandbox) unless opted into. On docker
+            # the opt-in changes nothing: its batches run with the default settings.
+            out.default = await _rollouts(_backend(root, sdk, "default"), {"honest": HONEST})
+            patch.setenv(OPT_IN_VAR, "1")
         guarded = {**attacks, "honest": HONEST, "wrong": ("sum-42", WRONG)}
         guarded["planted-sh"] = ("sum-42", f"{WRONG}; {_planted_sh()}")
         guarded["service-unrecorded"] = ("service-reverse", _solve_service(50051))
@@ -319,12 +321,15 @@ def test_each_step_of_a_multi_step_task_is_checked(runs: Runs) -> None:
 
 def test_a_root_agent_with_a_shared_verifier_is_refused_where_exec_runs_a_shell(runs: Runs) -> None:
     """By default: refused on the emulator (validation_error, one line naming the three ways out),
-    before any sandbox; on docker, whose exec runs argv without a shell, the same rollout runs."""
-    result = runs.default["honest"]
+    before any sandbox; on docker, whose exec runs argv without a shell, the same rollout runs
+    (the guarded batch there runs with the default settings, no opt-in)."""
     if not runs.sdk.is_emulator:
-        assert result.status is RolloutStatus.SUCCESS, result.err_message
-        assert result.sample is not None and result.sample.reward == 1.0
+        honest = runs.guarded["honest"]
+        assert honest.status is RolloutStatus.SUCCESS, honest.err_message
+        assert honest.sample is not None and honest.sample.reward == 1.0
+        assert not runs.default  # no rollout apart: the guarded batch ran without the opt-in
         return
+    result = runs.default["honest"]
     assert result.status is RolloutStatus.FAILURE
     assert result.err_category is RolloutErrorCategory.VALIDATION_ERROR
     message = result.err_message or ""
