@@ -1,6 +1,7 @@
 """The skypilot-emulator under our own tools: ``sandbox-check --sdk skypilot-emulator`` and a real
 Harbor trial (``validate --env skypilot-emulator``), images pushed to and pulled from the local
-registry on 127.0.0.1:5000."""
+registry on 127.0.0.1:5000. Prewarm, a claim from its pool and cleanup on the emulator run in
+``tests/e2e/sandbox/test_pool_naming.py``."""
 
 from __future__ import annotations
 
@@ -54,34 +55,6 @@ def test_validate_runs_a_harbor_trial_through_the_registry(emulator: EmulatorSer
         client.images.get(ref)  # back on the engine: the server pulled it (it never uses an unpushed tag)
     except docker.errors.ImageNotFound:
         pytest.fail(f"{ref} was not pulled back from the registry")
-
-
-def test_prewarm_a_pool_claim_it_and_clean_it_up(emulator: EmulatorServer, tmp_path: Path) -> None:
-    env = {"OSMOSIS_HARBOR_EMULATOR_URL": emulator.url, "COLUMNS": "200"}
-    base = f"emu{uuid.uuid4().hex[:6]}"
-    task = str(REPO / "tasks" / "hello-reward-txt")
-    prewarm = run_cli("prewarm", task, "--env", "skypilot-emulator", "--pool", base, "--pool-size", "1", env=env)
-    try:
-        assert prewarm.returncode == 0, prewarm.stdout[-3000:] + prewarm.stderr[-3000:]
-        pools = emulator_pools(emulator)
-        assert len(pools) == 1 and pools[0]["idle"] == 1, pools
-        report = tmp_path / "v.json"
-        validate = run_cli(
-            "validate", task, "--env", "skypilot-emulator", "--pool", base, "--json", str(report), env=env
-        )
-        assert validate.returncode == 0, validate.stdout[-3000:] + validate.stderr[-3000:]
-        assert json.loads(report.read_text())["passed"] == 1
-    finally:
-        cleanup = run_cli("cleanup", "--env", "skypilot-emulator", "--pool", base, env=env)
-    assert cleanup.returncode == 0 and "pool deleted" in cleanup.stdout, cleanup.stdout + cleanup.stderr
-    assert emulator_pools(emulator) == []
-
-
-def emulator_pools(emulator: EmulatorServer, prefix: str = "emu") -> list[dict]:
-    import httpx
-
-    pools = httpx.get(f"{emulator.url}/pools", timeout=30).json()
-    return [p for p in pools if p["name"].startswith(prefix)]
 
 
 def test_the_emulator_is_registered_with_skypilots_limits() -> None:

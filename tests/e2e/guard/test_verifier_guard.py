@@ -10,6 +10,13 @@ workflow's own failure (``agent_error``, ``verifier_tampered`` = 1, a message na
 found). Positive control: the same attacks with the guard switched off
 (``OSMOSIS_HARBOR_VERIFIER_GUARD=0``) forge reward 1.0, so each attack is real.
 
+The guard covers the toolchain as whole trees (``tree_plants.py``): a module added to the
+stdlib's import-path zip or a package beside a stdlib module is caught like the attacks above. A
+shell planted first on PATH is caught on ``docker``, whose exec runs argv without a shell; on the
+emulator (SkyPilot's ``sh -c``) it would run first, unmarked, in every later exec, so a root agent
+whose tests share its sandbox is refused there by default, naming the ways out; with the explicit
+opt-in it runs and the attack pays: that combination is unprotected.
+
 A real solve still scores 1, and a solution that leaves a service the tests call
 (``service-reverse``) keeps it once ``validate``'s oracle run recorded it as the task's allowance.
 """
@@ -32,8 +39,10 @@ from osmosis_ai.rollout.types import RolloutErrorCategory, RolloutResultResponse
 
 from osmosis_harbor.backend import HarborBackend
 from osmosis_harbor.tasks.discovery import discover_tasks
+from osmosis_harbor.tasks.verifier_shell import OPT_IN
 from osmosis_harbor.testing.scripted_policy import FakeChatServer
 from osmosis_harbor.validate import validate_tasks
+from tests.e2e.guard.tree_plants import PACKAGE_BESIDE_MODULE, PLANTED_SH, SHADOW, ZIP_THE_SHADOW
 from tests.support.common import FIXTURES, managed_containers
 from tests.support.rollout_server import client_for, serve
 from tests.support.sdk_paths import EMULATOR, SdkPath
@@ -46,6 +55,8 @@ WRONG = "echo 7 > /app/sum.txt"
 FORGED = '{"reward": 1.0}'
 # Two steps in one sandbox; in the second, the tampered variant's policy replaces cat.
 MULTI_STEP = ("two-steps", "two-steps-tampered")
+HONEST = ("sum-42", "echo 42 > /app/sum.txt")
+OPT_IN_VAR = OPT_IN.split("=")[0]
 
 # Keeps writing a perfect reward where Harbor reads it (after test.sh wrote 0), named as argv[1].
 REWRITER = f"""
@@ -116,7 +127,13 @@ def _attacks(library: bytes) -> dict[str, tuple[str, str]]:
             f"{_file('/usr/lib/libforge.so', library)}; echo /usr/lib/libforge.so > /etc/ld.so.preload",
             "/etc/ld.so.preload added (loader)",
         ),
+        "stdlib-zip": (f"{_file('/tmp/shadow.py', SHADOW)}; {ZIP_THE_SHADOW}", "python313.zip added (tree)"),
+        "package-beside-module": (f"{_file('/tmp/shadow.py', SHADOW)}; {PACKAGE_BESIDE_MODULE}", "/enum added (tree)"),
     }
+
+
+def _planted_sh() -> str:
+    return f"{_file('/tmp/rewriter.py', REWRITER)}; {_file('/usr/local/sbin/sh', PLANTED_SH, '755')}"
 
 
 @pytest.fixture(scope="module")
@@ -134,6 +151,7 @@ def forging_library(tmp_path_factory: pytest.TempPathFactory) -> bytes:
 @dataclass
 class Runs:
     sdk: SdkPath
+    default: dict[str, RolloutResultResponse] = field(default_factory=dict)
     guarded: dict[str, RolloutResultResponse] = field(default_factory=dict)
     unguarded: dict[str, RolloutResultResponse] = field(default_factory=dict)
     service: dict[str, Any] = field(default_factory=dict)
@@ -196,18 +214,25 @@ async def runs(
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("HOME", str(root))
         patch.setenv("OSMOSIS_HARBOR_VERIFIER_ALLOWANCES", str(root / "allowances"))
-        # The guard itself is under test: on the emulator (SkyPilot's sh -c) a root agent whose tests
-        # share its sandbox is refused unless opted into (test_guard_trees.py shows both).
-        patch.setenv("OSMOSIS_HARBOR_ALLOW_SHARED_VERIFIER_WITH_SHELL_EXEC", "1")
-        guarded = {**attacks, "honest": ("sum-42", "echo 42 > /app/sum.txt"), "wrong": ("sum-42", WRONG)}
+        patch.delenv(OPT_IN_VAR, raising=False)
+        if sdk.is_emulator:
+            # The guard itself is under test: on the emulator (SkyPilot's sh -c) a root agent whose
+            # tests share its sandbox is refused (before any sandbox) unless opted into. On docker
+            # the opt-in changes nothing: its batches run with the default settings.
+            out.default = await _rollouts(_backend(root, sdk, "default"), {"honest": HONEST})
+            patch.setenv(OPT_IN_VAR, "1")
+        guarded = {**attacks, "honest": HONEST, "wrong": ("sum-42", WRONG)}
+        guarded["planted-sh"] = ("sum-42", f"{WRONG}; {_planted_sh()}")
         guarded["service-unrecorded"] = ("service-reverse", _solve_service(50051))
         guarded |= {name: (name, "true") for name in MULTI_STEP}  # each step's instruction scripts its reply
         out.guarded = await _rollouts(_backend(root, sdk, "guarded"), guarded)
         # validate's oracle run records the service as the task's allowance; rollouts keep it then
         [service] = [t for t in discover_tasks(DATASET) if t.id == "service-reverse"]
-        for agent in ("oracle", "nop"):
-            report = await validate_tasks([service], environment=sdk.environment(), agent=agent)
-            out.service[agent] = report.tasks[0]
+        # at once: only the oracle's run records (the nop run's verdict does not depend on it)
+        reports = await asyncio.gather(
+            *(validate_tasks([service], environment=sdk.environment(), agent=agent) for agent in ("oracle", "nop"))
+        )
+        out.service |= {"oracle": reports[0].tasks[0], "nop": reports[1].tasks[0]}
         out.service["rollouts"] = await _rollouts(
             _backend(root, sdk, "service"),
             {
@@ -248,6 +273,7 @@ def test_the_guard_ends_every_attack_as_the_workflows_failure(runs: Runs, attack
     assert named in (result.err_message or ""), result.err_message
     assert result.sample is not None and result.sample.metrics["verifier_tampered"] == 1.0
     assert result.sample.metrics.get("commands") == 1.0  # the workflow's own sample still arrived
+    assert result.sample.reward in (None, 0.0)
 
 
 @pytest.mark.parametrize("attack", list(_attacks(b"").keys()))
@@ -291,3 +317,40 @@ def test_each_step_of_a_multi_step_task_is_checked(runs: Runs) -> None:
     assert "/usr/bin/cat changed" in (tampered.err_message or ""), tampered.err_message
     forged = runs.unguarded["two-steps-tampered"]
     assert forged.status is RolloutStatus.SUCCESS and forged.sample is not None and forged.sample.reward == 1.0
+
+
+def test_a_root_agent_with_a_shared_verifier_is_refused_where_exec_runs_a_shell(runs: Runs) -> None:
+    """By default: refused on the emulator (validation_error, one line naming the three ways out),
+    before any sandbox; on docker, whose exec runs argv without a shell, the same rollout runs
+    (the guarded batch there runs with the default settings, no opt-in)."""
+    if not runs.sdk.is_emulator:
+        honest = runs.guarded["honest"]
+        assert honest.status is RolloutStatus.SUCCESS, honest.err_message
+        assert honest.sample is not None and honest.sample.reward == 1.0
+        assert not runs.default  # no rollout apart: the guarded batch ran without the opt-in
+        return
+    result = runs.default["honest"]
+    assert result.status is RolloutStatus.FAILURE
+    assert result.err_category is RolloutErrorCategory.VALIDATION_ERROR
+    message = result.err_message or ""
+    assert "task sum-42" in message and "fresh sandbox" in message, message
+    assert "unprivileged [agent] user" in message and OPT_IN in message, message
+
+
+def test_a_planted_shell_is_caught_on_docker_and_pays_where_it_was_opted_into(runs: Runs) -> None:
+    """On docker nothing runs the planted ``sh`` before the check, which names it. On the
+    emulator, opted in, it runs first in the next exec (the check's included), unmarked: it
+    leaves a rewriter the check cannot end and removes itself, and the wrong answer pays 1.0.
+    That is why the combination is refused unless opted into."""
+    result = runs.guarded["planted-sh"]
+    if runs.sdk.is_emulator:
+        assert result.status is RolloutStatus.SUCCESS, (result.status, result.err_message)
+        assert result.sample is not None and result.sample.reward == 1.0
+        assert result.sample.metrics["verifier_tampered"] == 0.0
+        return
+    assert result.status is RolloutStatus.FAILURE, f"{result.status} reward {result.sample and result.sample.reward}"
+    assert result.err_category is RolloutErrorCategory.AGENT_ERROR
+    assert "the verifier's environment was tampered with" in (result.err_message or ""), result.err_message
+    assert "/usr/local/sbin/sh added" in (result.err_message or ""), result.err_message
+    assert result.sample is not None and result.sample.metrics["verifier_tampered"] == 1.0
+    assert result.sample.reward in (None, 0.0)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ from osmosis_harbor.sandbox import conformance, load_sandbox_sdk
 from osmosis_harbor.sandbox.conformance.core import Check, CheckResult, CheckStatus, skip
 from osmosis_harbor.sandbox.conformance.privilege_checks import parse_privileges
 from osmosis_harbor.sandbox.sdk.registry import SDK_NAMES, implementation
-from tests.support.common import run_cli
+from tests.support.common import CliRun, run_cli
 from tests.support.emulator import LOCAL_REGISTRY
 
 
@@ -28,6 +29,27 @@ async def ctx(docker_sandbox_sdk: Any, sandbox_image: str) -> Any:
     context = conformance.ConformanceContext(sdk=docker_sandbox_sdk, image=sandbox_image, settings=settings.current())
     yield context
     await context.close()
+
+
+@pytest.fixture(scope="module")
+def whole_suite(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Callable[[str], tuple[CliRun, dict[str, Any]]]:
+    """The whole suite through the command, once per SDK for the module: its run and JSON report
+    (what the suite's test and the privileges row's test read)."""
+    runs: dict[str, tuple[CliRun, dict[str, Any]]] = {}
+
+    def run(sdk: str) -> tuple[CliRun, dict[str, Any]]:
+        if sdk not in runs:
+            if sdk == "skypilot-emulator":  # the session's server, not an on-demand one that outlives the run
+                request.getfixturevalue("emulator_server")
+            report = tmp_path_factory.mktemp(f"suite-{sdk}") / "report.json"
+            proc = run_cli("sandbox-check", "--sdk", sdk, "--json", str(report), timeout=900)
+            assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+            runs[sdk] = (proc, json.loads(report.read_text()))
+        return runs[sdk]
+
+    return run
 
 
 def _result(name: str, status: CheckStatus) -> CheckResult:
@@ -109,21 +131,16 @@ def test_the_command_reports_capabilities_and_fails_strict_on_a_skip(tmp_path: P
 
 @pytest.mark.parametrize("sdk", SDK_NAMES)
 def test_sandbox_check_passes_on_each_sdk_with_its_capabilities(
-    sdk: str, tmp_path: Path, request: pytest.FixtureRequest
+    sdk: str, whole_suite: Callable[[str], tuple[CliRun, dict[str, Any]]]
 ) -> None:
     """The whole suite through the command, on every registered SDK this machine has (the real
     SkyPilot SDK too, where it is installed): no failure, and each archive check ran exactly
     when the SDK's sandboxes offer archives."""
-    if sdk == "skypilot-emulator":  # the session's server, not an on-demand one that outlives the run
-        request.getfixturevalue("emulator_server")
     try:
         load_sandbox_sdk(sdk)
     except SandboxSdkMissingError as exc:
         pytest.skip(f"{sdk} is not installed here: {exc}")
-    report = tmp_path / "report.json"
-    proc = run_cli("sandbox-check", "--sdk", sdk, "--json", str(report), timeout=900)
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    data = json.loads(report.read_text())
+    proc, data = whole_suite(sdk)
     assert data["counts"]["failed"] == 0 and data["counts"]["passed"] >= 20
     archives = data["capabilities"]["offered"]["archives"]
     archive_checks = {r["status"] for r in data["results"] if r["name"].startswith("archive_")}
@@ -139,15 +156,16 @@ def test_sandbox_check_passes_on_each_sdk_with_its_capabilities(
         )
 
 
-def test_the_privileges_row_names_a_sandboxs_capabilities_and_no_new_privileges(tmp_path: Path) -> None:
+def test_the_privileges_row_names_a_sandboxs_capabilities_and_no_new_privileges(
+    whole_suite: Callable[[str], tuple[CliRun, dict[str, Any]]],
+) -> None:
     """What a team with SkyPilot access reads off its pods: the capability set, decoded, and the
-    flag. Docker's own default set (``CapEff 00000000a80425fb``) decodes with NET_RAW in it."""
+    flag, read from the Docker SDK's whole-suite report. Docker's own default set (``CapEff
+    00000000a80425fb``) decodes with NET_RAW in it."""
     default = parse_privileges("CapEff:\t00000000a80425fb\nCapBnd:\t00000000a80425fb\nNoNewPrivs:\t0\n")
     assert {"NET_RAW", "AUDIT_WRITE", "MKNOD"} <= set(default.effective) and not default.no_new_privileges
-    report = tmp_path / "report.json"
-    proc = run_cli("sandbox-check", "--sdk", "docker", "--check", "privileges", "--json", str(report), timeout=300)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    (row,) = json.loads(report.read_text())["results"]
+    _, data = whole_suite("docker")
+    (row,) = [r for r in data["results"] if r["name"] == "privileges"]
     assert row["status"] == "passed" and "no-new-privileges set" in row["detail"], row
     named = row["detail"].split(" (bounding set")[0].removeprefix("capabilities ").split(", ")
     assert "NET_RAW" not in named and "AUDIT_WRITE" not in named and {"CHOWN", "SETUID", "MKNOD"} <= set(named), row
