@@ -115,6 +115,8 @@ class Planner:
         self.environment = environment
         self._task_pools = task_pools  # task id -> the warm pool prewarm made for it (filled later)
         self._prepared = prepared  # None: every copy is made from the task afresh
+        # What a workflow agent reads its trial's files within (plain data: Harbor's agent kwargs).
+        self._contract_bounds = ContractBounds.of(options.settings).model_dump()
 
     # ── decisions ────────────────────────────────────────────────────────────
     def plan(self, task: ResolvedTask, request: ExecutionRequest | None) -> RolloutPlan | Refusal:
@@ -315,7 +317,7 @@ class Planner:
             "rollout_id": request.id,
             "rollout_input": str(rollout_input),
             "output_max_bytes": self.options.settings.exec_output_max_bytes,
-            "contract_bounds": ContractBounds.of(self.options.settings).model_dump(),
+            "contract_bounds": self._contract_bounds,
             "deps_preinstalled": materialized.environment_patched,
             "bundle_baked": materialized.bundle_baked,
             "steps": list(plan.steps) or None,

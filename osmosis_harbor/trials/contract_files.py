@@ -75,13 +75,8 @@ class ContractBounds(BaseModel):
 
     @classmethod
     def of(cls, config: settings.Settings) -> ContractBounds:
-        return cls(
-            max_sample_bytes=config.max_sample_bytes,
-            max_error_bytes=config.max_error_bytes,
-            max_reward_bytes=config.max_reward_bytes,
-            max_trajectory_bytes=config.max_trajectory_bytes,
-            max_json_depth=config.max_json_depth,
-        )
+        """The bounds ``config`` gives (its fields of the same names)."""
+        return cls.model_validate(config, from_attributes=True)
 
     def size(self, kind: FileKind) -> int:
         return {

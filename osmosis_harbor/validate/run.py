@@ -162,6 +162,7 @@ async def validate_tasks(
     leaks: dict[str, list[AuditFinding]] = {}
     audits: list[EnvironmentAudit] | None = None
     impl = options.impl
+    bounds = ContractBounds.of(run_settings)  # what the trials' files are read within
     # This run's sandboxes, start bound and builds, not another run's or a backend's.
     owner = SandboxOwner.make(
         "validate", config=run_settings, starts=SandboxStarts(max_concurrent_starts or impl.max_concurrent_starts)
@@ -262,7 +263,7 @@ async def validate_tasks(
         else:
             # Reading the trial's output files is file work: off the event loop.
             rows[task.id] = await asyncio.to_thread(
-                _row_for_result, task, result, trial_dir, keep_trials, agent, ContractBounds.of(run_settings)
+                _row_for_result, task, result, trial_dir, keep_trials, agent, bounds
             )
             if guard is not None:
                 await asyncio.to_thread(_guard_verdict, task, rows[task.id], guard, run_settings)

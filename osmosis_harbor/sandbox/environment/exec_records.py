@@ -158,14 +158,14 @@ class RecordedExec:
         return code
 
 
-def _on_api_faults(current: Settings) -> AsyncRetrying:
+def _on_api_faults(retry: ApiRetry) -> AsyncRetrying:
     """A launch whose answer an API fault lost is launched again under the same record: the
     record's claim runs the command once whichever launch arrives first (``_WRAPPER``); a
     read-only re-read is repeated the same way."""
     return AsyncRetrying(
         retry=retry_if_exception(is_api_fault),
-        stop=stop_after_attempt(current.api_attempts),
-        wait=wait_exponential(multiplier=0.2, max=current.api_retry_max_wait),
+        stop=stop_after_attempt(retry.attempts),
+        wait=wait_exponential(multiplier=0.2, max=retry.max_wait),
         reraise=True,
     )
 
@@ -190,6 +190,7 @@ class ExecRecorder:
         self._launch = launch
         self._sandbox = sandbox
         self._settings = current
+        self._retry = ApiRetry.of(current)
         self.enabled = enabled
 
     async def dispatch(
@@ -202,7 +203,7 @@ class ExecRecorder:
         bound = str(self._settings.exec_output_max_bytes)
         deadline = time.monotonic() + timeout_seconds + RECORD_GRACE_SEC
         launch_fault: BaseException | None = None
-        async for attempt in _on_api_faults(self._settings):
+        async for attempt in _on_api_faults(self._retry):
             with attempt:
                 mode = "launch" if launch_fault is None else "relaunch"
                 wrapped = ["sh", "-c", _WRAPPER, "sh", f"{RECORDS_DIR}/{record}", done, bound, mode, *argv]
@@ -242,14 +243,12 @@ class ExecRecorder:
             wait=wait_exponential(multiplier=0.05, max=2.0),
             reraise=True,
         )
-        return bytes(
-            await retrying(retry_safe, "read_bytes", ApiRetry.of(self._settings), sandbox.read_bytes.aio, path)
-        )
+        return bytes(await retrying(retry_safe, "read_bytes", self._retry, sandbox.read_bytes.aio, path))
 
     async def _read_outputs(self, path: str) -> tuple[str, str]:
         bound = self._settings.exec_output_max_bytes
         argv = ["sh", "-c", _REREAD, "sh", path, str(bound)]
-        async for attempt in _on_api_faults(self._settings):
+        async for attempt in _on_api_faults(self._retry):
             with attempt:
                 handle = await self._launch(argv, workdir=None, timeout_seconds=60)
                 await handle.wait()

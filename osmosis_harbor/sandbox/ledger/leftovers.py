@@ -19,13 +19,13 @@ from enum import StrEnum
 from typing import Any
 
 from pydantic import BaseModel
-from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_random_exponential
+from tenacity import Retrying
 
 from osmosis_harbor import settings
 from osmosis_harbor.errors import ConfigError
 from osmosis_harbor.sandbox.ledger.store import Kind, Ledger, LedgerEntry, State, default_ledger, endpoint_for
 from osmosis_harbor.sandbox.sdk import records
-from osmosis_harbor.sandbox.sdk.errors import is_api_fault, is_missing
+from osmosis_harbor.sandbox.sdk.errors import is_missing
 from osmosis_harbor.sandbox.sdk.faults import ApiRetry
 from osmosis_harbor.sandbox.sdk.protocol import SandboxSdk
 from osmosis_harbor.sandbox.sdk.registry import load_sandbox_sdk
@@ -57,13 +57,7 @@ class Leftover(BaseModel):
 
 def _safe[T](retry: ApiRetry, call: Callable[..., T], *args: Any) -> T:
     """A blocking SDK call that is safe to retry (``sdk.faults.CALL_SAFETY``), retried."""
-    retrying = Retrying(
-        retry=retry_if_exception(is_api_fault),
-        stop=stop_after_attempt(retry.attempts),
-        wait=wait_random_exponential(multiplier=0.2, max=retry.max_wait),
-        reraise=True,
-    )
-    return retrying(call, *args)
+    return Retrying(**retry.policy())(call, *args)
 
 
 def _listed(sdk: SandboxSdk, retry: ApiRetry) -> dict[str, Any]:

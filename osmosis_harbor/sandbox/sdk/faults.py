@@ -86,16 +86,23 @@ class ApiRetry:
     def of(cls, current: Settings) -> ApiRetry:
         return cls(attempts=current.api_attempts, max_wait=current.api_retry_max_wait)
 
+    def policy(self) -> dict[str, Any]:
+        """tenacity's retry, stop and wait for a call retried on API faults, whether it is
+        awaited (``retry_safe``) or blocking (the ledger's reaper): jittered and bounded."""
+        return {
+            "retry": retry_if_exception(is_api_fault),
+            "stop": stop_after_attempt(self.attempts),
+            "wait": wait_random_exponential(multiplier=0.2, max=self.max_wait),
+            "reraise": True,
+        }
+
 
 def _retrying(call: str, retry: ApiRetry) -> AsyncRetrying:
     if CALL_SAFETY[call] is not Safety.SAFE:
         raise ConfigError(f"sandbox call {call!r} is not safe to retry blindly ({CALL_SAFETY[call]})")
     return AsyncRetrying(
-        retry=retry_if_exception(is_api_fault),
-        stop=stop_after_attempt(retry.attempts),
-        wait=wait_random_exponential(multiplier=0.2, max=retry.max_wait),
+        **retry.policy(),
         before_sleep=lambda state: log.info("retrying sandbox %s after an API fault: %s", call, state.outcome),
-        reraise=True,
     )
 
 
