@@ -98,11 +98,21 @@ class CpuFigures:
 async def cpu_phase(
     work: Path, chat: FakeChatServer, rollouts: int, profile_to: Path | None = None, sdk: str = "docker"
 ) -> CpuFigures:
-    """The server's CPU seconds per graded rollout at concurrency 4 (after two warm-ups)."""
+    """The server's CPU seconds per graded rollout at concurrency 4 (after two warm-ups), on a
+    server process of its own."""
     spec = ServerSpec(
         Path(tempfile.mkdtemp(prefix="cpu-", dir=work)), n_concurrent=CPU_CONCURRENCY, graded=True, sdk=sdk
     )
-    async with ServerProcess(spec) as server, controller(server.url, rollouts + 2) as client:
+    async with ServerProcess(spec) as server:
+        return await measure_cpu(server, chat, rollouts, profile_to)
+
+
+async def measure_cpu(
+    server: ServerProcess, chat: FakeChatServer, rollouts: int, profile_to: Path | None = None
+) -> CpuFigures:
+    """``cpu_phase``'s measurement on a running graded server (the tests share one with the scale
+    phase's measurement: ``measure_scale``)."""
+    async with controller(server.url, rollouts + 2) as client:
         for _ in range(2):
             await submit_rollout(client, chat.base_url, GRADED_PROMPT, grade=True, timeout=None)
         if profile_to is not None:
@@ -148,14 +158,22 @@ async def ramp(gate: Gate, size: Sizes, submit: Callable[[], Awaitable[bool]]) -
 
 
 async def scale_phase(work: Path, chat: FakeChatServer, size: Sizes) -> ScaleFigures:
-    """N gated rollouts in flight at once through one server process."""
-    figures = ScaleFigures(submitted=size.n)
-    gate = Gate()
+    """N gated rollouts in flight at once through a server process of their own."""
     spec = ServerSpec(Path(tempfile.mkdtemp(prefix="scale-", dir=work)), n_concurrent=size.n)
+    async with ServerProcess(spec) as server:
+        return await measure_scale(server, chat, size)
+
+
+async def measure_scale(server: ServerProcess, chat: FakeChatServer, size: Sizes, warm_up: bool = True) -> ScaleFigures:
+    """``scale_phase``'s measurement on a running server whose queue holds N. ``warm_up=False``
+    where the server has served rollouts already (the tests, after ``measure_cpu`` on the same
+    server): its one-time costs are paid, so the baseline is taken at once."""
+    figures = ScaleFigures(submitted=size.n, server_pid=server.pid)
+    gate = Gate()
     try:
-        async with ServerProcess(spec) as server, controller(server.url, size.n + 2) as client:
-            figures.server_pid = server.pid
-            await submit_rollout(client, chat.base_url, "warm up\nreply: true", grade=False, timeout=None)
+        async with controller(server.url, size.n + 2) as client:
+            if warm_up:
+                await submit_rollout(client, chat.base_url, "warm up\nreply: true", grade=False, timeout=None)
             await server.ask("lag")
             cpu0, rss0, t0 = server.cpu_sec(), server.rss_mib(), time.monotonic()
             text = f"wait at the gate\nreply: {gate.command}"

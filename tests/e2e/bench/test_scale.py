@@ -1,27 +1,55 @@
-"""The scale benchmark's measuring function at a tiny N: every rollout really waits in a
-sandbox at the gate at once (the positive control for ``in_flight``), the figures come out
-finite, and the server process it started leaves no sandbox behind."""
+"""The scale benchmark's measuring functions at a tiny N, on one server process: every rollout
+really waits in a sandbox at the gate at once (the positive control for ``in_flight``), the
+figures come out finite, and the server process leaves no sandbox behind; and ``bench.workers``
+at its smallest."""
 
 from __future__ import annotations
 
 import math
+import tempfile
 from pathlib import Path
 
 import pytest
 
 from bench.env import managed_containers
-from bench.scale import Sizes, scale_phase
+from bench.scale import Sizes
+from bench.server_proc import ServerProcess, ServerSpec
 from osmosis_harbor.testing.scripted_policy import FakeChatServer
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("osmosis_home")]
 
 
-async def test_scale_phase_holds_n_in_flight_and_leaves_nothing(tmp_path: Path, fake_chat: FakeChatServer) -> None:
+async def test_the_cpu_and_scale_phases_measure_on_one_server_and_leave_nothing(
+    tmp_path: Path, fake_chat: FakeChatServer
+) -> None:
+    """Both of the scale benchmark's measurements on one graded server process (``measure_cpu``,
+    then ``measure_scale``; the benchmark gives each a server of its own, ``cpu_phase`` and
+    ``scale_phase``, which differ from this only in starting it).
+
+    Where a graded rollout's host CPU goes by thread (docs/performance.md's split): the event loop,
+    the default executor behind ``to_thread``, the Docker SDK's pool and the policy relay each
+    spent some, named by family (no worker numbers), and the families add up to the total. Then N
+    gated rollouts: every one waited in its sandbox at the gate at once, the figures are finite,
+    the loop's probe ran during the window, and the server left no sandbox."""
+    import re
+
+    from bench.scale import measure_cpu, measure_scale
+
     size = Sizes(n=3, cpu_rollouts=0, idle_window_sec=1.0, ramp_timeout_sec=240.0)
+    spec = ServerSpec(Path(tempfile.mkdtemp(prefix="scale-", dir=tmp_path)), n_concurrent=4, graded=True)
+    async with ServerProcess(spec) as server:
+        cpu = await measure_cpu(server, fake_chat, 2)
+        figures = await measure_scale(server, fake_chat, size, warm_up=False)
 
-    figures = await scale_phase(tmp_path, fake_chat, size)
+    split = cpu.per_rollout_by_thread_s
+    assert cpu.per_rollout_s > 0
+    for family in ("MainThread", "asyncio", "osmosis-docker-sdk", "osmosis-policy-relay"):
+        assert split.get(family, 0) > 0, (family, split)
+    assert not [name for name in split if re.search(r"[_-]\d+$", name)]
+    assert split["MainThread"] < cpu.per_rollout_s
+    assert sum(split.values()) == pytest.approx(cpu.per_rollout_s, abs=0.011)  # a clock tick per thread family
 
-    assert figures.server_pid > 0
+    assert figures.server_pid == server.pid > 0
     assert figures.in_flight == 3  # all three workflows were waiting at the gate at once
     assert figures.completed == 3 and figures.failed == 0
     for value in (
@@ -33,6 +61,7 @@ async def test_scale_phase_holds_n_in_flight_and_leaves_nothing(tmp_path: Path, 
         assert math.isfinite(value)
     assert figures.host_cpu_per_rollout_s > 0
     assert figures.lag_samples_ms  # the probe ran on the server's loop during the window
+    assert server.removed == []  # closing the server found nothing of its pid left
     assert managed_containers(figures.server_pid) == []
 
 
@@ -64,31 +93,11 @@ def test_the_scale_figures_land_under_a_top_level_scale_key(tmp_path: Path, monk
     assert "incumbent" not in payload  # only what ran is lifted
 
 
-async def test_the_graded_cpu_phase_splits_the_servers_cpu_by_thread_family(
-    tmp_path: Path, fake_chat: FakeChatServer
-) -> None:
-    """Where a graded rollout's host CPU goes by thread (docs/performance.md's split): the event loop, the
-    default executor behind ``to_thread``, the Docker SDK's pool and the policy relay each
-    spent some, named by family (no worker numbers), and the families add up to the total."""
-    import re
-
-    from bench.scale import cpu_phase
-
-    figures = await cpu_phase(tmp_path, fake_chat, 2)
-
-    split = figures.per_rollout_by_thread_s
-    assert figures.per_rollout_s > 0
-    for family in ("MainThread", "asyncio", "osmosis-docker-sdk", "osmosis-policy-relay"):
-        assert split.get(family, 0) > 0, (family, split)
-    assert not [name for name in split if re.search(r"[_-]\d+$", name)]
-    assert split["MainThread"] < figures.per_rollout_s
-    assert sum(split.values()) == pytest.approx(figures.per_rollout_s, abs=0.011)  # a clock tick per thread family
-
-
 async def test_the_workers_figures_at_the_smallest_size(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """``bench.workers`` at its smallest (``--smallest``): servers of 1 and 2 worker processes,
-    every figure the benchmark reports finite and under its key, the 2-worker front's CPU below what
-    all its processes spent (the trials' work ran in the workers), and nothing left behind."""
+    """``bench.workers`` at its smallest (``--smallest``): servers of 1 and 2 worker processes (the
+    in-flight phase on the 2-worker one, after its batch), every figure the benchmark reports finite
+    and under its key, the 2-worker front's CPU below what all its processes spent (the trials' work
+    ran in the workers), and nothing left behind."""
     from bench import workers as workers_bench
 
     monkeypatch.setattr(workers_bench, "workdir", lambda name: tmp_path)
