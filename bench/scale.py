@@ -108,12 +108,13 @@ async def cpu_phase(
 
 
 async def measure_cpu(
-    server: ServerProcess, chat: FakeChatServer, rollouts: int, profile_to: Path | None = None
+    server: ServerProcess, chat: FakeChatServer, rollouts: int, profile_to: Path | None = None, warm_ups: int = 2
 ) -> CpuFigures:
-    """``cpu_phase``'s measurement on a running graded server (the tests share one with the scale
-    phase's measurement: ``measure_scale``)."""
-    async with controller(server.url, rollouts + 2) as client:
-        for _ in range(2):
+    """``cpu_phase``'s measurement on a running graded server. The tests share one with the scale
+    phase's measurement (``measure_scale``) and leave the warm-ups out (``warm_ups=0``): that one
+    warmed the server, and what they check is where the CPU went, not how much."""
+    async with controller(server.url, rollouts + warm_ups) as client:
+        for _ in range(warm_ups):
             await submit_rollout(client, chat.base_url, GRADED_PROMPT, grade=True, timeout=None)
         if profile_to is not None:
             await server.ask("profile-start")
@@ -164,16 +165,13 @@ async def scale_phase(work: Path, chat: FakeChatServer, size: Sizes) -> ScaleFig
         return await measure_scale(server, chat, size)
 
 
-async def measure_scale(server: ServerProcess, chat: FakeChatServer, size: Sizes, warm_up: bool = True) -> ScaleFigures:
-    """``scale_phase``'s measurement on a running server whose queue holds N. ``warm_up=False``
-    where the server has served rollouts already (the tests, after ``measure_cpu`` on the same
-    server): its one-time costs are paid, so the baseline is taken at once."""
+async def measure_scale(server: ServerProcess, chat: FakeChatServer, size: Sizes) -> ScaleFigures:
+    """``scale_phase``'s measurement on a running server whose queue holds N."""
     figures = ScaleFigures(submitted=size.n, server_pid=server.pid)
     gate = Gate()
     try:
         async with controller(server.url, size.n + 2) as client:
-            if warm_up:
-                await submit_rollout(client, chat.base_url, "warm up\nreply: true", grade=False, timeout=None)
+            await submit_rollout(client, chat.base_url, "warm up\nreply: true", grade=False, timeout=None)
             await server.ask("lag")
             cpu0, rss0, t0 = server.cpu_sec(), server.rss_mib(), time.monotonic()
             text = f"wait at the gate\nreply: {gate.command}"

@@ -22,15 +22,15 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("osmosis_home")]
 async def test_the_cpu_and_scale_phases_measure_on_one_server_and_leave_nothing(
     tmp_path: Path, fake_chat: FakeChatServer
 ) -> None:
-    """Both of the scale benchmark's measurements on one graded server process (``measure_cpu``,
-    then ``measure_scale``; the benchmark gives each a server of its own, ``cpu_phase`` and
-    ``scale_phase``, which differ from this only in starting it).
+    """Both of the scale benchmark's measurements on one graded server process (``measure_scale``,
+    then ``measure_cpu`` without its warm-ups, the server being warm; the benchmark gives each a
+    server of its own, ``scale_phase`` and ``cpu_phase``, which differ from this only in starting it).
 
-    Where a graded rollout's host CPU goes by thread (docs/performance.md's split): the event loop,
-    the default executor behind ``to_thread``, the Docker SDK's pool and the policy relay each
-    spent some, named by family (no worker numbers), and the families add up to the total. Then N
-    gated rollouts: every one waited in its sandbox at the gate at once, the figures are finite,
-    the loop's probe ran during the window, and the server left no sandbox."""
+    N gated rollouts: every one waited in its sandbox at the gate at once, the figures are finite,
+    the loop's probe ran during the window. Where a graded rollout's host CPU goes by thread
+    (docs/performance.md's split): the event loop, the default executor behind ``to_thread``, the
+    Docker SDK's pool and the policy relay each spent some, named by family (no worker numbers), and
+    the families add up to the total. The server left no sandbox."""
     import re
 
     from bench.scale import measure_cpu, measure_scale
@@ -38,8 +38,8 @@ async def test_the_cpu_and_scale_phases_measure_on_one_server_and_leave_nothing(
     size = Sizes(n=3, cpu_rollouts=0, idle_window_sec=1.0, ramp_timeout_sec=240.0)
     spec = ServerSpec(Path(tempfile.mkdtemp(prefix="scale-", dir=tmp_path)), n_concurrent=4, graded=True)
     async with ServerProcess(spec) as server:
-        cpu = await measure_cpu(server, fake_chat, 2)
-        figures = await measure_scale(server, fake_chat, size, warm_up=False)
+        figures = await measure_scale(server, fake_chat, size)
+        cpu = await measure_cpu(server, fake_chat, 2, warm_ups=0)
 
     split = cpu.per_rollout_by_thread_s
     assert cpu.per_rollout_s > 0
