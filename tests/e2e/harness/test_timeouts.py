@@ -25,10 +25,10 @@ pytest_plugins = ["pytester"]
 # Each session waits out its timeout (and some the grace after it): as short as still shows where
 # the alarm found the test on a loaded machine.
 TIMEOUT_SEC = 2
-GRACE_SEC = 3
+GRACE_SEC = 4  # a failed test's teardown on a loaded machine (closing its event loop) fits in it
 # room for a server's start-up on a loaded machine (about 1.5 s at a load of 12 on two cores) before
 # the blocked shutdown
-SERVED_TIMEOUT_SEC = 6
+SERVED_TIMEOUT_SEC = 7
 TEARDOWN_BLOCK_SEC = TIMEOUT_SEC + GRACE_SEC + 1  # over both: only a timeout in the teardown ends it sooner
 
 INI = f"""
