@@ -66,7 +66,7 @@ class WorkerSizes:
 def sizes(quick: bool, smallest: bool = False, in_flight: int | None = None) -> WorkerSizes:
     if smallest:
         return WorkerSizes(
-            rollouts=2, in_flight=in_flight or 2, idle_window_sec=1.0, ramp_timeout_sec=240.0, one_server=True
+            rollouts=1, in_flight=in_flight or 2, idle_window_sec=1.0, ramp_timeout_sec=240.0, one_server=True
         )
     if quick:
         return WorkerSizes(rollouts=16, in_flight=in_flight or 24, idle_window_sec=5.0, ramp_timeout_sec=600.0)
