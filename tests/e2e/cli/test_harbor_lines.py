@@ -46,6 +46,7 @@ on_026 = pytest.mark.skipif(not HARBOR.options_model, reason="Harbor 0.25 has no
 on_025 = pytest.mark.skipif(HARBOR.options_model, reason="Harbor 0.26 has both")
 HARBOR_CLI = str(Path(sys.executable).parent / "harbor")
 GATE = "/tmp/solve-gate"
+PLAIN = "FROM debian:trixie-slim\n"
 
 
 # ── preflight: the chosen SDK only ─────────────────────────────────────────────────────────────
@@ -331,7 +332,9 @@ def test_harbor_run_with_our_environment_on_a_local_sdk(tmp_path: Path, sandbox_
 async def _lose_the_sandbox(tmp_path: Path, **trial: object) -> tuple[dict, list[str]]:
     """An oracle trial whose agent's sandbox is killed while its solution waits on a FIFO:
     its result, and the trials that reached verification."""
-    task = make_task(tmp_path, f"lost-{uuid.uuid4().hex[:6]}", solve=f"mkfifo {GATE} && read x < {GATE}")
+    task = make_task(  # an image every run has: the sandbox, not its image, is what is lost
+        tmp_path, f"lost-{uuid.uuid4().hex[:6]}", solve=f"mkfifo {GATE} && read x < {GATE}", dockerfile=PLAIN
+    )
     name = f"lost-{uuid.uuid4().hex[:8]}"
     queue = TrialQueue(n_concurrent=1)
     verified: list[str] = []
