@@ -45,6 +45,12 @@ def args(json_path: Path | None = None) -> argparse.Namespace:
     return argparse.Namespace(settings=settings.current(), json=str(json_path) if json_path else None)
 
 
+@pytest.fixture(autouse=True)
+def wide(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A width no cell wraps at: what is printed is checked here, the layout elsewhere."""
+    monkeypatch.setenv("COLUMNS", "240")
+
+
 def test_findings_are_listed_and_do_not_fail_the_prewarm(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "prewarm.json"
     assert print_report(report(), args(out)) == 0
