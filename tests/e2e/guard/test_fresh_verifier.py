@@ -136,11 +136,7 @@ async def runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
         }
         out.fresh = await rollouts(backend(root, sdk, "fresh", DATASET), fresh)
         if not sdk.is_emulator:
-            tasks = [
-                *discover_tasks(DATASET),
-                *(t for t in discover_tasks(FIXTURES / "guard_dataset") if t.id == "two-steps"),
-            ]
-            report = await validate_tasks(tasks, environment=sdk.environment(), agent="oracle")
+            report = await validate_tasks(discover_tasks(DATASET), environment=sdk.environment(), agent="oracle")
             out.validated = {row.id: row for row in report.tasks}
         # Positive control: the tests in the agent's sandbox, the guard off.
         patch.setenv("OSMOSIS_HARBOR_FRESH_VERIFIER", "0")
@@ -209,14 +205,14 @@ def test_in_the_agents_sandbox_unguarded_each_tree_plant_pays(runs: Runs, attack
 @DOCKER_ONLY
 def test_validate_runs_each_task_where_training_would(runs: Runs) -> None:
     """The oracle passes in each mode, and the report says which and why. Docker only: the mode
-    is the host's decision; the emulator's validate runs are ``cli/test_validate.py``'s."""
+    is the host's decision; the emulator's validate runs are ``cli/test_validate.py``'s. A
+    multi-step task's mode and reason: ``test_the_decision_and_its_reason`` (the report's row is
+    that decision's, as these rows show); its oracle through validate: ``cli/test_public_formats.py``."""
     for row in runs.validated.values():
         assert row.passed and row.reward == 1.0, (row.id, row.error)
     modes = {task: row.verification for task, row in runs.validated.items()}
     assert modes["sum-42"] == {"mode": "fresh", "reason": "fresh: single-step, no service"}
     assert modes["service-declared"] == {"mode": "shared", "reason": "shared: the solution leaves port 50051 listening"}
-    assert modes["two-steps"] is not None and modes["two-steps"]["mode"] == "shared"
-    assert "multi-step" in modes["two-steps"]["reason"]
 
 
 # ── the decision, per case ─────────────────────────────────────────────────────────────────────
