@@ -31,8 +31,12 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("osmosis_home")]
 PROJECT = FIXTURES / "rollout_project"
 WF = "rollout_fixtures.workflows"
 # A second image this run builds: new to every run (no engine has it cached from an earlier one),
-# built by whichever SDK path comes first and found by the other (built once, reused after).
+# built by whichever SDK path comes first and found by the other (built once, reused after). The
+# mark is a comment: a new environment (its own content hash, image and group) whose layers are
+# the template's, so Docker's layer cache makes its build a matter of seconds, not of a download
+# of the bundle's dependencies.
 OTHER_IMAGE_MARK = uuid.uuid4().hex
+OTHER_DOCKERFILE = f"FROM python:3.12-slim\nWORKDIR /workspace\n# new to this run: {OTHER_IMAGE_MARK}\n"
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +84,7 @@ async def test_prewarm_groups_builds_once_and_reuses(tmp_path: Path, sandbox_sdk
     dataset = tmp_path / "ds"
     for name in ("a", "b", "nested/c"):
         shutil.copytree(TASKS / "template", dataset / name)
-    make_task(dataset, "other", dockerfile=f"FROM python:3.12-slim\nRUN echo {OTHER_IMAGE_MARK} > /m\n")
+    make_task(dataset, "other", dockerfile=OTHER_DOCKERFILE)
     backend = backend_for(tmp_path, tasks_dir=dataset, task_mode="dataset", sdk=sandbox_sdk)
     with pytest.raises(ValueError, match="explicit task ids"):
         await backend.prewarm()
