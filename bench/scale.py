@@ -98,12 +98,23 @@ class CpuFigures:
 async def cpu_phase(
     work: Path, chat: FakeChatServer, rollouts: int, profile_to: Path | None = None, sdk: str = "docker"
 ) -> CpuFigures:
-    """The server's CPU seconds per graded rollout at concurrency 4 (after two warm-ups)."""
+    """The server's CPU seconds per graded rollout at concurrency 4 (after two warm-ups), on a
+    server process of its own."""
     spec = ServerSpec(
         Path(tempfile.mkdtemp(prefix="cpu-", dir=work)), n_concurrent=CPU_CONCURRENCY, graded=True, sdk=sdk
     )
-    async with ServerProcess(spec) as server, controller(server.url, rollouts + 2) as client:
-        for _ in range(2):
+    async with ServerProcess(spec) as server:
+        return await measure_cpu(server, chat, rollouts, profile_to)
+
+
+async def measure_cpu(
+    server: ServerProcess, chat: FakeChatServer, rollouts: int, profile_to: Path | None = None, warm_ups: int = 2
+) -> CpuFigures:
+    """``cpu_phase``'s measurement on a running graded server. The tests share one with the scale
+    phase's measurement (``measure_scale``) and leave the warm-ups out (``warm_ups=0``): that one
+    warmed the server, and what they check is where the CPU went, not how much."""
+    async with controller(server.url, rollouts + warm_ups) as client:
+        for _ in range(warm_ups):
             await submit_rollout(client, chat.base_url, GRADED_PROMPT, grade=True, timeout=None)
         if profile_to is not None:
             await server.ask("profile-start")
@@ -148,13 +159,18 @@ async def ramp(gate: Gate, size: Sizes, submit: Callable[[], Awaitable[bool]]) -
 
 
 async def scale_phase(work: Path, chat: FakeChatServer, size: Sizes) -> ScaleFigures:
-    """N gated rollouts in flight at once through one server process."""
-    figures = ScaleFigures(submitted=size.n)
-    gate = Gate()
+    """N gated rollouts in flight at once through a server process of their own."""
     spec = ServerSpec(Path(tempfile.mkdtemp(prefix="scale-", dir=work)), n_concurrent=size.n)
+    async with ServerProcess(spec) as server:
+        return await measure_scale(server, chat, size)
+
+
+async def measure_scale(server: ServerProcess, chat: FakeChatServer, size: Sizes) -> ScaleFigures:
+    """``scale_phase``'s measurement on a running server whose queue holds N."""
+    figures = ScaleFigures(submitted=size.n, server_pid=server.pid)
+    gate = Gate()
     try:
-        async with ServerProcess(spec) as server, controller(server.url, size.n + 2) as client:
-            figures.server_pid = server.pid
+        async with controller(server.url, size.n + 2) as client:
             await submit_rollout(client, chat.base_url, "warm up\nreply: true", grade=False, timeout=None)
             await server.ask("lag")
             cpu0, rss0, t0 = server.cpu_sec(), server.rss_mib(), time.monotonic()

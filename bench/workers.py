@@ -16,7 +16,9 @@ sleeping workflow (``sleep`` in the sandbox) at concurrency ``M`` after one warm
 and reads the front's and the workers' CPU over the batch. The ``in_flight`` phase holds N
 rollouts in flight through the front (1,000 by default), ``SANDBOXES`` of them in sandboxes at the
 gate (``bench.gate``) and the rest queued in the workers, reads the front loop's lag probe while
-they wait, then cancels them all. ``--quick`` holds fewer (it says how many).
+they wait, then cancels them all. ``--quick`` holds fewer (it says how many). At the smallest size
+(the tests' ``--smallest``) the in-flight phase runs on the N-worker throughput phase's server, after
+its batch, not on a server of its own.
 """
 
 from __future__ import annotations
@@ -56,11 +58,16 @@ class WorkerSizes:
     in_flight: int
     idle_window_sec: float
     ramp_timeout_sec: float
+    # The in-flight phase on the N-worker throughput phase's server, after its batch, instead of a
+    # server of its own: at the smallest size (the tests) the two servers would be alike anyway.
+    one_server: bool = False
 
 
 def sizes(quick: bool, smallest: bool = False, in_flight: int | None = None) -> WorkerSizes:
     if smallest:
-        return WorkerSizes(rollouts=2, in_flight=in_flight or 2, idle_window_sec=1.0, ramp_timeout_sec=240.0)
+        return WorkerSizes(
+            rollouts=1, in_flight=in_flight or 2, idle_window_sec=1.0, ramp_timeout_sec=240.0, one_server=True
+        )
     if quick:
         return WorkerSizes(rollouts=16, in_flight=in_flight or 24, idle_window_sec=5.0, ramp_timeout_sec=600.0)
     return WorkerSizes(rollouts=48, in_flight=in_flight or 1000, idle_window_sec=10.0, ramp_timeout_sec=3600.0)
@@ -97,10 +104,19 @@ async def throughput_phase(work: Path, chat: FakeChatServer, workers: int, rollo
     """``rollouts`` sleeping rollouts at once through a server of ``workers`` workers."""
     work = Path(tempfile.mkdtemp(prefix=f"workers{workers}-", dir=work))
     spec = ServerSpec(work, n_concurrent=max(rollouts, workers), workers=workers)
+    server = ServerProcess(spec)
+    async with server:
+        phase = await measure_throughput(server, chat, workers, rollouts)
+    phase.left = server.removed
+    return phase
+
+
+async def measure_throughput(server: ServerProcess, chat: FakeChatServer, workers: int, rollouts: int) -> Throughput:
+    """``throughput_phase``'s batch on a running server of ``workers`` workers (what it left is
+    known once the server has closed)."""
     text = f"sleep\nreply: sleep {SLEEP_SEC}"
     warm = "warm up\nreply: true"
-    server = ServerProcess(spec)
-    async with server, controllers(server.url, rollouts + workers) as clients:
+    async with controllers(server.url, rollouts + workers) as clients:
         # the first builds the task's image; then one per worker at once (least-loaded routing
         # gives each worker one): every worker's first rollout pays its imports before the batch
         await submit_rollout(clients[0], chat.base_url, warm, grade=False, timeout=None)
@@ -117,25 +133,60 @@ async def throughput_phase(work: Path, chat: FakeChatServer, workers: int, rollo
         wall = time.monotonic() - t0
         front1, workers1 = server.cpu_sec(), _workers_cpu(server)
     worker_cpu = sum(cpu - workers0.get(pid, 0.0) for pid, cpu in workers1.items())
-    return Throughput(workers, rollouts, sum(oks), wall, front1 - front0, worker_cpu, server.removed)
+    return Throughput(workers, rollouts, sum(oks), wall, front1 - front0, worker_cpu, [])
+
+
+def _running(size: WorkerSizes, workers: int) -> int:
+    """How many of the in-flight phase's rollouts run in sandboxes at once (its ``n_concurrent``)."""
+    return min(size.in_flight, max(SANDBOXES, workers))
 
 
 async def in_flight_phase(
     work: Path, chat: FakeChatServer, workers: int, size: WorkerSizes
 ) -> tuple[int, float, list[str]]:
+    """``hold_in_flight`` on a server of its own; with what that server left behind."""
+    spec = ServerSpec(
+        Path(tempfile.mkdtemp(prefix="inflight-", dir=work)), n_concurrent=_running(size, workers), workers=workers
+    )
+    server = ServerProcess(spec)
+    async with server:
+        held, lag_p99 = await hold_in_flight(server, chat, workers, size)
+    return held, lag_p99, server.removed
+
+
+async def throughput_then_in_flight(
+    work: Path, chat: FakeChatServer, workers: int, size: WorkerSizes
+) -> tuple[Throughput, tuple[int, float, list[str]]]:
+    """The N-worker throughput batch, then the in-flight phase, on one server (``one_server``):
+    the in-flight phase's own warm-up is left out, the batch's warmed every worker."""
+    running = _running(size, workers)
+    spec = ServerSpec(
+        Path(tempfile.mkdtemp(prefix=f"workers{workers}-", dir=work)),
+        n_concurrent=max(size.rollouts, workers, running),
+        workers=workers,
+    )
+    server = ServerProcess(spec)
+    async with server:
+        phase = await measure_throughput(server, chat, workers, size.rollouts)
+        held, lag_p99 = await hold_in_flight(server, chat, workers, size, warm_up=False)
+    return phase, (held, lag_p99, server.removed)
+
+
+async def hold_in_flight(
+    server: ServerProcess, chat: FakeChatServer, workers: int, size: WorkerSizes, warm_up: bool = True
+) -> tuple[int, float]:
     """N rollouts in flight through a front of ``workers`` workers, as a training step larger than
     its sandbox budget is: ``SANDBOXES`` of them running in sandboxes held at the gate, the rest
     admitted and waiting in the workers' queues (``n_concurrent`` is the budget). Returns how many
-    the front held in flight at once (its ``/health``), the front loop's lag p99 while they all
-    were, and what was left behind. Then every one is cancelled with one ``POST /rollout/cancel``
-    naming them all (each routed to its worker, queued and running alike) and its result read."""
+    the front held in flight at once (its ``/health``) and the front loop's lag p99 while they all
+    were. Then every one is cancelled with one ``POST /rollout/cancel`` naming them all (each
+    routed to its worker, queued and running alike) and its result read."""
     gate = Gate()
-    running = min(size.in_flight, max(SANDBOXES, workers))
-    spec = ServerSpec(Path(tempfile.mkdtemp(prefix="inflight-", dir=work)), n_concurrent=running, workers=workers)
-    server = ServerProcess(spec)
+    running = _running(size, workers)
     try:
-        async with server, controllers(server.url, size.in_flight + 2) as clients:
-            await submit_rollout(clients[0], chat.base_url, "warm up\nreply: true", grade=False, timeout=None)
+        async with controllers(server.url, size.in_flight + 2) as clients:
+            if warm_up:
+                await submit_rollout(clients[0], chat.base_url, "warm up\nreply: true", grade=False, timeout=None)
             text = f"wait at the gate\nreply: {gate.command}"
             ids = [new_id("inflight") for _ in range(size.in_flight)]
             rollouts = [
@@ -153,7 +204,7 @@ async def in_flight_phase(
             await asyncio.gather(*rollouts, return_exceptions=True)
     finally:
         gate.close()
-    return held, percentile(lag, 99), server.removed
+    return held, percentile(lag, 99)
 
 
 async def held_rollout(client: RolloutClient, chat_url: str, text: str, rollout_id: str) -> str:
@@ -193,8 +244,14 @@ async def run(
     work = workdir(NAME)
     chat = FakeChatServer(default_reply="true")
     try:
-        phases = {n: await throughput_phase(work, chat, n, size.rollouts) for n in counts}
-        held, lag_p99, left = await in_flight_phase(work, chat, workers, size)
+        phases: dict[int, Throughput] = {}
+        for n in counts:
+            if n == workers and size.one_server:
+                phases[n], (held, lag_p99, left) = await throughput_then_in_flight(work, chat, n, size)
+            else:
+                phases[n] = await throughput_phase(work, chat, n, size.rollouts)
+        if not size.one_server:
+            held, lag_p99, left = await in_flight_phase(work, chat, workers, size)
     finally:
         chat.close()
         shutil.rmtree(work, ignore_errors=True)

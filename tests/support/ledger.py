@@ -18,8 +18,9 @@ from osmosis_harbor.sandbox import SandboxEnvironment, environment_config
 from tests.support.common import REPO, make_task
 
 
-def environment_for(sdk: str, root: Path, image: str) -> SandboxEnvironment:
-    """A trial environment on ``sdk`` whose task names the prebuilt ``image``."""
+def environment_for(sdk: str, root: Path, image: str, *, stem: str = "ledger") -> SandboxEnvironment:
+    """A trial environment on ``sdk`` whose task names the prebuilt ``image``; its sandbox is
+    ``hb-<stem>-...``, so that a module removing its own sandboxes by prefix finds only its own."""
     task_dir = make_task(root / f"tasks-{uuid.uuid4().hex[:6]}", "ledger", toml_extra=f'docker_image = "{image}"\n')
     task = Task(task_dir)
     trial_paths = TrialPaths(root / f"trial-{uuid.uuid4().hex[:6]}")
@@ -28,7 +29,7 @@ def environment_for(sdk: str, root: Path, image: str) -> SandboxEnvironment:
         environment_config(sdk),
         environment_dir=task.paths.environment_dir,
         environment_name=task.name,
-        session_id=f"ledger-{uuid.uuid4().hex[:8]}",
+        session_id=f"{stem}-{uuid.uuid4().hex[:8]}",
         trial_paths=trial_paths,
         task_env_config=task.config.environment,
     )
@@ -97,12 +98,15 @@ def cleanup(sdk: str, *extra: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-OWN_PREFIXES = ("hb-ledger-", "fault-", "ledger-pool-")
+LEDGER_PREFIXES = ("hb-ledger-", "ledger-pool-")  # tests/e2e/sandbox/test_ledger_lifecycle.py
+FAULT_PREFIXES = ("hb-fault-", "fault-")  # tests/e2e/sandbox/test_api_faults.py
 
 
-def remove_own_emulator_sandboxes() -> list[str]:
-    """Remove the emulator sandboxes these tests made (by name), never another run's: the engine
-    is shared, and an emulator server lists every emulator sandbox on it."""
+def remove_own_emulator_sandboxes(prefixes: tuple[str, ...]) -> list[str]:
+    """Remove the emulator sandboxes one module made (by its names' ``prefixes``), never another
+    module's or run's: the engine is shared, an emulator server lists every emulator sandbox on it,
+    and the modules run at once on different workers (one module removing the other's live
+    sandboxes failed both)."""
     import docker
 
     from osmosis_harbor.sandbox.emulator.server.state import EMULATOR_OWNER_HOST
@@ -112,7 +116,7 @@ def remove_own_emulator_sandboxes() -> list[str]:
     for container in client.api.containers(all=True, filters={"label": "osmosis-harbor.managed=1"}):
         labels = container.get("Labels") or {}
         name = container["Names"][0].lstrip("/")
-        if labels.get("osmosis-harbor.owner-host") == EMULATOR_OWNER_HOST and name.startswith(OWN_PREFIXES):
+        if labels.get("osmosis-harbor.owner-host") == EMULATOR_OWNER_HOST and name.startswith(prefixes):
             client.api.remove_container(container["Id"], force=True)
             removed.append(name)
     return removed

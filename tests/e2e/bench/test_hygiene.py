@@ -34,7 +34,7 @@ import bench.prewarm as p
 import bench.throughput as t
 
 o.sizes = lambda quick: o.Sizes(rollouts=1, graded=1, task_tests=1, server=1, latency_rollouts=1, latency_graded=1)
-t.sizes = lambda quick: t.Sizes(rollouts=2, concurrency=2, repeats=1)
+t.sizes = lambda quick: t.Sizes(rollouts=1, concurrency=1, repeats=1)
 b.sizes = lambda quick: b.Sizes(cold=1, hits=1)
 p.sizes = lambda quick: p.Sizes(tasks=2, environments=1, repeats=1)
 a.sizes = lambda quick: a.Sizes(queued=20, requests=5)

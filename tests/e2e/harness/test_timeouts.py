@@ -4,13 +4,17 @@ SIGALRM, a real process exit). Blocked where it is plainly seen, inside a produc
 cleans up and re-raises, in a task whose exceptions are kept as results, inside a served
 backend's shutdown, after a failure, and blocked again after swallowing the timeout; on one
 process and on an xdist worker. Each swallowing case has its positive control: the same
-session without the plugin passes (or blocks for all its time)."""
+session without the plugin passes (or blocks for all its time), run beside it (both mostly wait)."""
 
 from __future__ import annotations
 
 import os
 import re
+import subprocess
+import sys
 import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -18,10 +22,14 @@ from tests.support.common import REPO
 
 pytest_plugins = ["pytester"]
 
-TIMEOUT_SEC = 3
-GRACE_SEC = 4
-SERVED_TIMEOUT_SEC = 10  # room for a server's start-up on a loaded machine before the blocked shutdown
-TEARDOWN_BLOCK_SEC = 9  # over the timeout and its grace: only a timeout in the teardown ends it sooner
+# Each session waits out its timeout (and some the grace after it): as short as still shows where
+# the alarm found the test on a loaded machine.
+TIMEOUT_SEC = 2
+GRACE_SEC = 4  # a failed test's teardown on a loaded machine (closing its event loop) fits in it
+# room for a server's start-up on a loaded machine (about 1.5 s at a load of 12 on two cores) before
+# the blocked shutdown
+SERVED_TIMEOUT_SEC = 7
+TEARDOWN_BLOCK_SEC = TIMEOUT_SEC + GRACE_SEC + 1  # over both: only a timeout in the teardown ends it sooner
 
 INI = f"""
 [pytest]
@@ -136,14 +144,18 @@ def test_fails_and_blocks_in_its_teardown(stuck_teardown):
 
 
 @pytest.fixture
-def session(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch):
-    """Runs ``source`` as a pytest session of its own: with this suite's timeout plugin
-    (``tests.support.timeouts``, importable from the checkout) unless ``plugin=False``."""
+def session(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., Started]]:
+    """Starts ``source`` as a pytest session of its own, in a directory of its own: with this
+    suite's timeout plugin (``tests.support.timeouts``, importable from the checkout) unless
+    ``plugin=False``. A session mostly waits out a timeout, so a test starts its session and the
+    positive control's together and then reads each one's result."""
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
-    pytester.makeini(INI)
+    started: list[Started] = []
 
-    def run(source: str, *args: str, plugin: bool = True) -> pytest.RunResult:
-        pytester.makepyfile(test_blocked=source)
+    def start(source: str, *args: str, plugin: bool = True) -> Started:
+        where = pytester.mkdir(f"session-{len(started)}")
+        (where / "pytest.ini").write_text(INI)
+        (where / "test_blocked.py").write_text(source)
         options = [
             "-p",
             "no:randomly",
@@ -153,9 +165,36 @@ def session(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch):
             "--durations-min=0",
             *(["-p", "tests.support.timeouts"] if plugin else []),
         ]
-        return pytester.runpytest_subprocess(*options, *args, timeout=180)
+        command = [sys.executable, "-m", "pytest", f"--basetemp={where / 'tmp'}", *options, *args]
+        with (where / "stdout").open("w") as out, (where / "stderr").open("w") as err:
+            run = Started(where, pytester.popen(command, stdout=out, stderr=err, cwd=where), time.monotonic())
+        started.append(run)
+        return run
 
-    return run
+    yield start
+    for run in started:  # a test that failed before reading a result leaves no session running
+        run.stop()
+
+
+class Started:
+    """A running session: ``result()`` waits for it (at most three minutes)."""
+
+    def __init__(self, where: Path, process: subprocess.Popen[bytes], began: float) -> None:
+        self.where, self.process, self.began = where, process, began
+
+    def result(self) -> pytest.RunResult:
+        try:
+            code = self.process.wait(timeout=180)
+        finally:
+            self.stop()
+        took = time.monotonic() - self.began
+        out, err = ((self.where / name).read_text().splitlines() for name in ("stdout", "stderr"))
+        return pytest.RunResult(code, out, err, took)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
 
 
 def _text(result: pytest.RunResult) -> str:
@@ -170,7 +209,7 @@ def _phase_sec(result: pytest.RunResult, phase: str) -> float:
 
 
 def test_a_blocked_test_fails_at_its_timeout_with_every_threads_stack(session) -> None:
-    result = session(LOCK_HELD_ELSEWHERE)
+    result = session(LOCK_HELD_ELSEWHERE).result()
     result.assert_outcomes(failed=1)
     text = _text(result)
     assert f"Timeout (>{TIMEOUT_SEC}s)" in text
@@ -182,7 +221,7 @@ def test_a_blocked_test_fails_at_its_timeout_with_every_threads_stack(session) -
 def test_a_block_inside_a_product_call_that_cleans_up_fails_with_the_stacks(session) -> None:
     """``write_file`` removes its temporary file on any exception and raises it again: the
     timeout's exception ends the test, the clean-up ran, the stacks and every task are shown."""
-    result = session(PRODUCT_CALL)
+    result = session(PRODUCT_CALL).result()
     result.assert_outcomes(failed=1)
     text = _text(result)
     assert f"Timeout (>{TIMEOUT_SEC}s)" in text
@@ -193,7 +232,8 @@ def test_a_block_inside_a_product_call_that_cleans_up_fails_with_the_stacks(sess
 
 @pytest.mark.parametrize("workers", [[], ["-n", "1"]], ids=["one-process", "xdist-worker"])
 def test_a_swallowed_timeout_still_fails(session, workers: list[str]) -> None:
-    result = session(GATHERED, *workers)
+    run, control_run = session(GATHERED, *workers), session(GATHERED, *workers, plugin=False)
+    result = run.result()
     result.assert_outcomes(failed=1)
     text = _text(result)
     assert "something caught the timeout's exception and went on" in text
@@ -202,7 +242,7 @@ def test_a_swallowed_timeout_still_fails(session, workers: list[str]) -> None:
 
     # positive control: pytest-timeout alone raises the same exception there, the gather keeps
     # it as a result, and the test passes once its time is up
-    control = session(GATHERED, *workers, plugin=False)
+    control = control_run.result()
     control.assert_outcomes(passed=1)
     assert _phase_sec(control, "call") >= TIMEOUT_SEC - 1  # the timer ran through its setup too
 
@@ -211,35 +251,35 @@ def test_a_timeout_in_a_served_backends_shutdown_fails_with_the_stacks(session) 
     """uvicorn logs what the app's lifespan raises and ends normally; ``serve_locally`` raises
     an interruption of the backend's shutdown again once the server has stopped: the timeout
     fails the test with pytest-timeout alone too."""
-    result = session(SERVED_SHUTDOWN)
+    run, control = session(SERVED_SHUTDOWN), session(SERVED_SHUTDOWN, plugin=False)
+    result = run.result()
     result.assert_outcomes(failed=1)
     text = _text(result)
     assert f"Timeout (>{SERVED_TIMEOUT_SEC}s)" in text
     assert "in shutdown" in text and "time.sleep(60)" in text and "osmosis_harbor/serving/local.py" in text
     assert _phase_sec(result, "call") < SERVED_TIMEOUT_SEC + GRACE_SEC, "not at the last resort"
-    session(SERVED_SHUTDOWN, plugin=False).assert_outcomes(failed=1)
+    control.result().assert_outcomes(failed=1)
 
 
 @pytest.mark.parametrize("workers", [[], ["-n", "1"]], ids=["one-process", "xdist-worker"])
 def test_a_test_still_blocked_after_its_grace_ends_its_process_with_the_stacks(session, workers: list[str]) -> None:
-    began = time.monotonic()
-    result = session(SWALLOWED_THEN_BLOCKED, *workers)
-    took = time.monotonic() - began
+    result = session(SWALLOWED_THEN_BLOCKED, *workers).result()
     assert result.ret != 0
     text = _text(result)
     assert "still running" in text and "its timeout was caught and swallowed" in text
     assert "Stacks now:" in text and "test_swallows_its_timeout_and_blocks_again" in text
     if workers:
         assert "crashed" in text  # xdist's report of the worker that ended
-    assert took < 60, "ended after its grace, not after the minute it would have blocked"
+    assert result.duration < 60, "ended after its grace, not after the minute it would have blocked"
 
 
 def test_a_failed_test_is_still_timed_through_its_teardown(session) -> None:
     """pytest-timeout stops its timer when a phase fails (for pdb): a teardown that blocks would
     hang the run. Positive control: without the plugin the teardown blocks for all its time."""
-    result = session(FAILED_THEN_TEARDOWN_BLOCKED)
+    run, control_run = session(FAILED_THEN_TEARDOWN_BLOCKED), session(FAILED_THEN_TEARDOWN_BLOCKED, plugin=False)
+    result = run.result()
     result.assert_outcomes(failed=1, errors=1)
     assert f"Timeout (>{TIMEOUT_SEC}s)" in _text(result) and "in stuck_teardown" in _text(result)
-    control = session(FAILED_THEN_TEARDOWN_BLOCKED, plugin=False)
+    control = control_run.result()
     control.assert_outcomes(failed=1)
     assert _phase_sec(result, "teardown") < TEARDOWN_BLOCK_SEC <= _phase_sec(control, "teardown")

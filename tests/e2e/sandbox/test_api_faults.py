@@ -33,13 +33,13 @@ from tests.support.emulator import (
     private_emulator,
     push_to_local_registry,
 )
-from tests.support.ledger import environment_for, remove_own_emulator_sandboxes
+from tests.support.ledger import FAULT_PREFIXES, environment_for, remove_own_emulator_sandboxes
 
 
 @pytest.fixture(scope="module")
 def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatorServer]:
     with private_emulator(
-        tmp_path_factory.mktemp("emulator"), leftovers=lambda _server: remove_own_emulator_sandboxes()
+        tmp_path_factory.mktemp("emulator"), leftovers=lambda _server: remove_own_emulator_sandboxes(FAULT_PREFIXES)
     ) as server:
         yield server
 
@@ -177,7 +177,7 @@ async def test_an_unrecorded_exec_is_never_retried_and_its_fault_is_a_lost_sandb
 ) -> None:
     """Without an exec record (the local engine's case) a launch fault loses the sandbox; with
     one, the launch is resumed through the record (``tests/e2e/sandbox/test_exec_records.py``)."""
-    env = environment_for("skypilot-emulator", tmp_path, image)
+    env = environment_for("skypilot-emulator", tmp_path, image, stem="fault")
     await env.start(force_build=False)
     env._records.enabled = False
     try:
@@ -197,7 +197,7 @@ async def test_an_unrecorded_exec_is_never_retried_and_its_fault_is_a_lost_sandb
 
 
 async def test_an_eviction_is_a_lost_sandbox(emulator: EmulatorServer, image: str, tmp_path) -> None:
-    env = environment_for("skypilot-emulator", tmp_path, image)
+    env = environment_for("skypilot-emulator", tmp_path, image, stem="fault")
     await env.start(force_build=False)
     try:
         emulator.fault("evict", path=f"/sandboxes/{env.sandbox_name}/exec", count=1)

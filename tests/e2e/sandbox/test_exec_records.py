@@ -60,7 +60,7 @@ COMMAND = f"echo {MARK} >> /tmp/ran; echo out; echo err >&2; exit 3"
 async def test_a_fault_on_an_execs_result_read_is_survived_and_the_command_ran_once(
     emulator_server: EmulatorServer, sandbox_image: str, tmp_path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    env = environment_for("skypilot-emulator", tmp_path, push_to_local_registry(sandbox_image))
+    env = environment_for("skypilot-emulator", tmp_path, push_to_local_registry(sandbox_image), stem="records")
     await env.start(force_build=False)
     try:
         for kind in ("reset", "503"):
@@ -100,7 +100,7 @@ async def test_a_launch_whose_answer_was_lost_runs_its_command_once(
 ) -> None:
     """Started (``reset-after``): the relaunch attaches to the running command's record; never
     started (``reset``): the relaunch runs it. Either way once, with its own result."""
-    env = environment_for("skypilot-emulator", tmp_path, push_to_local_registry(sandbox_image))
+    env = environment_for("skypilot-emulator", tmp_path, push_to_local_registry(sandbox_image), stem="records")
     await env.start(force_build=False)
     try:
         slow = f"sleep 1; {COMMAND}"  # still running when the relaunch arrives
@@ -134,7 +134,7 @@ async def test_without_the_records_claim_a_relaunch_runs_the_command_twice(
     claimless = exec_records._WRAPPER.replace('mkdir "$d"', 'mkdir -p "$d"')
     assert claimless != exec_records._WRAPPER
     monkeypatch.setattr(exec_records, "_WRAPPER", claimless)
-    env = environment_for("skypilot-emulator", tmp_path, push_to_local_registry(sandbox_image))
+    env = environment_for("skypilot-emulator", tmp_path, push_to_local_registry(sandbox_image), stem="records")
     await env.start(force_build=False)
     try:
         fault_on_launch(emulator_server, "reset-after", env.sandbox_name)

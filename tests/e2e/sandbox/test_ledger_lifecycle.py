@@ -40,7 +40,7 @@ from tests.support.emulator import (
     private_emulator,
     push_to_local_registry,
 )
-from tests.support.ledger import cleanup, environment_for, remove_own_emulator_sandboxes, start_owner
+from tests.support.ledger import LEDGER_PREFIXES, cleanup, environment_for, remove_own_emulator_sandboxes, start_owner
 
 SDKS = ["skypilot-emulator", "docker"]
 # On Docker a dead owner's sandbox is also what any other process's background reap removes
@@ -51,7 +51,7 @@ KILLED_OWNER_SDKS = ["skypilot-emulator", pytest.param("docker", marks=pytest.ma
 @pytest.fixture(scope="module")
 def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatorServer]:
     with private_emulator(
-        tmp_path_factory.mktemp("emulator"), leftovers=lambda _server: remove_own_emulator_sandboxes()
+        tmp_path_factory.mktemp("emulator"), leftovers=lambda _server: remove_own_emulator_sandboxes(LEDGER_PREFIXES)
     ) as server:
         yield server
 
