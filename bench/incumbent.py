@@ -150,6 +150,10 @@ def make_incumbent(spec: ServerSpec) -> Any:
     workflow and grader, in the reference Docker environment (docker-py's default network)."""
     _harbor_024_compat()
     ensure_uv_image()
+    # Its bundler runs ``uv build``, which looks for a Python from the working directory (a .venv
+    # there or above, else PATH, where this machine's default is 3.11 and uv would download one):
+    # from a checkout without a .venv that failed offline. This interpreter is the one to use.
+    os.environ.setdefault("UV_PYTHON", sys.executable)
     # Imported only once the 0.24 name it needs is back in Harbor's module.
     from osmosis_ai.rollout.backend.harbor import HarborBackend as IncumbentBackend
 

@@ -11,7 +11,8 @@ ratio without / with; a gain counts only when every round without is slower than
 * ``graded``: the rollout server's CPU per graded rollout (the server in a process of its own,
   ``bench.server_proc``; 8 graded rollouts at concurrency 4 after two warm-ups, per round) with the
   defaults, and with one switch flipped each: Harbor's fast paths off
-  (``OSMOSIS_HARBOR_HARBOR_FASTPATHS=0``). Also each batch's wall time.
+  (``OSMOSIS_HARBOR_HARBOR_FASTPATHS=0``), docker-py's own transport
+  (``OSMOSIS_HARBOR_LEAN_ENGINE_CLIENT=0``). Also each batch's wall time.
 * ``floor``: Harbor's own ``Trial`` on a null environment (``bench.harbor_floor``) without our fast
   paths and with them, each in a fresh process: finer than the rollout, where a few milliseconds
   drown.
@@ -58,6 +59,7 @@ DEFAULTS = Variant("defaults", "defaults (every switch as shipped)")
 GRADED_VARIANTS: tuple[Variant, ...] = (
     DEFAULTS,
     Variant("no_fastpaths", "Harbor's fast paths off", {"OSMOSIS_HARBOR_HARBOR_FASTPATHS": "0"}),
+    Variant("no_lean_http", "docker-py's transport", {"OSMOSIS_HARBOR_LEAN_ENGINE_CLIENT": "0"}),
 )
 
 
@@ -145,6 +147,7 @@ async def graded_case(result: BenchResult, work: Path, rounds: int, rollouts: in
     base = figures[DEFAULTS.key]
     judge(result, "Harbor's fast paths: CPU off / on", figures["no_fastpaths"], base)
     judge(result, "Harbor's fast paths: batch wall off / on", walls["no_fastpaths"], walls[DEFAULTS.key])
+    judge(result, "lean engine client: CPU docker-py / ours", figures["no_lean_http"], base)
     for key in cpu:
         result.headline_value(f"graded_cpu_{key}_s", figures[key].median)
 

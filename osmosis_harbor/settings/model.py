@@ -159,6 +159,12 @@ class Settings(BaseSettings):
         gt=0,
         description="threads of the local Docker SDK; each running exec holds one (bounds rollouts in flight)",
     )
+    lean_engine_client: bool = Field(
+        True,
+        description="the Docker engine's plain JSON requests go over http.client with one kept connection per "
+        "thread, an exec's output and archive reads on a connection of their own (sandbox/docker/lean_http.py); "
+        "off: docker-py's requests transport for all",
+    )
     sandbox_no_new_privileges: bool = Field(
         True,
         description="local sandboxes run with no-new-privileges: setuid binaries (sudo, su) cannot raise a "

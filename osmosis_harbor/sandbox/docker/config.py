@@ -31,6 +31,7 @@ class DockerConfig:
     exec_output_max_bytes: int
     docker_sdk_threads: int  # the calls' pool's size, and so the client's connections
     transfers: TransferLimits  # a file read's and an archive's bounds (``files.py``)
+    lean_engine_client: bool  # the engine's requests over http.client (``lean_http.py``)
 
     @classmethod
     def of(cls, current: Settings) -> DockerConfig:
@@ -44,6 +45,7 @@ class DockerConfig:
             exec_output_max_bytes=current.exec_output_max_bytes,
             docker_sdk_threads=current.docker_sdk_threads,
             transfers=TransferLimits.of(current),
+            lean_engine_client=current.lean_engine_client,
         )
 
     def privileges(self) -> SandboxPrivileges:

@@ -44,6 +44,7 @@ from osmosis_harbor.sandbox.docker.labels import (
     Network,
 )
 from osmosis_harbor.sandbox.docker.layer_bound import LayerBound
+from osmosis_harbor.sandbox.docker.lean_http import install_lean_requests
 from osmosis_harbor.sandbox.docker.network import SandboxNetwork, ensure_sandbox_network
 from osmosis_harbor.sandbox.docker.pools import PoolManager
 from osmosis_harbor.sandbox.docker.tmp_volume import read_image_tmp, tmp_mount
@@ -103,6 +104,7 @@ class Engine:
             raise DockerEngineUnavailable(url, exc) from exc
         self.api = self.client.api
         share_one_pool(self.api)
+        install_lean_requests(self.api, enabled=config.lean_engine_client)
         self.ncpu = float(info.get("NCPU") or os.cpu_count() or 1)
         self.key = hashlib.sha256(f"{url}|{info.get('ID', '')}".encode()).hexdigest()[:12]
         self.deadlines = Deadlines()
