@@ -47,7 +47,7 @@ def make_backend(
     *,
     agent: str = "ListWorkflow",
     n_concurrent: int = 1,
-    tasks_dir: Path = TEMPLATE,
+    tasks_dir: Path | None = None,
     task_mode: str = "template",
     cleanup_successful_trials: bool = True,
     max_queue_depth: int | None = None,
@@ -59,11 +59,13 @@ def make_backend(
     """A HarborBackend on sandboxes of ``sdk`` (local Docker by default) that reach a policy on
     127.0.0.1 through the backend's relay.
 
-    ``grader``: a class name in the fixture project's ``rollout_fixtures.graders``.
+    ``grader``: a class name in the fixture project's ``rollout_fixtures.graders``. ``tasks_dir``:
+    ``TEMPLATE`` as it is when called (a test gives a run a template copy of its own, so that the
+    images the run builds and removes are its own).
     """
     return HarborBackend(
         orchestrator=TrialQueue(n_concurrent=n_concurrent),
-        tasks_dir=tasks_dir,
+        tasks_dir=tasks_dir or TEMPLATE,
         task_mode=task_mode,
         agent=f"{WF}:{agent}",
         workflow_config=f"{WF}:fixture_config" if agent in {"ListWorkflow", "OutputWorkflow"} else None,
