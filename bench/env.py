@@ -203,11 +203,17 @@ def image_exists(ref: str) -> bool:
     return images.local_image_exists(ref)
 
 
+def own_pool(name: str) -> bool:
+    """Whether pool ``name`` is this process's: ``bench<pid>`` or ``bench<pid>-...``, not another
+    process's whose pid merely starts with this one's (``bench12`` is not ``bench123``'s)."""
+    return name == POOL_PREFIX or name.startswith(f"{POOL_PREFIX}-")
+
+
 def leftovers() -> list[str]:
     """What this process still owns on the engine: sandboxes, pool members, pools."""
     found = [f"container {c['Names'][0].lstrip('/')} ({c['State']})" for c in managed_containers(os.getpid())]
     try:
-        found += [f"pool {p.spec.name}" for p in docker_sdk.list_pools() if p.spec.name.startswith(POOL_PREFIX)]
+        found += [f"pool {p.spec.name}" for p in docker_sdk.list_pools() if own_pool(p.spec.name)]
     except Exception as exc:  # hygiene must report, not crash the run
         found.append(f"could not list pools: {exc}")
     return found
@@ -217,7 +223,7 @@ def cleanup_process() -> list[str]:
     """Last resort: remove everything this process still owns; returns what was removed."""
     removed = [f"container {r.name}" for r in docker_sdk.remove_all(owner_pid=os.getpid())]
     for pool in docker_sdk.list_pools():
-        if pool.spec.name.startswith(POOL_PREFIX):
+        if own_pool(pool.spec.name):
             docker_sdk.delete_pool(pool.spec.name)
             removed.append(f"pool {pool.spec.name}")
     return removed

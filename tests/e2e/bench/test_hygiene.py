@@ -120,7 +120,8 @@ def test_a_benchmark_run_leaves_nothing_behind(tmp_path: Path) -> None:
     assert "left behind" not in stdout and "image not removed" not in stdout, stdout[-4000:]
     # checked here too, not only by the run's own hygiene
     assert managed_containers(owner_pid=proc.pid) == []
-    assert [p.name for p in docker_sdk.list_pools() if p.name.startswith(f"bench{proc.pid}")] == []
+    prefix = f"bench{proc.pid}"
+    assert [p.name for p in docker_sdk.list_pools() if p.name == prefix or p.name.startswith(f"{prefix}-")] == []
     builds = json.loads(stdout.strip().splitlines()[-1])["built"]
     built = [build["ref"] for build in builds]
     assert _foreign(builds, marker) == [], "the run built an image other tests may share"
