@@ -33,7 +33,9 @@ HARBOR_026_TESTS = (
     # a task's own tests in a fresh sandbox of its image (Harbor's separate verifier), plants that do not pay
     "tests/e2e/guard/test_fresh_verifier.py::test_an_honest_answer_scores_one_and_a_wrong_one_zero",
     "tests/e2e/guard/test_fresh_verifier.py::test_no_plant_in_the_agents_sandbox_pays_in_a_fresh_one",
+    "tests/e2e/guard/test_fresh_verifier.py::test_no_plant_in_the_images_trees_pays_in_a_fresh_one",  # docker
     "tests/e2e/guard/test_verifier_guard.py::test_the_guard_ends_every_attack_as_the_workflows_failure",  # the shared guard
+    "tests/e2e/guard/test_verifier_guard.py::test_the_guard_ends_each_further_attack_as_the_workflows_failure",  # docker
     "tests/e2e/backend/test_unencodable_results.py::test_a_workflows_unencodable_failure_is_its_own_in_process",  # Harbor's records
     "tests/e2e/cli/test_leak_audit.py::test_a_training_server_refuses_a_leaking_task_by_default",  # the leak audit
 )

@@ -8,6 +8,7 @@ import logging
 import sys
 import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
@@ -15,13 +16,16 @@ from osmosis_harbor.cli.common import agent_args, environment_for, result_consol
 from osmosis_harbor.errors import UserError
 from osmosis_harbor.tasks.discovery import discover_tasks, is_task_dir, select_tasks
 
+if TYPE_CHECKING:
+    from osmosis_harbor.prewarm import PrewarmReport
+
 
 def cmd_prewarm(args: argparse.Namespace) -> int:
     from harbor.trial.queue import TrialQueue
 
     from osmosis_harbor.agents.native import NotTrainableWarning
     from osmosis_harbor.backend import HarborBackend
-    from osmosis_harbor.cli.report import PrewarmProgress, audit_table, prewarm_table
+    from osmosis_harbor.cli.report import PrewarmProgress
     from osmosis_harbor.prewarm import PrewarmError
 
     path = Path(args.path)
@@ -49,6 +53,14 @@ def cmd_prewarm(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     backend.owner.sandboxes.release_pools()  # the pools outlive this command by design
+    return print_report(report, args)
+
+
+def print_report(report: PrewarmReport, args: argparse.Namespace) -> int:
+    """The groups' table, the leak audit's findings when there are any, ``--json``; the exit
+    status (1 when a task failed: its findings alone never fail a prewarm)."""
+    from osmosis_harbor.cli.report import audit_table, prewarm_table
+
     console = result_console(args.settings)
     console.print(prewarm_table(report))
     leaks = audit_table([f for g in report.groups_detail if g.audit is not None for f in g.audit.findings])

@@ -511,103 +511,76 @@ def fake_chat():
         server.close()
 
 
-@pytest.mark.slow
-async def test_terminus_2_completes_a_task_against_the_rollout_endpoint(
-    tmp_path: Path, fake_chat, docker_sandbox_sdk, no_harbor_scrub
-) -> None:
-    reply = json.dumps(
-        {
-            "analysis": "The file does not exist yet.",
-            "plan": "Write hello into /tmp/done, then finish.",
-            "commands": [{"keystrokes": "echo hello > /tmp/done\n", "duration": 0.1}],
-            "task_complete": True,
-        }
-    )
-    server = fake_chat(reply)
-    task = make_task(tmp_path / "tasks", "native-terminus", dockerfile=TERMINUS_IMAGE, test=CHECK_HELLO)
-    (task / "instruction.md").write_text("Write the single word hello into /tmp/done.\n")
-    secret = _secret()
-    started = time.monotonic()
-    with scoped_api_key(secret) as key_env:
-        agent = native_agent_config(
-            "terminus-2",
-            chat_completions_url=server.base_url,
-            api_key_env=key_env,
-            agent_timeout_sec=90,
-            agent_setup_timeout_sec=120,
-        )
-        result, trial_dir = await _run_trial(task, agent, tmp_path / "trials")
-    print(f"terminus-2 trial: {time.monotonic() - started:.1f}s")
-
-    reading = read_trial(result, trial_dir, ContractBounds.of(settings.current()))
-    assert reading.failed_phase is None, reading.error
-    assert reading.reward == 1.0
-    # Two calls: the command batch, then the confirmation Terminus asks for.
-    assert len(server.requests) == 2
-    for request in server.requests:
-        assert request.path == "/v1/chat/completions"
-        assert request.authorization == f"Bearer {secret}"
-        assert request.body["model"] == "osmosis-rollout"  # LiteLLM drops the "openai/" route
-    assert _files_containing(trial_dir, secret) == []
-    assert key_env in (trial_dir / "config.json").read_text() and key_env not in os.environ
-
-    sample = sample_from_trajectory(trial_dir, ContractBounds.of(settings.current()))
-    assert sample is not None
-    roles = [m["role"] for m in sample.messages]
-    assert roles == ["user", "assistant", "user", "assistant", "user"]
-    assert "Write the single word hello into /tmp/done." in sample.messages[0]["content"]
-    assert sample.messages[1]["content"] == reply == sample.messages[3]["content"]  # verbatim replies
-    # What the policy was sent is what the sample holds (the last user turn was never sent).
-    sent = server.requests[-1].body["messages"]
-    assert [{"role": m["role"], "content": m["content"]} for m in sent] == sample.messages[:3]
-    assert sample.metrics["llm_calls"] == 2 and sample.metrics["prompt_tokens"] == 2
-    assert sample.extra_fields["agent"]["name"] == "terminus-2"
+TERMINUS_REPLY = json.dumps(
+    {
+        "analysis": "The file does not exist yet.",
+        "plan": "Write hello into /tmp/done, then finish.",
+        "commands": [{"keystrokes": "echo hello > /tmp/done\n", "duration": 0.1}],
+        "task_complete": True,
+    }
+)
 
 
 @pytest.mark.slow
-async def test_concurrent_rollouts_each_use_their_own_endpoint_and_key(
+async def test_terminus_2_completes_tasks_each_rollout_with_its_own_endpoint_and_key(
     tmp_path: Path, fake_chat, docker_sandbox_sdk, no_harbor_scrub
 ) -> None:
-    """Two terminus-2 rollouts at once, each with its own scoped key variable. The image
-    has no tmux: terminus-2 installs it itself (apt, from the Debian mirror)."""
-    reply = json.dumps(
-        {
-            "analysis": "-",
-            "plan": "-",
-            "task_complete": True,
-            "commands": [{"keystrokes": "echo hello > /tmp/done\n", "duration": 0.1}],
-        }
-    )
-    task = make_task(tmp_path / "tasks", "native-plain", dockerfile="FROM debian:trixie-slim\n", test=CHECK_HELLO)
-    (task / "instruction.md").write_text("Write the single word hello into /tmp/done.\n")
+    """Two terminus-2 rollouts at once, each with its own endpoint and scoped key variable: one
+    on an image with tmux baked in (the default model name; what the policy is sent and the
+    sample, read in full), one on a plain image, where terminus-2 installs tmux itself (apt,
+    from the Debian mirror), under a model name of its own."""
+    tasks = [
+        make_task(tmp_path / "tasks", "native-terminus", dockerfile=TERMINUS_IMAGE, test=CHECK_HELLO),
+        make_task(tmp_path / "tasks", "native-plain", dockerfile="FROM debian:trixie-slim\n", test=CHECK_HELLO),
+    ]
+    for task in tasks:
+        (task / "instruction.md").write_text("Write the single word hello into /tmp/done.\n")
     queue = TrialQueue(n_concurrent=2)
 
-    async def rollout(index: int):
-        server, secret = fake_chat(reply), _secret()
+    async def rollout(task: Path, model_name: str | None):
+        server, secret = fake_chat(TERMINUS_REPLY), _secret()
         with scoped_api_key(secret) as key_env:
             agent = native_agent_config(
                 "terminus-2",
                 chat_completions_url=server.base_url,
                 api_key_env=key_env,
-                model_name=f"openai/policy-{index}",
+                **({"model_name": model_name} if model_name else {}),
                 agent_timeout_sec=90,
                 agent_setup_timeout_sec=240,
             )
             result, trial_dir = await _run_trial(task, agent, tmp_path / "trials", queue)
-        return server, secret, result, trial_dir
+        return server, secret, key_env, result, trial_dir
 
     started = time.monotonic()
-    runs = await asyncio.gather(rollout(0), rollout(1))  # each trial's owner sweeps after it
-    print(f"2 concurrent terminus-2 trials (tmux installed by the agent): {time.monotonic() - started:.1f}s")
-    secrets = {secret for _, secret, _, _ in runs}
-    for index, (server, secret, result, trial_dir) in enumerate(runs):
+    runs = await asyncio.gather(rollout(tasks[0], None), rollout(tasks[1], "openai/policy-1"))
+    print(f"2 concurrent terminus-2 trials (one installing tmux): {time.monotonic() - started:.1f}s")
+    secrets = {secret for _, secret, _, _, _ in runs}
+    models = ["osmosis-rollout", "policy-1"]  # LiteLLM drops the "openai/" route
+    for (server, secret, key_env, result, trial_dir), model in zip(runs, models, strict=True):
         reading = read_trial(result, trial_dir, ContractBounds.of(settings.current()))
         assert reading.failed_phase is None and reading.reward == 1.0, reading
+        # Two calls: the command batch, then the confirmation Terminus asks for.
         assert len(server.requests) == 2
-        assert {r.authorization for r in server.requests} == {f"Bearer {secret}"}
-        assert {r.body["model"] for r in server.requests} == {f"policy-{index}"}
+        for request in server.requests:
+            assert request.path == "/v1/chat/completions"
+            assert request.authorization == f"Bearer {secret}"
+            assert request.body["model"] == model
         for any_secret in secrets:
             assert _files_containing(trial_dir, any_secret) == []
+        assert key_env in (trial_dir / "config.json").read_text() and key_env not in os.environ
+
+    server, _, _, _, trial_dir = runs[0]
+    sample = sample_from_trajectory(trial_dir, ContractBounds.of(settings.current()))
+    assert sample is not None
+    roles = [m["role"] for m in sample.messages]
+    assert roles == ["user", "assistant", "user", "assistant", "user"]
+    assert "Write the single word hello into /tmp/done." in sample.messages[0]["content"]
+    assert sample.messages[1]["content"] == TERMINUS_REPLY == sample.messages[3]["content"]  # verbatim replies
+    # What the policy was sent is what the sample holds (the last user turn was never sent).
+    sent = server.requests[-1].body["messages"]
+    assert [{"role": m["role"], "content": m["content"]} for m in sent] == sample.messages[:3]
+    assert sample.metrics["llm_calls"] == 2 and sample.metrics["prompt_tokens"] == 2
+    assert sample.extra_fields["agent"]["name"] == "terminus-2"
 
 
 @pytest.mark.slow

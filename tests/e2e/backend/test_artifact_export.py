@@ -5,10 +5,12 @@ and never through a link."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 from harbor.trial.queue import TrialQueue
@@ -38,22 +40,31 @@ def regular_files(root: Path) -> dict[str, bytes]:
     }
 
 
-async def run_one(backend, fake_chat: FakeChatServer, rollout_id: str, text: str):
+async def run_all(backend, fake_chat: FakeChatServer, prompts: dict[str, str]) -> dict[str, Any]:
+    """Each ``rollout id: prompt`` through the real server, at once; their results by id."""
     async with serve(backend) as url, client_for(url) as client:
-        return await client.run_rollout(
-            initial_messages=[{"role": "user", "content": text}],
-            chat_completions_url=fake_chat.base_url,
-            rollout_id=rollout_id,
-            llm_api_key=KEY,
-            label="42",
+        results = await asyncio.gather(
+            *(
+                client.run_rollout(
+                    initial_messages=[{"role": "user", "content": text}],
+                    chat_completions_url=fake_chat.base_url,
+                    rollout_id=rollout_id,
+                    llm_api_key=KEY,
+                    label="42",
+                )
+                for rollout_id, text in prompts.items()
+            )
         )
+    return dict(zip(prompts, results, strict=True))
 
 
 @pytest.mark.slow
 @DOCKER_PATH_ONLY
-async def test_rollout_files_reach_the_artifact_root_as_local_backend_leaves_them(
+async def test_rollout_files_reach_the_artifact_root_as_local_backend_leaves_them_scrubbed_of_the_key(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_chat: FakeChatServer, sandbox_sdk: SdkPath
 ) -> None:
+    """Beside the rollout compared with the LocalBackend control, one on the same backend hoards
+    its key (raw, in its artifacts and its agent logs): what reaches the root is scrubbed."""
     sandbox_sdk.require_loopback_endpoint()
     prompt = "Write 42\nreply: echo 42 > answer.txt"
     # The control: the same workflow and grader in this process, under osmosis-ai's LocalBackend.
@@ -69,12 +80,12 @@ async def test_rollout_files_reach_the_artifact_root_as_local_backend_leaves_the
         grader=AnswerGrader,
         grader_config=FixtureGraderConfig(answer_file=str(work / "answer.txt")),
     )
-    control = await run_one(local, fake_chat, "local-1", prompt)
+    control = (await run_all(local, fake_chat, {"local-1": prompt}))["local-1"]
     assert control.status is RolloutStatus.SUCCESS and control.sample.reward == 1.0, control.err_message
 
     monkeypatch.setenv("_OSMOSIS_ROLLOUT_ARTIFACT_ROOT", str(tmp_path / "harbor-root"))
     harbor = HarborBackend(
-        orchestrator=TrialQueue(n_concurrent=1),
+        orchestrator=TrialQueue(n_concurrent=2),
         tasks_dir=graded_template(tmp_path),
         task_mode="template",
         agent="rollout_fixtures.workflows:ArtifactsWorkflow",
@@ -86,8 +97,11 @@ async def test_rollout_files_reach_the_artifact_root_as_local_backend_leaves_the
         trials_dir=tmp_path / "trials",
         cleanup_successful_trials=True,
     )
-    result = await run_one(harbor, fake_chat, "harbor-1", prompt)
-    assert result.status is RolloutStatus.SUCCESS and result.sample.reward == 1.0, result.err_message
+    results = await run_all(
+        harbor, fake_chat, {"harbor-1": prompt, "hoarder": "hoard, then write 42\nreply: echo 42 > answer.txt"}
+    )
+    for result in results.values():
+        assert result.status is RolloutStatus.SUCCESS and result.sample.reward == 1.0, result.err_message
 
     local_artifacts = tmp_path / "local-root" / "local-1" / "artifacts"
     ours = tmp_path / "harbor-root" / "harbor-1"
@@ -103,25 +117,7 @@ async def test_rollout_files_reach_the_artifact_root_as_local_backend_leaves_the
     assert list((tmp_path / "trials").glob("*")) == []  # copied before the trial directory went
     assert sandbox_sdk.sandboxes_left() == []
 
-
-@pytest.mark.slow
-async def test_exported_files_are_scrubbed_of_the_key(tmp_path: Path, monkeypatch, fake_chat) -> None:
-    monkeypatch.setenv("_OSMOSIS_ROLLOUT_ARTIFACT_ROOT", str(tmp_path / "root"))
-    backend = HarborBackend(
-        orchestrator=TrialQueue(n_concurrent=1),
-        tasks_dir=graded_template(tmp_path),
-        task_mode="template",
-        agent="rollout_fixtures.workflows:ArtifactsWorkflow",
-        workflow_config="rollout_fixtures.workflows:fixture_config",
-        grader="rollout_fixtures.graders:AnswerGrader",
-        grader_config="rollout_fixtures.graders:fixture_grader_config",
-        code_dir=PROJECT,
-        trials_dir=tmp_path / "trials",
-        environment_config=SdkPath("docker").environment(),
-    )
-    result = await run_one(backend, fake_chat, "hoarder", "hoard, then write 42\nreply: echo 42 > answer.txt")
-    assert result.status is RolloutStatus.SUCCESS, result.err_message
-    exported = tmp_path / "root" / "hoarder"
+    exported = tmp_path / "harbor-root" / "hoarder"
     hoard = json.loads((exported / "artifacts" / "hoard.json").read_text())
     assert hoard == {"key": REDACTED}  # the workflow wrote its key there, raw
     assert REDACTED in (exported / "logs" / "agent" / "hoard.txt").read_text()

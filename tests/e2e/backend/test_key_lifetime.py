@@ -135,30 +135,30 @@ async def test_finished_failed_and_timed_out_trials_keep_no_key(
     assert not list((tmp_path / "trials").rglob(MARKER))
 
 
-async def test_a_cancelled_trial_keeps_no_key(tmp_path, bundles_dir, fake_chat, api_key):
-    backend = hoarding_backend(tmp_path, bundles_dir)
-    async with serve(backend) as url, http_to(url) as http:
-        assert (await http.post("/rollout", json=body(fake_chat, "cancel-me", api_key, "block"))).status_code == 202
-        await hoarded(fake_chat, "cancel-me")
-        cancelled = await http.post("/rollout/cancel", json={"ids": ["cancel-me"]})
-        assert cancelled.json()["dispositions"] == {"cancel-me": "cancelled_running"}
-
-        async def ended() -> bool:
-            return backend.rollout_status("cancel-me")["status"] == RolloutStatus.CANCELLED
-
-        await await_until(ended, timeout=120, what="the cancelled rollout to end")
-        assert_scrubbed_not_lost(api_key, tmp_path / "trials")
-
-
 @pytest.mark.parametrize("how", ["sigterm", "backend-shutdown"])
 async def test_shutdown_leaves_no_key_in_the_trials_it_stopped(tmp_path, bundles_dir, fake_chat, api_key, how):
-    backend = hoarding_backend(tmp_path, bundles_dir)
+    """Stopped by the server's drain (SIGTERM's), or by the backend's shutdown; beside the
+    latter, a rollout cancelled through the server first (its own trial, on the same backend)."""
+    backend = hoarding_backend(tmp_path, bundles_dir, n_concurrent=2 if how == "backend-shutdown" else 1)
     rid = f"shut-me-{uuid.uuid4().hex[:6]}"  # the policy records every run's requests
     if how == "backend-shutdown":
+        cancel = f"cancel-me-{uuid.uuid4().hex[:6]}"
         async with serve(backend) as url, http_to(url) as http:
-            assert (await http.post("/rollout", json=body(fake_chat, rid, api_key, "block"))).status_code == 202
+            for rollout_id in (cancel, rid):
+                posted = await http.post("/rollout", json=body(fake_chat, rollout_id, api_key, "block"))
+                assert posted.status_code == 202
+            await hoarded(fake_chat, cancel)
             await hoarded(fake_chat, rid)
+            cancelled = await http.post("/rollout/cancel", json={"ids": [cancel]})
+            assert cancelled.json()["dispositions"] == {cancel: "cancelled_running"}
+
+            async def ended() -> bool:
+                return backend.rollout_status(cancel)["status"] == RolloutStatus.CANCELLED
+
+            await await_until(ended, timeout=120, what="the cancelled rollout to end")
+            assert_scrubbed_not_lost(api_key, tmp_path / "trials")  # the cancelled trial's
             await backend.shutdown()
+            assert len(list((tmp_path / "trials").iterdir())) == 2
             assert_scrubbed_not_lost(api_key, tmp_path / "trials")
     else:  # the documented server, drained as SIGTERM drains it, with a short grace period
         with socket.socket() as probe:

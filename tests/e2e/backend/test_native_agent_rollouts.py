@@ -4,6 +4,7 @@ a bundled Osmosis grader installed for the verifier phase only."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 import uuid
@@ -44,15 +45,20 @@ async def test_oracle_validates_a_dataset_through_the_backend(tmp_path: Path) ->
         )
     assert backend.bundle is None
     async with serve(backend) as url, client_for(url) as client:
-        for task_id in ("json-reward", "files/workdir-task"):
-            result = await client.run_rollout(
-                initial_messages=[{"role": "user", "content": "validate"}],
-                chat_completions_url="http://unused.invalid/v1",
-                rollout_id=f"oracle-{uuid.uuid4().hex[:8]}",
-                metadata={"harbor_task_id": task_id},
+        results = await asyncio.gather(  # both at once: the queue has a slot for each
+            *(
+                client.run_rollout(
+                    initial_messages=[{"role": "user", "content": "validate"}],
+                    chat_completions_url="http://unused.invalid/v1",
+                    rollout_id=f"oracle-{uuid.uuid4().hex[:8]}",
+                    metadata={"harbor_task_id": task_id},
+                )
+                for task_id in ("json-reward", "files/workdir-task")
             )
-            assert result.status is RolloutStatus.SUCCESS, result.err_message
-            assert result.sample.reward == 1.0
+        )
+    for result in results:
+        assert result.status is RolloutStatus.SUCCESS, result.err_message
+        assert result.sample.reward == 1.0
 
 
 @pytest.mark.parametrize("graded_by", ["task_tests", "grader"])

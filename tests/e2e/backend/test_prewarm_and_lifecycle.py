@@ -31,8 +31,12 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("osmosis_home")]
 PROJECT = FIXTURES / "rollout_project"
 WF = "rollout_fixtures.workflows"
 # A second image this run builds: new to every run (no engine has it cached from an earlier one),
-# built by whichever SDK path comes first and found by the other (built once, reused after).
+# built by whichever SDK path comes first and found by the other (built once, reused after). The
+# mark is a comment: a new environment (its own content hash, image and group) whose layers are
+# the template's, so Docker's layer cache makes its build a matter of seconds, not of a download
+# of the bundle's dependencies.
 OTHER_IMAGE_MARK = uuid.uuid4().hex
+OTHER_DOCKERFILE = f"FROM python:3.12-slim\nWORKDIR /workspace\n# new to this run: {OTHER_IMAGE_MARK}\n"
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +84,7 @@ async def test_prewarm_groups_builds_once_and_reuses(tmp_path: Path, sandbox_sdk
     dataset = tmp_path / "ds"
     for name in ("a", "b", "nested/c"):
         shutil.copytree(TASKS / "template", dataset / name)
-    make_task(dataset, "other", dockerfile=f"FROM python:3.12-slim\nRUN echo {OTHER_IMAGE_MARK} > /m\n")
+    make_task(dataset, "other", dockerfile=OTHER_DOCKERFILE)
     backend = backend_for(tmp_path, tasks_dir=dataset, task_mode="dataset", sdk=sandbox_sdk)
     with pytest.raises(ValueError, match="explicit task ids"):
         await backend.prewarm()
@@ -177,12 +181,17 @@ async def test_systemic_prewarm_failure_raises(tmp_path: Path) -> None:
     assert "127.0.0.1:1" in str(info.value) and "every task" not in str(info.value)
 
 
-async def test_server_with_prewarm_lifespan_serves_from_a_warm_pool(
+async def test_server_with_prewarm_lifespan_serves_from_a_warm_pool_and_its_shutdown_removes_a_held_member(
     tmp_path: Path, fake_chat, sandbox_sdk: SdkPath
 ) -> None:
+    """Two rollouts claim pre-started members of the pool the server's prewarm made. Then a
+    third still runs in a claimed member when the server stops: on SkyPilot delete_pool answers
+    500 while that member exists, so the shutdown terminates it first, the pool goes too and
+    the ledger keeps nothing. (``FailingWorkflow`` runs the scripted command, or sleeps for a
+    prompt ending in ``fail: sleep``.)"""
     sandbox_sdk.require_loopback_endpoint()
     base = f"warm{uuid.uuid4().hex[:6]}"
-    backend = backend_for(tmp_path, pool=base, pool_size=2, sdk=sandbox_sdk)
+    backend = backend_for(tmp_path, agent="FailingWorkflow", pool=base, pool_size=2, sdk=sandbox_sdk)
     async with serve(backend, lifespan=backend.prewarm_lifespan()) as url, client_for(url) as client:
         pools = backend.health()["pools"]
         assert len(pools) == 1
@@ -211,10 +220,21 @@ async def test_server_with_prewarm_lifespan_serves_from_a_warm_pool(
         assert refilled
         used = idle_before - {c["Id"] for c in managed_containers() if pool_name in str(c["Labels"])}
         assert len(used) == 2, "each rollout claims one pre-started pool member"
-    # the server's shutdown called backend.shutdown(): the pool and its members are gone
+        async with httpx.AsyncClient(base_url=url) as http:
+            held = await http.post(
+                "/rollout", json=rollout_body(fake_chat, "held-member", "go\nfail: sleep", grade=False)
+            )
+            assert held.status_code == 202, held.text
+        await asyncio.to_thread(
+            wait_until, lambda: docker_sdk.get_pool(pool_name).claimed == 1, timeout=120, what="a member claimed"
+        )
+    # the server's shutdown called backend.shutdown(): the held member, the pool and its members are gone
+    assert backend.rollout_status("held-member")["status"] == RolloutStatus.CANCELLED
     assert [c for c in managed_containers() if pool_name in str(c["Labels"])] == []
     with pytest.raises(docker_sdk.PoolNotFoundError):
         docker_sdk.get_pool(pool_name)
+    assert sandbox_sdk.sandboxes_left() == [] and managed_containers(owner_pid=os.getpid()) == []
+    assert [e for e in backend.owner.sandboxes.ledger.entries() if e.name == pool_name] == []
 
 
 async def test_queue_depth_429_status_and_cancel(tmp_path: Path, fake_chat) -> None:
@@ -346,31 +366,6 @@ async def test_a_burst_larger_than_the_warm_pool_runs_every_rollout(
     # six claims (each rollout's sandbox and its tests' fresh one) on one ready member: five cold-create
     assert fallbacks == (5 if sandbox_sdk.is_emulator else 0)
     assert sandbox_sdk.sandboxes_left() == [] and managed_containers(owner_pid=os.getpid()) == []
-
-
-async def test_a_shutdown_with_a_claimed_member_removes_the_member_then_the_pool(
-    tmp_path: Path, fake_chat, sandbox_sdk: SdkPath
-) -> None:
-    """A rollout still runs in a member claimed from the warm pool when the server stops. On
-    SkyPilot delete_pool answers 500 while that member exists: the shutdown terminates it first,
-    so the pool goes too and the ledger keeps nothing."""
-    sandbox_sdk.require_loopback_endpoint()
-    backend = backend_for(
-        tmp_path, agent="SleepyWorkflow", pool=f"held{uuid.uuid4().hex[:6]}", pool_size=1, sdk=sandbox_sdk
-    )
-    await backend.prewarm()
-    (pool,) = set(backend.prewarmed.task_pools.values())
-    async with serve(backend) as url, httpx.AsyncClient(base_url=url) as http:
-        accepted = await http.post("/rollout", json=rollout_body(fake_chat, "held-member", grade=False))
-        assert accepted.status_code == 202
-        await asyncio.to_thread(
-            wait_until, lambda: docker_sdk.get_pool(pool).claimed == 1, timeout=120, what="the member claimed"
-        )
-    assert backend.rollout_status("held-member")["status"] == RolloutStatus.CANCELLED
-    with pytest.raises(docker_sdk.PoolNotFoundError):
-        docker_sdk.get_pool(pool)
-    assert sandbox_sdk.sandboxes_left() == [] and managed_containers(owner_pid=os.getpid()) == []
-    assert [e for e in backend.owner.sandboxes.ledger.entries() if e.name == pool] == []
 
 
 async def test_a_second_backend_adopts_the_pool_and_the_first_ones_shutdown_leaves_it(

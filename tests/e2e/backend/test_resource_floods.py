@@ -87,23 +87,6 @@ def flood_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
 DISK_FLOOD = "for i in $(seq 64); do dd if=/dev/zero of=/workspace/fill$i bs=1M count=128 || exit; done; echo filled"
 
 
-async def test_a_disk_flood_is_evicted_at_its_bound_and_the_victim_succeeds(
-    flood_path: SdkPath, tmp_path: Path, bundles_dir: Path, fake_chat
-) -> None:
-    backend = make_backend(tmp_path, bundles_dir, flood_path)
-    with FreeSpace() as space:
-        flooder, victim = await flood_beside_victim(backend, fake_chat, DISK_FLOOD)
-    assert_victim_fine(victim)
-    assert flooder.status is RolloutStatus.FAILURE
-    assert flooder.err_category is RolloutErrorCategory.AGENT_ERROR, flooder.err_message
-    assert f'ephemeral storage limit "{DISK_MB}Mi"' in flooder.err_message, flooder.err_message
-    assert "OSMOSIS_HARBOR_SANDBOX_DISK_MB" in flooder.err_message and "lost" not in flooder.err_message
-    # The 8 GiB flood took the disk down by at most the bound and what one tick of the watch lets
-    # through (the victim's own layer and other users of this machine included).
-    dipped = space.dipped
-    assert dipped < 2048 * MIB, f"free space fell by {dipped / MIB:.0f} MiB"
-
-
 async def test_positive_control_without_the_bound_the_flood_writes_past_it(
     tmp_path: Path, bundles_dir: Path, fake_chat, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -184,19 +167,38 @@ FATAL_FORK_BOMB = (
 )
 
 
-async def test_fork_bombs_stop_at_the_pids_limit_and_the_victim_succeeds(
+async def test_a_disk_flood_and_fork_bombs_end_as_their_workflows_and_the_victim_succeeds(
     flood_path: SdkPath, tmp_path: Path, bundles_dir: Path, fake_chat
 ) -> None:
-    """Two bombs beside one victim. The bomb's forks are refused at the sandbox's pids limit,
-    while the victim's sandbox, whose limit is its own, starts its processes. The sleepers it
-    leaves hold that limit: on SkyPilot's path (every SDK's by default) every transfer is a
-    command in the sandbox, or rides one, and cannot start, so the workflow left no outputs the
-    host could take: its own failure (``agent_error``), never the host's. The other bomb takes its
-    workflow down with it (in a sandbox whose pids are free again): the failure names the pids
-    limit, not an OOM kill."""
-    backend = make_backend(tmp_path, bundles_dir, flood_path, n_concurrent=3)
-    bomb, fatal, victim = await floods_beside_victim(backend, fake_chat, FORK_BOMB, FATAL_FORK_BOMB)
+    """A disk flood and two fork bombs beside one victim, on one backend.
+
+    The disk flood is evicted at its bound: its own ``agent_error`` naming the storage limit and
+    its setting, and the engine's free space fell by at most the bound and what one tick of the
+    watch lets through.
+
+    The bomb's forks are refused at the sandbox's pids limit, while the victim's sandbox, whose
+    limit is its own, starts its processes. The sleepers it leaves hold that limit: on SkyPilot's
+    path (every SDK's by default) every transfer is a command in the sandbox, or rides one, and
+    cannot start, so the workflow left no outputs the host could take: its own failure
+    (``agent_error``), never the host's. The other bomb takes its workflow down with it (in a
+    sandbox whose pids are free again): the failure names the pids limit, not an OOM kill."""
+    backend = make_backend(tmp_path, bundles_dir, flood_path, n_concurrent=4)
+    with FreeSpace() as space:
+        flooder, bomb, fatal, victim = await floods_beside_victim(
+            backend, fake_chat, DISK_FLOOD, FORK_BOMB, FATAL_FORK_BOMB
+        )
     assert_victim_fine(victim)
+    assert flooder.status is RolloutStatus.FAILURE
+    assert flooder.err_category is RolloutErrorCategory.AGENT_ERROR, flooder.err_message
+    assert f'ephemeral storage limit "{DISK_MB}Mi"' in flooder.err_message, flooder.err_message
+    assert "OSMOSIS_HARBOR_SANDBOX_DISK_MB" in flooder.err_message and "lost" not in flooder.err_message, (
+        flooder.err_message
+    )
+    # The 8 GiB flood took the disk down by at most the bound and what one tick of the watch lets
+    # through (the victim's own layer and other users of this machine included).
+    dipped = space.dipped
+    assert dipped < 2048 * MIB, f"free space fell by {dipped / MIB:.0f} MiB"
+
     assert bomb.status is RolloutStatus.FAILURE
     assert bomb.err_category is RolloutErrorCategory.AGENT_ERROR, bomb.err_message
     assert fatal.status is RolloutStatus.FAILURE

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from harbor.models.trial.config import EnvironmentConfig
+from harbor.trial.queue import TrialQueue
 from osmosis_ai.rollout.types import RolloutErrorCategory, RolloutStatus
 
 from osmosis_harbor.sandbox.environment.sandbox_environment import IMPORT_PATH as SANDBOX_ENVIRONMENT
@@ -140,43 +141,52 @@ async def test_dataset_mode_with_task_tests_and_bad_ids(tmp_path, bundles_dir, f
     assert "python3" in no_python.err_message
 
 
-@pytest.mark.parametrize(
-    ("workflow", "category", "needle", "timeout"),
-    [
-        ("RaisingWorkflow", RolloutErrorCategory.AGENT_ERROR, "broke on purpose", None),
-        ("InvalidOutputWorkflow", RolloutErrorCategory.VALIDATION_ERROR, "metrics.bad", None),
-        ("SleepyWorkflow", RolloutErrorCategory.TIMEOUT, "timed out", 4.0),
-    ],
-)
-async def test_workflow_failures_map_to_categories(
-    tmp_path, bundles_dir, fake_chat, api_key, grader_template, workflow, category, needle, timeout
+# (prompt's last line, label, per-rollout agent timeout) -> (category, what the message says)
+WORKFLOW_FAILURES = {
+    ("fail: raise", "x", None): (RolloutErrorCategory.AGENT_ERROR, "broke on purpose"),
+    ("fail: invalid-output", "x", None): (RolloutErrorCategory.VALIDATION_ERROR, "metrics.bad"),
+    ("fail: sleep", "x", 4.0): (RolloutErrorCategory.TIMEOUT, "timed out"),
+}
+GRADER_FAILURES = {
+    ("reply: echo 42 > answer.txt", "raise", None): (RolloutErrorCategory.VALIDATION_ERROR, "broke on purpose"),
+    ("reply: echo 42 > answer.txt", "silent", None): (
+        RolloutErrorCategory.VALIDATION_ERROR,
+        "Sample has no reward after grading",
+    ),
+}
+
+
+async def test_workflow_and_grader_failures_map_to_categories(
+    tmp_path, bundles_dir, fake_chat, api_key, grader_template
 ):
-    backend = make_backend(tmp_path, bundles_dir, agent=workflow, grader="AnswerGrader", tasks_dir=grader_template)
+    """A raising workflow, an invalid output, a workflow past its timeout; a raising grader and
+    one that sets no reward (the verifier's failures: the agent's sample survives). One backend
+    runs them all at once: ``FailingWorkflow`` and ``FailingGrader`` fail as the prompt's last
+    line or the label says, each as ``RaisingWorkflow``, ``InvalidOutputWorkflow``,
+    ``SleepyWorkflow``, ``RaisingGrader`` or ``SilentGrader`` would as the backend's own."""
+    cases = {**WORKFLOW_FAILURES, **GRADER_FAILURES}
+    backend = make_backend(
+        tmp_path,
+        bundles_dir,
+        agent="FailingWorkflow",
+        grader="FailingGrader",
+        tasks_dir=grader_template,
+        orchestrator=TrialQueue(n_concurrent=len(cases)),
+    )
     async with serve(backend) as url, client_for(url) as client:
-        result = await run(client, fake_chat, api_key, "do it", label="x", agent_timeout_sec=timeout)
-    assert result.status is RolloutStatus.FAILURE
-    assert result.err_category is category, result.err_message
-    assert needle in result.err_message
+        results = await asyncio.gather(
+            *(
+                run(client, fake_chat, api_key, f"do it\n{line}", label=label, agent_timeout_sec=timeout)
+                for line, label, timeout in cases
+            )
+        )
+    for (case, (category, needle)), result in zip(cases.items(), results, strict=True):
+        assert result.status is RolloutStatus.FAILURE, (case, result)
+        assert result.err_category is category, (case, result.err_message)
+        assert needle in result.err_message, (case, result.err_message)
+        if case in GRADER_FAILURES:
+            assert result.sample is not None and result.sample.reward is None, case  # the agent's sample survives
     assert_secret_absent(api_key, tmp_path / "trials")
-
-
-@pytest.mark.parametrize(
-    ("grader", "category", "needle"),
-    [
-        ("RaisingGrader", RolloutErrorCategory.VALIDATION_ERROR, "broke on purpose"),
-        ("SilentGrader", RolloutErrorCategory.VALIDATION_ERROR, "Sample has no reward after grading"),
-    ],
-)
-async def test_grader_failures_are_verifier_failures(
-    tmp_path, bundles_dir, fake_chat, api_key, grader_template, grader, category, needle
-):
-    backend = make_backend(tmp_path, bundles_dir, agent="OutputWorkflow", grader=grader, tasks_dir=grader_template)
-    async with serve(backend) as url, client_for(url) as client:
-        result = await run(client, fake_chat, api_key, "reply: echo 42 > answer.txt", label="42")
-    assert result.status is RolloutStatus.FAILURE
-    assert result.err_category is category, result.err_message
-    assert needle in result.err_message
-    assert result.sample is not None and result.sample.reward is None  # the agent's sample survives
 
 
 async def test_key_printed_by_a_workflow_is_not_retained(tmp_path, bundles_dir, fake_chat, api_key, osmosis_home):

@@ -5,7 +5,9 @@ server ``main.py`` with HarborBackend on docker, the scripted model of
 ``python -m osmosis_harbor.testing`` reached through litellm's ``OPENAI_BASE_URL``), and the same
 evaluation under osmosis-ai's LocalBackend as the control: the same rewards row for row (five
 right, one wrong on purpose), the same artifacts, a run that resumes by name, and a workspace
-whose source the run left as it was. The skypilot-emulator choice of the workspace's config is
+whose source the run left as it was. The control needs no sandbox and shares nothing with the
+walk-through (a workspace, ``$TMPDIR`` and run of its own): it runs while the walk-through's rows
+wait on their sandboxes, and the resume while the control finishes. The skypilot-emulator choice of the workspace's config is
 the same server on the other SDK path, which the backend's key tests cover on both."""
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,7 +26,7 @@ import pytest
 from osmosis_ai.source_scan import source_digest
 
 from osmosis_harbor.testing.scripted_policy import FakeChatServer
-from tests.support.common import REPO
+from tests.support.common import REPO, wait_until
 from tests.support.readme_blocks import block, free_port
 
 pytestmark = [pytest.mark.slow]
@@ -66,14 +69,30 @@ def harness_env(policy: FakeChatServer, tmp: Path) -> dict[str, str]:
     }
 
 
-def eval_run(workspace: Path, env: dict[str, str], config: str, name: str) -> EvalRun:
+def start_eval_run(workspace: Path, env: dict[str, str], config: str, name: str) -> subprocess.Popen[str]:
     argv = [str(BIN / "osmosis"), "eval", "run", f"configs/eval/{config}.toml"]
     argv += ["--dataset-file", "data/calc.jsonl", "-y", "--name", name]
-    done = subprocess.run(argv, cwd=workspace, env=env, capture_output=True, text=True, timeout=HARNESS_TIMEOUT_SEC)
+    return subprocess.Popen(
+        argv,
+        cwd=workspace,
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+def finish_eval_run(run: subprocess.Popen[str], workspace: Path, name: str) -> EvalRun:
+    try:
+        output, _ = run.communicate(timeout=HARNESS_TIMEOUT_SEC)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(run.pid, signal.SIGKILL)  # its rollout server too, should the harness have failed
     run_dir = workspace / ".osmosis" / "evals" / name
     logs = (run_dir / "logs.txt").read_text() if (run_dir / "logs.txt").is_file() else ""
-    assert done.returncode == 0, f"{done.stdout}\n{done.stderr}\n{logs[-6000:]}"
-    return read_run(run_dir, done.stdout + done.stderr)
+    assert run.returncode == 0, f"{output}\n{logs[-6000:]}"
+    return read_run(run_dir, output)
 
 
 def read_run(run_dir: Path, output: str) -> EvalRun:
@@ -85,31 +104,42 @@ def read_run(run_dir: Path, output: str) -> EvalRun:
     return EvalRun(run_dir, {r["row_index"]: r.get("reward") for r in rows}, artifacts, output)
 
 
-def run_walkthrough(home: Path, tmp: Path) -> tuple[Path, str]:
+def serving(workspace: Path) -> bool:
+    """The harness's log says its rollout server answered ``/health``."""
+    logs = list((workspace / ".osmosis" / "evals").glob("*/logs.txt"))
+    return any("rollout server healthy" in log.read_text(errors="replace") for log in logs)
+
+
+def run_walkthrough(home: Path, tmp: Path, while_serving: Callable[[], None]) -> tuple[Path, str]:
     """The README's walk-through as one script, with ``~`` a home of the test's own (uv keeps its
     own cache, as it would for you), ``$TMPDIR`` the test's, and the scripted model on a free port
-    instead of 8401 (the machine is shared). Returns the workspace and the script's output."""
+    instead of 8401 (the machine is shared). ``while_serving`` is called once the harness's rollout
+    server answers (the rows then wait on their sandboxes). Returns the workspace and the script's
+    output."""
     walkthrough = block("Evaluating with `osmosis eval run`", "bash")
     assert walkthrough.body.count("8401") == 2
     script = "set -e\n" + walkthrough.body.replace("8401", str(free_port()))
     uv_cache = os.environ.get("UV_CACHE_DIR") or str(Path.home() / ".cache" / "uv")
     env = {**os.environ, "HOME": str(home), "UV_CACHE_DIR": uv_cache, "COLUMNS": "200", "TMPDIR": str(tmp)}
-    with subprocess.Popen(
-        ["bash", "-c", script],
-        cwd=REPO,
-        env=env,
-        text=True,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    ) as shell:
-        try:
-            stdout, stderr = shell.communicate(timeout=HARNESS_TIMEOUT_SEC + 300)
-        finally:  # the backgrounded model too, should the script stop before its kill
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(shell.pid, signal.SIGKILL)
-    assert shell.returncode == 0, stdout[-4000:] + stderr[-4000:]
-    return home / "calc-eval", stdout
+    workspace = home / "calc-eval"
+    out, err = home.parent / "walkthrough.out", home.parent / "walkthrough.err"  # files: no pipe to fill
+    with out.open("w") as stdout, err.open("w") as stderr:
+        shell = subprocess.Popen(
+            ["bash", "-c", script], cwd=REPO, env=env, text=True, stdout=stdout, stderr=stderr, start_new_session=True
+        )
+    try:
+        wait_until(
+            lambda: shell.poll() is not None or serving(workspace),
+            timeout=HARNESS_TIMEOUT_SEC,
+            what="the walk-through's rollout server to answer",
+        )
+        while_serving()
+        shell.wait(timeout=HARNESS_TIMEOUT_SEC + 300)
+    finally:  # the backgrounded model too, should the script stop before its kill
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(shell.pid, signal.SIGKILL)
+    assert shell.returncode == 0, out.read_text()[-4000:] + err.read_text()[-4000:]
+    return workspace, out.read_text()
 
 
 @pytest.fixture(scope="module")
@@ -120,16 +150,40 @@ def policy() -> FakeChatServer:
     server.close()
 
 
-@pytest.fixture(scope="module")
-def local_control(policy: FakeChatServer, tmp_path_factory: pytest.TempPathFactory) -> EvalRun:
-    """The same evaluation under osmosis-ai's LocalBackend (``configs/eval/calc-local.toml``)."""
-    root = tmp_path_factory.mktemp("local")
-    workspace = make_workspace(root / "workspace", "docker")
-    return eval_run(workspace, harness_env(policy, root / "tmp"), "calc-local", "control")
+class LocalControl:
+    """The same evaluation under osmosis-ai's LocalBackend (``configs/eval/calc-local.toml``), in
+    a workspace, ``$TMPDIR`` and run of its own: started while HarborBackend's rows wait on their
+    sandboxes (it needs none), its result read after."""
+
+    def __init__(self, policy: FakeChatServer, root: Path) -> None:
+        self.policy, self.root = policy, root
+        self.run: subprocess.Popen[str] | None = None
+
+    def start(self) -> None:
+        self.root.mkdir()
+        self.workspace = make_workspace(self.root / "workspace", "docker")
+        self.run = start_eval_run(self.workspace, harness_env(self.policy, self.root / "tmp"), "calc-local", "control")
+
+    def result(self) -> EvalRun:
+        assert self.run is not None, "the control was never started"
+        return finish_eval_run(self.run, self.workspace, "control")
+
+    def stop(self) -> None:
+        if self.run is not None and self.run.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.run.pid, signal.SIGKILL)
+            self.run.communicate()
+
+
+@pytest.fixture
+def local_control(policy: FakeChatServer, tmp_path: Path) -> Iterator[LocalControl]:
+    control = LocalControl(policy, tmp_path / "local")
+    yield control
+    control.stop()  # a test that failed before reading it leaves no harness behind
 
 
 def test_osmosis_eval_run_drives_the_example_workspace(
-    tmp_path: Path, policy: FakeChatServer, local_control: EvalRun
+    tmp_path: Path, policy: FakeChatServer, local_control: LocalControl
 ) -> None:
     home, tmp = tmp_path / "home", tmp_path / "tmp"
     home.mkdir()
@@ -137,13 +191,11 @@ def test_osmosis_eval_run_drives_the_example_workspace(
     pristine = make_workspace(tmp_path / "pristine", "docker")  # what the script's workspace was made as
     before = source_digest(pristine / "rollouts" / "calc")
 
-    workspace, stdout = run_walkthrough(home, tmp)
+    workspace, stdout = run_walkthrough(home, tmp, local_control.start)
     assert "83.3% (5/6 scored" in stdout  # the result the README states
     (run_dir,) = (workspace / ".osmosis" / "evals").glob("*-*")
     run = read_run(run_dir, stdout)
     assert run.rewards == {0: 1.0, 1: 1.0, 2: 1.0, 3: 1.0, 4: 1.0, 5: 0.0}  # 9 + 12 is scripted on purpose
-    assert run.rewards == local_control.rewards
-    assert run.artifacts == local_control.artifacts  # ctx.artifacts_dir, as LocalBackend leaves it
     assert run.artifacts["row_0_run_0"]["answer.txt"] == b"42\n"
     assert run.artifacts["row_5_run_0"]["answer.txt"] == b"21\n"
     logs = (run.run_dir / "logs.txt").read_text()
@@ -155,7 +207,14 @@ def test_osmosis_eval_run_drives_the_example_workspace(
     rollout = workspace / "rollouts" / "calc"
     assert source_digest(rollout) == before and not (rollout / "bundles").exists()
     env = {**harness_env(policy, tmp), "HOME": str(home)}
-    again = eval_run(workspace, env, "calc", run_dir.name)  # --name resumes: the inputs did not change
+    # --name resumes (the inputs did not change), while the control finishes in its own workspace
+    resume = start_eval_run(workspace, env, "calc", run_dir.name)
+    try:
+        control = local_control.result()
+    finally:
+        again = finish_eval_run(resume, workspace, run_dir.name)
+    assert run.rewards == control.rewards
+    assert run.artifacts == control.artifacts  # ctx.artifacts_dir, as LocalBackend leaves it
     assert "already complete" in again.output and "different resolved inputs" not in again.output
     assert source_digest(rollout) == before
     assert list(tmp.glob("osmosis-harbor-*")) == []

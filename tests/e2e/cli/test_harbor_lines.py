@@ -35,6 +35,7 @@ from osmosis_harbor.harbor_compat import error_policies
 from osmosis_harbor.harbor_compat.version import HARBOR
 from osmosis_harbor.sandbox import SandboxEnvironment
 from osmosis_harbor.sandbox.docker import labels as L
+from osmosis_harbor.sandbox.ledger.store import Ledger
 from osmosis_harbor.sandbox.options import IMPORT_PATH, SandboxOptions
 from osmosis_harbor.sandbox.sdk.registry import implementation
 from osmosis_harbor.sandbox.sdk.skypilot_login import check_logged_in
@@ -45,6 +46,7 @@ on_026 = pytest.mark.skipif(not HARBOR.options_model, reason="Harbor 0.25 has no
 on_025 = pytest.mark.skipif(HARBOR.options_model, reason="Harbor 0.26 has both")
 HARBOR_CLI = str(Path(sys.executable).parent / "harbor")
 GATE = "/tmp/solve-gate"
+PLAIN = "FROM debian:trixie-slim\n"
 
 
 # ── preflight: the chosen SDK only ─────────────────────────────────────────────────────────────
@@ -297,8 +299,16 @@ def test_harbors_pack_commands_are_judged_as_the_installed_harbor_judges_them() 
 # ── Harbor's own CLI with our environment ──────────────────────────────────────────────────────
 @pytest.mark.slow
 def test_harbor_run_with_our_environment_on_a_local_sdk(tmp_path: Path, sandbox_sdk: SdkPath) -> None:
-    """``harbor run -e <our import path> --ek sdk=...`` on a bundled task, without ``sky.sandbox``."""
-    env = {**os.environ, **sandbox_sdk.cli_env(), "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    """``harbor run -e <our import path> --ek sdk=...`` on a bundled task, without ``sky.sandbox``:
+    Harbor's CLI makes our environment with no backend and no owner anywhere (each environment
+    owns itself), and its sandbox is recorded in the ledger and gone from it at the end."""
+    ledger = tmp_path / "ledger.sqlite3"
+    env = {
+        **os.environ,
+        **sandbox_sdk.cli_env(),
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+        "OSMOSIS_HARBOR_LEDGER": str(ledger),
+    }
     jobs = tmp_path / "jobs"
     proc = subprocess.run(
         [HARBOR_CLI, "run", "-p", str(TASKS / "hello-reward-txt"), "-a", "oracle", "-e", IMPORT_PATH]
@@ -308,10 +318,13 @@ def test_harbor_run_with_our_environment_on_a_local_sdk(tmp_path: Path, sandbox_
         env=env,
         timeout=600,
     )
+    output = proc.stdout + proc.stderr
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "NoOwnerError" not in output and "needs an owner" not in output
     (result,) = jobs.glob("*/hello-reward-txt__*/result.json")
     trial = json.loads(result.read_text())
     assert trial["exception_info"] is None and trial["verifier_result"]["rewards"] == {"reward": 1.0}
+    assert ledger.exists() and Ledger(ledger).entries() == []  # its sandbox was recorded, and went
     assert not sandbox_sdk.sandboxes_left()
 
 
@@ -319,7 +332,9 @@ def test_harbor_run_with_our_environment_on_a_local_sdk(tmp_path: Path, sandbox_
 async def _lose_the_sandbox(tmp_path: Path, **trial: object) -> tuple[dict, list[str]]:
     """An oracle trial whose agent's sandbox is killed while its solution waits on a FIFO:
     its result, and the trials that reached verification."""
-    task = make_task(tmp_path, f"lost-{uuid.uuid4().hex[:6]}", solve=f"mkfifo {GATE} && read x < {GATE}")
+    task = make_task(  # an image every run has: the sandbox, not its image, is what is lost
+        tmp_path, f"lost-{uuid.uuid4().hex[:6]}", solve=f"mkfifo {GATE} && read x < {GATE}", dockerfile=PLAIN
+    )
     name = f"lost-{uuid.uuid4().hex[:8]}"
     queue = TrialQueue(n_concurrent=1)
     verified: list[str] = []

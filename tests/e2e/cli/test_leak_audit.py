@@ -28,9 +28,12 @@ from tests.support.sdk_paths import DOCKER_PATH_ONLY, SdkPath
 
 pytestmark = pytest.mark.slow
 
-# The audit itself (its probes through each SDK's exec and file calls, an image by reference) runs on
-# both paths in the first test and the prebuilt-image one; how ``--lint=strict`` and ``prewarm`` use
-# its findings does not depend on the SDK, so those run on the Docker path only.
+# What differs by SDK in the audit (a sandbox of the task's image started, the probe through the
+# SDK's exec, each .git brought back through its file calls) runs on both paths in the
+# prebuilt-image test. What the audit makes of what it read (every kind of finding, the bound, the
+# control) and how ``--lint=strict`` and prewarm use its findings do not depend on the SDK: those
+# run on the Docker path only (prewarm's audit in the training-server test, through the backend
+# the ``prewarm`` command drives).
 
 LEAKS = FIXTURES / "leaks"
 # the large repository holds about 3,300 entries in its .git: a bound under that is hit
@@ -48,6 +51,7 @@ def _findings(report: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
     return by_task
 
 
+@DOCKER_PATH_ONLY
 def test_audit_reports_every_leak_and_not_the_control(tmp_path: Path, sandbox_sdk: SdkPath) -> None:
     out = tmp_path / "audit.json"
     env = {**sandbox_sdk.cli_env(), **BOUNDED}
@@ -123,37 +127,6 @@ def test_strict_lint_refuses_a_leaking_task_and_runs_the_clean_one(tmp_path: Pat
     assert "Leak audit" in proc.stdout
 
 
-@DOCKER_PATH_ONLY
-def test_prewarm_audits_each_environment_and_lists_the_findings(tmp_path: Path, sandbox_sdk: SdkPath) -> None:
-    """prewarm audits the fresh sandbox of each environment's setup proof: its report holds the
-    findings (the leaking task's, none for the control) and prewarm itself still succeeds."""
-    out = tmp_path / "prewarm.json"
-    proc = run_cli(
-        "prewarm",
-        str(LEAKS),
-        "--mode",
-        "dataset",
-        "--task",
-        "branch-leak",
-        "--task",
-        "clean",
-        "--env",
-        sandbox_sdk.name,
-        "--json",
-        str(out),
-        env=sandbox_sdk.cli_env(),
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert not sandbox_sdk.sandboxes_left()
-    groups = {tuple(g["task_ids"]): g for g in load_json(out)["groups_detail"]}
-    assert groups[("clean",)]["audit"]["findings"] == [] and groups[("clean",)]["setup_ok"]
-    (leak,) = groups[("branch-leak",)]["audit"]["findings"]
-    assert (leak["kind"], leak["ref"], leak["severity"]) == ("git-history", "refs/heads/fix", "error")
-    assert groups[("branch-leak",)]["audit"]["repositories"] == ["/app/.git"]
-    assert groups[("branch-leak",)]["audit"]["workdir"] == "/app"
-    assert "Leak audit" in proc.stdout and "refs/heads/fix" in proc.stdout
-
-
 async def test_a_prebuilt_docker_image_task_is_audited_from_its_image(tmp_path: Path, sandbox_sdk: SdkPath) -> None:
     """A task that names its image (``docker_image``, no Dockerfile) is audited from that image."""
     import shutil
@@ -197,31 +170,36 @@ async def test_the_leaks_are_readable_by_an_agent_with_the_commands_the_findings
         "reflog-leak": "git reflog --format=%s",
         "clean": "git log --all --format=%s",
     }
+
+    async def read_and_audit(task_id: str, command: str) -> tuple[Any, Any]:
+        path = LEAKS / task_id
+        env = sandbox_environment(path, environment_config("docker"), tmp_path)
+        await env.start(force_build=False)
+        try:
+            shown = await env.exec(command)
+            audit = await audit_sandbox(
+                env,
+                [AuditSubject(task_id=task_id, path=path)],
+                config=settings.current(),
+                environment_id=environment_id_of(path),
+            )
+        finally:
+            await env.stop(delete=True)
+        return shown, audit
+
     owner = SandboxOwner.make("leak-audit-test", config=settings.current())
     try:
-        with owner_scope(owner):
-            for task_id, command in tasks.items():
-                path = LEAKS / task_id
-                env = sandbox_environment(path, environment_config("docker"), tmp_path)
-                await env.start(force_build=False)
-                try:
-                    shown = await env.exec(command)
-                    audit = await audit_sandbox(
-                        env,
-                        [AuditSubject(task_id=task_id, path=path)],
-                        config=settings.current(),
-                        environment_id=environment_id_of(path),
-                    )
-                finally:
-                    await env.stop(delete=True)
-                subjects = (shown.stdout or "").split()
-                if task_id == "clean":
-                    assert "fix" not in subjects and audit.findings == [], (shown.stdout, audit)
-                else:
-                    assert "fix" in subjects, (task_id, shown.stdout)
-                    assert [f.read_with.split()[:2] for f in audit.findings] == [command.split()[:2]], audit
+        with owner_scope(owner):  # the sandboxes side by side: each reads its own image
+            seen = await asyncio.gather(*(read_and_audit(task_id, command) for task_id, command in tasks.items()))
     finally:
         await owner.close()
+    for (task_id, command), (shown, audit) in zip(tasks.items(), seen, strict=True):
+        subjects = (shown.stdout or "").split()
+        if task_id == "clean":
+            assert "fix" not in subjects and audit.findings == [], (shown.stdout, audit)
+        else:
+            assert "fix" in subjects, (task_id, shown.stdout)
+            assert [f.read_with.split()[:2] for f in audit.findings] == [command.split()[:2]], audit
 
 
 def test_probe_output_is_parsed_as_hostile() -> None:
@@ -269,9 +247,12 @@ def test_probe_output_is_parsed_as_hostile() -> None:
 async def test_a_training_server_refuses_a_leaking_task_by_default(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, osmosis_home: Path, fake_chat: Any
 ) -> None:
-    """Prewarm audits each environment once; a dataset task with an audit error is refused at
-    admission (validation_error naming the finding and the setting), ``/health`` lists the
-    findings, and the setting admits it (positive control: the leaking task then runs)."""
+    """Prewarm audits the fresh sandbox of each environment's setup proof once: its report holds
+    the findings (the leaking task's, none for the control) and the prewarm itself succeeds. A
+    dataset task with an audit error is refused at admission (validation_error naming the finding
+    and the setting), ``/health`` lists the findings, and the setting admits it (positive control:
+    the leaking task then runs). What the ``prewarm`` command prints for such a report:
+    tests/unit/cli/test_prewarm_output.py."""
     from harbor.trial.queue import TrialQueue
     from osmosis_ai.rollout.types import RolloutErrorCategory, RolloutStatus
 
@@ -290,9 +271,13 @@ async def test_a_training_server_refuses_a_leaking_task_by_default(
 
     backend = make_backend("trials")
     report = await backend.prewarm(["clean", "branch-leak"])
+    assert report.failed == 0 and all(g.setup_ok for g in report.groups_detail)  # findings fail no prewarm
     audits = {tuple(g.task_ids): g.audit for g in report.groups_detail}
-    assert audits[("clean",)] is not None and audits[("clean",)].findings == []
-    assert [f.ref for f in audits[("branch-leak",)].findings] == ["refs/heads/fix"]  # type: ignore[union-attr]
+    clean, leaking = audits[("clean",)], audits[("branch-leak",)]
+    assert clean is not None and clean.findings == []
+    assert leaking is not None and (leaking.repositories, leaking.workdir) == (["/app/.git"], "/app")
+    (leak,) = leaking.findings
+    assert (leak.kind, leak.ref, leak.severity) == ("git-history", "refs/heads/fix", "error")
 
     async def rollout(client: Any, task: str, rollout_id: str) -> Any:
         return await client.run_rollout(

@@ -15,8 +15,6 @@ from tests.support.common import REPO, TASKS, load_json, run_cli
 pytestmark = pytest.mark.slow
 
 CALC = [
-    "--code-dir",
-    "examples/calc_agent",
     "--workflow",
     "calc_agent.workflow:CalcWorkflow",
     "--workflow-config",
@@ -28,6 +26,19 @@ CALC = [
 ]
 
 
+def fresh_calc_agent(dest: Path) -> list[str]:
+    """``--code-dir`` of the calc example's project with a line of its own: a bundle, and so an
+    image, that no run has built yet, whose layers up to the wheel's are the ones every calc image
+    on the template's Dockerfile shares (its dependencies are installed once per machine, not once
+    per run)."""
+    project = shutil.copytree(
+        REPO / "examples" / "calc_agent", dest, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "build")
+    )
+    init = project / "calc_agent" / "__init__.py"
+    init.write_text(init.read_text() + f"\n# a bundle of this test's own: {uuid.uuid4().hex}\n")
+    return ["--code-dir", str(project)]
+
+
 def left_in(tmpdir: Path) -> list[str]:
     """What our commands left in their temporary directory (TMPDIR points at a fresh one)."""
     return sorted(p.name for p in tmpdir.glob("osmosis-harbor-*"))
@@ -36,18 +47,16 @@ def left_in(tmpdir: Path) -> list[str]:
 def test_prewarm_builds_once_reuses_after_sizes_pools_and_exits_nonzero_on_a_failure(
     tmp_path: Path, bundles_dir: Path
 ) -> None:
-    """One group of three tasks with a fresh image, beside a task whose build fails: the failure is
-    reported with exit 1 while the good group is built, set up and pooled; a second run of the
-    good tasks reuses the image and resizes the pool."""
+    """One group of three tasks with a fresh image (the template's environment, a bundle of the
+    test's own), beside a task whose build fails: the failure is reported with exit 1 while the
+    good group is built, set up and pooled; a second run of the good tasks reuses the image and
+    resizes the pool."""
     tmpdir = tmp_path / "tmpdir"
     tmpdir.mkdir()
     dataset = tmp_path / "ds"
-    marker = uuid.uuid4().hex
+    calc = [*fresh_calc_agent(tmp_path / "calc_agent"), *CALC]
     for name in ("one", "two", "group/three"):
-        task = shutil.copytree(TASKS / "template", dataset / name)
-        (task / "environment" / "Dockerfile").write_text(
-            f"FROM python:3.12-slim\nRUN echo {marker} > /m\nWORKDIR /workspace\n"
-        )
+        shutil.copytree(TASKS / "template", dataset / name)
     shutil.copytree(REPO / "tests" / "fixtures" / "broken" / "build-fails", dataset / "bad")
     pool = f"cli{uuid.uuid4().hex[:6]}"
     first_json, second_json = tmp_path / "first.json", tmp_path / "second.json"
@@ -55,7 +64,7 @@ def test_prewarm_builds_once_reuses_after_sizes_pools_and_exits_nonzero_on_a_fai
         first = run_cli(
             "prewarm",
             str(dataset),
-            *CALC,
+            *calc,
             "--pool",
             pool,
             "--pool-size",
@@ -86,7 +95,7 @@ def test_prewarm_builds_once_reuses_after_sizes_pools_and_exits_nonzero_on_a_fai
         second = run_cli(
             "prewarm",
             str(dataset),
-            *CALC,
+            *calc,
             *("--task", "one", "--task", "two", "--task", "group/three"),
             "--pool",
             pool,
@@ -108,5 +117,5 @@ def test_prewarm_builds_once_reuses_after_sizes_pools_and_exits_nonzero_on_a_fai
 
 
 def test_rollout_command_needs_an_endpoint() -> None:
-    proc = run_cli("rollout", "examples/calc_task", *CALC, "--prompt", "hi")
+    proc = run_cli("rollout", "examples/calc_task", "--code-dir", "examples/calc_agent", *CALC, "--prompt", "hi")
     assert proc.returncode == 2 and "--chat-url" in proc.stderr

@@ -461,17 +461,7 @@ def test_the_table_takes_the_terminals_width(tmp_path: Path) -> None:
         os.close(primary)
     on_terminal = b"".join(chunks).decode(errors="replace").replace("\r\n", "\n")
     assert _widest_line(on_terminal) == 90, on_terminal
-    # Off a terminal: $COLUMNS when set, else 120 (not Rich's 80).
-    piped = subprocess.run(
-        [sys.executable, "-m", "osmosis_harbor", "validate", str(dataset)],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=REPO,
-        timeout=120,
-    )
-    assert _widest_line(piped.stdout) == 120, piped.stdout
-    assert _widest_line(run_cli("validate", str(dataset), env={"COLUMNS": "100"}).stdout) == 100
+    # Off a terminal ($COLUMNS when set, else 120, not Rich's 80): tests/unit/cli/test_result_width.py.
 
 
 def test_a_task_path_that_is_not_utf8_fails_its_task_and_every_report_holds_it(tmp_path: Path) -> None:

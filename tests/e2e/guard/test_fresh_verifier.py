@@ -11,22 +11,25 @@ Through the real backend and the osmosis server, on ``docker`` and ``skypilot-em
 pays in the fresh mode. Positive control: the same commands with the tests in the agent's
 sandbox and the guard off pay 1.0. An honest answer scores 1, a wrong one 0, and a file deleted
 from the workdir is gone for the tests too.
+
+Which runs where: both SDK paths run the answers, the deletion, the shell on PATH (each SDK's exec
+runs a command differently: argv, or under ``sh -c``) and the module in the workdir (the workdir
+is carried by each SDK's own transfers), each with its positive control. The two plants in the
+image's own trees and ``validate``'s report of each mode (decided on the host) run on docker
+only: a fresh sandbox of the image holds neither plant on either path, as the shell shows.
 """
 
 from __future__ import annotations
 
-import os
 import shutil
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from harbor.trial.queue import TrialQueue
 from osmosis_ai.rollout.types import RolloutResultResponse, RolloutStatus
 
 from osmosis_harbor import settings
-from osmosis_harbor.backend import HarborBackend
 from osmosis_harbor.sandbox.guard import Allowance
 from osmosis_harbor.tasks.carried import carried_directories, drop_loaded_names
 from osmosis_harbor.tasks.discovery import discover_tasks
@@ -34,9 +37,19 @@ from osmosis_harbor.tasks.materialize import prepare_task
 from osmosis_harbor.tasks.verification import VerificationMode, decide_verification, glob_prefix
 from osmosis_harbor.validate import validate_tasks
 from osmosis_harbor.validate.report import TaskValidation
-from tests.e2e.guard.test_verifier_guard import PROJECT, WRONG, _file, _rollouts
-from tests.support.common import FIXTURES, TASKS, managed_containers
-from tests.support.sdk_paths import EMULATOR, SdkPath
+from tests.e2e.guard.dataset_rollouts import (
+    AUDITED,
+    DOCKER_ONLY,
+    EVERY_SDK,
+    WRONG,
+    assert_none_left,
+    backend,
+    file,
+    rollouts,
+    sdk_of,
+)
+from tests.support.common import FIXTURES, TASKS
+from tests.support.sdk_paths import SdkPath
 
 DATASET = FIXTURES / "fresh_dataset"
 HONEST = "echo 42 > /app/sum.txt; rm /app/stale.txt"
@@ -84,13 +97,17 @@ SHELL = (
 
 
 def _attacks() -> dict[str, str]:
-    plant = _file("/tmp/plant.py", PLANT)
+    plant = file("/tmp/plant.py", PLANT)
     return {
         "import-path-zip": f"{plant} && python3 /tmp/plant.py zip",
         "package-beside-module": f"{plant} && python3 /tmp/plant.py beside",
         "module-in-workdir": f"{plant} && python3 /tmp/plant.py workdir",
-        "shell-on-path": f"{_file('/usr/local/sbin/sh', SHELL, '755')}; {_file('/usr/local/sbin/bash', SHELL, '755')}",
+        "shell-on-path": f"{file('/usr/local/sbin/sh', SHELL, '755')}; {file('/usr/local/sbin/bash', SHELL, '755')}",
     }
+
+
+EVERY_SDK_ATTACKS = ("module-in-workdir", "shell-on-path")  # the workdir's transfers, each SDK's exec
+DOCKER_ATTACKS = [name for name in _attacks() if name not in EVERY_SDK_ATTACKS]
 
 
 @dataclass
@@ -101,29 +118,12 @@ class Runs:
     validated: dict[str, TaskValidation] = field(default_factory=dict)
 
 
-def _backend(root: Path, sdk: SdkPath, name: str) -> HarborBackend:
-    return HarborBackend(
-        orchestrator=TrialQueue(n_concurrent=3),
-        tasks_dir=DATASET,
-        task_mode="dataset",
-        agent="rollout_fixtures.workflows:OutputWorkflow",
-        workflow_config="rollout_fixtures.workflows:fixture_config",
-        code_dir=PROJECT,
-        bundles_dir=None,  # the session's cache ($OSMOSIS_HARBOR_BUNDLES, tests/conftest.py)
-        environment_config=sdk.environment(),
-        trials_dir=root / f"trials-{name}",
-    )
-
-
-@pytest.fixture(scope="module", params=["docker", EMULATOR])
+@pytest.fixture(scope="module", params=EVERY_SDK)
 async def runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Runs]:
-    sdk = (
-        SdkPath("docker")
-        if request.param == "docker"
-        else SdkPath(EMULATOR, request.getfixturevalue("emulator_server"))
-    )
+    sdk = sdk_of(request)
     root = tmp_path_factory.mktemp(f"fresh-{request.param}")
-    attacks = {name: ("sum-42", f"{WRONG}; {command}") for name, command in _attacks().items()}
+    ran = [name for name in _attacks() if not sdk.is_emulator or name in EVERY_SDK_ATTACKS]
+    attacks = {name: ("sum-42", f"{WRONG}; {_attacks()[name]}") for name in ran}
     out = Runs(sdk)
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("HOME", str(root))
@@ -134,22 +134,18 @@ async def runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
             "wrong": ("sum-42", WRONG),
             "stale-left": ("sum-42", "echo 42 > /app/sum.txt"),
         }
-        out.fresh = await _rollouts(_backend(root, sdk, "fresh"), fresh)
-        tasks = [
-            *discover_tasks(DATASET),
-            *(t for t in discover_tasks(FIXTURES / "guard_dataset") if t.id == "two-steps"),
-        ]
-        report = await validate_tasks(tasks, environment=sdk.environment(), agent="oracle")
-        out.validated = {row.id: row for row in report.tasks}
+        out.fresh = await rollouts(backend(root, sdk, "fresh", DATASET), fresh)
+        if not sdk.is_emulator:
+            report = await validate_tasks(discover_tasks(DATASET), environment=sdk.environment(), agent="oracle")
+            out.validated = {row.id: row for row in report.tasks}
         # Positive control: the tests in the agent's sandbox, the guard off.
         patch.setenv("OSMOSIS_HARBOR_FRESH_VERIFIER", "0")
         patch.setenv("OSMOSIS_HARBOR_VERIFIER_GUARD", "0")
-        out.shared = await _rollouts(_backend(root, sdk, "shared"), {**attacks, "honest": ("sum-42", HONEST)})
+        patch.setenv(*AUDITED)  # the fresh batch audited these images
+        shared = {**attacks, "honest": ("sum-42", HONEST)}
+        out.shared = await rollouts(backend(root, sdk, "shared", DATASET), shared)
     yield out
-    if sdk.is_emulator:
-        assert sdk.sandboxes_left() == [], "emulator sandboxes left behind"
-    else:
-        assert not managed_containers(owner_pid=os.getpid()), "sandboxes left behind"
+    assert_none_left(sdk)
 
 
 def _reward(result: RolloutResultResponse) -> float | None:
@@ -171,27 +167,52 @@ def test_a_deletion_in_the_workdir_reaches_the_tests(runs: Runs) -> None:
     assert _reward(runs.fresh["honest"]) == 1.0
 
 
-@pytest.mark.parametrize("attack", list(_attacks()))
-def test_no_plant_in_the_agents_sandbox_pays_in_a_fresh_one(runs: Runs, attack: str) -> None:
+def _assert_no_pay(runs: Runs, attack: str) -> None:
     assert _reward(runs.fresh[attack]) == 0.0, attack
 
 
-@pytest.mark.parametrize("attack", list(_attacks()))
-def test_in_the_agents_sandbox_unguarded_each_plant_pays(runs: Runs, attack: str) -> None:
-    """Positive control: the same command, the tests in the agent's sandbox and the guard off."""
+def _assert_pays_unguarded(runs: Runs, attack: str) -> None:
     assert _reward(runs.shared["honest"]) == 1.0
     assert _reward(runs.shared[attack]) == 1.0, attack
 
 
+@pytest.mark.parametrize("attack", EVERY_SDK_ATTACKS)
+def test_no_plant_in_the_agents_sandbox_pays_in_a_fresh_one(runs: Runs, attack: str) -> None:
+    _assert_no_pay(runs, attack)
+
+
+@pytest.mark.parametrize("attack", EVERY_SDK_ATTACKS)
+def test_in_the_agents_sandbox_unguarded_each_plant_pays(runs: Runs, attack: str) -> None:
+    """Positive control: the same command, the tests in the agent's sandbox and the guard off."""
+    _assert_pays_unguarded(runs, attack)
+
+
+@DOCKER_ONLY
+@pytest.mark.parametrize("attack", DOCKER_ATTACKS)
+def test_no_plant_in_the_images_trees_pays_in_a_fresh_one(runs: Runs, attack: str) -> None:
+    """Docker only: a plant in the image's trees is not carried on either path (only the workdir
+    and the data roots are), and a fresh sandbox of the image lacks it, as the shell on both shows."""
+    _assert_no_pay(runs, attack)
+
+
+@DOCKER_ONLY
+@pytest.mark.parametrize("attack", DOCKER_ATTACKS)
+def test_in_the_agents_sandbox_unguarded_each_tree_plant_pays(runs: Runs, attack: str) -> None:
+    """Positive control of each plant run on docker only."""
+    _assert_pays_unguarded(runs, attack)
+
+
+@DOCKER_ONLY
 def test_validate_runs_each_task_where_training_would(runs: Runs) -> None:
-    """The oracle passes in each mode, and the report says which and why."""
+    """The oracle passes in each mode, and the report says which and why. Docker only: the mode
+    is the host's decision; the emulator's validate runs are ``cli/test_validate.py``'s. A
+    multi-step task's mode and reason: ``test_the_decision_and_its_reason`` (the report's row is
+    that decision's, as these rows show); its oracle through validate: ``cli/test_public_formats.py``."""
     for row in runs.validated.values():
         assert row.passed and row.reward == 1.0, (row.id, row.error)
     modes = {task: row.verification for task, row in runs.validated.items()}
     assert modes["sum-42"] == {"mode": "fresh", "reason": "fresh: single-step, no service"}
     assert modes["service-declared"] == {"mode": "shared", "reason": "shared: the solution leaves port 50051 listening"}
-    assert modes["two-steps"] is not None and modes["two-steps"]["mode"] == "shared"
-    assert "multi-step" in modes["two-steps"]["reason"]
 
 
 # ── the decision, per case ─────────────────────────────────────────────────────────────────────

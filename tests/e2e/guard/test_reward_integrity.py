@@ -46,6 +46,7 @@ pytestmark = pytest.mark.slow
 
 PROJECT = FIXTURES / "rollout_project"
 ATTACKS = ["rewrite-grader", "replace-grade-script", "reward-rewriter", "shadow-modules", "reward-file-up-front"]
+EMULATOR_ATTACKS = ["rewrite-grader", "reward-rewriter", "shadow-modules"]  # one of each kind
 SHARED = "shared-"  # rollout ids with this prefix verify in the agent's sandbox (the control)
 
 
@@ -259,18 +260,22 @@ async def test_on_the_emulator_a_root_workflow_cannot_forge_its_reward(
 ) -> None:
     """The isolated attacks again on SkyPilot's path (the skypilot-emulator: no archives, task
     images by registry reference, Harbor's own transfers carry the grader's files): the reward
-    stays the grader's verdict. The Docker path, and the shared-mode positive controls that show
-    each attack works where it is not stopped, are the module's ``runs`` above."""
+    stays the grader's verdict. One attack of each kind: a grader file changed in the agent's
+    sandbox (``replace-grade-script`` is the same kind), a process left writing the reward, modules
+    planted in the workdir the transfers carry; ``reward-file-up-front`` (a file in the agent's
+    own ``/logs/verifier``, which a separate verifier never sees) runs on docker only. The Docker
+    path, and the shared-mode positive controls that show each attack works where it is not
+    stopped, are the module's ``runs`` above."""
     sdk = SdkPath(EMULATOR, emulator_server)
     monkeypatch.setenv("HOME", str(tmp_path))
     routes = sdk.routes()
     chat = FakeChatServer()
     try:
         backend = _backend(tmp_path, graded_template(tmp_path), "AnswerGrader", sdk)
-        results = await _serve_attacks(backend, chat, [("isolated", attack) for attack in ATTACKS])
+        results = await _serve_attacks(backend, chat, [("isolated", attack) for attack in EMULATOR_ATTACKS])
     finally:
         chat.close()
-    for attack, result in zip(ATTACKS, results, strict=True):
+    for attack, result in zip(EMULATOR_ATTACKS, results, strict=True):
         assert result.status is RolloutStatus.SUCCESS, (attack, result.err_message)
         assert result.sample is not None and result.sample.reward == 0.0, f"{attack}: forged {result.sample}"
         assert result.sample.metrics.get("answer_found") == 1.0, attack  # the grader really ran on "7"

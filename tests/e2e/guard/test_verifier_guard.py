@@ -19,44 +19,54 @@ opt-in it runs and the attack pays: that combination is unprotected.
 
 A real solve still scores 1, and a solution that leaves a service the tests call
 (``service-reverse``) keeps it once ``validate``'s oracle run recorded it as the task's allowance.
+
+Which runs where: both SDK paths run what differs by SDK (the default refusal, the planted shell,
+SkyPilot's transfer path, the honest and the wrong answer) and one attack of each kind the guard
+tells apart (a process left running, a changed toolchain file, a tree plant), each with its
+positive control. The other attacks, the multi-step task and the services run on docker only:
+the guard's check and the host's reading of its report are the same code on both paths.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import os
 import subprocess
-import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
 
 import pytest
-from harbor.trial.queue import TrialQueue
 from osmosis_ai.rollout.types import RolloutErrorCategory, RolloutResultResponse, RolloutStatus
 
-from osmosis_harbor.backend import HarborBackend
 from osmosis_harbor.tasks.discovery import discover_tasks
 from osmosis_harbor.tasks.verifier_shell import OPT_IN
-from osmosis_harbor.testing.scripted_policy import FakeChatServer
 from osmosis_harbor.validate import validate_tasks
+from osmosis_harbor.validate.report import TaskValidation
+from tests.e2e.guard.dataset_rollouts import (
+    AUDITED,
+    DOCKER_ONLY,
+    EVERY_SDK,
+    WRONG,
+    assert_none_left,
+    backend,
+    file,
+    rollouts,
+    sdk_of,
+)
 from tests.e2e.guard.tree_plants import PACKAGE_BESIDE_MODULE, PLANTED_SH, SHADOW, ZIP_THE_SHADOW
-from tests.support.common import FIXTURES, managed_containers
-from tests.support.rollout_server import client_for, serve
-from tests.support.sdk_paths import EMULATOR, SdkPath
+from tests.support.common import FIXTURES
+from tests.support.sdk_paths import SdkPath
 
 pytestmark = pytest.mark.slow
 
 DATASET = FIXTURES / "guard_dataset"
-PROJECT = FIXTURES / "rollout_project"
-WRONG = "echo 7 > /app/sum.txt"
 FORGED = '{"reward": 1.0}'
 # Two steps in one sandbox; in the second, the tampered variant's policy replaces cat.
 MULTI_STEP = ("two-steps", "two-steps-tampered")
 HONEST = ("sum-42", "echo 42 > /app/sum.txt")
 OPT_IN_VAR = OPT_IN.split("=")[0]
+# On both SDK paths, one attack of each kind the guard tells apart (the rest are the same
+# detection, run on docker): a process left running, a changed toolchain file, a tree plant.
+EVERY_SDK_ATTACKS = ("new-session", "replaced-cat", "stdlib-zip")
 
 # Keeps writing a perfect reward where Harbor reads it (after test.sh wrote 0), named as argv[1].
 REWRITER = f"""
@@ -88,18 +98,13 @@ __attribute__((destructor)) static void forge(void) {
 """
 
 
-def _file(path: str, content: bytes | str, mode: str = "644") -> str:
-    data = content.encode() if isinstance(content, str) else content
-    return f"echo {base64.b64encode(data).decode()} | base64 -d > {path}.new && chmod {mode} {path}.new && mv {path}.new {path}"
-
-
 def _detached(command: str) -> str:
     return f"setsid {command} </dev/null >/dev/null 2>&1 &"
 
 
 def _attacks(library: bytes) -> dict[str, tuple[str, str]]:
     """Each attack's command (after the wrong answer) and what the guard's message must name."""
-    rewriter = _file("/tmp/rewriter.py", REWRITER)
+    rewriter = file("/tmp/rewriter.py", REWRITER)
     return {
         "new-session": (f"{rewriter}; {_detached('python3 /tmp/rewriter.py')}", "python3 /tmp/rewriter.py"),
         "double-fork": (
@@ -115,25 +120,25 @@ def _attacks(library: bytes) -> dict[str, tuple[str, str]]:
             "/sbin/init",
         ),
         "replaced-cat": (
-            f"cp /usr/bin/cat /usr/lib/cat.real; {_file('/usr/bin/cat', FAKE_CAT, '755')}",
+            f"cp /usr/bin/cat /usr/lib/cat.real; {file('/usr/bin/cat', FAKE_CAT, '755')}",
             "/usr/bin/cat changed",
         ),
-        "replaced-python": (_file("/usr/bin/python3", FAKE_PYTHON, "755"), "/usr/bin/python3 changed"),
+        "replaced-python": (file("/usr/bin/python3", FAKE_PYTHON, "755"), "/usr/bin/python3 changed"),
         "pth-hook": (
-            _file("/usr/lib/python3/dist-packages/zz-forge.pth", FORGING_PTH),
+            file("/usr/lib/python3/dist-packages/zz-forge.pth", FORGING_PTH),
             "zz-forge.pth added (startup-hook)",
         ),
         "loader-preload": (
-            f"{_file('/usr/lib/libforge.so', library)}; echo /usr/lib/libforge.so > /etc/ld.so.preload",
+            f"{file('/usr/lib/libforge.so', library)}; echo /usr/lib/libforge.so > /etc/ld.so.preload",
             "/etc/ld.so.preload added (loader)",
         ),
-        "stdlib-zip": (f"{_file('/tmp/shadow.py', SHADOW)}; {ZIP_THE_SHADOW}", "python313.zip added (tree)"),
-        "package-beside-module": (f"{_file('/tmp/shadow.py', SHADOW)}; {PACKAGE_BESIDE_MODULE}", "/enum added (tree)"),
+        "stdlib-zip": (f"{file('/tmp/shadow.py', SHADOW)}; {ZIP_THE_SHADOW}", "python313.zip added (tree)"),
+        "package-beside-module": (f"{file('/tmp/shadow.py', SHADOW)}; {PACKAGE_BESIDE_MODULE}", "/enum added (tree)"),
     }
 
 
 def _planted_sh() -> str:
-    return f"{_file('/tmp/rewriter.py', REWRITER)}; {_file('/usr/local/sbin/sh', PLANTED_SH, '755')}"
+    return f"{file('/tmp/rewriter.py', REWRITER)}; {file('/usr/local/sbin/sh', PLANTED_SH, '755')}"
 
 
 @pytest.fixture(scope="module")
@@ -154,62 +159,24 @@ class Runs:
     default: dict[str, RolloutResultResponse] = field(default_factory=dict)
     guarded: dict[str, RolloutResultResponse] = field(default_factory=dict)
     unguarded: dict[str, RolloutResultResponse] = field(default_factory=dict)
-    service: dict[str, Any] = field(default_factory=dict)
+    validated: dict[str, TaskValidation] = field(default_factory=dict)
     routes: dict[str, int] = field(default_factory=dict)
-
-
-def _backend(root: Path, sdk: SdkPath, name: str) -> HarborBackend:
-    return HarborBackend(
-        orchestrator=TrialQueue(n_concurrent=3),
-        tasks_dir=DATASET,
-        task_mode="dataset",
-        agent="rollout_fixtures.workflows:OutputWorkflow",
-        workflow_config="rollout_fixtures.workflows:fixture_config",
-        code_dir=PROJECT,
-        bundles_dir=None,  # the session's cache ($OSMOSIS_HARBOR_BUNDLES, tests/conftest.py)
-        environment_config=sdk.environment(),
-        trials_dir=root / f"trials-{name}",
-    )
-
-
-async def _rollouts(backend: HarborBackend, commands: dict[str, tuple[str, str]]) -> dict[str, RolloutResultResponse]:
-    """One rollout per command (``name: (task, command)``), all at once through the osmosis server."""
-    chat = FakeChatServer()
-    try:
-        async with serve(backend) as url, client_for(url) as client:
-            results = await asyncio.gather(
-                *(
-                    client.run_rollout(
-                        initial_messages=[{"role": "user", "content": f"Do the task.\nreply: {command}"}],
-                        chat_completions_url=chat.base_url,
-                        rollout_id=f"guard-{name}-{uuid.uuid4().hex[:6]}",
-                        llm_api_key="sk-guard",
-                        metadata={"harbor_task_id": task},
-                    )
-                    for name, (task, command) in commands.items()
-                )
-            )
-    finally:
-        chat.close()
-    return dict(zip(commands, results, strict=True))
 
 
 def _solve_service(port: int) -> str:
     solve = (DATASET / "service-reverse" / "solution" / "solve.sh").read_text().replace("50051", str(port))
-    return f"{_file('/tmp/solve.sh', solve, '755')}; /tmp/solve.sh"
+    return f"{file('/tmp/solve.sh', solve, '755')}; /tmp/solve.sh"
 
 
-@pytest.fixture(scope="module", params=["docker", EMULATOR])
+@pytest.fixture(scope="module", params=EVERY_SDK)
 async def runs(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, forging_library: bytes
 ) -> AsyncIterator[Runs]:
-    sdk = (
-        SdkPath("docker")
-        if request.param == "docker"
-        else SdkPath(EMULATOR, request.getfixturevalue("emulator_server"))
-    )
+    sdk = sdk_of(request)
     root = tmp_path_factory.mktemp(f"guard-{request.param}")
-    attacks = {name: ("sum-42", f"{WRONG}; {command}") for name, (command, _) in _attacks(forging_library).items()}
+    every = _attacks(forging_library)
+    ran = {name: every[name] for name in EVERY_SDK_ATTACKS} if sdk.is_emulator else every
+    attacks = {name: ("sum-42", f"{WRONG}; {command}") for name, (command, _) in ran.items()}
     out = Runs(sdk, routes=sdk.routes())
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("HOME", str(root))
@@ -219,36 +186,29 @@ async def runs(
             # The guard itself is under test: on the emulator (SkyPilot's sh -c) a root agent whose
             # tests share its sandbox is refused (before any sandbox) unless opted into. On docker
             # the opt-in changes nothing: its batches run with the default settings.
-            out.default = await _rollouts(_backend(root, sdk, "default"), {"honest": HONEST})
+            out.default = await rollouts(backend(root, sdk, "default", DATASET), {"honest": HONEST})
             patch.setenv(OPT_IN_VAR, "1")
         guarded = {**attacks, "honest": HONEST, "wrong": ("sum-42", WRONG)}
         guarded["planted-sh"] = ("sum-42", f"{WRONG}; {_planted_sh()}")
-        guarded["service-unrecorded"] = ("service-reverse", _solve_service(50051))
-        guarded |= {name: (name, "true") for name in MULTI_STEP}  # each step's instruction scripts its reply
-        out.guarded = await _rollouts(_backend(root, sdk, "guarded"), guarded)
-        # validate's oracle run records the service as the task's allowance; rollouts keep it then
-        [service] = [t for t in discover_tasks(DATASET) if t.id == "service-reverse"]
-        # at once: only the oracle's run records (the nop run's verdict does not depend on it)
-        reports = await asyncio.gather(
-            *(validate_tasks([service], environment=sdk.environment(), agent=agent) for agent in ("oracle", "nop"))
-        )
-        out.service |= {"oracle": reports[0].tasks[0], "nop": reports[1].tasks[0]}
-        out.service["rollouts"] = await _rollouts(
-            _backend(root, sdk, "service"),
-            {
-                "kept": ("service-reverse", _solve_service(50051)),
-                "other-port": ("service-reverse", _solve_service(50052)),
-            },
-        )
+        if not sdk.is_emulator:
+            # validate's oracle run records the service as the task's allowance (the nop run's
+            # verdict does not depend on it: both at once); the batch's service rollouts read it
+            [service] = [t for t in discover_tasks(DATASET) if t.id == "service-reverse"]
+            reports = await asyncio.gather(
+                *(validate_tasks([service], environment=sdk.environment(), agent=agent) for agent in ("oracle", "nop"))
+            )
+            out.validated = {"oracle": reports[0].tasks[0], "nop": reports[1].tasks[0]}
+            guarded["service-kept"] = ("service-reverse", _solve_service(50051))
+            guarded["service-other-port"] = ("service-reverse", _solve_service(50052))
+            guarded |= {name: (name, "true") for name in MULTI_STEP}  # each step's instruction scripts its reply
+        out.guarded = await rollouts(backend(root, sdk, "guarded", DATASET), guarded)
         patch.setenv("OSMOSIS_HARBOR_VERIFIER_GUARD", "0")
-        out.unguarded = await _rollouts(
-            _backend(root, sdk, "unguarded"), {**attacks, "two-steps-tampered": ("two-steps-tampered", "true")}
-        )
+        patch.setenv(*AUDITED)  # the guarded batch audited these images
+        if not sdk.is_emulator:
+            attacks["two-steps-tampered"] = ("two-steps-tampered", "true")
+        out.unguarded = await rollouts(backend(root, sdk, "unguarded", DATASET), attacks)
     yield out
-    if sdk.is_emulator:
-        assert sdk.sandboxes_left() == [], "emulator sandboxes left behind"
-    else:
-        assert not managed_containers(owner_pid=os.getpid()), "sandboxes left behind"
+    assert_none_left(sdk)
 
 
 def test_a_real_solve_scores_one_and_a_wrong_answer_zero(runs: Runs) -> None:
@@ -261,8 +221,7 @@ def test_a_real_solve_scores_one_and_a_wrong_answer_zero(runs: Runs) -> None:
     assert wrong.status is RolloutStatus.SUCCESS and wrong.sample is not None and wrong.sample.reward == 0.0
 
 
-@pytest.mark.parametrize("attack", list(_attacks(b"").keys()))
-def test_the_guard_ends_every_attack_as_the_workflows_failure(runs: Runs, attack: str) -> None:
+def _assert_caught(runs: Runs, attack: str) -> None:
     result = runs.guarded[attack]
     _, named = _attacks(b"")[attack]
     assert result.status is RolloutStatus.FAILURE, (
@@ -276,38 +235,68 @@ def test_the_guard_ends_every_attack_as_the_workflows_failure(runs: Runs, attack
     assert result.sample.reward in (None, 0.0)
 
 
-@pytest.mark.parametrize("attack", list(_attacks(b"").keys()))
-def test_without_the_guard_every_attack_forges_the_reward(runs: Runs, attack: str) -> None:
-    """Positive control: the same command, the guard off, pays 1.0 for the wrong answer."""
+def _assert_forged(runs: Runs, attack: str) -> None:
     result = runs.unguarded[attack]
     assert result.status is RolloutStatus.SUCCESS, (attack, result.err_message)
     assert result.sample is not None and result.sample.reward == 1.0, attack
     assert "verifier_tampered" not in result.sample.metrics
 
 
+DOCKER_ATTACKS = [name for name in _attacks(b"") if name not in EVERY_SDK_ATTACKS]
+
+
+@pytest.mark.parametrize("attack", EVERY_SDK_ATTACKS)
+def test_the_guard_ends_every_attack_as_the_workflows_failure(runs: Runs, attack: str) -> None:
+    """One attack of each kind, on both SDK paths (the guard's check through each SDK's exec)."""
+    _assert_caught(runs, attack)
+
+
+@pytest.mark.parametrize("attack", EVERY_SDK_ATTACKS)
+def test_without_the_guard_every_attack_forges_the_reward(runs: Runs, attack: str) -> None:
+    """Positive control: the same command, the guard off, pays 1.0 for the wrong answer."""
+    _assert_forged(runs, attack)
+
+
+@DOCKER_ONLY
+@pytest.mark.parametrize("attack", DOCKER_ATTACKS)
+def test_the_guard_ends_each_further_attack_as_the_workflows_failure(runs: Runs, attack: str) -> None:
+    """The other attacks, on docker: the same detection as their kind's attack on both paths
+    (a process left running, a changed file, an addition by its rule), read from the same report."""
+    _assert_caught(runs, attack)
+
+
+@DOCKER_ONLY
+@pytest.mark.parametrize("attack", DOCKER_ATTACKS)
+def test_without_the_guard_each_further_attack_forges_the_reward(runs: Runs, attack: str) -> None:
+    """Positive control of each attack run on docker only."""
+    _assert_forged(runs, attack)
+
+
+@DOCKER_ONLY
 def test_a_service_is_kept_once_validate_recorded_it(runs: Runs) -> None:
-    """Without an allowance every process the workflow left dies, the service too (so the tests
-    fail and the rollout is the workflow's failure); ``validate``'s oracle run keeps what its
-    solution leaves listening and records it; a later rollout's service on that port is kept."""
-    unrecorded = runs.guarded["service-unrecorded"]
-    assert unrecorded.status is RolloutStatus.FAILURE and unrecorded.err_category is RolloutErrorCategory.AGENT_ERROR
-    assert "python3 /app/server.py" in (unrecorded.err_message or "") and "left running" in (
-        unrecorded.err_message or ""
-    )
-    oracle, nop = runs.service["oracle"], runs.service["nop"]
+    """``validate``'s oracle run keeps what its solution leaves listening and records it; a later
+    rollout's service on that port is kept. The same solution listening on a port the record does
+    not name is, like every process a workflow left without an allowance, ended (so the tests fail
+    and the rollout is the workflow's failure). Docker only: the allowance is the host's record,
+    the check the guard's, both the same on each SDK path."""
+    oracle, nop = runs.validated["oracle"], runs.validated["nop"]
     assert oracle.passed and oracle.reward == 1.0, oracle.error
     assert nop.passed and nop.reward == 0.0, nop.error
-    kept, other = runs.service["rollouts"]["kept"], runs.service["rollouts"]["other-port"]
+    kept, other = runs.guarded["service-kept"], runs.guarded["service-other-port"]
     assert kept.status is RolloutStatus.SUCCESS, kept.err_message
     assert kept.sample is not None and kept.sample.reward == 1.0
     assert kept.sample.metrics["verifier_services_kept"] >= 1 and kept.sample.metrics["verifier_tampered"] == 0.0
-    assert other.status is RolloutStatus.FAILURE and "left running" in (other.err_message or "")
+    assert other.status is RolloutStatus.FAILURE and other.err_category is RolloutErrorCategory.AGENT_ERROR
+    message = other.err_message or ""
+    assert "python3 /app/server.py" in message and "left running" in message, message
 
 
+@DOCKER_ONLY
 def test_each_step_of_a_multi_step_task_is_checked(runs: Runs) -> None:
     """The first step's own tests change a toolchain file (``/etc/steps.log``): trusted, so the
     record made before the second step's agent includes it and nothing is blamed on the agent. The
-    second step's replaced ``cat`` is caught at that step's check; unguarded, it forges 1.0."""
+    second step's replaced ``cat`` is caught at that step's check; unguarded, it forges 1.0.
+    Docker only: each step's check is the same guard run as a single step's."""
     honest, tampered = runs.guarded["two-steps"], runs.guarded["two-steps-tampered"]
     assert honest.status is RolloutStatus.SUCCESS, honest.err_message
     assert honest.sample is not None and honest.sample.reward == 1.0

@@ -4,7 +4,6 @@ pool users in the ledger (a dead owner's use does not count)."""
 from __future__ import annotations
 
 import asyncio
-import os
 import subprocess
 import sys
 import uuid
@@ -17,7 +16,7 @@ import pytest
 from osmosis_harbor import settings
 from osmosis_harbor.errors import NoOwnerError
 from osmosis_harbor.owner_process import OwnerProcess
-from osmosis_harbor.sandbox import SandboxEnvironment, environment_config
+from osmosis_harbor.sandbox import SandboxEnvironment
 from osmosis_harbor.sandbox.environment.own_sandbox import SandboxCreator
 from osmosis_harbor.sandbox.images.builds import ImageBuildCoordinator
 from osmosis_harbor.sandbox.ledger.store import Ledger
@@ -93,28 +92,6 @@ def test_an_environment_made_outside_every_owner_owns_itself(tmp_path: Path) -> 
     with owner_scope(owner):
         inside = _environment(task, tmp_path)
     assert not inside._creator.owns_itself and inside.owner is owner
-
-
-def test_harbor_run_with_our_environment_and_no_backend_works(tmp_path: Path) -> None:
-    """``harbor run -e <our import path> --ek sdk=docker``: Harbor's CLI, no owner anywhere."""
-    task = make_task(tmp_path / "ds", "harbor-cli")
-    harbor = Path(sys.executable).with_name("harbor")
-    ledger = tmp_path / "ledger.sqlite3"
-    run = subprocess.run(
-        [str(harbor), "run", "-p", str(task), "-a", "oracle", "-e", environment_config("docker").import_path or ""]
-        + ["--ek", "sdk=docker", "-o", str(tmp_path / "jobs"), "-q"],
-        cwd=REPO,
-        env={**os.environ, "OSMOSIS_HARBOR_LEDGER": str(ledger)},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    output = run.stdout + run.stderr
-    assert run.returncode == 0, output[-3000:]
-    assert "NoOwnerError" not in output and "needs an owner" not in output
-    results = list((tmp_path / "jobs").rglob("reward.txt")) + list((tmp_path / "jobs").rglob("reward.json"))
-    assert results, f"no verifier reward written: {output[-2000:]}"
-    assert ledger.exists() and Ledger(ledger).entries() == []  # its sandbox was recorded, and went
 
 
 def _base_image(tag: str, version: int) -> None:

@@ -55,6 +55,8 @@ def test_validate_claims_the_pools_prewarm_made(tmp_path) -> None:
         assert _network_modes(pools["files/offline-task"]) == {"none"}
         assert _network_modes(pools["hello-reward-txt"]) and "none" not in _network_modes(pools["hello-reward-txt"])
 
+        # Beside them, a task whose environment group was not prewarmed: its pool does not
+        # exist, and the error names the pool it looked for and how to make it (exit 1).
         report = tmp_path / "validate.json"
         proc = run_cli(
             "validate",
@@ -63,22 +65,19 @@ def test_validate_claims_the_pools_prewarm_made(tmp_path) -> None:
             "files/offline-task",
             "--task",
             "hello-reward-txt",
+            "--task",
+            "json-reward",
             "--pool",
             base,
             "--json",
             str(report),
         )
-        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert proc.returncode == 1, proc.stdout + proc.stderr
         assert load_json(report)["passed"] == 2 and "runs cold" not in proc.stdout
-        rows = load_json(report)["tasks"]
-        assert len(rows) == 2 and all(row["passed"] and row["pool_note"] is None for row in rows), rows
-
-        # A task whose environment group was not prewarmed: its pool does not exist, and the
-        # error names the pool it looked for and how to make it.
-        other = tmp_path / "other.json"
-        proc = run_cli("validate", str(TASKS), "--task", "json-reward", "--pool", base, "--json", str(other))
-        row = load_json(other)["tasks"][0]
-        assert proc.returncode == 1 and row["failed_phase"] == "environment"
+        rows = {row["id"]: row for row in load_json(report)["tasks"]}
+        row = rows.pop("json-reward")
+        assert len(rows) == 2 and all(r["passed"] and r["pool_note"] is None for r in rows.values()), rows
+        assert row["failed_phase"] == "environment"
         assert f"warm pool '{base}-" in row["error"] and f"prewarm <tasks> --pool {base}" in row["error"]
     finally:
         cleaned = run_cli("cleanup", "--pool", base)

@@ -114,7 +114,9 @@ def _peak() -> int:
 async def test_a_gigabyte_of_logs_is_refused_without_growing_host_memory(
     env: SandboxEnvironment, tmp_path: Path
 ) -> None:
-    await sh(env, "mkdir -p /logs/agent && for i in $(seq 1 20); do head -c 52428800 /dev/zero > /logs/agent/f$i; done")
+    # Sparse files: a gigabyte every transfer route reads and sends in full (neither archives
+    # sparsely), without the seconds of writing it to the sandbox's disk first.
+    await sh(env, "mkdir -p /logs/agent && for i in $(seq 1 20); do truncate -s 52428800 /logs/agent/f$i; done")
     assert int((await sh(env, "du -sb /logs/agent")).split()[0]) >= 1000 * MIB  # the flood is really there
     before = _rss_with_peak_reset()
     with pytest.raises(TransferLimitError, match=r"sandbox output /logs(/agent)?: .* over the bound"):
