@@ -47,7 +47,7 @@ def make_backend(
     *,
     agent: str = "ListWorkflow",
     n_concurrent: int = 1,
-    tasks_dir: Path = TEMPLATE,
+    tasks_dir: Path | None = None,
     task_mode: str = "template",
     cleanup_successful_trials: bool = True,
     max_queue_depth: int | None = None,
@@ -59,11 +59,13 @@ def make_backend(
     """A HarborBackend on sandboxes of ``sdk`` (local Docker by default) that reach a policy on
     127.0.0.1 through the backend's relay.
 
-    ``grader``: a class name in the fixture project's ``rollout_fixtures.graders``.
+    ``grader``: a class name in the fixture project's ``rollout_fixtures.graders``. ``tasks_dir``:
+    ``TEMPLATE`` as it is when called (a test gives a run a template copy of its own, so that the
+    images the run builds and removes are its own).
     """
     return HarborBackend(
         orchestrator=TrialQueue(n_concurrent=n_concurrent),
-        tasks_dir=tasks_dir,
+        tasks_dir=tasks_dir or TEMPLATE,
         task_mode=task_mode,
         agent=f"{WF}:{agent}",
         workflow_config=f"{WF}:fixture_config" if agent in {"ListWorkflow", "OutputWorkflow"} else None,
@@ -201,11 +203,17 @@ def image_exists(ref: str) -> bool:
     return images.local_image_exists(ref)
 
 
+def own_pool(name: str) -> bool:
+    """Whether pool ``name`` is this process's: ``bench<pid>`` or ``bench<pid>-...``, not another
+    process's whose pid merely starts with this one's (``bench12`` is not ``bench123``'s)."""
+    return name == POOL_PREFIX or name.startswith(f"{POOL_PREFIX}-")
+
+
 def leftovers() -> list[str]:
     """What this process still owns on the engine: sandboxes, pool members, pools."""
     found = [f"container {c['Names'][0].lstrip('/')} ({c['State']})" for c in managed_containers(os.getpid())]
     try:
-        found += [f"pool {p.spec.name}" for p in docker_sdk.list_pools() if p.spec.name.startswith(POOL_PREFIX)]
+        found += [f"pool {p.spec.name}" for p in docker_sdk.list_pools() if own_pool(p.spec.name)]
     except Exception as exc:  # hygiene must report, not crash the run
         found.append(f"could not list pools: {exc}")
     return found
@@ -215,7 +223,7 @@ def cleanup_process() -> list[str]:
     """Last resort: remove everything this process still owns; returns what was removed."""
     removed = [f"container {r.name}" for r in docker_sdk.remove_all(owner_pid=os.getpid())]
     for pool in docker_sdk.list_pools():
-        if pool.spec.name.startswith(POOL_PREFIX):
+        if own_pool(pool.spec.name):
             docker_sdk.delete_pool(pool.spec.name)
             removed.append(f"pool {pool.spec.name}")
     return removed

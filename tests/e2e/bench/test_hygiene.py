@@ -3,14 +3,20 @@ is removed. ``overhead``, ``throughput``, ``bundle``, ``prewarm`` and ``admissio
 ``python -m bench --quick`` process with their sizes cut to the smallest that still runs every
 code path (``soak`` and latency have their own tests); then nothing of that process is left:
 no sandbox it owns, no pool of its prefix, no image it built, no temporary directory.
+
+The run works on a copy of the template task whose Dockerfile carries a marker of its own, so every
+image it builds (and must remove) is content-addressed to this run alone: no other test on the
+shared engine uses, holds or removes it, and the run's clean-up touches nothing of theirs.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import docker
@@ -20,18 +26,22 @@ import pytest
 from osmosis_harbor.sandbox import docker as docker_sdk
 from tests.support.common import REPO, managed_containers
 
-# exclusive: the run removes the images it built, by tag, from the engine every test shares
-pytestmark = [pytest.mark.slow, pytest.mark.exclusive]
+pytestmark = pytest.mark.slow
 
 NAMES = ["overhead", "throughput", "bundle", "prewarm", "admission"]
 DRIVER = """
+import os
 import sys
+from pathlib import Path
 
 import bench.admission as a
 import bench.bundle_build as b
+import bench.env as e
 import bench.overhead as o
 import bench.prewarm as p
 import bench.throughput as t
+
+e.TEMPLATE = p.TEMPLATE = Path(os.environ["BENCH_TEMPLATE"])
 
 o.sizes = lambda quick: o.Sizes(rollouts=1, graded=1, task_tests=1, server=1, latency_rollouts=1, latency_graded=1)
 t.sizes = lambda quick: t.Sizes(rollouts=1, concurrency=1, repeats=1)
@@ -50,7 +60,7 @@ real_build = environment.build_image
 
 
 def recording_build(context_dir, dockerfile, ref, platform):
-    built.append(ref)
+    built.append({"ref": ref, "dockerfile": Path(context_dir, dockerfile).read_text()})
     return real_build(context_dir, dockerfile, ref, platform)
 
 
@@ -69,12 +79,29 @@ def _present(ref: str) -> bool:
     return True
 
 
+def _own_template(tmp_path: Path) -> tuple[Path, str]:
+    """``tasks/template`` with a marker comment (another environment hash, the same cached
+    layers), and the marker."""
+    template = Path(shutil.copytree(REPO / "tasks" / "template", tmp_path / "template"))
+    marker = f"# this benchmark run's own: {uuid.uuid4().hex}"
+    with (template / "environment" / "Dockerfile").open("a") as dockerfile:
+        dockerfile.write(f"{marker}\n")
+    return template, marker
+
+
+def _foreign(builds: list[dict[str, str]], marker: str) -> list[str]:
+    """Builds that are not this run's alone: neither its template copy's nor a prewarm environment
+    (each of those carries a fresh ``RUN echo <uuid> > /bench-marker``)."""
+    return [b["ref"] for b in builds if marker not in b["dockerfile"] and "> /bench-marker" not in b["dockerfile"]]
+
+
 def test_a_benchmark_run_leaves_nothing_behind(tmp_path: Path) -> None:
+    template, marker = _own_template(tmp_path)
     out = tmp_path / "bench.json"
     proc = subprocess.Popen(
         [sys.executable, "-c", DRIVER, "--quick", "--latency-ms", "0", "--only", ",".join(NAMES), "--out", str(out)],
         cwd=REPO,
-        env={**os.environ, "TMPDIR": str(tmp_path), "PYTHONPATH": str(REPO)},
+        env={**os.environ, "TMPDIR": str(tmp_path), "PYTHONPATH": str(REPO), "BENCH_TEMPLATE": str(template)},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -93,8 +120,11 @@ def test_a_benchmark_run_leaves_nothing_behind(tmp_path: Path) -> None:
     assert "left behind" not in stdout and "image not removed" not in stdout, stdout[-4000:]
     # checked here too, not only by the run's own hygiene
     assert managed_containers(owner_pid=proc.pid) == []
-    assert [p.name for p in docker_sdk.list_pools() if p.name.startswith(f"bench{proc.pid}")] == []
-    built = json.loads(stdout.strip().splitlines()[-1])["built"]
-    assert built, "the run built no image, so its image cleanup was not exercised"  # prewarm's always build
+    prefix = f"bench{proc.pid}"
+    assert [p.name for p in docker_sdk.list_pools() if p.name == prefix or p.name.startswith(f"{prefix}-")] == []
+    builds = json.loads(stdout.strip().splitlines()[-1])["built"]
+    built = [build["ref"] for build in builds]
+    assert _foreign(builds, marker) == [], "the run built an image other tests may share"
+    assert any(marker in build["dockerfile"] for build in builds), f"no image of the run's template: {built}"
     assert [ref for ref in built if _present(ref)] == []
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith("osmosis-bench-")] == []
