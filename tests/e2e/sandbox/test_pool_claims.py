@@ -213,7 +213,9 @@ async def test_a_batch_call_that_faulted_after_making_members_leaves_none(
     image: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("OSMOSIS_HARBOR_POOL_CLAIM_WAIT_SEC", "10")
-    starts = SandboxStarts(8, batch_window_sec=60, batch_max=2)
+    # The window only has to hold both first starts of one gather together (a few seconds under
+    # load); a retry that finds no companion waits it out, which took 60 s in a loaded full run.
+    starts = SandboxStarts(8, batch_window_sec=20, batch_max=2)
     owner = SandboxOwner.make("test", config=settings.current(), starts=starts)
     sandboxes = owner.sandboxes
     faulty = _FaultAfterBatch()
