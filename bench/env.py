@@ -203,10 +203,12 @@ def image_exists(ref: str) -> bool:
     return images.local_image_exists(ref)
 
 
-def own_pool(name: str) -> bool:
-    """Whether pool ``name`` is this process's: ``bench<pid>`` or ``bench<pid>-...``, not another
-    process's whose pid merely starts with this one's (``bench12`` is not ``bench123``'s)."""
-    return name == POOL_PREFIX or name.startswith(f"{POOL_PREFIX}-")
+def own_pool(name: str, pid: int | None = None) -> bool:
+    """Whether pool ``name`` is this process's (or the benchmark process ``pid``'s): ``bench<pid>``
+    or ``bench<pid>-...``, not another process's whose pid merely starts with this one's
+    (``bench12`` is not ``bench123``'s)."""
+    prefix = POOL_PREFIX if pid is None else f"bench{pid}"
+    return name == prefix or name.startswith(f"{prefix}-")
 
 
 def leftovers() -> list[str]:

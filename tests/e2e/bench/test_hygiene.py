@@ -23,6 +23,7 @@ import docker
 import docker.errors
 import pytest
 
+from bench.env import own_pool
 from osmosis_harbor.sandbox import docker as docker_sdk
 from tests.support.common import REPO, managed_containers
 
@@ -120,8 +121,7 @@ def test_a_benchmark_run_leaves_nothing_behind(tmp_path: Path) -> None:
     assert "left behind" not in stdout and "image not removed" not in stdout, stdout[-4000:]
     # checked here too, not only by the run's own hygiene
     assert managed_containers(owner_pid=proc.pid) == []
-    prefix = f"bench{proc.pid}"
-    assert [p.name for p in docker_sdk.list_pools() if p.name == prefix or p.name.startswith(f"{prefix}-")] == []
+    assert [p.name for p in docker_sdk.list_pools() if own_pool(p.name, proc.pid)] == []
     builds = json.loads(stdout.strip().splitlines()[-1])["built"]
     built = [build["ref"] for build in builds]
     assert _foreign(builds, marker) == [], "the run built an image other tests may share"
