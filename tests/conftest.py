@@ -73,8 +73,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     """Under pytest-xdist: the ``exclusive`` marker's lock, and the leak check on the controller;
-    everywhere: a test that outlives its timeout fails, with every stack (``tests/support/timeouts.py``)."""
+    everywhere: a test that outlives its timeout fails, with every stack (``tests/support/timeouts.py``),
+    and SIGINT has its default action in what the tests start.
+
+    A run started in the background by a non-interactive shell (``cmd &``, as a CI script may)
+    begins with SIGINT ignored, and an ignored signal stays ignored across ``exec``: every
+    process a test starts and then interrupts like a user's Ctrl-C would shrug it off. Python's
+    own handler instead is reset to the default action in each child."""
+    import signal
+
     from tests.support import exclusive, leak_session, timeouts
+
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
     exclusive.register(config)
     leak_session.register(config)
