@@ -19,15 +19,20 @@ REGISTRY_ADDR="${OSMOSIS_HARBOR_REGISTRY_ADDR:-127.0.0.1:5000}"
 mkdir -p "$STATE"
 
 log() { printf '[bootstrap] %s\n' "$*" >&2; }
-die() { printf '[bootstrap] error: %s\n' "$*" >&2; exit 1; }
+die() {
+  printf '[bootstrap] error: %s\n' "$*" >&2
+  if [ -n "${venv_pid:-}" ]; then kill "$venv_pid" 2>/dev/null || true; fi  # no half-made .venv left installing
+  exit 1
+}
 is_root() { [ "$(id -u)" = 0 ]; }
 have() { command -v "$1" >/dev/null 2>&1; }
 
 APT_UPDATED=0
 apt_install() {
   is_root && have apt-get || die "cannot install $* automatically (need root on Debian): install it yourself"
-  if [ "$APT_UPDATED" = 0 ]; then apt-get update -qq >/dev/null; APT_UPDATED=1; fi
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+  if [ "$APT_UPDATED" = 0 ]; then apt-get update -qq -o DPkg::Lock::Timeout=300 >/dev/null; APT_UPDATED=1; fi
+  # the engine side and the virtualenv run side by side (below): one waits for the other's lock
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -o DPkg::Lock::Timeout=300 "$@" >/dev/null
 }
 
 # ── 1. Python >= 3.12 and the virtualenv ─────────────────────────────────────
@@ -214,11 +219,17 @@ if [ "${1:-}" = "--harbor" ]; then
 fi
 if [ "${1:-}" = "--then" ]; then shift; THEN=("$@"); fi
 
-ensure_venv
+# The virtualenv (a package index, pip and uv) and the engine side (apt, dockerd, debootstrap and
+# image builds) share nothing until the guard and the registry: on a fresh machine they run side
+# by side, and the slower of the two sets the time instead of their sum.
+ensure_venv &
+venv_pid=$!
+engine_status=0
+{ ensure_docker && bash "$ROOT/scripts/base-images.sh"; } || engine_status=$?   # its default list; more: scripts/base-images.sh --list
+wait "$venv_pid" || die "the virtualenv could not be made (see above)"
+[ "$engine_status" = 0 ] || exit "$engine_status"
 if [ -n "$HARBOR_LINE" ]; then ensure_harbor_venv "$HARBOR_LINE"; fi
 ensure_guard
-ensure_docker
-bash "$ROOT/scripts/base-images.sh"   # its default list; more: scripts/base-images.sh --list
 ensure_registry
 log "ready"
 if [ ${#THEN[@]} -gt 0 ]; then exec "${THEN[@]}"; fi
