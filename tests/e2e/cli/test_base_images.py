@@ -224,20 +224,51 @@ def var_tmp_cache() -> Iterator[Path]:
         shutil.rmtree(path, ignore_errors=True)
 
 
+# What debootstrap is doing when a build is interrupted in its second stage: its own session (the
+# script starts it under setsid), /proc and /sys mounted in the target, and a process working in
+# the target (dpkg there; here a reader of a file in it) beside it. The real debootstrap runs on
+# every fresh machine's bootstrap; before it mounts anything it downloads and unpacks the whole
+# package set (about 30 CPU-s), which the interruption's handling does not depend on.
+DEBOOTSTRAP_MID_SECOND_STAGE = """#!/usr/bin/env bash
+set -e
+target="${@: -2:1}"
+mkdir -p "$target/proc" "$target/sys" "$target/var/lib/dpkg"
+mount -t proc proc "$target/proc"
+mount -t sysfs sysfs "$target/sys"
+: >"$target/var/lib/dpkg/status"
+tail -f "$target/var/lib/dpkg/status" >/dev/null &
+wait
+"""
+
+
+@pytest.fixture
+def debootstrap_mid_second_stage(tmp_path: Path) -> dict[str, str]:
+    """``PATH`` with :data:`DEBOOTSTRAP_MID_SECOND_STAGE` as ``debootstrap``, first."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "debootstrap").write_text(DEBOOTSTRAP_MID_SECOND_STAGE)
+    (bin_dir / "debootstrap").chmod(0o755)
+    return {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+
+
 @pytest.mark.slow
-def test_interrupted_rootfs_build_leaves_nothing_mounted(var_tmp_cache: Path) -> None:
+def test_interrupted_rootfs_build_leaves_nothing_mounted(
+    var_tmp_cache: Path, debootstrap_mid_second_stage: dict[str, str]
+) -> None:
     proc = subprocess.Popen(
         ["bash", str(SCRIPT), "--rootfs", "trixie"],
         cwd=REPO,
         start_new_session=True,
-        env={**os.environ, "OSMOSIS_HARBOR_CACHE": str(var_tmp_cache)},
+        env={**os.environ, **debootstrap_mid_second_stage, "OSMOSIS_HARBOR_CACHE": str(var_tmp_cache)},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
     try:
-        # debootstrap mounts /proc in the target when its second stage starts
-        wait_until(lambda: mounts_under(var_tmp_cache), timeout=300, what="debootstrap to mount in its target")
+        # debootstrap mounts /proc and /sys in the target when its second stage starts
+        wait_until(
+            lambda: len(mounts_under(var_tmp_cache)) == 2, timeout=120, what="debootstrap to mount in its target"
+        )
         os.killpg(proc.pid, signal.SIGINT)
         _, err = proc.communicate(timeout=120)
     finally:
