@@ -31,7 +31,7 @@ from osmosis_harbor.shim.errors import Redactor
 from osmosis_harbor.testing.scripted_policy import FakeChatServer
 from tests.support.common import FIXTURES, REPO, TASKS, await_until, managed_containers
 from tests.support.rollout_server import client_for, http_to, serve
-from tests.support.sdk_paths import DOCKER, SdkPath
+from tests.support.sdk_paths import DOCKER, DOCKER_PATH_ONLY, SdkPath
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("osmosis_home")]
 
@@ -106,9 +106,14 @@ async def hoarded(fake_chat: FakeChatServer, rollout_id: str) -> None:
     await await_until(check, timeout=180, what=f"{rollout_id} to hoard its key")
 
 
+@DOCKER_PATH_ONLY
 async def test_finished_failed_and_timed_out_trials_keep_no_key(
     tmp_path, bundles_dir, fake_chat, api_key, osmosis_home, sandbox_sdk: SdkPath
 ):
+    """On the Docker path: the custody (the marker, the scrub of the trial's tree, the key kept
+    out of the osmosis home) is this host's, run on the files once they are here, whichever SDK
+    carried them; the emulator's transfers, which carry them without archives, are the key
+    tests' (``test_rollouts.py``, ``assert_harbors_transfer_path``)."""
     sandbox_sdk.require_loopback_endpoint()
     backend = hoarding_backend(tmp_path, bundles_dir, sandbox_sdk, n_concurrent=3)
     async with serve(backend) as url, client_for(url) as client:

@@ -265,11 +265,17 @@ LAYER_FILLS = {
 }
 
 
-@pytest.mark.parametrize("fill", list(LAYER_FILLS))
+@pytest.mark.parametrize(
+    ("flood_path", "fill"),
+    [("docker", fill) for fill in LAYER_FILLS] + [("skypilot-emulator", "written")],
+    indirect=["flood_path"],
+)
 async def test_an_evicted_sandbox_is_listed_with_its_reason_until_terminated(flood_path: SdkPath, fill: str) -> None:
     """What the host reads after a command fails: ``ls`` keeps an evicted sandbox, as Kubernetes
     keeps an evicted pod, with kubelet's message (the emulator's status is SkyPilot's ``FAILED``),
-    and terminating it ends that. Whichever way the layer was filled."""
+    and terminating it ends that. Whichever way the layer was filled: each way on the Docker
+    path; the emulator's path, whose server runs the same disk watch, reports one of them as
+    SkyPilot would, the part that is its own."""
     sdk = load_sandbox_sdk(flood_path.name)
     image = push_to_local_registry(IMAGE) if flood_path.is_emulator else IMAGE
     name = f"evicted-{uuid.uuid4().hex[:8]}"

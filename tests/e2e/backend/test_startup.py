@@ -192,11 +192,16 @@ def _build_containers(marker: str) -> list[str]:
 
 
 @pytest.mark.slow
+@DOCKER_PATH_ONLY
 def test_sigterm_during_background_prewarm_stops_cleanly(tmp_path: Path, sandbox_sdk: SdkPath) -> None:
     """The harness stops a rollout server by SIGTERM to its process group, with 5 s before SIGKILL
     (after a failed start-up). Mid-build, the server answers health, then stops by itself within
     that: the build is abandoned (its step's container goes), the prewarm work folder too. Before,
-    the stop waited for the build, then built again (the retry swallowed the cancellation)."""
+    the stop waited for the build, then built again (the retry swallowed the cancellation).
+
+    On the Docker path: the image is built on this machine's engine on either path, and the stop
+    lands before any sandbox or pool exists (the emulator's path would only push the image after
+    the build); prewarm with the emulator's pools is ``test_prewarm_and_lifecycle.py``'s."""
     marker = f"slow-{uuid.uuid4().hex[:10]}"
     dataset = tmp_path / "ds"
     make_task(dataset, "slow", dockerfile=f"FROM python:3.12-slim\nRUN echo {marker} && sleep 300\nWORKDIR /app\n")

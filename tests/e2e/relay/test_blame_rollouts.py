@@ -1,5 +1,10 @@
 """A wrong answer stays a wrong answer whatever chat call the workflow makes after it: through the
-real osmosis server, Harbor's TrialQueue and the policy relay, on both sandbox paths.
+real osmosis server, Harbor's TrialQueue and the policy relay.
+
+On the Docker path only: what answers the second call (the relay's refusal, its timeout, the
+endpoint gone) and how the host reads the relay's record into a category are this host's, the
+same for a sandbox of either local SDK on the sandboxes' bridge; a relayed rollout on the
+emulator's path is the key tests' (``backend/test_rollouts.py``).
 
 ``rollout_fixtures.workflows:SecondCallWorkflow`` writes the policy's (wrong) answer, then makes
 one more call: a body that is not JSON (which made the scripted policy drop the connection), or
@@ -23,7 +28,7 @@ from osmosis_harbor.testing.scripted_policy import FakeChatServer
 from tests.support.backends import make_backend
 from tests.support.common import graded_template
 from tests.support.rollout_server import client_for, serve
-from tests.support.sdk_paths import SdkPath
+from tests.support.sdk_paths import DOCKER_PATH_ONLY, SdkPath
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("osmosis_home")]
 
@@ -47,6 +52,7 @@ def failing_policy() -> Iterator[FakeChatServer]:
     server.close()
 
 
+@DOCKER_PATH_ONLY
 async def test_a_call_of_the_workflows_own_making_leaves_its_wrong_answer_a_reward_0(
     tmp_path, bundles_dir, policy, failing_policy, sandbox_sdk: SdkPath, monkeypatch
 ):

@@ -1,5 +1,9 @@
-"""One sandbox or rollout cannot use the policy relay up for the others, on both sandbox paths
-(each reaches a loopback policy through the relay).
+"""One sandbox or rollout cannot use the policy relay up for the others.
+
+On the Docker path only: the relay, its limits and the record that blames a refusal are this
+host's process, and a sandbox of either local SDK reaches it the same way (from the sandboxes'
+bridge, by its source address). On the emulator's path the relay carries every rollout's calls to
+a loopback policy in the key tests (``backend/test_rollouts.py``, both paths).
 
 - A sandbox holding hundreds of half-open connections leaves another rollout chatting; with the
   relay's limits as they were (one counter for every connection, counted before its headers, no
@@ -33,7 +37,7 @@ from tests.support.common import FIXTURES, TASKS, await_until
 from tests.support.emulator import push_to_local_registry
 from tests.support.relay_process import RelayProcess
 from tests.support.rollout_server import client_for, serve
-from tests.support.sdk_paths import SdkPath
+from tests.support.sdk_paths import DOCKER_PATH_ONLY, SdkPath
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("osmosis_home")]
 
@@ -160,6 +164,7 @@ async def flood_then_chat(
     return result, rollout_id, held_at_start
 
 
+@DOCKER_PATH_ONLY
 async def test_a_half_open_flood_from_one_sandbox_leaves_another_rollout_chatting(
     tmp_path: Path, bundles_dir: Path, fake_chat: FakeChatServer, sandbox_sdk: SdkPath, flooder: Any, osmosis_home: Path
 ) -> None:
@@ -170,6 +175,7 @@ async def test_a_half_open_flood_from_one_sandbox_leaves_another_rollout_chattin
     assert "relay" not in diagnostics(osmosis_home, rollout_id)  # nothing of it was refused
 
 
+@DOCKER_PATH_ONLY
 async def test_with_todays_relay_limits_the_flood_pays_and_the_victim_ends_internal_error(
     tmp_path: Path,
     bundles_dir: Path,
@@ -195,6 +201,7 @@ async def test_with_todays_relay_limits_the_flood_pays_and_the_victim_ends_inter
     assert extra["relay"]["refused"]["infra"]["relay_full"] >= 1
 
 
+@DOCKER_PATH_ONLY
 async def test_a_rollout_flooding_its_own_calls_gets_its_own_refusals(
     tmp_path: Path, bundles_dir: Path, fake_chat: FakeChatServer, sandbox_sdk: SdkPath, osmosis_home: Path
 ) -> None:
@@ -219,6 +226,7 @@ UNBOUNDED_BODIES = {
 
 
 @pytest.mark.parametrize("bounded", [True, False], ids=["bounded", "control-unbounded"])
+@DOCKER_PATH_ONLY
 async def test_bodies_held_one_byte_short_do_not_grow_the_relay(
     sandbox_sdk: SdkPath, flooder: Any, bounded: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -7,11 +7,13 @@ neighbour's requests to the policy relay (its token and ``Authorization`` header
 them on. Sandboxes are created without NET_RAW, so the attack stops at the socket.
 
 The attack (``fixtures/isolation/arp_attacker.py``) runs from one sandbox against another and
-the gateway, on both SDK paths (the emulator's sandboxes are on the same bridge), while the
-victim (``arp_victim.py``) calls a server this test runs on the gateway's address, as a workflow
-calls the relay. The positive control runs the same attack through the same create path on a
-bridge of the test's own, made with the same options, with the capabilities left as Docker's:
-there the spoof pays (the victim's ARP table names the attacker, the secret is captured).
+the gateway, while the victim (``arp_victim.py``) calls a server this test runs on the gateway's
+address, as a workflow calls the relay. On the Docker path: the emulator's server makes its
+sandboxes through the same Docker implementation, on the same bridge, with the same capabilities,
+and the conformance suite's privileges check, run on both paths (``test_sandbox_check.py``),
+fails where a sandbox keeps NET_RAW. The positive control runs the same attack through the
+same create path on a bridge of the test's own, made with the same options, with the
+capabilities left as Docker's: there the spoof pays (the victim's ARP table names the attacker, the secret is captured).
 Only sandboxes and networks the tests make are touched.
 """
 
@@ -38,8 +40,7 @@ from osmosis_harbor.sandbox.docker import network as sandbox_networks
 from osmosis_harbor.sandbox.docker.engine import get_engine, sandbox_network
 from osmosis_harbor.sandbox.sdk.privileges import SandboxPrivileges
 from tests.support.common import FIXTURES
-from tests.support.emulator import push_to_local_registry
-from tests.support.sdk_paths import SdkPath
+from tests.support.sdk_paths import DOCKER_PATH_ONLY, SdkPath
 
 pytestmark = pytest.mark.slow
 
@@ -135,14 +136,9 @@ async def attack(ctx: ConformanceContext, gateway: str, bridge: str) -> Outcome:
     return Outcome(spoofed, calls, attacker_mac, gateway_mac, _host_arp(victim_ip), victim_mac, server.received)
 
 
-def _image_for(path: SdkPath) -> str:
-    return push_to_local_registry(IMAGE) if path.is_emulator else IMAGE
-
-
+@DOCKER_PATH_ONLY
 async def test_a_sandbox_cannot_spoof_arp_or_read_its_neighbours_traffic(sandbox_sdk: SdkPath) -> None:
-    ctx = ConformanceContext(
-        sdk=load_sandbox_sdk(sandbox_sdk.name), image=_image_for(sandbox_sdk), settings=settings.current()
-    )
+    ctx = ConformanceContext(sdk=load_sandbox_sdk(sandbox_sdk.name), image=IMAGE, settings=settings.current())
     bridge = sandbox_network()
     try:
         outcome = await attack(ctx, bridge.gateway, sandbox_networks.BRIDGE_INTERFACE)

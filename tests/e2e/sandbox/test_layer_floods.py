@@ -1,4 +1,4 @@
-"""Floods of the writable layer that its byte count alone does not stop, on both SDK paths.
+"""Floods of the writable layer that its byte count alone does not stop.
 
 * Files by the hundred thousand: empty, so they take the host filesystem's inodes and next to no
   blocks. The sandbox is evicted at its inode bound (``OSMOSIS_HARBOR_SANDBOX_INODES``, small
@@ -15,17 +15,18 @@
   under the engine's default profile it takes its blocks. (The base is the test's own, permissive
   but for one refusal: Docker does not expose its default profile.)
 
-The bounds are read by the process that creates the sandboxes: this one on the Docker path, the
-emulator's server on the other (so each setting gets a server of its own).
+On the Docker path only. The bounds, the file size limit and the seccomp profile are set on the
+container by the Docker implementation, which the emulator's server runs for its sandboxes too
+(reading the same settings), and the disk watch that evicts is that implementation's. What the
+emulator's path adds, an eviction reported as SkyPilot reports it and read back by the host, is
+``backend/test_resource_floods.py``'s on both paths (a disk flood's eviction, ``ls`` listing it).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -33,7 +34,6 @@ from osmosis_ai.rollout.types import RolloutErrorCategory, RolloutStatus
 
 from osmosis_harbor.sandbox import load_sandbox_sdk
 from osmosis_harbor.sandbox.sdk.seccomp import restrict_preallocation
-from tests.support.emulator import EmulatorServer, emulator_env, private_emulator, push_to_local_registry
 from tests.support.floods import IMAGE, MIB, FreeSpace, assert_victim_fine, flood_beside_victim, make_backend
 from tests.support.sdk_paths import SdkPath
 
@@ -43,23 +43,6 @@ DISK_MB = 256
 INODES = 20_000  # above the ~6,000 files a pip-installed bundle leaves in the layer
 BOUNDED = {"OSMOSIS_HARBOR_SANDBOX_DISK_MB": str(DISK_MB), "OSMOSIS_HARBOR_SANDBOX_INODES": str(INODES)}
 UNBOUNDED = {"OSMOSIS_HARBOR_SANDBOX_DISK_MB": "0", "OSMOSIS_HARBOR_SANDBOX_INODES": "0"}
-
-
-def _emulator(factory: pytest.TempPathFactory, settings: dict[str, str], tag: str) -> Iterator[EmulatorServer]:
-    """A server of this module's own, started with ``settings`` in its environment (only there:
-    this process's own stay as they were)."""
-    push_to_local_registry(IMAGE)
-    with contextlib.ExitStack() as stack:
-        with pytest.MonkeyPatch.context() as patch:
-            for key, value in settings.items():
-                patch.setenv(key, value)
-            server = stack.enter_context(private_emulator(factory.mktemp(tag), set_env=False))
-        yield server
-
-
-@pytest.fixture(scope="module")
-def bounded_emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatorServer]:
-    yield from _emulator(tmp_path_factory, BOUNDED, "layer-bounded")
 
 
 @pytest.fixture(scope="module")
@@ -77,46 +60,30 @@ def seccomp_profile(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-@pytest.fixture(scope="module")
-def seccomp_emulator(tmp_path_factory: pytest.TempPathFactory, seccomp_profile: Path) -> Iterator[EmulatorServer]:
-    settings = {**BOUNDED, "OSMOSIS_HARBOR_SANDBOX_SECCOMP_PROFILE": str(seccomp_profile)}
-    yield from _emulator(tmp_path_factory, settings, "layer-seccomp")
+def _docker_path(monkeypatch: pytest.MonkeyPatch, settings: dict[str, str]) -> SdkPath:
+    """The Docker path, this process (which creates its sandboxes) set with ``settings``."""
+    monkeypatch.delenv("OSMOSIS_HARBOR_SANDBOX_SECCOMP_PROFILE", raising=False)
+    for key, value in settings.items():
+        monkeypatch.setenv(key, value)
+    return SdkPath("docker")
 
 
-@pytest.fixture(scope="module")
-def unbounded_emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatorServer]:
-    yield from _emulator(tmp_path_factory, UNBOUNDED, "layer-unbounded")
+@pytest.fixture
+def bounded(monkeypatch: pytest.MonkeyPatch) -> SdkPath:
+    """Sandboxes made with the small bounds."""
+    return _docker_path(monkeypatch, BOUNDED)
 
 
-def _path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, settings: dict[str, str], server: str):
-    if request.param == "docker":
-        monkeypatch.delenv("OSMOSIS_HARBOR_SANDBOX_SECCOMP_PROFILE", raising=False)
-        for key, value in settings.items():
-            monkeypatch.setenv(key, value)
-        yield SdkPath("docker")
-        return
-    emulator = request.getfixturevalue(server)
-    with emulator_env(emulator.url):
-        yield SdkPath("skypilot-emulator", emulator)
+@pytest.fixture
+def restricted(monkeypatch: pytest.MonkeyPatch, seccomp_profile: Path) -> SdkPath:
+    """Sandboxes bounded and under the restricted seccomp profile."""
+    return _docker_path(monkeypatch, {**BOUNDED, "OSMOSIS_HARBOR_SANDBOX_SECCOMP_PROFILE": str(seccomp_profile)})
 
 
-@pytest.fixture(params=["docker", "skypilot-emulator"])
-def bounded(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[SdkPath]:
-    """Both SDK paths, their sandboxes made with the small bounds."""
-    yield from _path(request, monkeypatch, BOUNDED, "bounded_emulator")
-
-
-@pytest.fixture(params=["docker", "skypilot-emulator"])
-def restricted(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, seccomp_profile: Path):
-    """Both SDK paths, bounded, their sandboxes under the restricted seccomp profile."""
-    settings = {**BOUNDED, "OSMOSIS_HARBOR_SANDBOX_SECCOMP_PROFILE": str(seccomp_profile)}
-    yield from _path(request, monkeypatch, settings, "seccomp_emulator")
-
-
-@pytest.fixture(params=["docker", "skypilot-emulator"])
-def unbounded(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[SdkPath]:
-    """Both SDK paths, their sandboxes made with the layer's bounds off (the controls)."""
-    yield from _path(request, monkeypatch, UNBOUNDED, "unbounded_emulator")
+@pytest.fixture
+def unbounded(monkeypatch: pytest.MonkeyPatch) -> SdkPath:
+    """Sandboxes made with the layer's bounds off (the controls)."""
+    return _docker_path(monkeypatch, UNBOUNDED)
 
 
 def files_flood(count: int) -> str:
@@ -165,8 +132,7 @@ PREALLOCATE = (
 
 async def _preallocate(path: SdkPath, size: int, command: str = PREALLOCATE) -> str:
     sdk = load_sandbox_sdk(path.name)
-    image = push_to_local_registry(IMAGE) if path.is_emulator else IMAGE
-    sandbox = await sdk.create.aio(name=f"prealloc-{uuid.uuid4().hex[:8]}", image=image, timeout=600)
+    sandbox = await sdk.create.aio(name=f"prealloc-{uuid.uuid4().hex[:8]}", image=IMAGE, timeout=600)
     try:
         command = command.replace("16G", str(size)).replace("{size}", str(size))
         handle = await sandbox.exec.aio("sh", "-c", command, timeout_seconds=120)
