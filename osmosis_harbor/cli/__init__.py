@@ -34,19 +34,31 @@ __all__ = ["EXIT_USAGE", "PrintableFormatter", "build_parser", "main", "run_guar
 # build_parser reads these names when it builds, so a test can stand in for a command.
 
 
+def quiet_harbor_logs(verbose: bool) -> None:
+    """Harbor pins its logger at DEBUG when its logger module is first imported; its per-trial
+    chatter belongs in the trial logs, and what matters to the user of a command is in the result
+    table. So the commands that run Harbor import that module first, then set the level."""
+    import harbor.utils.logger
+
+    harbor.utils.logger.logger.setLevel(logging.DEBUG if verbose else logging.CRITICAL)
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
+    quiet_harbor_logs(args.verbose)
     from osmosis_harbor.cli.validate import cmd_validate as run
 
     return run(args)
 
 
 def cmd_prewarm(args: argparse.Namespace) -> int:
+    quiet_harbor_logs(args.verbose)
     from osmosis_harbor.cli.prewarm import cmd_prewarm as run
 
     return run(args)
 
 
 def cmd_rollout(args: argparse.Namespace) -> int:
+    quiet_harbor_logs(args.verbose)
     from osmosis_harbor.cli.rollout import cmd_rollout as run
 
     return run(args)
@@ -59,6 +71,7 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
 
 
 def cmd_sandbox_check(args: argparse.Namespace) -> int:
+    quiet_harbor_logs(args.verbose)
     from osmosis_harbor.cli.sandbox import cmd_sandbox_check as run
 
     return run(args)
@@ -183,9 +196,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler = logging.StreamHandler()
     handler.setFormatter(PrintableFormatter(logging.BASIC_FORMAT))
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, handlers=[handler])
-    # Harbor pins its logger at DEBUG; its per-trial chatter belongs in the trial logs, and
-    # what matters to the user of this command is in the result table.
-    logging.getLogger("harbor.utils.logger").setLevel(logging.DEBUG if args.verbose else logging.CRITICAL)
     args.settings = config
     if getattr(args, "n_concurrent", 1) < 1:
         print("error: -n must be at least 1", file=sys.stderr)

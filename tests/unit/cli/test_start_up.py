@@ -5,6 +5,7 @@ commands' own (imported when the command runs)."""
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
 
@@ -34,16 +35,31 @@ import osmosis_harbor.cli.sandbox, osmosis_harbor.sandbox.ledger.leftovers, osmo
 import osmosis_harbor.sandbox.emulator.server.process, osmosis_harbor.sandbox.images.stand_ins
 import osmosis_harbor.sandbox.sdk.seccomp
 print(json.dumps(sorted(sys.modules)))
+
+# Then a command that runs Harbor: Harbor's logger, pinned at DEBUG when Harbor is first imported,
+# is quiet by the time the command runs (its chatter belongs in the trial logs).
+import logging
+import osmosis_harbor.cli.validate
+from osmosis_harbor.cli import main
+def stand_in(args):
+    import harbor.trial.queue
+    print(json.dumps(logging.getLogger("harbor.utils.logger.harbor.trial").getEffectiveLevel()))
+    return 0
+osmosis_harbor.cli.validate.cmd_validate = stand_in
+main(["validate", "x"])
 """
 
 
 def test_the_parser_and_the_light_commands_import_no_harbor_and_no_rollout_package() -> None:
+    """And a command that does import Harbor runs with Harbor's logs quiet (no ``-v``)."""
     proc = subprocess.run([sys.executable, "-c", PROBE], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    loaded = json.loads(proc.stdout.splitlines()[-1])
+    modules, harbor_level = proc.stdout.splitlines()[-2:]
+    loaded = json.loads(modules)
     heavy = [name for name in loaded if any(name == h or name.startswith(h + ".") for h in HEAVY)]
     assert heavy == [], heavy
     assert "osmosis_harbor.sandbox.ledger.leftovers" in loaded  # the probe did import cleanup's machinery
+    assert json.loads(harbor_level) == logging.CRITICAL
 
 
 @pytest.mark.parametrize(
