@@ -1,8 +1,9 @@
 """osmosis-harbor: Osmosis rollouts as Harbor trials in SkyPilot (or local Docker) sandboxes.
 
 The public API is ``__all__``. Heavy names (the backend, the sandbox environment, validation)
-are imported on first use (PEP 562), so ``import osmosis_harbor`` imports neither Harbor nor
-the Docker SDK, and has no side effects.
+are imported on first use (PEP 562), so ``import osmosis_harbor`` imports neither Harbor, nor
+the Docker SDK, nor osmosis_ai's rollout package (the errors name their categories by value), and
+has no side effects.
 """
 
 from __future__ import annotations

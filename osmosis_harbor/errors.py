@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import ClassVar
 
-from osmosis_ai.rollout.types import RolloutErrorCategory
+from osmosis_harbor.rollout_category import LazyCategory
 
 __all__ = [
     "AgentSandboxLostError",
@@ -231,7 +231,7 @@ class TrialPhaseError(OsmosisHarborError):
     (bounded) in reports and outcomes, which otherwise show the first line only."""
 
     phase: ClassVar[str | None] = None
-    category: ClassVar[RolloutErrorCategory] = RolloutErrorCategory.INTERNAL_ERROR
+    category = LazyCategory("internal_error")  # the enum imports osmosis_ai.rollout: on first read
     detailed: ClassVar[bool] = False
     # Whether a retry of the trial can help (Harbor 0.26's error policy, ``harbor_compat/
     # error_policies.py``): the infrastructure's failures, None meaning "an internal_error".
@@ -239,7 +239,7 @@ class TrialPhaseError(OsmosisHarborError):
 
     @classmethod
     def should_retry(cls) -> bool:
-        return cls.category is RolloutErrorCategory.INTERNAL_ERROR if cls.retryable is None else cls.retryable
+        return cls.category.value == "internal_error" if cls.retryable is None else cls.retryable
 
 
 class ImageBuildError(TrialPhaseError, RuntimeError):
@@ -275,7 +275,7 @@ class BundleInstallError(TrialPhaseError, RuntimeError):
 class IncompatibleTaskImageError(BundleInstallError):
     """The task image cannot run a workflow bundle at all (no python3 >= 3.12)."""
 
-    category = RolloutErrorCategory.VALIDATION_ERROR
+    category = LazyCategory("validation_error")
 
 
 class WrongBundleError(BundleInstallError):
@@ -283,14 +283,14 @@ class WrongBundleError(BundleInstallError):
     exec). It is the sandbox's word, which a workflow can print too, so its category is one a
     sandbox may cause: a ``validation_error`` (re-run prewarm), never an ``internal_error``."""
 
-    category = RolloutErrorCategory.VALIDATION_ERROR
+    category = LazyCategory("validation_error")
 
 
 class WorkflowFailedError(TrialPhaseError, RuntimeError):
     """The workflow process exited non-zero; its category is in its ``error.json``."""
 
     phase = "agent"
-    category = RolloutErrorCategory.AGENT_ERROR
+    category = LazyCategory("agent_error")
 
 
 class SandboxLostError(TrialPhaseError, SandboxError, RuntimeError):
@@ -336,7 +336,7 @@ class SandboxDiskBoundError(TrialPhaseError, SandboxError, RuntimeError):
     so the workflow's failure (``agent_error``), never a lost sandbox. ``message`` is the SDK's
     word on the eviction (kubelet's, with the figures where the SDK gives them)."""
 
-    category = RolloutErrorCategory.AGENT_ERROR
+    category = LazyCategory("agent_error")
 
     def __init__(self, name: str, message: str) -> None:
         super().__init__(f"sandbox {name} was evicted for its disk use, over its disk bound: {message}")
@@ -348,7 +348,7 @@ class TransferLimitError(TrialPhaseError, SandboxError, ValueError):
     """What a sandbox sent back exceeds a transfer bound (``Settings.transfer_*``): the
     workflow's output, so the workflow's failure. Carries what, how much and the bound."""
 
-    category = RolloutErrorCategory.AGENT_ERROR
+    category = LazyCategory("agent_error")
 
     def __init__(self, transfer: str, what: str, amount: int, limit: int, setting: str) -> None:
         super().__init__(
@@ -361,7 +361,7 @@ class TransferLimitError(TrialPhaseError, SandboxError, ValueError):
 class UnreadableArchiveError(TrialPhaseError, SandboxError, ValueError):
     """An archive made in a sandbox is not a readable tar stream (corrupt or truncated)."""
 
-    category = RolloutErrorCategory.AGENT_ERROR
+    category = LazyCategory("agent_error")
 
     def __init__(self, transfer: str, cause: BaseException) -> None:
         super().__init__(f"sandbox output {transfer}: not a readable tar archive ({type(cause).__name__}: {cause})")
@@ -380,7 +380,7 @@ class VerifierTamperedError(TrialPhaseError, RuntimeError):
     or the guard itself attacked. The workflow's failure (reward 0), never infrastructure's."""
 
     phase = "verifier"
-    category = RolloutErrorCategory.AGENT_ERROR
+    category = LazyCategory("agent_error")
 
 
 def _trial_errors(base: type[TrialPhaseError] = TrialPhaseError) -> dict[str, type[TrialPhaseError]]:

@@ -1,18 +1,22 @@
-"""What several commands share: exit codes, the sandbox options, the agent options, the console."""
+"""What several commands share: exit codes, the sandbox options, the agent options, the console.
+
+The parser is built from this module, so it imports neither Harbor nor Rich: what a command
+needs of them is imported when the command runs (``--help`` and ``cleanup`` need no Harbor).
+"""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
-
-from harbor.models.trial.config import EnvironmentConfig
-from rich.console import Console
+from typing import TYPE_CHECKING, Any
 
 from osmosis_harbor import settings
 from osmosis_harbor.errors import UserError
-from osmosis_harbor.sandbox import environment_config
 from osmosis_harbor.sandbox.sdk.registry import SDK_NAMES
+
+if TYPE_CHECKING:
+    from harbor.models.trial.config import EnvironmentConfig
+    from rich.console import Console
 
 EXIT_USAGE = 2
 
@@ -22,6 +26,8 @@ def environment_for(args: argparse.Namespace) -> EnvironmentConfig:
 
     A policy endpoint on this machine's loopback reaches local Docker sandboxes through the
     backend's policy relay, never through the host's network."""
+    from osmosis_harbor.sandbox import environment_config
+
     pool = getattr(args, "pool", None)
     return environment_config(
         args.env,
@@ -62,6 +68,8 @@ DEFAULT_COLUMNS = 120  # the result tables' width when stdout is not a terminal 
 def result_console(config: settings.Settings) -> Console:
     """The terminal's width on a terminal; off one (CI logs, a pipe) ``$COLUMNS`` or
     ``DEFAULT_COLUMNS``, not Rich's 80."""
+    from rich.console import Console
+
     out = Console()
     if not out.is_terminal:
         out = Console(width=config.columns or DEFAULT_COLUMNS)

@@ -1,21 +1,23 @@
 """Sandboxes for Harbor trials: SkyPilot in production, a local Docker engine here.
 
 ``environment_config()`` is the one documented way to point Harbor trials (and
-``HarborBackend``) at our sandbox environment.
+``HarborBackend``) at our sandbox environment. Harbor's models and the options model are imported
+when it is called: every command imports this package (for ``SDK_NAMES``), and ``cleanup`` or
+``--help`` need neither.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Literal
 
-from harbor.models.trial.config import EnvironmentConfig
-
 from osmosis_harbor.errors import SandboxSdkMissingError
-from osmosis_harbor.sandbox.options import IMPORT_PATH, SandboxOptions
 from osmosis_harbor.sandbox.sdk.registry import DEFAULT_SDK, SDK_NAMES, load_sandbox_sdk
 
 if TYPE_CHECKING:
+    from harbor.models.trial.config import EnvironmentConfig
+
     from osmosis_harbor.sandbox.environment.sandbox_environment import SandboxEnvironment
+    from osmosis_harbor.sandbox.options import SandboxOptions
 
 __all__ = [
     "SandboxEnvironment",
@@ -53,6 +55,10 @@ def environment_config(
     from the observed claim rate with ``pool_size="auto"``). ``extra_kwargs``: Harbor's own
     environment keywords; any other name is a `ConfigError` naming it (``options.py``).
     """
+    from harbor.models.trial.config import EnvironmentConfig
+
+    from osmosis_harbor.sandbox.options import IMPORT_PATH, SandboxOptions
+
     options = SandboxOptions.build(
         sdk=sdk,
         registry=registry,
@@ -71,10 +77,15 @@ def environment_config(
 
 
 def __getattr__(name: str) -> Any:
-    """``SandboxEnvironment`` on first use: the environment stack is Harbor's and the chosen SDK's,
-    which a caller that only builds a config (or a SkyPilot user without docker-py) need not load."""
+    """``SandboxEnvironment`` and ``SandboxOptions`` on first use: the environment stack is Harbor's
+    and the chosen SDK's, which a caller that only builds a config (or a SkyPilot user without
+    docker-py) need not load, and the options model is Harbor's too."""
     if name == "SandboxEnvironment":
         from osmosis_harbor.sandbox.environment.sandbox_environment import SandboxEnvironment
 
         return SandboxEnvironment
+    if name == "SandboxOptions":
+        from osmosis_harbor.sandbox.options import SandboxOptions
+
+        return SandboxOptions
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
