@@ -19,12 +19,12 @@ from typing import Any
 import pytest
 
 from osmosis_harbor import settings
-from osmosis_harbor.audit import AuditSubject, audit_sandbox
-from osmosis_harbor.audit.run import environment_id_of, sandbox_environment
+from osmosis_harbor.audit import AuditSubject
+from osmosis_harbor.audit.run import sandbox_environment
 from osmosis_harbor.sandbox import environment_config
 from osmosis_harbor.sandbox.owner.context import SandboxOwner, owner_scope
-from tests.support.common import FIXTURES, load_json, run_cli
-from tests.support.sdk_paths import DOCKER_PATH_ONLY, SdkPath
+from tests.support.common import FIXTURES, CliRun, load_json, run_cli
+from tests.support.sdk_paths import DOCKER, DOCKER_PATH_ONLY, SdkPath
 
 pytestmark = pytest.mark.slow
 
@@ -51,14 +51,21 @@ def _findings(report: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
     return by_task
 
 
-@DOCKER_PATH_ONLY
-def test_audit_reports_every_leak_and_not_the_control(tmp_path: Path, sandbox_sdk: SdkPath) -> None:
-    out = tmp_path / "audit.json"
-    env = {**sandbox_sdk.cli_env(), **BOUNDED}
-    proc = run_cli("validate", str(LEAKS), "--audit", "--env", sandbox_sdk.name, "--json", str(out), env=env)
+@pytest.fixture(scope="module")
+def audited(tmp_path_factory: pytest.TempPathFactory) -> tuple[CliRun, dict[str, Any]]:
+    """``validate --audit`` of the whole dataset on docker, once: the run and its JSON report,
+    read by the report's test and by the positive control (the commands its findings name)."""
+    out = tmp_path_factory.mktemp("audit") / "audit.json"
+    env = {**DOCKER.cli_env(), **BOUNDED}
+    proc = run_cli("validate", str(LEAKS), "--audit", "--env", DOCKER.name, "--json", str(out), env=env)
     assert proc.returncode == 1, proc.stdout + proc.stderr  # audit errors fail the run
-    assert not sandbox_sdk.sandboxes_left()
-    found = _findings(load_json(out))
+    return proc, load_json(out)
+
+
+def test_audit_reports_every_leak_and_not_the_control(audited: tuple[CliRun, dict[str, Any]]) -> None:
+    proc, report = audited
+    assert not DOCKER.sandboxes_left()
+    found = _findings(report)
     assert set(found) == {p.name for p in LEAKS.iterdir() if p.is_dir()}
 
     def history(task_id: str) -> dict[str, Any]:
@@ -160,9 +167,13 @@ async def test_a_prebuilt_docker_image_task_is_audited_from_its_image(tmp_path: 
     assert not sandbox_sdk.sandboxes_left()
 
 
-async def test_the_leaks_are_readable_by_an_agent_with_the_commands_the_findings_name(tmp_path: Path) -> None:
+async def test_the_leaks_are_readable_by_an_agent_with_the_commands_the_findings_name(
+    tmp_path: Path, audited: tuple[CliRun, dict[str, Any]]
+) -> None:
     """Positive control: in a sandbox of each image, the agent's commands the audit names show
-    the fix; in the control's, ``git log --all`` shows only the ordinary history."""
+    the fix; in the control's, ``git log --all`` shows only the ordinary history. The findings
+    are ``validate --audit``'s, of the same images."""
+    found = _findings(audited[1])
     tasks = {
         "branch-leak": "git log --all --format=%s",
         "tag-leak": "git log --all --format=%s",
@@ -171,35 +182,27 @@ async def test_the_leaks_are_readable_by_an_agent_with_the_commands_the_findings
         "clean": "git log --all --format=%s",
     }
 
-    async def read_and_audit(task_id: str, command: str) -> tuple[Any, Any]:
-        path = LEAKS / task_id
-        env = sandbox_environment(path, environment_config("docker"), tmp_path)
+    async def read(task_id: str, command: str) -> Any:
+        env = sandbox_environment(LEAKS / task_id, environment_config("docker"), tmp_path)
         await env.start(force_build=False)
         try:
-            shown = await env.exec(command)
-            audit = await audit_sandbox(
-                env,
-                [AuditSubject(task_id=task_id, path=path)],
-                config=settings.current(),
-                environment_id=environment_id_of(path),
-            )
+            return await env.exec(command)
         finally:
             await env.stop(delete=True)
-        return shown, audit
 
     owner = SandboxOwner.make("leak-audit-test", config=settings.current())
     try:
         with owner_scope(owner):  # the sandboxes side by side: each reads its own image
-            seen = await asyncio.gather(*(read_and_audit(task_id, command) for task_id, command in tasks.items()))
+            seen = await asyncio.gather(*(read(task_id, command) for task_id, command in tasks.items()))
     finally:
         await owner.close()
-    for (task_id, command), (shown, audit) in zip(tasks.items(), seen, strict=True):
+    for (task_id, command), shown in zip(tasks.items(), seen, strict=True):
         subjects = (shown.stdout or "").split()
         if task_id == "clean":
-            assert "fix" not in subjects and audit.findings == [], (shown.stdout, audit)
+            assert "fix" not in subjects and found["clean"] == [], (shown.stdout, found["clean"])
         else:
             assert "fix" in subjects, (task_id, shown.stdout)
-            assert [f.read_with.split()[:2] for f in audit.findings] == [command.split()[:2]], audit
+            assert [f["read_with"].split()[:2] for f in found[task_id]] == [command.split()[:2]], found[task_id]
 
 
 def test_probe_output_is_parsed_as_hostile() -> None:

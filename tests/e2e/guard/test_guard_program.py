@@ -85,11 +85,14 @@ def _has_mknod(capbnd: str) -> bool:
 PTRACE = "import ctypes, sys; libc = ctypes.CDLL(None, use_errno=True); r = libc.ptrace(16, int(sys.argv[1]), 0, 0); print(r, ctypes.get_errno()); r == 0 and libc.ptrace(17, int(sys.argv[1]), 0, 0)"
 
 
-async def test_a_marked_process_cannot_reach_the_daemons_key(box: Box) -> None:
+async def test_a_marked_process_cannot_reach_the_daemons_key_and_only_its_signed_report_is_believed(
+    box: Box,
+) -> None:
     """The daemon holds the key in its environment; an agent process (marked) may neither read it
     nor its memory, attach to it, or resolve its image, and can never win the mark back (a new
     session, a setuid binary, an exec all keep it). Positive control: the host's own command reads
-    the key and attaches."""
+    the key and attaches. Then, in the same sandbox (nothing changed there), the report: believed
+    only when the daemon signed it for this check, and never once the agent killed the daemon."""
     probe = (
         f"cat /proc/{box.daemon}/environ | tr '\\0' '\\n' | grep -c OSMOSIS_GUARD_KEY;"
         f" readlink /proc/{box.daemon}/exe; head -c 1 /proc/{box.daemon}/mem;"
@@ -103,8 +106,6 @@ async def test_a_marked_process_cannot_reach_the_daemons_key(box: Box) -> None:
     assert out.splitlines()[0] == "1" and "/memfd:osmosis-guard (deleted)" in out, (out, err)
     assert "0 0" in out  # the host's own command attaches (and detaches)
 
-
-async def test_the_report_is_believed_only_when_the_daemon_signed_it(box: Box) -> None:
     nonce, raw = await box.check()
     report = parse_report(raw, key=box.key, nonce=nonce, record_id=box.record_id)
     assert report.manifest == "ok" and report.findings == [] and report.killed == []
@@ -121,22 +122,16 @@ async def test_the_report_is_believed_only_when_the_daemon_signed_it(box: Box) -
         parse_report(raw, key=box.key, nonce=nonce, record_id=box.record_id)
 
 
-async def test_a_forged_manifest_is_a_finding(box: Box) -> None:
-    await box.agent("printf x >> /var/tmp/.osmosis-guard/manifest")
-    assert (await box.report()).manifest == "forged"
-    await box.agent("rm /var/tmp/.osmosis-guard/manifest")
-    assert (await box.report()).manifest == "missing"
-
-
 def _findings(report: GuardReport) -> dict[str, tuple[str, str | None]]:
     return {f.path: (f.kind, f.rule) for f in report.findings}
 
 
-async def test_the_check_finds_what_an_agent_changed_in_the_toolchain(box: Box) -> None:
+async def test_the_check_finds_what_an_agent_changed_in_the_toolchain_and_a_forged_manifest(box: Box) -> None:
     """Changed and removed toolchain files, and added files that a verifier would pick up, are
     findings, and so is anything added in an import, PATH or loader tree (a new package: ``tree``);
     additions elsewhere (a file in the workdir or /usr/local/share) are not; stale bytecode is
-    removed and a package cache the agent touched is set aside."""
+    removed and a package cache the agent touched is set aside. Then, in the same sandbox, the
+    record itself changed or removed by the agent is a finding of its own."""
     site = "/usr/lib/python3/dist-packages"
     script = "; ".join(
         [
@@ -194,10 +189,18 @@ async def test_the_check_finds_what_an_agent_changed_in_the_toolchain(box: Box) 
     code, out, _ = await box.host("ls /usr/lib/python3.13/__pycache__/zz.cpython-313.pyc /root/.cache; echo $?")
     assert "pip.osmosis-set-aside-" in out and "zz.cpython" not in out
 
+    await box.agent("printf x >> /var/tmp/.osmosis-guard/manifest")
+    assert (await box.report()).manifest == "forged"
+    await box.agent("rm /var/tmp/.osmosis-guard/manifest")
+    assert (await box.report()).manifest == "missing"
 
-async def test_the_trees_cover_every_entry_of_each_pythons_import_path(box: Box) -> None:
+
+async def test_the_trees_cover_every_entry_of_each_pythons_import_path_and_what_the_walk_cannot(
+    box: Box,
+) -> None:
     """Asked of the interpreter itself, so an entry that does not exist yet (the stdlib zip) is
-    covered, and a new file under it is a finding whatever its name."""
+    covered, and a new file under it is a finding whatever its name. Then, in the same sandbox,
+    a tree deeper than the walk goes could hide a change from it: the check says so, signed."""
     _, paths, _ = await box.host("python3 -c 'import sys; print(*[p for p in sys.path if p], sep=chr(10))'")
     _, trees, _ = await box.run(f"/proc/{box.daemon}/exe", "trees")
     roots = trees.split()
@@ -211,6 +214,9 @@ async def test_the_trees_cover_every_entry_of_each_pythons_import_path(box: Box)
         zipped: ("added", "tree"),
         "/usr/lib/python3.13/newpkg": ("added", "tree"),  # its new __pycache__ holds only bytecode
     }
+    deep = "/usr/local/share/" + "d/" * 210
+    await box.agent(f"mkdir -p {deep} && echo x > {deep}x")
+    assert (await box.report()).truncated.get("walk", 0) >= 1
 
 
 async def test_a_new_directory_in_a_tree_is_one_finding_that_names_its_whole_content(box: Box) -> None:
@@ -236,9 +242,13 @@ async def test_a_new_directory_in_a_tree_is_one_finding_that_names_its_whole_con
     assert digests[0] == digests[1] != digests[2]
 
 
-async def test_the_check_ends_the_agents_processes_but_kept_services(box: Box) -> None:
+async def test_the_check_ends_the_agents_processes_but_kept_services_and_empties_the_verifier_logs(
+    box: Box,
+) -> None:
     """Marked processes die, whatever they hide behind; a service on an allowed port lives on with
-    its children, still marked; the host's own processes are not the agent's and are left alone."""
+    its children, still marked; the host's own processes are not the agent's and are left alone.
+    Then, in the same sandbox, what the agent left in ``/logs/verifier`` is gone before a verifier
+    runs, and a replaced directory is named."""
     serve = "python3 -c 'import socket,sys,time; s=socket.socket(); s.bind((\"127.0.0.1\",int(sys.argv[1]))); s.listen(); time.sleep(600)'"
     await box.host("setsid sleep 600 </dev/null >/dev/null 2>&1 &")  # the host's own
     await box.agent(
@@ -261,8 +271,6 @@ async def test_the_check_ends_the_agents_processes_but_kept_services(box: Box) -
     assert any(line.startswith("sleep 600") for line in alive)  # the host's own sleeper
     assert not _has_mknod(out.split("7001", 1)[1].split("CapBnd:")[1])  # the kept service is still marked
 
-
-async def test_the_verifier_logs_start_empty(box: Box) -> None:
     await box.agent(
         "mkdir -p /logs/verifier && echo '{\"reward\": 1.0}' > /logs/verifier/reward.json"
         " && mkfifo /logs/verifier/test-stdout.txt 2>/dev/null; mkdir -p /logs/verifier/deep/er && touch /logs/verifier/deep/er/x"
@@ -273,14 +281,6 @@ async def test_the_verifier_logs_start_empty(box: Box) -> None:
     assert out.split() == ["777"]
     await box.agent("rm -rf /logs/verifier && ln -s /tmp /logs/verifier")
     assert (await box.report()).logs == "replaced-verifier"
-
-
-async def test_what_the_check_cannot_cover_is_a_finding(box: Box) -> None:
-    """A tree deeper than the walk goes could hide a change from it: the check says so, signed."""
-    deep = "/usr/local/share/" + "d/" * 210
-    await box.agent(f"mkdir -p {deep} && echo x > {deep}x")
-    report = await box.report()
-    assert report.truncated.get("walk", 0) >= 1
 
 
 def test_a_sandbox_whose_root_holds_no_capability_is_refused() -> None:

@@ -14,6 +14,10 @@ decision, ``prepare_task(isolate_grader=...)`` as the rollout plan calls it, for
 rollouts whose id starts with ``shared-``. An attack that forges 1.0 there and not under
 isolation is stopped by the isolation; an attack that forges nothing even there is shown
 to have been really attempted by what it left in the agent's sandbox.
+
+One backend serves every rollout of the Docker path: its grader, the fixture project's
+``FailingGrader``, is ``AnswerGrader`` but for the label ``raise``, where it fails as
+``RaisingGrader`` does (the failing-grader rollouts).
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from osmosis_ai.rollout.types import RolloutErrorCategory, RolloutResultResponse
 
 from osmosis_harbor.backend import HarborBackend
 from osmosis_harbor.backend import plan as plan_module
+from osmosis_harbor.sandbox.owner.head_start import HeadStart
 from osmosis_harbor.testing.scripted_policy import FakeChatServer
 from tests.support.common import FIXTURES, graded_template, managed_containers
 from tests.support.emulator import EmulatorServer
@@ -45,6 +50,7 @@ from tests.support.sdk_paths import DOCKER, EMULATOR, SdkPath
 pytestmark = pytest.mark.slow
 
 PROJECT = FIXTURES / "rollout_project"
+RAISE = "raise"  # FailingGrader's label for failing as RaisingGrader
 ATTACKS = ["rewrite-grader", "replace-grade-script", "reward-rewriter", "shadow-modules", "reward-file-up-front"]
 EMULATOR_ATTACKS = ["rewrite-grader", "reward-rewriter", "shadow-modules"]  # one of each kind
 SHARED = "shared-"  # rollout ids with this prefix verify in the agent's sandbox (the control)
@@ -58,7 +64,7 @@ def _backend(root: Path, tasks_dir: Path, grader: str, sdk: SdkPath = DOCKER) ->
         agent="rollout_fixtures.workflows:HostileWorkflow",
         workflow_config="rollout_fixtures.workflows:fixture_config",
         grader=f"rollout_fixtures.graders:{grader}",
-        grader_config="rollout_fixtures.graders:fixture_grader_config" if grader == "AnswerGrader" else None,
+        grader_config="rollout_fixtures.graders:fixture_grader_config",
         code_dir=PROJECT,
         bundles_dir=None,  # the session's cache ($OSMOSIS_HARBOR_BUNDLES, tests/conftest.py)
         environment_config=sdk.environment(),
@@ -70,14 +76,18 @@ def _backend(root: Path, tasks_dir: Path, grader: str, sdk: SdkPath = DOCKER) ->
 _ISOLATE: contextvars.ContextVar[bool] = contextvars.ContextVar("isolate_grader", default=True)
 
 
-def _isolation_switch(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, bool]]:
+def _isolation_switch(monkeypatch: pytest.MonkeyPatch) -> tuple[list[tuple[str, bool]], list[str]]:
     """Turn the verifier's isolation off for ``shared-`` rollouts; record every decision. Their
     copies are made afresh, never linked from the copy the isolated rollouts share
-    (``tasks/prepared.py``), which is left as the rollout plan makes it."""
+    (``tasks/prepared.py``), which is left as the rollout plan makes it. Their verifier has no
+    sandbox of its own, so none is head-started for them (it would be terminated untaken): the
+    sessions whose head start was skipped are the second list."""
     real_materialize = plan_module.Planner.materialize
     real_prepare = plan_module.prepare_task
     real_link = plan_module.PreparedCopies.link
+    real_begin = HeadStart.begin
     decisions: list[tuple[str, bool]] = []
+    skipped: list[str] = []
 
     def materialize(self: Any, plan: Any, dest: Path, request: Any) -> Any:
         rollout_id = request.id if request is not None else ""
@@ -96,24 +106,33 @@ def _isolation_switch(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, bool]]
     def link(self: Any, key: Any, source: Path, prepare: Any, dest: Path) -> Any:
         return real_link(self, key, source, prepare, dest) if _ISOLATE.get() else prepare(dest)
 
+    def begin(self: Any, agent_session: str, *args: Any) -> None:
+        if SHARED in agent_session:  # the session is named after the rollout id
+            skipped.append(agent_session)
+        else:
+            real_begin(self, agent_session, *args)
+
     monkeypatch.setattr(plan_module.Planner, "materialize", materialize)
+    monkeypatch.setattr(HeadStart, "begin", begin)
     monkeypatch.setattr(plan_module, "prepare_task", prepare)
     monkeypatch.setattr(plan_module.PreparedCopies, "link", link)
-    return decisions
+    return decisions, skipped
 
 
-async def _attack(client: Any, chat: FakeChatServer, attack: str, prefix: str = "") -> RolloutResultResponse:
+async def _attack(
+    client: Any, chat: FakeChatServer, attack: str, prefix: str = "", label: str = "42"
+) -> RolloutResultResponse:
     return await client.run_rollout(
         initial_messages=[{"role": "user", "content": f"Compute 6*7. attack: {attack}"}],
         chat_completions_url=chat.base_url,
         rollout_id=f"{prefix}hostile-{attack}-{uuid.uuid4().hex[:6]}",
         llm_api_key="sk-hostile",
-        label="42",
+        label=label,
     )
 
 
 class Runs:
-    """Every attack's result, isolated and shared, from one server per grader (one bundle each)."""
+    """Every attack's result, isolated and shared, and the failing grader's, from one server."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -121,6 +140,7 @@ class Runs:
         self.shared: dict[str, RolloutResultResponse] = {}
         self.raising: dict[str, RolloutResultResponse] = {}  # RaisingGrader: "isolated"/"shared" x attack
         self.decisions: list[tuple[str, bool]] = []
+        self.no_head_start: list[str] = []  # the shared rollouts' sessions, whose verifier has no sandbox
 
     def trial_dir(self, result: RolloutResultResponse) -> Path:
         """The retained trial of a rollout (its config names the rollout id)."""
@@ -140,10 +160,20 @@ RAISING = [("isolated", "reward-rewriter"), ("shared", "reward-rewriter"), ("sha
 async def _serve_attacks(
     backend: HarborBackend, chat: FakeChatServer, attacks: list[tuple[str, str]]
 ) -> list[RolloutResultResponse]:
+    """Each ``(mode, attack)`` at once; a mode ending ``@raise`` sends the label ``raise``."""
     async with serve(backend) as url, client_for(url) as client:
         return list(
             await asyncio.gather(
-                *(_attack(client, chat, attack, SHARED if mode == "shared" else "") for mode, attack in attacks)
+                *(
+                    _attack(
+                        client,
+                        chat,
+                        attack,
+                        SHARED if mode.startswith("shared") else "",
+                        RAISE if mode.endswith(f"@{RAISE}") else "42",
+                    )
+                    for mode, attack in attacks
+                )
             )
         )
 
@@ -155,17 +185,16 @@ async def runs(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Runs]:
     with pytest.MonkeyPatch.context() as monkeypatch:
         monkeypatch.setenv("HOME", str(root / "home"))
         out = Runs(root)
-        out.decisions = _isolation_switch(monkeypatch)
+        out.decisions, out.no_head_start = _isolation_switch(monkeypatch)
         task = graded_template(root)
         answered = [("isolated", a) for a in ATTACKS] + [("shared", a) for a in ATTACKS]
+        raising = [(f"{mode}@{RAISE}", attack) for mode, attack in RAISING]
         chat = FakeChatServer()
         try:
-            # One backend after the other: a backend's shutdown terminates every sandbox still
-            # registered in the process (sandbox.live), another backend's included.
-            first = await _serve_attacks(_backend(root, task, "AnswerGrader"), chat, answered)
-            second = await _serve_attacks(_backend(root, task, "RaisingGrader"), chat, RAISING)
+            results = await _serve_attacks(_backend(root, task, "FailingGrader"), chat, answered + raising)
         finally:
             chat.close()
+        first, second = results[: len(answered)], results[len(answered) :]
         out.isolated = dict(zip(ATTACKS, first[: len(ATTACKS)], strict=True))
         out.shared = dict(zip(ATTACKS, first[len(ATTACKS) :], strict=True))
         out.raising = {f"{mode} {attack}": result for (mode, attack), result in zip(RAISING, second, strict=True)}
@@ -177,6 +206,8 @@ def test_the_switch_really_switches(runs: Runs) -> None:
     decided = dict(runs.decisions)
     assert len(decided) == 2 * len(ATTACKS) + len(RAISING)
     assert all(isolated is not rid.startswith(SHARED) for rid, isolated in decided.items()), decided
+    shared = [rid for rid, isolated in decided.items() if not isolated]
+    assert len(runs.no_head_start) == len(shared), (runs.no_head_start, shared)
 
 
 @pytest.mark.parametrize("attack", ATTACKS)

@@ -293,7 +293,7 @@ def test_a_service_is_kept_once_validate_recorded_it(runs: Runs) -> None:
 
 @DOCKER_ONLY
 def test_each_step_of_a_multi_step_task_is_checked(runs: Runs) -> None:
-    """The first step's own tests change a toolchain file (``/etc/steps.log``): trusted, so the
+    """The first step's own tests change a file of the image (``/etc/issue.net``): trusted, so the
     record made before the second step's agent includes it and nothing is blamed on the agent. The
     second step's replaced ``cat`` is caught at that step's check; unguarded, it forges 1.0.
     Docker only: each step's check is the same guard run as a single step's."""

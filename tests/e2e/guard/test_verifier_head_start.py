@@ -97,39 +97,30 @@ def _left(sdk: SdkPath) -> list[str]:
 
 
 @DOCKER_PATH_ONLY
-async def test_the_verifier_runs_in_the_sandbox_started_while_the_agent_ran(
+async def test_the_verifier_runs_in_the_head_started_sandbox_and_one_nobody_takes_is_terminated(
     tmp_path, bundles_dir, fake_chat, api_key, graded_task, events, sandbox_sdk: SdkPath
 ):
+    """Two graded rollouts, one after the other: each verifier takes the sandbox begun while its
+    agent ran. Then a third whose workflow fails (``fail: raise``), so no verifier runs: its
+    head-started sandbox must not outlive the rollout. One backend (``FailingWorkflow``)."""
     sandbox_sdk.require_loopback_endpoint()
     backend = make_backend(
-        tmp_path, bundles_dir, agent="OutputWorkflow", grader="AnswerGrader", tasks_dir=graded_task, sdk=sandbox_sdk
+        tmp_path, bundles_dir, agent="FailingWorkflow", grader="AnswerGrader", tasks_dir=graded_task, sdk=sandbox_sdk
     )
     async with serve(backend) as url, client_for(url) as client:
         right = await run(client, fake_chat, api_key, "Write 42 to answer.txt\nreply: echo 42 > answer.txt", label="42")
         wrong = await run(client, fake_chat, api_key, "Write 7 to answer.txt\nreply: echo 7 > answer.txt", label="42")
+        taken = list(events)
+        failed = await run(client, fake_chat, api_key, "go\nfail: raise", label="42")
     assert right.status is RolloutStatus.SUCCESS, right.err_message
     assert right.sample.reward == 1.0 and wrong.sample.reward == 0.0  # the grader's verdicts
-    kinds = [kind for kind, _ in events]
     # the head start emptied the workdir early: the verifier's own emptying never reached its sandbox
-    assert kinds == ["begin", "workflow starts", "take"] * 2, events
-    taken = [value for kind, value in events if kind == "take"]
-    assert all(name and "verifier" in name and name.endswith("head") for name in taken), taken
-    assert _left(sandbox_sdk) == []
-
-
-@DOCKER_PATH_ONLY
-async def test_a_head_start_nobody_takes_is_terminated(
-    tmp_path, bundles_dir, fake_chat, api_key, graded_task, events, sandbox_sdk: SdkPath
-):
-    """The workflow fails, so no verifier runs: the head-started sandbox must not outlive the rollout."""
-    sandbox_sdk.require_loopback_endpoint()
-    backend = make_backend(
-        tmp_path, bundles_dir, agent="RaisingWorkflow", grader="AnswerGrader", tasks_dir=graded_task, sdk=sandbox_sdk
-    )
-    async with serve(backend) as url, client_for(url) as client:
-        failed = await run(client, fake_chat, api_key, "go", label="42")
+    assert [kind for kind, _ in taken] == ["begin", "workflow starts", "take"] * 2, taken
+    heads = [value for kind, value in taken if kind == "take"]
+    assert all(name and "verifier" in name and name.endswith("head") for name in heads), heads
     assert failed.status is RolloutStatus.FAILURE and failed.err_category is RolloutErrorCategory.AGENT_ERROR
-    assert [kind for kind, _ in events] == ["begin", "workflow starts"], events  # begun, never taken
+    assert "broke on purpose" in (failed.err_message or ""), failed.err_message
+    assert [kind for kind, _ in events[len(taken) :]] == ["begin", "workflow starts"], events  # begun, never taken
     assert _left(sandbox_sdk) == []
 
 
