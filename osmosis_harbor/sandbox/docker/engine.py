@@ -111,6 +111,7 @@ class Engine:
         self.pools = PoolManager(self.api, self, executor().submit, engine_key=self.key, lock_dir=config.lock_dir)
         self._last_auto_reap = 0.0
         self._tmp_seeds: dict[str, bytes | None] = {}  # image id -> the image's own /tmp (tar)
+        self._seed_probes: dict[str, threading.Lock] = {}  # image id -> held while its /tmp is read
         self._image_ids: dict[str, tuple[str, float]] = {}  # reference -> (image id, when looked up)
         self._pending_seeds: dict[str, bytes] = {}  # created container id -> seed to apply at start
         self._seed_lock = threading.Lock()
@@ -244,9 +245,17 @@ class Engine:
         with self._seed_lock:
             if image_id in self._tmp_seeds:
                 return self._tmp_seeds[image_id]
-        seed = read_image_tmp(self.api, image_id)
-        with self._seed_lock:
-            self._tmp_seeds[image_id] = seed
+            probing = self._seed_probes.setdefault(image_id, threading.Lock())
+        # One probe per image at a time: the creates of a burst on a new image (a batch's first
+        # trials) wait for its answer instead of each making a container of their own.
+        with probing:
+            with self._seed_lock:
+                if image_id in self._tmp_seeds:
+                    return self._tmp_seeds[image_id]
+            seed = read_image_tmp(self.api, image_id)
+            with self._seed_lock:
+                self._tmp_seeds[image_id] = seed
+                self._seed_probes.pop(image_id, None)
         return seed
 
     def _image_id(self, image: str) -> str:

@@ -6,6 +6,8 @@ recheck interval at 0 it asks each time: the control)."""
 
 from __future__ import annotations
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from types import ModuleType
 
 import docker
@@ -69,3 +71,51 @@ def test_an_image_reference_is_looked_up_once_per_interval(
     engine._tmp_seed(sandbox_image)
     engine._tmp_seed(sandbox_image)
     assert len(asked) == 3  # the control: asked again each time
+
+
+def test_a_burst_of_creates_on_a_new_image_probes_its_tmp_once(
+    docker_sandbox_sdk: ModuleType, sandbox_image: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The image's /tmp is read from a probe container once, however many creates ask at once
+    (a batch's first trials on a new image); each is answered with that one seed. The probe
+    answers only once every caller has asked for the image, so they all ask while it is in
+    flight. Control: without the wait for the probe in flight, every caller probes."""
+    engine = docker_sandbox_sdk.get_engine()
+    real = engine_module.read_image_tmp
+    probes: list[str] = []
+
+    def burst(callers: int, table: _ArrivalsTable) -> set[bytes | None]:
+        engine._tmp_seeds.clear()
+        probes.clear()
+        monkeypatch.setattr(engine, "_seed_probes", table)
+
+        def probe(api: object, image_id: str) -> bytes | None:
+            probes.append(image_id)
+            assert table.everyone.wait(timeout=30), "the callers never all asked"
+            return real(api, image_id)
+
+        monkeypatch.setattr(engine_module, "read_image_tmp", probe)
+        with ThreadPoolExecutor(callers) as pool:
+            return set(pool.map(lambda _: engine._tmp_seed(sandbox_image), range(callers)))
+
+    seeds = burst(4, _ArrivalsTable(4))
+    assert len(probes) == 1 and len(seeds) == 1
+    burst(2, _ArrivalsTable(2, shared=False))
+    assert len(probes) == 2  # the control: without the wait, both callers probed
+
+
+class _ArrivalsTable(dict[str, threading.Lock]):
+    """The engine's table of probes in flight, which sets ``everyone`` once ``expected`` callers
+    have looked their image up in it; ``shared=False`` gives every caller a lock of its own
+    (nobody waits for another's probe)."""
+
+    def __init__(self, expected: int, *, shared: bool = True) -> None:
+        super().__init__()
+        self.expected, self.shared, self.arrived = expected, shared, 0
+        self.everyone = threading.Event()
+
+    def setdefault(self, key: str, default: threading.Lock | None = None) -> threading.Lock:  # type: ignore[override]
+        self.arrived += 1  # under the engine's seed lock
+        if self.arrived >= self.expected:
+            self.everyone.set()
+        return super().setdefault(key, threading.Lock()) if self.shared else threading.Lock()
