@@ -12,6 +12,7 @@ the CPU time.
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import sys
 from collections.abc import Callable, Sequence
@@ -43,38 +44,27 @@ def quiet_harbor_logs(verbose: bool) -> None:
     harbor.utils.logger.logger.setLevel(logging.DEBUG if verbose else logging.CRITICAL)
 
 
-def cmd_validate(args: argparse.Namespace) -> int:
-    quiet_harbor_logs(args.verbose)
-    from osmosis_harbor.cli.validate import cmd_validate as run
+def _deferred(module: str, name: str, *, runs_harbor: bool = True) -> Callable[[argparse.Namespace], int]:
+    """The handler that imports ``osmosis_harbor.cli.<module>`` when its command runs and hands
+    the arguments to that module's ``name``, after quieting Harbor's logger where it runs Harbor."""
 
-    return run(args)
+    def handler(args: argparse.Namespace) -> int:
+        if runs_harbor:
+            quiet_harbor_logs(args.verbose)
+        run: Callable[[argparse.Namespace], int] = getattr(
+            importlib.import_module(f"osmosis_harbor.cli.{module}"), name
+        )
+        return run(args)
 
-
-def cmd_prewarm(args: argparse.Namespace) -> int:
-    quiet_harbor_logs(args.verbose)
-    from osmosis_harbor.cli.prewarm import cmd_prewarm as run
-
-    return run(args)
-
-
-def cmd_rollout(args: argparse.Namespace) -> int:
-    quiet_harbor_logs(args.verbose)
-    from osmosis_harbor.cli.rollout import cmd_rollout as run
-
-    return run(args)
+    handler.__name__ = handler.__qualname__ = name
+    return handler
 
 
-def cmd_cleanup(args: argparse.Namespace) -> int:
-    from osmosis_harbor.cli.sandbox import cmd_cleanup as run
-
-    return run(args)
-
-
-def cmd_sandbox_check(args: argparse.Namespace) -> int:
-    quiet_harbor_logs(args.verbose)
-    from osmosis_harbor.cli.sandbox import cmd_sandbox_check as run
-
-    return run(args)
+cmd_validate = _deferred("validate", "cmd_validate")
+cmd_prewarm = _deferred("prewarm", "cmd_prewarm")
+cmd_rollout = _deferred("rollout", "cmd_rollout")
+cmd_cleanup = _deferred("sandbox", "cmd_cleanup", runs_harbor=False)
+cmd_sandbox_check = _deferred("sandbox", "cmd_sandbox_check")
 
 
 def build_parser() -> argparse.ArgumentParser:
