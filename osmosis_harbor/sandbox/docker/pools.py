@@ -235,7 +235,10 @@ class PoolManager:
         return self._wait_ready(name) if wait else self.get_pool(name)
 
     def delete_pool(self, name: str) -> list[RemovedContainer]:
-        """Remove the spec and the idle members; claimed members stay with their sandboxes."""
+        """Remove the spec and the idle members; claimed members stay with their sandboxes.
+
+        Waits for a member another process is already removing (a reaper in a sibling process
+        sees the spec gone first): the members it returns are gone, not going."""
         with self._both_locks(name):
             entries = self._spec_volumes(name).get(name, [])
             idle = [m for m in self._members(name) if m.is_idle_member]
@@ -245,7 +248,7 @@ class PoolManager:
                 remove_volume(self._api, vol_name)
             removed = []
             for member in idle:
-                self._launcher.remove_container(member.id)
+                self._launcher.remove_container(member.id, wait=True)
                 removed.append(removed_record(member, "pool deleted"))
         return removed
 

@@ -26,6 +26,7 @@ from typing import Any
 
 import docker.errors
 import pytest
+import requests
 
 from osmosis_harbor import settings
 from osmosis_harbor.sandbox import docker as docker_sdk
@@ -561,6 +562,53 @@ async def test_pool_claim_is_fast_records_owner_and_refills(
     assert len(removed) == 2 and not _idle_containers(pool)
     with pytest.raises(docker_sdk.PoolNotFoundError):
         await sdk.get_pool.aio(pool)
+
+
+def _removal_already_in_progress(monkeypatch: pytest.MonkeyPatch, container_id: str) -> None:
+    """The engine answers our remove of *container_id* with 409, as when a reaper in another
+    process got there first; that removal runs to its end at the first look at the container."""
+    api_client = docker_sdk.get_engine().api
+    real_remove, real_inspect = api_client.remove_container, api_client.inspect_container
+    other_remover: dict[str, bool] = {"started": False}
+
+    def remove_container(target: str, **kwargs: Any) -> None:
+        if target != container_id:
+            return real_remove(target, **kwargs)
+        conflict = requests.Response()
+        conflict.status_code = 409
+        raise docker.errors.APIError("removal already in progress", response=conflict)
+
+    def inspect_container(target: str) -> Any:
+        found = real_inspect(target)
+        if target == container_id and not other_remover["started"]:
+            other_remover["started"] = True
+            real_remove(target, force=True, v=True)
+        return found
+
+    monkeypatch.setattr(api_client, "remove_container", remove_container)
+    monkeypatch.setattr(api_client, "inspect_container", inspect_container)
+
+
+@pytest.mark.parametrize("protection", [True, False], ids=["waits", "control-no-wait"])
+def test_delete_pool_returns_once_a_member_another_process_is_removing_is_gone(
+    docker_sandbox_sdk: Any, make_pool: Callable[..., str], monkeypatch: pytest.MonkeyPatch, protection: bool
+) -> None:
+    pool = make_pool(replicas=1)
+    (member,) = _idle_containers(pool)
+    _removal_already_in_progress(monkeypatch, member["Id"])
+    if not protection:  # the control: delete_pool trusts a 409 without waiting for it
+        launcher = docker_sdk.get_engine()
+        real = launcher.remove_container
+        monkeypatch.setattr(launcher, "remove_container", lambda cid, **kw: real(cid, **{**kw, "wait": False}))
+    removed = docker_sandbox_sdk.delete_pool(pool)
+    assert [r.container_id for r in removed] == [member["Id"]]
+    left = _idle_containers(pool)
+    if protection:
+        assert not left
+    else:
+        assert [c["Id"] for c in left] == [member["Id"]]
+        monkeypatch.undo()
+        api().remove_container(member["Id"], force=True, v=True)
 
 
 async def test_claimed_sandbox_keeps_its_own_ttl(docker_sandbox_sdk: Any, make_pool: Callable[..., str]) -> None:
