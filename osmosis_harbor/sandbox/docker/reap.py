@@ -104,7 +104,9 @@ def background_reap(engine: ReapEngine) -> None:
 
 
 def reap(engine: ReapEngine, *, expired: bool, dead_owners: bool) -> list[RemovedContainer]:
-    """`_reap_locked` under the lock the background reap takes (never two passes at once)."""
+    """`_reap_locked` under the lock the background reap takes (never two passes at once).
+    What it returns is gone: a removal a sibling process's reaper already has in progress is
+    waited for, not counted as done."""
     with _reap_lock:
         return _reap_locked(engine, expired=expired, dead_owners=dead_owners)
 
@@ -120,7 +122,7 @@ def _reap_locked(engine: ReapEngine, *, expired: bool, dead_owners: bool) -> lis
         reason = stale_reason(info, at, dead_owners=dead_owners, expired=expired)
         if reason is None and expired and info.is_idle_member and info.pool not in pools:
             reason = "pool deleted"
-        if reason is not None and engine.remove_container(info.id):
+        if reason is not None and engine.remove_container(info.id, wait=True):
             removed.append(removed_record(info, reason))
     _remove_orphan_claims(engine, {i.id for i in infos})
     remove_dangling_tmp_volumes(engine)
@@ -156,7 +158,7 @@ def remove_all(engine: ReapEngine, owner_pid: int | None) -> list[RemovedContain
         owner = info.owner
         if owner_pid is not None and (owner is None or owner.pid != owner_pid or owner.host != host):
             continue
-        if engine.remove_container(info.id):
+        if engine.remove_container(info.id, wait=True):
             removed.append(removed_record(info, "remove_all"))
     _remove_pool_specs(engine, owner_pid, host)
     _remove_orphan_claims(engine, {i.id for i in infos} - {r.container_id for r in removed})
