@@ -264,6 +264,11 @@ class Settings(BaseSettings):
         base = self.xdg_cache_home or Path.home() / ".cache"
         return base / "osmosis-harbor" / "locks"
 
+    def image_tmp_dir(self) -> Path:
+        """What each image holds in /tmp, by image id: machine-local, read once per image."""
+        base = self.xdg_cache_home or Path.home() / ".cache"
+        return base / "osmosis-harbor" / "image-tmp"
+
     def task_root_paths(self) -> tuple[Path, ...]:
         """``OSMOSIS_HARBOR_TASK_ROOTS`` split like ``PATH`` (empty entries ignored)."""
         return tuple(Path(p) for p in (self.task_roots or "").split(os.pathsep) if p)

@@ -24,6 +24,7 @@ class DockerConfig:
 
     docker_host: str
     lock_dir: Path  # the pool locks' directory (``locks.py``)
+    image_tmp_dir: Path  # the images' /tmp seeds, by image id (``tmp_seeds.py``)
     sandbox_disk_mb: int
     sandbox_inodes: int
     sandbox_no_new_privileges: bool
@@ -38,6 +39,7 @@ class DockerConfig:
         return cls(
             docker_host=current.docker_host,
             lock_dir=current.pool_lock_dir(),
+            image_tmp_dir=current.image_tmp_dir(),
             sandbox_disk_mb=current.sandbox_disk_mb,
             sandbox_inodes=current.sandbox_inodes,
             sandbox_no_new_privileges=current.sandbox_no_new_privileges,

@@ -47,7 +47,8 @@ from osmosis_harbor.sandbox.docker.layer_bound import LayerBound
 from osmosis_harbor.sandbox.docker.lean_http import install_lean_requests
 from osmosis_harbor.sandbox.docker.network import SandboxNetwork, ensure_sandbox_network
 from osmosis_harbor.sandbox.docker.pools import PoolManager
-from osmosis_harbor.sandbox.docker.tmp_volume import read_image_tmp, tmp_mount
+from osmosis_harbor.sandbox.docker.tmp_seeds import ImageTmpSeeds
+from osmosis_harbor.sandbox.docker.tmp_volume import tmp_mount
 from osmosis_harbor.sandbox.docker.transport import share_one_pool
 from osmosis_harbor.sandbox.sdk.bounds import SandboxBounds
 from osmosis_harbor.sandbox.sdk.calls import executor
@@ -110,8 +111,7 @@ class Engine:
         self.deadlines = Deadlines()
         self.pools = PoolManager(self.api, self, executor().submit, engine_key=self.key, lock_dir=config.lock_dir)
         self._last_auto_reap = 0.0
-        self._tmp_seeds: dict[str, bytes | None] = {}  # image id -> the image's own /tmp (tar)
-        self._seed_probes: dict[str, threading.Lock] = {}  # image id -> held while its /tmp is read
+        self.tmp_seeds = ImageTmpSeeds(self.api, config.image_tmp_dir)
         self._image_ids: dict[str, tuple[str, float]] = {}  # reference -> (image id, when looked up)
         self._pending_seeds: dict[str, bytes] = {}  # created container id -> seed to apply at start
         self._seed_lock = threading.Lock()
@@ -236,27 +236,8 @@ class Engine:
         self.layers.started(container_id)
 
     def _tmp_seed(self, image: str) -> bytes | None:
-        """The image's own /tmp content, which the tmpfs mounted there would hide (None: empty).
-
-        Read once per image from a never-started probe container: before start, the archive
-        API sees the image's files; afterwards only the empty tmpfs.
-        """
-        image_id = self._image_id(image)
-        with self._seed_lock:
-            if image_id in self._tmp_seeds:
-                return self._tmp_seeds[image_id]
-            probing = self._seed_probes.setdefault(image_id, threading.Lock())
-        # One probe per image at a time: the creates of a burst on a new image (a batch's first
-        # trials) wait for its answer instead of each making a container of their own.
-        with probing:
-            with self._seed_lock:
-                if image_id in self._tmp_seeds:
-                    return self._tmp_seeds[image_id]
-            seed = read_image_tmp(self.api, image_id)
-            with self._seed_lock:
-                self._tmp_seeds[image_id] = seed
-                self._seed_probes.pop(image_id, None)
-        return seed
+        """The image's own /tmp content, which the tmpfs mounted there would hide (None: empty)."""
+        return self.tmp_seeds.seed(self._image_id(image))
 
     def _image_id(self, image: str) -> str:
         """The id of the image ``image`` names, looked up at most once per ``IMAGE_ID_RECHECK_SEC``
