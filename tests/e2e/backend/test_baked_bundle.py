@@ -171,7 +171,8 @@ async def test_an_image_baking_another_bundle_fails_with_one_clear_line(
     tmp_path: Path, bundles_dir: Path, fake_chat, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The image bakes this backend's bundle; the agent is told to expect another one (as when a
-    pool or an image of another bundle is claimed)."""
+    pool or an image of another bundle is claimed). Ungraded: the workflow's own exec fails, and a
+    verifier's head-started sandbox would wait for nothing."""
     workflow_config = Planner._workflow_config
 
     def expecting_another(self, *args, **kwargs) -> AgentConfig:
@@ -180,7 +181,7 @@ async def test_an_image_baking_another_bundle_fails_with_one_clear_line(
 
     monkeypatch.setattr(Planner, "_workflow_config", expecting_another)
     target = backend(tmp_path, bundles_dir, graded_template(tmp_path))
-    result = await rollout(target, fake_chat)
+    result = await rollout(target, fake_chat, grade=False)
     assert result.status is RolloutStatus.FAILURE
     message = result.err_message or ""
     assert contract.WRONG_BUNDLE_MESSAGE in message and "re-run prewarm" in message, message

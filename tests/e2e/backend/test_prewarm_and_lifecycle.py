@@ -188,7 +188,9 @@ async def test_server_with_prewarm_lifespan_serves_from_a_warm_pool_and_its_shut
     third still runs in a claimed member when the server stops: on SkyPilot delete_pool answers
     500 while that member exists, so the shutdown terminates it first, the pool goes too and
     the ledger keeps nothing. (``FailingWorkflow`` runs the scripted command, or sleeps for a
-    prompt ending in ``fail: sleep``.)"""
+    prompt ending in ``fail: sleep``.) The rollouts are ungraded: a graded one's tests claim a
+    member of their own, and the pool refills it, for a reward that the next test's pool-served
+    rollout asserts."""
     sandbox_sdk.require_loopback_endpoint()
     base = f"warm{uuid.uuid4().hex[:6]}"
     backend = backend_for(tmp_path, agent="FailingWorkflow", pool=base, pool_size=2, sdk=sandbox_sdk)
@@ -209,11 +211,13 @@ async def test_server_with_prewarm_lifespan_serves_from_a_warm_pool_and_its_shut
                     chat_completions_url=fake_chat.base_url,
                     rollout_id=f"pool-{i}",
                     llm_api_key="sk-prewarm-test-key",
+                    grade=False,
                 )
                 for i in range(2)
             )
         )
-        assert all(r.status is RolloutStatus.SUCCESS and r.sample.reward == 1.0 for r in results), results
+        assert all(r.status is RolloutStatus.SUCCESS and r.sample.reward is None for r in results), results
+        assert backend.starts.claims[pool_name] == 2 and backend.health()["pool_fallbacks"] == 0
         await backend.owner.settled()  # a result does not wait for its sandbox to go; the claimed members are gone now
         # both trials ran in containers that were idle pool members before traffic
         refilled = wait_until(lambda: docker_sdk.get_pool(pool_name).idle == 2, timeout=60, what="refill")
@@ -330,12 +334,13 @@ async def test_shutdown_with_trials_in_flight_leaves_no_sandbox(tmp_path: Path, 
     assert backend.health()["status"] == "shutting_down" and not backend.has_capacity()
 
 
-async def _run(client, fake_chat: FakeChatServer, rollout_id: str):
+async def _run(client, fake_chat: FakeChatServer, rollout_id: str, *, grade: bool = True):
     return await client.run_rollout(
         initial_messages=[{"role": "user", "content": "go"}],
         chat_completions_url=fake_chat.base_url,
         rollout_id=rollout_id,
         llm_api_key="sk-prewarm-test-key",
+        grade=grade,
     )
 
 
@@ -343,10 +348,10 @@ async def test_a_burst_larger_than_the_warm_pool_runs_every_rollout(
     tmp_path: Path, fake_chat, sandbox_sdk: SdkPath, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Three rollouts at once on a pool of one. On SkyPilot (the strict emulator) a claim with
-    no ready member fails: here the refills never warm in time, so five claims (an agent's and a fresh
-    verifier's sandbox per rollout) wait their bounded
+    no ready member fails: here the refills never warm in time, so two claims wait their bounded
     while and cold-create the pool's image, counted in health(); the Docker SDK starts members
-    itself. Every rollout succeeds either way."""
+    itself. Every rollout succeeds either way. Ungraded: a graded rollout's tests would claim a
+    fresh verifier's sandbox too, a claim like the agent's (a pool-served verifier: the next test)."""
     sandbox_sdk.require_loopback_endpoint()
     monkeypatch.setenv("OSMOSIS_HARBOR_POOL_CLAIM_WAIT_SEC", "0.5")
     backend = backend_for(tmp_path, pool=f"burst{uuid.uuid4().hex[:6]}", pool_size=1, n_concurrent=3, sdk=sandbox_sdk)
@@ -356,15 +361,15 @@ async def test_a_burst_larger_than_the_warm_pool_runs_every_rollout(
     try:
         async with serve(backend) as url, client_for(url) as client:
             results = await asyncio.gather(
-                *(_run(client, fake_chat, f"burst-{i}-{uuid.uuid4().hex[:4]}") for i in range(3))
+                *(_run(client, fake_chat, f"burst-{i}-{uuid.uuid4().hex[:4]}", grade=False) for i in range(3))
             )
             fallbacks = backend.health()["pool_fallbacks"]
     finally:
         if sandbox_sdk.emulator is not None:
             sandbox_sdk.emulator.knobs(pool_warm_sec=0)
-    assert all(r.status is RolloutStatus.SUCCESS and r.sample.reward == 1.0 for r in results), results
-    # six claims (each rollout's sandbox and its tests' fresh one) on one ready member: five cold-create
-    assert fallbacks == (5 if sandbox_sdk.is_emulator else 0)
+    assert all(r.status is RolloutStatus.SUCCESS and r.sample.reward is None for r in results), results
+    # three claims (each rollout's sandbox) on one ready member: two cold-create
+    assert fallbacks == (2 if sandbox_sdk.is_emulator else 0)
     assert sandbox_sdk.sandboxes_left() == [] and managed_containers(owner_pid=os.getpid()) == []
 
 
@@ -400,7 +405,7 @@ async def test_a_second_backend_adopts_the_pool_and_the_first_ones_shutdown_leav
                 wait_until, lambda: docker_sdk.get_pool(pool).idle == 2, timeout=120, what="ready members"
             )
             result = await _run(client, fake_chat, f"after-first-{uuid.uuid4().hex[:6]}")
-            assert result.status is RolloutStatus.SUCCESS, result.err_message
+            assert result.status is RolloutStatus.SUCCESS and result.sample.reward == 1.0, result.err_message
             # served by the pool: the agent's sandbox and its tests' fresh one (the task's verifier)
             assert second.starts.claims[pool] == 2 and second.health()["pool_fallbacks"] == 0
     finally:

@@ -236,6 +236,7 @@ async def test_a_memory_hog_is_killed_at_its_limit_named_as_such_and_the_victim_
                     chat_completions_url=fake_chat.base_url,
                     rollout_id=f"hog-{uuid.uuid4().hex[:6]}",
                     llm_api_key="sk-hog",
+                    grade=False,  # killed in its workflow: a verifier's sandbox would wait for nothing
                 ),
                 fine_client.run_rollout(
                     initial_messages=[{"role": "user", "content": "reply: echo 42"}],

@@ -147,6 +147,9 @@ WORKFLOW_FAILURES = {
     ("fail: invalid-output", "x", None): (RolloutErrorCategory.VALIDATION_ERROR, "metrics.bad"),
     ("fail: sleep", "x", 4.0): (RolloutErrorCategory.TIMEOUT, "timed out"),
 }
+# Failed workflows the verifier would never grade: sent ungraded, so no verifier's sandbox is
+# head-started for them (the raising one stays graded: a graded rollout's workflow failure)
+UNGRADED = {("fail: invalid-output", "x", None), ("fail: sleep", "x", 4.0)}
 GRADER_FAILURES = {
     ("reply: echo 42 > answer.txt", "raise", None): (RolloutErrorCategory.VALIDATION_ERROR, "broke on purpose"),
     ("reply: echo 42 > answer.txt", "silent", None): (
@@ -176,7 +179,15 @@ async def test_workflow_and_grader_failures_map_to_categories(
     async with serve(backend) as url, client_for(url) as client:
         results = await asyncio.gather(
             *(
-                run(client, fake_chat, api_key, f"do it\n{line}", label=label, agent_timeout_sec=timeout)
+                run(
+                    client,
+                    fake_chat,
+                    api_key,
+                    f"do it\n{line}",
+                    label=label,
+                    agent_timeout_sec=timeout,
+                    grade=(line, label, timeout) not in UNGRADED,
+                )
                 for line, label, timeout in cases
             )
         )

@@ -67,13 +67,14 @@ def make_backend(tmp_path: Path, task_dir: Path, queue: TrialQueue, bundles_dir:
     )
 
 
-async def start(client: Any, fake_chat: FakeChatServer, rollout_id: str, text: str) -> Any:
+async def start(client: Any, fake_chat: FakeChatServer, rollout_id: str, text: str, *, grade: bool = True) -> Any:
     return await client.run_rollout_async(
         initial_messages=[{"role": "user", "content": text}],
         chat_completions_url=fake_chat.base_url,
         rollout_id=rollout_id,
         llm_api_key="sk-scheduling-test",
         label="42",
+        grade=grade,
     )
 
 
@@ -108,6 +109,8 @@ async def waiting_at_gate(backend: HarborBackend, rollout_id: str, *, not_in: fr
 
 
 async def test_a_retried_rollout_runs_before_the_rollouts_still_queued(tmp_path, task_dir, fake_chat, bundles_dir):
+    """The order trials start in is the subject: the rollouts go ungraded (a graded one's grader
+    would start a sandbox of its own beside each agent's, for a verdict nobody reads here)."""
     queue = TrialQueue(n_concurrent=1)
     started: list[str] = []  # trial names, in the order Harbor's queue starts them
 
@@ -118,15 +121,15 @@ async def test_a_retried_rollout_runs_before_the_rollouts_still_queued(tmp_path,
     backend = make_backend(tmp_path, task_dir, queue, bundles_dir, infra_retries=1)
     ids = {k: f"{k}-{uuid.uuid4().hex[:6]}" for k in ("lost", "early", "late")}
     async with serve(backend) as url, client_for(url) as client:
-        lost = await start(client, fake_chat, ids["lost"], BLOCKING_REPLY)
+        lost = await start(client, fake_chat, ids["lost"], BLOCKING_REPLY, grade=False)
         first = await waiting_at_gate(backend, ids["lost"])
-        early = await start(client, fake_chat, ids["early"], QUICK_REPLY)
+        early = await start(client, fake_chat, ids["early"], QUICK_REPLY, grade=False)
 
         async def queued(n: int) -> bool:
             return backend.gate.waiting == n
 
         await await_until(lambda: queued(1), timeout=60, what="early queued")
-        late = await start(client, fake_chat, ids["late"], QUICK_REPLY)
+        late = await start(client, fake_chat, ids["late"], QUICK_REPLY, grade=False)
         await await_until(lambda: queued(2), timeout=60, what="late queued")
         assert backend.health()["waiting_for_slot"] == 2
         docker.from_env().api.kill(first["Id"])  # the infrastructure loses the running sandbox
