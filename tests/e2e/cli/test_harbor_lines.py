@@ -45,6 +45,10 @@ from tests.support.sdk_paths import DOCKER, SdkPath
 on_026 = pytest.mark.skipif(not HARBOR.options_model, reason="Harbor 0.25 has no options model or error policies")
 on_025 = pytest.mark.skipif(HARBOR.options_model, reason="Harbor 0.26 has both")
 HARBOR_CLI = str(Path(sys.executable).parent / "harbor")
+# Harbor's CLI sends usage events from a detached Python process per command and per job (an
+# import of requests and a connection attempt to a host off this machine): tests reach no such
+# host, and the senders cost CPU the run does not check.
+HARBOR_CLI_ENV = {**os.environ, "HARBOR_TELEMETRY": "0"}
 GATE = "/tmp/solve-gate"
 PLAIN = "FROM debian:trixie-slim\n"
 
@@ -107,7 +111,11 @@ def test_harbor_validates_and_shows_our_options() -> None:
     with pytest.raises(ValueError, match="auto_mounting"):
         SandboxEnvironment.parse_options({"sdk": "docker", "auto_mounting": "yes"})
     shown = subprocess.run(
-        [HARBOR_CLI, "environments", "schema", IMPORT_PATH, "--json"], capture_output=True, text=True, timeout=120
+        [HARBOR_CLI, "environments", "schema", IMPORT_PATH, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=HARBOR_CLI_ENV,
     )
     assert shown.returncode == 0, shown.stderr
     assert json.loads(shown.stdout)["properties"]["sdk"]["default"] == "skypilot"
@@ -304,7 +312,7 @@ def test_harbor_run_with_our_environment_on_a_local_sdk(tmp_path: Path, sandbox_
     owns itself), and its sandbox is recorded in the ledger and gone from it at the end."""
     ledger = tmp_path / "ledger.sqlite3"
     env = {
-        **os.environ,
+        **HARBOR_CLI_ENV,
         **sandbox_sdk.cli_env(),
         "LITELLM_LOCAL_MODEL_COST_MAP": "True",
         "OSMOSIS_HARBOR_LEDGER": str(ledger),

@@ -422,24 +422,33 @@ def test_a_report_a_person_reads_at_80_columns(tmp_path: Path, sandbox_sdk: SdkP
     assert all(len(block) <= 21 for block in blocks.values()), blocks
 
 
-def _bad_toml_dataset(root: Path) -> Path:
-    """A dataset whose one task fails in phase ``task`` (no sandbox) with a long summary."""
+def _no_sandbox_dataset(root: Path) -> tuple[Path, str]:
+    """Two tasks that fail in phase ``task`` (no sandbox): one with a long summary, one whose
+    directory name holds bytes that are not UTF-8; returns the dataset and the second's id."""
     copy_task(FIXTURES / "broken" / "bad-toml", root / "a-task-with-a-malformed-task-toml")
-    return root
+    # Bytes that are not UTF-8 in a directory name reach Python as lone surrogates, which
+    # Harbor's JSON files (and ours) cannot hold.
+    copy_task(FIXTURES / "lint" / "clean", Path(os.fsdecode(bytes(root) + b"/odd-\xff-name")))
+    return root, "odd-\\udcff-name"
 
 
 def _widest_line(output: str) -> int:
     return max(len(_CSI.sub("", line).rstrip()) for line in output.splitlines() if line.strip())
 
 
-def test_the_table_takes_the_terminals_width(tmp_path: Path) -> None:
-    dataset = _bad_toml_dataset(tmp_path / "ds")
+def test_the_table_takes_the_terminals_width_and_a_path_that_is_not_utf8_fails_its_task(tmp_path: Path) -> None:
+    """One run on a terminal 90 columns wide: the table takes its width; and the task whose path
+    is not UTF-8 fails in phase ``task``, named escaped, in every report (the console, the JSON,
+    JUnit)."""
+    dataset, odd = _no_sandbox_dataset(tmp_path / "ds")
+    report_path, junit_path = tmp_path / "r.json", tmp_path / "j.xml"
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
     primary, secondary = pty.openpty()
     fcntl.ioctl(secondary, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 90, 0, 0))
     try:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "osmosis_harbor", "validate", str(dataset)],
+            [sys.executable, "-m", "osmosis_harbor", "validate", str(dataset)]
+            + ["--json", str(report_path), "--junit", str(junit_path)],
             stdin=secondary,
             stdout=secondary,
             stderr=secondary,
@@ -463,17 +472,10 @@ def test_the_table_takes_the_terminals_width(tmp_path: Path) -> None:
     assert _widest_line(on_terminal) == 90, on_terminal
     # Off a terminal ($COLUMNS when set, else 120, not Rich's 80): tests/unit/cli/test_result_width.py.
 
-
-def test_a_task_path_that_is_not_utf8_fails_its_task_and_every_report_holds_it(tmp_path: Path) -> None:
-    """Bytes that are not UTF-8 in a directory name reach Python as lone surrogates, which
-    Harbor's JSON files (and ours) cannot hold: the task fails in phase ``task``, named escaped."""
-    dataset = tmp_path / "ds"
-    copy_task(FIXTURES / "lint" / "clean", Path(os.fsdecode(bytes(dataset) + b"/odd-\xff-name")))
-    report_path, junit_path = tmp_path / "r.json", tmp_path / "j.xml"
-    proc = run_cli("validate", str(dataset), "--json", str(report_path), "--junit", str(junit_path))
-    assert proc.returncode == 1, proc.stdout + proc.stderr
-    (row,) = load_json(report_path)["tasks"]
-    assert (row["id"], row["failed_phase"]) == ("odd-\\udcff-name", "task")
-    assert row["error"].endswith("its path is not UTF-8 (Harbor records it in JSON files): rename it")
-    assert "FAIL odd-\\udcff-name  (task phase)" in proc.stdout
-    assert [case.get("name") for case in ET.parse(junit_path).getroot().iter("testcase")] == ["odd-\\udcff-name"]
+    rows = {row["id"]: row for row in load_json(report_path)["tasks"]}
+    assert set(rows) == {"a-task-with-a-malformed-task-toml", odd}
+    assert rows[odd]["failed_phase"] == "task"
+    assert rows[odd]["error"].endswith("its path is not UTF-8 (Harbor records it in JSON files): rename it")
+    assert f"FAIL {odd}  (task phase)" in _CSI.sub("", on_terminal), on_terminal
+    cases = [case.get("name") for case in ET.parse(junit_path).getroot().iter("testcase")]
+    assert sorted(cases) == sorted(rows)

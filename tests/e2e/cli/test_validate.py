@@ -101,13 +101,11 @@ def test_nested_ids_are_discovered_and_selectable(tmp_path: Path) -> None:
 
 
 async def test_tasks_sharing_an_environment_build_its_image_once(tmp_path: Path, monkeypatch) -> None:
-    first = make_task(tmp_path / "ds", "a")
-    for name in ("b", "c", "d"):
-        make_task(tmp_path / "ds", name)
-        # identical environment/ => identical content hash => one image
-        (tmp_path / "ds" / name / "environment" / "Dockerfile").write_text(
-            (first / "environment" / "Dockerfile").read_text()
-        )
+    """Two tasks, run at once, are enough for the race a shared build must win (each trial asks
+    for the image before the other's build ends); more only add sandboxes."""
+    first, second = make_task(tmp_path / "ds", "a"), make_task(tmp_path / "ds", "b")
+    # identical environment/ => identical content hash => one image
+    (second / "environment" / "Dockerfile").write_text((first / "environment" / "Dockerfile").read_text())
     tasks = load_dataset(tmp_path / "ds")
     made: list[SandboxOwner] = []
     make = SandboxOwner.make
@@ -118,7 +116,7 @@ async def test_tasks_sharing_an_environment_build_its_image_once(tmp_path: Path,
 
     monkeypatch.setattr(SandboxOwner, "make", noted)
     report = await validate_tasks(tasks, environment=environment_config("docker"), n_concurrent=4)
-    assert report.passed == 4, report.model_dump()
+    assert report.passed == 2, report.model_dump()
     [run] = [owner for owner in made if owner.label == "validate"]  # the run's owner builds
     assert len(run.builds.stats.built) == 1, run.builds.stats
 
