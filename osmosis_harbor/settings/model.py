@@ -257,17 +257,20 @@ class Settings(BaseSettings):
         "a copy of the tests' expected output); off: they end validation_error",
     )
 
+    def user_cache(self) -> Path:
+        """Our directory in the user cache (``$XDG_CACHE_HOME`` or ``~/.cache``): machine-local
+        state every process of this user shares, never the working directory."""
+        return (self.xdg_cache_home or Path.home() / ".cache") / "osmosis-harbor"
+
     def pool_lock_dir(self) -> Path:
         """Lock files live in the user cache dir: machine-local, like the engine they guard."""
         if self.lock_dir is not None:
             return self.lock_dir
-        base = self.xdg_cache_home or Path.home() / ".cache"
-        return base / "osmosis-harbor" / "locks"
+        return self.user_cache() / "locks"
 
     def image_tmp_dir(self) -> Path:
         """What each image holds in /tmp, by image id: machine-local, read once per image."""
-        base = self.xdg_cache_home or Path.home() / ".cache"
-        return base / "osmosis-harbor" / "image-tmp"
+        return self.user_cache() / "image-tmp"
 
     def task_root_paths(self) -> tuple[Path, ...]:
         """``OSMOSIS_HARBOR_TASK_ROOTS`` split like ``PATH`` (empty entries ignored)."""
@@ -275,27 +278,23 @@ class Settings(BaseSettings):
 
     def emulator_dir(self) -> Path:
         """Where an on-demand skypilot-emulator server keeps its state file, lock and log."""
-        base = self.xdg_cache_home or Path.home() / ".cache"
-        return base / "osmosis-harbor" / "emulator"
+        return self.user_cache() / "emulator"
 
     def ledger_path(self) -> Path:
         """The sandbox ledger: machine-local, shared by every process of this user."""
         if self.ledger is not None:
             return self.ledger
-        base = self.xdg_cache_home or Path.home() / ".cache"
-        return base / "osmosis-harbor" / "ledger.sqlite3"
+        return self.user_cache() / "ledger.sqlite3"
 
     def verifier_allowances_dir(self) -> Path:
         """What validate's oracle runs recorded real solutions changing, per task content."""
         if self.verifier_allowances is not None:
             return self.verifier_allowances
-        base = self.xdg_cache_home or Path.home() / ".cache"
-        return base / "osmosis-harbor" / "verifier-allowances"
+        return self.user_cache() / "verifier-allowances"
 
     def bundle_cache(self) -> Path:
         """The user cache, never the working directory: a run inside a project must not change
         the project's files (a harness digests them to decide whether a run may resume)."""
         if self.bundles is not None:
             return self.bundles
-        base = self.xdg_cache_home or Path.home() / ".cache"
-        return base / "osmosis-harbor" / "bundles"
+        return self.user_cache() / "bundles"

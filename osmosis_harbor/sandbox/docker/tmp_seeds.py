@@ -33,7 +33,7 @@ _IMAGE_ID = re.compile(r"sha256:([0-9a-f]{64})")
 class ImageTmpSeeds:
     """Image id -> its /tmp as a tar (None: empty), from memory, the disk store, or a probe."""
 
-    def __init__(self, api: APIClient, store: Path | None) -> None:
+    def __init__(self, api: APIClient, store: Path) -> None:
         self._api = api
         self._store = store
         self._known: dict[str, bytes | None] = {}
@@ -62,7 +62,7 @@ class ImageTmpSeeds:
 
     def _path(self, image_id: str) -> Path | None:
         match = _IMAGE_ID.fullmatch(image_id)
-        return self._store / match.group(1) if self._store is not None and match else None
+        return self._store / match.group(1) if match else None
 
     def _load(self, image_id: str) -> tuple[bool, bytes | None]:
         """(found, seed); an empty file is an image whose /tmp is empty (a tar never is)."""

@@ -81,8 +81,7 @@ def _compilers(arch: str) -> list[list[str]]:
 
 
 def _cache_dir(config: settings.Settings) -> Path:
-    base = config.xdg_cache_home or Path.home() / ".cache"
-    return base / "osmosis-harbor" / "guard"
+    return config.user_cache() / "guard"
 
 
 @functools.lru_cache(maxsize=8)
